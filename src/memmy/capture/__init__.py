@@ -1,0 +1,1 @@
+"""Turn capture: sanitising, tool-call normalisation, L1 trace steps."""

@@ -1,0 +1,1 @@
+"""The ``memmy-memory`` command line."""

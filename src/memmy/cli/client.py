@@ -1,0 +1,144 @@
+"""A thin HTTP client for the daemon, with the CLI's URL/token/user resolution and friendly errors."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from memmy.config import MemmyConfig, load_config
+from memmy.config_defaults import DEFAULT_ENDPOINT
+from memmy.errors import MemmyError
+
+
+class ClientError(MemmyError):
+    """A request the daemon refused, or a daemon that could not be reached."""
+
+    def __init__(self, message: str, status: int | None = None, code: str = "client_error") -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+def _first_env(env: Mapping[str, str], *names: str) -> str | None:
+    for name in names:
+        if env.get(name):
+            return env[name]
+    return None
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """Where to send requests and as whom."""
+
+    url: str
+    token: str | None
+    user_id: str | None
+    source: str | None
+    workspace_path: str | None
+    timeout_s: float = 30.0
+
+    @classmethod
+    def resolve(
+        cls,
+        *,
+        url: str | None,
+        token: str | None,
+        user_id: str | None,
+        source: str | None,
+        config: MemmyConfig | None,
+        env: Mapping[str, str] | None = None,
+    ) -> ClientSettings:
+        """flag > env (MEMMY_MEMORY_URL|MEMORY_SERVICE_URL, ..._TOKEN) > config > http://127.0.0.1:18960."""
+        env = os.environ if env is None else env
+        tree = config.tree if config is not None else {}
+        storage = tree.get("storage", {}) if tree else {}
+        resolved_url = (
+            url
+            or _first_env(env, "MEMMY_MEMORY_URL", "MEMORY_SERVICE_URL")
+            or storage.get("endpoint")
+            or tree.get("endpoint")
+            or DEFAULT_ENDPOINT
+        )
+        resolved_token = (
+            token
+            or _first_env(env, "MEMMY_MEMORY_TOKEN", "MEMORY_SERVICE_TOKEN")
+            or storage.get("token")
+            or tree.get("token")
+            or None
+        )
+        resolved_user = user_id or _first_env(env, "MEMMY_MEMORY_USER_ID", "MEMMY_USER_ID", "MEMORY_SERVICE_USER_ID")
+        return cls(
+            url=resolved_url.rstrip("/"),
+            token=resolved_token,
+            user_id=resolved_user,
+            source=source,
+            workspace_path=os.getcwd(),
+        )
+
+
+def load_cli_config(path: str | None) -> MemmyConfig | None:
+    """Load config for the CLI; a missing default file is fine, a broken one is an error."""
+    return load_config(path)
+
+
+class MemoryClient:
+    """Calls ``/api/v1/...`` on the daemon."""
+
+    def __init__(self, settings: ClientSettings, transport: httpx.BaseTransport | None = None) -> None:
+        self.settings = settings
+        headers = {"accept": "application/json"}
+        if settings.token:
+            headers["authorization"] = f"Bearer {settings.token}"
+        if settings.user_id:
+            headers["x-memmy-user-id"] = settings.user_id
+        if settings.workspace_path:
+            headers["x-memmy-workspace-path"] = settings.workspace_path
+        if settings.source:
+            headers["x-memmy-source"] = settings.source
+        self._http = httpx.Client(
+            base_url=settings.url, headers=headers, timeout=settings.timeout_s, transport=transport
+        )
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.close()
+
+    def request(self, method: str, path: str, body: Any = None, params: Mapping[str, Any] | None = None) -> Any:
+        """Send one request; return the decoded JSON or raise :class:`ClientError` with the server's message."""
+        if not path.startswith("/"):
+            path = "/" + path
+        if not path.startswith("/api/"):
+            path = "/api/v1" + path
+        if body is not None and self.settings.source and isinstance(body, dict) and method.upper() != "GET":
+            body = {"source": self.settings.source, **body}
+        try:
+            response = self._http.request(method.upper(), path, json=body, params=params)
+        except httpx.ConnectError:
+            raise ClientError(
+                f"memmy memory service is not running at {self.settings.url} (start it with `memmy-memory serve`)",
+                code="unavailable",
+            ) from None
+        except httpx.TimeoutException:
+            raise ClientError(
+                f"memmy memory service at {self.settings.url} did not answer in time", code="timeout"
+            ) from None
+        try:
+            payload = response.json()
+        except ValueError:
+            payload = None
+        if response.status_code >= 400:
+            error = payload.get("error") if isinstance(payload, dict) else None
+            message = error.get("message") if isinstance(error, dict) else response.text[:300]
+            code = error.get("code") if isinstance(error, dict) else "http_error"
+            raise ClientError(str(message), status=response.status_code, code=str(code))
+        return payload
+
+
+def default_db_path_hint(config: MemmyConfig | None) -> Path | None:
+    """The configured database path, for messages."""
+    return config.storage.sqlite_path if config is not None else None

@@ -1,0 +1,80 @@
+"""Shared CLI state: global options, the HTTP client, and small option parsers."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from memmy.cli.client import ClientError, ClientSettings, MemoryClient
+from memmy.cli.output import emit_json, fail
+from memmy.config import MemmyConfig, load_config
+from memmy.errors import MemmyError
+
+
+@dataclass
+class CliContext:
+    """Global options, resolved lazily so ``--help`` never reads config."""
+
+    url: str | None
+    token: str | None
+    config_path: str | None
+    source: str | None
+    user_id: str | None
+    as_json: bool
+
+    def config(self) -> MemmyConfig:
+        """The effective config (errors become a clean exit 1)."""
+        try:
+            return load_config(self.config_path)
+        except MemmyError as exc:
+            fail(exc.message)
+            raise  # unreachable
+
+    def client(self) -> MemoryClient:
+        """An HTTP client for the resolved URL and token."""
+        settings = ClientSettings.resolve(
+            url=self.url, token=self.token, user_id=self.user_id, source=self.source, config=self.config()
+        )
+        return MemoryClient(settings)
+
+    def call(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None) -> Any:
+        """One request; daemon errors print on stderr and exit 1."""
+        client = self.client()
+        try:
+            return client.request(method, path, body, params)
+        except ClientError as exc:
+            fail(exc.message)
+        finally:
+            client.close()
+
+    def output(self, value: Any, human: str) -> None:
+        """JSON with ``--json``, else the human text."""
+        if self.as_json:
+            emit_json(value)
+        else:
+            click.echo(human)
+
+
+pass_ctx = click.make_pass_decorator(CliContext)
+
+
+def list_option(value: str | None) -> list[str] | None:
+    """Parse a JSON array or a comma-separated list."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.startswith("["):
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise click.BadParameter(f"not a JSON array: {exc.msg}") from None
+        return [str(v) for v in parsed]
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def strip_none(body: dict[str, Any]) -> dict[str, Any]:
+    """Drop keys whose value is None."""
+    return {k: v for k, v in body.items() if v is not None}

@@ -1,0 +1,308 @@
+"""``memmy-memory``: the command line for people, scripts and agents.
+
+Every client command talks to the daemon over HTTP (one code path, one error mapping); ``serve`` and
+``init`` are the only commands that touch the store directly.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from memmy import __version__
+from memmy.cli.commands_session import session, turn
+from memmy.cli.context import CliContext, list_option, pass_ctx, strip_none
+from memmy.cli.output import emit_json, fail, format_debug, format_health, format_hits, format_memory
+from memmy.config import config_path as resolve_config_path
+from memmy.config import load_config, update_config_file
+from memmy.errors import MemmyError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "-v", "--version", prog_name="memmy-memory")
+@click.option("--url", envvar=None, help="Daemon URL (default: config storage.endpoint or http://127.0.0.1:18960).")
+@click.option("--token", help="Bearer token (default: MEMMY_MEMORY_TOKEN or config storage.token).")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    help="Config file (default: $MEMMY_CONFIG or ~/.memmy/config.yaml).",
+)
+@click.option("--source", help="Calling agent, e.g. claude_code, codex, cursor.")
+@click.option("--user-id", "--user_id", "user_id", help="User namespace (sent as x-memmy-user-id).")
+@click.option("--json", "-j", "as_json", is_flag=True, help="Print raw JSON.")
+@click.pass_context
+def cli(
+    ctx: click.Context,
+    url: str | None,
+    token: str | None,
+    config_path: str | None,
+    source: str | None,
+    user_id: str | None,
+    as_json: bool,
+) -> None:
+    """memmy-memory: one local memory shared by all your coding agents."""
+    ctx.obj = CliContext(url, token, config_path, source, user_id, as_json)
+
+
+@cli.command()
+@click.option("--host", help="Bind address (default 127.0.0.1).")
+@click.option("--port", type=int, help="Port (default 18960).")
+@click.option("--db", "db_path", type=click.Path(dir_okay=False), help="SQLite file (overrides config).")
+@click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]))
+@pass_ctx
+def serve(obj: CliContext, host: str | None, port: int | None, db_path: str | None, log_level: str) -> None:
+    """Run the memory service in the foreground (Ctrl-C or SIGTERM to stop)."""
+    # Imported here so client commands never pay for uvicorn and the embedding stack at start-up.
+    from memmy.server.run import serve as run_server
+
+    try:
+        config = load_config(obj.config_path, db_override=db_path)
+        run_server(config, host=host, port=port, log_level=log_level)
+    except MemmyError as exc:
+        fail(exc.message)
+
+
+@cli.command()
+@click.option("--db", "db_path", type=click.Path(dir_okay=False), help="SQLite file to create.")
+@click.option("--endpoint", help="Daemon URL to record in config.")
+@click.option("--token", "init_token", help="Token to record in config (storage.token).")
+@click.option("--dry-run", is_flag=True, help="Show what would be written.")
+@pass_ctx
+def init(obj: CliContext, db_path: str | None, endpoint: str | None, init_token: str | None, dry_run: bool) -> None:
+    """Write ~/.memmy/config.yaml and create the database (agent hooks: see `memmy-memory init --help`)."""
+    # Imported here so client commands never pay for numpy and the store at start-up.
+    from memmy.service import MemoryService
+
+    path = resolve_config_path(obj.config_path)
+    try:
+        current = load_config(obj.config_path, db_override=db_path)
+    except MemmyError as exc:
+        fail(exc.message)
+        return
+    storage: dict[str, Any] = {
+        "mode": "local",
+        "backend": "sqlite",
+        "sqlitePath": str(current.storage.sqlite_path),
+        "endpoint": endpoint or current.storage.endpoint,
+    }
+    if init_token:
+        storage["token"] = init_token
+    updates = {
+        "version": 1,
+        "activeProfile": current.tree.get("activeProfile", "byok"),
+        "storage": storage,
+        "algorithm": {"enableMemoryAdd": True, "enableMemorySearch": True},
+    }
+    if dry_run:
+        obj.output(
+            {"configPath": str(path), "updates": updates, "dryRun": True},
+            f"Would write {path}:\n{json.dumps(updates, indent=2)}",
+        )
+        return
+    try:
+        update_config_file(path, updates)
+        config = load_config(path)
+        service = MemoryService.open(config)
+        service.db.close()
+    except MemmyError as exc:
+        fail(exc.message)
+        return
+    result = {"configPath": str(path), "database": str(config.storage.sqlite_path), "endpoint": config.storage.endpoint}
+    obj.output(
+        result,
+        "\n".join(
+            [
+                "✓ Configuration saved successfully!",
+                f"  Config file:     {path}",
+                f"  Database:        {config.storage.sqlite_path}",
+                f"  Endpoint:        {config.storage.endpoint}",
+                "",
+                "Start the service with: memmy-memory serve",
+                "Then try:               memmy-memory health",
+            ]
+        ),
+    )
+
+
+@cli.command()
+@pass_ctx
+def health(obj: CliContext) -> None:
+    """Check that the daemon is up and show its storage and model state."""
+    result = obj.call("GET", "/health")
+    obj.output(result, format_health(result))
+
+
+@cli.command()
+@pass_ctx
+def status(obj: CliContext) -> None:
+    """Counts per layer, sources and the embedding queue."""
+    overview = obj.call("GET", "/panel/overview")
+    health_info = obj.call("GET", "/health")
+    counts = overview["counts"]
+    lines = [
+        f"L1 traces: {counts['memories']}   L2 policies: {counts['experiences']}   "
+        f"L3 world models: {counts['worldModels']}   Skills: {counts['skills']}",
+        "Sources: " + (", ".join(f"{s['source']} {s['count']}" for s in overview["sourceDistribution"]) or "none"),
+        f"Embedding queue: {health_info['embeddingQueue']['pending']} pending, "
+        f"{health_info['embeddingQueue']['failed']} failed",
+    ]
+    obj.output({"overview": overview, "health": health_info}, "\n".join(lines))
+
+
+@cli.command()
+@click.argument("query", required=False)
+@click.option("--query", "query_opt", help="Search text (or pass it as the argument).")
+@click.option("--layers", help="Comma-separated layers: L1,L2,L3,Skill.")
+@click.option("--limit", type=click.IntRange(1, 100), default=10, show_default=True)
+@click.option("--scope", type=click.Choice(["pooled", "project", "agent"]), help="Which memories to search.")
+@click.option("--session-id", help="Session the search belongs to.")
+@click.option("--verbose", is_flag=True, help="Show candidates, channels, drops and statuses.")
+@pass_ctx
+def search(
+    obj: CliContext,
+    query: str | None,
+    query_opt: str | None,
+    layers: str | None,
+    limit: int,
+    scope: str | None,
+    session_id: str | None,
+    verbose: bool,
+) -> None:
+    """Search memories (full-text + vectors, fused)."""
+    text = query_opt or query
+    if not text:
+        raise click.UsageError('give a query: memmy-memory search "what to find"')
+    body = strip_none(
+        {
+            "query": text,
+            "layers": list_option(layers),
+            "limit": limit,
+            "scope": scope,
+            "sessionId": session_id,
+            "verbose": verbose or None,
+        }
+    )
+    result = obj.call("POST", "/memory/search", body)
+    human = format_hits(result)
+    if verbose and result.get("debug"):
+        human += "\n" + format_debug(result["debug"])
+    obj.output(result, human)
+
+
+@cli.command()
+@click.argument("content", required=False)
+@click.option("--content", "content_opt", help="Memory text (or pass it as the argument; '-' reads stdin).")
+@click.option("--layer", type=click.Choice(["L1", "L2", "L3", "Skill"], case_sensitive=False), default="L1")
+@click.option("--title")
+@click.option("--tags", help="Comma-separated or JSON array.")
+@click.option("--session-id")
+@click.option("--turn-id")
+@click.option("--global", "is_global", is_flag=True, help="Visible from every project.")
+@pass_ctx
+def add(
+    obj: CliContext,
+    content: str | None,
+    content_opt: str | None,
+    layer: str,
+    title: str | None,
+    tags: str | None,
+    session_id: str | None,
+    turn_id: str | None,
+    is_global: bool,
+) -> None:
+    """Store a durable fact, preference, decision or procedure."""
+    text = content_opt or content
+    if text == "-":
+        text = sys.stdin.read()
+    if not text or not text.strip():
+        raise click.UsageError('give the content: memmy-memory add "what to remember"')
+    body = strip_none(
+        {
+            "content": text,
+            "layer": layer,
+            "title": title,
+            "tags": list_option(tags),
+            "sessionId": session_id,
+            "turnId": turn_id,
+            "visibility": "global" if is_global else None,
+        }
+    )
+    result = obj.call("POST", "/memory/add", body)
+    verb = "Already stored as" if result.get("deduplicated") else "Added"
+    obj.output(result, f"{verb} {result['id']} ({result['memoryLayer']}): {result['summary']}")
+
+
+@cli.command()
+@click.argument("memory_id", required=False)
+@click.option("--id", "id_opt")
+@click.option("--verbose", is_flag=True, help="Print the full detail as JSON.")
+@pass_ctx
+def get(obj: CliContext, memory_id: str | None, id_opt: str | None, verbose: bool) -> None:
+    """Show one memory."""
+    target = id_opt or memory_id
+    if not target:
+        raise click.UsageError("give a memory id: memmy-memory get <id>")
+    result = obj.call("GET", f"/memory/{target}")
+    if verbose and not obj.as_json:
+        emit_json(result)
+        return
+    obj.output(result, format_memory(result))
+
+
+@cli.command()
+@click.argument("memory_id", required=False)
+@click.option("--id", "id_opt")
+@click.option("--reason", help="Why (kept in the audit log).")
+@pass_ctx
+def delete(obj: CliContext, memory_id: str | None, id_opt: str | None, reason: str | None) -> None:
+    """Delete a memory (soft delete, audited; it is never recalled again)."""
+    target = id_opt or memory_id
+    if not target:
+        raise click.UsageError("give a memory id: memmy-memory delete <id>")
+    result = obj.call("DELETE", f"/memory/{target}", strip_none({"reason": reason}))
+    obj.output(result, f"Deleted {result['id']} (audit {result['auditId']})")
+
+
+@cli.command("reload-config")
+@click.option("--reason")
+@pass_ctx
+def reload_config(obj: CliContext, reason: str | None) -> None:
+    """Hot-reload config.yaml in the running daemon."""
+    result = obj.call("POST", "/admin/reload-config", strip_none({"reason": reason}))
+    human = "Config reloaded." + (f" Changed: {', '.join(result['changed'])}." if result["changed"] else " No change.")
+    if result.get("requiresRestart"):
+        human += "\nStorage settings changed: restart the daemon (memmy-memory serve) to apply them."
+    obj.output(result, human)
+
+
+@cli.command()
+@click.argument("method", type=click.Choice(["GET", "POST", "DELETE"], case_sensitive=False))
+@click.argument("path")
+@click.option("--body", help="JSON body, a file path, or '-' for stdin.")
+@pass_ctx
+def raw(obj: CliContext, method: str, path: str, body: str | None) -> None:
+    """Send any request to the API and print the JSON answer."""
+    payload: Any = None
+    if body is not None:
+        text = sys.stdin.read() if body == "-" else body
+        try:
+            if body != "-" and Path(body).is_file():
+                text = Path(body).read_text(encoding="utf-8")
+            payload = json.loads(text)
+        except (json.JSONDecodeError, OSError) as exc:
+            raise click.BadParameter(f"--body is not valid JSON: {exc}") from None
+    emit_json(obj.call(method.upper(), path, payload))
+
+
+cli.add_command(session)
+cli.add_command(turn)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="memmy-memory")

@@ -1,0 +1,106 @@
+"""How the CLI prints: human-readable by default, JSON with ``--json``, errors on stderr."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+BODY_DROP_PREFIXES = ("RawTurn:", "TraceStep:", "Alpha:", "Value:", "Priority:")
+
+
+def emit_json(value: Any) -> None:
+    """Pretty JSON on stdout."""
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def fail(message: str, code: int = 1) -> None:
+    """Print ``Error: message`` on stderr and exit with ``code``."""
+    click.echo(f"Error: {message}", err=True)
+    raise SystemExit(code)
+
+
+def format_hits(result: dict[str, Any]) -> str:
+    """Numbered hits with layer, score, id and a snippet."""
+    hits = result.get("hits") or []
+    if not hits:
+        return "No matching memories."
+    lines = []
+    for number, hit in enumerate(hits, start=1):
+        lines.append(f"{number}. [{hit['memoryLayer']}] {hit['title']}  (score {hit['score']}, {hit['id']})")
+        lines.append(f"   {hit['snippet'][:200]}")
+    return "\n".join(lines)
+
+
+def format_debug(debug: dict[str, Any]) -> str:
+    """The ``--verbose`` block: candidates, per-channel evidence, drops, statuses."""
+    lines = [
+        "",
+        f"searchEventId: {debug.get('searchEventId')}",
+        f"candidateMemoryIds ({len(debug.get('candidateMemoryIds', []))}): "
+        + ", ".join(debug.get("candidateMemoryIds", [])[:20]),
+    ]
+    for channel in debug.get("channels", []):
+        scores = ", ".join(f"{k}={v}" for k, v in channel["channels"].items())
+        lines.append(f"  {channel['id']}: relevance={channel['relevance']} rrf={channel['rrf']} [{scores}]")
+    if debug.get("dropped"):
+        lines.append("dropped: " + ", ".join(f"{d['id']} ({d['reason']})" for d in debug["dropped"]))
+    lines.append(f"status: {', '.join(debug.get('status') or []) or 'ok'}")
+    lines.append(f"durationMs: {debug.get('durationMs')}")
+    return "\n".join(lines)
+
+
+def format_memory(detail: dict[str, Any]) -> str:
+    """Compact text of one memory: header lines, a blank line, then the body (or the raw turn)."""
+    lines = [
+        f"id: {detail['id']}",
+        f"kind: {detail['kind']}",
+        f"layer: {detail['memoryLayer']}",
+        f"title: {detail.get('title') or ''}",
+        f"source: {detail.get('sourceAgent')}",
+        f"created: {detail.get('createdAt')}",
+    ]
+    if detail.get("tags"):
+        lines.append(f"tags: {', '.join(detail['tags'])}")
+    lines.append("")
+    raw_turn = (detail.get("refs") or {}).get("rawTurn")
+    if raw_turn:
+        lines += ["User:", raw_turn.get("userText") or ""]
+        calls = raw_turn.get("toolCalls") or []
+        if calls:
+            lines.append("Tool calls:")
+            for call in calls:
+                lines.append(f"- {call.get('name')}")
+                for key in ("input", "output", "error"):
+                    value = call.get(key)
+                    if value:
+                        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+                        if len(text) > 1200:
+                            text = text[:1200] + "...[truncated]"
+                        lines.append(f"  {key}: {text}")
+        lines += ["Assistant:", raw_turn.get("assistantText") or ""]
+    else:
+        body = [ln for ln in (detail.get("content") or "").splitlines() if not ln.startswith(BODY_DROP_PREFIXES)]
+        lines += body
+    return "\n".join(lines)
+
+
+def format_health(health: dict[str, Any]) -> str:
+    """One screen of health facts."""
+    storage = health.get("storage", {})
+    embedding = health.get("models", {}).get("embedding", {})
+    fingerprint = embedding.get("fingerprint") or {}
+    queue = health.get("embeddingQueue", {})
+    lines = [
+        f"memmy memory service {health.get('version')}: {'ok' if health.get('ok') else 'NOT OK'}",
+        f"  database:   {storage.get('path')} (schema {storage.get('schemaVersion')})",
+        f"  vectors:    {storage.get('vectorCount')} indexed",
+        f"  embedding:  {embedding.get('provider')} / {fingerprint.get('model', embedding.get('model'))}"
+        + (f" ({fingerprint.get('dim')}-d)" if fingerprint else ""),
+        f"  queue:      {queue.get('pending', 0)} pending, {queue.get('failed', 0)} failed",
+        f"  uptime:     {round((health.get('uptimeMs') or 0) / 1000)} s",
+    ]
+    if embedding.get("lastError"):
+        lines.append(f"  last embedding error: {embedding['lastError']}")
+    return "\n".join(lines)

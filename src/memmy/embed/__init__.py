@@ -1,0 +1,18 @@
+"""Text embeddings: the :class:`Embedder` contract, the local numpy MiniLM and OpenAI-compatible endpoints."""
+
+from memmy.embed.base import Embedder, EmbeddingFingerprint, EmbedRole, l2_normalize
+from memmy.embed.factory import LOCAL_MODEL_ALIASES, SUPPORTED_PROVIDERS, build_embedder
+from memmy.embed.minilm import LocalMiniLMEmbedder
+from memmy.embed.openai_compat import OpenAICompatibleEmbedder
+
+__all__ = [
+    "LOCAL_MODEL_ALIASES",
+    "SUPPORTED_PROVIDERS",
+    "EmbedRole",
+    "Embedder",
+    "EmbeddingFingerprint",
+    "LocalMiniLMEmbedder",
+    "OpenAICompatibleEmbedder",
+    "build_embedder",
+    "l2_normalize",
+]

@@ -1,0 +1,1 @@
+"""Recall: fused search and rendering of injected context."""

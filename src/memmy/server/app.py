@@ -1,0 +1,278 @@
+"""The HTTP API: Starlette routes that parse requests, call MemoryService and shape responses."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.background import BackgroundTask
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Route
+
+from memmy.domain import stable_hash
+from memmy.errors import Conflict, InvalidArgument, MemmyError, http_status_for
+from memmy.server.middleware import GuardMiddleware, error_body, json_dumps
+from memmy.server.openapi import openapi_document
+from memmy.service import MemoryService
+from memmy.service.namespace import Namespace
+
+log = logging.getLogger("memmy.server")
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def json_response(value: Any, status: int = 200) -> Response:
+    """A pretty-printed JSON response."""
+    return Response(json_dumps(value), status_code=status, media_type="application/json")
+
+
+def _request_id(request: Request) -> str:
+    return str(request.scope.get("state", {}).get("request_id", ""))
+
+
+def error_response(request: Request, exc: MemmyError) -> Response:
+    """Map a domain error to its status and the error envelope."""
+    status = http_status_for(exc.code)
+    if status >= 500:
+        log.error("request %s failed: %s", _request_id(request), exc.message)
+    return Response(
+        error_body(exc.code, exc.message, _request_id(request)), status_code=status, media_type="application/json"
+    )
+
+
+async def read_json(request: Request) -> Any:
+    """Parse the body as JSON; an empty body is ``{}``; bad JSON is a clear 400."""
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    try:
+        return json.loads(raw)
+    except UnicodeDecodeError:
+        raise InvalidArgument("request body is not valid UTF-8") from None
+    except json.JSONDecodeError as exc:
+        raise InvalidArgument(
+            f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+
+
+class Api:
+    """Route handlers bound to one service."""
+
+    IDEMPOTENT_OPS = {
+        "/api/v1/sessions/open": "sessions.create",
+        "/api/v1/turns/start": "turn.start",
+        "/api/v1/memory/search": "memory.search",
+        "/api/v1/memory/add": "memory.add",
+    }
+
+    def __init__(self, service: MemoryService, shutdown: Callable[[], None] | None) -> None:
+        self.service = service
+        self.shutdown_callback = shutdown
+
+    def namespace(self, request: Request) -> Namespace:
+        """Caller identity from the ``x-memmy-*`` headers and ``?source=``."""
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        if request.query_params.get("source"):
+            headers["x-memmy-source"] = request.query_params["source"]
+        return Namespace.from_headers(headers, self.service.config.user_id)
+
+    async def call(
+        self,
+        request: Request,
+        fn: Callable[..., dict[str, Any]],
+        *args: Any,
+        idempotency_op: str | None = None,
+        body: Any = None,
+    ) -> Response:
+        """Run a service call in the thread pool with idempotency and error mapping."""
+        try:
+            if idempotency_op and isinstance(body, dict) and body.get("adapterId") and body.get("requestId"):
+                return json_response(await run_in_threadpool(self._idempotent, idempotency_op, body, fn, args))
+            return json_response(await run_in_threadpool(fn, *args))
+        except MemmyError as exc:
+            return error_response(request, exc)
+
+    def _idempotent(
+        self, op: str, body: dict[str, Any], fn: Callable[..., dict[str, Any]], args: tuple[Any, ...]
+    ) -> dict[str, Any]:
+        key = f"{op}:{body['adapterId']}:{body['requestId']}"
+        fingerprint = {k: v for k, v in body.items() if k not in ("adapterId", "requestId")}
+        request_hash = stable_hash({"operation": op, "fingerprint": fingerprint})
+        with self.service.db.lock:
+            stored = self.service.logs.idempotent_response(key)
+            if stored is not None:
+                if stored[0] != request_hash:
+                    raise Conflict("idempotency key reused with different request body")
+                return {**stored[1], "duplicate": True}
+            response = fn(*args)
+            self.service.logs.store_idempotent_response(key, request_hash, response)
+            return response
+
+    async def json_call(
+        self,
+        request: Request,
+        fn: Callable[..., dict[str, Any]],
+        make_args: Callable[[Any], tuple[Any, ...]],
+        op: str | None = None,
+    ) -> Response:
+        """Parse the JSON body, then :meth:`call` with the arguments built from it."""
+        try:
+            body = await read_json(request)
+        except MemmyError as exc:
+            return error_response(request, exc)
+        return await self.call(request, fn, *make_args(body), idempotency_op=op, body=body)
+
+    # -- handlers ---------------------------------------------------------------------------------
+    async def health(self, request: Request) -> Response:
+        return await self.call(request, self.service.health)
+
+    async def open_session(self, request: Request) -> Response:
+        ns = self.namespace(request)
+        return await self.json_call(request, self.service.open_session, lambda b: (b, ns), "sessions.create")
+
+    async def close_session(self, request: Request) -> Response:
+        session_id = request.path_params["session_id"]
+        return await self.json_call(
+            request, self.service.close_session, lambda b: (session_id,), f"sessions.close:{session_id}"
+        )
+
+    async def start_turn(self, request: Request) -> Response:
+        ns = self.namespace(request)
+        return await self.json_call(request, self.service.start_turn, lambda b: (b, ns), "turn.start")
+
+    async def complete_turn(self, request: Request) -> Response:
+        ns, turn_id = self.namespace(request), request.path_params["turn_id"]
+        return await self.json_call(request, self.service.complete_turn, lambda b: (turn_id, b, ns), "turn.complete")
+
+    async def search(self, request: Request) -> Response:
+        ns = self.namespace(request)
+        return await self.json_call(request, self.service.search, lambda b: (b, ns), "memory.search")
+
+    async def add(self, request: Request) -> Response:
+        ns = self.namespace(request)
+        return await self.json_call(request, self.service.add_memory, lambda b: (b, ns), "memory.add")
+
+    async def get_memory(self, request: Request) -> Response:
+        return await self.call(request, self.service.get_memory, request.path_params["memory_id"])
+
+    async def delete_memory(self, request: Request) -> Response:
+        ns, memory_id = self.namespace(request), request.path_params["memory_id"]
+        return await self.json_call(request, self.service.delete_memory, lambda b: (memory_id, b, ns), "memory.delete")
+
+    async def archive_memory(self, request: Request) -> Response:
+        ns, memory_id = self.namespace(request), request.path_params["memory_id"]
+        return await self.json_call(request, self.service.archive_memory, lambda b: (memory_id, b, ns))
+
+    async def processing_status(self, request: Request) -> Response:
+        return await self.json_call(request, self.service.processing_status, lambda b: (b,))
+
+    async def processing_retry(self, request: Request) -> Response:
+        return await self.call(request, self.service.retry_processing, request.path_params["memory_id"])
+
+    async def logs(self, request: Request) -> Response:
+        return await self.call(request, self.service.panel.api_logs, dict(request.query_params))
+
+    async def overview(self, request: Request) -> Response:
+        return await self.call(request, self.service.panel.overview)
+
+    async def analysis(self, request: Request) -> Response:
+        return await self.call(request, self.service.panel.analysis)
+
+    async def items(self, request: Request) -> Response:
+        return await self.call(request, self.service.panel.items, dict(request.query_params))
+
+    async def tasks(self, request: Request) -> Response:
+        return await self.call(request, self.service.panel.tasks, dict(request.query_params))
+
+    async def reload_config(self, request: Request) -> Response:
+        return await self.json_call(request, self.service.reload_config, lambda b: (b,))
+
+    async def worker_run(self, request: Request) -> Response:
+        limit = request.query_params.get("limit")
+
+        def args(body: Any) -> tuple[Any, ...]:
+            if isinstance(body, dict) and "limit" not in body and limit:
+                body = {**body, "limit": limit}
+            return (body,)
+
+        return await self.json_call(request, self.service.run_worker, args)
+
+    async def shutdown(self, request: Request) -> Response:
+        if self.shutdown_callback is None:
+            return error_response(request, Conflict("this service is not managed by `memmy-memory serve`"))
+        callback = self.shutdown_callback
+        response = json_response({"accepted": True})
+        response.background = BackgroundTask(callback)
+        return response
+
+    async def openapi(self, request: Request) -> Response:
+        return json_response(openapi_document())
+
+    async def index(self, request: Request) -> Response:
+        return HTMLResponse(
+            "<!doctype html><meta charset=utf-8><title>memmy</title><h1>memmy memory service</h1>"
+            "<p>API: <a href=/api/v1/openapi.json>/api/v1/openapi.json</a> · health: "
+            "<a href=/api/v1/health>/api/v1/health</a></p>"
+        )
+
+
+def create_app(service: MemoryService, shutdown: Callable[[], None] | None = None) -> Starlette:
+    """Build the ASGI app for a service (the daemon's composition root calls this)."""
+    api = Api(service, shutdown)
+    routes = [
+        Route("/", api.index, methods=["GET"]),
+        Route("/api/v1/health", api.health, methods=["GET"]),
+        Route("/api/v1/openapi.json", api.openapi, methods=["GET"]),
+        Route("/api/v1/sessions/open", api.open_session, methods=["POST"]),
+        Route("/api/v1/sessions/{session_id}/close", api.close_session, methods=["POST"]),
+        Route("/api/v1/turns/start", api.start_turn, methods=["POST"]),
+        Route("/api/v1/turns/{turn_id}/complete", api.complete_turn, methods=["POST"]),
+        Route("/api/v1/memory/search", api.search, methods=["POST"]),
+        Route("/api/v1/memory/add", api.add, methods=["POST"]),
+        Route("/api/v1/memory/logs", api.logs, methods=["GET"]),
+        Route("/api/v1/memory/processing/status", api.processing_status, methods=["POST"]),
+        Route("/api/v1/memory/{memory_id}/processing/retry", api.processing_retry, methods=["POST"]),
+        Route("/api/v1/memory/{memory_id}/archive", api.archive_memory, methods=["POST"]),
+        Route("/api/v1/memory/{memory_id}", api.get_memory, methods=["GET"]),
+        Route("/api/v1/memory/{memory_id}", api.delete_memory, methods=["DELETE"]),
+        Route("/api/v1/panel/overview", api.overview, methods=["GET"]),
+        Route("/api/v1/panel/analysis", api.analysis, methods=["GET"]),
+        Route("/api/v1/panel/items", api.items, methods=["GET"]),
+        Route("/api/v1/panel/tasks", api.tasks, methods=["GET"]),
+        Route("/api/v1/admin/reload-config", api.reload_config, methods=["POST"]),
+        Route("/api/v1/admin/shutdown", api.shutdown, methods=["POST"]),
+        Route("/api/v1/worker/run", api.worker_run, methods=["POST"]),
+    ]
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        if status == 405:
+            code, message = "invalid_argument", f"{request.method} is not allowed on {request.url.path}"
+        elif status == 404:
+            code, message = "not_found", f"{request.method} {request.url.path} is not registered"
+        else:
+            code, message = "internal", "internal error"
+        return Response(
+            error_body(code, message, _request_id(request)), status_code=status, media_type="application/json"
+        )
+
+    app = Starlette(
+        routes=routes,
+        exception_handlers={404: not_found, 405: not_found},
+        middleware=[
+            Middleware(
+                GuardMiddleware,
+                token_getter=lambda: service.config.storage.token,
+                max_body_bytes=service.config.server.max_body_bytes,
+            )
+        ],
+    )
+    app.state.service = service
+    return app

@@ -1,0 +1,159 @@
+"""The OpenAPI 3.1 document of the HTTP API (served at ``/api/v1/openapi.json``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memmy import __version__
+
+_STR = {"type": "string"}
+_STR_LIST = {"type": "array", "items": _STR}
+_LAYERS = {"oneOf": [{"type": "array", "items": {"enum": ["L1", "L2", "L3", "Skill"]}}, _STR]}
+_ERROR = {
+    "type": "object",
+    "properties": {
+        "error": {
+            "type": "object",
+            "properties": {"code": _STR, "message": _STR, "requestId": _STR},
+            "required": ["code", "message", "requestId"],
+        }
+    },
+}
+_IDEMPOTENCY = {"adapterId": _STR, "requestId": _STR}
+
+_BODIES: dict[str, dict[str, Any]] = {
+    "open_session": {"properties": {"sessionId": _STR, "workspacePath": _STR, "source": _STR, **_IDEMPOTENCY}},
+    "start_turn": {
+        "properties": {
+            "sessionId": _STR,
+            "query": _STR,
+            "turnId": _STR,
+            "contextHints": {"type": "object"},
+            "limit": {"type": "integer", "minimum": 1},
+            "scope": {"enum": ["pooled", "project", "agent"]},
+            **_IDEMPOTENCY,
+        },
+        "required": ["sessionId", "query"],
+    },
+    "complete_turn": {
+        "properties": {
+            "sessionId": _STR,
+            "query": _STR,
+            "answer": _STR,
+            "reasoningSummary": _STR,
+            "tags": _STR_LIST,
+            "toolCalls": {"type": "array", "items": {"type": "object"}},
+            "toolResults": {"type": "array"},
+            "sourceMemoryIds": _STR_LIST,
+            "usage": {"type": "object"},
+            "status": {"enum": ["succeeded", "failed", "cancelled"]},
+            **_IDEMPOTENCY,
+        },
+        "required": ["sessionId", "query", "answer"],
+    },
+    "search": {
+        "properties": {
+            "query": _STR,
+            "sessionId": _STR,
+            "layers": _LAYERS,
+            "tags": _STR_LIST,
+            "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 10},
+            "scope": {"enum": ["pooled", "project", "agent"]},
+            "workspacePath": _STR,
+            "verbose": {"type": "boolean"},
+            **_IDEMPOTENCY,
+        },
+        "required": ["query"],
+    },
+    "add": {
+        "properties": {
+            "content": _STR,
+            "layer": {"enum": ["L1", "L2", "L3", "Skill"], "default": "L1"},
+            "title": _STR,
+            "tags": _STR_LIST,
+            "source": _STR,
+            "sessionId": _STR,
+            "turnId": _STR,
+            "createdAt": {"type": "string", "format": "date-time"},
+            "projectId": _STR,
+            "workspacePath": _STR,
+            "visibility": {"enum": ["private", "global"]},
+            "deferProcessing": {"type": "boolean"},
+            **_IDEMPOTENCY,
+        },
+        "required": ["content"],
+    },
+    "delete": {"properties": {"reason": _STR, **_IDEMPOTENCY}},
+    "reload": {"properties": {"reason": _STR, "restartFailedProcessing": {"type": "boolean"}}},
+    "worker": {"properties": {"limit": {"type": "integer", "minimum": 1}}},
+    "processing": {"properties": {"memoryIds": _STR_LIST}, "required": ["memoryIds"]},
+}
+
+#: (method, path, summary, body key or None, anonymous)
+ROUTES: tuple[tuple[str, str, str, str | None, bool], ...] = (
+    ("get", "/api/v1/health", "Health check (no token needed)", None, True),
+    ("post", "/api/v1/sessions/open", "Open or resume an agent session", "open_session", False),
+    ("post", "/api/v1/sessions/{sessionId}/close", "Close a session", None, False),
+    ("post", "/api/v1/turns/start", "Record a turn start and recall context", "start_turn", False),
+    ("post", "/api/v1/turns/{turnId}/complete", "Record a turn completion (capture)", "complete_turn", False),
+    ("post", "/api/v1/memory/search", "Search memories", "search", False),
+    ("post", "/api/v1/memory/add", "Write a memory", "add", False),
+    ("get", "/api/v1/memory/logs", "memory_add / memory_search call logs", None, False),
+    ("post", "/api/v1/memory/processing/status", "Processing state of memories", "processing", False),
+    ("post", "/api/v1/memory/{id}/processing/retry", "Retry a failed embedding", None, False),
+    ("post", "/api/v1/memory/{id}/archive", "Archive a memory", "delete", False),
+    ("get", "/api/v1/memory/{id}", "Memory detail", None, False),
+    ("delete", "/api/v1/memory/{id}", "Soft-delete a memory", "delete", False),
+    ("get", "/api/v1/panel/overview", "Panel overview", None, False),
+    ("get", "/api/v1/panel/analysis", "Memory analytics", None, False),
+    ("get", "/api/v1/panel/items", "Entry list (page, layer, status, q, sourceAgent)", None, False),
+    ("get", "/api/v1/panel/tasks", "Captured turns", None, False),
+    ("post", "/api/v1/admin/reload-config", "Hot-reload config.yaml", "reload", False),
+    ("post", "/api/v1/admin/shutdown", "Stop the daemon", None, False),
+    ("post", "/api/v1/worker/run", "Process queued embeddings now", "worker", False),
+)
+
+
+def openapi_document() -> dict[str, Any]:
+    """Build the OpenAPI document from :data:`ROUTES`."""
+    paths: dict[str, dict[str, Any]] = {}
+    for method, path, summary, body, anonymous in ROUTES:
+        operation: dict[str, Any] = {
+            "summary": summary,
+            "responses": {
+                "200": {"description": "OK", "content": {"application/json": {"schema": {"type": "object"}}}},
+                "400": {
+                    "description": "Invalid argument or JSON",
+                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+                },
+                "401": {"description": "Missing or wrong token"},
+                "404": {"description": "Unknown id"},
+                "409": {"description": "Conflict (idempotency key reuse, closed session)"},
+                "413": {"description": "Body over 2 MiB"},
+            },
+        }
+        if anonymous:
+            operation["security"] = []
+        if body is not None:
+            schema = {"type": "object", **_BODIES[body]}
+            operation["requestBody"] = {
+                "required": "required" in schema,
+                "content": {"application/json": {"schema": schema}},
+            }
+        params = [part[1:-1] for part in path.split("/") if part.startswith("{")]
+        if params:
+            operation["parameters"] = [
+                {"name": name, "in": "path", "required": True, "schema": _STR} for name in params
+            ]
+        paths.setdefault(path, {})[method] = operation
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "memmy memory service", "version": __version__},
+        "servers": [{"url": "http://127.0.0.1:18960"}],
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {"Error": _ERROR},
+        },
+        "security": [{"bearer": []}],
+        "paths": paths,
+    }

@@ -1,0 +1,293 @@
+"""MemoryService: the one facade the HTTP API, CLI, MCP server, hooks and importers call."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from memmy import __version__
+from memmy.config import MemmyConfig, load_config, reload_requires_restart
+from memmy.embed import Embedder, build_embedder
+from memmy.errors import ConfigError, InvalidArgument
+from memmy.indexing import Indexer
+from memmy.service.memories import MemoryOps
+from memmy.service.namespace import Namespace
+from memmy.service.panel import PanelOps
+from memmy.service.turns import TurnOps
+from memmy.service.validate import opt_bool, opt_int, opt_str, require_object
+from memmy.store.db import Database, utc_now
+from memmy.store.logs import LogRepository
+from memmy.store.memories import MemoryRepository
+from memmy.store.queue import EmbeddingQueue
+from memmy.store.schema import SCHEMA_VERSION
+from memmy.store.sessions import SessionRepository
+from memmy.store.vectors import VectorRepository
+
+ROUTE_NAMES = (
+    "GET /api/v1/health",
+    "POST /api/v1/sessions/open",
+    "POST /api/v1/sessions/:sessionId/close",
+    "POST /api/v1/turns/start",
+    "POST /api/v1/turns/:turnId/complete",
+    "POST /api/v1/memory/search",
+    "POST /api/v1/memory/add",
+    "GET /api/v1/memory/:id",
+    "DELETE /api/v1/memory/:id",
+    "POST /api/v1/memory/:id/archive",
+    "GET /api/v1/memory/logs",
+    "POST /api/v1/memory/processing/status",
+    "POST /api/v1/memory/:id/processing/retry",
+    "GET /api/v1/panel/overview",
+    "GET /api/v1/panel/analysis",
+    "GET /api/v1/panel/items",
+    "GET /api/v1/panel/tasks",
+    "POST /api/v1/admin/reload-config",
+    "POST /api/v1/admin/shutdown",
+    "POST /api/v1/worker/run",
+)
+
+
+def embedder_factory(config: MemmyConfig) -> Callable[[], Embedder]:
+    """A zero-argument factory for the configured embedder (created lazily, off the start-up path)."""
+    settings = config.embedding
+
+    def factory() -> Embedder:
+        return build_embedder(
+            settings.provider,
+            model=settings.model,
+            endpoint=settings.endpoint or None,
+            api_key=settings.api_key or None,
+            batch_size=settings.batch_size,
+            timeout_ms=settings.timeout_ms,
+            max_retries=settings.max_retries,
+        )
+
+    return factory
+
+
+class MemoryService:
+    """The facade. Holds the store, repositories, indexer and the operation groups."""
+
+    def __init__(self, config: MemmyConfig, db: Database, embedder: Embedder | None = None) -> None:
+        self.config = config
+        self.db = db
+        self.started = time.monotonic()
+        self.memories = MemoryRepository(db)
+        self.logs = LogRepository(db)
+        self.sessions = SessionRepository(db)
+        self.queue = EmbeddingQueue(db)
+        self.vectors = VectorRepository(db)
+        factory = (lambda: embedder) if embedder is not None else embedder_factory(config)
+        self.indexer = Indexer(factory, self.memories, self.vectors, self.queue, config.embedding.batch_size)
+        self.memory_ops = MemoryOps(config, db, self.memories, self.logs, self.queue, self.sessions, self.indexer)
+        self.turn_ops = TurnOps(config, db, self.sessions, self.logs, self.memory_ops)
+        self.panel = PanelOps(self.memories, self.logs, self.sessions, self.queue)
+
+    @classmethod
+    def open(cls, config: MemmyConfig, embedder: Embedder | None = None) -> MemoryService:
+        """Open the configured store (migrating it if needed) and build the service."""
+        return cls(config, Database(config.storage.sqlite_path), embedder)
+
+    def start_background(self) -> None:
+        """Load the vector index and start the embedding worker (the daemon calls this under its lock)."""
+        self.queue.release_leases()
+        self.indexer.load_index()
+        self.indexer.start()
+
+    def close(self) -> None:
+        """Stop background work and close the store."""
+        self.indexer.stop()
+        self.db.close()
+
+    # -- memory -----------------------------------------------------------------------------------
+    def add_memory(self, body: Any, ns: Namespace) -> dict[str, Any]:
+        """Write one memory."""
+        return self.memory_ops.add(body, ns)
+
+    def get_memory(self, memory_id: str) -> dict[str, Any]:
+        """Read one memory with its refs and history."""
+        return self.memory_ops.get(memory_id)
+
+    def delete_memory(self, memory_id: str, body: Any, ns: Namespace) -> dict[str, Any]:
+        """Soft-delete one memory."""
+        return self.memory_ops.delete(memory_id, body, ns)
+
+    def archive_memory(self, memory_id: str, body: Any, ns: Namespace) -> dict[str, Any]:
+        """Archive one memory."""
+        return self.memory_ops.archive(memory_id, ns, opt_str(require_object(body), "reason"))
+
+    def search(self, body: Any, ns: Namespace) -> dict[str, Any]:
+        """Search memories and render injectable context."""
+        return self.memory_ops.search(body, ns)
+
+    def processing_status(self, body: Any) -> dict[str, Any]:
+        """Processing records for memories."""
+        return self.memory_ops.processing_status(body)
+
+    def retry_processing(self, memory_id: str) -> dict[str, Any]:
+        """Retry a failed embedding."""
+        return self.memory_ops.retry_processing(memory_id)
+
+    # -- sessions and turns -----------------------------------------------------------------------
+    def open_session(self, body: Any, ns: Namespace) -> dict[str, Any]:
+        """Open or resume a session."""
+        return self.turn_ops.open_session(body, ns)
+
+    def close_session(self, session_id: str) -> dict[str, Any]:
+        """Close a session."""
+        return self.turn_ops.close_session(session_id)
+
+    def start_turn(self, body: Any, ns: Namespace) -> dict[str, Any]:
+        """Turn start: recall context."""
+        return self.turn_ops.start_turn(body, ns)
+
+    def complete_turn(self, turn_id: str, body: Any, ns: Namespace) -> dict[str, Any]:
+        """Turn complete: capture."""
+        return self.turn_ops.complete_turn(turn_id, body, ns)
+
+    # -- admin ------------------------------------------------------------------------------------
+    def health(self) -> dict[str, Any]:
+        """Liveness plus storage, model and queue facts (no secrets)."""
+        fingerprint = None
+        embedder_error = self.indexer.last_error
+        try:
+            fp = self.indexer.embedder.fingerprint
+            fingerprint = {"provider": fp.provider, "model": fp.model, "dim": fp.dim}
+        except Exception as exc:  # noqa: BLE001 - health must always answer
+            embedder_error = str(exc)
+        queue = self.queue.counts()
+        index = self.indexer.index
+        reembed = self.indexer.reembed
+        return {
+            "ok": True,
+            "version": __version__,
+            "uptimeMs": int((time.monotonic() - self.started) * 1000),
+            "mode": "local",
+            "activeProfile": self.config.tree.get("activeProfile", "byok"),
+            "storage": {
+                "backend": "sqlite",
+                "backendId": "sqlite-local",
+                "path": str(self.config.storage.sqlite_path),
+                "schemaVersion": str(SCHEMA_VERSION),
+                "ready": True,
+                "lastMigrationId": self.db.migration.last_migration_id,
+                "fullText": "fts5",
+                "vector": "in-memory-exact",
+                "vectorCount": len(index) if index is not None else 0,
+                "changeLog": True,
+                "idempotency": True,
+                "jobs": True,
+            },
+            "models": {
+                "summary": {
+                    "provider": self.config.summary.provider,
+                    "model": self.config.summary.model,
+                    "configured": self.config.summary.configured,
+                },
+                "evolution": {
+                    "provider": self.config.evolution.provider,
+                    "model": self.config.evolution.model,
+                    "configured": self.config.evolution.configured,
+                },
+                "embedding": {
+                    "provider": self.config.embedding.provider,
+                    "model": self.config.embedding.model,
+                    "configured": True,
+                    "remote": self.config.embedding.provider != "local",
+                    "fingerprint": fingerprint,
+                    "lastOkAt": self.indexer.last_ok_at,
+                    "lastError": embedder_error,
+                },
+            },
+            "embeddingQueue": {
+                "pending": queue.get("pending", 0) + queue.get("in_progress", 0),
+                "failed": queue.get("failed", 0),
+                "reembedTotal": reembed.total,
+            },
+            "capabilities": {
+                "routes": list(ROUTE_NAMES),
+                "tools": [
+                    "session.open",
+                    "session.close",
+                    "turn.start",
+                    "turn.complete",
+                    "memory.search",
+                    "memory.add",
+                    "memory.get",
+                    "memory.delete",
+                    "panel.overview",
+                    "panel.analysis",
+                    "panel.items",
+                ],
+                "memoryLayers": ["L1", "L2", "L3", "Skill"],
+                "supportsCli": True,
+            },
+            "serverTime": utc_now(),
+        }
+
+    def reload_config(self, body: Any) -> dict[str, Any]:
+        """Re-read config.yaml; apply retrieval/evolution/model settings now, report storage changes."""
+        body = require_object(body)
+        old = self.config
+        try:
+            new = load_config(old.path, db_override=None)
+        except ConfigError as exc:
+            raise InvalidArgument(f"config not reloaded: {exc.message}") from exc
+        requires_restart = reload_requires_restart(old, new)
+        changed = [key for key in new.tree if new.tree.get(key) != old.tree.get(key)]
+        embedding_changed = new.tree["embedding"] != old.tree["embedding"]
+        # Storage cannot change under a running daemon: keep the old storage view until restart.
+        effective_tree = dict(new.tree)
+        effective_tree["storage"] = old.tree["storage"]
+        effective_tree["server"] = old.tree["server"]
+        self.config = MemmyConfig(
+            path=new.path,
+            home=new.home,
+            exists=new.exists,
+            tree=effective_tree,
+            storage=old.storage,
+            server=old.server,
+            summary=new.summary,
+            evolution=new.evolution,
+            embedding=new.embedding,
+            warnings=new.warnings,
+        )
+        for ops in (self.memory_ops, self.turn_ops):
+            ops.config = self.config
+        if embedding_changed:
+            self.indexer.replace_embedder(embedder_factory(self.config))
+        retried = self.queue.retry_failed() if opt_bool(body, "restartFailedProcessing", True) else 0
+        return {
+            "activeProfile": self.config.tree.get("activeProfile"),
+            "changed": changed,
+            "requiresRestart": requires_restart,
+            "restartedFailedProcessing": retried,
+            "models": self.health()["models"],
+            "warnings": list(new.warnings),
+            "reason": opt_str(body, "reason"),
+            "reloadedAt": utc_now(),
+        }
+
+    def run_worker(self, body: Any) -> dict[str, Any]:
+        """Process queued embeddings now (up to ``limit``)."""
+        body = require_object(body)
+        limit = opt_int(body, "limit", 20, minimum=1, maximum=10_000)
+        succeeded = failed = 0
+        while succeeded + failed < limit:
+            ok, bad = self.indexer.run_once(min(limit - succeeded - failed, self.indexer.batch_size))
+            if ok == 0 and bad == 0:
+                break
+            succeeded += ok
+            failed += bad
+        seq = self.logs.latest_change_seq()
+        return {
+            "leased": succeeded + failed,
+            "succeeded": succeeded,
+            "failed": failed,
+            "jobs": [],
+            "embeddingRetries": {"leased": succeeded + failed, "succeeded": succeeded, "failed": failed},
+            "changeSeq": seq,
+            "syncCursor": f"seq:{seq}",
+            "serverTime": utc_now(),
+        }

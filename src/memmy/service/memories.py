@@ -1,0 +1,469 @@
+"""Memory operations of the facade: add, get, delete, archive, search, list, processing."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from memmy.capture.sanitize import sanitize_text
+from memmy.config import MemmyConfig
+from memmy.domain import ID_PREFIX_BY_LAYER, Memory, content_hash, new_id, sha256_hex, summarise
+from memmy.errors import Conflict, Forbidden, InvalidArgument, NotFound
+from memmy.indexing import Indexer, embedding_text
+from memmy.recall.render import render_context, snippet
+from memmy.recall.search import Candidate, SearchSettings, fused_search
+from memmy.service.namespace import Namespace
+from memmy.service.validate import (
+    layer_of,
+    layers_of,
+    opt_bool,
+    opt_int,
+    opt_iso_time,
+    opt_list,
+    opt_str,
+    opt_tags,
+    req_str,
+    require_object,
+)
+from memmy.store.db import Database, utc_now
+from memmy.store.logs import LogRepository
+from memmy.store.memories import MemoryFilter, MemoryRepository
+from memmy.store.queue import EmbeddingQueue
+from memmy.store.sessions import SessionRepository, raw_turn_dict
+
+MAX_CONTENT_CHARS = 200_000
+SCOPES = ("pooled", "project", "agent")
+
+
+def memory_item(memory: Memory, processing: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``MemoryListItem`` shape."""
+    item: dict[str, Any] = {
+        "id": memory.id,
+        "kind": memory.kind,
+        "memoryLayer": memory.layer,
+        "status": memory.status,
+        "title": memory.title or memory.summary,
+        "summary": memory.summary,
+        "tags": memory.tags,
+        "sourceAgent": memory.source_agent,
+        "projectId": memory.project_id,
+        "sessionId": memory.session_id,
+        "metrics": {
+            "value": memory.properties.get("value", 0),
+            "alpha": memory.properties.get("alpha", 0),
+            "reflectionDone": bool(memory.properties.get("reflection")),
+        },
+        "createdAt": memory.created_at,
+        "updatedAt": memory.updated_at,
+        "validFrom": memory.valid_from,
+        "validTo": memory.valid_to,
+        "version": memory.version,
+    }
+    if processing is not None:
+        item["processing"] = processing
+    return item
+
+
+def hit_of(candidate: Candidate) -> dict[str, Any]:
+    """The ``RecallHit`` shape."""
+    memory = candidate.memory
+    return {
+        "id": memory.id,
+        "kind": memory.kind,
+        "memoryLayer": memory.layer,
+        "status": memory.status,
+        "title": memory.title or memory.summary,
+        "snippet": snippet(memory),
+        "score": round(candidate.relevance, 4),
+        "tags": memory.tags,
+        "updatedAt": memory.updated_at,
+        "source": "search",
+        "sourceAgent": memory.source_agent,
+        "projectId": memory.project_id,
+    }
+
+
+@dataclass
+class SearchResult:
+    """A rendered search, as turn start and memory search both need it."""
+
+    candidates: list[Candidate]
+    candidate_ids: list[str]
+    markdown: str
+    sections: list[str]
+    token_estimate: int
+    status: list[str]
+    search_event_id: str
+    dropped: list[dict[str, Any]]
+
+    @property
+    def hits(self) -> list[dict[str, Any]]:
+        """Hits in API shape."""
+        return [hit_of(c) for c in self.candidates]
+
+    @property
+    def source_memory_ids(self) -> list[str]:
+        """Ids rendered into the context."""
+        return [c.memory.id for c in self.candidates]
+
+
+class MemoryOps:
+    """Add, read, delete and search memories."""
+
+    def __init__(
+        self,
+        config: MemmyConfig,
+        db: Database,
+        memories: MemoryRepository,
+        logs: LogRepository,
+        queue: EmbeddingQueue,
+        sessions: SessionRepository,
+        indexer: Indexer,
+    ) -> None:
+        self.config = config
+        self.db = db
+        self.memories = memories
+        self.logs = logs
+        self.queue = queue
+        self.sessions = sessions
+        self.indexer = indexer
+
+    # -- writes -----------------------------------------------------------------------------------
+    def add(self, body: Any, ns: Namespace) -> dict[str, Any]:
+        """Write one memory (L1 by default); identical content in the same layer is merged, not duplicated."""
+        started = time.perf_counter()
+        body = require_object(body)
+        if not self.config.algorithm["enableMemoryAdd"]:
+            raise Forbidden("memory writes are disabled (algorithm.enableMemoryAdd: false)")
+        content = req_str(body, "content", max_len=MAX_CONTENT_CHARS)
+        content = sanitize_text(content)
+        if not content:
+            raise InvalidArgument("content: nothing left after removing injected memmy context")
+        layer = layer_of(body.get("layer"))
+        title = (opt_str(body, "title") or "").strip()[:300]
+        tags = opt_tags(body)
+        ns = ns.with_body(body.get("source"), body.get("workspacePath"))
+        created_at = opt_iso_time(body, "createdAt") or utc_now()
+        visibility = opt_str(body, "visibility") or "private"
+        if visibility not in ("private", "global"):
+            raise InvalidArgument("visibility: expected 'private' or 'global'")
+        defer = opt_bool(body, "deferProcessing")
+        digest = content_hash(content)
+        existing = self.memories.find_duplicate(ns.user_id, layer, digest)
+        if existing is not None:
+            return self._merge_duplicate(existing, title, tags, ns, started)
+        adapter, request = opt_str(body, "adapterId"), opt_str(body, "requestId")
+        key = (
+            f"memory.add:{adapter}:{request}"
+            if adapter and request
+            else f"manual:{sha256_hex(f'{layer}:{title}:{content}')[:20]}"
+        )
+        now = utc_now()
+        memory = Memory(
+            id=new_id(ID_PREFIX_BY_LAYER[layer]),
+            layer=layer,
+            content=content,
+            title=title,
+            tags=tags,
+            user_id=ns.user_id,
+            project_id=opt_str(body, "projectId") or ns.project_id,
+            source_agent=ns.source,
+            session_id=opt_str(body, "sessionId"),
+            turn_id=opt_str(body, "turnId"),
+            memory_key=key,
+            content_hash=digest,
+            info={"visibility": visibility},
+            properties={"summary": summarise(title or content)},
+            created_at=created_at,
+            updated_at=now,
+            valid_from=created_at,
+        )
+        with self.db.transaction() as conn:
+            self.memories.insert(memory, source=ns.source)
+            if visibility == "global":
+                conn.execute("UPDATE memories SET visibility='global' WHERE id=?", (memory.id,))
+            if defer:
+                self.queue.set_state(memory.id, "ready_text_only")
+            else:
+                self.indexer.enqueue(memory.id, layer, embedding_text(layer, title, content, memory.properties))
+        result = self._add_response(memory, deduplicated=False)
+        self.logs.api_call(
+            "memory_add",
+            ns.source,
+            {"layer": layer, "title": title, "chars": len(content)},
+            {"id": memory.id},
+            (time.perf_counter() - started) * 1000,
+            True,
+            ns.user_id,
+        )
+        return result
+
+    def _merge_duplicate(
+        self, existing: Memory, title: str, tags: list[str], ns: Namespace, started: float
+    ) -> dict[str, Any]:
+        before = existing.snapshot()
+        merged_tags = list(dict.fromkeys([*existing.tags, *tags]))
+        changed = merged_tags != existing.tags or (title and not existing.title)
+        if existing.status != "activated":
+            existing.status = "activated"
+            existing.deleted_at = None
+            changed = True
+        if changed:
+            existing.tags = merged_tags
+            existing.title = existing.title or title
+            existing.version += 1
+            existing.updated_at = utc_now()
+            self.memories.update(existing, before, "merge", ns.source)
+        self.logs.api_call(
+            "memory_add",
+            ns.source,
+            {"layer": existing.layer, "duplicateOf": existing.id},
+            {"id": existing.id, "deduplicated": True},
+            (time.perf_counter() - started) * 1000,
+            True,
+            ns.user_id,
+        )
+        return self._add_response(existing, deduplicated=True)
+
+    def _add_response(self, memory: Memory, *, deduplicated: bool) -> dict[str, Any]:
+        return {
+            "id": memory.id,
+            "kind": memory.kind,
+            "memoryLayer": memory.layer,
+            "status": memory.status,
+            "title": memory.title,
+            "summary": memory.summary,
+            "tags": memory.tags,
+            "projectId": memory.project_id,
+            "sourceAgent": memory.source_agent,
+            "deduplicated": deduplicated,
+            "createdAt": memory.created_at,
+            "serverTime": utc_now(),
+        }
+
+    def delete(self, memory_id: str, body: Any, ns: Namespace) -> dict[str, Any]:
+        """Soft-delete: status ``deleted``, removed from FTS and vectors, audited; excluded from every read."""
+        body = require_object(body)
+        if not self.config.algorithm["enableMemoryAdd"]:
+            raise Forbidden("memory writes are disabled (algorithm.enableMemoryAdd: false)")
+        memory = self._require(memory_id)
+        reason = opt_str(body, "reason") or "user request"
+        before = memory.snapshot()
+        now = utc_now()
+        memory.status = "deleted"
+        memory.deleted_at = now
+        memory.updated_at = now
+        memory.version += 1
+        with self.db.transaction():
+            self.memories.update(memory, before, "delete", ns.source)
+            self.indexer.forget(memory_id)
+            audit_id = self.logs.audit(
+                "memory.delete",
+                memory.kind,
+                memory_id,
+                user_id=ns.user_id,
+                actor={"source": ns.source, "userId": ns.user_id},
+                before=before,
+                after=memory.snapshot(),
+                meta={"reason": reason},
+            )
+        seq = self.logs.latest_change_seq()
+        return {
+            "ok": True,
+            "id": memory_id,
+            "kind": memory.kind,
+            "status": "deleted",
+            "changeSeq": seq,
+            "syncCursor": f"seq:{seq}",
+            "auditId": audit_id,
+            "serverTime": utc_now(),
+        }
+
+    def archive(self, memory_id: str, ns: Namespace, reason: str | None = None) -> dict[str, Any]:
+        """Archive a memory: kept, but no longer recalled; audited."""
+        memory = self._require(memory_id)
+        before = memory.snapshot()
+        memory.status = "archived"
+        memory.updated_at = utc_now()
+        memory.version += 1
+        with self.db.transaction():
+            self.memories.update(memory, before, "archive", ns.source)
+            audit_id = self.logs.audit(
+                "memory.archive",
+                memory.kind,
+                memory_id,
+                user_id=ns.user_id,
+                actor={"source": ns.source},
+                before=before,
+                after=memory.snapshot(),
+                meta={"reason": reason},
+            )
+        return {"ok": True, "id": memory_id, "status": "archived", "auditId": audit_id, "serverTime": utc_now()}
+
+    # -- reads ------------------------------------------------------------------------------------
+    def _require(self, memory_id: str) -> Memory:
+        if not isinstance(memory_id, str) or not memory_id.strip():
+            raise InvalidArgument("id: expected a memory id")
+        if memory_id.startswith("raw_"):
+            raise InvalidArgument("raw turn ids are internal; use the trace memory id instead")
+        memory = self.memories.get(memory_id)
+        if memory is None:
+            raise NotFound(f"memory {memory_id} not found")
+        return memory
+
+    def get(self, memory_id: str) -> dict[str, Any]:
+        """Full detail of one memory, with its raw turn for traces."""
+        memory = self._require(memory_id)
+        processing = self.queue.states([memory_id]).get(memory_id)
+        detail = memory_item(memory, processing)
+        detail.update(
+            {
+                "content": memory.content,
+                "memoryKey": memory.memory_key,
+                "turnId": memory.turn_id,
+                "properties": memory.properties,
+                "etag": f'W/"{memory.id}:{memory.version}"',
+            }
+        )
+        refs: dict[str, Any] = {}
+        raw_turn_id = (memory.properties.get("trace") or {}).get("raw_turn_id")
+        if raw_turn_id:
+            row = self.sessions.get_raw_turn_by_id(raw_turn_id)
+            if row is not None:
+                refs["rawTurn"] = raw_turn_dict(row)
+        detail["item"] = memory_item(memory, processing)
+        detail["refs"] = refs
+        detail["metadata"] = {"refs": refs}
+        detail["history"] = self.logs.changes_for(memory_id)
+        return detail
+
+    def scope_filter(self, body: dict[str, Any], ns: Namespace, layers: Sequence[str]) -> MemoryFilter:
+        """Build the filter for a search scope: pooled (everything), project, or agent."""
+        scope = body.get("scope") or self.config.algo("retrieval", "defaultScope")
+        if scope not in SCOPES:
+            raise InvalidArgument(f"scope: expected one of {', '.join(SCOPES)}, got {scope!r}")
+        if scope == "project":
+            if not ns.project_id:
+                raise InvalidArgument("scope 'project' needs a project: send workspacePath or x-memmy-project-id")
+            return MemoryFilter(layers=tuple(layers), project_id=ns.project_id)
+        if scope == "agent":
+            return MemoryFilter(layers=tuple(layers), source_agent=ns.source)
+        return MemoryFilter(layers=tuple(layers))
+
+    def run_search(
+        self,
+        query: str,
+        *,
+        body: dict[str, Any],
+        ns: Namespace,
+        limit: int,
+        layers: Sequence[str],
+        session_id: str | None = None,
+        turn_id: str | None = None,
+        exclude_ids: frozenset[str] = frozenset(),
+    ) -> SearchResult:
+        """Search, render and log one recall."""
+        flt = self.scope_filter(body, ns, layers)
+        settings = SearchSettings.from_algorithm(self.config.algorithm["retrieval"], limit)
+        outcome = fused_search(
+            query,
+            repo=self.memories,
+            flt=flt,
+            settings=settings,
+            limit=limit,
+            embed_query=self.indexer.embed_query,
+            index=self.indexer.index,
+            exclude_ids=exclude_ids,
+        )
+        rendered = render_context([c.memory for c in outcome.selected])
+        event_id = self.logs.recall_event(
+            session_id=session_id,
+            turn_id=turn_id,
+            user_id=ns.user_id,
+            query=query,
+            query_hash=sha256_hex(query),
+            layers=list(layers),
+            candidate_ids=outcome.candidate_ids,
+            hit_ids=[c.memory.id for c in outcome.selected],
+            injected_ids=[c.memory.id for c in outcome.selected],
+            request={"limit": limit, "scope": body.get("scope"), "source": ns.source},
+        )
+        return SearchResult(
+            candidates=outcome.selected,
+            candidate_ids=outcome.candidate_ids,
+            markdown=rendered.markdown,
+            sections=rendered.sections,
+            token_estimate=rendered.token_estimate,
+            status=outcome.status,
+            search_event_id=event_id,
+            dropped=outcome.dropped,
+        )
+
+    def search(self, body: Any, ns: Namespace) -> dict[str, Any]:
+        """``POST /memory/search``: fused FTS + vector search rendered as injectable markdown."""
+        started = time.perf_counter()
+        body = require_object(body)
+        ns = ns.with_body(body.get("source"), body.get("workspacePath"))
+        query = sanitize_text(req_str(body, "query", max_len=20_000))
+        limit = opt_int(body, "limit", 10, minimum=1, maximum=100)
+        layers = layers_of(body)
+        verbose = opt_bool(body, "verbose")
+        opt_list(body, "tags")
+        if not self.config.algorithm["enableMemorySearch"]:
+            return {"injectedContext": "", "hits": [], "status": ["memory_search:disabled"], "serverTime": utc_now()}
+        if not query:
+            raise InvalidArgument("query: nothing left after removing injected memmy context")
+        result = self.run_search(
+            query, body=body, ns=ns, limit=limit, layers=layers, session_id=opt_str(body, "sessionId")
+        )
+        duration = (time.perf_counter() - started) * 1000
+        self.logs.api_call(
+            "memory_search",
+            ns.source,
+            {"query": query[:500], "layers": layers, "limit": limit},
+            {"candidates": len(result.candidate_ids), "hits": result.source_memory_ids},
+            duration,
+            True,
+            ns.user_id,
+        )
+        response: dict[str, Any] = {
+            "injectedContext": result.markdown,
+            "hits": result.hits,
+            "sourceMemoryIds": result.source_memory_ids,
+            "status": result.status,
+        }
+        if verbose:
+            response["debug"] = {
+                "searchEventId": result.search_event_id,
+                "candidateMemoryIds": result.candidate_ids,
+                "hits": result.hits,
+                "channels": [c.to_debug() for c in result.candidates],
+                "dropped": result.dropped,
+                "sourceMemoryIds": result.source_memory_ids,
+                "status": result.status,
+                "sections": result.sections,
+                "tokenEstimate": result.token_estimate,
+                "durationMs": round(duration, 2),
+                "serverTime": utc_now(),
+            }
+        return response
+
+    def processing_status(self, body: Any) -> dict[str, Any]:
+        """Processing records for up to 10,000 memory ids."""
+        body = require_object(body)
+        ids = opt_list(body, "memoryIds")
+        if len(ids) > 10_000 or not all(isinstance(i, str) for i in ids):
+            raise InvalidArgument("memoryIds: expected at most 10000 string ids")
+        states = self.queue.states(ids)
+        return {"items": [states[i] for i in ids if i in states], "serverTime": utc_now()}
+
+    def retry_processing(self, memory_id: str) -> dict[str, Any]:
+        """Re-queue a memory whose embedding failed."""
+        self._require(memory_id)
+        state = self.queue.states([memory_id]).get(memory_id)
+        if state is None or state["state"] != "failed":
+            raise Conflict(f"memory {memory_id} is not in a failed processing state")
+        self.queue.retry_failed(memory_id)
+        return {"accepted": True, "processing": self.queue.states([memory_id]).get(memory_id), "serverTime": utc_now()}

@@ -1,0 +1,78 @@
+"""Who is calling: user, project, source agent, host session key; derived from headers and body."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+
+from memmy.domain import DEFAULT_SOURCE, DEFAULT_USER_ID
+
+KNOWN_SOURCES = (
+    "claude_code",
+    "codex",
+    "cursor",
+    "opencode",
+    "openclaw",
+    "hermes",
+    "workbuddy",
+    "pi",
+    "qwenwork",
+    "cli",
+    "mcp",
+    "unknown",
+)
+
+
+@lru_cache(maxsize=512)
+def project_root(path: str) -> str:
+    """The git root above ``path`` (a ``.git`` dir or file), else ``path`` itself, as a string."""
+    current = Path(path).expanduser()
+    for candidate in (current, *current.parents):
+        if (candidate / ".git").exists():
+            return str(candidate)
+    return str(current)
+
+
+@dataclass(frozen=True)
+class Namespace:
+    """The caller's identity for scoping reads and stamping writes."""
+
+    user_id: str = DEFAULT_USER_ID
+    source: str = DEFAULT_SOURCE
+    project_id: str | None = None
+    workspace_path: str | None = None
+    session_key: str | None = None
+    profile_id: str = "default"
+
+    @classmethod
+    def from_headers(cls, headers: Mapping[str, str], default_user: str) -> Namespace:
+        """Read the ``x-memmy-*`` headers (lower-case names)."""
+        workspace = headers.get("x-memmy-workspace-path") or None
+        project = headers.get("x-memmy-project-id") or (project_root(workspace) if workspace else None)
+        return cls(
+            user_id=headers.get("x-memmy-user-id") or default_user,
+            source=headers.get("x-memmy-source") or DEFAULT_SOURCE,
+            project_id=project,
+            workspace_path=workspace,
+            session_key=headers.get("x-memmy-session-key") or None,
+            profile_id=headers.get("x-memmy-profile-id") or "default",
+        )
+
+    def with_body(self, source: object, workspace_path: object = None) -> Namespace:
+        """Apply a body-level ``source`` / ``workspacePath`` (they win over headers)."""
+        updated = self
+        if isinstance(source, str) and source.strip():
+            updated = replace(updated, source=normalise_source(source))
+        if isinstance(workspace_path, str) and workspace_path.strip():
+            updated = replace(updated, workspace_path=workspace_path, project_id=project_root(workspace_path))
+        return updated
+
+
+def normalise_source(value: str) -> str:
+    """Lower-case, ``-`` to ``_``, and the aliases ``claude`` / ``claude-code`` to ``claude_code``."""
+    cleaned = value.strip().lower().replace("-", "_")
+    if cleaned in ("claude", "claudecode"):
+        return "claude_code"
+    return cleaned[:64] or DEFAULT_SOURCE

@@ -1,0 +1,188 @@
+"""Read models for the panel and the logs page: overview, analysis, items, tasks, logs."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from memmy.errors import InvalidArgument
+from memmy.service.memories import memory_item
+from memmy.service.validate import layer_of
+from memmy.store.db import utc_now
+from memmy.store.logs import LogRepository
+from memmy.store.memories import MemoryFilter, MemoryRepository
+from memmy.store.queue import EmbeddingQueue
+from memmy.store.sessions import SessionRepository, raw_turn_dict
+
+PAGE_SIZE = 20
+MAX_PAGE_SIZE = 100
+
+
+def _int_param(params: dict[str, str], name: str, default: int, maximum: int | None = None) -> int:
+    raw = params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidArgument(f"{name}: expected an integer, got {raw!r}") from None
+    value = max(value, 0)
+    return min(value, maximum) if maximum is not None else value
+
+
+def _csv(value: str | None) -> list[str]:
+    return [v.strip() for v in (value or "").split(",") if v.strip()]
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))
+    return round(ordered[index], 2)
+
+
+class PanelOps:
+    """Aggregates for the web panel and the CLI status command."""
+
+    def __init__(
+        self, memories: MemoryRepository, logs: LogRepository, sessions: SessionRepository, queue: EmbeddingQueue
+    ) -> None:
+        self.memories = memories
+        self.logs = logs
+        self.sessions = sessions
+        self.queue = queue
+
+    def overview(self) -> dict[str, Any]:
+        """Counts per layer, source distribution and 371 days of daily activity."""
+        counts = self.memories.count_by_layer()
+        distribution = self.memories.source_distribution()
+        total = sum(n for _, n in distribution) or 1
+        start = (datetime.now(UTC) - timedelta(days=370)).date()
+        daily = self.memories.daily_counts(start.isoformat())
+        return {
+            "counts": {
+                "memories": counts.get("L1", 0),
+                "experiences": counts.get("L2", 0),
+                "worldModels": counts.get("L3", 0),
+                "skills": counts.get("Skill", 0),
+            },
+            "sourceDistribution": [
+                {"source": source, "count": n, "percentage": round(100 * n / total, 2)} for source, n in distribution
+            ],
+            "dailyActivity": [
+                {
+                    "date": (start + timedelta(days=i)).isoformat(),
+                    "count": daily.get((start + timedelta(days=i)).isoformat(), 0),
+                }
+                for i in range(371)
+            ],
+            "serverTime": utc_now(),
+        }
+
+    def analysis(self) -> dict[str, Any]:
+        """Recall and latency metrics."""
+        events, avg_hits = self.logs.recall_stats()
+        latencies = self.logs.tool_latencies()
+        all_latencies = [v for values in latencies.values() for v in values]
+        start = (datetime.now(UTC) - timedelta(days=30)).date().isoformat()
+        return {
+            "metrics": {
+                "avgRecallScore": round(avg_hits, 3),
+                "recallEvents": events,
+                "activeSkills": self.memories.count_by_layer().get("Skill", 0),
+                "recentlyUsedSkills": 0,
+                "avgToolLatencyMs": round(sum(all_latencies) / len(all_latencies), 2) if all_latencies else 0.0,
+                "p95ToolLatencyMs": _percentile(all_latencies, 0.95),
+            },
+            "dailyMemoryWrites": self.memories.daily_counts(start),
+            "dailySkillEvolutions": self.memories.daily_counts(start, ("L2", "L3", "Skill")),
+            "toolLatency": {
+                "tools": [
+                    {
+                        "name": name,
+                        "calls": len(values),
+                        "avgMs": round(sum(values) / len(values), 2),
+                        "p95Ms": _percentile(values, 0.95),
+                    }
+                    for name, values in sorted(latencies.items())
+                ],
+            },
+            "serverTime": utc_now(),
+        }
+
+    def items(self, params: dict[str, str]) -> dict[str, Any]:
+        """A page of memories filtered by layer, status, text and source."""
+        page = max(1, _int_param(params, "page", 1))
+        page_size = max(1, _int_param(params, "pageSize", PAGE_SIZE, MAX_PAGE_SIZE))
+        layers = (layer_of(params["layer"]),) if params.get("layer") else ()
+        flt = MemoryFilter(layers=layers, source_agent=params.get("sourceAgent") or None)
+        status = params.get("status") or None
+        memories, total = self.memories.page(
+            flt, status=status, text=params.get("q") or None, offset=(page - 1) * page_size, limit=page_size
+        )
+        states = self.queue.states([m.id for m in memories])
+        excluded = set(_csv(params.get("excludedSourceAgents")))
+        items = [memory_item(m, states.get(m.id)) for m in memories if m.source_agent not in excluded]
+        total_pages = max(1, -(-total // page_size))
+        return {
+            "items": items,
+            "page": page,
+            "pageSize": page_size,
+            "total": total,
+            "totalPages": total_pages,
+            "hasNext": page < total_pages,
+            "hasPrev": page > 1,
+            "serverTime": utc_now(),
+        }
+
+    def tasks(self, params: dict[str, str]) -> dict[str, Any]:
+        """Recent captured turns (tasks), newest first."""
+        page = max(1, _int_param(params, "page", 1))
+        rows, total = self.sessions.list_recent_turns(PAGE_SIZE, (page - 1) * PAGE_SIZE, params.get("q") or None)
+        tasks = []
+        for row in rows:
+            turn = raw_turn_dict(row)
+            tasks.append(
+                {
+                    "id": row["episode_id"] or row["id"],
+                    "episode": None,
+                    "memoryIds": json.loads(row["source_memory_ids_json"] or "[]"),
+                    "turns": [turn],
+                    "updatedAt": row["created_at"],
+                }
+            )
+        total_pages = max(1, -(-total // PAGE_SIZE))
+        return {
+            "tasks": tasks,
+            "page": page,
+            "pageSize": PAGE_SIZE,
+            "total": total,
+            "totalPages": total_pages,
+            "hasNext": page < total_pages,
+            "hasPrev": page > 1,
+            "serverTime": utc_now(),
+        }
+
+    def api_logs(self, params: dict[str, str]) -> dict[str, Any]:
+        """The memory logs page: memory_add / memory_search calls."""
+        limit = max(1, _int_param(params, "limit", 50, 500))
+        offset = _int_param(params, "offset", 0)
+        logs, total = self.logs.api_logs(
+            _csv(params.get("tools")),
+            params.get("sourceAgent") or None,
+            _csv(params.get("excludedSourceAgents")),
+            limit,
+            offset,
+        )
+        response: dict[str, Any] = {
+            "logs": logs,
+            "total": total,
+            "limit": limit,
+            "offset": offset,
+            "serverTime": utc_now(),
+        }
+        if offset + limit < total:
+            response["nextOffset"] = offset + limit
+        return response

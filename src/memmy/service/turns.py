@@ -1,0 +1,317 @@
+"""Sessions and turns: open/close a session, turn start (recall) and turn complete (capture)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from memmy.capture.sanitize import sanitize_text
+from memmy.capture.trace import build_trace_step, normalize_tool_calls
+from memmy.config import MemmyConfig
+from memmy.domain import Memory, content_hash, new_id, sha256_hex
+from memmy.errors import Conflict, InvalidArgument, NotFound
+from memmy.service.memories import MemoryOps
+from memmy.service.namespace import Namespace
+from memmy.service.validate import opt_int, opt_list, opt_str, opt_tags, req_str, require_object
+from memmy.store.db import Database, utc_now
+from memmy.store.logs import LogRepository
+from memmy.store.sessions import SessionRepository
+
+_STATUS_ALIASES = {
+    "ok": "succeeded",
+    "success": "succeeded",
+    "succeeded": "succeeded",
+    "error": "failed",
+    "failed": "failed",
+    "failure": "failed",
+    "timeout": "failed",
+    "killed": "failed",
+    "cancelled": "cancelled",
+    "canceled": "cancelled",
+    "reset": "cancelled",
+    "deleted": "cancelled",
+}
+RECENT_TURNS_EXCLUDED = 8
+
+
+def normalize_status(value: Any) -> str:
+    """Map host status words onto succeeded | failed | cancelled."""
+    if value is None or value == "":
+        return "succeeded"
+    if not isinstance(value, str) or value.strip().lower() not in _STATUS_ALIASES:
+        raise InvalidArgument(f"status: expected succeeded, failed or cancelled, got {value!r}")
+    return _STATUS_ALIASES[value.strip().lower()]
+
+
+def _safe_id(value: str, name: str) -> str:
+    if len(value) > 200 or any(ch in value for ch in "\x00\n\r"):
+        raise InvalidArgument(f"{name}: expected a short id without control characters")
+    return value
+
+
+class TurnOps:
+    """Session lifecycle and turn capture."""
+
+    def __init__(
+        self,
+        config: MemmyConfig,
+        db: Database,
+        sessions: SessionRepository,
+        logs: LogRepository,
+        memory_ops: MemoryOps,
+    ) -> None:
+        self.config = config
+        self.db = db
+        self.sessions = sessions
+        self.logs = logs
+        self.memory_ops = memory_ops
+
+    def open_session(self, body: Any, ns: Namespace) -> dict[str, Any]:
+        """Open (or resume) a session for an agent."""
+        body = require_object(body)
+        ns = ns.with_body(body.get("source"), body.get("workspacePath"))
+        session_id = opt_str(body, "sessionId")
+        if session_id:
+            _safe_id(session_id, "sessionId")
+            row = self.sessions.get(session_id)
+            if row is not None:
+                if row["status"] != "open":
+                    raise Conflict(f"session {session_id} is not open")
+                self.sessions.touch(session_id)
+                return {"sessionId": session_id, "status": "open", "resumed": True, "serverTime": utc_now()}
+        if ns.session_key:
+            row = self.sessions.find_open_by_host_key(ns.user_id, ns.source, ns.profile_id, ns.session_key)
+            if row is not None:
+                self.sessions.touch(row["id"])
+                return {"sessionId": row["id"], "status": "open", "resumed": True, "serverTime": utc_now()}
+        new_session = session_id or new_id("session")
+        self.sessions.create(
+            new_session,
+            user_id=ns.user_id,
+            project_id=ns.project_id,
+            source=ns.source,
+            profile_id=ns.profile_id,
+            workspace_path=ns.workspace_path,
+            host_session_key=ns.session_key,
+            meta={},
+        )
+        return {"sessionId": new_session, "status": "open", "resumed": False, "serverTime": utc_now()}
+
+    def close_session(self, session_id: str) -> dict[str, Any]:
+        """Close a session (and its open episodes)."""
+        row = self.sessions.get(session_id)
+        if row is None:
+            raise NotFound(f"session {session_id} not found")
+        self.sessions.close(session_id)
+        return {"ok": True, "sessionId": session_id, "status": "closed", "serverTime": utc_now()}
+
+    def _open_session_row(self, session_id: str) -> Any:
+        row = self.sessions.get(session_id)
+        if row is None:
+            raise NotFound(f"session {session_id} not found; open one with POST /api/v1/sessions/open")
+        return row
+
+    def start_turn(self, body: Any, ns: Namespace) -> dict[str, Any]:
+        """Record a turn start and return recalled context for the agent's prompt."""
+        body = require_object(body)
+        session_id = _safe_id(req_str(body, "sessionId"), "sessionId")
+        row = self._open_session_row(session_id)
+        if row["status"] != "open":
+            raise Conflict(f"session {session_id} is not open")
+        ns = ns.with_body(body.get("source") or row["source"], body.get("workspacePath") or row["workspace_path"])
+        query = sanitize_text(req_str(body, "query", max_len=200_000))
+        turn_id = _safe_id(opt_str(body, "turnId") or new_id("turn"), "turnId")
+        limit = opt_int(body, "limit", 10, minimum=1, maximum=50)
+        recent = self.sessions.recent_raw_turn_ids(session_id, RECENT_TURNS_EXCLUDED)
+        excluded = (
+            frozenset(
+                r["id"]
+                for r in self.db.query(
+                    f"SELECT id FROM memories WHERE session_id = ? AND memory_layer = 'L1' AND "
+                    f"json_extract(properties_json, '$.trace.raw_turn_id') IN ({','.join('?' * len(recent))})",
+                    [session_id, *recent],
+                )
+            )
+            if recent
+            else frozenset()
+        )
+        status: list[str] = []
+        if query and self.config.algorithm["enableMemorySearch"]:
+            result = self.memory_ops.run_search(
+                query[:1500],
+                body=body,
+                ns=ns,
+                limit=limit,
+                layers=[],
+                session_id=session_id,
+                turn_id=turn_id,
+                exclude_ids=excluded,
+            )
+            markdown, sections, tokens = result.markdown, result.sections, result.token_estimate
+            hits, source_ids, event_id = result.hits, result.source_memory_ids, result.search_event_id
+            status.extend(result.status)
+        else:
+            markdown, sections, tokens, hits, source_ids, event_id = "", [], 0, [], [], None
+            status.append("memory_search:disabled" if query else "query:empty")
+        raw_turn_id = "raw_" + sha256_hex(f"{session_id}:{turn_id}")[:20]
+        context_packet_id = "ctx_" + sha256_hex(f"{session_id}::{turn_id}:{event_id}")[:20]
+        self.sessions.upsert_raw_turn(
+            raw_turn_id,
+            session_id,
+            turn_id,
+            {
+                "user_id": ns.user_id,
+                "user_text": query,
+                "status": "started",
+                "source_memory_ids_json": json.dumps(source_ids),
+                "message_payload_json": json.dumps(
+                    {"turn_start": {"contextPacketId": context_packet_id, "searchEventId": event_id}}
+                ),
+            },
+        )
+        self.sessions.touch(session_id)
+        return {
+            "turnId": turn_id,
+            "contextPacketId": context_packet_id,
+            "sessionId": session_id,
+            "episodeId": None,
+            "searchEventId": event_id,
+            "injectedContext": {"markdown": markdown, "sections": sections, "tokenEstimate": tokens},
+            "sourceMemoryIds": source_ids,
+            "hits": hits,
+            "status": status,
+            "serverTime": utc_now(),
+        }
+
+    def complete_turn(self, turn_id: str, body: Any, ns: Namespace) -> dict[str, Any]:
+        """Store the raw turn and its L1 trace (tool trace kept, injected context stripped)."""
+        body = require_object(body)
+        turn_id = _safe_id(turn_id, "turnId")
+        session_id = _safe_id(req_str(body, "sessionId"), "sessionId")
+        row = self._open_session_row(session_id)
+        ns = ns.with_body(body.get("source") or row["source"], body.get("workspacePath") or row["workspace_path"])
+        query = sanitize_text(req_str(body, "query", max_len=2_000_000))
+        answer = sanitize_text(req_str(body, "answer", max_len=2_000_000))
+        status = normalize_status(body.get("status"))
+        reasoning = opt_str(body, "reasoningSummary")
+        tool_calls = normalize_tool_calls(opt_list(body, "toolCalls"), opt_list(body, "toolResults"))
+        source_ids = [i for i in opt_list(body, "sourceMemoryIds") if isinstance(i, str)]
+        tags = opt_tags(body)
+        usage = body.get("usage")
+        if usage is not None and not isinstance(usage, dict):
+            raise InvalidArgument("usage: expected an object")
+        capture = self.config.algorithm["capture"]
+        raw_turn_id = "raw_" + sha256_hex(f"{session_id}:{turn_id}")[:20]
+        step = build_trace_step(
+            user_text=query,
+            assistant_text=answer,
+            tool_calls=tool_calls,
+            raw_turn_id=raw_turn_id,
+            reasoning=reasoning,
+            request_tags=tags,
+            max_text_chars=int(capture["maxTextChars"]),
+            max_tool_output_chars=int(capture["maxToolOutputChars"]),
+        )
+        l1_id = "trace_" + sha256_hex(f"L1:{session_id}:{turn_id}:0")[:20]
+        now = utc_now()
+        trace_props = {
+            "key": f"trace:{session_id}:{turn_id}:0",
+            "turn_id": turn_id,
+            "raw_turn_id": raw_turn_id,
+            "step_index": 0,
+            "sub_step_total": 1,
+            "userText": step.user_text,
+            "agentText": step.agent_text,
+            "tool_calls": step.tool_calls,
+            "agent_thinking": reasoning,
+            "summary": step.summary,
+            "tags": step.tags,
+            "signature": step.signature,
+            "error_signatures": step.error_signatures,
+            "status": status,
+            "value": 0,
+            "alpha": 0,
+            "priority": 0.5,
+        }
+        with self.db.transaction():
+            self.sessions.upsert_raw_turn(
+                raw_turn_id,
+                session_id,
+                turn_id,
+                {
+                    "user_id": ns.user_id,
+                    "user_text": query,
+                    "assistant_text": answer,
+                    "reasoning_summary": reasoning,
+                    "tool_calls_json": json.dumps(tool_calls, ensure_ascii=False, default=str),
+                    "tool_results_json": json.dumps(opt_list(body, "toolResults"), ensure_ascii=False, default=str),
+                    "source_memory_ids_json": json.dumps(source_ids),
+                    "usage_json": json.dumps(usage) if usage is not None else None,
+                    "status": status,
+                },
+            )
+            existing = self.memory_ops.memories.get(l1_id, include_deleted=True)
+            properties = {
+                "summary": step.summary,
+                "trace": trace_props,
+                "embeddingText": step.embedding_text,
+                "value": 0,
+                "alpha": 0,
+                "priority": 0.5,
+                "sourceMemoryIds": source_ids,
+            }
+            if existing is None:
+                memory = Memory(
+                    id=l1_id,
+                    layer="L1",
+                    content=step.content,
+                    title=step.summary,
+                    tags=step.tags,
+                    user_id=ns.user_id,
+                    project_id=ns.project_id,
+                    source_agent=ns.source,
+                    session_id=session_id,
+                    turn_id=turn_id,
+                    memory_key=f"trace:{session_id}:{turn_id}:0",
+                    content_hash=content_hash(step.content),
+                    properties=properties,
+                    created_at=now,
+                    updated_at=now,
+                    valid_from=now,
+                )
+                self.memory_ops.memories.insert(memory, source=ns.source)
+            elif existing.status == "deleted":
+                memory = existing  # the user deleted this trace; a re-sent completion must not revive it
+            else:
+                before = existing.snapshot()
+                existing.content = step.content
+                existing.title = step.summary
+                existing.tags = step.tags
+                existing.properties = properties
+                existing.content_hash = content_hash(step.content)
+                existing.version += 1
+                existing.updated_at = now
+                self.memory_ops.memories.update(existing, before, "update", ns.source)
+                memory = existing
+            jobs = []
+            if memory.status != "deleted":
+                self.memory_ops.indexer.enqueue(l1_id, "L1", step.embedding_text)
+                jobs.append(
+                    {"jobId": f"embed:{l1_id}", "jobType": "embedding", "status": "queued", "targetMemoryId": l1_id}
+                )
+        self.sessions.touch(session_id)
+        self.logs.api_call(
+            "memory_add", ns.source, {"turnId": turn_id, "layer": "L1"}, {"id": l1_id}, 0.0, True, ns.user_id
+        )
+        return {
+            "turnId": turn_id,
+            "sessionId": session_id,
+            "episodeId": None,
+            "rawTurnId": raw_turn_id,
+            "l1MemoryId": l1_id,
+            "status": status,
+            "scheduledEvolution": False,
+            "jobs": jobs,
+            "changeSeq": self.logs.latest_change_seq(),
+            "serverTime": utc_now(),
+        }

@@ -1,0 +1,117 @@
+"""Small request validators shared by every service method: clear messages that name the field."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from memmy.domain import Layer, normalise_layer, normalise_tags
+from memmy.errors import InvalidArgument
+
+
+def require_object(body: Any) -> dict[str, Any]:
+    """The request body must be a JSON object."""
+    if body is None:
+        return {}
+    if not isinstance(body, dict):
+        raise InvalidArgument(f"request body must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def req_str(body: dict[str, Any], name: str, *, max_len: int | None = None) -> str:
+    """A required non-empty string field."""
+    value = body.get(name)
+    if not isinstance(value, str) or not value.strip():
+        got = "nothing" if value is None else repr(value)[:60]
+        raise InvalidArgument(f"{name}: expected a non-empty string, got {got}")
+    if max_len is not None and len(value) > max_len:
+        raise InvalidArgument(f"{name}: longer than {max_len} characters")
+    return value
+
+
+def opt_str(body: dict[str, Any], name: str) -> str | None:
+    """An optional string field (None when absent or null)."""
+    value = body.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{name}: expected a string, got {type(value).__name__}")
+    return value
+
+
+def opt_int(body: dict[str, Any], name: str, default: int, *, minimum: int = 0, maximum: int | None = None) -> int:
+    """An optional integer within bounds."""
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidArgument(f"{name}: expected an integer, got {type(value).__name__}")
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
+        raise InvalidArgument(f"{name}: expected an integer {bound}, got {value}")
+    return value
+
+
+def opt_bool(body: dict[str, Any], name: str, default: bool = False) -> bool:
+    """An optional boolean."""
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise InvalidArgument(f"{name}: expected true or false, got {value!r}")
+    return value
+
+
+def opt_list(body: dict[str, Any], name: str) -> list[Any]:
+    """An optional JSON array."""
+    value = body.get(name)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise InvalidArgument(f"{name}: expected an array, got {type(value).__name__}")
+    return value
+
+
+def opt_tags(body: dict[str, Any], name: str = "tags") -> list[str]:
+    """Tags as a list of strings or a comma-separated string."""
+    try:
+        return normalise_tags(body.get(name))
+    except ValueError as exc:
+        raise InvalidArgument(f"{name}: {exc}") from None
+
+
+def layer_of(value: Any, name: str = "layer") -> Layer:
+    """A memory layer (L1, L2, L3, Skill; case-insensitive)."""
+    if value is not None and not isinstance(value, str):
+        raise InvalidArgument(f"{name}: expected one of L1, L2, L3, Skill")
+    try:
+        return normalise_layer(value)
+    except ValueError as exc:
+        raise InvalidArgument(f"{name}: {exc}") from None
+
+
+def layers_of(body: dict[str, Any], name: str = "layers") -> list[Layer]:
+    """A list of layers (array or comma-separated string); empty means all."""
+    value = body.get(name)
+    if value is None or value == "":
+        return []
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list):
+        raise InvalidArgument(f"{name}: expected an array of layers")
+    return list(dict.fromkeys(layer_of(item, name) for item in items if item != ""))
+
+
+def opt_iso_time(body: dict[str, Any], name: str) -> str | None:
+    """An optional ISO-8601 timestamp, normalised to UTC ``...Z``."""
+    value = opt_str(body, name)
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidArgument(f"{name}: expected an ISO-8601 date-time, got {value!r}") from None
+    if parsed.tzinfo is None:
+        raise InvalidArgument(f"{name}: the date-time needs a timezone (e.g. 2026-01-31T09:00:00Z)")
+    return parsed.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -1,0 +1,1 @@
+"""SQLite storage: schema, migrations, repositories, vectors."""

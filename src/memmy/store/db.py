@@ -1,0 +1,247 @@
+"""Open the SQLite store: pragmas, versioned migrations with a backup, and the single-server lock file."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from memmy.errors import StoreError
+from memmy.store.schema import MIGRATIONS, SCHEMA_VERSION
+
+BUSY_TIMEOUT_MS = 5000
+MIN_SQLITE = (3, 35, 0)
+
+
+def utc_now() -> str:
+    """The current time as an ISO-8601 UTC string with milliseconds (the store's time format)."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _check_sqlite_features(conn: sqlite3.Connection) -> None:
+    if sqlite3.sqlite_version_info < MIN_SQLITE:
+        raise StoreError(
+            f"SQLite {sqlite3.sqlite_version} is too old; memmy needs {'.'.join(map(str, MIN_SQLITE))}+ "
+            "(upgrade Python or install a newer libsqlite3)"
+        )
+    try:
+        conn.execute("CREATE VIRTUAL TABLE temp.fts5_probe USING fts5(x)")
+        conn.execute("DROP TABLE temp.fts5_probe")
+    except sqlite3.OperationalError as exc:
+        raise StoreError(f"this Python's SQLite has no FTS5 support ({exc}); use a Python built with FTS5") from exc
+
+
+class Database:
+    """One SQLite connection shared by the process, serialised by a re-entrant lock.
+
+    SQLite allows one writer at a time anyway; a single connection keeps transactions simple and lets
+    WAL readers in other processes (the CLI, backups) proceed while the daemon writes.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.lock = threading.RLock()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.conn = sqlite3.connect(
+                str(path), check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open database {path}: {exc}") from exc
+        self.conn.row_factory = sqlite3.Row
+        _check_sqlite_features(self.conn)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        self.conn.execute("PRAGMA foreign_keys=ON")
+        self.migration = migrate(self.conn, path)
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """Run a block in one IMMEDIATE transaction (nested calls join the outer one)."""
+        with self.lock:
+            if self.conn.in_transaction:
+                yield self.conn
+                return
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.conn
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+            self.conn.execute("COMMIT")
+
+    def query(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> list[sqlite3.Row]:
+        """Run a read and return all rows."""
+        with self.lock:
+            return self.conn.execute(sql, params).fetchall()
+
+    def query_one(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> sqlite3.Row | None:
+        """Run a read and return the first row (or None)."""
+        with self.lock:
+            row: sqlite3.Row | None = self.conn.execute(sql, params).fetchone()
+            return row
+
+    def close(self) -> None:
+        """Checkpoint the WAL and close the connection."""
+        with self.lock:
+            try:
+                self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except sqlite3.Error:
+                pass
+            self.conn.close()
+
+
+@dataclass(frozen=True)
+class MigrationResult:
+    """What opening the store did to the schema."""
+
+    from_version: int
+    to_version: int
+    applied: tuple[str, ...]
+    backup_path: Path | None
+
+    @property
+    def last_migration_id(self) -> str:
+        """Id of the newest migration in the file."""
+        return MIGRATIONS[self.to_version - 1].id
+
+
+def current_version(conn: sqlite3.Connection) -> int:
+    """The schema version recorded in the file (0 for an empty database)."""
+    has_table = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='schema_migrations'").fetchone()
+    if not has_table:
+        has_memories = conn.execute("SELECT 1 FROM sqlite_master WHERE name='memories'").fetchone()
+        if has_memories:
+            raise StoreError("the database has memmy tables but no schema_migrations table; refusing to guess")
+        return 0
+    row = conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()
+    return int(row[0] or 0)
+
+
+def migrate(conn: sqlite3.Connection, path: Path | None, target: int = SCHEMA_VERSION) -> MigrationResult:
+    """Bring the schema to ``target``; back up an older non-empty file first (``<db>.pre-v<N>.bak``)."""
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations "
+        "(id TEXT PRIMARY KEY, version INTEGER NOT NULL, applied_at TEXT NOT NULL, checksum TEXT NOT NULL)"
+    )
+    version = current_version(conn)
+    if version > target:
+        raise StoreError(
+            f"{path}: schema version {version} is newer than this memmy supports ({target}); upgrade memmy"
+        )
+    backup: Path | None = None
+    if 0 < version < target and path is not None:
+        backup = path.with_name(f"{path.name}.pre-v{target}.bak")
+        if not backup.exists():
+            conn.execute("PRAGMA wal_checkpoint(FULL)")
+            conn.execute("VACUUM INTO ?", (str(backup),))
+    applied: list[str] = []
+    for migration in MIGRATIONS:
+        if migration.version <= version or migration.version > target:
+            continue
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _split_sql(migration.sql):
+                conn.execute(statement)
+            if migration.after is not None:
+                migration.after(conn)
+            conn.execute(
+                "INSERT INTO schema_migrations(id, version, applied_at, checksum) VALUES (?,?,?,?)",
+                (migration.id, migration.version, utc_now(), str(len(migration.sql))),
+            )
+        except sqlite3.Error as exc:
+            conn.execute("ROLLBACK")
+            raise StoreError(f"{path}: migration {migration.id} failed: {exc}") from exc
+        conn.execute("COMMIT")
+        applied.append(migration.id)
+    return MigrationResult(version, target, tuple(applied), backup)
+
+
+def _split_sql(script: str) -> list[str]:
+    statements: list[str] = []
+    buffer = ""
+    for line in script.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            if buffer.strip():
+                statements.append(buffer.strip())
+            buffer = ""
+    if buffer.strip():
+        statements.append(buffer.strip())
+    return statements
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class ServerLock:
+    """``<db>.server.lock``: refuses a second daemon on the same file, clears a lock left by a dead pid."""
+
+    def __init__(self, db_path: Path) -> None:
+        self.path = db_path.with_name(db_path.name + ".server.lock")
+        self.db_path = db_path
+        self.held = False
+
+    def acquire(self, host: str, port: int) -> None:
+        """Create the lock file atomically; raise StoreError naming the holder when it is taken."""
+        payload = json.dumps(
+            {
+                "pid": os.getpid(),
+                "host": host,
+                "port": port,
+                "sqlitePath": str(self.db_path),
+                "hostname": socket.gethostname(),
+                "startedAt": utc_now(),
+            }
+        )
+        for _attempt in range(2):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+            except FileExistsError:
+                holder = self.read()
+                pid = int(holder.get("pid", 0)) if holder else 0
+                if pid and pid != os.getpid() and _pid_alive(pid):
+                    where = f"{holder.get('host')}:{holder.get('port')}" if holder else "?"
+                    raise StoreError(
+                        f"{self.db_path} is already served by pid {pid} on {where}; "
+                        f"stop that daemon first (or remove {self.path} if you are sure it is gone)"
+                    ) from None
+                self.path.unlink(missing_ok=True)
+                continue
+            with os.fdopen(fd, "w") as handle:
+                handle.write(payload)
+            self.held = True
+            return
+        raise StoreError(f"could not acquire {self.path}")
+
+    def read(self) -> dict[str, Any] | None:
+        """The lock's JSON content, or None when absent or unreadable."""
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def release(self) -> None:
+        """Remove the lock if this process holds it."""
+        if self.held:
+            holder = self.read()
+            if holder and holder.get("pid") == os.getpid():
+                self.path.unlink(missing_ok=True)
+            self.held = False

@@ -1,0 +1,254 @@
+"""Append-only logs and small key/value tables: change log, audit log, API log, idempotency, recall events."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from memmy.domain import Memory, new_id, stable_json
+from memmy.store.db import Database, utc_now
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def append_change(
+    conn: sqlite3.Connection,
+    memory: Memory,
+    change_type: str,
+    before: dict[str, Any] | None,
+    after: dict[str, Any] | None,
+    source: str,
+) -> int:
+    """Append one memory_change_log row inside the caller's transaction; return its seq."""
+    cursor = conn.execute(
+        "INSERT INTO memory_change_log(memory_id, namespace_id, kind, op, entity_id, user_id, change_type, "
+        "version, before_json, after_json, source, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+        (
+            memory.id,
+            memory.project_id,
+            memory.kind,
+            "delete" if change_type == "delete" else ("insert" if change_type == "create" else "update"),
+            memory.id,
+            memory.user_id,
+            change_type,
+            memory.version,
+            _json(before),
+            _json(after),
+            source,
+            utc_now(),
+        ),
+    )
+    return int(cursor.lastrowid or 0)
+
+
+class LogRepository:
+    """Writes and reads the service's logs."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def latest_change_seq(self) -> int:
+        """The newest memory_change_log sequence number (0 when empty)."""
+        row = self.db.query_one("SELECT MAX(seq) FROM memory_change_log")
+        return int(row[0] or 0) if row else 0
+
+    def changes_for(self, memory_id: str) -> list[dict[str, Any]]:
+        """Every change-log row of one memory, oldest first."""
+        rows = self.db.query(
+            "SELECT seq, change_type, version, before_json, after_json, source, created_at "
+            "FROM memory_change_log WHERE memory_id = ? ORDER BY seq",
+            (memory_id,),
+        )
+        return [
+            {
+                "seq": r["seq"],
+                "changeType": r["change_type"],
+                "version": r["version"],
+                "before": json.loads(r["before_json"]) if r["before_json"] else None,
+                "after": json.loads(r["after_json"]) if r["after_json"] else None,
+                "source": r["source"],
+                "createdAt": r["created_at"],
+            }
+            for r in rows
+        ]
+
+    def audit(
+        self,
+        action: str,
+        target_kind: str,
+        target_id: str,
+        *,
+        user_id: str | None,
+        actor: dict[str, Any],
+        before: Any = None,
+        after: Any = None,
+        meta: dict[str, Any] | None = None,
+    ) -> str:
+        """Record a governance action (delete, archive, restore ...); return the audit id."""
+        audit_id = new_id("audit")
+        with self.db.transaction() as conn:
+            conn.execute(
+                "INSERT INTO audit_logs(id, user_id, session_id, actor_json, action, target_kind, target_id, "
+                "before_json, after_json, meta_json, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    audit_id,
+                    user_id,
+                    None,
+                    _json(actor),
+                    action,
+                    target_kind,
+                    target_id,
+                    _json(before),
+                    _json(after),
+                    _json(meta or {}),
+                    utc_now(),
+                ),
+            )
+        return audit_id
+
+    def audits_for(self, target_id: str) -> list[sqlite3.Row]:
+        """Audit rows about one target, oldest first."""
+        return self.db.query("SELECT * FROM audit_logs WHERE target_id = ? ORDER BY created_at", (target_id,))
+
+    def api_call(
+        self,
+        tool_name: str,
+        source_agent: str,
+        payload: Any,
+        result: Any,
+        duration_ms: float,
+        success: bool,
+        user_id: str | None = None,
+    ) -> None:
+        """Record one memory_add / memory_search call for the logs page and latency analysis."""
+        with self.db.transaction() as conn:
+            conn.execute(
+                "INSERT INTO api_logs(tool_name, source_agent, input_json, output_json, duration_ms, success, "
+                "called_at, user_id) VALUES (?,?,?,?,?,?,?,?)",
+                (tool_name, source_agent, _json(payload), _json(result), duration_ms, int(success), utc_now(), user_id),
+            )
+
+    def api_logs(
+        self,
+        tools: list[str],
+        source_agent: str | None,
+        excluded_sources: list[str],
+        limit: int,
+        offset: int,
+    ) -> tuple[list[dict[str, Any]], int]:
+        """Page through API logs, newest first."""
+        where = ["1=1"]
+        params: list[Any] = []
+        if tools:
+            where.append(f"tool_name IN ({','.join('?' * len(tools))})")
+            params.extend(tools)
+        if source_agent:
+            where.append("source_agent = ?")
+            params.append(source_agent)
+        if excluded_sources:
+            where.append(f"COALESCE(source_agent,'') NOT IN ({','.join('?' * len(excluded_sources))})")
+            params.extend(excluded_sources)
+        clause = " AND ".join(where)
+        total_row = self.db.query_one(f"SELECT COUNT(*) FROM api_logs WHERE {clause}", params)
+        rows = self.db.query(
+            f"SELECT * FROM api_logs WHERE {clause} ORDER BY id DESC LIMIT ? OFFSET ?", [*params, limit, offset]
+        )
+        logs = [
+            {
+                "id": r["id"],
+                "toolName": r["tool_name"],
+                "sourceAgent": r["source_agent"],
+                "input": json.loads(r["input_json"]) if r["input_json"] else None,
+                "output": json.loads(r["output_json"]) if r["output_json"] else None,
+                "durationMs": r["duration_ms"],
+                "success": bool(r["success"]),
+                "calledAt": r["called_at"],
+            }
+            for r in rows
+        ]
+        return logs, int(total_row[0]) if total_row else 0
+
+    def tool_latencies(self) -> dict[str, list[float]]:
+        """Durations of logged calls per tool, for the analysis panel."""
+        rows = self.db.query("SELECT tool_name, duration_ms FROM api_logs ORDER BY id DESC LIMIT 10000")
+        out: dict[str, list[float]] = {}
+        for row in rows:
+            out.setdefault(row["tool_name"], []).append(float(row["duration_ms"] or 0.0))
+        return out
+
+    def idempotent_response(self, key: str) -> tuple[str, dict[str, Any]] | None:
+        """The stored (request hash, response) for an idempotency key, if any."""
+        row = self.db.query_one("SELECT request_hash, response_json FROM idempotency_keys WHERE key = ?", (key,))
+        if row is None:
+            return None
+        return row["request_hash"], json.loads(row["response_json"])
+
+    def store_idempotent_response(self, key: str, request_hash: str, response: dict[str, Any]) -> None:
+        """Remember the answer to an idempotent request (first write wins)."""
+        with self.db.transaction() as conn:
+            conn.execute(
+                "INSERT OR IGNORE INTO idempotency_keys(key, request_hash, response_json, created_at) VALUES (?,?,?,?)",
+                (key, request_hash, stable_json(response), utc_now()),
+            )
+
+    def recall_event(
+        self,
+        *,
+        session_id: str | None,
+        turn_id: str | None,
+        user_id: str | None,
+        query: str,
+        query_hash: str,
+        layers: list[str],
+        candidate_ids: list[str],
+        hit_ids: list[str],
+        injected_ids: list[str],
+        request: dict[str, Any],
+    ) -> str:
+        """Record one recall (search or turn start); return the search event id."""
+        event_id = new_id("recall")
+        with self.db.transaction() as conn:
+            conn.execute(
+                "INSERT INTO recall_events(id, session_id, turn_id, user_id, query, query_hash, layers_json, "
+                "candidate_memory_ids_json, injected_memory_ids_json, hit_memory_ids_json, request_json, "
+                "created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    event_id,
+                    session_id,
+                    turn_id,
+                    user_id,
+                    query,
+                    query_hash,
+                    _json(layers),
+                    _json(candidate_ids),
+                    _json(injected_ids),
+                    _json(hit_ids),
+                    _json(request),
+                    utc_now(),
+                ),
+            )
+        return event_id
+
+    def recall_stats(self) -> tuple[int, float]:
+        """(number of recall events, mean hits per event)."""
+        row = self.db.query_one("SELECT COUNT(*), AVG(json_array_length(hit_memory_ids_json)) FROM recall_events")
+        if row is None:
+            return 0, 0.0
+        return int(row[0] or 0), float(row[1] or 0.0)
+
+    def kv_get(self, key: str) -> Any:
+        """A runtime_kv value (decoded JSON) or None."""
+        row = self.db.query_one("SELECT value_json FROM runtime_kv WHERE key = ?", (key,))
+        return json.loads(row["value_json"]) if row else None
+
+    def kv_set(self, key: str, value: Any) -> None:
+        """Upsert a runtime_kv value."""
+        with self.db.transaction() as conn:
+            conn.execute(
+                "INSERT INTO runtime_kv(key, value_json, updated_at) VALUES (?,?,?) "
+                "ON CONFLICT(key) DO UPDATE SET value_json = excluded.value_json, updated_at = excluded.updated_at",
+                (key, stable_json(value), utc_now()),
+            )

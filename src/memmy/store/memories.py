@@ -1,0 +1,275 @@
+"""The memories table, its full-text index and its change log, behind one repository."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from memmy.domain import Memory
+from memmy.store.db import Database, utc_now
+from memmy.store.logs import append_change
+from memmy.store.text import fts_match_expression, fts_row, query_terms
+
+#: Rows that every normal read must skip: deleted, archived, superseded (valid_to in the past).
+VISIBLE = "m.status = 'activated' AND (m.valid_to IS NULL OR m.valid_to > ?)"
+
+_COLUMNS = (
+    "id, user_id, conversation_id, session_id, agent_id, app_id, status, memory_key, title, memory_value, "
+    "tags_json, info_json, properties_json, memory_layer, content_hash, version, created_at, updated_at, "
+    "deleted_at, project_id, source_agent, turn_id, valid_from, valid_to, superseded_by"
+)
+
+
+def row_to_memory(row: sqlite3.Row) -> Memory:
+    """Map a memories row to :class:`Memory`."""
+    return Memory(
+        id=row["id"],
+        layer=row["memory_layer"],
+        content=row["memory_value"],
+        title=row["title"] or "",
+        tags=json.loads(row["tags_json"] or "[]"),
+        status=row["status"],
+        user_id=row["user_id"],
+        project_id=row["project_id"],
+        source_agent=row["source_agent"] or "unknown",
+        session_id=row["session_id"],
+        turn_id=row["turn_id"],
+        conversation_id=row["conversation_id"],
+        memory_key=row["memory_key"],
+        content_hash=row["content_hash"],
+        info=json.loads(row["info_json"] or "{}"),
+        properties=json.loads(row["properties_json"] or "{}"),
+        version=row["version"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        deleted_at=row["deleted_at"],
+        valid_from=row["valid_from"],
+        valid_to=row["valid_to"],
+        superseded_by=row["superseded_by"],
+    )
+
+
+@dataclass(frozen=True)
+class MemoryFilter:
+    """Which memories a read may see (layers and scope)."""
+
+    layers: tuple[str, ...] = ()
+    project_id: str | None = None
+    source_agent: str | None = None
+    user_id: str | None = None
+
+    def sql(self, now: str) -> tuple[str, list[Any]]:
+        """WHERE fragment (on alias ``m``) and its parameters."""
+        clauses = [VISIBLE]
+        params: list[Any] = [now]
+        if self.layers:
+            clauses.append(f"m.memory_layer IN ({','.join('?' * len(self.layers))})")
+            params.extend(self.layers)
+        if self.project_id is not None:
+            clauses.append("(m.project_id = ? OR m.project_id IS NULL OR m.visibility = 'global')")
+            params.append(self.project_id)
+        if self.source_agent is not None:
+            clauses.append("m.source_agent = ?")
+            params.append(self.source_agent)
+        if self.user_id is not None:
+            clauses.append("m.user_id = ?")
+            params.append(self.user_id)
+        return " AND ".join(clauses), params
+
+
+class MemoryRepository:
+    """CRUD over ``memories`` that keeps ``memories_fts`` and ``memory_change_log`` in step."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def insert(self, memory: Memory, source: str) -> None:
+        """Insert a new memory, index it and log the creation."""
+        with self.db.transaction() as conn:
+            conn.execute(
+                f"INSERT INTO memories ({_COLUMNS}) VALUES ({','.join('?' * 25)})",
+                (
+                    memory.id,
+                    memory.user_id,
+                    memory.conversation_id,
+                    memory.session_id,
+                    memory.source_agent,
+                    None,
+                    memory.status,
+                    memory.memory_key,
+                    memory.title,
+                    memory.content,
+                    json.dumps(memory.tags, ensure_ascii=False),
+                    json.dumps(memory.info, ensure_ascii=False),
+                    json.dumps(memory.properties, ensure_ascii=False),
+                    memory.layer,
+                    memory.content_hash,
+                    memory.version,
+                    memory.created_at,
+                    memory.updated_at,
+                    memory.deleted_at,
+                    memory.project_id,
+                    memory.source_agent,
+                    memory.turn_id,
+                    memory.valid_from,
+                    memory.valid_to,
+                    memory.superseded_by,
+                ),
+            )
+            self._index(conn, memory)
+            append_change(conn, memory, "create", None, memory.snapshot(), source)
+
+    def update(self, memory: Memory, before: dict[str, Any], change_type: str, source: str) -> None:
+        """Persist a changed memory, re-index it and log before/after."""
+        with self.db.transaction() as conn:
+            conn.execute(
+                "UPDATE memories SET status=?, title=?, memory_value=?, tags_json=?, info_json=?, "
+                "properties_json=?, content_hash=?, version=?, updated_at=?, deleted_at=?, valid_from=?, "
+                "valid_to=?, superseded_by=?, memory_key=? WHERE id=?",
+                (
+                    memory.status,
+                    memory.title,
+                    memory.content,
+                    json.dumps(memory.tags, ensure_ascii=False),
+                    json.dumps(memory.info, ensure_ascii=False),
+                    json.dumps(memory.properties, ensure_ascii=False),
+                    memory.content_hash,
+                    memory.version,
+                    memory.updated_at,
+                    memory.deleted_at,
+                    memory.valid_from,
+                    memory.valid_to,
+                    memory.superseded_by,
+                    memory.memory_key,
+                    memory.id,
+                ),
+            )
+            conn.execute("DELETE FROM memories_fts WHERE id = ?", (memory.id,))
+            if memory.status != "deleted":
+                self._index(conn, memory)
+            append_change(conn, memory, change_type, before, memory.snapshot(), source)
+
+    def _index(self, conn: sqlite3.Connection, memory: Memory) -> None:
+        identifier, value, tags = fts_row(
+            memory.memory_key, memory.title, memory.content, json.dumps(memory.tags, ensure_ascii=False)
+        )
+        conn.execute(
+            "INSERT INTO memories_fts(id, identifier, memory_value, tags) VALUES (?,?,?,?)",
+            (memory.id, identifier, value, tags),
+        )
+
+    def get(self, memory_id: str, *, include_deleted: bool = False) -> Memory | None:
+        """Fetch one memory; deleted ones only when asked."""
+        row = self.db.query_one(f"SELECT {_COLUMNS} FROM memories WHERE id = ?", (memory_id,))
+        if row is None or (row["status"] == "deleted" and not include_deleted):
+            return None
+        return row_to_memory(row)
+
+    def get_many(self, ids: Sequence[str], flt: MemoryFilter | None = None) -> dict[str, Memory]:
+        """Fetch visible memories by id (filtered), keyed by id."""
+        if not ids:
+            return {}
+        where, params = (flt or MemoryFilter()).sql(utc_now())
+        found: dict[str, Memory] = {}
+        for start in range(0, len(ids), 500):
+            chunk = list(ids[start : start + 500])
+            rows = self.db.query(
+                f"SELECT {_COLUMNS} FROM memories m WHERE m.id IN ({','.join('?' * len(chunk))}) AND {where}",
+                [*chunk, *params],
+            )
+            for row in rows:
+                found[row["id"]] = row_to_memory(row)
+        return found
+
+    def find_duplicate(self, user_id: str, layer: str, digest: str) -> Memory | None:
+        """An existing live memory with the same content hash in the same layer, if any."""
+        row = self.db.query_one(
+            f"SELECT {_COLUMNS} FROM memories WHERE user_id = ? AND memory_layer = ? AND content_hash = ? "
+            "AND status != 'deleted' ORDER BY created_at LIMIT 1",
+            (user_id, layer, digest),
+        )
+        return row_to_memory(row) if row else None
+
+    def fts_search(self, query: str, limit: int, flt: MemoryFilter) -> list[tuple[str, float]]:
+        """BM25 full-text search; returns (id, score in 0..1, higher is better), best first."""
+        expression = fts_match_expression(query_terms(query))
+        if not expression:
+            return []
+        where, params = flt.sql(utc_now())
+        sql = (
+            "SELECT f.id AS id, bm25(memories_fts, 0.0, 2.0, 1.0, 1.5) AS rank FROM memories_fts f "
+            f"JOIN memories m ON m.id = f.id WHERE memories_fts MATCH ? AND {where} ORDER BY rank LIMIT ?"
+        )
+        try:
+            rows = self.db.query(sql, [expression, *params, limit])
+        except sqlite3.OperationalError:
+            return []
+        # bm25 is negative (more negative = better); map to (0, 1) monotonically.
+        return [(row["id"], -row["rank"] / (1.0 - row["rank"])) for row in rows]
+
+    def page(
+        self,
+        flt: MemoryFilter,
+        *,
+        status: str | None = None,
+        text: str | None = None,
+        offset: int = 0,
+        limit: int = 20,
+    ) -> tuple[list[Memory], int]:
+        """Page through memories newest first; ``status`` widens past the visible set."""
+        now = utc_now()
+        if status:
+            where = "m.status = ?"
+            params: list[Any] = [status]
+            if flt.layers:
+                where += f" AND m.memory_layer IN ({','.join('?' * len(flt.layers))})"
+                params.extend(flt.layers)
+            if flt.source_agent:
+                where += " AND m.source_agent = ?"
+                params.append(flt.source_agent)
+        else:
+            where, params = flt.sql(now)
+        if text:
+            where += " AND (m.memory_value LIKE ? ESCAPE '\\' OR m.title LIKE ? ESCAPE '\\')"
+            like = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            params.extend([like, like])
+        total_row = self.db.query_one(f"SELECT COUNT(*) FROM memories m WHERE {where}", params)
+        rows = self.db.query(
+            f"SELECT {_COLUMNS} FROM memories m WHERE {where} ORDER BY m.updated_at DESC, m.id LIMIT ? OFFSET ?",
+            [*params, limit, offset],
+        )
+        return [row_to_memory(r) for r in rows], int(total_row[0]) if total_row else 0
+
+    def count_by_layer(self) -> dict[str, int]:
+        """Visible memories per layer."""
+        rows = self.db.query(
+            f"SELECT memory_layer, COUNT(*) AS n FROM memories m WHERE {VISIBLE} GROUP BY memory_layer",
+            (utc_now(),),
+        )
+        return {row["memory_layer"]: row["n"] for row in rows}
+
+    def source_distribution(self) -> list[tuple[str, int]]:
+        """Visible memories per source agent, largest first."""
+        rows = self.db.query(
+            f"SELECT source_agent, COUNT(*) AS n FROM memories m WHERE {VISIBLE} GROUP BY source_agent ORDER BY n DESC",
+            (utc_now(),),
+        )
+        return [(row["source_agent"], row["n"]) for row in rows]
+
+    def daily_counts(self, since: str, layers: Sequence[str] = ()) -> dict[str, int]:
+        """Memories created per UTC day since ``since`` (ISO date)."""
+        sql = "SELECT substr(created_at, 1, 10) AS day, COUNT(*) AS n FROM memories WHERE created_at >= ?"
+        params: list[Any] = [since]
+        if layers:
+            sql += f" AND memory_layer IN ({','.join('?' * len(layers))})"
+            params.extend(layers)
+        rows = self.db.query(sql + " GROUP BY day", params)
+        return {row["day"]: row["n"] for row in rows}
+
+    def ids_by_session(self, session_id: str) -> list[str]:
+        """Ids of live memories written in a session."""
+        rows = self.db.query("SELECT id FROM memories WHERE session_id = ? AND status != 'deleted'", (session_id,))
+        return [row["id"] for row in rows]

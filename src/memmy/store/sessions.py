@@ -1,0 +1,161 @@
+"""Sessions and raw turns."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from memmy.store.db import Database, utc_now
+
+
+def _loads(text: str | None, default: Any) -> Any:
+    return json.loads(text) if text else default
+
+
+def session_dict(row: sqlite3.Row) -> dict[str, Any]:
+    """Public shape of a session row."""
+    return {
+        "sessionId": row["id"],
+        "userId": row["user_id"],
+        "projectId": row["project_id"],
+        "source": row["source"],
+        "profileId": row["profile_id"],
+        "workspacePath": row["workspace_path"],
+        "hostSessionKey": row["host_session_key"],
+        "status": row["status"],
+        "openedAt": row["opened_at"],
+        "lastSeenAt": row["last_seen_at"],
+        "closedAt": row["closed_at"],
+    }
+
+
+def raw_turn_dict(row: sqlite3.Row) -> dict[str, Any]:
+    """Public shape of a raw turn row."""
+    return {
+        "rawTurnId": row["id"],
+        "sessionId": row["session_id"],
+        "episodeId": row["episode_id"],
+        "turnId": row["turn_id"],
+        "userText": row["user_text"],
+        "assistantText": row["assistant_text"],
+        "reasoningSummary": row["reasoning_summary"],
+        "toolCalls": _loads(row["tool_calls_json"], []),
+        "toolResults": _loads(row["tool_results_json"], []),
+        "sourceMemoryIds": _loads(row["source_memory_ids_json"], []),
+        "status": row["status"],
+        "createdAt": row["created_at"],
+    }
+
+
+class SessionRepository:
+    """CRUD for sessions and their raw turns."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def get(self, session_id: str) -> sqlite3.Row | None:
+        """One session row."""
+        return self.db.query_one("SELECT * FROM sessions WHERE id = ?", (session_id,))
+
+    def find_open_by_host_key(self, user_id: str, source: str, profile_id: str, host_key: str) -> sqlite3.Row | None:
+        """The open session an agent's host session key maps to, if any."""
+        return self.db.query_one(
+            "SELECT * FROM sessions WHERE user_id = ? AND source = ? AND profile_id = ? AND host_session_key = ? "
+            "AND status = 'open' ORDER BY updated_at DESC LIMIT 1",
+            (user_id, source, profile_id, host_key),
+        )
+
+    def create(
+        self,
+        session_id: str,
+        *,
+        user_id: str,
+        project_id: str | None,
+        source: str,
+        profile_id: str,
+        workspace_path: str | None,
+        host_session_key: str | None,
+        meta: dict[str, Any],
+    ) -> None:
+        """Insert a new open session."""
+        now = utc_now()
+        with self.db.transaction() as conn:
+            conn.execute(
+                "INSERT INTO sessions(id, user_id, project_id, source, profile_id, workspace_path, host_session_key, "
+                "status, meta_json, opened_at, last_seen_at, updated_at) VALUES (?,?,?,?,?,?,?,'open',?,?,?,?)",
+                (
+                    session_id,
+                    user_id,
+                    project_id,
+                    source,
+                    profile_id,
+                    workspace_path,
+                    host_session_key,
+                    json.dumps(meta, ensure_ascii=False),
+                    now,
+                    now,
+                    now,
+                ),
+            )
+
+    def touch(self, session_id: str) -> None:
+        """Update last_seen_at."""
+        now = utc_now()
+        with self.db.transaction() as conn:
+            conn.execute("UPDATE sessions SET last_seen_at=?, updated_at=? WHERE id=?", (now, now, session_id))
+
+    def close(self, session_id: str) -> None:
+        """Mark a session closed and close its open episodes."""
+        now = utc_now()
+        with self.db.transaction() as conn:
+            conn.execute(
+                "UPDATE sessions SET status='closed', closed_at=?, updated_at=? WHERE id=?", (now, now, session_id)
+            )
+            conn.execute(
+                "UPDATE episodes SET status='closed', closed_at=?, updated_at=? WHERE session_id=? AND status='open'",
+                (now, now, session_id),
+            )
+
+    def get_raw_turn(self, session_id: str, turn_id: str) -> sqlite3.Row | None:
+        """A raw turn by (session, turn id)."""
+        return self.db.query_one("SELECT * FROM raw_turns WHERE session_id = ? AND turn_id = ?", (session_id, turn_id))
+
+    def get_raw_turn_by_id(self, raw_turn_id: str) -> sqlite3.Row | None:
+        """A raw turn by its own id."""
+        return self.db.query_one("SELECT * FROM raw_turns WHERE id = ?", (raw_turn_id,))
+
+    def recent_raw_turn_ids(self, session_id: str, limit: int = 8) -> list[str]:
+        """The session's newest raw turn ids."""
+        rows = self.db.query(
+            "SELECT id FROM raw_turns WHERE session_id = ? ORDER BY created_at DESC LIMIT ?", (session_id, limit)
+        )
+        return [r["id"] for r in rows]
+
+    def upsert_raw_turn(self, raw_turn_id: str, session_id: str, turn_id: str, fields: dict[str, Any]) -> None:
+        """Insert or update a raw turn; ``fields`` maps column names to values (JSON columns pre-encoded)."""
+        existing = self.get_raw_turn(session_id, turn_id)
+        with self.db.transaction() as conn:
+            if existing is None:
+                columns = ["id", "session_id", "turn_id", "created_at", *fields]
+                values = [raw_turn_id, session_id, turn_id, utc_now(), *fields.values()]
+                conn.execute(
+                    f"INSERT INTO raw_turns({','.join(columns)}) VALUES ({','.join('?' * len(values))})", values
+                )
+            elif fields:
+                assignments = ",".join(f"{name}=?" for name in fields)
+                conn.execute(f"UPDATE raw_turns SET {assignments} WHERE id=?", [*fields.values(), existing["id"]])
+
+    def list_recent_turns(self, limit: int, offset: int, text: str | None) -> tuple[list[sqlite3.Row], int]:
+        """Raw turns newest first (for the tasks panel)."""
+        where = "deleted_at IS NULL"
+        params: list[Any] = []
+        if text:
+            where += " AND (user_text LIKE ? OR assistant_text LIKE ?)"
+            params.extend([f"%{text}%", f"%{text}%"])
+        total_row = self.db.query_one(f"SELECT COUNT(*) FROM raw_turns WHERE {where}", params)
+        rows = self.db.query(
+            f"SELECT * FROM raw_turns WHERE {where} ORDER BY created_at DESC LIMIT ? OFFSET ?",
+            [*params, limit, offset],
+        )
+        return rows, int(total_row[0]) if total_row else 0

@@ -1,0 +1,98 @@
+"""Text helpers for full-text search that work for Chinese (and other CJK) as well as English.
+
+SQLite's ``unicode61`` tokenizer keeps a run of CJK characters as one token, so "数据库连接" would only
+match itself. We index CJK runs as overlapping character bigrams (plus single characters for one-character
+runs) and turn queries into the same bigrams, joined as a phrase. Unlike the ``trigram`` tokenizer this
+also matches two-character words such as "部署" or "数据", which are the most common Chinese terms.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+
+CJK_RANGES = (
+    "\u3040-\u30ff"  # Hiragana, Katakana
+    "\u3400-\u4dbf"  # CJK extension A
+    "\u4e00-\u9fff"  # CJK unified ideographs
+    "\uf900-\ufaff"  # CJK compatibility ideographs
+    "\uac00-\ud7af"  # Hangul syllables
+)
+CJK_RUN = re.compile(f"[{CJK_RANGES}]+")
+_WORD = re.compile(rf"[{CJK_RANGES}]+|[^\W_]+(?:[_\-.][^\W_]+)*", re.UNICODE)
+
+ENGLISH_STOPWORDS = frozenset(
+    """a an and are as at be but by can could did do does for from had has have how i if in into is it its
+    me my no not of on or our so than that the their them then there these they this to was we were what
+    when where which who why will with would you your about please just""".split()
+)
+CHINESE_STOPWORDS = frozenset(
+    "的 了 是 在 我 你 他 她 它 们 吗 呢 吧 啊 和 与 及 就 都 也 还 把 被 这 那 有 一个".split()
+)
+
+
+def cjk_bigrams(run: str) -> list[str]:
+    """Split one CJK run into overlapping bigrams ("数据库" -> ["数据", "据库"])."""
+    if len(run) <= 1:
+        return [run] if run else []
+    return [run[i : i + 2] for i in range(len(run) - 1)]
+
+
+def segment_for_index(text: str) -> str:
+    """Rewrite ``text`` so unicode61 indexes CJK runs as bigrams; non-CJK text is unchanged."""
+    if not text or not CJK_RUN.search(text):
+        return text
+    return CJK_RUN.sub(lambda m: " " + " ".join(cjk_bigrams(m.group(0))) + " ", text)
+
+
+def fts_row(memory_key: str | None, title: str | None, value: str, tags_json: str | None) -> tuple[str, str, str]:
+    """Build the (identifier, memory_value, tags) columns of a memories_fts row."""
+    try:
+        tags = json.loads(tags_json or "[]")
+    except ValueError:
+        tags = []
+    tag_text = " ".join(str(t) for t in tags) if isinstance(tags, list) else ""
+    identifier = " ".join(part for part in (memory_key or "", title or "") if part)
+    return segment_for_index(identifier), segment_for_index(value), segment_for_index(tag_text)
+
+
+def query_terms(query: str, *, drop_stopwords: bool = True) -> list[str]:
+    """Extract search terms: words/identifiers and CJK runs, lower-cased, stopwords removed, de-duplicated."""
+    seen: dict[str, None] = {}
+    for match in _WORD.finditer(query):
+        term = match.group(0).lower()
+        if drop_stopwords and (term in ENGLISH_STOPWORDS or term in CHINESE_STOPWORDS):
+            continue
+        seen.setdefault(term, None)
+    return list(seen)
+
+
+def _quote(token: str) -> str:
+    return '"' + token.replace('"', '""') + '"'
+
+
+def _cjk_parts(run: str) -> list[str]:
+    """Bigrams of a CJK run, each alone (recall), plus the run as a phrase when it is word-sized (precision)."""
+    grams = cjk_bigrams(run)
+    parts = list(dict.fromkeys(grams))
+    if 2 < len(run) <= 6:
+        parts.append(" ".join(grams))
+    return parts
+
+
+def fts_match_expression(terms: Iterable[str]) -> str:
+    """Turn terms into an FTS5 MATCH expression: every token OR-ed, BM25 does the ranking.
+
+    CJK runs contribute their bigrams (so a sentence matches documents that share its words) and, when
+    short, the whole run as a phrase. Every token is quoted, so user text can never inject FTS5 syntax
+    (``NEAR``, ``*``, column filters).
+    """
+    parts: list[str] = []
+    for term in terms:
+        for piece in CJK_RUN.split(term):
+            if piece.strip():
+                parts.append(piece)
+        for run in CJK_RUN.findall(term):
+            parts.extend(_cjk_parts(run))
+    return " OR ".join(_quote(p) for p in dict.fromkeys(parts))

@@ -1,0 +1,158 @@
+"""Shared fixtures: a temporary HOME for every test, a real daemon on a free loopback port, an in-process service."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from memmy.config import load_config
+from memmy.embed import Embedder, build_embedder
+from memmy.service import MemoryService
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+_ENV_PREFIXES = ("MEMMY_", "MEMORY_SERVICE_")
+
+
+def pytest_report_header() -> str:
+    import sqlite3
+
+    return f"sqlite {sqlite3.sqlite_version}"
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own HOME and MEMMY_HOME; memmy env vars from the outside are cleared."""
+    for name in list(os.environ):
+        if name.startswith(_ENV_PREFIXES):
+            monkeypatch.delenv(name, raising=False)
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("MEMMY_HOME", str(home / ".memmy"))
+    return home
+
+
+@pytest.fixture(scope="session")
+def embedder() -> Embedder:
+    """The real local MiniLM embedder, loaded once per test session."""
+    return build_embedder("local")
+
+
+@pytest.fixture
+def service(isolated_home: Path, embedder: Embedder) -> Iterator[MemoryService]:
+    """An in-process MemoryService over a fresh SQLite file (no HTTP)."""
+    svc = MemoryService.open(load_config(), embedder=embedder)
+    svc.indexer.load_index()
+    yield svc
+    svc.close()
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Daemon:
+    """A real ``memmy-memory serve`` process on a loopback port."""
+
+    home: Path
+    port: int
+    token: str | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+    process: subprocess.Popen[bytes] | None = None
+    log_path: Path | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(_ENV_PREFIXES)}
+        env.update({"HOME": str(self.home), "MEMMY_HOME": str(self.home / ".memmy")})
+        if self.token:
+            env["MEMMY_MEMORY_TOKEN"] = self.token
+        env.update(self.extra_env)
+        return env
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        self.log_path = self.home / f"daemon-{self.port}-{time.time_ns()}.log"
+        log = self.log_path.open("wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "memmy", "serve", "--port", str(self.port)],
+            env=self.env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"daemon exited early:\n{self.log_path.read_text()}")
+            try:
+                if httpx.get(f"{self.url}/api/v1/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"daemon did not become healthy:\n{self.log_path.read_text()}")
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        assert self.process is not None
+        self.process.send_signal(sig)
+        try:
+            return self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait()
+
+    def client(self, token: str | None = "__default__", **headers: str) -> httpx.Client:
+        tok = self.token if token == "__default__" else token
+        all_headers = dict(headers)
+        if tok:
+            all_headers["authorization"] = f"Bearer {tok}"
+        return httpx.Client(base_url=self.url, headers=all_headers, timeout=30)
+
+    def drain(self, timeout_s: float = 60.0) -> None:
+        """Embed everything queued now and wait until the background worker has nothing in flight."""
+        deadline = time.monotonic() + timeout_s
+        with self.client() as client:
+            while time.monotonic() < deadline:
+                client.post("/api/v1/worker/run", json={"limit": 10000}).raise_for_status()
+                if client.get("/api/v1/health").json()["embeddingQueue"]["pending"] == 0:
+                    return
+                time.sleep(0.05)
+        raise TimeoutError("embedding queue did not drain")
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """One token-protected daemon shared by a test module."""
+    home = tmp_path_factory.mktemp("daemon-home")
+    proc = Daemon(home=home, port=free_port(), token="test-token-123")
+    proc.start()
+    yield proc
+    if proc.process and proc.process.poll() is None:
+        proc.stop()
+
+
+@pytest.fixture
+def fresh_daemon(tmp_path: Path) -> Iterator[Daemon]:
+    """A daemon of its own (for restart, kill and config tests); not started yet."""
+    home = tmp_path / "daemon-home"
+    home.mkdir()
+    proc = Daemon(home=home, port=free_port())
+    yield proc
+    if proc.process and proc.process.poll() is None:
+        proc.stop(signal.SIGKILL)

@@ -1,0 +1,108 @@
+"""Daemon lifecycle: durability across kill -9, graceful SIGTERM, the server lock, reload-config, bind policy."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import Daemon, free_port
+
+
+def db_path(daemon: Daemon) -> Path:
+    return daemon.home / ".memmy" / "memory-service" / "memory.sqlite"
+
+
+def test_acknowledged_writes_survive_kill_9(fresh_daemon: Daemon) -> None:
+    fresh_daemon.start()
+    ids = []
+    with fresh_daemon.client() as client:
+        for i in range(25):
+            response = client.post("/api/v1/memory/add", json={"content": f"durable fact number {i} about kiwis"})
+            assert response.status_code == 200
+            ids.append(response.json()["id"])
+    fresh_daemon.stop(signal.SIGKILL)
+    lock = db_path(fresh_daemon).with_name("memory.sqlite.server.lock")
+    assert lock.exists()  # left behind by the killed process: the restart must clear it
+    fresh_daemon.start()
+    with fresh_daemon.client() as client:
+        for memory_id in ids:
+            assert client.get(f"/api/v1/memory/{memory_id}").status_code == 200
+        fresh_daemon.drain()
+        found = client.post("/api/v1/memory/search", json={"query": "durable fact kiwis", "limit": 50}).json()
+    assert set(found["sourceMemoryIds"]) == set(ids)
+
+
+def test_sigterm_is_graceful_and_removes_the_lock(fresh_daemon: Daemon) -> None:
+    fresh_daemon.start()
+    with fresh_daemon.client() as client:
+        memory_id = client.post("/api/v1/memory/add", json={"content": "graceful shutdown keeps me"}).json()["id"]
+    assert fresh_daemon.stop(signal.SIGTERM) == 0
+    assert not db_path(fresh_daemon).with_name("memory.sqlite.server.lock").exists()
+    fresh_daemon.start()
+    with fresh_daemon.client() as client:
+        assert client.get(f"/api/v1/memory/{memory_id}").json()["content"] == "graceful shutdown keeps me"
+
+
+def test_second_daemon_on_the_same_file_is_refused(fresh_daemon: Daemon) -> None:
+    fresh_daemon.start()
+    second = Daemon(home=fresh_daemon.home, port=free_port())
+    result = subprocess.run(
+        [sys.executable, "-m", "memmy", "serve", "--port", str(second.port)],
+        env=second.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert f"already served by pid {fresh_daemon.process.pid}" in result.stderr  # type: ignore[union-attr]
+
+
+def test_non_loopback_bind_needs_a_token(fresh_daemon: Daemon) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "memmy", "serve", "--host", "0.0.0.0", "--port", str(fresh_daemon.port)],
+        env=fresh_daemon.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert "refusing to listen on non-loopback address 0.0.0.0 without a token" in result.stderr
+
+
+def test_reload_config_applies_retrieval_and_flags_storage(fresh_daemon: Daemon) -> None:
+    config = fresh_daemon.home / ".memmy" / "config.yaml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text("memmyMemory:\n  algorithm:\n    enableMemorySearch: true\n")
+    fresh_daemon.start()
+    with fresh_daemon.client() as client:
+        client.post("/api/v1/memory/add", json={"content": "reloadable search target"})
+        config.write_text("memmyMemory:\n  algorithm:\n    enableMemorySearch: false\n")
+        reloaded = client.post("/api/v1/admin/reload-config", json={"reason": "test"}).json()
+        assert reloaded["requiresRestart"] is False and "algorithm" in reloaded["changed"]
+        disabled = client.post("/api/v1/memory/search", json={"query": "reloadable search target"}).json()
+        assert disabled["status"] == ["memory_search:disabled"] and disabled["injectedContext"] == ""
+
+        config.write_text("memmyMemory:\n  storage:\n    sqlitePath: /tmp/elsewhere.sqlite\n")
+        moved = client.post("/api/v1/admin/reload-config", json={}).json()
+        assert moved["requiresRestart"] is True
+        # The running daemon keeps serving its current file until restarted.
+        assert client.get("/api/v1/health").json()["storage"]["path"] == str(db_path(fresh_daemon))
+
+        config.write_text("memmyMemory:\n  algorithm:\n    retrieval:\n      tier1TopK: many\n")
+        broken = client.post("/api/v1/admin/reload-config", json={})
+        assert broken.status_code == 400
+        assert "tier1TopK: expected an integer" in broken.json()["error"]["message"]
+        assert str(config) in broken.json()["error"]["message"]
+
+
+def test_admin_shutdown(fresh_daemon: Daemon) -> None:
+    fresh_daemon.start()
+    with fresh_daemon.client() as client:
+        assert client.post("/api/v1/admin/shutdown").json() == {"accepted": True}
+    assert fresh_daemon.process is not None
+    assert fresh_daemon.process.wait(timeout=30) == 0
+    lock = db_path(fresh_daemon).with_name("memory.sqlite.server.lock")
+    assert not lock.exists(), json.dumps(lock.read_text() if lock.exists() else "")

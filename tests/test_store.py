@@ -1,0 +1,215 @@
+"""The SQLite store: schema, migration from the previous version, CJK full-text search, locks, change log."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memmy.domain import Memory, content_hash
+from memmy.errors import StoreError
+from memmy.service import MemoryService
+from memmy.service.namespace import Namespace
+from memmy.store.db import Database, ServerLock, utc_now
+from memmy.store.memories import MemoryFilter, MemoryRepository
+from memmy.store.schema import MIGRATION_001, MIGRATIONS, SCHEMA_VERSION
+from memmy.store.text import fts_match_expression, query_terms, segment_for_index
+
+EXPECTED_TABLES = {
+    "memories",
+    "memories_fts",
+    "memory_vector_entries",
+    "sessions",
+    "episodes",
+    "raw_turns",
+    "feedback",
+    "l2_candidate_pool",
+    "trace_policy_links",
+    "skill_trials",
+    "recall_events",
+    "api_logs",
+    "memory_change_log",
+    "audit_logs",
+    "idempotency_keys",
+    "evolution_jobs",
+    "embedding_retry_queue",
+    "memory_processing_state",
+    "runtime_kv",
+    "decision_repairs",
+    "artifacts",
+    "schema_migrations",
+}
+
+
+def make_memory(content: str, layer: str = "L1", **extra: object) -> Memory:
+    now = utc_now()
+    return Memory(
+        id=f"m_{content_hash(content)[:12]}",
+        layer=layer,
+        content=content,  # type: ignore[arg-type]
+        content_hash=content_hash(content),
+        created_at=now,
+        updated_at=now,
+        valid_from=now,
+        **extra,
+    )  # type: ignore[arg-type]
+
+
+def test_fresh_database_has_every_table_and_pragmas(tmp_path: Path) -> None:
+    db = Database(tmp_path / "m.sqlite")
+    names = {r[0] for r in db.query("SELECT name FROM sqlite_master WHERE type IN ('table')")}
+    assert EXPECTED_TABLES <= names
+    assert db.query_one("PRAGMA journal_mode")[0] == "wal"
+    assert db.query_one("PRAGMA foreign_keys")[0] == 1
+    assert db.query_one("PRAGMA busy_timeout")[0] == 5000
+    columns = {r[1] for r in db.query("PRAGMA table_info(memories)")}
+    assert {"user_id", "project_id", "source_agent", "session_id", "valid_from", "valid_to"} <= columns
+    vector_columns = {r[1] for r in db.query("PRAGMA table_info(memory_vector_entries)")}
+    assert {"embedding_provider", "embedding_model", "embedding_dim"} <= vector_columns
+    assert db.migration.to_version == SCHEMA_VERSION and db.migration.backup_path is None
+    db.close()
+
+
+def test_migrates_a_previous_version_file_with_backup(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite"
+    conn = sqlite3.connect(path)
+    conn.executescript(MIGRATION_001)
+    conn.execute(
+        "CREATE TABLE schema_migrations (id TEXT PRIMARY KEY, version INTEGER NOT NULL, "
+        "applied_at TEXT NOT NULL, checksum TEXT NOT NULL)"
+    )
+    conn.execute("INSERT INTO schema_migrations VALUES (?, 1, '2026-01-01T00:00:00Z', '1')", (MIGRATIONS[0].id,))
+    conn.execute(
+        "INSERT INTO memories(id, user_id, agent_id, memory_value, memory_layer, content_hash, created_at, updated_at) "
+        "VALUES ('trace_old', 'local-user', 'codex', '部署数据库连接池 and flaky pytest fixtures', 'L1', 'h', "
+        "'2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z')"
+    )
+    conn.commit()
+    conn.close()
+
+    db = Database(path)
+    assert db.migration.from_version == 1 and db.migration.to_version == SCHEMA_VERSION
+    assert db.migration.applied == ("002_scope_validity_cjk_fts",)
+    backup = db.migration.backup_path
+    assert backup is not None and backup.exists()
+    with sqlite3.connect(backup) as old:
+        assert old.execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0] == 1
+    repo = MemoryRepository(db)
+    memory = repo.get("trace_old")
+    assert memory is not None and memory.source_agent == "codex" and memory.valid_from == "2026-01-01T00:00:00Z"
+    assert [m for m, _ in repo.fts_search("数据库", 5, MemoryFilter())] == ["trace_old"]
+    assert [m for m, _ in repo.fts_search("pytest fixtures", 5, MemoryFilter())] == ["trace_old"]
+    db.close()
+    again = Database(path)  # idempotent: nothing left to apply, no second backup
+    assert again.migration.applied == ()
+    again.close()
+
+
+def test_newer_schema_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "new.sqlite"
+    Database(path).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("INSERT INTO schema_migrations VALUES ('999_future', 999, 'x', '0')")
+    with pytest.raises(StoreError, match="newer than this memmy supports"):
+        Database(path)
+
+
+def test_cjk_segmentation_and_query_syntax_is_escaped() -> None:
+    assert segment_for_index("修复数据库").split() == ["修复", "复数", "数据", "据库"]
+    assert segment_for_index("plain english") == "plain english"
+    assert query_terms("How do I fix the 数据库 error?") == ["fix", "数据库", "error"]
+    expression = fts_match_expression(['NEAR(a b)"', "数据库"])
+    assert expression == '"NEAR(a b)""" OR "数据" OR "据库" OR "数据 据库"'
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE VIRTUAL TABLE t USING fts5(x)")
+    conn.execute("INSERT INTO t VALUES (?)", (segment_for_index("NEAR a b 数据库"),))
+    assert conn.execute("SELECT count(*) FROM t WHERE t MATCH ?", (expression,)).fetchone()[0] == 1
+
+
+def test_full_text_english_and_chinese(tmp_path: Path) -> None:
+    db = Database(tmp_path / "m.sqlite")
+    repo = MemoryRepository(db)
+    docs = {
+        "en": "The deploy script needs DATABASE_URL before running migrations",
+        "zh": "部署脚本在运行迁移之前需要设置数据库连接字符串",
+        "zh2": "用户喜欢简洁的回答，不要长篇大论",
+        "mixed": "pytest 测试在 CI 上很慢，因为 fixture 每次都重建数据库",
+    }
+    for key, text in docs.items():
+        repo.insert(make_memory(text, title=key), source="test")
+    flt = MemoryFilter()
+
+    def ids(query: str) -> list[str]:
+        found = repo.get_many([m for m, _ in repo.fts_search(query, 10, flt)])
+        return sorted(found[m].title for m in found)
+
+    assert ids("DATABASE_URL migrations") == ["en"]
+    assert ids("数据库") == ["mixed", "zh"]  # three characters
+    assert ids("部署") == ["zh"]  # two characters: trigram could not match this
+    assert ids("简洁") == ["zh2"]
+    assert ids("fixture 很慢") == ["mixed"]
+    assert ids("nothing-like-this") == []
+    db.close()
+
+
+def test_soft_delete_hides_everywhere_and_logs_changes(service: MemoryService) -> None:
+    ns = Namespace(source="cli")
+    added = service.add_memory({"content": "Use uv for Python installs", "tags": ["python"]}, ns)
+    memory_id = added["id"]
+    assert service.search({"query": "uv python installs"}, ns)["sourceMemoryIds"] == [memory_id]
+    service.delete_memory(memory_id, {"reason": "obsolete"}, ns)
+    assert service.memories.get(memory_id) is None
+    assert service.search({"query": "uv python installs"}, ns)["sourceMemoryIds"] == []
+    assert service.panel.items({})["total"] == 0
+    changes = service.logs.changes_for(memory_id)
+    assert [c["changeType"] for c in changes] == ["create", "delete"]
+    assert changes[1]["before"]["status"] == "activated" and changes[1]["after"]["status"] == "deleted"
+    audits = service.logs.audits_for(memory_id)
+    assert len(audits) == 1 and audits[0]["action"] == "memory.delete"
+    assert json.loads(audits[0]["meta_json"])["reason"] == "obsolete"
+
+
+def test_content_hash_dedup_is_per_layer(service: MemoryService) -> None:
+    ns = Namespace()
+    first = service.add_memory({"content": "Prefer  tabs in Makefiles", "tags": ["make"]}, ns)
+    again = service.add_memory({"content": "prefer tabs in makefiles", "tags": ["build"]}, ns)
+    other_layer = service.add_memory({"content": "Prefer tabs in Makefiles", "layer": "L2"}, ns)
+    assert again["id"] == first["id"] and again["deduplicated"] is True
+    assert again["tags"] == ["make", "build"]
+    assert other_layer["id"] != first["id"] and other_layer["memoryLayer"] == "L2"
+    assert [c["changeType"] for c in service.logs.changes_for(first["id"])] == ["create", "merge"]
+
+
+def test_validity_and_scope_filters(service: MemoryService) -> None:
+    repo = service.memories
+    repo.insert(make_memory("alpha fact for project one", project_id="/p/one"), source="t")
+    repo.insert(make_memory("alpha fact for project two", project_id="/p/two"), source="t")
+    superseded = make_memory("alpha fact that was corrected", valid_to="2000-01-01T00:00:00Z")
+    repo.insert(superseded, source="t")
+    found = {m for m, _ in repo.fts_search("alpha fact", 10, MemoryFilter(project_id="/p/one"))}
+    assert found == {make_memory("alpha fact for project one").id}
+    everything = {m for m, _ in repo.fts_search("alpha fact", 10, MemoryFilter())}
+    assert superseded.id not in everything and len(everything) == 2
+
+
+def test_server_lock_refuses_live_pid_and_clears_stale(tmp_path: Path) -> None:
+    db_path = tmp_path / "m.sqlite"
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        lock_file = db_path.with_name("m.sqlite.server.lock")
+        lock_file.write_text(json.dumps({"pid": holder.pid, "host": "127.0.0.1", "port": 1}))
+        with pytest.raises(StoreError, match=f"already served by pid {holder.pid}"):
+            ServerLock(db_path).acquire("127.0.0.1", 2)
+    finally:
+        holder.kill()
+        holder.wait()
+    lock = ServerLock(db_path)
+    lock.acquire("127.0.0.1", 2)  # the holder is dead now: the stale lock is replaced
+    assert json.loads(lock.path.read_text())["pid"] == os.getpid()
+    lock.release()
+    assert not lock.path.exists()
