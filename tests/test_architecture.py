@@ -1,0 +1,82 @@
+"""Layering: front ends -> service -> engine -> store/embed/domain; nothing imports upward; no module too big."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "memmy"
+
+#: component -> components it may import (itself always allowed).
+ALLOWED: dict[str, set[str]] = {
+    "errors": set(),
+    "domain": set(),
+    "config_defaults": set(),
+    "config": {"errors", "config_defaults"},
+    "store": {"domain", "errors"},
+    "embed": {"errors"},
+    "capture": {"domain", "errors"},
+    "recall": {"domain", "errors", "store", "embed"},
+    "indexing": {"domain", "errors", "store", "embed"},
+    "service": {
+        "domain",
+        "errors",
+        "store",
+        "embed",
+        "capture",
+        "recall",
+        "indexing",
+        "config",
+        "config_defaults",
+        "__init__",
+    },
+    "server": {"service", "domain", "errors", "config", "config_defaults", "store", "__init__"},
+    "cli": {"service", "server", "domain", "errors", "config", "config_defaults", "__init__"},
+    "__main__": {"cli"},
+    "__init__": set(),
+}
+
+
+def component(path: Path) -> str:
+    relative = path.relative_to(PACKAGE)
+    return relative.parts[0].removesuffix(".py")
+
+
+def imported_components(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "memmy":
+                found.add(parts[1] if len(parts) > 1 else "__init__")
+    return found
+
+
+def test_no_layer_imports_upward() -> None:
+    violations = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        source = component(path)
+        allowed = ALLOWED[source] | {source}
+        for target in imported_components(path) - allowed:
+            violations.append(f"{path.relative_to(PACKAGE)} ({source}) imports memmy.{target}")
+    assert violations == []
+
+
+def test_storage_is_only_reached_through_the_service_from_the_cli() -> None:
+    for path in (PACKAGE / "cli").rglob("*.py"):
+        assert "store" not in imported_components(path), path
+
+
+def test_no_god_modules() -> None:
+    too_long = {
+        str(p.relative_to(PACKAGE)): n
+        for p in PACKAGE.rglob("*.py")
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > 600
+    }
+    assert too_long == {}
