@@ -86,6 +86,7 @@ class Memory:
     valid_from: str | None = None
     valid_to: str | None = None
     superseded_by: str | None = None
+    visibility: str = "private"
 
     @property
     def kind(self) -> str:

@@ -20,7 +20,7 @@ from memmy.embed import Embedder
 from memmy.errors import MemmyError
 from memmy.store.memories import MemoryRepository
 from memmy.store.queue import EmbeddingQueue, QueueItem
-from memmy.store.vectors import Vector, VectorIndex, VectorRepository
+from memmy.store.vectors import Vector, VectorIndex, VectorRepository, meta_of
 
 log = logging.getLogger("memmy.indexing")
 
@@ -142,13 +142,15 @@ class Indexer:
         ok = 0
         for item, row in zip(items, vectors, strict=True):
             vector: Vector = np.asarray(row, dtype=np.float32)
-            if self.memories.get(item.target_id) is None:
+            memory = self.memories.get(item.target_id)
+            if memory is None:
                 self.queue.drop(item.target_id)
                 continue
             self.vectors.upsert(item.target_id, item.vector_field, fingerprint.provider, fingerprint.model, vector)
             if self.index is None or self.index.dim != fingerprint.dim:
                 self.index = VectorIndex(fingerprint.dim)
-            self.index.upsert(item.target_id, item.vector_field, vector)
+            meta = meta_of(memory.layer, memory.project_id, memory.visibility, memory.source_agent)
+            self.index.upsert(item.target_id, item.vector_field, vector, meta)
             self.queue.succeed(item)
             ok += 1
         self.last_ok_at = time.time()

@@ -174,16 +174,14 @@ class MemoryOps:
             turn_id=opt_str(body, "turnId"),
             memory_key=key,
             content_hash=digest,
-            info={"visibility": visibility},
+            visibility=visibility,
             properties={"summary": summarise(title or content)},
             created_at=created_at,
             updated_at=now,
             valid_from=created_at,
         )
-        with self.db.transaction() as conn:
+        with self.db.transaction():
             self.memories.insert(memory, source=ns.source)
-            if visibility == "global":
-                conn.execute("UPDATE memories SET visibility='global' WHERE id=?", (memory.id,))
             if defer:
                 self.queue.set_state(memory.id, "ready_text_only")
             else:

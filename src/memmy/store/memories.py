@@ -19,7 +19,7 @@ VISIBLE = "m.status = 'activated' AND (m.valid_to IS NULL OR m.valid_to > ?)"
 _COLUMNS = (
     "id, user_id, conversation_id, session_id, agent_id, app_id, status, memory_key, title, memory_value, "
     "tags_json, info_json, properties_json, memory_layer, content_hash, version, created_at, updated_at, "
-    "deleted_at, project_id, source_agent, turn_id, valid_from, valid_to, superseded_by"
+    "deleted_at, project_id, source_agent, turn_id, valid_from, valid_to, superseded_by, visibility"
 )
 
 
@@ -49,6 +49,7 @@ def row_to_memory(row: sqlite3.Row) -> Memory:
         valid_from=row["valid_from"],
         valid_to=row["valid_to"],
         superseded_by=row["superseded_by"],
+        visibility=row["visibility"] or "private",
     )
 
 
@@ -90,7 +91,7 @@ class MemoryRepository:
         """Insert a new memory, index it and log the creation."""
         with self.db.transaction() as conn:
             conn.execute(
-                f"INSERT INTO memories ({_COLUMNS}) VALUES ({','.join('?' * 25)})",
+                f"INSERT INTO memories ({_COLUMNS}) VALUES ({','.join('?' * 26)})",
                 (
                     memory.id,
                     memory.user_id,
@@ -117,6 +118,7 @@ class MemoryRepository:
                     memory.valid_from,
                     memory.valid_to,
                     memory.superseded_by,
+                    memory.visibility,
                 ),
             )
             self._index(conn, memory)
@@ -128,7 +130,7 @@ class MemoryRepository:
             conn.execute(
                 "UPDATE memories SET status=?, title=?, memory_value=?, tags_json=?, info_json=?, "
                 "properties_json=?, content_hash=?, version=?, updated_at=?, deleted_at=?, valid_from=?, "
-                "valid_to=?, superseded_by=?, memory_key=? WHERE id=?",
+                "valid_to=?, superseded_by=?, memory_key=?, visibility=? WHERE id=?",
                 (
                     memory.status,
                     memory.title,
@@ -144,6 +146,7 @@ class MemoryRepository:
                     memory.valid_to,
                     memory.superseded_by,
                     memory.memory_key,
+                    memory.visibility,
                     memory.id,
                 ),
             )

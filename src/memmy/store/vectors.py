@@ -9,7 +9,8 @@ corpus, no recency window); at 100k x 384 one query costs a few milliseconds on 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
@@ -19,40 +20,78 @@ from memmy.store.db import Database, utc_now
 Vector = NDArray[np.float32]
 
 
+@dataclass(frozen=True)
+class VectorMeta:
+    """What a search may filter on without touching SQLite: layer, project scope, source agent."""
+
+    layer: str
+    project_id: str | None = None  # None: visible from every project (no project, or marked global)
+    source: str = "unknown"
+
+
 class VectorIndex:
-    """Exact cosine search over L2-normalised vectors kept in one growable float32 matrix."""
+    """Exact cosine search over L2-normalised vectors kept in one growable float32 matrix.
+
+    Each row also carries small integer codes for its layer, project and source so that a scoped,
+    layer-restricted search is one masked matrix product over the whole corpus.
+    """
+
+    NO_PROJECT = -1
 
     def __init__(self, dim: int, capacity: int = 1024) -> None:
         self.dim = dim
         self._lock = threading.RLock()
         self._matrix: Vector = np.zeros((capacity, dim), dtype=np.float32)
+        self._layer = np.zeros(capacity, dtype=np.int8)
+        self._project = np.full(capacity, self.NO_PROJECT, dtype=np.int32)
+        self._source = np.zeros(capacity, dtype=np.int32)
         self._keys: list[tuple[str, str]] = []
         self._pos: dict[tuple[str, str], int] = {}
+        self._codes: dict[str, dict[str, int]] = {"layer": {}, "project": {}, "source": {}}
 
     def __len__(self) -> int:
         return len(self._keys)
 
-    def upsert(self, memory_id: str, field: str, vector: Vector) -> None:
+    def _code(self, kind: str, value: str) -> int:
+        table = self._codes[kind]
+        if value not in table:
+            table[value] = len(table)
+        return table[value]
+
+    def _grow(self, needed: int) -> None:
+        size = self._matrix.shape[0]
+        if needed <= size:
+            return
+        new_size = max(1024, size * 2, needed)
+        for name, fill in (("_matrix", 0.0), ("_layer", 0), ("_project", self.NO_PROJECT), ("_source", 0)):
+            old = getattr(self, name)
+            shape = (new_size, self.dim) if name == "_matrix" else (new_size,)
+            grown = np.full(shape, fill, dtype=old.dtype)
+            grown[:size] = old
+            setattr(self, name, grown)
+
+    def upsert(self, memory_id: str, field: str, vector: Vector, meta: VectorMeta | None = None) -> None:
         """Insert or replace the vector of (memory, field)."""
         if vector.shape != (self.dim,):
             raise ValueError(f"vector has shape {vector.shape}, index expects ({self.dim},)")
+        meta = meta or VectorMeta(layer="L1")
         key = (memory_id, field)
         with self._lock:
             row = self._pos.get(key)
             if row is None:
                 row = len(self._keys)
-                if row >= self._matrix.shape[0]:
-                    grown = np.zeros((max(1024, self._matrix.shape[0] * 2), self.dim), dtype=np.float32)
-                    grown[:row] = self._matrix[:row]
-                    self._matrix = grown
+                self._grow(row + 1)
                 self._keys.append(key)
                 self._pos[key] = row
             self._matrix[row] = vector
+            self._layer[row] = self._code("layer", meta.layer)
+            self._project[row] = self.NO_PROJECT if meta.project_id is None else self._code("project", meta.project_id)
+            self._source[row] = self._code("source", meta.source)
 
-    def bulk_load(self, items: Iterable[tuple[str, str, Vector]]) -> None:
+    def bulk_load(self, items: Iterable[tuple[str, str, Vector, VectorMeta]]) -> None:
         """Add many vectors (used at start-up)."""
-        for memory_id, field, vector in items:
-            self.upsert(memory_id, field, vector)
+        for memory_id, field, vector, meta in items:
+            self.upsert(memory_id, field, vector, meta)
 
     def remove(self, memory_id: str) -> None:
         """Drop every vector of a memory (swap-with-last, O(1) per row)."""
@@ -64,7 +103,8 @@ class VectorIndex:
                 last = len(self._keys) - 1
                 if row != last:
                     moved = self._keys[last]
-                    self._matrix[row] = self._matrix[last]
+                    for array in (self._matrix, self._layer, self._project, self._source):
+                        array[row] = array[last]
                     self._keys[row] = moved
                     self._pos[moved] = row
                 self._keys.pop()
@@ -74,16 +114,55 @@ class VectorIndex:
         with self._lock:
             return any((memory_id, f) in self._pos for f in ("vec_summary", "vec_action", "vec"))
 
-    def search(self, query: Vector, k: int) -> list[tuple[str, float]]:
-        """Top-k memories by cosine similarity (best field per memory), best first."""
+    def vector(self, memory_id: str) -> Vector | None:
+        """The memory's first stored vector (summary, then action, then vec), or None."""
+        with self._lock:
+            for field in ("vec_summary", "vec", "vec_action"):
+                row = self._pos.get((memory_id, field))
+                if row is not None:
+                    found: Vector = self._matrix[row].copy()
+                    return found
+        return None
+
+    def _mask(
+        self, n: int, layers: Sequence[str] | None, project_id: str | None, source: str | None
+    ) -> NDArray[np.bool_] | None:
+        mask: NDArray[np.bool_] | None = None
+        if layers:
+            codes = [self._codes["layer"][layer] for layer in layers if layer in self._codes["layer"]]
+            mask = np.isin(self._layer[:n], np.array(codes, dtype=np.int8))
+        if project_id is not None:
+            code = self._codes["project"].get(project_id, -2)
+            in_scope = (self._project[:n] == code) | (self._project[:n] == self.NO_PROJECT)
+            mask = in_scope if mask is None else mask & in_scope
+        if source is not None:
+            code = self._codes["source"].get(source, -2)
+            same = self._source[:n] == code
+            mask = same if mask is None else mask & same
+        return mask
+
+    def search(
+        self,
+        query: Vector,
+        k: int,
+        *,
+        layers: Sequence[str] | None = None,
+        project_id: str | None = None,
+        source: str | None = None,
+    ) -> list[tuple[str, float]]:
+        """Top-k memories by cosine similarity (best field per memory), best first, within the filters."""
         with self._lock:
             n = len(self._keys)
             if n == 0 or k <= 0:
                 return []
             scores = self._matrix[:n] @ query.astype(np.float32, copy=False)
+            mask = self._mask(n, layers, project_id, source)
+            if mask is not None:
+                scores = np.where(mask, scores, np.float32(-np.inf))
             take = min(n, k * 2)  # a memory may own two fields; over-take then de-duplicate
             top = np.argpartition(-scores, take - 1)[:take] if take < n else np.arange(n)
             order = top[np.argsort(-scores[top])]
+            order = order[np.isfinite(scores[order])]
             keys = [self._keys[i] for i in order]
             values = scores[order].tolist()
         best: dict[str, float] = {}
@@ -93,6 +172,12 @@ class VectorIndex:
             if len(best) >= k:
                 break
         return list(best.items())
+
+
+def meta_of(layer: str, project_id: str | None, visibility: str | None, source: str | None) -> VectorMeta:
+    """Index metadata of a memory: global memories belong to no project."""
+    scoped = None if visibility == "global" else project_id
+    return VectorMeta(layer=layer, project_id=scoped, source=source or "unknown")
 
 
 def to_blob(vector: Vector) -> bytes:
@@ -129,21 +214,24 @@ class VectorRepository:
         with self.db.transaction() as conn:
             conn.execute("DELETE FROM memory_vector_entries WHERE memory_id = ?", (memory_id,))
 
-    def iter_current(self, provider: str, model: str, dim: int, batch: int = 5000) -> Iterable[tuple[str, str, Vector]]:
-        """Yield (memory_id, field, vector) of live memories stamped with this fingerprint."""
+    def iter_current(
+        self, provider: str, model: str, dim: int, batch: int = 5000
+    ) -> Iterable[tuple[str, str, Vector, VectorMeta]]:
+        """Yield (memory_id, field, vector, meta) of live memories stamped with this fingerprint."""
         last_id = 0
         while True:
             rows = self.db.query(
-                "SELECT v.id, v.memory_id, v.vector_field, v.embedding FROM memory_vector_entries v "
-                "JOIN memories m ON m.id = v.memory_id WHERE v.id > ? AND v.embedding_provider = ? "
-                "AND v.embedding_model = ? AND v.embedding_dim = ? AND m.status != 'deleted' "
-                "ORDER BY v.id LIMIT ?",
+                "SELECT v.id, v.memory_id, v.vector_field, v.embedding, m.memory_layer, m.project_id, m.visibility, "
+                "m.source_agent FROM memory_vector_entries v JOIN memories m ON m.id = v.memory_id "
+                "WHERE v.id > ? AND v.embedding_provider = ? AND v.embedding_model = ? AND v.embedding_dim = ? "
+                "AND m.status != 'deleted' ORDER BY v.id LIMIT ?",
                 (last_id, provider, model, dim, batch),
             )
             if not rows:
                 return
             for row in rows:
-                yield row["memory_id"], row["vector_field"], from_blob(row["embedding"], dim)
+                meta = meta_of(row["memory_layer"], row["project_id"], row["visibility"], row["source_agent"])
+                yield row["memory_id"], row["vector_field"], from_blob(row["embedding"], dim), meta
             last_id = rows[-1]["id"]
 
     def stale_memory_ids(self, provider: str, model: str, dim: int) -> list[str]:
