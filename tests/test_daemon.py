@@ -11,6 +11,11 @@ from pathlib import Path
 from tests.conftest import Daemon, free_port
 
 
+ANIMALS = ("kiwi", "otter", "lynx", "heron", "badger", "walrus", "gecko", "puffin", "tapir", "ibex", "koala",
+           "lemur", "marmot", "narwhal", "ocelot", "pelican", "quokka", "raccoon", "stoat", "toucan", "urchin",
+           "vulture", "wombat", "yak", "zebra")
+
+
 def db_path(daemon: Daemon) -> Path:
     return daemon.home / ".memmy" / "memory-service" / "memory.sqlite"
 
@@ -19,8 +24,8 @@ def test_acknowledged_writes_survive_kill_9(fresh_daemon: Daemon) -> None:
     fresh_daemon.start()
     ids = []
     with fresh_daemon.client() as client:
-        for i in range(25):
-            response = client.post("/api/v1/memory/add", json={"content": f"durable fact number {i} about kiwis"})
+        for animal in ANIMALS:
+            response = client.post("/api/v1/memory/add", json={"content": f"durable fact about the {animal} enclosure"})
             assert response.status_code == 200
             ids.append(response.json()["id"])
     fresh_daemon.stop(signal.SIGKILL)
@@ -31,8 +36,10 @@ def test_acknowledged_writes_survive_kill_9(fresh_daemon: Daemon) -> None:
         for memory_id in ids:
             assert client.get(f"/api/v1/memory/{memory_id}").status_code == 200
         fresh_daemon.drain()
-        found = client.post("/api/v1/memory/search", json={"query": "durable fact kiwis", "limit": 50}).json()
-    assert set(found["sourceMemoryIds"]) == set(ids)
+        for animal, memory_id in zip(ANIMALS, ids, strict=True):
+            found = client.post("/api/v1/memory/search", json={"query": f"{animal} enclosure", "verbose": True}).json()
+            assert found["sourceMemoryIds"][0] == memory_id
+            assert set(found["debug"]["channels"][0]["channels"]) >= {"fts", "vec"}
 
 
 def test_sigterm_is_graceful_and_removes_the_lock(fresh_daemon: Daemon) -> None:

@@ -188,7 +188,10 @@ def default_tree() -> dict[str, Any]:
                 "llmFilterMinCandidates": 1,
                 "llmFilterCandidateBodyChars": 500,
                 "readOnlyInjectionProfile": "all",
-                "defaultScope": "pooled",
+                "defaultScope": "auto",
+                "llmQueryExtract": False,
+                "llmInHookPath": False,
+                "llmTimeoutMs": 2000,
             },
         },
     }
@@ -206,7 +209,7 @@ ENUMS: dict[str, tuple[str, ...]] = {
     "algorithm.retrieval.tagFilter": ("auto", "on", "off"),
     "algorithm.retrieval.skillInjectionMode": ("summary", "full"),
     "algorithm.retrieval.readOnlyInjectionProfile": ("all", "experience", "skill", "skill_experience"),
-    "algorithm.retrieval.defaultScope": ("pooled", "project", "agent"),
+    "algorithm.retrieval.defaultScope": ("auto", "pooled", "project", "agent"),
     "algorithm.session.followUpMode": ("merge_follow_ups", "episode_per_turn"),
 }
 

@@ -74,6 +74,11 @@ class OpenAICompatibleEmbedder:
         if dim is not None and dim < 1:
             raise EmbeddingError(f"the embedding dimension must be positive, got {dim}")
         self.url = embeddings_url(endpoint)
+        try:
+            httpx.URL(self.url)
+        except Exception as exc:  # httpx.InvalidURL and friends
+            message = f"invalid embedding endpoint {endpoint!r}: {exc}"
+            raise EmbeddingError(scrub_secrets(message, api_key)) from None
         self.model = model.strip()
         self._api_key = api_key or None
         self._dim = dim
@@ -103,7 +108,8 @@ class OpenAICompatibleEmbedder:
         """Embed texts (in batches of ``batch_size``) into L2-normalised float32 rows, input order kept.
 
         ``role`` is accepted for the :class:`Embedder` contract; the endpoint gets the same request for
-        either role.
+        either role. While the dimension is unknown, a call with nothing to send (empty or blank texts)
+        makes one probe request so that the result can have shape ``(n, dim)``.
         """
         items = check_texts(texts, role)
         wanted = [i for i, text in enumerate(items) if text.strip()]
@@ -169,7 +175,7 @@ class OpenAICompatibleEmbedder:
             raise _Retryable(f"timed out after {self.timeout_s:g} s") from None
         except httpx.TransportError as exc:
             raise _Retryable(f"cannot connect ({type(exc).__name__}: {exc})") from None
-        except httpx.HTTPError as exc:
+        except Exception as exc:  # other httpx errors (invalid URL, decoding...)
             raise self._fail(f"{type(exc).__name__}: {exc}") from None
         status = response.status_code
         if status >= 400:

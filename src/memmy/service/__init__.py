@@ -14,6 +14,7 @@ from memmy.indexing import Indexer
 from memmy.service.memories import MemoryOps
 from memmy.service.namespace import Namespace
 from memmy.service.panel import PanelOps
+from memmy.service.recall import RecallOps
 from memmy.service.turns import TurnOps
 from memmy.service.validate import opt_bool, opt_int, opt_str, require_object
 from memmy.store.db import Database, utc_now
@@ -81,7 +82,8 @@ class MemoryService:
         factory = (lambda: embedder) if embedder is not None else embedder_factory(config)
         self.indexer = Indexer(factory, self.memories, self.vectors, self.queue, config.embedding.batch_size)
         self.memory_ops = MemoryOps(config, db, self.memories, self.logs, self.queue, self.sessions, self.indexer)
-        self.turn_ops = TurnOps(config, db, self.sessions, self.logs, self.memory_ops)
+        self.recall_ops = RecallOps(config, self.memories, self.logs, self.indexer)
+        self.turn_ops = TurnOps(config, db, self.sessions, self.logs, self.memory_ops, self.recall_ops)
         self.panel = PanelOps(self.memories, self.logs, self.sessions, self.queue)
 
     @classmethod
@@ -119,7 +121,7 @@ class MemoryService:
 
     def search(self, body: Any, ns: Namespace) -> dict[str, Any]:
         """Search memories and render injectable context."""
-        return self.memory_ops.search(body, ns)
+        return self.recall_ops.search(body, ns)
 
     def processing_status(self, body: Any) -> dict[str, Any]:
         """Processing records for memories."""
@@ -253,7 +255,7 @@ class MemoryService:
             embedding=new.embedding,
             warnings=new.warnings,
         )
-        for ops in (self.memory_ops, self.turn_ops):
+        for ops in (self.memory_ops, self.turn_ops, self.recall_ops):
             ops.config = self.config
         if embedding_changed:
             self.indexer.replace_embedder(embedder_factory(self.config))

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from memmy.capture.sanitize import sanitize_text
@@ -12,14 +10,10 @@ from memmy.config import MemmyConfig
 from memmy.domain import ID_PREFIX_BY_LAYER, Memory, content_hash, new_id, sha256_hex, summarise
 from memmy.errors import Conflict, Forbidden, InvalidArgument, NotFound
 from memmy.indexing import Indexer, embedding_text
-from memmy.recall.render import render_context, snippet
-from memmy.recall.search import Candidate, SearchSettings, fused_search
 from memmy.service.namespace import Namespace
 from memmy.service.validate import (
     layer_of,
-    layers_of,
     opt_bool,
-    opt_int,
     opt_iso_time,
     opt_list,
     opt_str,
@@ -29,12 +23,11 @@ from memmy.service.validate import (
 )
 from memmy.store.db import Database, utc_now
 from memmy.store.logs import LogRepository
-from memmy.store.memories import MemoryFilter, MemoryRepository
+from memmy.store.memories import MemoryRepository
 from memmy.store.queue import EmbeddingQueue
 from memmy.store.sessions import SessionRepository, raw_turn_dict
 
 MAX_CONTENT_CHARS = 200_000
-SCOPES = ("pooled", "project", "agent")
 
 
 def memory_item(memory: Memory, processing: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -64,49 +57,6 @@ def memory_item(memory: Memory, processing: dict[str, Any] | None = None) -> dic
     if processing is not None:
         item["processing"] = processing
     return item
-
-
-def hit_of(candidate: Candidate) -> dict[str, Any]:
-    """The ``RecallHit`` shape."""
-    memory = candidate.memory
-    return {
-        "id": memory.id,
-        "kind": memory.kind,
-        "memoryLayer": memory.layer,
-        "status": memory.status,
-        "title": memory.title or memory.summary,
-        "snippet": snippet(memory),
-        "score": round(candidate.relevance, 4),
-        "tags": memory.tags,
-        "updatedAt": memory.updated_at,
-        "source": "search",
-        "sourceAgent": memory.source_agent,
-        "projectId": memory.project_id,
-    }
-
-
-@dataclass
-class SearchResult:
-    """A rendered search, as turn start and memory search both need it."""
-
-    candidates: list[Candidate]
-    candidate_ids: list[str]
-    markdown: str
-    sections: list[str]
-    token_estimate: int
-    status: list[str]
-    search_event_id: str
-    dropped: list[dict[str, Any]]
-
-    @property
-    def hits(self) -> list[dict[str, Any]]:
-        """Hits in API shape."""
-        return [hit_of(c) for c in self.candidates]
-
-    @property
-    def source_memory_ids(self) -> list[str]:
-        """Ids rendered into the context."""
-        return [c.memory.id for c in self.candidates]
 
 
 class MemoryOps:
@@ -336,117 +286,6 @@ class MemoryOps:
         detail["metadata"] = {"refs": refs}
         detail["history"] = self.logs.changes_for(memory_id)
         return detail
-
-    def scope_filter(self, body: dict[str, Any], ns: Namespace, layers: Sequence[str]) -> MemoryFilter:
-        """Build the filter for a search scope: pooled (everything), project, or agent."""
-        scope = body.get("scope") or self.config.algo("retrieval", "defaultScope")
-        if scope not in SCOPES:
-            raise InvalidArgument(f"scope: expected one of {', '.join(SCOPES)}, got {scope!r}")
-        if scope == "project":
-            if not ns.project_id:
-                raise InvalidArgument("scope 'project' needs a project: send workspacePath or x-memmy-project-id")
-            return MemoryFilter(layers=tuple(layers), project_id=ns.project_id)
-        if scope == "agent":
-            return MemoryFilter(layers=tuple(layers), source_agent=ns.source)
-        return MemoryFilter(layers=tuple(layers))
-
-    def run_search(
-        self,
-        query: str,
-        *,
-        body: dict[str, Any],
-        ns: Namespace,
-        limit: int,
-        layers: Sequence[str],
-        session_id: str | None = None,
-        turn_id: str | None = None,
-        exclude_ids: frozenset[str] = frozenset(),
-    ) -> SearchResult:
-        """Search, render and log one recall."""
-        flt = self.scope_filter(body, ns, layers)
-        settings = SearchSettings.from_algorithm(self.config.algorithm["retrieval"], limit)
-        outcome = fused_search(
-            query,
-            repo=self.memories,
-            flt=flt,
-            settings=settings,
-            limit=limit,
-            embed_query=self.indexer.embed_query,
-            index=self.indexer.index,
-            exclude_ids=exclude_ids,
-        )
-        rendered = render_context([c.memory for c in outcome.selected])
-        event_id = self.logs.recall_event(
-            session_id=session_id,
-            turn_id=turn_id,
-            user_id=ns.user_id,
-            query=query,
-            query_hash=sha256_hex(query),
-            layers=list(layers),
-            candidate_ids=outcome.candidate_ids,
-            hit_ids=[c.memory.id for c in outcome.selected],
-            injected_ids=[c.memory.id for c in outcome.selected],
-            request={"limit": limit, "scope": body.get("scope"), "source": ns.source},
-        )
-        return SearchResult(
-            candidates=outcome.selected,
-            candidate_ids=outcome.candidate_ids,
-            markdown=rendered.markdown,
-            sections=rendered.sections,
-            token_estimate=rendered.token_estimate,
-            status=outcome.status,
-            search_event_id=event_id,
-            dropped=outcome.dropped,
-        )
-
-    def search(self, body: Any, ns: Namespace) -> dict[str, Any]:
-        """``POST /memory/search``: fused FTS + vector search rendered as injectable markdown."""
-        started = time.perf_counter()
-        body = require_object(body)
-        ns = ns.with_body(body.get("source"), body.get("workspacePath"))
-        query = sanitize_text(req_str(body, "query", max_len=20_000))
-        limit = opt_int(body, "limit", 10, minimum=1, maximum=100)
-        layers = layers_of(body)
-        verbose = opt_bool(body, "verbose")
-        opt_list(body, "tags")
-        if not self.config.algorithm["enableMemorySearch"]:
-            return {"injectedContext": "", "hits": [], "status": ["memory_search:disabled"], "serverTime": utc_now()}
-        if not query:
-            raise InvalidArgument("query: nothing left after removing injected memmy context")
-        result = self.run_search(
-            query, body=body, ns=ns, limit=limit, layers=layers, session_id=opt_str(body, "sessionId")
-        )
-        duration = (time.perf_counter() - started) * 1000
-        self.logs.api_call(
-            "memory_search",
-            ns.source,
-            {"query": query[:500], "layers": layers, "limit": limit},
-            {"candidates": len(result.candidate_ids), "hits": result.source_memory_ids},
-            duration,
-            True,
-            ns.user_id,
-        )
-        response: dict[str, Any] = {
-            "injectedContext": result.markdown,
-            "hits": result.hits,
-            "sourceMemoryIds": result.source_memory_ids,
-            "status": result.status,
-        }
-        if verbose:
-            response["debug"] = {
-                "searchEventId": result.search_event_id,
-                "candidateMemoryIds": result.candidate_ids,
-                "hits": result.hits,
-                "channels": [c.to_debug() for c in result.candidates],
-                "dropped": result.dropped,
-                "sourceMemoryIds": result.source_memory_ids,
-                "status": result.status,
-                "sections": result.sections,
-                "tokenEstimate": result.token_estimate,
-                "durationMs": round(duration, 2),
-                "serverTime": utc_now(),
-            }
-        return response
 
     def processing_status(self, body: Any) -> dict[str, Any]:
         """Processing records for up to 10,000 memory ids."""

@@ -26,13 +26,18 @@ KNOWN_SOURCES = (
 
 
 @lru_cache(maxsize=512)
-def project_root(path: str) -> str:
-    """The git root above ``path`` (a ``.git`` dir or file), else ``path`` itself, as a string."""
+def git_root(path: str) -> str | None:
+    """The git root above ``path`` (a ``.git`` dir or file), or None outside a repository."""
     current = Path(path).expanduser()
     for candidate in (current, *current.parents):
         if (candidate / ".git").exists():
             return str(candidate)
-    return str(current)
+    return None
+
+
+def project_root(path: str) -> str:
+    """The project of a working directory: its git root, else the directory itself."""
+    return git_root(path) or str(Path(path).expanduser())
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,11 @@ class Namespace:
     workspace_path: str | None = None
     session_key: str | None = None
     profile_id: str = "default"
+
+    @property
+    def in_repository(self) -> bool:
+        """True when the caller works inside a git repository (the ``auto`` scope then means ``project``)."""
+        return bool(self.workspace_path and git_root(self.workspace_path))
 
     @classmethod
     def from_headers(cls, headers: Mapping[str, str], default_user: str) -> Namespace:

@@ -10,9 +10,11 @@ from memmy.capture.trace import build_trace_step, normalize_tool_calls
 from memmy.config import MemmyConfig
 from memmy.domain import Memory, content_hash, new_id, sha256_hex
 from memmy.errors import Conflict, InvalidArgument, NotFound
+from memmy.recall.intent import classify_intent, should_skip
 from memmy.service.memories import MemoryOps
 from memmy.service.namespace import Namespace
-from memmy.service.validate import opt_int, opt_list, opt_str, opt_tags, req_str, require_object
+from memmy.service.recall import RecallOps
+from memmy.service.validate import layers_of, opt_int, opt_list, opt_str, opt_tags, req_str, require_object
 from memmy.store.db import Database, utc_now
 from memmy.store.logs import LogRepository
 from memmy.store.sessions import SessionRepository
@@ -59,12 +61,14 @@ class TurnOps:
         sessions: SessionRepository,
         logs: LogRepository,
         memory_ops: MemoryOps,
+        recall_ops: RecallOps,
     ) -> None:
         self.config = config
         self.db = db
         self.sessions = sessions
         self.logs = logs
         self.memory_ops = memory_ops
+        self.recall_ops = recall_ops
 
     def open_session(self, body: Any, ns: Namespace) -> dict[str, Any]:
         """Open (or resume) a session for an agent."""
@@ -136,13 +140,19 @@ class TurnOps:
             else frozenset()
         )
         status: list[str] = []
-        if query and self.config.algorithm["enableMemorySearch"]:
-            result = self.memory_ops.run_search(
-                query[:1500],
+        intent = classify_intent(query) if not recent else "task"
+        layers = layers_of(body)
+        if should_skip(intent):
+            markdown, sections, tokens, hits, source_ids, event_id = "", [], 0, [], [], None
+            status.append(f"intent:{intent}:retrieval_skipped")
+        elif query and self.config.algorithm["enableMemorySearch"]:
+            result = self.recall_ops.run(
+                query,
                 body=body,
                 ns=ns,
                 limit=limit,
-                layers=[],
+                layers=layers,
+                mode="turn_start",
                 session_id=session_id,
                 turn_id=turn_id,
                 exclude_ids=excluded,

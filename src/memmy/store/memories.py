@@ -11,10 +11,13 @@ from typing import Any
 from memmy.domain import Memory
 from memmy.store.db import Database, utc_now
 from memmy.store.logs import append_change
-from memmy.store.text import fts_match_expression, fts_row, query_terms
+from memmy.store.text import fts_match_expression, fts_row, phrase_match_expression, query_terms
 
 #: Rows that every normal read must skip: deleted, archived, superseded (valid_to in the past).
-VISIBLE = "m.status = 'activated' AND (m.valid_to IS NULL OR m.valid_to > ?)"
+VISIBLE = (
+    "m.status = 'activated' AND (m.valid_to IS NULL OR m.valid_to > ?) "
+    "AND json_extract(m.info_json, '$.importPending') IS NULL"
+)
 
 _COLUMNS = (
     "id, user_id, conversation_id, session_id, agent_id, app_id, status, memory_key, title, memory_value, "
@@ -197,8 +200,12 @@ class MemoryRepository:
         return row_to_memory(row) if row else None
 
     def fts_search(self, query: str, limit: int, flt: MemoryFilter) -> list[tuple[str, float]]:
-        """BM25 full-text search; returns (id, score in 0..1, higher is better), best first."""
-        expression = fts_match_expression(query_terms(query))
+        """BM25 full-text search of free text; see :meth:`fts_search_terms`."""
+        return self.fts_search_terms(query_terms(query), limit, flt)
+
+    def fts_search_terms(self, terms: Sequence[str], limit: int, flt: MemoryFilter) -> list[tuple[str, float]]:
+        """BM25 search for any of ``terms``; returns (id, score in 0..1, higher is better), best first."""
+        expression = fts_match_expression(terms)
         if not expression:
             return []
         where, params = flt.sql(utc_now())
@@ -212,6 +219,25 @@ class MemoryRepository:
             return []
         # bm25 is negative (more negative = better); map to (0, 1) monotonically.
         return [(row["id"], -row["rank"] / (1.0 - row["rank"])) for row in rows]
+
+    def token_search(
+        self, terms: Sequence[str], limit: int, flt: MemoryFilter, *, order: str = "rank", phrases: bool = False
+    ) -> list[str]:
+        """Memories containing any term exactly (as a token or phrase), best-ranked or most recent first."""
+        expression = phrase_match_expression(terms) if phrases else fts_match_expression(terms)
+        if not expression:
+            return []
+        where, params = flt.sql(utc_now())
+        order_by = "m.updated_at DESC" if order == "recent" else "rank"
+        sql = (
+            "SELECT f.id AS id FROM memories_fts f JOIN memories m ON m.id = f.id "
+            f"WHERE memories_fts MATCH ? AND {where} ORDER BY {order_by} LIMIT ?"
+        )
+        try:
+            rows = self.db.query(sql, [expression, *params, limit])
+        except sqlite3.OperationalError:
+            return []
+        return [row["id"] for row in rows]
 
     def page(
         self,

@@ -96,3 +96,14 @@ def fts_match_expression(terms: Iterable[str]) -> str:
         for run in CJK_RUN.findall(term):
             parts.extend(_cjk_parts(run))
     return " OR ".join(_quote(p) for p in dict.fromkeys(parts))
+
+
+def phrase_match_expression(fragments: Iterable[str]) -> str:
+    """OR of quoted phrases (each fragment tokenised like the index, CJK as bigrams)."""
+    phrases = []
+    for fragment in fragments:
+        segmented = " ".join(segment_for_index(fragment).split())
+        words = re.findall(r"[^\W_]+", segmented)
+        if words:
+            phrases.append(_quote(" ".join(words)))
+    return " OR ".join(dict.fromkeys(phrases))

@@ -1,0 +1,1 @@
+"""LLM clients (OpenAI-compatible) for optional, time-boxed steps; everything works without one."""

@@ -1,0 +1,70 @@
+"""Recall channels: vector (whole corpus, per layer), fts (BM25), pattern (short CJK/ASCII), structural (L1).
+
+Each channel returns ranked memory ids; scores and ranks are fused later. All of them respect the
+caller's scope and layer filter; visibility (status, validity, unfinished imports) is applied when the
+candidates are loaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from memmy.store.memories import MemoryFilter, MemoryRepository
+from memmy.store.vectors import Vector, VectorIndex
+
+CHANNELS = ("vec", "fts", "pattern", "structural")
+
+
+@dataclass(frozen=True)
+class ChannelHit:
+    """One memory found by one channel."""
+
+    memory_id: str
+    channel: str
+    score: float
+    rank: int
+
+
+def vector_channel(
+    index: VectorIndex | None,
+    query_vector: Vector | None,
+    flt: MemoryFilter,
+    layer: str,
+    pool: int,
+) -> list[ChannelHit]:
+    """Top ``pool`` memories of one layer by cosine over the whole in-memory index."""
+    if index is None or query_vector is None or len(index) == 0 or pool <= 0:
+        return []
+    hits = index.search(query_vector, pool, layers=[layer], project_id=flt.project_id, source=flt.source_agent)
+    return [ChannelHit(memory_id, "vec", score, rank) for rank, (memory_id, score) in enumerate(hits)]
+
+
+def fts_channel(repo: MemoryRepository, terms: Sequence[str], flt: MemoryFilter, limit: int) -> list[ChannelHit]:
+    """BM25 over title/key, body and tags; scores become 1/(rank+1)."""
+    hits = repo.fts_search_terms(terms, limit, flt)
+    return [ChannelHit(memory_id, "fts", 1.0 / (rank + 1), rank) for rank, (memory_id, _s) in enumerate(hits)]
+
+
+def pattern_channel(repo: MemoryRepository, terms: Sequence[str], flt: MemoryFilter, limit: int) -> list[ChannelHit]:
+    """Exact short patterns (CJK words and bigrams, two-letter ASCII words), most recent first.
+
+    Backed by the bigram-segmented FTS index instead of ``LIKE '%x%'`` scans, so it stays fast at 100k rows.
+    """
+    if not terms:
+        return []
+    hits = repo.token_search(terms, limit, flt, order="recent")
+    return [ChannelHit(memory_id, "pattern", 1.0 / (rank + 1), rank) for rank, memory_id in enumerate(hits)]
+
+
+def structural_channel(
+    repo: MemoryRepository, fragments: Sequence[str], flt: MemoryFilter, limit: int = 10
+) -> list[ChannelHit]:
+    """L1 traces that contain the query's error fragments, paths or codes as phrases."""
+    if not fragments:
+        return []
+    l1_filter = MemoryFilter(
+        layers=("L1",), project_id=flt.project_id, source_agent=flt.source_agent, user_id=flt.user_id
+    )
+    hits = repo.token_search(fragments, limit, l1_filter, order="rank", phrases=True)
+    return [ChannelHit(memory_id, "structural", 1.0 / (rank + 1), rank) for rank, memory_id in enumerate(hits)]

@@ -1,0 +1,508 @@
+"""The recall pipeline: layers by mode, channels, per-candidate scoring, fusion, thresholds, MMR, dedup.
+
+relevance = max(channel scores) + layer bonus + 0.4 * RRF. Every stage is timed and every drop has a
+reason, so ``--verbose`` can explain why a memory was or was not recalled.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from memmy.domain import Memory
+from memmy.recall.channels import ChannelHit, fts_channel, pattern_channel, structural_channel, vector_channel
+from memmy.recall.query import PreparedQuery
+from memmy.store.memories import MemoryFilter, MemoryRepository
+from memmy.store.vectors import Vector, VectorIndex
+
+MODE_LAYERS: dict[str, tuple[str, ...]] = {
+    "turn_start": ("Skill", "L2", "L1", "L3"),
+    "search": ("Skill", "L2", "L1", "L3"),
+    "tool_driven": ("L2", "L1", "L3"),
+    "sub_agent": ("L2", "L1", "L3"),
+    "skill_invoke": ("Skill", "L2", "L1"),
+    "decision_repair": ("Skill", "L2", "L1"),
+    "world_model": ("L3",),
+}
+RESEARCH_PROFILES: dict[str, tuple[str, ...] | None] = {
+    "all": None,
+    "experience": ("L2",),
+    "skill": ("Skill",),
+    "skill_experience": ("Skill", "L2"),
+}
+TIER_OF = {"Skill": 1, "L2": 2, "L1": 2, "L3": 3}
+KEYWORD_CHANNELS = frozenset({"fts", "pattern", "structural"})
+DAY_S = 86_400.0
+
+
+@dataclass(frozen=True)
+class RecallSettings:
+    """Retrieval settings (``algorithm.retrieval`` plus two thresholds from other sections)."""
+
+    tier_top_k: dict[int, int]
+    candidate_pool_factor: int
+    weight_priority: float
+    mmr_lambda: float
+    rrf_constant: int
+    relative_threshold_floor: float
+    min_skill_eta: float
+    min_trace_sim: float
+    min_l3_confidence: float
+    episode_goal_min_sim: float
+    tag_filter: str
+    keyword_top_k: int
+    skill_eta_blend: float
+    smart_seed: bool
+    smart_seed_ratio: float
+    multi_channel_bypass: bool
+    read_only_profile: str
+
+    @classmethod
+    def from_config(cls, algorithm: dict[str, Any]) -> RecallSettings:
+        """Read the settings from the merged ``algorithm`` config tree (hot-reloadable)."""
+        r = algorithm["retrieval"]
+        return cls(
+            tier_top_k={1: int(r["tier1TopK"]), 2: int(r["tier2TopK"]), 3: int(r["tier3TopK"])},
+            candidate_pool_factor=int(r["candidatePoolFactor"]),
+            weight_priority=float(r["weightPriority"]),
+            mmr_lambda=float(r["mmrLambda"]),
+            rrf_constant=int(r["rrfConstant"]),
+            relative_threshold_floor=float(r["relativeThresholdFloor"]),
+            min_skill_eta=float(r["minSkillEta"]),
+            min_trace_sim=float(r["minTraceSim"]),
+            min_l3_confidence=float(algorithm["l3Abstraction"]["minConfidenceForRetrieval"]),
+            episode_goal_min_sim=float(r["episodeGoalMinSim"]),
+            tag_filter=str(r["tagFilter"]),
+            keyword_top_k=int(r["keywordTopK"]),
+            skill_eta_blend=float(r["skillEtaBlend"]),
+            smart_seed=bool(r["smartSeed"]),
+            smart_seed_ratio=float(r["smartSeedRatio"]),
+            multi_channel_bypass=bool(r["multiChannelBypass"]),
+            read_only_profile=str(r["readOnlyInjectionProfile"]),
+        )
+
+    def pool(self, layer: str) -> int:
+        """Per-layer candidate pool: ``ceil(tierTopK x candidatePoolFactor)``."""
+        return math.ceil(self.tier_top_k[TIER_OF[layer]] * self.candidate_pool_factor)
+
+
+@dataclass
+class Candidate:
+    """One memory with its channel evidence and scores."""
+
+    memory: Memory
+    channels: dict[str, float] = field(default_factory=dict)
+    ranks: dict[str, int] = field(default_factory=dict)
+    bonus: float = 0.0
+    rrf: float = 0.0
+    relevance: float = 0.0
+    mmr: float = 0.0
+    source: str = "search"
+    rollup_of: list[str] = field(default_factory=list)
+
+    @property
+    def tier(self) -> int:
+        """1 = Skill, 2 = L2/L1, 3 = L3."""
+        return TIER_OF[self.memory.layer]
+
+    def to_debug(self) -> dict[str, Any]:
+        """Per-channel evidence for ``--verbose``."""
+        return {
+            "id": self.memory.id,
+            "layer": self.memory.layer,
+            "channels": {k: round(v, 4) for k, v in self.channels.items()},
+            "ranks": self.ranks,
+            "bonus": round(self.bonus, 4),
+            "rrf": round(self.rrf, 4),
+            "relevance": round(self.relevance, 4),
+            "source": self.source,
+        }
+
+
+@dataclass(frozen=True)
+class RecallRequest:
+    """What to recall and under which constraints."""
+
+    query: PreparedQuery
+    mode: str
+    layers: tuple[str, ...]
+    limit: int
+    scope: MemoryFilter
+    exclude_ids: frozenset[str] = frozenset()
+    channels: frozenset[str] = frozenset({"vec", "fts", "pattern", "structural"})
+    domain: str = ""
+
+
+@dataclass
+class RecallOutcome:
+    """Selected candidates plus everything ``--verbose`` shows."""
+
+    selected: list[Candidate]
+    candidate_ids: list[str]
+    dropped: list[dict[str, Any]]
+    status: list[str]
+    timings_ms: dict[str, float]
+    layers: tuple[str, ...]
+
+
+def resolve_layers(mode: str, requested: Sequence[str], domain: str, profile: str) -> tuple[str, ...]:
+    """Layers for a mode, intersected with the request and (research domain) the injection profile."""
+    if mode not in MODE_LAYERS:
+        raise ValueError(f"unknown retrieval mode {mode!r}: expected one of {', '.join(MODE_LAYERS)}")
+    layers = MODE_LAYERS[mode]
+    if requested:
+        layers = tuple(layer for layer in layers if layer in requested)
+    if domain == "research":
+        allowed = RESEARCH_PROFILES.get(profile)
+        if allowed is not None:
+            layers = tuple(layer for layer in layers if layer in allowed)
+    return layers
+
+
+def _age_days(memory: Memory, now: float) -> float:
+    try:
+        ts = datetime.fromisoformat(memory.updated_at.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+    return max(0.0, (now - ts) / DAY_S)
+
+
+def _num(props: dict[str, Any], key: str, default: float) -> float:
+    value = props.get(key, default)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else default
+
+
+def _rank_key(channel: str) -> Callable[[Candidate], int]:
+    return lambda cand: cand.ranks[channel]
+
+
+class RecallEngine:
+    """Runs one recall over the repository and the in-memory vector index."""
+
+    def __init__(
+        self,
+        repo: MemoryRepository,
+        index: Callable[[], VectorIndex | None],
+        embed_query: Callable[[str], Vector | None],
+    ) -> None:
+        self.repo = repo
+        self.index = index
+        self.embed_query = embed_query
+
+    def recall(self, request: RecallRequest, settings: RecallSettings) -> RecallOutcome:
+        """Run every stage and return the selected candidates (at most ``request.limit``)."""
+        timings: dict[str, float] = {}
+        status: list[str] = []
+        dropped: list[dict[str, Any]] = []
+        clock = time.perf_counter()
+
+        def lap(stage: str) -> None:
+            nonlocal clock
+            now = time.perf_counter()
+            timings[stage] = round((now - clock) * 1000, 3)
+            clock = now
+
+        layers = request.layers
+        if not layers:
+            return RecallOutcome([], [], [], ["layers:none"], timings, layers)
+        index = self.index()
+        query_vector: Vector | None = None
+        if "vec" in request.channels and index is not None and len(index):
+            query_vector = self.embed_query(request.query.vector_text)
+            if query_vector is None:
+                status.append("vector:unavailable")
+        lap("embed")
+
+        hits = self._run_channels(request, settings, layers, index, query_vector)
+        lap("channels")
+
+        candidate_ids = list(dict.fromkeys(h.memory_id for h in hits if h.memory_id not in request.exclude_ids))
+        memories = self.repo.get_many(candidate_ids, request.scope)
+        lap("load")
+
+        candidates = self._score(hits, memories, request, settings, dropped)
+        candidates = self._pool_cap(candidates, settings)
+        rollups = self._episode_rollups(candidates, settings, index)
+        candidates.extend(rollups)
+        for cand in candidates:
+            cand.rrf = sum(1.0 / (settings.rrf_constant + r + 1) for r in cand.ranks.values())
+            cand.relevance = max(cand.channels.values(), default=0.0) + cand.bonus + 0.4 * cand.rrf
+        candidates = self._threshold(candidates, settings, dropped)
+        if request.query.identifier_like and request.mode != "decision_repair":
+            candidates = self._keyword_confirmation(candidates, dropped)
+        lap("fuse")
+
+        selected = self._mmr(candidates, settings, request.limit, index, query_vector)
+        selected = self._dedup(selected, dropped)
+        lap("select")
+        return RecallOutcome(selected[: request.limit], candidate_ids, dropped, status, timings, layers)
+
+    # -- stages -----------------------------------------------------------------------------------
+    def _run_channels(
+        self,
+        request: RecallRequest,
+        settings: RecallSettings,
+        layers: tuple[str, ...],
+        index: VectorIndex | None,
+        query_vector: Vector | None,
+    ) -> list[ChannelHit]:
+        hits: list[ChannelHit] = []
+        scope = request.scope
+        layered = MemoryFilter(
+            layers=layers, project_id=scope.project_id, source_agent=scope.source_agent, user_id=scope.user_id
+        )
+        pool_total = sum(settings.pool(layer) for layer in layers)
+        keyword_limit = max(settings.keyword_top_k, pool_total)
+        if "vec" in request.channels:
+            for layer in layers:
+                hits.extend(vector_channel(index, query_vector, scope, layer, settings.pool(layer)))
+        if "fts" in request.channels:
+            hits.extend(fts_channel(self.repo, request.query.fts_terms, layered, keyword_limit))
+        if "pattern" in request.channels:
+            hits.extend(pattern_channel(self.repo, request.query.pattern_terms, layered, keyword_limit))
+        if "structural" in request.channels and "L1" in layers:
+            hits.extend(structural_channel(self.repo, request.query.structural, layered))
+        return hits
+
+    def _score(
+        self,
+        hits: list[ChannelHit],
+        memories: dict[str, Memory],
+        request: RecallRequest,
+        settings: RecallSettings,
+        dropped: list[dict[str, Any]],
+    ) -> list[Candidate]:
+        now = time.time()
+        by_id: dict[str, Candidate] = {}
+        query_tags = set(request.query.tags)
+        for hit in hits:
+            memory = memories.get(hit.memory_id)
+            if memory is None or memory.layer not in request.layers:
+                continue
+            if hit.channel == "vec":
+                floor = 0.15 if memory.layer == "L3" else settings.min_trace_sim
+                if hit.score < floor:
+                    continue
+            cand = by_id.setdefault(memory.id, Candidate(memory))
+            if hit.channel not in cand.channels or hit.score > cand.channels[hit.channel]:
+                cand.channels[hit.channel] = hit.score
+                cand.ranks[hit.channel] = hit.rank
+        if query_tags and settings.tag_filter != "off":
+            tagged = [
+                c
+                for c in by_id.values()
+                if c.memory.layer == "L1" and "vec" in c.channels and query_tags & set(c.memory.tags)
+            ]
+            if tagged or settings.tag_filter == "on":
+                for cand in by_id.values():
+                    if cand.memory.layer == "L1" and "vec" in cand.channels and not query_tags & set(cand.memory.tags):
+                        del cand.channels["vec"]
+                        cand.ranks.pop("vec", None)
+        kept: list[Candidate] = []
+        for cand in by_id.values():
+            if not cand.channels:
+                continue
+            reason = self._layer_gate(cand.memory, settings)
+            if reason:
+                dropped.append({"id": cand.memory.id, "reason": reason})
+                continue
+            cand.bonus = self._bonus(cand.memory, settings, now)
+            kept.append(cand)
+        # Keyword channel scores are re-ranked within each tier.
+        for channel in KEYWORD_CHANNELS:
+            for tier in (1, 2, 3):
+                ranked = [c for c in kept if channel in c.channels and c.tier == tier]
+                ranked.sort(key=_rank_key(channel))
+                for position, cand in enumerate(ranked):
+                    cand.channels[channel] = 1.0 / (position + 1)
+                    cand.ranks[channel] = position
+        return kept
+
+    @staticmethod
+    def _layer_gate(memory: Memory, settings: RecallSettings) -> str | None:
+        props = memory.properties
+        if memory.layer == "Skill":
+            skill = props.get("skill") or {}
+            if skill.get("status", "active") not in ("active", "candidate"):
+                return "skill_not_active"
+            if _num(skill, "eta", 1.0) < settings.min_skill_eta:
+                return "skill_eta_below_min"
+        if memory.layer == "L3":
+            world = props.get("world_model") or {}
+            if _num(world, "confidence", 1.0) < settings.min_l3_confidence:
+                return "l3_confidence_below_min"
+        return None
+
+    @staticmethod
+    def _bonus(memory: Memory, settings: RecallSettings, now: float) -> float:
+        props = memory.properties
+        if memory.layer == "Skill":
+            return settings.skill_eta_blend * _num(props.get("skill") or {}, "eta", 0.5)
+        if memory.layer == "L1":
+            value = max(_num(props, "value", 0.0), 0.0)
+            decay = 0.5 ** (_age_days(memory, now) / 30.0)
+            return float(min(settings.weight_priority, 0.3) * value * decay)
+        if memory.layer == "L2":
+            policy = props.get("policy") or {}
+            salience = _num(policy, "gain", 0.0)
+            if policy.get("source") == "feedback":
+                salience = max(salience, _num(policy, "salience", 0.0), _num(policy, "confidence", 0.0))
+            return 0.2 * min(1.0, max(0.0, salience))
+        return 0.0
+
+    @staticmethod
+    def _pool_cap(candidates: list[Candidate], settings: RecallSettings) -> list[Candidate]:
+        kept: list[Candidate] = []
+        for tier in (1, 2, 3):
+            tier_cands = [c for c in candidates if c.tier == tier]
+            tier_cands.sort(
+                key=lambda c: (-(max(c.channels.values()) + c.bonus), -len(c.channels), -c.channels.get("vec", 0.0))
+            )
+            kept.extend(tier_cands[: math.ceil(settings.tier_top_k[tier] * settings.candidate_pool_factor)])
+        return kept
+
+    @staticmethod
+    def _episode_rollups(
+        candidates: list[Candidate], settings: RecallSettings, index: VectorIndex | None
+    ) -> list[Candidate]:
+        traces = sorted(
+            (c for c in candidates if c.memory.layer == "L1"), key=lambda c: -(max(c.channels.values()) + c.bonus)
+        )[:5]
+        groups: dict[str, list[Candidate]] = {}
+        for cand in traces:
+            episode = (cand.memory.properties.get("trace") or {}).get("episode_id")
+            if episode:
+                groups.setdefault(str(episode), []).append(cand)
+        rollups: list[Candidate] = []
+        for episode_id, members in groups.items():
+            if len({m.memory.id for m in members}) < 2:
+                continue
+            rep = max(members, key=lambda c: (_num(c.memory.properties, "value", 0.0), c.channels.get("vec", 0.0)))
+            if (
+                rep.channels.get("vec", 0.0) < settings.episode_goal_min_sim
+                or _num(rep.memory.properties, "value", 0) < 0
+            ):
+                continue
+            steps = []
+            for number, member in enumerate(members[:6], start=1):
+                trace = member.memory.properties.get("trace") or {}
+                line = f"step {number} / {str(trace.get('summary') or member.memory.summary)[:160]}"
+                if trace.get("reflection"):
+                    line += f" / {str(trace['reflection'])[:160]}"
+                steps.append(line)
+            rollup_memory = Memory(
+                id=episode_id,
+                layer="L1",
+                content="\n".join(steps)[:800],
+                title=f"Past similar episode: {rep.memory.summary}",
+                created_at=rep.memory.created_at,
+                updated_at=rep.memory.updated_at,
+            )
+            rollup = Candidate(
+                rollup_memory,
+                channels=dict(rep.channels),
+                ranks=dict(rep.ranks),
+                source="episode",
+                rollup_of=[m.memory.id for m in members],
+            )
+            rollup.bonus = 0.3 * max(_num(m.memory.properties, "value", 0.0) for m in members)
+            rollups.append(rollup)
+        return rollups
+
+    @staticmethod
+    def _threshold(
+        candidates: list[Candidate], settings: RecallSettings, dropped: list[dict[str, Any]]
+    ) -> list[Candidate]:
+        if not candidates:
+            return []
+        top = max(c.relevance for c in candidates)
+        floor = settings.relative_threshold_floor * top
+        kept = []
+        for cand in candidates:
+            if cand.relevance >= floor or (settings.multi_channel_bypass and len(cand.channels) >= 2):
+                kept.append(cand)
+            else:
+                dropped.append({"id": cand.memory.id, "reason": "rank_threshold"})
+        return kept
+
+    @staticmethod
+    def _keyword_confirmation(candidates: list[Candidate], dropped: list[dict[str, Any]]) -> list[Candidate]:
+        kept = []
+        for cand in candidates:
+            if cand.memory.layer in ("L1", "L2") and not KEYWORD_CHANNELS & set(cand.channels):
+                dropped.append({"id": cand.memory.id, "reason": "keyword_unconfirmed"})
+            else:
+                kept.append(cand)
+        return kept
+
+    @staticmethod
+    def _mmr(
+        candidates: list[Candidate],
+        settings: RecallSettings,
+        limit: int,
+        index: VectorIndex | None,
+        query_vector: Vector | None,
+    ) -> list[Candidate]:
+        if not candidates:
+            return []
+        pool = sorted(candidates, key=lambda c: (-c.relevance, -c.rrf, c.memory.id))
+        vectors: dict[str, Vector | None] = {}
+        for cand in pool:
+            vec = index.vector(cand.memory.id) if index is not None else None
+            if vec is None and cand.rollup_of and index is not None:
+                vec = index.vector(cand.rollup_of[0])
+            vectors[cand.memory.id] = vec if vec is not None else query_vector
+        selected: list[Candidate] = []
+        top = pool[0].relevance
+        if settings.smart_seed:
+            cutoff = settings.smart_seed_ratio * top
+            for tier in (1, 2, 3):
+                best = next((c for c in pool if c.tier == tier), None)
+                if best is not None and best.relevance >= cutoff and best not in selected and len(selected) < limit:
+                    best.mmr = best.relevance
+                    selected.append(best)
+        remaining = [c for c in pool if c not in selected]
+        lam = settings.mmr_lambda
+        while remaining and len(selected) < limit:
+            best_cand, best_score = None, -math.inf
+            for cand in remaining:
+                vec = vectors[cand.memory.id]
+                similarity = 0.0
+                if vec is not None and selected:
+                    sims = [float(np.dot(vec, other)) for s in selected if (other := vectors[s.memory.id]) is not None]
+                    similarity = max(sims, default=0.0)
+                score = cand.relevance if not selected else lam * cand.relevance - (1 - lam) * similarity
+                if score > best_score:
+                    best_cand, best_score = cand, score
+            assert best_cand is not None
+            best_cand.mmr = best_score
+            selected.append(best_cand)
+            remaining.remove(best_cand)
+        selected.sort(key=lambda c: (-c.mmr, -c.rrf))
+        return selected
+
+    @staticmethod
+    def _dedup(selected: list[Candidate], dropped: list[dict[str, Any]]) -> list[Candidate]:
+        rolled = {mid for c in selected if c.rollup_of for mid in c.rollup_of}
+        skill_policies: dict[str, str] = {}
+        for cand in selected:
+            if cand.memory.layer == "Skill":
+                for policy_id in (cand.memory.properties.get("skill") or {}).get("sourcePolicyIds", []) or []:
+                    skill_policies[str(policy_id)] = cand.memory.updated_at
+        kept = []
+        for cand in selected:
+            if cand.memory.id in rolled and not cand.rollup_of:
+                dropped.append({"id": cand.memory.id, "reason": "covered_by_episode_rollup"})
+                continue
+            skill_time = skill_policies.get(cand.memory.id)
+            if cand.memory.layer == "L2" and skill_time is not None and cand.memory.updated_at <= skill_time:
+                dropped.append({"id": cand.memory.id, "reason": "covered_by_skill"})
+                continue
+            kept.append(cand)
+        return kept

@@ -1,0 +1,275 @@
+"""Recall operations of the facade: scope resolution, the pipeline, optional LLM steps, rendering, logging."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from memmy.capture.sanitize import sanitize_text
+from memmy.config import LLMSettings, MemmyConfig
+from memmy.domain import sha256_hex
+from memmy.errors import InvalidArgument
+from memmy.indexing import Indexer
+from memmy.llm.client import JsonLLM, LLMEndpoint, OpenAICompatibleLLM
+from memmy.recall.channels import CHANNELS
+from memmy.recall.llm_steps import extract_query, merge_by_rrf, relevance_filter, rewrite_queries
+from memmy.recall.pipeline import MODE_LAYERS, Candidate, RecallEngine, RecallRequest, RecallSettings, resolve_layers
+from memmy.recall.query import PreparedQuery, prepare_query
+from memmy.recall.render import RenderItem, render_context, snippet
+from memmy.service.namespace import Namespace
+from memmy.service.validate import layers_of, opt_bool, opt_int, opt_list, opt_str, req_str, require_object
+from memmy.store.db import utc_now
+from memmy.store.logs import LogRepository
+from memmy.store.memories import MemoryFilter, MemoryRepository
+
+SCOPES = ("auto", "pooled", "project", "agent")
+
+
+def hit_of(candidate: Candidate) -> dict[str, Any]:
+    """The ``RecallHit`` shape, plus per-channel scores."""
+    memory = candidate.memory
+    return {
+        "id": memory.id,
+        "kind": "episode" if candidate.source == "episode" else memory.kind,
+        "memoryLayer": memory.layer,
+        "status": memory.status,
+        "title": memory.title or memory.summary,
+        "snippet": snippet(memory),
+        "score": round(candidate.relevance, 4),
+        "channels": {k: round(v, 4) for k, v in candidate.channels.items()},
+        "tags": memory.tags,
+        "updatedAt": memory.updated_at,
+        "source": candidate.source,
+        "sourceAgent": memory.source_agent,
+        "projectId": memory.project_id,
+    }
+
+
+@dataclass
+class SearchResult:
+    """A rendered recall, as turn start and memory search both need it."""
+
+    candidates: list[Candidate]
+    candidate_ids: list[str]
+    markdown: str
+    sections: list[str]
+    token_estimate: int
+    status: list[str]
+    search_event_id: str
+    dropped: list[dict[str, Any]]
+    scope: str
+    layers: list[str]
+    query: PreparedQuery
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def hits(self) -> list[dict[str, Any]]:
+        """Hits in API shape."""
+        return [hit_of(c) for c in self.candidates]
+
+    @property
+    def source_memory_ids(self) -> list[str]:
+        """Ids rendered into the context."""
+        return [c.memory.id for c in self.candidates]
+
+    def debug(self) -> dict[str, Any]:
+        """The ``--verbose`` payload."""
+        return {
+            "searchEventId": self.search_event_id,
+            "scope": self.scope,
+            "layers": self.layers,
+            "query": self.query.to_debug(),
+            "candidateMemoryIds": self.candidate_ids,
+            "hits": self.hits,
+            "channels": [c.to_debug() for c in self.candidates],
+            "dropped": self.dropped,
+            "sourceMemoryIds": self.source_memory_ids,
+            "status": self.status,
+            "sections": self.sections,
+            "tokenEstimate": self.token_estimate,
+            "timingsMs": self.timings_ms,
+            "serverTime": utc_now(),
+        }
+
+
+def llm_of(settings: LLMSettings) -> JsonLLM | None:
+    """A JSON LLM client for a configured model slot, or None."""
+    if not settings.configured or settings.provider == "host":
+        return None
+    return OpenAICompatibleLLM(
+        LLMEndpoint(settings.endpoint, settings.model, settings.api_key, settings.temperature, settings.max_tokens)
+    )
+
+
+class RecallOps:
+    """Runs recalls for ``memory/search`` and ``turns/start``."""
+
+    def __init__(self, config: MemmyConfig, memories: MemoryRepository, logs: LogRepository, indexer: Indexer) -> None:
+        self.config = config
+        self.logs = logs
+        self.engine = RecallEngine(memories, lambda: indexer.index, indexer.embed_query)
+
+    def scope_filter(self, body: dict[str, Any], ns: Namespace) -> tuple[str, MemoryFilter]:
+        """Resolve the scope (auto -> project inside a repository, else pooled) into a filter."""
+        scope = body.get("scope") or self.config.algo("retrieval", "defaultScope")
+        if scope not in SCOPES:
+            raise InvalidArgument(f"scope: expected one of {', '.join(SCOPES)}, got {scope!r}")
+        if scope == "auto":
+            explicit_project = ns.project_id is not None and ns.workspace_path is None
+            scope = "project" if ns.in_repository or explicit_project else "pooled"
+        if scope == "project":
+            if not ns.project_id:
+                raise InvalidArgument("scope 'project' needs a project: send workspacePath or x-memmy-project-id")
+            return scope, MemoryFilter(project_id=ns.project_id)
+        if scope == "agent":
+            return scope, MemoryFilter(source_agent=ns.source)
+        return scope, MemoryFilter()
+
+    def run(
+        self,
+        query: str,
+        *,
+        body: dict[str, Any],
+        ns: Namespace,
+        limit: int,
+        layers: Sequence[str],
+        mode: str,
+        session_id: str | None = None,
+        turn_id: str | None = None,
+        exclude_ids: frozenset[str] = frozenset(),
+    ) -> SearchResult:
+        """Prepare the query, run the pipeline (+ optional LLM steps), render and log one recall."""
+        started = time.perf_counter()
+        retrieval = self.config.algorithm["retrieval"]
+        scope, flt = self.scope_filter(body, ns)
+        status: list[str] = [f"scope:{scope}"]
+        hints = body.get("contextHints") if isinstance(body.get("contextHints"), dict) else None
+        prepared = prepare_query(query, hints)
+        hook_path = mode == "turn_start" and not retrieval["llmInHookPath"]
+        timeout_s = int(retrieval["llmTimeoutMs"]) / 1000
+        evolution_llm = None if hook_path else llm_of(self.config.evolution)
+        filter_llm = None if hook_path else (llm_of(self.config.summary) or evolution_llm)
+        if evolution_llm is not None and retrieval["llmQueryExtract"]:
+            prepared, extract_status = extract_query(evolution_llm, prepared, timeout_s)
+            status.append(extract_status)
+        channels = self._channels(body)
+        resolved = resolve_layers(mode, layers, self.config.domain, str(retrieval["readOnlyInjectionProfile"]))
+        settings = RecallSettings.from_config(self.config.algorithm)
+        request = RecallRequest(prepared, mode, resolved, limit, flt, exclude_ids, channels, self.config.domain)
+        outcome = self.engine.recall(request, settings)
+        selected = outcome.selected
+        status.extend(outcome.status)
+        if evolution_llm is not None and self.config.algorithm["enableQueryRewrite"]:
+            rewrites = rewrite_queries(evolution_llm, query, timeout_s)
+            if rewrites:
+                extra = [
+                    self.engine.recall(
+                        RecallRequest(
+                            prepare_query(q), mode, resolved, limit, flt, exclude_ids, channels, self.config.domain
+                        ),
+                        settings,
+                    ).selected
+                    for q in rewrites
+                ]
+                selected = merge_by_rrf([selected, *extra], limit)
+                status.append(f"query_rewrite:{len(rewrites)}")
+        selected, filter_status = relevance_filter(
+            filter_llm, query, selected, retrieval, timeout_s, apply_fallback_cap=mode == "turn_start"
+        )
+        status.append(filter_status)
+        rendered = render_context(
+            [RenderItem(c.memory, c.source) for c in selected],
+            mode=mode,
+            skill_mode=str(retrieval["skillInjectionMode"]),
+            skill_summary_chars=int(retrieval["skillSummaryChars"]),
+        )
+        timings = dict(outcome.timings_ms)
+        timings["total"] = round((time.perf_counter() - started) * 1000, 3)
+        event_id = self.logs.recall_event(
+            session_id=session_id,
+            turn_id=turn_id,
+            user_id=ns.user_id,
+            query=query,
+            query_hash=sha256_hex(query),
+            layers=list(resolved),
+            candidate_ids=outcome.candidate_ids,
+            hit_ids=[c.memory.id for c in outcome.selected],
+            injected_ids=[c.memory.id for c in selected],
+            request={"limit": limit, "scope": scope, "mode": mode, "source": ns.source, "dropped": outcome.dropped},
+        )
+        return SearchResult(
+            candidates=selected,
+            candidate_ids=outcome.candidate_ids,
+            markdown=rendered.markdown,
+            sections=rendered.sections,
+            token_estimate=rendered.token_estimate,
+            status=status,
+            search_event_id=event_id,
+            dropped=outcome.dropped,
+            scope=scope,
+            layers=list(resolved),
+            query=prepared,
+            timings_ms=timings,
+        )
+
+    @staticmethod
+    def _channels(body: dict[str, Any]) -> frozenset[str]:
+        requested = opt_list(body, "channels")
+        if not requested:
+            return frozenset(CHANNELS)
+        unknown = [c for c in requested if c not in CHANNELS]
+        if unknown:
+            raise InvalidArgument(f"channels: unknown {unknown!r}; expected any of {', '.join(CHANNELS)}")
+        return frozenset(requested)
+
+    def search(self, body: Any, ns: Namespace) -> dict[str, Any]:
+        """``POST /memory/search``: the recall pipeline rendered as injectable markdown."""
+        started = time.perf_counter()
+        body = require_object(body)
+        ns = ns.with_body(body.get("source"), body.get("workspacePath"))
+        query = sanitize_text(req_str(body, "query", max_len=20_000))
+        limit = opt_int(body, "limit", 10, minimum=1, maximum=100)
+        layers = layers_of(body)
+        verbose = opt_bool(body, "verbose")
+        mode = opt_str(body, "mode") or "search"
+        if mode not in MODE_LAYERS:
+            raise InvalidArgument(f"mode: expected one of {', '.join(MODE_LAYERS)}, got {mode!r}")
+        if not self.config.algorithm["enableMemorySearch"]:
+            return {
+                "injectedContext": "",
+                "hits": [],
+                "sourceMemoryIds": [],
+                "status": ["memory_search:disabled"],
+                "serverTime": utc_now(),
+            }
+        if not query:
+            raise InvalidArgument("query: nothing left after removing injected memmy context")
+        result = self.run(
+            query, body=body, ns=ns, limit=limit, layers=layers, mode=mode, session_id=opt_str(body, "sessionId")
+        )
+        duration = (time.perf_counter() - started) * 1000
+        self.logs.api_call(
+            "memory_search",
+            ns.source,
+            {"query": query[:500], "layers": layers, "limit": limit, "scope": result.scope},
+            {
+                "candidates": len(result.candidate_ids),
+                "filtered": result.source_memory_ids,
+                "dropped": result.dropped[:50],
+                "stats": result.timings_ms,
+            },
+            duration,
+            True,
+            ns.user_id,
+        )
+        response: dict[str, Any] = {
+            "injectedContext": result.markdown,
+            "hits": result.hits,
+            "sourceMemoryIds": result.source_memory_ids,
+            "status": result.status,
+        }
+        if verbose:
+            response["debug"] = {**result.debug(), "durationMs": round(duration, 2)}
+        return response
