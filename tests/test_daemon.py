@@ -10,10 +10,33 @@ from pathlib import Path
 
 from tests.conftest import Daemon, free_port
 
-
-ANIMALS = ("kiwi", "otter", "lynx", "heron", "badger", "walrus", "gecko", "puffin", "tapir", "ibex", "koala",
-           "lemur", "marmot", "narwhal", "ocelot", "pelican", "quokka", "raccoon", "stoat", "toucan", "urchin",
-           "vulture", "wombat", "yak", "zebra")
+ANIMALS = (
+    "kiwi",
+    "otter",
+    "lynx",
+    "heron",
+    "badger",
+    "walrus",
+    "gecko",
+    "puffin",
+    "tapir",
+    "ibex",
+    "koala",
+    "lemur",
+    "marmot",
+    "narwhal",
+    "ocelot",
+    "pelican",
+    "quokka",
+    "raccoon",
+    "stoat",
+    "toucan",
+    "urchin",
+    "vulture",
+    "wombat",
+    "yak",
+    "zebra",
+)
 
 
 def db_path(daemon: Daemon) -> Path:
