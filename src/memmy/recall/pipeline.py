@@ -224,6 +224,7 @@ class RecallEngine:
 
         candidate_ids = list(dict.fromkeys(h.memory_id for h in hits if h.memory_id not in request.exclude_ids))
         memories = self.repo.get_many(candidate_ids, request.scope)
+        candidate_ids = [memory_id for memory_id in candidate_ids if memory_id in memories]
         lap("load")
 
         candidates = self._score(hits, memories, request, settings, dropped)

@@ -1,0 +1,332 @@
+"""The recall pipeline through MemoryService: must-not-retrieve cases, CJK, modes, gates, LLM steps, diagnostics."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from memmy.capture.sanitize import wrap_for_agent
+from memmy.config import load_config
+from memmy.embed import Embedder
+from memmy.service import MemoryService
+from memmy.service.namespace import Namespace
+from tests.llm_stub import run_chat_stub
+
+NS = Namespace(source="claude_code")
+
+
+@pytest.fixture
+def make_service(isolated_home: Path, embedder: Embedder) -> Iterator:  # type: ignore[type-arg]
+    created: list[MemoryService] = []
+
+    def build(config: dict | None = None) -> MemoryService:  # type: ignore[type-arg]
+        path = isolated_home / ".memmy" / "config.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump({"memmyMemory": config or {}}))
+        db = isolated_home / f"memory-{len(created)}.sqlite"  # every service gets a store of its own
+        service = MemoryService.open(load_config(db_override=db), embedder=embedder)
+        service.indexer.load_index()
+        created.append(service)
+        return service
+
+    yield build
+    for service in created:
+        service.close()
+
+
+def add(service: MemoryService, content: str, ns: Namespace = NS, **body: object) -> str:
+    memory_id: str = service.add_memory({"content": content, **body}, ns)["id"]
+    return memory_id
+
+
+def search(service: MemoryService, query: str, ns: Namespace = NS, **body: object) -> dict:  # type: ignore[type-arg]
+    service.indexer.drain()
+    return service.search({"query": query, "verbose": True, **body}, ns)
+
+
+def ids(result: dict) -> list[str]:  # type: ignore[type-arg]
+    return list(result["sourceMemoryIds"])
+
+
+def git_repo(path: Path) -> Path:
+    path.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(path)], check=True)
+    return path
+
+
+def test_must_not_retrieve(make_service, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    service = make_service()
+    repo_a, repo_b = git_repo(tmp_path / "alpha"), git_repo(tmp_path / "beta")
+    ns_a = Namespace(source="codex", workspace_path=str(repo_a), project_id=str(repo_a))
+    ns_b = Namespace(source="codex", workspace_path=str(repo_b), project_id=str(repo_b))
+    mine = add(service, "The gateway retries webhooks three times with exponential backoff", ns_a)
+    theirs = add(service, "The gateway retries webhooks five times, then drops them", ns_b)
+    shared = add(service, "Gateway webhooks are signed with HMAC-SHA256", ns_b, visibility="global")
+    deleted = add(service, "Gateway webhook retries are configured in gateway.toml", ns_a)
+    archived = add(service, "Gateway webhook retry counts were once hard-coded", ns_a)
+    old = add(service, "Gateway webhook retries use a fixed delay of 2 seconds", ns_a)
+    pending = add(service, "Gateway webhook retries imported from an old chat", ns_a)
+    service.delete_memory(deleted, {}, ns_a)
+    service.archive_memory(archived, {}, ns_a)
+    service.db.conn.execute("UPDATE memories SET valid_to = '2001-01-01T00:00:00Z' WHERE id = ?", (old,))
+    service.db.conn.execute(
+        "UPDATE memories SET info_json = json_set(info_json, '$.importPending', 1) WHERE id = ?", (pending,)
+    )
+
+    project = search(service, "how many times does the gateway retry webhooks?", ns_a, scope="project")
+    assert mine in ids(project) and shared in ids(project)
+    assert theirs not in ids(project)
+    for hidden in (deleted, archived, old, pending):
+        assert hidden not in ids(project) and hidden not in project["debug"]["candidateMemoryIds"]
+    auto = search(service, "how many times does the gateway retry webhooks?", ns_a)  # auto: in a repository
+    assert "scope:project" in auto["status"] and theirs not in ids(auto)
+    pooled = search(service, "how many times does the gateway retry webhooks?", ns_a, scope="pooled")
+    assert theirs in ids(pooled)
+    for hidden in (deleted, archived, old, pending):
+        assert hidden not in ids(pooled)
+    agent = search(service, "gateway webhooks", Namespace(source="cursor"), scope="agent")
+    assert ids(agent) == []
+
+
+def test_turn_start_excludes_the_sessions_own_recent_turns(make_service) -> None:  # type: ignore[no-untyped-def]
+    service = make_service()
+    session = service.open_session({}, NS)["sessionId"]
+    start = service.start_turn({"sessionId": session, "query": "fix the flaky redis lock test"}, NS)
+    done = service.complete_turn(
+        start["turnId"],
+        {
+            "sessionId": session,
+            "query": "fix the flaky redis lock test",
+            "answer": "The redis lock test was flaky because of a 1s TTL; raised it to 5s.",
+        },
+        NS,
+    )
+    service.indexer.drain()
+    again = service.start_turn({"sessionId": session, "query": "the redis lock test is flaky again"}, NS)
+    assert done["l1MemoryId"] not in again["sourceMemoryIds"]
+    other = service.open_session({}, NS)["sessionId"]
+    elsewhere = service.start_turn({"sessionId": other, "query": "the redis lock test is flaky again"}, NS)
+    assert done["l1MemoryId"] in elsewhere["sourceMemoryIds"]
+
+
+def test_injected_wrapper_echoed_back_is_never_searched_or_stored(make_service) -> None:  # type: ignore[no-untyped-def]
+    service = make_service()
+    secret = add(service, "Quarterly roadmap: migrate billing to Stripe in Q3")
+    echoed = wrap_for_agent(
+        "## L1 Trace Memories\n1. Trace\n   Quarterly roadmap: migrate billing to Stripe", "what is 2 + 2?"
+    )
+    result = search(service, echoed)
+    assert secret not in ids(result)
+    assert not {"stripe", "roadmap", "quarterly"} & set(result["debug"]["query"]["keywords"])
+    session = service.open_session({}, NS)["sessionId"]
+    done = service.complete_turn("t1", {"sessionId": session, "query": echoed, "answer": "4"}, NS)
+    stored = service.get_memory(done["l1MemoryId"])
+    assert "Stripe" not in stored["content"] and "memmy_memory_context" not in stored["content"]
+
+
+def test_chinese_and_mixed_queries(make_service) -> None:  # type: ignore[no-untyped-def]
+    service = make_service()
+    deploy = add(service, "部署到生产环境之前必须先跑数据库迁移脚本")
+    style = add(service, "用户偏好：代码评审意见要简短，直接指出问题")
+    mixed = add(service, "在 CI 上 pytest 很慢，因为每个 fixture 都会重建数据库")
+    add(service, "The frontend uses React with Vite and vitest")
+    zh = search(service, "部署生产环境要注意什么？")
+    assert ids(zh)[0] == deploy
+    channels = zh["debug"]["channels"][0]["channels"]
+    assert {"fts", "pattern"} & set(channels)
+    assert ids(search(service, "评审"))[0] == style  # two characters
+    assert ids(search(service, "CI 上 pytest 为什么慢"))[0] == mixed
+
+
+def test_modes_layers_and_research_profile(make_service) -> None:  # type: ignore[no-untyped-def]
+    service = make_service()
+    per_layer = {
+        layer: add(service, f"Release checklist item for {layer}: tag, build, publish", layer=layer)
+        for layer in ("L1", "L2", "L3", "Skill")
+    }
+
+    def layers_of(result: dict) -> set[str]:  # type: ignore[type-arg]
+        return {h["memoryLayer"] for h in result["hits"]}
+
+    assert layers_of(search(service, "release checklist")) == {"L1", "L2", "L3", "Skill"}
+    assert layers_of(search(service, "release checklist", mode="world_model")) == {"L3"}
+    assert layers_of(search(service, "release checklist", mode="tool_driven")) == {"L1", "L2", "L3"}
+    assert layers_of(search(service, "release checklist", mode="skill_invoke")) == {"Skill", "L2", "L1"}
+    assert layers_of(search(service, "release checklist", layers=["L2", "L3"])) == {"L2", "L3"}
+    rendered = search(service, "release checklist")["injectedContext"]
+    order = [
+        rendered.index(h)
+        for h in (
+            "## L1 Trace Memories",
+            "## L2 Experience Memories",
+            "## L3 Environment Knowledge",
+            "## Skill Memories",
+            "## Follow-up memory tools",
+        )
+    ]
+    assert order == sorted(order)
+    research = make_service(
+        {"domain": "research", "algorithm": {"retrieval": {"readOnlyInjectionProfile": "skill_experience"}}}
+    )
+    for layer in ("L1", "L2", "L3", "Skill"):
+        add(research, f"Release checklist item for {layer}: tag, build, publish", layer=layer)
+    assert layers_of(search(research, "release checklist")) == {"Skill", "L2"}
+    assert per_layer
+
+
+def test_intent_gate_on_the_first_turn_only(make_service) -> None:  # type: ignore[no-untyped-def]
+    service = make_service()
+    add(service, "hello world program prints hello")
+    session = service.open_session({}, NS)["sessionId"]
+    first = service.start_turn({"sessionId": session, "query": "hello!"}, NS)
+    assert "intent:chitchat:retrieval_skipped" in first["status"] and first["sourceMemoryIds"] == []
+    service.complete_turn(first["turnId"], {"sessionId": session, "query": "hello!", "answer": "Hi!"}, NS)
+    second = service.start_turn({"sessionId": session, "query": "hello"}, NS)
+    assert not any(s.startswith("intent:") for s in second["status"])
+    meta = service.start_turn({"sessionId": service.open_session({}, NS)["sessionId"], "query": "你是谁？"}, NS)
+    assert "intent:meta:retrieval_skipped" in meta["status"]
+    task = service.start_turn(
+        {"sessionId": service.open_session({}, NS)["sessionId"], "query": "do you remember the hello world program?"},
+        NS,
+    )
+    assert not any(s.startswith("intent:") for s in task["status"]) and task["sourceMemoryIds"]
+
+
+def test_identifier_queries_need_keyword_confirmation(make_service) -> None:  # type: ignore[no-untyped-def]
+    service = make_service()
+    exact = add(service, "Build failed with ERR_PNPM_OUTDATED_LOCKFILE after bumping vite")
+    add(service, "Outdated lockfiles break installs when package.json changes")
+    result = search(service, "ERR_PNPM_OUTDATED_LOCKFILE again")
+    assert ids(result) == [exact]
+    assert any(d["reason"] == "keyword_unconfirmed" for d in result["debug"]["dropped"])
+
+
+def test_render_caps_skills_and_guidance(make_service) -> None:  # type: ignore[no-untyped-def]
+    service = make_service({"algorithm": {"retrieval": {"skillInjectionMode": "summary", "skillSummaryChars": 40}}})
+    long_id = add(service, "Docker cleanup policy: prune dangling images weekly.", layer="L2")
+    add(service, "Docker disk cleanup log: " + "pruned dangling images again. " * 60)
+    skill = add(
+        service,
+        "# Docker cleanup\nRun docker system prune -af when disk is low.\n\nDetails follow.",
+        layer="Skill",
+        title="docker-cleanup",
+    )
+    service.memories.db.conn.execute(
+        "UPDATE memories SET properties_json = json_set(properties_json, '$.policy', json(?)) WHERE id = ?",
+        (
+            json.dumps(
+                {
+                    "trigger": "disk full during docker build",
+                    "procedure": "prune images",
+                    "preference": ["Prune with --filter until=24h"],
+                    "anti_pattern": ["Never delete volumes"],
+                }
+            ),
+            long_id,
+        ),
+    )
+    text = search(service, "docker disk cleanup prune")["injectedContext"]
+    assert "\n   ...[truncated]" in text
+    assert "Description: Docker cleanup Run docker system prune…" in text
+    assert "**Prefer**\n1. Prune with --filter until=24h" in text and "**Avoid**\n1. Never delete volumes" in text
+    assert "Trigger: disk full during docker build" in text and skill in text
+    only_traces = make_service()
+    add(only_traces, "docker prune freed 12GB")
+    assert "Follow-up memory tools" not in search(only_traces, "docker prune")["injectedContext"]
+
+
+def test_llm_filter_statuses_and_fallbacks(make_service) -> None:  # type: ignore[no-untyped-def]
+    def answer(system: str, user: str) -> str | None:
+        if "QUERY" not in user:
+            return None
+        # Keep only the candidate about rebalancing, by its number in the list the client sent.
+        numbers = re.findall(r"^(\d+)\. \[TRACE\][^\n]*\n\s+(.*)$", user, flags=re.M)
+        keep = [int(n) for n, body in numbers if "rebalances" in body]
+        return json.dumps({"ranked": keep, "sufficient": True})
+
+    with run_chat_stub(answer) as stub:
+        llm = {"summary": {"provider": "openai_compatible", "model": "judge", "endpoint": stub.url}}
+        service = make_service(llm)
+        first = add(service, "Kafka consumer lag alert fires at 10k messages")
+        second = add(service, "Kafka consumer group rebalances on every deploy")
+        result = search(service, "kafka consumer rebalancing")
+        assert "llm_filter:llm_filtered" in result["status"]
+        assert ids(result) == [second] and first not in ids(result)
+        assert stub.requests and "CANDIDATES:" in stub.requests[0]["body"]["messages"][1]["content"]
+        # turn_start is the hook path: no LLM call unless llmInHookPath is on; the no-LLM cap applies.
+        calls = len(stub.requests)
+        session = service.open_session({}, NS)["sessionId"]
+        start = service.start_turn({"sessionId": session, "query": "kafka consumer rebalancing"}, NS)
+        assert "llm_filter:no_llm" in start["status"] and len(stub.requests) == calls
+
+    with run_chat_stub(lambda s, u: "not json at all") as stub:
+        service = make_service({"summary": {"provider": "openai_compatible", "model": "m", "endpoint": stub.url}})
+        for i in range(8):
+            add(service, f"Kafka topic number {i} keeps seven days of retention")
+        result = search(service, "kafka topic retention")
+        assert "llm_filter:llm_failed_fallback_cap" in result["status"] and len(ids(result)) == 6
+
+    with run_chat_stub(lambda s, u: "{}", delay_s=1.5) as stub:
+        service = make_service(
+            {
+                "summary": {"provider": "openai_compatible", "model": "m", "endpoint": stub.url},
+                "algorithm": {"retrieval": {"llmTimeoutMs": 200}},
+            }
+        )
+        add(service, "Kafka brokers run on three nodes")
+        add(service, "Kafka brokers need 64GB of RAM")
+        result = search(service, "kafka brokers")
+        assert "llm_filter:llm_failed_fallback_cap" in result["status"] and len(ids(result)) == 2
+
+    offline = make_service()
+    add(offline, "Kafka UI runs on port 8080")
+    assert "llm_filter:no_llm" in search(offline, "kafka ui port")["status"]
+    disabled = make_service({"algorithm": {"retrieval": {"llmFilterEnabled": False}}})
+    add(disabled, "Kafka UI runs on port 8080")
+    assert "llm_filter:disabled" in search(disabled, "kafka ui port")["status"]
+
+
+def test_llm_query_extract_and_rewrite(make_service) -> None:  # type: ignore[no-untyped-def]
+    def answer(system: str, user: str) -> str | None:
+        if "memory search" in system:
+            return json.dumps({"queryVecText": "postgres connection pool size", "keywords": ["pgbouncer"]})
+        if "three different search queries" in system:
+            return json.dumps({"queries": ["pgbouncer pool", "postgres max connections", "connection limits"]})
+        return json.dumps({"ranked": [1, 2, 3]})
+
+    with run_chat_stub(answer) as stub:
+        service = make_service(
+            {
+                "evolution": {"provider": "openai_compatible", "model": "m", "endpoint": stub.url},
+                "algorithm": {"enableQueryRewrite": True, "retrieval": {"llmQueryExtract": True}},
+            }
+        )
+        target = add(service, "pgbouncer runs in transaction mode with a pool of 20")
+        add(service, "Unrelated: the office plant needs water")
+        result = search(service, "why do we run out of db connections?")
+        assert "query_extract:llm" in result["status"] and "query_rewrite:3" in result["status"]
+        assert "pgbouncer" in result["debug"]["query"]["keywords"]
+        assert ids(result)[0] == target
+
+
+def test_diagnostics_and_logs(make_service) -> None:  # type: ignore[no-untyped-def]
+    service = make_service()
+    target = add(service, "Use make lint before pushing")
+    result = search(service, "lint before push")
+    debug = result["debug"]
+    assert target in debug["candidateMemoryIds"] and debug["sourceMemoryIds"] == [target]
+    assert {"embed", "channels", "load", "fuse", "select", "total"} <= set(debug["timingsMs"])
+    assert result["hits"][0]["channels"] and debug["channels"][0]["relevance"] > 0
+    assert service.logs.recall_stats()[0] >= 1
+    logs, _ = service.logs.api_logs(["memory_search"], None, [], 10, 0)
+    assert logs and logs[0]["output"]["filtered"] == [target]
+    with pytest.raises(Exception, match="channels: unknown"):
+        service.search({"query": "x", "channels": ["telepathy"]}, NS)
+    only_fts = search(service, "lint before push", channels=["fts"])
+    assert set(only_fts["debug"]["channels"][0]["channels"]) == {"fts"}
