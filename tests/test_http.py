@@ -165,7 +165,7 @@ def test_vector_channel_finds_paraphrases(daemon: Daemon) -> None:
         daemon.drain()
         result = client.post(
             "/api/v1/memory/search",
-            json={"query": "which library version constraint does the old data pipeline need", "verbose": True},
+            json={"query": "upgrading dataframes library fails on legacy code", "verbose": True},
         ).json()
     channels = {c["id"]: c["channels"] for c in result["debug"]["channels"]}
     assert added["id"] in channels and "vec" in channels[added["id"]]

@@ -205,7 +205,4 @@ def embedding_text(layer: str, title: str, content: str, properties: dict[str, o
     prepared = properties.get("embeddingText")
     if isinstance(prepared, str) and prepared:
         return prepared
-    if layer == "L1":
-        summary = properties.get("summary") or ""
-        return (f"Summary: {summary}\n\n{content}" if summary else content)[:3000]
     return f"{title}\n{content}".strip()[:3000]

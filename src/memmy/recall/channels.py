@@ -41,9 +41,9 @@ def vector_channel(
 
 
 def fts_channel(repo: MemoryRepository, terms: Sequence[str], flt: MemoryFilter, limit: int) -> list[ChannelHit]:
-    """BM25 over title/key, body and tags; scores become 1/(rank+1)."""
+    """BM25 over title/key, body and tags (raw BM25 scores; the pipeline normalises them per tier)."""
     hits = repo.fts_search_terms(terms, limit, flt)
-    return [ChannelHit(memory_id, "fts", 1.0 / (rank + 1), rank) for rank, (memory_id, _s) in enumerate(hits)]
+    return [ChannelHit(memory_id, "fts", s, rank) for rank, (memory_id, s) in enumerate(hits)]
 
 
 def pattern_channel(repo: MemoryRepository, terms: Sequence[str], flt: MemoryFilter, limit: int) -> list[ChannelHit]:

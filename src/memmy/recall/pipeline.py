@@ -315,13 +315,19 @@ class RecallEngine:
                 continue
             cand.bonus = self._bonus(cand.memory, settings, now)
             kept.append(cand)
-        # Keyword channel scores are re-ranked within each tier.
+        # Keyword channels are re-ranked within each tier: BM25 keeps its score gaps (relative to the tier's
+        # best match, so an exact match scores 1.0 and a weak one stays weak); pattern and structural hits,
+        # which have no graded score, get 1/(rank+1).
         for channel in KEYWORD_CHANNELS:
             for tier in (1, 2, 3):
                 ranked = [c for c in kept if channel in c.channels and c.tier == tier]
                 ranked.sort(key=_rank_key(channel))
+                top = ranked[0].channels[channel] if ranked else 0.0
                 for position, cand in enumerate(ranked):
-                    cand.channels[channel] = 1.0 / (position + 1)
+                    if channel == "fts":
+                        cand.channels[channel] = cand.channels[channel] / top if top > 0 else 0.0
+                    else:
+                        cand.channels[channel] = 1.0 / (position + 1)
                     cand.ranks[channel] = position
         return kept
 

@@ -204,7 +204,7 @@ class MemoryRepository:
         return self.fts_search_terms(query_terms(query), limit, flt)
 
     def fts_search_terms(self, terms: Sequence[str], limit: int, flt: MemoryFilter) -> list[tuple[str, float]]:
-        """BM25 search for any of ``terms``; returns (id, score in 0..1, higher is better), best first."""
+        """BM25 search for any of ``terms``; returns (id, BM25 score > 0, higher is better), best first."""
         expression = fts_match_expression(terms)
         if not expression:
             return []
@@ -217,8 +217,8 @@ class MemoryRepository:
             rows = self.db.query(sql, [expression, *params, limit])
         except sqlite3.OperationalError:
             return []
-        # bm25 is negative (more negative = better); map to (0, 1) monotonically.
-        return [(row["id"], -row["rank"] / (1.0 - row["rank"])) for row in rows]
+        # SQLite's bm25() is negative (more negative = better).
+        return [(row["id"], -float(row["rank"])) for row in rows]
 
     def token_search(
         self, terms: Sequence[str], limit: int, flt: MemoryFilter, *, order: str = "rank", phrases: bool = False

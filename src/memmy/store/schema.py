@@ -332,7 +332,7 @@ CREATE INDEX IF NOT EXISTS idx_memories_source ON memories(source_agent, memory_
 ALTER TABLE api_logs ADD COLUMN user_id TEXT;
 DROP TABLE IF EXISTS memories_fts;
 CREATE VIRTUAL TABLE memories_fts
-  USING fts5(id UNINDEXED, identifier, memory_value, tags, tokenize='unicode61 remove_diacritics 2');
+  USING fts5(id UNINDEXED, identifier, memory_value, tags, tokenize='porter unicode61 remove_diacritics 2');
 """
 
 SCHEMA_VERSION: Final = 2
