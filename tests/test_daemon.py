@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -136,3 +137,19 @@ def test_admin_shutdown(fresh_daemon: Daemon) -> None:
     assert fresh_daemon.process.wait(timeout=30) == 0
     lock = db_path(fresh_daemon).with_name("memory.sqlite.server.lock")
     assert not lock.exists(), json.dumps(lock.read_text() if lock.exists() else "")
+
+
+def test_port_in_use_is_one_clear_error(fresh_daemon: Daemon) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", fresh_daemon.port))
+        taken.listen()
+        result = subprocess.run(
+            [sys.executable, "-m", "memmy", "serve", "--port", str(fresh_daemon.port)],
+            env=fresh_daemon.env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{fresh_daemon.port}" in result.stderr
+    assert not db_path(fresh_daemon).with_name("memory.sqlite.server.lock").exists()

@@ -180,6 +180,14 @@ def test_idempotent_replay_and_conflict(daemon: Daemon) -> None:
         conflict = client.post("/api/v1/memory/add", json={**body, "content": "something else"})
         assert conflict.status_code == 409
         assert conflict.json()["error"]["message"] == "idempotency key reused with different request body"
+        # The same adapter request id on two different memories deletes both (the key includes the path id).
+        one = client.post("/api/v1/memory/add", json={"content": "idempotent delete one"}).json()["id"]
+        two = client.post("/api/v1/memory/add", json={"content": "idempotent delete two"}).json()["id"]
+        for memory_id in (one, two):
+            deleted = client.request(
+                "DELETE", f"/api/v1/memory/{memory_id}", json={"adapterId": "hook", "requestId": "del-1"}
+            )
+            assert deleted.json()["id"] == memory_id and "duplicate" not in deleted.json()
         other_op = client.post(
             "/api/v1/memory/search", json={"query": "idempotent", "adapterId": "hook", "requestId": "r-1"}
         )

@@ -149,6 +149,7 @@ class MemmyConfig:
     evolution: LLMSettings
     embedding: EmbeddingSettings
     warnings: tuple[str, ...] = field(default=())
+    db_override: Path | None = None
 
     @property
     def user_id(self) -> str:
@@ -276,23 +277,35 @@ def _coerce(default: Any, value: Any) -> tuple[bool, Any]:
     return True, value
 
 
-def _validate(tree: dict[str, Any], defaults: dict[str, Any], path: Path, prefix: str = "") -> None:
+def _validate(
+    tree: dict[str, Any],
+    defaults: dict[str, Any],
+    path: Path,
+    prefix: str = "",
+    label: str = ROOT_KEY,
+    unknown: list[str] | None = None,
+) -> None:
+    """Check every key against its default's type and enum; collect unknown keys (typos) in ``unknown``."""
     for key, value in tree.items():
         dotted = f"{prefix}{key}"
-        if dotted in FREE_FORM or key not in defaults:
+        if dotted in FREE_FORM:
+            continue
+        if key not in defaults:
+            if unknown is not None:
+                unknown.append(f"{path}: {label}.{dotted} is not a known setting and is ignored")
             continue
         ok, normalised = _coerce(defaults[key], value)
         if not ok:
-            raise ConfigError(f"{path}: {ROOT_KEY}.{dotted}: expected {_type_name(defaults[key])}, got {value!r}")
+            raise ConfigError(f"{path}: {label}.{dotted}: expected {_type_name(defaults[key])}, got {value!r}")
         tree[key] = normalised
         if isinstance(defaults[key], dict):
-            _validate(value, defaults[key], path, f"{dotted}.")
+            _validate(value, defaults[key], path, f"{dotted}.", label, unknown)
         elif dotted in ENUMS and normalised not in ENUMS[dotted]:
             choices = ", ".join(repr(c) for c in ENUMS[dotted])
-            raise ConfigError(f"{path}: {ROOT_KEY}.{dotted}: expected one of {choices}, got {value!r}")
+            raise ConfigError(f"{path}: {label}.{dotted}: expected one of {choices}, got {value!r}")
         elif isinstance(normalised, int | float) and not isinstance(normalised, bool) and normalised < 0:
             if not dotted.endswith(("archiveGain", "FailureThreshold")):
-                raise ConfigError(f"{path}: {ROOT_KEY}.{dotted}: expected a value >= 0, got {value!r}")
+                raise ConfigError(f"{path}: {label}.{dotted}: expected a value >= 0, got {value!r}")
 
 
 def _parse_env_value(name: str, raw: str, default: Any) -> Any:
@@ -360,7 +373,7 @@ def load_config(
     defaults = default_tree()
     user_tree = copy.deepcopy(section)
     profiles = user_tree.pop("profiles", None)
-    _validate(user_tree, defaults, path)
+    _validate(user_tree, defaults, path, unknown=warnings)
     tree = _deep_merge(default_tree(), user_tree)
     if profiles is not None:
         if not isinstance(profiles, dict):
@@ -369,7 +382,7 @@ def load_config(
         profile = profiles.get(active) or {}
         if not isinstance(profile, dict):
             raise ConfigError(f"{path}: {ROOT_KEY}.profiles.{active}: expected a mapping, got {profile!r}")
-        _validate(profile, defaults, path, "")
+        _validate(profile, defaults, path, "", f"{ROOT_KEY}.profiles.{active}", warnings)
         _deep_merge(tree, profile)
         tree["profiles"] = profiles
     _apply_env(tree, defaults, env)
@@ -415,6 +428,7 @@ def load_config(
             max_retries=int(embedding["maxRetries"]),
         ),
         warnings=tuple(warnings),
+        db_override=Path(db_override).expanduser() if db_override else None,
     )
 
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from memmy.embed import Embedder
 from memmy.errors import MemmyError
+from memmy.store.db import utc_now
 from memmy.store.memories import MemoryRepository
 from memmy.store.queue import EmbeddingQueue, QueueItem
 from memmy.store.vectors import Vector, VectorIndex, VectorRepository, meta_of
@@ -57,7 +58,7 @@ class Indexer:
         self.index: VectorIndex | None = None
         self.reembed = ReembedProgress()
         self.last_error: str | None = None
-        self.last_ok_at: float | None = None
+        self.last_ok_at_iso: str | None = None
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -148,12 +149,14 @@ class Indexer:
                 continue
             self.vectors.upsert(item.target_id, item.vector_field, fingerprint.provider, fingerprint.model, vector)
             if self.index is None or self.index.dim != fingerprint.dim:
+                self.load_index()  # the backend came up (or changed dimension): load every stored vector
+            if self.index is None:
                 self.index = VectorIndex(fingerprint.dim)
             meta = meta_of(memory.layer, memory.project_id, memory.visibility, memory.source_agent)
             self.index.upsert(item.target_id, item.vector_field, vector, meta)
             self.queue.succeed(item)
             ok += 1
-        self.last_ok_at = time.time()
+        self.last_ok_at_iso = utc_now()
         self.last_error = None
         return ok, 0
 

@@ -65,11 +65,7 @@ class ClientSettings:
             or DEFAULT_ENDPOINT
         )
         resolved_token = (
-            token
-            or _first_env(env, "MEMMY_MEMORY_TOKEN", "MEMORY_SERVICE_TOKEN")
-            or storage.get("token")
-            or tree.get("token")
-            or None
+            token or _first_env(env, "MEMMY_MEMORY_TOKEN", "MEMORY_SERVICE_TOKEN") or storage.get("token") or None
         )
         resolved_user = user_id or _first_env(env, "MEMMY_MEMORY_USER_ID", "MEMMY_USER_ID", "MEMORY_SERVICE_USER_ID")
         return cls(

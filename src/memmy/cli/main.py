@@ -74,7 +74,7 @@ def serve(obj: CliContext, host: str | None, port: int | None, db_path: str | No
 @click.option("--dry-run", is_flag=True, help="Show what would be written.")
 @pass_ctx
 def init(obj: CliContext, db_path: str | None, endpoint: str | None, init_token: str | None, dry_run: bool) -> None:
-    """Write ~/.memmy/config.yaml and create the database (agent hooks: see `memmy-memory init --help`)."""
+    """Write ~/.memmy/config.yaml (keeping your other settings) and create the database."""
     # Imported here so client commands never pay for numpy and the store at start-up.
     from memmy.service import MemoryService
 
@@ -96,7 +96,6 @@ def init(obj: CliContext, db_path: str | None, endpoint: str | None, init_token:
         "version": 1,
         "activeProfile": current.tree.get("activeProfile", "byok"),
         "storage": storage,
-        "algorithm": {"enableMemoryAdd": True, "enableMemorySearch": True},
     }
     if dry_run:
         obj.output(

@@ -137,6 +137,7 @@ class RecallRequest:
     exclude_ids: frozenset[str] = frozenset()
     channels: frozenset[str] = frozenset({"vec", "fts", "pattern", "structural"})
     domain: str = ""
+    required_tags: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -285,6 +286,8 @@ class RecallEngine:
         for hit in hits:
             memory = memories.get(hit.memory_id)
             if memory is None or memory.layer not in request.layers:
+                continue
+            if request.required_tags and not request.required_tags <= set(memory.tags):
                 continue
             if hit.channel == "vec":
                 floor = 0.15 if memory.layer == "L3" else settings.min_trace_sim

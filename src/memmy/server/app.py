@@ -65,13 +65,6 @@ async def read_json(request: Request) -> Any:
 class Api:
     """Route handlers bound to one service."""
 
-    IDEMPOTENT_OPS = {
-        "/api/v1/sessions/open": "sessions.create",
-        "/api/v1/turns/start": "turn.start",
-        "/api/v1/memory/search": "memory.search",
-        "/api/v1/memory/add": "memory.add",
-    }
-
     def __init__(self, service: MemoryService, shutdown: Callable[[], None] | None) -> None:
         self.service = service
         self.shutdown_callback = shutdown
@@ -149,7 +142,9 @@ class Api:
 
     async def complete_turn(self, request: Request) -> Response:
         ns, turn_id = self.namespace(request), request.path_params["turn_id"]
-        return await self.json_call(request, self.service.complete_turn, lambda b: (turn_id, b, ns), "turn.complete")
+        return await self.json_call(
+            request, self.service.complete_turn, lambda b: (turn_id, b, ns), f"turn.complete:{turn_id}"
+        )
 
     async def search(self, request: Request) -> Response:
         ns = self.namespace(request)
@@ -164,7 +159,9 @@ class Api:
 
     async def delete_memory(self, request: Request) -> Response:
         ns, memory_id = self.namespace(request), request.path_params["memory_id"]
-        return await self.json_call(request, self.service.delete_memory, lambda b: (memory_id, b, ns), "memory.delete")
+        return await self.json_call(
+            request, self.service.delete_memory, lambda b: (memory_id, b, ns), f"memory.delete:{memory_id}"
+        )
 
     async def archive_memory(self, request: Request) -> Response:
         ns, memory_id = self.namespace(request), request.path_params["memory_id"]

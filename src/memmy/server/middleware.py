@@ -14,7 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger("memmy.server")
 
-ANONYMOUS_PATHS = frozenset({"/api/v1/health", "/health"})
+ANONYMOUS_PATHS = frozenset({"/api/v1/health"})
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 
 

@@ -20,6 +20,9 @@ _ERROR = {
     },
 }
 _IDEMPOTENCY = {"adapterId": _STR, "requestId": _STR}
+_SCOPE = {"enum": ["auto", "pooled", "project", "agent"], "default": "auto"}
+_CHANNELS = {"type": "array", "items": {"enum": ["vec", "fts", "pattern", "structural"]}}
+MODE_NAMES = ("turn_start", "search", "tool_driven", "sub_agent", "skill_invoke", "decision_repair", "world_model")
 
 _BODIES: dict[str, dict[str, Any]] = {
     "open_session": {"properties": {"sessionId": _STR, "workspacePath": _STR, "source": _STR, **_IDEMPOTENCY}},
@@ -29,8 +32,13 @@ _BODIES: dict[str, dict[str, Any]] = {
             "query": _STR,
             "turnId": _STR,
             "contextHints": {"type": "object"},
-            "limit": {"type": "integer", "minimum": 1},
-            "scope": {"enum": ["pooled", "project", "agent"]},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 50, "default": 10},
+            "scope": _SCOPE,
+            "layers": _LAYERS,
+            "channels": _CHANNELS,
+            "tags": _STR_LIST,
+            "workspacePath": _STR,
+            "source": _STR,
             **_IDEMPOTENCY,
         },
         "required": ["sessionId", "query"],
@@ -56,10 +64,14 @@ _BODIES: dict[str, dict[str, Any]] = {
             "query": _STR,
             "sessionId": _STR,
             "layers": _LAYERS,
-            "tags": _STR_LIST,
+            "tags": {**_STR_LIST, "description": "only memories carrying all of these tags"},
             "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 10},
-            "scope": {"enum": ["pooled", "project", "agent"]},
+            "scope": _SCOPE,
+            "mode": {"enum": list(MODE_NAMES), "default": "search"},
+            "channels": _CHANNELS,
+            "contextHints": {"type": "object"},
             "workspacePath": _STR,
+            "source": _STR,
             "verbose": {"type": "boolean"},
             **_IDEMPOTENCY,
         },
@@ -86,7 +98,7 @@ _BODIES: dict[str, dict[str, Any]] = {
     "delete": {"properties": {"reason": _STR, **_IDEMPOTENCY}},
     "reload": {"properties": {"reason": _STR, "restartFailedProcessing": {"type": "boolean"}}},
     "worker": {"properties": {"limit": {"type": "integer", "minimum": 1}}},
-    "processing": {"properties": {"memoryIds": _STR_LIST}, "required": ["memoryIds"]},
+    "processing": {"properties": {"memoryIds": _STR_LIST}},
 }
 
 #: (method, path, summary, body key or None, anonymous)

@@ -7,6 +7,7 @@ import ipaddress
 import logging
 import os
 import signal
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,6 +48,20 @@ class _Server(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
+def ensure_port_free(host: str, port: int) -> None:
+    """Fail early, with a clear message, when the address is taken (before touching the store)."""
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host.strip("[]"), port))
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot listen on {host}:{port}: {exc.strerror or exc} (is another memmy or program using it? "
+                "pick another with --port)"
+            ) from None
+
+
 def serve(config: MemmyConfig, host: str | None = None, port: int | None = None, log_level: str = "info") -> None:
     """Run the daemon in the foreground until SIGINT/SIGTERM; acknowledged writes are already committed."""
     host = host or config.server.host
@@ -62,6 +77,7 @@ def serve(config: MemmyConfig, host: str | None = None, port: int | None = None,
     )
     for warning in config.warnings:
         log.warning("%s", warning)
+    ensure_port_free(host, port)
     lock = ServerLock(Path(config.storage.sqlite_path))
     lock.path.parent.mkdir(parents=True, exist_ok=True)
     lock.acquire(host, port)

@@ -198,7 +198,7 @@ class MemoryService:
                     "configured": True,
                     "remote": self.config.embedding.provider != "local",
                     "fingerprint": fingerprint,
-                    "lastOkAt": self.indexer.last_ok_at,
+                    "lastOkAt": self.indexer.last_ok_at_iso,
                     "lastError": embedder_error,
                 },
             },
@@ -233,7 +233,7 @@ class MemoryService:
         body = require_object(body)
         old = self.config
         try:
-            new = load_config(old.path, db_override=None)
+            new = load_config(old.path, db_override=old.db_override)
         except ConfigError as exc:
             raise InvalidArgument(f"config not reloaded: {exc.message}") from exc
         requires_restart = reload_requires_restart(old, new)
@@ -254,7 +254,9 @@ class MemoryService:
             evolution=new.evolution,
             embedding=new.embedding,
             warnings=new.warnings,
+            db_override=old.db_override,
         )
+        self.indexer.batch_size = new.embedding.batch_size
         for ops in (self.memory_ops, self.turn_ops, self.recall_ops):
             ops.config = self.config
         if embedding_changed:

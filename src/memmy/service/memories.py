@@ -231,6 +231,8 @@ class MemoryOps:
 
     def archive(self, memory_id: str, ns: Namespace, reason: str | None = None) -> dict[str, Any]:
         """Archive a memory: kept, but no longer recalled; audited."""
+        if not self.config.algorithm["enableMemoryAdd"]:
+            raise Forbidden("memory writes are disabled (algorithm.enableMemoryAdd: false)")
         memory = self._require(memory_id)
         before = memory.snapshot()
         memory.status = "archived"

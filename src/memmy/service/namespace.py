@@ -63,7 +63,7 @@ class Namespace:
         project = headers.get("x-memmy-project-id") or (project_root(workspace) if workspace else None)
         return cls(
             user_id=headers.get("x-memmy-user-id") or default_user,
-            source=headers.get("x-memmy-source") or DEFAULT_SOURCE,
+            source=normalise_source(headers.get("x-memmy-source") or DEFAULT_SOURCE),
             project_id=project,
             workspace_path=workspace,
             session_key=headers.get("x-memmy-session-key") or None,

@@ -83,13 +83,14 @@ class PanelOps:
 
     def analysis(self) -> dict[str, Any]:
         """Recall and latency metrics."""
-        events, avg_hits = self.logs.recall_stats()
+        events, avg_hits, avg_score = self.logs.recall_stats()
         latencies = self.logs.tool_latencies()
         all_latencies = [v for values in latencies.values() for v in values]
         start = (datetime.now(UTC) - timedelta(days=30)).date().isoformat()
         return {
             "metrics": {
-                "avgRecallScore": round(avg_hits, 3),
+                "avgRecallScore": round(avg_score, 4),
+                "avgHitsPerRecall": round(avg_hits, 3),
                 "recallEvents": events,
                 "activeSkills": self.memories.count_by_layer().get("Skill", 0),
                 "recentlyUsedSkills": 0,
@@ -120,11 +121,15 @@ class PanelOps:
         flt = MemoryFilter(layers=layers, source_agent=params.get("sourceAgent") or None)
         status = params.get("status") or None
         memories, total = self.memories.page(
-            flt, status=status, text=params.get("q") or None, offset=(page - 1) * page_size, limit=page_size
+            flt,
+            status=status,
+            text=params.get("q") or None,
+            excluded_sources=_csv(params.get("excludedSourceAgents")),
+            offset=(page - 1) * page_size,
+            limit=page_size,
         )
         states = self.queue.states([m.id for m in memories])
-        excluded = set(_csv(params.get("excludedSourceAgents")))
-        items = [memory_item(m, states.get(m.id)) for m in memories if m.source_agent not in excluded]
+        items = [memory_item(m, states.get(m.id)) for m in memories]
         total_pages = max(1, -(-total // page_size))
         return {
             "items": items,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,7 +20,16 @@ from memmy.recall.pipeline import MODE_LAYERS, Candidate, RecallEngine, RecallRe
 from memmy.recall.query import PreparedQuery, prepare_query
 from memmy.recall.render import RenderItem, render_context, snippet
 from memmy.service.namespace import Namespace
-from memmy.service.validate import layers_of, opt_bool, opt_int, opt_list, opt_str, req_str, require_object
+from memmy.service.validate import (
+    layers_of,
+    opt_bool,
+    opt_int,
+    opt_list,
+    opt_str,
+    opt_tags,
+    req_str,
+    require_object,
+)
 from memmy.store.db import utc_now
 from memmy.store.logs import LogRepository
 from memmy.store.memories import MemoryFilter, MemoryRepository
@@ -157,7 +167,8 @@ class RecallOps:
         channels = self._channels(body)
         resolved = resolve_layers(mode, layers, self.config.domain, str(retrieval["readOnlyInjectionProfile"]))
         settings = RecallSettings.from_config(self.config.algorithm)
-        request = RecallRequest(prepared, mode, resolved, limit, flt, exclude_ids, channels, self.config.domain)
+        tags = frozenset(opt_tags(body))
+        request = RecallRequest(prepared, mode, resolved, limit, flt, exclude_ids, channels, self.config.domain, tags)
         outcome = self.engine.recall(request, settings)
         selected = outcome.selected
         status.extend(outcome.status)
@@ -165,12 +176,7 @@ class RecallOps:
             rewrites = rewrite_queries(evolution_llm, query, timeout_s)
             if rewrites:
                 extra = [
-                    self.engine.recall(
-                        RecallRequest(
-                            prepare_query(q), mode, resolved, limit, flt, exclude_ids, channels, self.config.domain
-                        ),
-                        settings,
-                    ).selected
+                    self.engine.recall(dataclasses.replace(request, query=prepare_query(q)), settings).selected
                     for q in rewrites
                 ]
                 selected = merge_by_rrf([selected, *extra], limit)
@@ -197,7 +203,14 @@ class RecallOps:
             candidate_ids=outcome.candidate_ids,
             hit_ids=[c.memory.id for c in outcome.selected],
             injected_ids=[c.memory.id for c in selected],
-            request={"limit": limit, "scope": scope, "mode": mode, "source": ns.source, "dropped": outcome.dropped},
+            request={
+                "limit": limit,
+                "scope": scope,
+                "mode": mode,
+                "source": ns.source,
+                "topScore": round(selected[0].relevance, 4) if selected else None,
+                "dropped": outcome.dropped,
+            },
         )
         return SearchResult(
             candidates=selected,
@@ -269,6 +282,7 @@ class RecallOps:
             "hits": result.hits,
             "sourceMemoryIds": result.source_memory_ids,
             "status": result.status,
+            "serverTime": utc_now(),
         }
         if verbose:
             response["debug"] = {**result.debug(), "durationMs": round(duration, 2)}

@@ -83,7 +83,7 @@ class TurnOps:
                     raise Conflict(f"session {session_id} is not open")
                 self.sessions.touch(session_id)
                 return {"sessionId": session_id, "status": "open", "resumed": True, "serverTime": utc_now()}
-        if ns.session_key:
+        if ns.session_key and not session_id:
             row = self.sessions.find_open_by_host_key(ns.user_id, ns.source, ns.profile_id, ns.session_key)
             if row is not None:
                 self.sessions.touch(row["id"])
@@ -199,6 +199,9 @@ class TurnOps:
         turn_id = _safe_id(turn_id, "turnId")
         session_id = _safe_id(req_str(body, "sessionId"), "sessionId")
         row = self._open_session_row(session_id)
+        started_turn = self.sessions.get_raw_turn(session_id, turn_id)
+        if row["status"] != "open" and started_turn is None:
+            raise Conflict(f"session {session_id} is closed and turn {turn_id} was never started in it")
         ns = ns.with_body(body.get("source") or row["source"], body.get("workspacePath") or row["workspace_path"])
         query = sanitize_text(req_str(body, "query", max_len=2_000_000))
         answer = sanitize_text(req_str(body, "answer", max_len=2_000_000))
@@ -206,10 +209,27 @@ class TurnOps:
         reasoning = opt_str(body, "reasoningSummary")
         tool_calls = normalize_tool_calls(opt_list(body, "toolCalls"), opt_list(body, "toolResults"))
         source_ids = [i for i in opt_list(body, "sourceMemoryIds") if isinstance(i, str)]
+        if not source_ids and started_turn is not None:
+            source_ids = json.loads(started_turn["source_memory_ids_json"] or "[]")  # what turn start injected
         tags = opt_tags(body)
         usage = body.get("usage")
         if usage is not None and not isinstance(usage, dict):
             raise InvalidArgument("usage: expected an object")
+        if not self.config.algorithm["enableMemoryAdd"]:
+            # Writes are disabled: answer the hook normally (it must never fail) but store nothing.
+            return {
+                "turnId": turn_id,
+                "sessionId": session_id,
+                "episodeId": None,
+                "rawTurnId": None,
+                "l1MemoryId": None,
+                "status": status,
+                "captured": False,
+                "scheduledEvolution": False,
+                "jobs": [],
+                "changeSeq": self.logs.latest_change_seq(),
+                "serverTime": utc_now(),
+            }
         capture = self.config.algorithm["capture"]
         raw_turn_id = "raw_" + sha256_hex(f"{session_id}:{turn_id}")[:20]
         step = build_trace_step(
@@ -320,6 +340,7 @@ class TurnOps:
             "rawTurnId": raw_turn_id,
             "l1MemoryId": l1_id,
             "status": status,
+            "captured": True,
             "scheduledEvolution": False,
             "jobs": jobs,
             "changeSeq": self.logs.latest_change_seq(),

@@ -50,6 +50,8 @@ class Database:
         self.path = path
         self.lock = threading.RLock()
         path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists():
+            path.touch(mode=0o600)  # memories are private: owner-only, like the config file
         try:
             self.conn = sqlite3.connect(
                 str(path), check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000

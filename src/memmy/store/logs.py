@@ -232,12 +232,15 @@ class LogRepository:
             )
         return event_id
 
-    def recall_stats(self) -> tuple[int, float]:
-        """(number of recall events, mean hits per event)."""
-        row = self.db.query_one("SELECT COUNT(*), AVG(json_array_length(hit_memory_ids_json)) FROM recall_events")
+    def recall_stats(self) -> tuple[int, float, float]:
+        """(number of recall events, mean hits per event, mean relevance of the best hit)."""
+        row = self.db.query_one(
+            "SELECT COUNT(*), AVG(json_array_length(hit_memory_ids_json)), "
+            "AVG(json_extract(request_json, '$.topScore')) FROM recall_events"
+        )
         if row is None:
-            return 0, 0.0
-        return int(row[0] or 0), float(row[1] or 0.0)
+            return 0, 0.0, 0.0
+        return int(row[0] or 0), float(row[1] or 0.0), float(row[2] or 0.0)
 
     def kv_get(self, key: str) -> Any:
         """A runtime_kv value (decoded JSON) or None."""

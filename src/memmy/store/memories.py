@@ -245,6 +245,7 @@ class MemoryRepository:
         *,
         status: str | None = None,
         text: str | None = None,
+        excluded_sources: Sequence[str] = (),
         offset: int = 0,
         limit: int = 20,
     ) -> tuple[list[Memory], int]:
@@ -261,6 +262,9 @@ class MemoryRepository:
                 params.append(flt.source_agent)
         else:
             where, params = flt.sql(now)
+        if excluded_sources:
+            where += f" AND m.source_agent NOT IN ({','.join('?' * len(excluded_sources))})"
+            params.extend(excluded_sources)
         if text:
             where += " AND (m.memory_value LIKE ? ESCAPE '\\' OR m.title LIKE ? ESCAPE '\\')"
             like = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
