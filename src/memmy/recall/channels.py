@@ -30,14 +30,20 @@ def vector_channel(
     index: VectorIndex | None,
     query_vector: Vector | None,
     flt: MemoryFilter,
-    layer: str,
-    pool: int,
+    pools: dict[str, int],
 ) -> list[ChannelHit]:
-    """Top ``pool`` memories of one layer by cosine over the whole in-memory index."""
-    if index is None or query_vector is None or len(index) == 0 or pool <= 0:
+    """Top memories of each layer (``{layer: pool}``) by cosine over the whole in-memory index.
+
+    One matrix product serves every layer; the layer, project and source filters are masks over it.
+    """
+    if index is None or query_vector is None or len(index) == 0 or not pools:
         return []
-    hits = index.search(query_vector, pool, layers=[layer], project_id=flt.project_id, source=flt.source_agent)
-    return [ChannelHit(memory_id, "vec", score, rank) for rank, (memory_id, score) in enumerate(hits)]
+    found = index.search_layers(query_vector, pools, project_id=flt.project_id, source=flt.source_agent)
+    return [
+        ChannelHit(memory_id, "vec", score, rank)
+        for layer in pools
+        for rank, (memory_id, score) in enumerate(found[layer])
+    ]
 
 
 def fts_channel(repo: MemoryRepository, terms: Sequence[str], flt: MemoryFilter, limit: int) -> list[ChannelHit]:

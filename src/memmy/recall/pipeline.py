@@ -262,8 +262,8 @@ class RecallEngine:
         pool_total = sum(settings.pool(layer) for layer in layers)
         keyword_limit = max(settings.keyword_top_k, pool_total)
         if "vec" in request.channels:
-            for layer in layers:
-                hits.extend(vector_channel(index, query_vector, scope, layer, settings.pool(layer)))
+            pools = {layer: settings.pool(layer) for layer in layers}
+            hits.extend(vector_channel(index, query_vector, scope, pools))
         if "fts" in request.channels:
             hits.extend(fts_channel(self.repo, request.query.fts_terms, layered, keyword_limit))
         if "pattern" in request.channels:

@@ -129,8 +129,10 @@ class VectorIndex:
     ) -> NDArray[np.bool_] | None:
         mask: NDArray[np.bool_] | None = None
         if layers:
-            codes = [self._codes["layer"][layer] for layer in layers if layer in self._codes["layer"]]
-            mask = np.isin(self._layer[:n], np.array(codes, dtype=np.int8))
+            codes = [self._codes["layer"].get(layer, -1) for layer in layers]
+            mask = self._layer[:n] == codes[0]  # equality is ~100x cheaper than np.isin on 100k rows
+            for code in codes[1:]:
+                mask |= self._layer[:n] == code
         if project_id is not None:
             code = self._codes["project"].get(project_id, -2)
             in_scope = (self._project[:n] == code) | (self._project[:n] == self.NO_PROJECT)
@@ -151,26 +153,56 @@ class VectorIndex:
         source: str | None = None,
     ) -> list[tuple[str, float]]:
         """Top-k memories by cosine similarity (best field per memory), best first, within the filters."""
+        pools = {"*": k} if not layers else {layer: k for layer in layers}
+        found = self.search_layers(query, pools, project_id=project_id, source=source, merge=bool(layers))
+        return found["*"]
+
+    def search_layers(
+        self,
+        query: Vector,
+        pools: dict[str, int],
+        *,
+        project_id: str | None = None,
+        source: str | None = None,
+        merge: bool = False,
+    ) -> dict[str, list[tuple[str, float]]]:
+        """Top memories per layer (``{"L1": 20, ...}``; ``"*"`` = any layer) from ONE matrix product.
+
+        With ``merge`` the per-layer results are also merged into ``"*"`` (best first, capped at the largest k).
+        """
         with self._lock:
             n = len(self._keys)
-            if n == 0 or k <= 0:
-                return []
+            if n == 0 or not pools:
+                return {name: [] for name in [*pools, "*"]}
             scores = self._matrix[:n] @ query.astype(np.float32, copy=False)
-            mask = self._mask(n, layers, project_id, source)
-            if mask is not None:
-                scores = np.where(mask, scores, np.float32(-np.inf))
-            take = min(n, k * 2)  # a memory may own two fields; over-take then de-duplicate
-            top = np.argpartition(-scores, take - 1)[:take] if take < n else np.arange(n)
-            order = top[np.argsort(-scores[top])]
-            order = order[np.isfinite(scores[order])]
-            keys = [self._keys[i] for i in order]
-            values = scores[order].tolist()
+            scope_mask = self._mask(n, None, project_id, source)
+            results: dict[str, list[tuple[str, float]]] = {}
+            for name, k in pools.items():
+                mask = scope_mask if name == "*" else self._mask(n, [name], project_id, source)
+                results[name] = self._top(scores, mask, k)
+        if merge:
+            merged = sorted(
+                (hit for name, hits in results.items() if name != "*" for hit in hits), key=lambda hit: -hit[1]
+            )
+            results["*"] = merged[: max(pools.values())]
+        return results
+
+    def _top(self, scores: Vector, mask: NDArray[np.bool_] | None, k: int) -> list[tuple[str, float]]:
+        n = scores.shape[0]
+        if k <= 0:
+            return []
+        masked = scores if mask is None else np.where(mask, scores, np.float32(-np.inf))
+        take = min(n, k * 2)  # a memory may own two fields; over-take then de-duplicate
+        top = np.argpartition(-masked, take - 1)[:take] if take < n else np.arange(n)
+        order = top[np.argsort(-masked[top])]
+        order = order[np.isfinite(masked[order])]
         best: dict[str, float] = {}
-        for (memory_id, _field), score in zip(keys, values, strict=True):
+        for i in order.tolist():
+            memory_id = self._keys[i][0]
             if memory_id not in best:
-                best[memory_id] = float(score)
-            if len(best) >= k:
-                break
+                best[memory_id] = float(masked[i])
+                if len(best) >= k:
+                    break
         return list(best.items())
 
 

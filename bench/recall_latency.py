@@ -1,0 +1,609 @@
+"""Turn-start recall latency: p50/p95/p99 of ``turns/start`` at 10k and 100k memories, in-process and over HTTP.
+
+    python bench/recall_latency.py                                  # 10k + 100k, 300 turns each (~25 min on 2 cores)
+    python bench/recall_latency.py --home ~/memmy-recall-bench      # keep the built stores ...
+    python bench/recall_latency.py --home ~/memmy-recall-bench --reuse   # ... and skip building next time
+    python bench/recall_latency.py --n 10000 --queries 100 --skip-http   # quick in-process run
+    python bench/recall_latency.py --data memories.txt              # one memory per line instead of synthetic text
+
+``turns/start`` is the recall every agent prompt pays for (``MemoryService.start_turn``): the session lookup,
+the exclusion of the session's recent turns, query preparation, the pipeline (embed, channels, load, fuse,
+select), the no-LLM fallback cap, rendering, the recall log and the raw-turn row. No LLM is configured (the
+configuration comes from an empty temporary HOME), so this is the mechanical hook path.
+
+What it does:
+
+1. Builds one store per corpus size in ``--home`` (``store-<n>/memory.sqlite``): synthetic memories from
+   ``bench/corpus.py`` (or ``--data``), added through ``MemoryService.add_memory`` and embedded with the local
+   MiniLM. A bigger store starts as a copy of the next smaller one (the corpus stream is deterministic, so the
+   10k store is a prefix of the 100k one). A finished store gets a ``built.json`` marker; ``--reuse`` uses a
+   store whose marker matches instead of rebuilding it.
+2. For each size, copies the built store to ``run-<n>/`` (so measurements never change the built store) and:
+   - in-process: opens the service (vector index loaded), opens a session, runs ``--warmup`` untimed turns,
+     then times ``start_turn`` for every prompt, each on a fresh turn id. The pipeline's own stage timings
+     (``RecallOutcome.timings_ms``, as ``SearchResult.timings_ms``) and the time of each recall channel are
+     captured for every timed turn by wrapping ``RecallOps.run`` and the channel functions (a few
+     ``perf_counter`` calls of overhead).
+   - over HTTP (unless ``--skip-http``): closes the service, starts ``python -m memmy serve --db <run copy>``
+     (HOME/MEMMY_HOME point at the temporary home), opens a session and times ``POST /api/v1/turns/start`` over
+     one keep-alive ``httpx.Client``; then, for ``--sample`` prompts, asks ``POST /api/v1/memory/search`` with
+     ``mode: turn_start, verbose: true`` for the server-side stage timings (``debug.timingsMs``).
+3. Prints Markdown tables and whether the target (p95 <= 30 ms in-process at 100k) is met. Progress goes to
+   stderr. Other processes on the machine (the load average is printed) make every figure pessimistic.
+
+Prompts are unique: ``bench/corpus.py``'s queries (~70% about the corpus, ~30% off-topic, ~20% Chinese), and a
+quarter of them wrapped the way agents send them (a sentence of context, or a pasted traceback), kind ``+ctx``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import json
+import os
+import platform
+import random
+import shutil
+import sqlite3
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import memmy.recall.pipeline as pipeline_module
+from memmy.embed import LocalMiniLMEmbedder
+from memmy.service import MemoryService
+from memmy.service.namespace import Namespace
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from corpus import ERRORS, MODULES, PROJECTS, make_queries, read_data_file, unique_memories  # noqa: E402
+from service_bench import (  # noqa: E402
+    Daemon,
+    grow_in_process,
+    markdown_table,
+    memory_mib,
+    open_service,
+    progress,
+)
+
+TARGET_SIZE = 100_000
+TARGET_P95_MS = 30.0
+SOURCE = "claude_code"
+CONTEXT_SHARE = 0.25
+STAGES = ("embed", "channels", "load", "fuse", "select")
+CHANNEL_FUNCS = {
+    "vec": "vector_channel",
+    "fts": "fts_channel",
+    "pattern": "pattern_channel",
+    "structural": "structural_channel",
+}
+CONTEXT_EN = (
+    "I'm working in {project} right now. {query}? I already restarted everything and it did not help; "
+    "please check the logs, propose a fix and run the tests afterwards.",
+    "Context: we are cleaning up {project} before the release. {query}. Keep the change small and tell me "
+    "what you changed.",
+    '{query}\n\nTraceback (most recent call last):\n  File "src/{project}/{module}.py", line {line}, in main\n'
+    "    run()\n{error}",
+)
+CONTEXT_ZH = (
+    "我现在在 {project} 项目里工作。{query}？我已经重启过了还是不行，请帮我看看日志，给出修复方案后再跑一遍测试。",
+    '{query}\n\n报错信息：\n  File "src/{project}/{module}.py", line {line}\n{error}',
+)
+
+
+# -- prompts ------------------------------------------------------------------------------------------------
+def _has_cjk(text: str) -> bool:
+    return any("\u3400" <= ch <= "\u9fff" for ch in text)
+
+
+def realistic_prompts(count: int, seed: int, data: Sequence[dict[str, Any]] | None) -> list[tuple[str, str]]:
+    """``count`` unique (kind, prompt) pairs: corpus queries, a quarter wrapped in agent-style context."""
+    rng = random.Random(seed)
+    prompts: list[tuple[str, str]] = []
+    for kind, query in make_queries(count, seed, data):
+        if rng.random() < CONTEXT_SHARE:
+            slots = {
+                "project": rng.choice(PROJECTS),
+                "module": rng.choice(MODULES),
+                "line": rng.randint(10, 900),
+                "query": query.rstrip("?？"),
+            }
+            slots["error"] = rng.choice(ERRORS).format(module=slots["module"], port=8080, line=slots["line"])
+            template = rng.choice(CONTEXT_ZH if _has_cjk(query) else CONTEXT_EN)
+            prompts.append((f"{kind}+ctx", template.format(**slots)))
+        else:
+            prompts.append((kind, query))
+    return prompts
+
+
+# -- results ------------------------------------------------------------------------------------------------
+@dataclass
+class TurnSample:
+    """One timed turn start."""
+
+    kind: str
+    total_ms: float
+    hits: int
+    tokens: int
+    status: list[str]
+    stages: dict[str, float] = field(default_factory=dict)  # in-process only
+
+
+@dataclass
+class PathResult:
+    """All timed turns of one corpus size and one path (in-process or HTTP)."""
+
+    where: str
+    size: int
+    samples: list[TurnSample]
+    open_s: float = 0.0
+    rss_mib: float | None = None
+    server_stages: list[dict[str, float]] = field(default_factory=list)  # HTTP: debug.timingsMs of a sample
+
+    def totals(self, kind: str | None = None) -> np.ndarray:
+        """Latencies in ms (optionally of one prompt kind)."""
+        return np.asarray([s.total_ms for s in self.samples if kind is None or s.kind == kind], dtype=np.float64)
+
+    def pct(self, q: float, kind: str | None = None) -> float:
+        """The q-th percentile in ms."""
+        values = self.totals(kind)
+        return float(np.percentile(values, q)) if len(values) else float("nan")
+
+
+@dataclass
+class BuildResult:
+    """How one store was obtained."""
+
+    size: int
+    how: str
+    seconds: float
+
+
+@dataclass
+class Report:
+    """Everything measured."""
+
+    builds: list[BuildResult] = field(default_factory=list)
+    paths: list[PathResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+# -- stores -------------------------------------------------------------------------------------------------
+def corpus_identity(args: argparse.Namespace) -> str:
+    """What a built store contains, so ``--reuse`` never mixes corpora."""
+    if args.data is None:
+        return f"synthetic:seed={args.seed}"
+    digest = hashlib.sha256(Path(args.data).read_bytes()).hexdigest()[:16]
+    return f"data:{Path(args.data).name}:{digest}"
+
+
+def store_db(home: Path, size: int) -> Path:
+    """The built store of one corpus size."""
+    return home / f"store-{size}" / "memory.sqlite"
+
+
+def read_marker(home: Path, size: int) -> dict[str, Any] | None:
+    """The ``built.json`` marker of a store, or None."""
+    path = store_db(home, size).parent / "built.json"
+    try:
+        marker: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return marker
+
+
+def copy_db(src: Path, dst: Path) -> None:
+    """Copy a closed SQLite store (and a leftover WAL, if any) to ``dst``."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    for suffix in ("", "-wal"):
+        source = src.with_name(src.name + suffix)
+        if source.exists():
+            shutil.copyfile(source, dst.with_name(dst.name + suffix))
+
+
+def build_stores(
+    args: argparse.Namespace,
+    home: Path,
+    env_home: Path,
+    embedder: LocalMiniLMEmbedder,
+    report: Report,
+) -> list[int]:
+    """Build (or reuse) every store; return the sizes that are available."""
+    identity = corpus_identity(args)
+    data = read_data_file(Path(args.data)) if args.data else None
+    stream: Iterator[dict[str, Any]] = iter(data) if data is not None else unique_memories(args.seed)
+    available: list[int] = []
+    consumed = 0  # how many bodies of the stream the previous store holds
+    previous: Path | None = None
+    for size in sorted(set(args.n)):
+        db = store_db(home, size)
+        marker = read_marker(home, size)
+        if marker is not None and args.reuse and marker.get("corpus") == identity:
+            progress(f"store {size:,}: reusing {db} ({marker['count']:,} memories, built {marker['builtAt']})")
+            report.builds.append(BuildResult(size, f"reused ({marker['buildSeconds']:.0f} s to build)", 0.0))
+            bodies_in_store = int(marker["bodies"])
+            if data is None:
+                stream = itertools.islice(stream, bodies_in_store - consumed, None)
+            consumed, previous = bodies_in_store, db
+            available.append(size)
+            continue
+        if db.parent.exists():
+            if not args.reuse:
+                raise SystemExit(f"{db.parent} already exists: pass --reuse to use it, or another --home")
+            progress(f"store {size:,}: {db.parent} is incomplete or of another corpus; rebuilding it")
+            shutil.rmtree(db.parent)
+        started = time.perf_counter()
+        how = "built"
+        if previous is not None:
+            copy_db(previous, db)
+            how = f"copied {consumed:,}, added {size - consumed:,}"
+        if data is not None:
+            bodies = data[consumed:size]
+        else:
+            bodies = list(itertools.islice(stream, size - consumed))
+        if consumed + len(bodies) < size:
+            report.notes.append(f"--data has only {consumed + len(bodies):,} distinct memories; stopped there")
+            if not bodies:
+                shutil.rmtree(db.parent, ignore_errors=True)
+                break
+        service = open_service(env_home, db, embedder)
+        try:
+            grow_in_process(service, bodies, f"store {size:,}")
+            count = service.memories.count_by_layer().get("L1", 0)
+        finally:
+            service.close()
+        seconds = time.perf_counter() - started
+        marker = {
+            "corpus": identity,
+            "bodies": consumed + len(bodies),
+            "count": count,
+            "builtAt": time.strftime("%Y-%m-%d %H:%M"),
+            "buildSeconds": seconds,
+        }
+        (db.parent / "built.json").write_text(json.dumps(marker, indent=2))
+        report.builds.append(BuildResult(size, f"{how} ({count:,} memories)", seconds))
+        consumed, previous = consumed + len(bodies), db
+        available.append(size)
+    return available
+
+
+# -- in-process ---------------------------------------------------------------------------------------------
+class StageProbe:
+    """Captures the recall's own timings and the time of every channel call during ``start_turn``."""
+
+    def __init__(self, service: MemoryService) -> None:
+        self.ops = service.recall_ops
+        self.current: dict[str, float] = {}
+        self._saved: dict[str, Any] = {}
+
+    def __enter__(self) -> StageProbe:
+        original_run = self.ops.run
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            result = original_run(*args, **kwargs)
+            wall = (time.perf_counter() - started) * 1000
+            timings = dict(result.timings_ms)
+            self.current.update({k: v for k, v in timings.items() if k in STAGES})
+            engine = sum(timings.get(s, 0.0) for s in STAGES)
+            self.current["prep+render"] = timings["total"] - engine  # scope, query prep, fallback cap, render
+            self.current["recall log"] = wall - timings["total"]  # recall_events row
+            self.current["recall"] = wall
+            return result
+
+        self.ops.run = run  # type: ignore[method-assign]
+        for channel, name in CHANNEL_FUNCS.items():
+            func = getattr(pipeline_module, name)
+            self._saved[name] = func
+            setattr(pipeline_module, name, self._timed(channel, func))
+        return self
+
+    def _timed(self, channel: str, func: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return func(*args, **kwargs)
+            finally:
+                key = f"  {channel}"
+                self.current[key] = self.current.get(key, 0.0) + (time.perf_counter() - started) * 1000
+
+        return wrapper
+
+    def __exit__(self, *exc: object) -> None:
+        del self.ops.run
+        for name, func in self._saved.items():
+            setattr(pipeline_module, name, func)
+
+    def take(self) -> dict[str, float]:
+        """The stages of the turn just run (and reset)."""
+        stages, self.current = self.current, {}
+        return stages
+
+
+def in_process(
+    env_home: Path,
+    db: Path,
+    size: int,
+    embedder: LocalMiniLMEmbedder,
+    warmup: Sequence[tuple[str, str]],
+    prompts: Sequence[tuple[str, str]],
+) -> PathResult:
+    """Time ``MemoryService.start_turn`` for every prompt on a fresh turn id."""
+    started = time.perf_counter()
+    service = open_service(env_home, db, embedder)
+    open_s = time.perf_counter() - started
+    ns = Namespace(source=SOURCE)
+    try:
+        session_id = service.open_session({"source": SOURCE}, ns)["sessionId"]
+        for number, (_kind, prompt) in enumerate(warmup):
+            service.start_turn({"sessionId": session_id, "turnId": f"warm-{number}", "query": prompt}, ns)
+        samples: list[TurnSample] = []
+        with StageProbe(service) as probe:
+            probe.take()
+            for number, (kind, prompt) in enumerate(prompts):
+                body = {"sessionId": session_id, "turnId": f"turn-{number}", "query": prompt}
+                clock = time.perf_counter()
+                response = service.start_turn(body, ns)
+                total = (time.perf_counter() - clock) * 1000
+                stages = probe.take()
+                stages["turn bookkeeping"] = total - stages.get("recall", 0.0)
+                samples.append(sample_of(kind, total, response, stages))
+    finally:
+        service.close()
+    return PathResult("in-process", size, samples, open_s=open_s)
+
+
+def sample_of(
+    kind: str, total_ms: float, response: dict[str, Any], stages: dict[str, float] | None = None
+) -> TurnSample:
+    """A TurnSample from a turn-start response."""
+    return TurnSample(
+        kind,
+        total_ms,
+        len(response["hits"]),
+        int(response["injectedContext"]["tokenEstimate"]),
+        list(response["status"]),
+        stages or {},
+    )
+
+
+# -- HTTP ---------------------------------------------------------------------------------------------------
+def over_http(
+    env_home: Path,
+    db: Path,
+    size: int,
+    warmup: Sequence[tuple[str, str]],
+    prompts: Sequence[tuple[str, str]],
+    sample: int,
+) -> PathResult:
+    """Time ``POST /api/v1/turns/start`` against a real daemon on ``db`` over one keep-alive connection."""
+    daemon = Daemon(env_home, db)
+    try:
+        progress(f"http {size:,}: starting the daemon (loads the vector index)")
+        start_s = daemon.start()
+        with daemon.client() as client:
+
+            def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+                response = client.post(path, json=body)
+                response.raise_for_status()
+                result: dict[str, Any] = response.json()
+                return result
+
+            session_id = post("/api/v1/sessions/open", {"source": SOURCE})["sessionId"]
+            for number, (_kind, prompt) in enumerate(warmup):
+                post("/api/v1/turns/start", {"sessionId": session_id, "turnId": f"warm-{number}", "query": prompt})
+            samples: list[TurnSample] = []
+            for number, (kind, prompt) in enumerate(prompts):
+                body = {"sessionId": session_id, "turnId": f"turn-{number}", "query": prompt}
+                clock = time.perf_counter()
+                result = post("/api/v1/turns/start", body)
+                samples.append(sample_of(kind, (time.perf_counter() - clock) * 1000, result))
+            server: list[dict[str, float]] = []
+            for _kind, prompt in prompts[:sample]:
+                debug = post("/api/v1/memory/search", {"query": prompt, "mode": "turn_start", "verbose": True})
+                server.append(dict(debug["debug"]["timingsMs"]))
+        rss = memory_mib(daemon.pid)[0]
+        return PathResult("HTTP", size, samples, open_s=start_s, rss_mib=rss, server_stages=server)
+    finally:
+        daemon.stop()
+
+
+# -- report -------------------------------------------------------------------------------------------------
+def hit_summary(result: PathResult) -> str:
+    """``match-en 120/121, off-en 40/60`` style: turns that injected something, per prompt kind."""
+    counts: dict[str, list[int]] = {}
+    for s in result.samples:
+        entry = counts.setdefault(s.kind, [0, 0])
+        entry[0] += 1
+        entry[1] += int(s.hits > 0)
+    return ", ".join(f"{kind} {h}/{n}" for kind, (n, h) in sorted(counts.items()))
+
+
+def fmt(value: float) -> str:
+    """Milliseconds with one decimal (two below 1 ms)."""
+    return f"{value:.2f}" if abs(value) < 1 else f"{value:.1f}"
+
+
+def stage_rows(results: Sequence[PathResult]) -> tuple[list[str], list[list[str]]]:
+    """Per-stage p50/p95 table of the in-process runs (one column pair per size)."""
+    names: list[str] = ["embed", "channels", *(f"  {c}" for c in CHANNEL_FUNCS), "load", "fuse", "select"]
+    names += ["prep+render", "recall log", "turn bookkeeping"]
+    headers = ["stage (ms)"]
+    for r in results:
+        headers += [f"{r.size:,} p50", f"{r.size:,} p95"]
+    rows = []
+    for name in names:
+        row = [name]
+        for r in results:
+            values = np.asarray([s.stages.get(name, 0.0) for s in r.samples], dtype=np.float64)
+            row += [fmt(float(np.percentile(values, 50))), fmt(float(np.percentile(values, 95)))]
+        rows.append(row)
+    total = ["total turn_start"]
+    for r in results:
+        total += [fmt(r.pct(50)), fmt(r.pct(95))]
+    rows.append(total)
+    return headers, rows
+
+
+def print_report(
+    report: Report,
+    args: argparse.Namespace,
+    elapsed_s: float,
+    load: tuple[float, float],
+    timed: int,
+) -> None:
+    """Print every table, the target verdict and the run facts."""
+    print("\n## Stores\n")
+    print(
+        markdown_table(
+            ["memories", "how", "seconds"],
+            [[f"{b.size:,}", b.how, f"{b.seconds:,.0f}"] for b in report.builds],
+        )
+    )
+    title = f"{timed} timed turns after {args.warmup} warm-up, default limit 10, pooled scope, no LLM"
+    print(f"\n## turn_start latency ({title})\n")
+    headers = ["path", "memories", "p50 ms", "p95 ms", "p99 ms", "max ms", "mean ms", "open s", "turns with hits"]
+    rows = []
+    for r in report.paths:
+        cuts = (r.pct(50), r.pct(95), r.pct(99), float(r.totals().max()), float(r.totals().mean()))
+        rows.append([r.where, f"{r.size:,}", *(fmt(c) for c in cuts), f"{r.open_s:.1f}", hit_summary(r)])
+    print(markdown_table(headers, rows))
+    print("\n(open s: in-process = open the store and load the vector index; HTTP = daemon start until healthy.)")
+
+    local = [r for r in report.paths if r.where == "in-process"]
+    if local:
+        headers, rows = stage_rows(local)
+        print("\n## Where the time goes (in-process, per turn; p50/p95 of each stage taken separately)\n")
+        print(markdown_table(headers, rows))
+        print(
+            "\nembed .. select: RecallOutcome.timings_ms; vec/fts/pattern/structural: time inside each channel "
+            "function (vec summed over the 4 layers); prep+render: scope, query preparation, no-LLM fallback "
+            "cap and markdown rendering; recall log: the recall_events row; turn bookkeeping: session lookup, "
+            "the recent-turn exclusion query, the raw_turns row and the session touch."
+        )
+        biggest = max(local, key=lambda r: r.size)
+        kinds = sorted({s.kind for s in biggest.samples})
+        print(f"\n## By prompt kind (in-process, {biggest.size:,} memories)\n")
+        rows = []
+        for kind in kinds:
+            picked = [s for s in biggest.samples if s.kind == kind]
+            tokens = np.mean([s.tokens for s in picked])
+            fts = np.median([s.stages.get("  fts", 0.0) for s in picked])
+            rows.append(
+                [kind, str(len(picked)), fmt(biggest.pct(50, kind)), fmt(biggest.pct(95, kind)), fmt(float(fts)),
+                 f"{np.mean([s.hits for s in picked]):.1f}", f"{tokens:.0f}"]
+            )  # fmt: skip
+        print(markdown_table(["kind", "turns", "p50 ms", "p95 ms", "fts p50 ms", "hits/turn", "tokens/turn"], rows))
+
+    http = [r for r in report.paths if r.where == "HTTP" and r.server_stages]
+    if http:
+        print("\n## Server-side stages over HTTP (POST /memory/search, mode turn_start, verbose; medians)\n")
+        keys = [*STAGES, "total"]
+        rows = []
+        for r in http:
+            rows.append(
+                [f"{r.size:,}", str(len(r.server_stages))]
+                + [fmt(float(np.median([t.get(k, 0.0) for t in r.server_stages]))) for k in keys]
+                + [f"{r.rss_mib:,.0f}" if r.rss_mib else "-"]
+            )
+        print(markdown_table(["memories", "queries", *keys, "daemon RSS MiB"], rows))
+
+    statuses = Counter(" ".join(s.status) for r in report.paths for s in r.samples)
+    print("\nturn_start status values seen: " + "; ".join(f"[{k}] x{n}" for k, n in statuses.most_common(4)))
+    for note in report.notes:
+        print(f"\nNote: {note}")
+    target = next((r for r in local if r.size == TARGET_SIZE), None)
+    if target is None:
+        print(f"\nTarget p95 <= {TARGET_P95_MS:.0f} ms in-process at {TARGET_SIZE:,}: not measured in this run.")
+    else:
+        verdict = "MET" if target.pct(95) <= TARGET_P95_MS else "NOT MET"
+        print(
+            f"\nTarget p95 <= {TARGET_P95_MS:.0f} ms in-process at {TARGET_SIZE:,}: {verdict} "
+            f"(p95 {target.pct(95):.1f} ms, p50 {target.pct(50):.1f} ms)."
+        )
+    print(
+        f"\npython {platform.python_version()}, sqlite {sqlite3.sqlite_version}, numpy {np.__version__}, "
+        f"{os.cpu_count()} CPUs; load average (1 min) at start {load[0]:.2f}, at end {load[1]:.2f} "
+        f"(other processes on the machine inflate the figures); seed {args.seed}; "
+        f"total elapsed {elapsed_s / 60:.1f} min"
+    )
+
+
+def brief(result: PathResult) -> str:
+    """One progress line with the headline figures."""
+    return f"{result.where} {result.size:,}: p50 {result.pct(50):.1f} ms, p95 {result.pct(95):.1f} ms"
+
+
+# -- the run ------------------------------------------------------------------------------------------------
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument(
+        "--n", type=int, nargs="+", default=[10_000, 100_000], help="corpus sizes (default 10000 100000)"
+    )
+    parser.add_argument("--queries", type=int, default=300, help="timed turn starts per size and path (default 300)")
+    parser.add_argument("--warmup", type=int, default=10, help="untimed warm-up turns per process (default 10)")
+    parser.add_argument("--sample", type=int, default=30, help="HTTP verbose searches for server stages (default 30)")
+    parser.add_argument("--home", help="where stores are built and kept (default: a temporary directory, removed)")
+    parser.add_argument("--reuse", action="store_true", help="use stores already built in --home for this corpus")
+    parser.add_argument("--skip-http", action="store_true", help="no daemon: in-process figures only")
+    parser.add_argument("--data", help="text file with one memory per line, used instead of synthetic memories")
+    parser.add_argument("--seed", type=int, default=7, help="seed of the synthetic corpus and prompts (default 7)")
+    args = parser.parse_args(argv)
+    if any(n <= 0 for n in args.n) or args.queries <= 0 or args.warmup < 0 or args.sample < 0:
+        parser.error("sizes and --queries must be positive, --warmup and --sample not negative")
+    if args.reuse and not args.home:
+        parser.error("--reuse needs --home (the directory that holds the built stores)")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Build or reuse the stores, time turn starts at each size, print the report."""
+    args = parse_args(argv)
+    started = time.perf_counter()
+    load_start = os.getloadavg()[0]
+    if args.home:
+        home, remove = Path(args.home).expanduser().resolve(), False
+        home.mkdir(parents=True, exist_ok=True)
+    else:
+        home, remove = Path(tempfile.mkdtemp(prefix="memmy-recall-")), True
+    progress(f"working directory {home}")
+    env_home = home / "env"  # HOME of the config and the daemon: empty, so no LLM and default retrieval settings
+    report = Report()
+    try:
+        data = read_data_file(Path(args.data)) if args.data else None
+        if args.data and not data:
+            raise SystemExit(f"{args.data}: no memories (one per line expected)")
+        prompts = realistic_prompts(args.queries + args.warmup, args.seed + 1, data)
+        warmup, timed = prompts[: args.warmup], prompts[args.warmup :]
+        embedder = LocalMiniLMEmbedder(query_cache_size=0)  # every timed turn embeds its prompt
+        embedder.load()
+        sizes = build_stores(args, home, env_home, embedder, report)
+        for size in sizes:
+            run_db = home / f"run-{size}" / "memory.sqlite"
+            shutil.rmtree(run_db.parent, ignore_errors=True)
+            copy_db(store_db(home, size), run_db)
+            try:
+                progress(f"in-process {size:,}: {len(timed)} turn starts")
+                report.paths.append(in_process(env_home, run_db, size, embedder, warmup, timed))
+                progress(brief(report.paths[-1]))
+                if not args.skip_http:
+                    report.paths.append(over_http(env_home, run_db, size, warmup, timed, args.sample))
+                    progress(brief(report.paths[-1]))
+            finally:
+                shutil.rmtree(run_db.parent, ignore_errors=True)
+        print_report(report, args, time.perf_counter() - started, (load_start, os.getloadavg()[0]), len(timed))
+    finally:
+        if remove:
+            shutil.rmtree(home, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
