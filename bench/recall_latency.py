@@ -77,6 +77,7 @@ TARGET_SIZE = 100_000
 TARGET_P95_MS = 30.0
 SOURCE = "claude_code"
 CONTEXT_SHARE = 0.25
+BLAS_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 STAGES = ("embed", "channels", "load", "fuse", "select")
 CHANNEL_FUNCS = {
     "vec": "vector_channel",
@@ -144,6 +145,7 @@ class PathResult:
     size: int
     samples: list[TurnSample]
     open_s: float = 0.0
+    load: float = 0.0  # 1-minute load average when the phase ended
     rss_mib: float | None = None
     server_stages: list[dict[str, float]] = field(default_factory=list)  # HTTP: debug.timingsMs of a sample
 
@@ -357,7 +359,7 @@ def in_process(
                 samples.append(sample_of(kind, total, response, stages))
     finally:
         service.close()
-    return PathResult("in-process", size, samples, open_s=open_s)
+    return PathResult("in-process", size, samples, open_s=open_s, load=os.getloadavg()[0])
 
 
 def sample_of(
@@ -381,7 +383,7 @@ def over_http(
     size: int,
     warmup: Sequence[tuple[str, str]],
     prompts: Sequence[tuple[str, str]],
-    sample: int,
+    sample_prompts: Sequence[tuple[str, str]],
 ) -> PathResult:
     """Time ``POST /api/v1/turns/start`` against a real daemon on ``db`` over one keep-alive connection."""
     daemon = Daemon(env_home, db)
@@ -406,11 +408,12 @@ def over_http(
                 result = post("/api/v1/turns/start", body)
                 samples.append(sample_of(kind, (time.perf_counter() - clock) * 1000, result))
             server: list[dict[str, float]] = []
-            for _kind, prompt in prompts[:sample]:
+            for _kind, prompt in sample_prompts:  # not the timed prompts: the daemon's query cache would hit
                 debug = post("/api/v1/memory/search", {"query": prompt, "mode": "turn_start", "verbose": True})
                 server.append(dict(debug["debug"]["timingsMs"]))
         rss = memory_mib(daemon.pid)[0]
-        return PathResult("HTTP", size, samples, open_s=start_s, rss_mib=rss, server_stages=server)
+        load = os.getloadavg()[0]
+        return PathResult("HTTP", size, samples, open_s=start_s, load=load, rss_mib=rss, server_stages=server)
     finally:
         daemon.stop()
 
@@ -469,13 +472,30 @@ def print_report(
     )
     title = f"{timed} timed turns after {args.warmup} warm-up, default limit 10, pooled scope, no LLM"
     print(f"\n## turn_start latency ({title})\n")
-    headers = ["path", "memories", "p50 ms", "p95 ms", "p99 ms", "max ms", "mean ms", "open s", "turns with hits"]
+    headers = [
+        "path",
+        "memories",
+        "p50 ms",
+        "p95 ms",
+        "p99 ms",
+        "max ms",
+        "mean ms",
+        "open s",
+        "load",
+        "turns with hits",
+    ]
     rows = []
     for r in report.paths:
         cuts = (r.pct(50), r.pct(95), r.pct(99), float(r.totals().max()), float(r.totals().mean()))
-        rows.append([r.where, f"{r.size:,}", *(fmt(c) for c in cuts), f"{r.open_s:.1f}", hit_summary(r)])
+        rows.append(
+            [r.where, f"{r.size:,}", *(fmt(c) for c in cuts), f"{r.open_s:.1f}", f"{r.load:.1f}", hit_summary(r)]
+        )
     print(markdown_table(headers, rows))
-    print("\n(open s: in-process = open the store and load the vector index; HTTP = daemon start until healthy.)")
+    print(
+        "\n(open s: in-process = open the store and load the vector index; HTTP = daemon start until healthy. "
+        "load: 1-minute load average at the end of the phase, on this machine's "
+        f"{os.cpu_count()} CPUs.)"
+    )
 
     local = [r for r in report.paths if r.where == "in-process"]
     if local:
@@ -530,10 +550,17 @@ def print_report(
         )
     print(
         f"\npython {platform.python_version()}, sqlite {sqlite3.sqlite_version}, numpy {np.__version__}, "
-        f"{os.cpu_count()} CPUs; load average (1 min) at start {load[0]:.2f}, at end {load[1]:.2f} "
+        f"{os.cpu_count()} CPUs; BLAS threads {blas_threads()}; "
+        f"load average (1 min) at start {load[0]:.2f}, at end {load[1]:.2f} "
         f"(other processes on the machine inflate the figures); seed {args.seed}; "
         f"total elapsed {elapsed_s / 60:.1f} min"
     )
+
+
+def blas_threads() -> str:
+    """The BLAS thread setting this process runs with."""
+    value = os.environ.get("OPENBLAS_NUM_THREADS")
+    return f"OPENBLAS_NUM_THREADS={value}" if value else f"numpy default ({os.cpu_count()} on this machine)"
 
 
 def brief(result: PathResult) -> str:
@@ -555,6 +582,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--reuse", action="store_true", help="use stores already built in --home for this corpus")
     parser.add_argument("--skip-http", action="store_true", help="no daemon: in-process figures only")
     parser.add_argument("--data", help="text file with one memory per line, used instead of synthetic memories")
+    parser.add_argument(
+        "--blas-threads",
+        type=int,
+        help="set OPENBLAS/OMP/MKL_NUM_THREADS for this process and the daemon (default: numpy's own choice)",
+    )
     parser.add_argument("--seed", type=int, default=7, help="seed of the synthetic corpus and prompts (default 7)")
     args = parser.parse_args(argv)
     if any(n <= 0 for n in args.n) or args.queries <= 0 or args.warmup < 0 or args.sample < 0:
@@ -567,6 +599,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> None:
     """Build or reuse the stores, time turn starts at each size, print the report."""
     args = parse_args(argv)
+    if args.blas_threads and os.environ.get("OPENBLAS_NUM_THREADS") != str(args.blas_threads):
+        # numpy reads these when it loads BLAS, so restart the interpreter with them set (the daemon inherits them).
+        for name in BLAS_ENV:
+            os.environ[name] = str(args.blas_threads)
+        os.execv(sys.executable, [sys.executable, str(Path(__file__).resolve()), *sys.argv[1:]])
     started = time.perf_counter()
     load_start = os.getloadavg()[0]
     if args.home:
@@ -583,6 +620,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             raise SystemExit(f"{args.data}: no memories (one per line expected)")
         prompts = realistic_prompts(args.queries + args.warmup, args.seed + 1, data)
         warmup, timed = prompts[: args.warmup], prompts[args.warmup :]
+        seen = {p for _, p in prompts}
+        extra = realistic_prompts(args.sample * 3, args.seed + 2, data)
+        sample_prompts = [kp for kp in extra if kp[1] not in seen][: args.sample]
         embedder = LocalMiniLMEmbedder(query_cache_size=0)  # every timed turn embeds its prompt
         embedder.load()
         sizes = build_stores(args, home, env_home, embedder, report)
@@ -595,7 +635,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 report.paths.append(in_process(env_home, run_db, size, embedder, warmup, timed))
                 progress(brief(report.paths[-1]))
                 if not args.skip_http:
-                    report.paths.append(over_http(env_home, run_db, size, warmup, timed, args.sample))
+                    report.paths.append(over_http(env_home, run_db, size, warmup, timed, sample_prompts))
                     progress(brief(report.paths[-1]))
             finally:
                 shutil.rmtree(run_db.parent, ignore_errors=True)

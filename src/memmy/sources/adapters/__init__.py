@@ -1,0 +1,1 @@
+"""One module per agent; :data:`ADAPTERS` maps source ids to adapter instances."""
