@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 
 import memmy.recall.pipeline as pipeline_module
@@ -635,8 +636,12 @@ def main(argv: Sequence[str] | None = None) -> None:
                 report.paths.append(in_process(env_home, run_db, size, embedder, warmup, timed))
                 progress(brief(report.paths[-1]))
                 if not args.skip_http:
-                    report.paths.append(over_http(env_home, run_db, size, warmup, timed, sample_prompts))
-                    progress(brief(report.paths[-1]))
+                    try:
+                        report.paths.append(over_http(env_home, run_db, size, warmup, timed, sample_prompts))
+                        progress(brief(report.paths[-1]))
+                    except (RuntimeError, httpx.HTTPError) as exc:  # keep the in-process figures of this run
+                        report.notes.append(f"HTTP at {size:,} failed: {str(exc)[-2000:]}")
+                        progress(report.notes[-1])
             finally:
                 shutil.rmtree(run_db.parent, ignore_errors=True)
         print_report(report, args, time.perf_counter() - started, (load_start, os.getloadavg()[0]), len(timed))

@@ -18,11 +18,13 @@ ALLOWED: dict[str, set[str]] = {
     "capture": {"domain", "errors"},
     "recall": {"domain", "errors", "store", "embed", "capture", "llm"},
     "llm": {"errors"},
+    "sources": {"domain", "errors", "capture", "store"},
     "indexing": {"domain", "errors", "store", "embed"},
     "service": {
         "domain",
         "errors",
         "llm",
+        "sources",
         "store",
         "embed",
         "capture",
@@ -33,8 +35,10 @@ ALLOWED: dict[str, set[str]] = {
         "__init__",
     },
     "server": {"service", "domain", "errors", "config", "config_defaults", "store", "__init__"},
-    "cli": {"service", "server", "domain", "errors", "config", "config_defaults", "__init__"},
+    "cli": {"service", "server", "domain", "errors", "config", "config_defaults", "integrations", "__init__"},
     "__main__": {"cli"},
+    "integrations": set(),
+    "hook": set(),
     "__init__": set(),
 }
 

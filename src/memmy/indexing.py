@@ -155,6 +155,8 @@ class Indexer:
             meta = meta_of(memory.layer, memory.project_id, memory.visibility, memory.source_agent)
             self.index.upsert(item.target_id, item.vector_field, vector, meta)
             self.queue.succeed(item)
+            if memory.info.get("importPending"):
+                self.memories.mark_index_ready(item.target_id)
             ok += 1
         self.last_ok_at_iso = utc_now()
         self.last_error = None
@@ -164,7 +166,8 @@ class Indexer:
         self.last_error = message
         log.warning("embedding batch of %d failed: %s", len(items), message)
         for item in items:
-            self.queue.fail(item, message)
+            if self.queue.fail(item, message):
+                self.memories.mark_index_ready(item.target_id)  # give up on the vector, keep text search
         return len(items)
 
     def drain(self, timeout_s: float = 60.0) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -104,6 +106,16 @@ class MemoryClient:
         """Close the connection pool."""
         self._http.close()
 
+    @contextmanager
+    def stream_events(self, path: str) -> Iterator[Iterator[Any]]:
+        """Open a server-sent event stream (``GET /api/v1/<path>``) and yield its decoded ``data`` payloads."""
+        url = path if path.startswith("/api/") else "/api/v1" + path
+        with self._http.stream("GET", url, timeout=httpx.Timeout(30.0, read=None)) as response:
+            if response.status_code >= 400:
+                response.read()
+                raise ClientError(f"event stream refused: HTTP {response.status_code}", status=response.status_code)
+            yield parse_sse(response.iter_lines())
+
     def request(self, method: str, path: str, body: Any = None, params: Mapping[str, Any] | None = None) -> Any:
         """Send one request; return the decoded JSON or raise :class:`ClientError` with the server's message."""
         if not path.startswith("/"):
@@ -133,6 +145,13 @@ class MemoryClient:
             code = error.get("code") if isinstance(error, dict) else "http_error"
             raise ClientError(str(message), status=response.status_code, code=str(code))
         return payload
+
+
+def parse_sse(lines: Iterator[str]) -> Iterator[Any]:
+    """Yield the JSON payload of each ``data:`` line of a server-sent event stream."""
+    for line in lines:
+        if line.startswith("data: "):
+            yield json.loads(line[6:])
 
 
 def default_db_path_hint(config: MemmyConfig | None) -> Path | None:

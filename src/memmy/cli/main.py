@@ -14,11 +14,12 @@ from typing import Any
 import click
 
 from memmy import __version__
+from memmy.cli.commands_agents import init, remove
+from memmy.cli.commands_import import import_history, sources
 from memmy.cli.commands_session import session, turn
 from memmy.cli.context import CliContext, list_option, pass_ctx, strip_none
 from memmy.cli.output import emit_json, fail, format_debug, format_health, format_hits, format_memory
-from memmy.config import config_path as resolve_config_path
-from memmy.config import load_config, update_config_file
+from memmy.config import load_config
 from memmy.errors import MemmyError
 
 
@@ -65,67 +66,6 @@ def serve(obj: CliContext, host: str | None, port: int | None, db_path: str | No
         run_server(config, host=host, port=port, log_level=log_level)
     except MemmyError as exc:
         fail(exc.message)
-
-
-@cli.command()
-@click.option("--db", "db_path", type=click.Path(dir_okay=False), help="SQLite file to create.")
-@click.option("--endpoint", help="Daemon URL to record in config.")
-@click.option("--token", "init_token", help="Token to record in config (storage.token).")
-@click.option("--dry-run", is_flag=True, help="Show what would be written.")
-@pass_ctx
-def init(obj: CliContext, db_path: str | None, endpoint: str | None, init_token: str | None, dry_run: bool) -> None:
-    """Write ~/.memmy/config.yaml (keeping your other settings) and create the database."""
-    # Imported here so client commands never pay for numpy and the store at start-up.
-    from memmy.service import MemoryService
-
-    path = resolve_config_path(obj.config_path)
-    try:
-        current = load_config(obj.config_path, db_override=db_path)
-    except MemmyError as exc:
-        fail(exc.message)
-        return
-    storage: dict[str, Any] = {
-        "mode": "local",
-        "backend": "sqlite",
-        "sqlitePath": str(current.storage.sqlite_path),
-        "endpoint": endpoint or current.storage.endpoint,
-    }
-    if init_token:
-        storage["token"] = init_token
-    updates = {
-        "version": 1,
-        "activeProfile": current.tree.get("activeProfile", "byok"),
-        "storage": storage,
-    }
-    if dry_run:
-        obj.output(
-            {"configPath": str(path), "updates": updates, "dryRun": True},
-            f"Would write {path}:\n{json.dumps(updates, indent=2)}",
-        )
-        return
-    try:
-        update_config_file(path, updates)
-        config = load_config(path)
-        service = MemoryService.open(config)
-        service.db.close()
-    except MemmyError as exc:
-        fail(exc.message)
-        return
-    result = {"configPath": str(path), "database": str(config.storage.sqlite_path), "endpoint": config.storage.endpoint}
-    obj.output(
-        result,
-        "\n".join(
-            [
-                "✓ Configuration saved successfully!",
-                f"  Config file:     {path}",
-                f"  Database:        {config.storage.sqlite_path}",
-                f"  Endpoint:        {config.storage.endpoint}",
-                "",
-                "Start the service with: memmy-memory serve",
-                "Then try:               memmy-memory health",
-            ]
-        ),
-    )
 
 
 @cli.command()
@@ -298,8 +238,12 @@ def raw(obj: CliContext, method: str, path: str, body: str | None) -> None:
     emit_json(obj.call(method.upper(), path, payload))
 
 
+cli.add_command(init)
+cli.add_command(remove)
 cli.add_command(session)
 cli.add_command(turn)
+cli.add_command(import_history)
+cli.add_command(sources)
 
 
 def main() -> None:

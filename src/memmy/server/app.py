@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.applications import Starlette
@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from memmy.domain import stable_hash
@@ -201,6 +201,39 @@ class Api:
 
         return await self.json_call(request, self.service.run_worker, args)
 
+    async def sources(self, request: Request) -> Response:
+        return await self.call(request, self.service.imports.sources)
+
+    async def start_scan(self, request: Request) -> Response:
+        return await self.json_call(request, self.service.imports.start, lambda b: (b,))
+
+    async def scan_status(self, request: Request) -> Response:
+        return await self.call(request, self.service.imports.status, request.path_params["job_id"])
+
+    async def scan_control(self, request: Request) -> Response:
+        job_id, action = request.path_params["job_id"], request.path_params["action"]
+        return await self.call(request, self.service.imports.control, job_id, action)
+
+    async def scan_events(self, request: Request) -> Response:
+        """Server-sent events: one ``progress`` event per change until the job ends."""
+        job_id = request.path_params["job_id"]
+        try:
+            version, status = await run_in_threadpool(self.service.imports.wait_for_change, job_id, -1, 0.0)
+        except MemmyError as exc:
+            return error_response(request, exc)
+
+        async def stream() -> AsyncIterator[bytes]:
+            nonlocal version, status
+            while True:
+                yield f"event: progress\ndata: {json.dumps(status, ensure_ascii=False)}\n\n".encode()
+                if status["state"] in ("done", "stopped", "failed"):
+                    return
+                if await request.is_disconnected():
+                    return
+                version, status = await run_in_threadpool(self.service.imports.wait_for_change, job_id, version, 1.0)
+
+        return StreamingResponse(stream(), media_type="text/event-stream", headers={"cache-control": "no-cache"})
+
     async def shutdown(self, request: Request) -> Response:
         if self.shutdown_callback is None:
             return error_response(request, Conflict("this service is not managed by `memmy-memory serve`"))
@@ -246,6 +279,11 @@ def create_app(service: MemoryService, shutdown: Callable[[], None] | None = Non
         Route("/api/v1/admin/reload-config", api.reload_config, methods=["POST"]),
         Route("/api/v1/admin/shutdown", api.shutdown, methods=["POST"]),
         Route("/api/v1/worker/run", api.worker_run, methods=["POST"]),
+        Route("/api/v1/sources", api.sources, methods=["GET"]),
+        Route("/api/v1/sources/scan", api.start_scan, methods=["POST"]),
+        Route("/api/v1/sources/scan/{job_id}", api.scan_status, methods=["GET"]),
+        Route("/api/v1/sources/scan/{job_id}/events", api.scan_events, methods=["GET"]),
+        Route("/api/v1/sources/scan/{job_id}/{action:str}", api.scan_control, methods=["POST"]),
     ]
 
     async def not_found(request: Request, exc: Exception) -> Response:

@@ -99,6 +99,16 @@ _BODIES: dict[str, dict[str, Any]] = {
     "reload": {"properties": {"reason": _STR, "restartFailedProcessing": {"type": "boolean"}}},
     "worker": {"properties": {"limit": {"type": "integer", "minimum": 1}}},
     "processing": {"properties": {"memoryIds": _STR_LIST}},
+    "scan": {
+        "properties": {
+            "sources": _STR_LIST,
+            "mode": {"enum": ["incremental", "full"], "default": "incremental"},
+            "confirm": {"type": "boolean", "description": "required for mode=full"},
+            "since": {"type": "string", "format": "date-time"},
+            "dryRun": {"type": "boolean"},
+            "initialLimit": {"type": "integer", "minimum": 1, "default": 1000},
+        }
+    },
 }
 
 #: (method, path, summary, body key or None, anonymous)
@@ -123,6 +133,13 @@ ROUTES: tuple[tuple[str, str, str, str | None, bool], ...] = (
     ("post", "/api/v1/admin/reload-config", "Hot-reload config.yaml", "reload", False),
     ("post", "/api/v1/admin/shutdown", "Stop the daemon", None, False),
     ("post", "/api/v1/worker/run", "Process queued embeddings now", "worker", False),
+    ("get", "/api/v1/sources", "Detected agent history sources, last sync and counts", None, False),
+    ("post", "/api/v1/sources/scan", "Start a history import job", "scan", False),
+    ("get", "/api/v1/sources/scan/{jobId}", "Import job progress", None, False),
+    ("get", "/api/v1/sources/scan/{jobId}/events", "Import progress as server-sent events", None, False),
+    ("post", "/api/v1/sources/scan/{jobId}/pause", "Pause an import job", None, False),
+    ("post", "/api/v1/sources/scan/{jobId}/resume", "Resume an import job", None, False),
+    ("post", "/api/v1/sources/scan/{jobId}/stop", "Stop an import job", None, False),
 )
 
 

@@ -11,6 +11,7 @@ from memmy.config import MemmyConfig, load_config, reload_requires_restart
 from memmy.embed import Embedder, build_embedder
 from memmy.errors import ConfigError, InvalidArgument
 from memmy.indexing import Indexer
+from memmy.service.imports import ImportOps
 from memmy.service.memories import MemoryOps
 from memmy.service.namespace import Namespace
 from memmy.service.panel import PanelOps
@@ -46,6 +47,13 @@ ROUTE_NAMES = (
     "POST /api/v1/admin/reload-config",
     "POST /api/v1/admin/shutdown",
     "POST /api/v1/worker/run",
+    "GET /api/v1/sources",
+    "POST /api/v1/sources/scan",
+    "GET /api/v1/sources/scan/:jobId",
+    "POST /api/v1/sources/scan/:jobId/pause",
+    "POST /api/v1/sources/scan/:jobId/resume",
+    "POST /api/v1/sources/scan/:jobId/stop",
+    "GET /api/v1/sources/scan/:jobId/events",
 )
 
 
@@ -85,6 +93,7 @@ class MemoryService:
         self.recall_ops = RecallOps(config, self.memories, self.logs, self.indexer)
         self.turn_ops = TurnOps(config, db, self.sessions, self.logs, self.memory_ops, self.recall_ops)
         self.panel = PanelOps(self.memories, self.logs, self.sessions, self.queue)
+        self.imports = ImportOps(config, db, self.memories, self.sessions, self.indexer)
 
     @classmethod
     def open(cls, config: MemmyConfig, embedder: Embedder | None = None) -> MemoryService:
@@ -99,6 +108,10 @@ class MemoryService:
 
     def close(self) -> None:
         """Stop background work and close the store."""
+        for job in list(self.imports.jobs.values()):
+            job.control.stop()
+            if job.thread is not None:
+                job.thread.join(timeout=30)
         self.indexer.stop()
         self.db.close()
 
@@ -257,7 +270,7 @@ class MemoryService:
             db_override=old.db_override,
         )
         self.indexer.batch_size = new.embedding.batch_size
-        for ops in (self.memory_ops, self.turn_ops, self.recall_ops):
+        for ops in (self.memory_ops, self.turn_ops, self.recall_ops, self.imports):
             ops.config = self.config
         if embedding_changed:
             self.indexer.replace_embedder(embedder_factory(self.config))

@@ -118,7 +118,7 @@ class PanelOps:
         page = max(1, _int_param(params, "page", 1))
         page_size = max(1, _int_param(params, "pageSize", PAGE_SIZE, MAX_PAGE_SIZE))
         layers = (layer_of(params["layer"]),) if params.get("layer") else ()
-        flt = MemoryFilter(layers=layers, source_agent=params.get("sourceAgent") or None)
+        flt = MemoryFilter(layers=layers, source_agent=params.get("sourceAgent") or None, include_pending_imports=True)
         status = params.get("status") or None
         memories, total = self.memories.page(
             flt,

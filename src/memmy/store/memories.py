@@ -14,10 +14,10 @@ from memmy.store.logs import append_change
 from memmy.store.text import fts_match_expression, fts_row, phrase_match_expression, query_terms
 
 #: Rows that every normal read must skip: deleted, archived, superseded (valid_to in the past).
-VISIBLE = (
-    "m.status = 'activated' AND (m.valid_to IS NULL OR m.valid_to > ?) "
-    "AND json_extract(m.info_json, '$.importPending') IS NULL"
-)
+#: Rows a normal read may see: live, and not superseded (``valid_to`` in the past).
+VISIBLE = "m.status = 'activated' AND (m.valid_to IS NULL OR m.valid_to > ?)"
+#: Recall additionally hides imported turns whose index is not ready yet.
+RECALLABLE = VISIBLE + " AND json_extract(m.info_json, '$.importPending') IS NULL"
 
 _COLUMNS = (
     "id, user_id, conversation_id, session_id, agent_id, app_id, status, memory_key, title, memory_value, "
@@ -64,10 +64,11 @@ class MemoryFilter:
     project_id: str | None = None
     source_agent: str | None = None
     user_id: str | None = None
+    include_pending_imports: bool = False
 
     def sql(self, now: str) -> tuple[str, list[Any]]:
         """WHERE fragment (on alias ``m``) and its parameters."""
-        clauses = [VISIBLE]
+        clauses = [VISIBLE if self.include_pending_imports else RECALLABLE]
         params: list[Any] = [now]
         if self.layers:
             clauses.append(f"m.memory_layer IN ({','.join('?' * len(self.layers))})")
@@ -301,6 +302,15 @@ class MemoryRepository:
             params.extend(layers)
         rows = self.db.query(sql + " GROUP BY day", params)
         return {row["day"]: row["n"] for row in rows}
+
+    def mark_index_ready(self, memory_id: str) -> None:
+        """Make an imported memory recallable once its index is complete (a processing flag, not an edit)."""
+        with self.db.transaction() as conn:
+            conn.execute(
+                "UPDATE memories SET info_json = json_remove(info_json, '$.importPending') "
+                "WHERE id = ? AND json_extract(info_json, '$.importPending') IS NOT NULL",
+                (memory_id,),
+            )
 
     def ids_by_session(self, session_id: str) -> list[str]:
         """Ids of live memories written in a session."""

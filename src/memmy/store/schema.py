@@ -335,7 +335,30 @@ CREATE VIRTUAL TABLE memories_fts
   USING fts5(id UNINDEXED, identifier, memory_value, tags, tokenize='porter unicode61 remove_diacritics 2');
 """
 
-SCHEMA_VERSION: Final = 2
+MIGRATION_003: Final = """
+CREATE TABLE IF NOT EXISTS source_checkpoints (
+  source TEXT NOT NULL,
+  conversation_id TEXT NOT NULL,
+  last_message_id TEXT,
+  last_created_at TEXT,
+  content_hash TEXT,
+  origin TEXT,
+  updated_at TEXT NOT NULL,
+  PRIMARY KEY (source, conversation_id)
+);
+CREATE TABLE IF NOT EXISTS source_watermarks (
+  source TEXT PRIMARY KEY,
+  mode TEXT NOT NULL,
+  baseline_at TEXT,
+  latest_seen_created_at TEXT,
+  last_sync_at TEXT,
+  last_stats_json TEXT CHECK (last_stats_json IS NULL OR json_valid(last_stats_json)),
+  updated_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS idx_memories_key_only ON memories(memory_key);
+"""
+
+SCHEMA_VERSION: Final = 3
 
 
 @dataclass(frozen=True)
@@ -363,4 +386,5 @@ def _rebuild_fts(conn: sqlite3.Connection) -> None:
 MIGRATIONS: Final = (
     Migration(1, "001_core_tables", MIGRATION_001),
     Migration(2, "002_scope_validity_cjk_fts", MIGRATION_002, after=_rebuild_fts),
+    Migration(3, "003_source_import_state", MIGRATION_003),
 )

@@ -1,0 +1,176 @@
+"""``memmy-memory init`` (config, database, agent integrations) and ``memmy-memory remove``."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import click
+
+from memmy.cli.context import CliContext, list_option, pass_ctx
+from memmy.cli.output import emit_json, fail
+from memmy.config import MemmyConfig, load_config, update_config_file
+from memmy.config import config_path as resolve_config_path
+from memmy.errors import MemmyError
+from memmy.integrations.agents.hooked import hook_settings_change
+from memmy.integrations.base import InstallContext
+from memmy.integrations.plan import Plan
+from memmy.integrations.registry import INSTALLERS, resolve
+
+
+def _agents(requested: str | None, env: dict[str, str]) -> tuple[list[str], list[str]]:
+    """(agents to act on, absent agents skipped). Explicit names must exist; no names = every detected agent."""
+    if requested:
+        try:
+            names = resolve(list_option(requested) or [])
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
+        missing = [n for n in names if not INSTALLERS[n].detected(env)]
+        if missing:
+            roots = ", ".join(f"{n} ({INSTALLERS[n].root(env)})" for n in missing)
+            raise click.UsageError(f"not installed on this machine: {roots}")
+        return names, []
+    detected = [n for n, installer in INSTALLERS.items() if installer.detected(env)]
+    return detected, [n for n in INSTALLERS if n not in detected]
+
+
+def _context(config: MemmyConfig) -> InstallContext:
+    return InstallContext.create(dict(os.environ), config.storage.endpoint, config.storage.token or None, config.path)
+
+
+def _report(plans: list[Plan], dry_run: bool, verb: str, quiet: bool) -> list[dict[str, Any]]:
+    """Print each agent's outcome (and the diff in dry-run) unless ``quiet``; return the JSON summary."""
+    summary = []
+    for plan in plans:
+        files = [str(c.path) for c in plan.effective]
+        summary.append(
+            {
+                "agent": plan.agent,
+                "changedFiles": files,
+                "notes": plan.notes,
+                **({"diff": plan.diff()} if dry_run else {}),
+            }
+        )
+        if quiet:
+            continue
+        if dry_run:
+            diff = plan.diff()
+            click.echo(f"--- {plan.agent}: {len(files)} file(s) would change" + (f"\n{diff}" if diff else ""))
+        else:
+            state = f"{verb} ({len(files)} file(s) changed)" if files else "already up to date"
+            click.echo(f"✓ {plan.agent}: {state}")
+        for note in plan.notes if files else []:
+            click.echo(f"  note: {note}")
+    return summary
+
+
+@click.command()
+@click.option("--db", "db_path", type=click.Path(dir_okay=False), help="SQLite file to create.")
+@click.option("--endpoint", help="Daemon URL to record in config.")
+@click.option("--token", "init_token", help="Token to record in config (storage.token).")
+@click.option("--agent", "agents", help="Agents to integrate (comma-separated); default: every detected agent.")
+@click.option("--no-agents", is_flag=True, help="Only write config and database.")
+@click.option("--dry-run", is_flag=True, help="Print what would change (a diff); write nothing.")
+@pass_ctx
+def init(
+    obj: CliContext,
+    db_path: str | None,
+    endpoint: str | None,
+    init_token: str | None,
+    agents: str | None,
+    no_agents: bool,
+    dry_run: bool,
+) -> None:
+    """Write ~/.memmy/config.yaml, create the database, and install hooks/plugins/skills into your agents."""
+    # Imported here so other commands never pay for numpy and the store at start-up.
+    from memmy.service import MemoryService
+
+    path = resolve_config_path(obj.config_path)
+    try:
+        current = load_config(obj.config_path, db_override=db_path)
+    except MemmyError as exc:
+        fail(exc.message)
+        return
+    storage: dict[str, Any] = {
+        "mode": "local",
+        "backend": "sqlite",
+        "sqlitePath": str(current.storage.sqlite_path),
+        "endpoint": endpoint or current.storage.endpoint,
+    }
+    if init_token:
+        storage["token"] = init_token
+    updates = {"version": 1, "activeProfile": current.tree.get("activeProfile", "byok"), "storage": storage}
+    env = dict(os.environ)
+    names, skipped = ([], []) if no_agents else _agents(agents, env)
+    if not dry_run:
+        try:
+            update_config_file(path, updates)
+            current = load_config(path, db_override=db_path)
+            MemoryService.open(current).close()
+        except MemmyError as exc:
+            fail(exc.message)
+            return
+        if not obj.as_json:
+            click.echo("✓ Configuration saved successfully!")
+            click.echo(
+                f"  Config file:     {path}\n  Database:        {current.storage.sqlite_path}\n"
+                f"  Endpoint:        {current.storage.endpoint}"
+            )
+    ctx = _context(current)
+    plans = [INSTALLERS[n].plan_install(ctx) for n in names]
+    if names:
+        plans.insert(0, Plan("memmy-hooks", [hook_settings_change(ctx)]))
+    try:
+        summary = _report(plans, dry_run, "installed", obj.as_json)
+        if not dry_run:
+            for plan in plans:
+                plan.apply()
+    except (OSError, ValueError) as exc:
+        fail(str(exc))
+        return
+    if obj.as_json:
+        emit_json(
+            {
+                "configPath": str(path),
+                "database": str(current.storage.sqlite_path),
+                "endpoint": current.storage.endpoint,
+                "dryRun": dry_run,
+                "agents": summary,
+                "skipped": skipped,
+            }
+        )
+        return
+    if skipped:
+        click.echo(f"  skipped (not installed here): {', '.join(skipped)}")
+    if not dry_run:
+        click.echo("\nStart the service with: memmy-memory serve\nThen try:               memmy-memory health")
+
+
+@click.command()
+@click.option("--agent", "agents", required=True, help="Agents to remove memmy from (comma-separated).")
+@click.option("--dry-run", is_flag=True, help="Print what would change; write nothing.")
+@pass_ctx
+def remove(obj: CliContext, agents: str, dry_run: bool) -> None:
+    """Remove memmy's hooks, plugins, skills and instruction blocks from agents (memories are kept)."""
+    try:
+        names = resolve(list_option(agents) or [])
+        config = load_config(obj.config_path)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    except MemmyError as exc:
+        fail(exc.message)
+        return
+    ctx = _context(config)
+    plans = [INSTALLERS[n].plan_remove(ctx) for n in names]
+    try:
+        summary = _report(plans, dry_run, "removed", obj.as_json)
+        if not dry_run:
+            for plan in plans:
+                plan.apply()
+    except (OSError, ValueError) as exc:
+        fail(str(exc))
+        return
+    if obj.as_json:
+        emit_json({"dryRun": dry_run, "agents": summary})
+    elif not dry_run:
+        click.echo("Your memories are untouched; imported and captured history stays in the store.")

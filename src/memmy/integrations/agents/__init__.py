@@ -1,0 +1,1 @@
+"""One installer module per agent."""

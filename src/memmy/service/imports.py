@@ -1,0 +1,297 @@
+"""History import operations of the facade: detected sources, import jobs (pause/resume/stop), the turn sink."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from memmy.capture.trace import build_trace_step, normalize_tool_calls
+from memmy.config import MemmyConfig
+from memmy.domain import Memory, content_hash, new_id, sha256_hex
+from memmy.errors import Conflict, InvalidArgument, NotFound
+from memmy.indexing import Indexer
+from memmy.service.namespace import normalise_source
+from memmy.service.validate import opt_bool, opt_int, opt_iso_time, opt_list, opt_str, require_object
+from memmy.sources.adapters import ADAPTERS
+from memmy.sources.importer import Importer, ImportOptions, ImportProgress, JobControl
+from memmy.sources.model import SourceAdapter
+from memmy.sources.turns import ImportedTurn
+from memmy.store.db import Database, utc_now
+from memmy.store.imports import ImportStateRepository
+from memmy.store.memories import MemoryRepository
+from memmy.store.sessions import SessionRepository
+
+
+def import_key(source: str, turn_id: str) -> str:
+    """The memory key of an imported turn (stable across syncs)."""
+    return f"memory.add:agent-source:{source}:turn:{turn_id}"
+
+
+class ServiceTurnSink:
+    """Writes imported turns as L1 memories (with their raw turn), each in one transaction."""
+
+    def __init__(
+        self,
+        config: MemmyConfig,
+        db: Database,
+        memories: MemoryRepository,
+        sessions: SessionRepository,
+        indexer: Indexer,
+    ) -> None:
+        self.config = config
+        self.db = db
+        self.memories = memories
+        self.sessions = sessions
+        self.indexer = indexer
+
+    def has_turn(self, source: str, turn_id: str) -> bool:
+        """True when the turn was imported before, including when the user deleted it since."""
+        return (
+            self.db.query_one("SELECT 1 FROM memories WHERE memory_key = ?", (import_key(source, turn_id),)) is not None
+        )
+
+    def write_turn(self, turn: ImportedTurn) -> str:
+        """Store one turn; it becomes recallable once its vector is ready."""
+        capture = self.config.algorithm["capture"]
+        session_id = "import_" + sha256_hex(f"{turn.source}:{turn.conversation_id}")[:20]
+        raw_turn_id = "raw_" + sha256_hex(f"{session_id}:{turn.turn_id}")[:20]
+        tool_calls = normalize_tool_calls(turn.tool_calls(), [])
+        step = build_trace_step(
+            user_text=turn.user_text,
+            assistant_text=turn.assistant_text,
+            tool_calls=tool_calls,
+            raw_turn_id=raw_turn_id,
+            reasoning=None,
+            request_tags=[turn.source.replace("_", "")],
+            max_text_chars=int(capture["maxTextChars"]),
+            max_tool_output_chars=int(capture["maxToolOutputChars"]),
+        )
+        project = turn.git_root or turn.workspace_path
+        memory_id = "trace_" + sha256_hex(f"L1:{session_id}:{turn.turn_id}:0")[:20]
+        now = utc_now()
+        memory = Memory(
+            id=memory_id,
+            layer="L1",
+            content=step.content,
+            title=step.summary,
+            tags=step.tags,
+            user_id=self.config.user_id,
+            project_id=project,
+            source_agent=normalise_source(turn.source),
+            session_id=session_id,
+            turn_id=turn.turn_id,
+            conversation_id=turn.conversation_id,
+            memory_key=import_key(turn.source, turn.turn_id),
+            content_hash=content_hash(step.content),
+            info={"importPending": 1, "importSource": turn.source, "conversationId": turn.conversation_id},
+            properties={
+                "summary": step.summary,
+                "embeddingText": step.embedding_text,
+                "trace": {
+                    "key": f"trace:{session_id}:{turn.turn_id}:0",
+                    "turn_id": turn.turn_id,
+                    "raw_turn_id": raw_turn_id,
+                    "step_index": 0,
+                    "userText": step.user_text,
+                    "agentText": step.agent_text,
+                    "tool_calls": step.tool_calls,
+                    "summary": step.summary,
+                    "tags": step.tags,
+                    "signature": step.signature,
+                    "error_signatures": step.error_signatures,
+                    "status": "succeeded",
+                },
+                "value": 0,
+                "alpha": 0,
+                "priority": 0.5,
+                "sourceMessageIds": [m.message_id for m in turn.messages],
+            },
+            created_at=turn.created_at,
+            updated_at=now,
+            valid_from=turn.created_at,
+        )
+        with self.db.transaction():
+            if self.sessions.get(session_id) is None:
+                self.sessions.create(
+                    session_id,
+                    user_id=self.config.user_id,
+                    project_id=project,
+                    source=memory.source_agent,
+                    profile_id="import",
+                    workspace_path=turn.workspace_path,
+                    host_session_key=None,
+                    meta={"conversationId": turn.conversation_id, "imported": True},
+                )
+                self.sessions.close(session_id)
+            self.sessions.upsert_raw_turn(
+                raw_turn_id,
+                session_id,
+                turn.turn_id,
+                {
+                    "user_id": self.config.user_id,
+                    "conversation_id": turn.conversation_id,
+                    "user_text": step.user_text,
+                    "assistant_text": step.agent_text,
+                    "tool_calls_json": json.dumps(tool_calls, ensure_ascii=False, default=str),
+                    "status": "succeeded",
+                },
+            )
+            self.memories.insert(memory, source=f"import:{turn.source}")
+            self.indexer.enqueue(memory_id, "L1", step.embedding_text)
+        return memory_id
+
+
+@dataclass
+class ImportJob:
+    """One running or finished import."""
+
+    id: str
+    options: ImportOptions
+    progress: ImportProgress = field(default_factory=ImportProgress)
+    control: JobControl = field(default_factory=JobControl)
+    thread: threading.Thread | None = None
+    version: int = 0
+    changed: threading.Condition = field(default_factory=threading.Condition)
+
+    def to_json(self) -> dict[str, Any]:
+        """API shape."""
+        state = self.progress.state
+        if state == "running" and self.control.paused:
+            state = "paused"
+        return {"jobId": self.id, **self.progress.to_json(), "state": state}
+
+
+class ImportOps:
+    """Sources listing and import jobs."""
+
+    def __init__(
+        self,
+        config: MemmyConfig,
+        db: Database,
+        memories: MemoryRepository,
+        sessions: SessionRepository,
+        indexer: Indexer,
+        adapters: Mapping[str, SourceAdapter] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.config = config
+        self.adapters = dict(adapters or ADAPTERS)
+        self.env = dict(os.environ if env is None else env)
+        self.state = ImportStateRepository(db)
+        self.sink = ServiceTurnSink(config, db, memories, sessions, indexer)
+        self.jobs: dict[str, ImportJob] = {}
+        self._lock = threading.Lock()
+
+    def sources(self) -> dict[str, Any]:
+        """Detected agents (only those present), their paths, last sync and counts."""
+        counts = self.state.imported_counts()
+        found = []
+        for name, adapter in self.adapters.items():
+            roots = [r for r in adapter.roots(self.env) if r.exists()]
+            if not roots:
+                continue
+            watermark = self.state.watermark(name)
+            found.append(
+                {
+                    "source": name,
+                    "paths": [str(r) for r in roots],
+                    "lastSyncAt": watermark.last_sync_at if watermark else None,
+                    "cursor": watermark.cursor if watermark else None,
+                    "importedTurns": counts.get(name, 0),
+                    "lastStats": watermark.last_stats if watermark else None,
+                }
+            )
+        return {"sources": found, "known": sorted(self.adapters), "serverTime": utc_now()}
+
+    def _options(self, body: dict[str, Any]) -> ImportOptions:
+        names = [normalise_source(str(s)) for s in opt_list(body, "sources")]
+        unknown = [n for n in names if n not in self.adapters]
+        if unknown:
+            raise InvalidArgument(f"sources: unknown {unknown}; known: {', '.join(sorted(self.adapters))}")
+        mode = opt_str(body, "mode") or "incremental"
+        if mode not in ("incremental", "full"):
+            raise InvalidArgument("mode: expected 'incremental' or 'full' (deep scan)")
+        if mode == "full" and not opt_bool(body, "confirm"):
+            raise InvalidArgument("mode 'full' re-reads all history: confirm it with \"confirm\": true")
+        if not names:
+            names = [n for n, a in self.adapters.items() if any(r.exists() for r in a.roots(self.env))]
+        return ImportOptions(
+            sources=names,
+            mode=mode,  # type: ignore[arg-type]
+            since=opt_iso_time(body, "since"),
+            dry_run=opt_bool(body, "dryRun"),
+            initial_limit=opt_int(body, "initialLimit", 1000, minimum=1),
+        )
+
+    def start(self, body: Any) -> dict[str, Any]:
+        """Start an import job in the background (one at a time)."""
+        options = self._options(require_object(body))
+        with self._lock:
+            if any(j.progress.state in ("queued", "running") for j in self.jobs.values()):
+                raise Conflict("an import is already running; stop it or wait for it to finish")
+            job = ImportJob(new_id("import"), options)
+            self.jobs[job.id] = job
+        importer = Importer(self.adapters, self.sink, self.state, self.env)
+
+        def publish(progress: ImportProgress) -> None:
+            with job.changed:
+                job.version += 1
+                job.changed.notify_all()
+
+        def run() -> None:
+            try:
+                importer.run(options, job.progress, job.control, publish)
+            except Exception as exc:  # noqa: BLE001 - reported on the job, never kills the daemon
+                job.progress.state = "failed"
+                job.progress.error = f"{type(exc).__name__}: {exc}"
+                publish(job.progress)
+
+        job.thread = threading.Thread(target=run, name=f"memmy-{job.id}", daemon=True)
+        job.thread.start()
+        return job.to_json()
+
+    def run_sync(self, body: Any) -> dict[str, Any]:
+        """Run an import to completion in the calling thread (tests, benches, in-process use)."""
+        options = self._options(require_object(body))
+        job = ImportJob(new_id("import"), options)
+        Importer(self.adapters, self.sink, self.state, self.env).run(options, job.progress, job.control)
+        return job.to_json()
+
+    def job(self, job_id: str) -> ImportJob:
+        """A job by id."""
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise NotFound(f"import job {job_id} not found")
+        return job
+
+    def status(self, job_id: str) -> dict[str, Any]:
+        """Progress of one job."""
+        return self.job(job_id).to_json()
+
+    def control(self, job_id: str, action: str) -> dict[str, Any]:
+        """pause | resume | stop."""
+        job = self.job(job_id)
+        if action == "pause":
+            job.control.pause()
+        elif action == "resume":
+            job.control.resume()
+        elif action == "stop":
+            job.control.stop()
+        else:
+            raise InvalidArgument(f"unknown action {action!r}: expected pause, resume or stop")
+        with job.changed:
+            job.version += 1
+            job.changed.notify_all()
+        return job.to_json()
+
+    def wait_for_change(self, job_id: str, seen_version: int, timeout_s: float = 1.0) -> tuple[int, dict[str, Any]]:
+        """Block until the job changes (or ``timeout_s``); return (version, status) for SSE streaming."""
+        job = self.job(job_id)
+        with job.changed:
+            if job.version == seen_version:
+                job.changed.wait(timeout_s)
+            return job.version, job.to_json()

@@ -1,0 +1,383 @@
+"""The import engine: adapters -> redaction -> turns -> idempotent writes, with checkpoints and watermarks.
+
+One complete turn becomes one L1 memory, written through a :class:`TurnSink` (the service). The run is
+safe to kill at any point: every turn is written in its own transaction under a stable key, checkpoints
+move after a conversation is done, and the per-source watermark only advances after a clean run.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from memmy.domain import sha256_hex
+from memmy.sources.model import Conversation, ScanStats, SourceAdapter, SourceMessage
+from memmy.sources.redact import RedactionReport, redact
+from memmy.sources.turns import ImportedTurn, group_turns
+from memmy.store.db import utc_now
+from memmy.store.imports import Checkpoint, ImportStateRepository
+
+MAX_TURN_BYTES = 2 * 1024 * 1024
+Mode = Literal["incremental", "full"]
+
+
+class TurnSink(Protocol):
+    """Where turns go (implemented by the service)."""
+
+    def has_turn(self, source: str, turn_id: str) -> bool:
+        """True when this turn was imported before (or deliberately forgotten)."""
+        ...
+
+    def write_turn(self, turn: ImportedTurn) -> str:
+        """Store one complete, redacted turn as an L1 memory; return its id."""
+        ...
+
+
+@dataclass
+class ImportOptions:
+    """What to import."""
+
+    sources: list[str] | None = None
+    mode: Mode = "incremental"
+    since: str | None = None
+    dry_run: bool = False
+    initial_limit: int = 1000
+
+
+@dataclass
+class SourceProgress:
+    """Counters for one source."""
+
+    source: str
+    state: str = "pending"
+    conversations: int = 0
+    messages_scanned: int = 0
+    turns_added: int = 0
+    turns_existing: int = 0
+    turns_waiting: int = 0
+    failed: int = 0
+    skipped: Counter[str] = field(default_factory=Counter)
+    redacted: Counter[str] = field(default_factory=Counter)
+    errors: list[str] = field(default_factory=list)
+    watermark_advanced: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """API shape."""
+        return {
+            "source": self.source,
+            "state": self.state,
+            "conversations": self.conversations,
+            "messagesScanned": self.messages_scanned,
+            "turnsAdded": self.turns_added,
+            "turnsExisting": self.turns_existing,
+            "turnsWaiting": self.turns_waiting,
+            "failed": self.failed,
+            "skipped": dict(self.skipped),
+            "redacted": dict(self.redacted),
+            "errors": self.errors[:20],
+            "watermarkAdvanced": self.watermark_advanced,
+        }
+
+
+@dataclass
+class ImportProgress:
+    """The whole run, as reported over the API and SSE."""
+
+    state: str = "queued"
+    mode: str = "incremental"
+    dry_run: bool = False
+    sources: dict[str, SourceProgress] = field(default_factory=dict)
+    started_at: str | None = None
+    finished_at: str | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """API shape, with totals."""
+        parts = list(self.sources.values())
+        skipped: Counter[str] = Counter()
+        for part in parts:
+            skipped.update(part.skipped)
+        return {
+            "state": self.state,
+            "mode": self.mode,
+            "dryRun": self.dry_run,
+            "startedAt": self.started_at,
+            "finishedAt": self.finished_at,
+            "error": self.error,
+            "totals": {
+                "messagesScanned": sum(p.messages_scanned for p in parts),
+                "turnsAdded": sum(p.turns_added for p in parts),
+                "turnsExisting": sum(p.turns_existing for p in parts),
+                "turnsWaiting": sum(p.turns_waiting for p in parts),
+                "failed": sum(p.failed for p in parts),
+                "skipped": dict(skipped),
+            },
+            "sources": [p.to_json() for p in parts],
+        }
+
+
+class JobControl:
+    """Pause / resume / stop signals, checked between turns."""
+
+    def __init__(self) -> None:
+        self._running = threading.Event()
+        self._running.set()
+        self.stopped = False
+
+    def pause(self) -> None:
+        """Hold the run at the next turn boundary."""
+        self._running.clear()
+
+    def resume(self) -> None:
+        """Continue a paused run."""
+        self._running.set()
+
+    def stop(self) -> None:
+        """End the run at the next turn boundary (what is written stays written)."""
+        self.stopped = True
+        self._running.set()
+
+    @property
+    def paused(self) -> bool:
+        """True while paused."""
+        return not self._running.is_set()
+
+    def checkpoint(self) -> bool:
+        """Block while paused; return False when the run must stop."""
+        self._running.wait()
+        return not self.stopped
+
+
+def conversation_hash(conversation: Conversation) -> str:
+    """Content hash of a conversation (message ids and text), for unchanged-conversation detection."""
+    digest = sha256_hex(
+        "\x00".join(
+            f"{m.message_id}\x01{m.role}\x01{m.content}\x01{m.tool_output or ''}" for m in conversation.messages
+        )
+    )
+    return digest
+
+
+def redact_message(message: SourceMessage, report: RedactionReport) -> SourceMessage:
+    """A copy of ``message`` with secrets removed from every text field."""
+    fields = {
+        name: redact(getattr(message, name), report) if getattr(message, name) else getattr(message, name)
+        for name in ("content", "tool_input", "tool_output", "tool_error")
+    }
+    return SourceMessage(**{**message.__dict__, **fields})
+
+
+def turn_size(turn: ImportedTurn) -> int:
+    """UTF-8 size of the write request the turn would become."""
+    payload = {"user": turn.user_text, "assistant": turn.assistant_text, "tools": turn.tool_calls()}
+    return len(json.dumps(payload, ensure_ascii=False, default=str).encode("utf-8"))
+
+
+class Importer:
+    """Runs imports for a set of adapters into one sink."""
+
+    def __init__(
+        self,
+        adapters: Mapping[str, SourceAdapter],
+        sink: TurnSink,
+        state: ImportStateRepository,
+        env: Mapping[str, str],
+    ) -> None:
+        self.adapters = adapters
+        self.sink = sink
+        self.state = state
+        self.env = env
+
+    def run(
+        self,
+        options: ImportOptions,
+        progress: ImportProgress,
+        control: JobControl,
+        on_progress: Callable[[ImportProgress], None] | None = None,
+    ) -> ImportProgress:
+        """Import every selected source; never raises for bad input (errors are counted per source)."""
+        notify = ProgressThrottle(on_progress)
+        progress.state = "running"
+        progress.mode = options.mode
+        progress.dry_run = options.dry_run
+        progress.started_at = utc_now()
+        names = options.sources or list(self.adapters)
+        for name in names:
+            progress.sources.setdefault(name, SourceProgress(name))
+        for name in names:
+            if control.stopped:
+                break
+            part = progress.sources[name]
+            part.state = "scanning"
+            try:
+                self._run_source(self.adapters[name], options, part, control, lambda: notify(progress))
+                part.state = "stopped" if control.stopped else "done"
+            except Exception as exc:  # noqa: BLE001 - one broken source must not end the others
+                part.state = "error"
+                part.errors.append(f"{type(exc).__name__}: {exc}")
+            notify(progress, force=True)
+        progress.state = "stopped" if control.stopped else "done"
+        progress.finished_at = utc_now()
+        notify(progress, force=True)
+        return progress
+
+    def _run_source(
+        self,
+        adapter: SourceAdapter,
+        options: ImportOptions,
+        part: SourceProgress,
+        control: JobControl,
+        notify: Callable[[], None],
+    ) -> None:
+        baseline = utc_now()
+        watermark = self.state.watermark(adapter.name)
+        full = options.mode == "full"
+        since = options.since or (None if full or watermark is None else watermark.cursor)
+        initial = watermark is None and not full and options.since is None
+        stats = ScanStats()
+        newest_seen: str | None = None
+        pending: list[tuple[Conversation, list[ImportedTurn]]] = []
+        for conversation in adapter.conversations(self.env, stats):
+            if not control.checkpoint():
+                break
+            part.conversations += 1
+            part.messages_scanned += len(conversation.messages)
+            last = conversation.last_created_at
+            newest_seen = max(filter(None, [newest_seen, last]))
+            if since and last < since:
+                part.skipped["before_watermark"] += 1
+                continue
+            content_hash = conversation_hash(conversation)
+            stored = self.state.checkpoint(adapter.name, conversation.conversation_id)
+            last_message = conversation.messages[-1] if conversation.messages else None
+            checkpoint = Checkpoint(last_message.message_id if last_message else None, last, content_hash)
+            if not full and stored == checkpoint:
+                part.skipped["unchanged_conversation"] += 1
+                continue
+            report = RedactionReport()
+            redacted = Conversation(
+                conversation.source,
+                conversation.conversation_id,
+                [redact_message(m, report) for m in conversation.messages],
+                conversation.origin,
+                conversation.workspace_path,
+            )
+            part.redacted.update(report.counts)
+            turns, orphans = group_turns(redacted)
+            if orphans:
+                part.skipped["message_before_first_user"] += orphans
+            if initial:
+                pending.append((conversation, turns))
+                continue
+            self._import_conversation(adapter.name, conversation, turns, checkpoint, options, part, control)
+            notify()
+        if initial and pending:
+            self._import_initial_subset(adapter.name, pending, options, part, control, notify)
+        part.skipped.update(stats.skipped)
+        part.errors.extend(stats.errors)
+        summary = part.to_json()
+        clean = not (stats.errors or part.failed or part.turns_waiting or control.stopped or options.dry_run)
+        if clean:
+            self.state.advance_watermark(adapter.name, options.mode, baseline, newest_seen, summary)
+            part.watermark_advanced = True
+        elif not options.dry_run:
+            self.state.record_attempt(adapter.name, summary)
+
+    def _import_initial_subset(
+        self,
+        source: str,
+        pending: list[tuple[Conversation, list[ImportedTurn]]],
+        options: ImportOptions,
+        part: SourceProgress,
+        control: JobControl,
+        notify: Callable[[], None],
+    ) -> None:
+        """First sync of a source: only the newest ``initial_limit`` complete turns (deep scan gets the rest)."""
+        complete = sorted((turn.created_at for _, turns in pending for turn in turns if turn.complete), reverse=True)
+        cutoff = complete[min(len(complete), options.initial_limit) - 1] if complete else ""
+        for conversation, turns in pending:
+            kept = [t for t in turns if not t.complete or t.created_at >= cutoff]
+            older = len(turns) - len(kept)
+            if older:
+                part.skipped["older_than_initial_subset"] += older
+            last_message = conversation.messages[-1] if conversation.messages else None
+            checkpoint = Checkpoint(
+                last_message.message_id if last_message else None,
+                conversation.last_created_at,
+                conversation_hash(conversation),
+            )
+            self._import_conversation(
+                source,
+                conversation,
+                kept,
+                checkpoint,
+                options,
+                part,
+                control,
+                trailing_turn=turns[-1] if turns else None,
+            )
+            notify()
+
+    def _import_conversation(
+        self,
+        source: str,
+        conversation: Conversation,
+        turns: list[ImportedTurn],
+        checkpoint: Checkpoint,
+        options: ImportOptions,
+        part: SourceProgress,
+        control: JobControl,
+        trailing_turn: ImportedTurn | None = None,
+    ) -> None:
+        last_turn = trailing_turn if trailing_turn is not None else (turns[-1] if turns else None)
+        failed_before = part.failed
+        waiting = False
+        for turn in turns:
+            if not control.checkpoint():
+                return
+            if not turn.complete:
+                if turn is last_turn:
+                    part.turns_waiting += 1
+                    waiting = True
+                else:
+                    part.skipped["turn_without_final_answer"] += 1
+                continue
+            if turn_size(turn) > MAX_TURN_BYTES:
+                part.skipped["turn_over_2mib"] += 1
+                continue
+            if self.sink.has_turn(source, turn.turn_id):
+                part.turns_existing += 1
+                continue
+            if options.dry_run:
+                part.turns_added += 1
+                continue
+            try:
+                self.sink.write_turn(turn)
+                part.turns_added += 1
+            except Exception as exc:  # noqa: BLE001 - counted as failed; the next sync retries the turn
+                part.failed += 1
+                part.errors.append(f"{conversation.origin}: {type(exc).__name__}: {exc}")
+        if not options.dry_run and not waiting and part.failed == failed_before:
+            self.state.save_checkpoint(source, conversation.conversation_id, checkpoint, conversation.origin)
+
+
+class ProgressThrottle:
+    """Calls back at most every ``interval`` seconds (always when forced)."""
+
+    def __init__(self, callback: Callable[[ImportProgress], None] | None, interval: float = 0.25) -> None:
+        self.callback = callback
+        self.interval = interval
+        self.last = 0.0
+
+    def __call__(self, progress: ImportProgress, force: bool = False) -> None:
+        if self.callback is None:
+            return
+        now = time.monotonic()
+        if force or now - self.last >= self.interval:
+            self.last = now
+            self.callback(progress)
