@@ -359,3 +359,27 @@ def test_hook_runtime_imports_only_the_standard_library() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_memmy_resume_lists_candidates_and_injects_the_choice(hooked_home: tuple[Daemon, Path, Path]) -> None:
+    daemon, home, project = hooked_home
+    argv = hook_command(home, "claude_code", "UserPromptSubmit")
+    base = {"cwd": str(project), "hook_event_name": "UserPromptSubmit"}
+    for session in ("old-1", "old-2"):
+        run_hook(home, argv, {**base, "session_id": session, "prompt": f"migrate the orders table ({session})"})
+        run_hook(home, hook_command(home, "claude_code", "Stop"),
+                 {**base, "session_id": session, "hook_event_name": "Stop",
+                  "last_assistant_message": f"Added the migration for orders in {session}."})
+    daemon.drain()
+    now = {**base, "session_id": "new-session"}
+    out, _, code = run_hook(home, argv, {**now, "prompt": "/memmy-resume orders table migration"})
+    listing = json.loads(out)
+    assert code == 0 and listing["decision"] == "block"
+    assert "1. " in listing["reason"] and "2. " in listing["reason"] and "Reply with 1-5" in listing["reason"]
+    out, _, _ = run_hook(home, argv, {**now, "prompt": "2"})
+    context = json.loads(out)["hookSpecificOutput"]["additionalContext"]
+    assert context.startswith("Memmy resume selection") and "migrate the orders table" in context
+    out, _, _ = run_hook(home, argv, {**now, "prompt": "/memmy-resume orders"})
+    assert json.loads(out)["decision"] == "block"
+    out, _, _ = run_hook(home, argv, {**now, "prompt": "cancel"})
+    assert json.loads(out) == {"decision": "block", "reason": "memmy resume cancelled."}

@@ -20,6 +20,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from memmy.hook.resume import block_output, handle_resume
 from memmy.hook.transcripts import claude_last_turn, codex_last_turn
 
 DEFAULT_BUDGET_S = 1.5
@@ -178,6 +179,15 @@ def on_prompt(agent: str, event: str, payload: dict[str, Any], client: Client, s
         )
         prompt = str(users[-1].get("content", "")) if users else ""
     query = sanitize(prompt)
+    hook_event = first(payload, "hook_event_name", "hookEventName") or "UserPromptSubmit"
+    resume = handle_resume(client, State(agent, f"resume:{session_key}"), query)
+    if resume is not None:
+        kind, text = resume
+        if kind == "block" or agent == "cursor":
+            return block_output(agent, text if kind == "block" else "memmy: resume context cannot be injected here")
+        return json.dumps(
+            {"hookSpecificOutput": {"hookEventName": hook_event, "additionalContext": text}}, ensure_ascii=False
+        )
     if len(query) < MIN_PROMPT_CHARS or query.startswith("/"):
         return allow_output(agent, event)
     host_turn = first(payload, "turn_id", "turnId", "generation_id", "generationId")
@@ -208,7 +218,6 @@ def on_prompt(agent: str, event: str, payload: dict[str, Any], client: Client, s
     markdown = (started.get("injectedContext") or {}).get("markdown") or ""
     if agent == "cursor" or not markdown.strip():
         return allow_output(agent, event)
-    hook_event = first(payload, "hook_event_name", "hookEventName") or "UserPromptSubmit"
     return json.dumps(
         {"hookSpecificOutput": {"hookEventName": hook_event, "additionalContext": packet(markdown, query)}},
         ensure_ascii=False,

@@ -54,6 +54,8 @@ def hit_of(candidate: Candidate) -> dict[str, Any]:
         "source": candidate.source,
         "sourceAgent": memory.source_agent,
         "projectId": memory.project_id,
+        "sessionId": memory.session_id,
+        "createdAt": memory.created_at,
     }
 
 

@@ -16,12 +16,14 @@ Older "bare" rollouts have no envelope: line 1 is ``{"id","timestamp","instructi
 ``{"type":"message",...}`` lines without times, ``{"record_type":"state"}`` lines are bookkeeping, and the cwd is
 only in the ``<environment_context><cwd>`` user message. A line without a time takes the last time seen.
 
-Mapping (one message per line, id ``<rolloutId>:<lineNo>``): ``message`` user/assistant as is, ``developer`` and
-``system`` → ``system``, user messages that are injected context (``<environment_context>``, ``<user_instructions>``,
-``# AGENTS.md instructions``, ...) → ``system``; ``function_call``/``custom_tool_call``/``local_shell_call``/
-``web_search_call`` → ``tool`` calls; ``function_call_output``/``custom_tool_call_output`` → ``tool`` outputs named
-after their call (by ``call_id``). ``event_msg`` ``user_message``/``agent_message`` are used only when a file has
-no ``message`` items at all.
+Conversation id: the first ``session_meta``'s ``id``, else its ``session_id``, else the file name's UUID (the
+rollout id). One message per line, id ``<rolloutId>:<lineNo>``:
+
+- ``message``: user/assistant as is; ``developer`` and ``system`` → ``system``; user messages that are injected
+  context (``<environment_context>``, ``<user_instructions>``, ``# AGENTS.md instructions``, ...) → ``system``.
+- ``function_call``/``custom_tool_call``/``local_shell_call``/``web_search_call`` → ``tool`` calls;
+  ``function_call_output``/``custom_tool_call_output`` → ``tool`` outputs named after their call (by ``call_id``).
+- ``event_msg`` ``user_message``/``agent_message`` are used only when a file has no ``message`` items at all.
 
 Skip reasons: ``reasoning``, ``event_msg``, ``state_record``, ``compacted``, ``unknown_record``, ``unknown_item``,
 ``unknown_role``, ``empty_message``, ``empty_conversation``, ``duplicate_rollout`` and the JSONL reader's
@@ -59,7 +61,6 @@ _INJECTED_PREFIXES = (
     "<user_instructions>",
     "# AGENTS.md instructions",
     "<permissions instructions>",
-    "<user_shell_command>",
     "<turn_aborted>",
 )
 _SKIPPED_RECORDS = {"compacted": "compacted", "event_msg": "event_msg"}

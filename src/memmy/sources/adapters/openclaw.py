@@ -15,9 +15,9 @@ Transcripts are written by pi's ``SessionManager``, so every record is a pi v3 e
   ``<sessionId>-topic-<threadId>.jsonl``, pruned ones under ``archive/``) and legacy ``sessions/*.jsonl``.
   Soft-deleted ``*.jsonl.deleted.<ts>`` files are not read.
 
-The conversation id is the database ``session_id`` or the file stem; a file whose session the database already
-holds is skipped (``duplicate_session``). The workspace is the header ``cwd``. Unlike upstream memmy, other
-SQLite files under the state directory (plugin memory stores) are not read: they copy these transcripts.
+The conversation id is the database ``session_id`` or the file stem; a file whose session the database (or an
+earlier file) already gave is skipped (``duplicate_session``). The workspace is the header ``cwd``. Unlike upstream
+memmy, other SQLite files under the state directory (plugin memory stores) are not read: they copy these transcripts.
 """
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ class OpenClawAdapter:
                 if path.stem in seen:
                     stats.skip("duplicate_session")
                     continue
+                seen.add(path.stem)
                 stats.files += 1
                 entries = [obj for _, obj in iter_jsonl(path, stats)]
                 conversation = build_conversation(entries, self.name, str(path), path.stem, cwd_of(entries), stats)

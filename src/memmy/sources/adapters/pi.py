@@ -42,22 +42,9 @@ from memmy.sources.model import (
 )
 
 NON_MESSAGE_ENTRIES = frozenset(
-    {
-        "session",
-        "model_change",
-        "thinking_level_change",
-        "compaction",
-        "branch_summary",
-        "custom",
-        "label",
-        "session_info",
-    }
+    "session model_change thinking_level_change compaction branch_summary custom label session_info".split()
 )
-SKIPPED_ROLES = {
-    "custom": "custom_message",
-    "branchSummary": "summary_message",
-    "compactionSummary": "summary_message",
-}
+SKIPPED_ROLES = {"custom": "custom_message", "branchSummary": "summary_message", "compactionSummary": "summary_message"}
 
 
 # --- shared with the other adapters (candidates for memmy.sources.model) -------------------------------------
