@@ -241,7 +241,9 @@ def drain_in_process(service: MemoryService, expected: int, label: str) -> None:
         done += ok
         if done >= next_report + PROGRESS_EVERY:
             next_report = done - done % PROGRESS_EVERY
-            progress(f"{label}: embedded {done:,}/{expected:,} ({done / (time.perf_counter() - started):,.0f}/s)")
+            rate = done / (time.perf_counter() - started)
+            eta = (expected - done) / rate if rate else 0.0
+            progress(f"{label}: embedded {done:,}/{expected:,} ({rate:,.0f}/s, ~{eta / 60:.0f} min left)")
     pending = service.queue.counts()
     if pending.get("pending") or pending.get("in_progress") or pending.get("failed"):
         raise RuntimeError(f"queue not empty after draining: {pending}")

@@ -383,3 +383,26 @@ def test_memmy_resume_lists_candidates_and_injects_the_choice(hooked_home: tuple
     assert json.loads(out)["decision"] == "block"
     out, _, _ = run_hook(home, argv, {**now, "prompt": "cancel"})
     assert json.loads(out) == {"decision": "block", "reason": "memmy resume cancelled."}
+
+
+def test_service_unit_install_and_uninstall(isolated_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(isolated_home / ".config"))
+    monkeypatch.setenv("PATH", str(isolated_home / "empty-path"))  # no systemctl: the command must still work
+    result = CliRunner().invoke(cli, ["service", "install", "--no-start"], catch_exceptions=False)
+    unit = isolated_home / ".config" / "systemd" / "user" / "memmy.service"
+    assert result.exit_code == 0 and unit.exists()
+    text = unit.read_text()
+    assert "-m memmy serve" in text and "Restart=on-failure" in text and "WantedBy=default.target" in text
+    assert f"Environment=MEMMY_HOME={isolated_home / '.memmy'}" in text
+    removed = CliRunner().invoke(cli, ["service", "uninstall"], catch_exceptions=False)
+    assert removed.exit_code == 0 and not unit.exists()
+
+
+def test_status_shows_agents(hooked_home: tuple[Daemon, Path, Path]) -> None:
+    daemon, home, project = hooked_home
+    run_hook(home, hook_command(home, "claude_code", "UserPromptSubmit"),
+             {"session_id": "st", "cwd": str(project), "prompt": "what about the checkout tests?"})
+    result = run_cli(home, "--url", daemon.url, "--json", "status")
+    agents = {row["agent"]: row for row in json.loads(result.output)["agents"]}
+    assert agents["claude_code"]["installed"] is True and agents["claude_code"]["lastRecall"] is not None
+    assert agents["cursor"]["installed"] is True and agents["cursor"]["lastCapture"] is None

@@ -55,8 +55,8 @@ def test_current_branch_messages_and_tool_trace(tmp_path: Path) -> None:
         ("b2c3d4e5:toolu_02", "tool", "2026-07-24T16:14:02.000Z"),
         ("d4e5f6a7", "assistant", "2026-07-24T16:14:04.000Z"),
         # the abandoned branch (e5f6a7b8, f6a7b8c9) is not on the path from the last entry
-        ("1b2c3d4e", "tool", "2026-07-24T16:16:05.000Z"),  # a user-run `!git status`
         ("2c3d4e5f", "user", "2026-07-24T16:16:10.000Z"),
+        ("1b2c3d4e", "tool", "2026-07-24T16:16:05.000Z"),  # a user-run `!git status`: joins the next prompt
         ("5f6a7b8c:toolu_03", "tool", "2026-07-24T16:16:20.000Z"),
         ("5f6a7b8c", "assistant", "2026-07-24T16:16:20.000Z"),
     ]
@@ -78,7 +78,7 @@ def test_current_branch_messages_and_tool_trace(tmp_path: Path) -> None:
     assert json.loads(bash.tool_input or "") == {"command": "pytest -q"}
     assert bash.content == 'Tool: bash\n\nCall ID: toolu_01\n\nInput:\n{"command": "pytest -q"}\n\nOutput:\n3 passed'
     assert (read.tool_name, read.tool_output, read.tool_error) == ("read", None, "ENOENT: no such file or directory")
-    shell = conv.messages[5]
+    shell = conv.messages[6]
     assert (shell.tool_name, shell.tool_input, shell.tool_output) == (
         "bash",
         "git status --short",
@@ -114,3 +114,40 @@ def test_session_dir_override(tmp_path: Path) -> None:
     shutil.move(str(home / ".pi" / "agent" / "sessions"), moved)
     assert _scan({"HOME": str(home)})[0] == {}
     assert set(_scan({"HOME": str(home), "PI_CODING_AGENT_SESSION_DIR": str(moved)})[0]) == {TREE, LINEAR}
+
+
+def test_shell_command_waits_for_the_prompt_it_informs(tmp_path: Path) -> None:
+    session = tmp_path / "h" / ".pi" / "agent" / "sessions" / "--tmp--" / "2026-01-01T00-00-00-000Z_s1.jsonl"
+    session.parent.mkdir(parents=True)
+    lines = [
+        {"type": "session", "version": 3, "id": "s1", "timestamp": "2026-01-01T00:00:00Z", "cwd": "/tmp"},
+        {"type": "message", "id": "u1", "parentId": None, "message": {"role": "user", "content": "hi", "timestamp": 1}},
+        {
+            "type": "message",
+            "id": "a1",
+            "parentId": "u1",
+            "message": {"role": "assistant", "content": [{"type": "text", "text": "hello"}], "timestamp": 2},
+        },
+        {
+            "type": "message",
+            "id": "b1",
+            "parentId": "a1",
+            "message": {"role": "bashExecution", "command": "make", "output": "boom", "exitCode": 2, "timestamp": 3},
+        },
+    ]
+    session.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    found, stats = _scan({"HOME": str(tmp_path / "h")})
+    assert [m.message_id for m in found["s1"].messages] == ["s1:u1", "s1:a1"]  # the answer still ends its turn
+    assert stats.skipped["shell_without_prompt"] == 1
+
+    lines.append({"type": "message", "id": "u2", "parentId": "b1", "message": {"role": "user", "content": "fix it"}})
+    session.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    conv = _scan({"HOME": str(tmp_path / "h")})[0]["s1"]
+    assert [m.message_id for m in conv.messages] == ["s1:u1", "s1:a1", "s1:u2", "s1:b1"]
+    shell = conv.messages[3]
+    assert (shell.tool_name, shell.tool_input, shell.tool_output, shell.tool_error) == (
+        "bash",
+        "make",
+        "boom",
+        "exit code 2",
+    )

@@ -7,6 +7,7 @@ Every client command talks to the daemon over HTTP (one code path, one error map
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,11 +17,13 @@ import click
 from memmy import __version__
 from memmy.cli.commands_agents import init, remove
 from memmy.cli.commands_import import import_history, sources
+from memmy.cli.commands_service import service
 from memmy.cli.commands_session import session, turn
 from memmy.cli.context import CliContext, list_option, pass_ctx, strip_none
 from memmy.cli.output import emit_json, fail, format_debug, format_health, format_hits, format_memory
 from memmy.config import load_config
 from memmy.errors import MemmyError
+from memmy.integrations.registry import INSTALLERS
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -89,8 +92,36 @@ def status(obj: CliContext) -> None:
         "Sources: " + (", ".join(f"{s['source']} {s['count']}" for s in overview["sourceDistribution"]) or "none"),
         f"Embedding queue: {health_info['embeddingQueue']['pending']} pending, "
         f"{health_info['embeddingQueue']['failed']} failed",
+        "Agents:",
     ]
-    obj.output({"overview": overview, "health": health_info}, "\n".join(lines))
+    agents = agent_status(obj)
+    for row in agents:
+        lines.append(
+            f"  {row['agent']:<12} {'installed' if row['installed'] else '-':<10} "
+            f"last capture: {row['lastCapture'] or 'never'}   last recall: {row['lastRecall'] or 'never'}"
+        )
+    obj.output({"overview": overview, "health": health_info, "agents": agents}, "\n".join(lines))
+
+
+def agent_status(obj: CliContext) -> list[dict[str, Any]]:
+    """Per detected agent: memmy installed or not, last captured turn, last recall."""
+    env = dict(os.environ)
+    rows = []
+    for name, installer in INSTALLERS.items():
+        if not installer.detected(env):
+            continue
+        installed = (installer.root(env) / "skills" / "memmy-memory" / "SKILL.md").exists()
+        items = obj.call("GET", "/panel/items", params={"sourceAgent": name, "pageSize": 1})["items"]
+        logs = obj.call("GET", "/memory/logs", params={"tools": "memory_search", "sourceAgent": name, "limit": 1})
+        rows.append(
+            {
+                "agent": name,
+                "installed": installed,
+                "lastCapture": items[0]["createdAt"] if items else None,
+                "lastRecall": logs["logs"][0]["calledAt"] if logs["logs"] else None,
+            }
+        )
+    return rows
 
 
 @cli.command()
@@ -239,6 +270,7 @@ def raw(obj: CliContext, method: str, path: str, body: str | None) -> None:
 
 
 cli.add_command(init)
+cli.add_command(service)
 cli.add_command(remove)
 cli.add_command(session)
 cli.add_command(turn)

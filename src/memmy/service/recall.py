@@ -195,6 +195,21 @@ class RecallOps:
         )
         timings = dict(outcome.timings_ms)
         timings["total"] = round((time.perf_counter() - started) * 1000, 3)
+        self.logs.api_call(
+            "memory_search",
+            ns.source,
+            {"query": query[:500], "layers": list(resolved), "limit": limit, "scope": scope, "mode": mode},
+            {
+                "candidates": len(outcome.candidate_ids),
+                "filtered": [c.memory.id for c in selected],
+                "dropped": outcome.dropped[:50],
+                "status": status,
+                "stats": timings,
+            },
+            timings["total"],
+            True,
+            ns.user_id,
+        )
         event_id = self.logs.recall_event(
             session_id=session_id,
             turn_id=turn_id,
@@ -265,20 +280,6 @@ class RecallOps:
             query, body=body, ns=ns, limit=limit, layers=layers, mode=mode, session_id=opt_str(body, "sessionId")
         )
         duration = (time.perf_counter() - started) * 1000
-        self.logs.api_call(
-            "memory_search",
-            ns.source,
-            {"query": query[:500], "layers": layers, "limit": limit, "scope": result.scope},
-            {
-                "candidates": len(result.candidate_ids),
-                "filtered": result.source_memory_ids,
-                "dropped": result.dropped[:50],
-                "stats": result.timings_ms,
-            },
-            duration,
-            True,
-            ns.user_id,
-        )
         response: dict[str, Any] = {
             "injectedContext": result.markdown,
             "hits": result.hits,

@@ -162,6 +162,22 @@ def iter_jsonl(path: Path, stats: ScanStats) -> Iterator[tuple[int, dict[str, An
             yield number, obj
 
 
+class _CopiedConnection(sqlite3.Connection):
+    """A read-only connection to a temporary copy; closing it deletes the copy."""
+
+    copy_dir: Path | None = None
+
+    def close(self) -> None:
+        super().close()
+        if self.copy_dir is not None:
+            shutil.rmtree(self.copy_dir, ignore_errors=True)
+            self.copy_dir = None
+
+    def __del__(self) -> None:
+        if self.copy_dir is not None:
+            shutil.rmtree(self.copy_dir, ignore_errors=True)
+
+
 def open_sqlite_readonly(path: Path) -> sqlite3.Connection:
     """Open an agent's SQLite database read-only; copy it to a temporary file first if it is locked."""
     uri = f"file:{path}?mode=ro"
@@ -178,9 +194,10 @@ def open_sqlite_readonly(path: Path) -> sqlite3.Connection:
             sidecar = path.with_name(path.name + suffix)
             if sidecar.exists():
                 shutil.copy2(sidecar, tmp_dir / sidecar.name)
-        conn = sqlite3.connect(f"file:{copy}?mode=ro", uri=True)
-        conn.row_factory = sqlite3.Row
-        return conn
+        copied = sqlite3.connect(f"file:{copy}?mode=ro", uri=True, factory=_CopiedConnection)
+        copied.copy_dir = tmp_dir
+        copied.row_factory = sqlite3.Row
+        return copied
 
 
 def table_columns(conn: sqlite3.Connection, table: str) -> set[str]:
@@ -196,6 +213,8 @@ def git_root_of(path: str | None) -> str | None:
     if not path:
         return None
     current = Path(path).expanduser()
+    if not current.is_absolute():
+        return None  # a relative or foreign (c:/...) path must not resolve against our own cwd
     for candidate in (current, *current.parents):
         try:
             if (candidate / ".git").exists():

@@ -40,7 +40,8 @@ class ImportedTurn:
     @property
     def complete(self) -> bool:
         """Starts with user content and ends with a non-empty assistant answer."""
-        last = self.messages[-1]
+        answered = [m for m in self.messages if m.role != "system"]  # agents write context after an answer
+        last = answered[-1]
         return last.role == "assistant" and bool(last.content.strip())
 
     @property

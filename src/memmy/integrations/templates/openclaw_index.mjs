@@ -185,9 +185,10 @@ function register(api) {
 
   function requestOf(event) {
     if (event && typeof event.currentUserMessage === "string") return sanitize(event.currentUserMessage);
+    if (text(event && event.prompt)) return sanitize(event.prompt);
     const messages = Array.isArray(event && event.messages) ? event.messages : [];
     const lastUser = [...messages].reverse().find((message) => message && message.role === "user");
-    return sanitize(lastUser ? messageText(lastUser) : text(event && event.prompt));
+    return sanitize(lastUser ? messageText(lastUser) : "");
   }
 
   async function recall(event, ctx) {

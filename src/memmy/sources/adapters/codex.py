@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from memmy.sources.adapters.claude_code import tool_content
+from memmy.sources.adapters.shared import tool_content
 from memmy.sources.model import (
     EPOCH,
     Conversation,

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from memmy.sources.adapters.claude_code import tool_content
+from memmy.sources.adapters.shared import tool_content
 from memmy.sources.model import (
     EPOCH,
     Conversation,

@@ -31,7 +31,7 @@ from itertools import groupby
 from pathlib import Path
 from typing import Any
 
-from memmy.sources.adapters.pi import Transcript, as_dict, as_text, env_dir
+from memmy.sources.adapters.shared import Transcript, as_dict, as_text, env_dir
 from memmy.sources.model import (
     Conversation,
     Role,

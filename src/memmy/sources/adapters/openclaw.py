@@ -28,7 +28,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from memmy.sources.adapters.pi import build_conversation, env_dir, header_of
+from memmy.sources.adapters.pi import build_conversation, header_of
+from memmy.sources.adapters.shared import env_dir
 from memmy.sources.model import (
     Conversation,
     ScanStats,

@@ -15,27 +15,24 @@ entries off it are counted as ``off_branch``. v1 files without ids are read in f
         "toolName":"bash","content":[{"type":"text","text":"a.py"}],"isError":false}}
 
 Message roles: ``user``, ``assistant`` (text kept, ``thinking`` dropped, each ``toolCall`` becomes a ``tool``
-message), ``toolResult`` (merged into its call), ``bashExecution`` (a user-run ``bash`` tool message).
+message), ``toolResult`` (merged into its call), ``bashExecution`` (a user-run ``!command``: a ``bash`` tool
+message placed right after the next user prompt, which it informs, so that it does not end the previous turn;
+kept back as ``shell_without_prompt`` until that prompt exists).
 ``custom``/``custom_message`` entries are extension injections and are skipped, as are summaries.
 Message ids are ``<session id>:<entry id>`` because entry ids are 8 hex digits, unique only per session.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from memmy.sources.adapters.claude_code import tool_content
+from memmy.sources.adapters.shared import Transcript, as_text, env_dir
 from memmy.sources.model import (
     Conversation,
-    Role,
     ScanStats,
-    SourceMessage,
     extract_text,
-    git_root_of,
     home_of,
     iter_jsonl,
     to_iso,
@@ -48,126 +45,6 @@ SKIPPED_ROLES = {"custom": "custom_message", "branchSummary": "summary_message",
 
 
 # --- shared with the other adapters (candidates for memmy.sources.model) -------------------------------------
-
-
-def env_dir(env: Mapping[str, str], *names: str) -> Path | None:
-    """The first non-empty directory variable among ``names``, with a leading ``~`` expanded against ``env``."""
-    for name in names:
-        value = env.get(name, "").strip()
-        if value == "~":
-            return home_of(env)
-        if value.startswith("~/"):
-            return home_of(env) / value[2:]
-        if value:
-            return Path(value)
-    return None
-
-
-def as_text(value: Any) -> str | None:
-    """Tool input/output as text: strings unchanged, other JSON values serialised, ``None`` when absent."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)
-
-
-def as_dict(value: Any) -> dict[str, Any]:
-    """``value`` when it is a JSON object, else an empty one."""
-    return value if isinstance(value, dict) else {}
-
-
-class Transcript:
-    """Collects one conversation's messages; a tool result is merged into the ``tool`` message of its call.
-
-    Tool content is rendered with the Claude Code adapter's :func:`tool_content`, so all traces read alike.
-    """
-
-    def __init__(self, source: str, conversation_id: str, workspace: str | None, stats: ScanStats) -> None:
-        self.source = source
-        self.conversation_id = conversation_id
-        self.workspace = workspace or None
-        self.git_root = git_root_of(self.workspace)
-        self.stats = stats
-        self.messages: list[SourceMessage] = []
-        self._calls: dict[str, int] = {}
-
-    def text(self, message_id: str, role: Role, content: str, created_at: str) -> None:
-        """Add a user/assistant/system message; empty text is dropped and counted as ``empty_message``."""
-        text = content.strip()
-        if not text:
-            self.stats.skip("empty_message")
-            return
-        self.messages.append(self._message(message_id, role, text, created_at))
-
-    def tool_call(
-        self,
-        message_id: str,
-        created_at: str,
-        name: str | None,
-        call_id: str | None,
-        tool_input: str | None,
-        output: str | None = None,
-        error: str | None = None,
-        status: str | None = None,
-    ) -> None:
-        """Add a tool call (optionally with its outcome already known)."""
-        if call_id:
-            self._calls[call_id] = len(self.messages)
-        self.messages.append(self._tool(message_id, created_at, name, call_id, tool_input, output, error, status))
-
-    def tool_result(
-        self,
-        message_id: str,
-        created_at: str,
-        name: str | None,
-        call_id: str | None,
-        output: str | None = None,
-        error: str | None = None,
-    ) -> None:
-        """Attach a result to its call, or add it alone when the call was not seen."""
-        index = self._calls.pop(call_id, None) if call_id else None
-        if index is None:
-            self.messages.append(self._tool(message_id, created_at, name, call_id, None, output, error))
-            return
-        call = self.messages[index]
-        self.messages[index] = self._tool(
-            call.message_id, call.created_at, call.tool_name or name, call_id, call.tool_input, output, error
-        )
-
-    def conversation(self, origin: str) -> Conversation | None:
-        """The finished conversation (``None`` when nothing usable was found); counts its messages."""
-        if not self.messages:
-            self.stats.skip("empty_conversation")
-            return None
-        self.stats.messages += len(self.messages)
-        return Conversation(self.source, self.conversation_id, self.messages, origin, self.workspace)
-
-    def _tool(
-        self,
-        message_id: str,
-        created_at: str,
-        name: str | None,
-        call_id: str | None,
-        tool_input: str | None,
-        output: str | None,
-        error: str | None,
-        status: str | None = None,
-    ) -> SourceMessage:
-        content = tool_content(name or "tool", call_id, tool_input, output, error, status)
-        return replace(
-            self._message(message_id, "tool", content, created_at),
-            tool_name=name or None,
-            tool_call_id=call_id or None,
-            tool_input=tool_input,
-            tool_output=output,
-            tool_error=error,
-        )
-
-    def _message(self, message_id: str, role: Role, content: str, created_at: str) -> SourceMessage:
-        return SourceMessage(
-            message_id, self.conversation_id, role, content, created_at, self.source, self.workspace, self.git_root
-        )
 
 
 # --- pi session files ----------------------------------------------------------------------------------------
@@ -205,6 +82,7 @@ def build_conversation(
 ) -> Conversation | None:
     """Turn pi session entries (from a file or OpenClaw's database) into one conversation."""
     transcript = Transcript(source, conversation_id, workspace, stats)
+    shell: list[tuple[str, dict[str, Any], str]] = []  # user-run commands wait for the prompt they inform
     for number, entry in enumerate(current_branch(entries, stats), start=1):
         kind = entry.get("type")
         message = entry.get("message")
@@ -217,8 +95,26 @@ def build_conversation(
         else:
             entry_id = entry.get("id") if isinstance(entry.get("id"), str) else f"line{number}"
             at = to_iso(message.get("timestamp") or entry.get("timestamp"))
-            _add_message(transcript, f"{conversation_id}:{entry_id}", message, at)
+            if message.get("role") == "bashExecution":
+                shell.append((f"{conversation_id}:{entry_id}", message, at))
+                continue
+            message_id = f"{conversation_id}:{entry_id}"
+            _add_message(transcript, message_id, message, at)
+            if transcript.messages and transcript.messages[-1].message_id == message_id and message["role"] == "user":
+                for args in shell:
+                    _add_shell(transcript, *args)
+                shell.clear()
+    if shell:
+        stats.skip("shell_without_prompt", len(shell))
     return transcript.conversation(origin)
+
+
+def _add_shell(transcript: Transcript, message_id: str, message: dict[str, Any], at: str) -> None:
+    """A user-run ``!command`` (pi's ``bashExecution``) as a ``bash`` tool message."""
+    code = message.get("exitCode")
+    error = f"exit code {code}" if isinstance(code, int) and code != 0 else None
+    command, output = as_text(message.get("command")), as_text(message.get("output"))
+    transcript.tool_call(message_id, at, "bash", None, command, output=output, error=error)
 
 
 def _add_message(transcript: Transcript, message_id: str, message: dict[str, Any], at: str) -> None:
@@ -237,18 +133,6 @@ def _add_message(transcript: Transcript, message_id: str, message: dict[str, Any
             message.get("toolCallId"),
             output=None if failed else text,
             error=text if failed else None,
-        )
-    elif role == "bashExecution":
-        code = message.get("exitCode")
-        error = f"exit code {code}" if isinstance(code, int) and code != 0 else None
-        transcript.tool_call(
-            message_id,
-            at,
-            "bash",
-            None,
-            as_text(message.get("command")),
-            output=as_text(message.get("output")),
-            error=error,
         )
     else:
         transcript.stats.skip(SKIPPED_ROLES.get(str(role), "unknown_role"))

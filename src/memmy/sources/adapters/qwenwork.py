@@ -28,7 +28,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from memmy.sources.adapters.pi import as_text, env_dir
+from memmy.sources.adapters.shared import as_text, env_dir
 from memmy.sources.adapters.workbuddy import ChatLogReader, first_str
 from memmy.sources.model import Conversation, Role, ScanStats, home_of, to_iso
 

@@ -28,7 +28,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from memmy.sources.adapters.pi import Transcript, as_text, env_dir
+from memmy.sources.adapters.shared import Transcript, as_text, env_dir
 from memmy.sources.model import Conversation, Role, ScanStats, extract_text, home_of, iter_jsonl, to_iso
 
 ROLES: dict[str, Role] = {
