@@ -35,6 +35,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -110,6 +111,26 @@ class Report:
 
 
 # -- helpers ------------------------------------------------------------------------------------------------
+class LoadSampler:
+    """Samples the 1-minute load average every 10 s in a daemon thread (the machine may be shared)."""
+
+    def __init__(self, every_s: float = 10.0) -> None:
+        self.samples: list[float] = [os.getloadavg()[0]]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(every_s,), daemon=True)
+        self._thread.start()
+
+    def _run(self, every_s: float) -> None:
+        while not self._stop.wait(every_s):
+            self.samples.append(os.getloadavg()[0])
+
+    def stop(self) -> str:
+        """Stop sampling; return a one-line summary."""
+        self._stop.set()
+        self.samples.append(os.getloadavg()[0])
+        return f"load average (1 min) during the run: mean {np.mean(self.samples):.2f}, max {max(self.samples):.2f}"
+
+
 def progress(message: str) -> None:
     """One progress line on stderr."""
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
@@ -256,7 +277,11 @@ def grow_in_process(service: MemoryService, bodies: Sequence[dict[str, Any]], la
     deduplicated = add_all(lambda body: service.add_memory(body, ns), bodies, label)
     added = time.perf_counter()
     drain_in_process(service, len(bodies), label)
-    return AddResult(label, len(bodies), added - started, time.perf_counter() - added, deduplicated)
+    result = AddResult(label, len(bodies), added - started, time.perf_counter() - added, deduplicated)
+    progress(
+        f"{label}: built in {result.total_s / 60:.1f} min (add {result.add_s:.0f} s, embed {result.drain_s:.0f} s)"
+    )
+    return result
 
 
 def http_add_phase(home: Path, bodies: Sequence[dict[str, Any]], report: Report) -> None:
@@ -408,7 +433,7 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str
     return "\n".join(lines)
 
 
-def print_report(report: Report, args: argparse.Namespace, elapsed_s: float, load: tuple[float, float]) -> None:
+def print_report(report: Report, args: argparse.Namespace, elapsed_s: float, load: str) -> None:
     """Print the three tables and the run facts."""
     print("\n## Add throughput (with embeddings)\n")
     rows = [add_row(a) for a in report.adds]
@@ -428,8 +453,7 @@ def print_report(report: Report, args: argparse.Namespace, elapsed_s: float, loa
         print(f"\nNote: {note}")
     print(
         f"\npython {platform.python_version()}, sqlite {sqlite3.sqlite_version}, numpy {np.__version__}, "
-        f"{os.cpu_count()} CPUs; load average at start {load[0]:.2f}, at end {load[1]:.2f}; "
-        f"seed {args.seed}; total elapsed {elapsed_s / 60:.1f} min ({elapsed_s:.0f} s)"
+        f"{os.cpu_count()} CPUs; {load}; seed {args.seed}; total elapsed {elapsed_s / 60:.1f} min ({elapsed_s:.0f} s)"
     )
 
 
@@ -485,7 +509,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Run every phase and print the report."""
     args = parse_args(argv)
     started = time.perf_counter()
-    load_start = os.getloadavg()[0]
+    sampler = LoadSampler()
     home, remove = prepare_home(args)
     progress(f"working directory {home}")
     report = Report()
@@ -503,7 +527,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     finally:
         if remove:
             shutil.rmtree(home, ignore_errors=True)
-    print_report(report, args, time.perf_counter() - started, (load_start, os.getloadavg()[0]))
+    print_report(report, args, time.perf_counter() - started, sampler.stop())
 
 
 if __name__ == "__main__":

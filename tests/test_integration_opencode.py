@@ -1,4 +1,4 @@
-"""OpenCode integration: installer merge/idempotency/removal, and the installed plugin run by Node against a live daemon."""
+"""OpenCode integration: installer merge, idempotency and removal; the installed plugin run by Node on a live daemon."""
 
 from __future__ import annotations
 
@@ -49,10 +49,12 @@ let t0 = Date.now();
 await hooks["chat.message"]({ sessionID, agent: "build", messageID: "msg_user1",
   model: { providerID: "anthropic", modelID: "claude-sonnet-4-5" } }, output);
 const chatMs = Date.now() - t0;
-await hooks["tool.execute.before"]({ tool: "bash", sessionID, callID: "call_1" }, { args: { command: "make ship-falcon" } });
+await hooks["tool.execute.before"]({ tool: "bash", sessionID, callID: "call_1" },
+  { args: { command: "make ship-falcon" } });
 await hooks["tool.execute.after"]({ tool: "bash", sessionID, callID: "call_1" },
   { title: "make ship-falcon", output: "deployed ".repeat(3000), metadata: { exit: 0 } });
-await hooks.event({ event: { type: "message.updated", properties: { info: { id: "msg_a1", role: "assistant", sessionID } } } });
+await hooks.event({ event: { type: "message.updated",
+  properties: { info: { id: "msg_a1", role: "assistant", sessionID } } } });
 await hooks.event({ event: { type: "message.part.updated",
   properties: { part: { id: "prt_a1", sessionID, messageID: "msg_a1", type: "text", text: "Deploying" } } } });
 await hooks["experimental.text.complete"]({ sessionID, messageID: "msg_a1", partID: "prt_a1" },
@@ -77,12 +79,20 @@ console.log(JSON.stringify({ exports: Object.keys(mod), hooks: Object.keys(hooks
 """
 
 
-def context(home: Path, endpoint: str = "http://127.0.0.1:18960", token: str | None = None,
-            timeout_s: float = 1.5) -> InstallContext:
+def context(
+    home: Path, endpoint: str = "http://127.0.0.1:18960", token: str | None = None, timeout_s: float = 1.5
+) -> InstallContext:
     """An install context for a temporary HOME."""
     env = {"HOME": str(home), "PATH": os.environ.get("PATH", "")}
-    return InstallContext(env=env, home=home, python=sys.executable, endpoint=endpoint, token=token,
-                          config_path=home / ".memmy" / "config.yaml", timeout_s=timeout_s)
+    return InstallContext(
+        env=env,
+        home=home,
+        python=sys.executable,
+        endpoint=endpoint,
+        token=token,
+        config_path=home / ".memmy" / "config.yaml",
+        timeout_s=timeout_s,
+    )
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
@@ -95,10 +105,19 @@ def seed(home: Path) -> Path:
     root = home / ".config" / "opencode"
     (root / "plugins").mkdir(parents=True)
     (root / "commands").mkdir()
-    (root / "opencode.json").write_text(json.dumps({
-        "$schema": "https://opencode.ai/config.json", "theme": "tokyonight", "model": "anthropic/claude-sonnet-4-5",
-        "plugin": ["opencode-wakatime"], "mcp": {"github": {"type": "local", "command": ["gh-mcp"]}},
-    }, indent=2) + "\n")
+    (root / "opencode.json").write_text(
+        json.dumps(
+            {
+                "$schema": "https://opencode.ai/config.json",
+                "theme": "tokyonight",
+                "model": "anthropic/claude-sonnet-4-5",
+                "plugin": ["opencode-wakatime"],
+                "mcp": {"github": {"type": "local", "command": ["gh-mcp"]}},
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     (root / "AGENTS.md").write_text("# My rules\n\n- Prefer small commits.\n- Run the tests before pushing.\n")
     (root / "plugins" / "notify.js").write_text("export const Notify = async () => ({});\n")
     (root / "commands" / "review.md").write_text("---\ndescription: Review the diff\n---\nReview $ARGUMENTS\n")
@@ -108,8 +127,9 @@ def seed(home: Path) -> Path:
 def install_fake_sdk(root: Path) -> None:
     package = root / "node_modules" / "@opencode-ai" / "plugin"
     package.mkdir(parents=True)
-    (package / "package.json").write_text(json.dumps({"name": "@opencode-ai/plugin", "type": "module",
-                                                      "main": "index.js"}))
+    (package / "package.json").write_text(
+        json.dumps({"name": "@opencode-ai/plugin", "type": "module", "main": "index.js"})
+    )
     (package / "index.js").write_text(FAKE_SDK)
 
 
@@ -117,8 +137,13 @@ def run_driver(tmp_path: Path, plugin: Path, directory: Path, prompt: str = PROM
     script = tmp_path / "drive_opencode.mjs"
     script.write_text(DRIVER)
     assert NODE is not None
-    done = subprocess.run([NODE, str(script), str(plugin), str(directory), prompt], capture_output=True, text=True,
-                          timeout=60, env={"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)})
+    done = subprocess.run(
+        [NODE, str(script), str(plugin), str(directory), prompt],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)},
+    )
     assert done.returncode == 0, done.stderr
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
@@ -157,8 +182,9 @@ def test_root_honours_env_overrides(tmp_path: Path) -> None:
 
 
 @needs_node
-def test_plugin_recalls_and_captures_against_live_daemon(isolated_home: Path, tmp_path: Path,
-                                                         fresh_daemon: Daemon) -> None:
+def test_plugin_recalls_and_captures_against_live_daemon(
+    isolated_home: Path, tmp_path: Path, fresh_daemon: Daemon
+) -> None:
     fresh_daemon.token = "opencode-token-1"
     fresh_daemon.start()
     with fresh_daemon.client() as client:
@@ -180,15 +206,18 @@ def test_plugin_recalls_and_captures_against_live_daemon(isolated_home: Path, tm
     assert synthetic["text"] == "file list"
     assert user["text"].startswith('<memmy_memory_context source="turn_start">\nThe following is historical memory')
     assert "make ship-falcon" in user["text"]
-    assert user["text"].endswith(f"</memmy_memory_context>\n\n<current_user_request>\n{PROMPT}\n</current_user_request>")
+    assert user["text"].endswith(
+        f"</memmy_memory_context>\n\n<current_user_request>\n{PROMPT}\n</current_user_request>"
+    )
     assert result["chatMs"] < 5000
     assert "make ship-falcon" in result["tools"]["search"]
     assert result["tools"]["add"].startswith("Stored Memmy memory ")
 
     with fresh_daemon.client() as client:
         items = client.get("/api/v1/panel/items", params={"sourceAgent": "opencode", "layer": "L1"}).json()["items"]
-        details = {d["turnId"]: d for d in (client.get(f"/api/v1/memory/{i['id']}").json() for i in items)
-                   if d.get("turnId")}
+        details = {
+            d["turnId"]: d for d in (client.get(f"/api/v1/memory/{i['id']}").json() for i in items) if d.get("turnId")
+        }
     first, second = details["opencode-msg_user1"], details["opencode-msg_user2"]
     assert first["sourceAgent"] == "opencode" and first["sessionId"] == "opencode-memory-ses_live1"
     assert first["projectId"] == str(project)

@@ -81,7 +81,7 @@ def _memory_block(lines: list[str]) -> tuple[int, int, str] | None:
                 end += 1
             while end > index + 1 and not lines[end - 1].strip():
                 end -= 1
-            children = [ln for ln in lines[index + 1:end] if ln.strip() and not ln.lstrip().startswith("#")]
+            children = [ln for ln in lines[index + 1 : end] if ln.strip() and not ln.lstrip().startswith("#")]
             indent = children[0][: len(children[0]) - len(children[0].lstrip())] if children else "  "
             return index, end, indent
     return None
@@ -201,8 +201,8 @@ class HermesInstaller:
         else:
             del expected["memory"]
             end = block[1] - removed if block else 0
-            if block is not None and not any(ln.strip() for ln in lines[block[0] + 1:end]):
-                del lines[block[0]:end]
+            if block is not None and not any(ln.strip() for ln in lines[block[0] + 1 : end]):
+                del lines[block[0] : end]
         candidate = "".join(lines)
         if not expected and not state.get("configExisted", True) and not candidate.strip():
             return None

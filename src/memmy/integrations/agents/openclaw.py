@@ -85,8 +85,11 @@ def manifest() -> dict[str, Any]:
         "configSchema": {
             "type": "object",
             "additionalProperties": False,
-            "properties": {"memmyConfigPath": {"type": "string"}, "endpoint": {"type": "string"},
-                           "token": {"type": "string"}},
+            "properties": {
+                "memmyConfigPath": {"type": "string"},
+                "endpoint": {"type": "string"},
+                "token": {"type": "string"},
+            },
         },
     }
 
@@ -167,7 +170,7 @@ class OpenClawInstaller:
             "previous": previous,
             "createdContainers": [".".join(p) for p in CONTAINERS if not isinstance(_get(config, p), dict)],
             "allowAdded": isinstance(allow, list) and PLUGIN_ID not in allow,
-            "denyRemoved": isinstance(deny, list) and PLUGIN_ID in deny,
+            "denyIndex": deny.index(PLUGIN_ID) if isinstance(deny, list) and PLUGIN_ID in deny else None,
         }
 
     def _merged(self, ctx: InstallContext, config: dict[str, Any]) -> dict[str, Any]:
@@ -188,8 +191,14 @@ class OpenClawInstaller:
         record = _as_dict(installs.get(PLUGIN_ID))
         plugin_dir = str(self.plugin_dir(ctx.env))
         installed_at = record.get("installedAt") or datetime.now(UTC).isoformat(timespec="milliseconds")
-        installs[PLUGIN_ID] = {**record, "source": "path", "sourcePath": plugin_dir, "installPath": plugin_dir,
-                               "version": __version__, "installedAt": installed_at}
+        installs[PLUGIN_ID] = {
+            **record,
+            "source": "path",
+            "sourcePath": plugin_dir,
+            "installPath": plugin_dir,
+            "version": __version__,
+            "installedAt": installed_at,
+        }
         if isinstance(plugins.get("allow"), list) and PLUGIN_ID not in plugins["allow"]:
             plugins["allow"] = [*plugins["allow"], PLUGIN_ID]
         if isinstance(plugins.get("deny"), list):
@@ -220,8 +229,9 @@ class OpenClawInstaller:
                 del plugins["enabled"]
         if isinstance(plugins.get("allow"), list) and (state is None or state.get("allowAdded")):
             plugins["allow"] = [item for item in plugins["allow"] if item != PLUGIN_ID]
-        if state and state.get("denyRemoved") and isinstance(plugins.get("deny"), list):
-            plugins["deny"] = [*plugins["deny"], PLUGIN_ID]
+        deny_index = (state or {}).get("denyIndex")
+        if isinstance(deny_index, int) and isinstance(plugins.get("deny"), list) and PLUGIN_ID not in plugins["deny"]:
+            plugins["deny"].insert(deny_index, PLUGIN_ID)
         for dotted in sorted((state or {}).get("createdContainers") or [], key=len, reverse=True):
             _prune(result, tuple(str(dotted).split(".")))
         return result

@@ -13,7 +13,6 @@ import os
 import re
 import threading
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
@@ -65,16 +64,11 @@ def packet(markdown: str, source: str, request: str) -> str:
 
 
 def _text(value: object) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
     if isinstance(value, list):
         return "\n".join(str(i.get("text", "")) if isinstance(i, dict) else _text(i) for i in value)
-    try:
-        return json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
-        return str(value)
+    if value is None or isinstance(value, str):
+        return value or ""
+    return json.dumps(value, ensure_ascii=False, default=str)
 
 
 def _truncate(value: str, limit: int = TOOL_OUTPUT_MAX_CHARS) -> str:
@@ -83,6 +77,12 @@ def _truncate(value: str, limit: int = TOOL_OUTPUT_MAX_CHARS) -> str:
 
 def _positive(value: object, default: float) -> float:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else default
+
+
+def _schema(name: str, description: str, **properties: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAI-style tool schema; the first property is the required one."""
+    parameters = {"type": "object", "required": [next(iter(properties))], "properties": properties}
+    return {"name": name, "description": description, "parameters": parameters}
 
 
 class MemmyClient:
@@ -111,7 +111,7 @@ class MemmyClient:
         try:
             with urllib.request.urlopen(request, timeout=budget_s) as response:
                 decoded = json.loads(response.read().decode("utf-8") or "{}")
-        except (OSError, ValueError, urllib.error.URLError):
+        except (OSError, ValueError):  # URLError and timeouts are OSErrors
             return None
         return decoded if isinstance(decoded, dict) else None
 
@@ -122,7 +122,6 @@ class MemmyMemoryProvider(_Base):
     def __init__(self) -> None:
         self._config = self._load_config()
         self._session_id = "default"
-        self._platform = "cli"
         self._primary = True
         self._workspace = os.getcwd()
         self._client = MemmyClient(self._config, self._workspace)
@@ -150,9 +149,8 @@ class MemmyMemoryProvider(_Base):
         return CONFIG_PATH.exists()
 
     def initialize(self, session_id: str, **kwargs: Any) -> None:
-        """Remember the Hermes session, platform and working directory."""
+        """Remember the Hermes session, whether this is the primary agent, and the working directory."""
         self._session_id = str(session_id or "default")
-        self._platform = str(kwargs.get("platform") or "cli")
         self._primary = str(kwargs.get("agent_context") or "primary") == "primary"
         workspace = kwargs.get("cwd") or kwargs.get("workspace_path") or os.getcwd()
         self._workspace = str(workspace)
@@ -191,11 +189,13 @@ class MemmyMemoryProvider(_Base):
         clean = sanitize(query)
         if len(clean) < MIN_QUERY_CHARS or clean.startswith("/"):
             return ""
-        turn_id = f"hermes-turn-{uuid.uuid4().hex[:20]}"
-        turn: dict[str, Any] = {"turnId": turn_id, "query": clean, "sourceMemoryIds": []}
-        with self._lock:
+        with self._lock:  # a repeated prefetch of the same request reuses its turn (turns/start replays)
+            turn = self._pending.get(session_id)
+            if turn is None or turn["query"] != clean:
+                turn = {"turnId": f"hermes-turn-{uuid.uuid4().hex[:20]}", "query": clean, "sourceMemoryIds": []}
             self._pending[session_id] = turn
             self._latest_request = clean
+        turn_id = str(turn["turnId"])
         deadline = time.monotonic() + self._client.timeout_s
         memmy_id = self._memmy_session(session_id, deadline)
         if memmy_id is None:
@@ -231,12 +231,11 @@ class MemmyMemoryProvider(_Base):
         """Capture the finished turn in a background thread (the caller never waits on the network)."""
         if not self._primary:
             return
-        thread = threading.Thread(
-            target=self._capture,
-            name="memmy-capture",
-            daemon=False,
-            args=(user_content, assistant_content, session_id or self._session_id, messages),
-        )
+        self._background(self._capture, user_content, assistant_content, session_id or self._session_id, messages)
+
+    def _background(self, target: Any, *args: Any) -> None:
+        """Run ``target(*args)`` in a non-daemon thread, so a capture in flight survives Hermes exiting."""
+        thread = threading.Thread(target=target, args=args, name="memmy-memory", daemon=False)
         with self._lock:
             self._threads = [t for t in self._threads if t.is_alive()] + [thread]
         thread.start()
@@ -278,50 +277,27 @@ class MemmyMemoryProvider(_Base):
         if action not in ("add", "replace") or not clean or not self._primary:
             return
         body = {"content": clean, "tags": ["hermes", str(target or "memory")], "source": SOURCE}
-        thread = threading.Thread(
-            target=self._client.call,
-            name="memmy-memory-write",
-            daemon=False,
-            args=("POST", "/api/v1/memory/add", body, self._client.capture_timeout_s),
-        )
-        with self._lock:
-            self._threads = [t for t in self._threads if t.is_alive()] + [thread]
-        thread.start()
+        self._background(self._client.call, "POST", "/api/v1/memory/add", body, self._client.capture_timeout_s)
 
     def get_tool_schemas(self) -> list[dict[str, Any]]:
         """OpenAI-style schemas of memmy_memory_search/get/add."""
+        text, layers = {"type": "string"}, {"enum": _LAYERS}
         return [
-            {
-                "name": "memmy_memory_search",
-                "description": "Search Memmy shared memory for earlier decisions, fixes, preferences and tasks.",
-                "parameters": {
-                    "type": "object",
-                    "required": ["query"],
-                    "properties": {
-                        "query": {"type": "string"},
-                        "layers": {"type": "array", "items": {"enum": _LAYERS}},
-                    },
-                },
-            },
-            {
-                "name": "memmy_memory_get",
-                "description": "Read one Memmy memory in full by its id.",
-                "parameters": {"type": "object", "required": ["id"], "properties": {"id": {"type": "string"}}},
-            },
-            {
-                "name": "memmy_memory_add",
-                "description": "Store a durable fact, preference, decision or procedure in Memmy (never secrets).",
-                "parameters": {
-                    "type": "object",
-                    "required": ["content"],
-                    "properties": {
-                        "content": {"type": "string"},
-                        "title": {"type": "string"},
-                        "tags": {"type": "array", "items": {"type": "string"}},
-                        "layer": {"enum": _LAYERS},
-                    },
-                },
-            },
+            _schema(
+                "memmy_memory_search",
+                "Search Memmy shared memory for earlier decisions, fixes and tasks.",
+                query=text,
+                layers={"type": "array", "items": layers},
+            ),
+            _schema("memmy_memory_get", "Read one Memmy memory in full by its id.", id=text),
+            _schema(
+                "memmy_memory_add",
+                "Store a durable fact, preference, decision or procedure (never secrets).",
+                content=text,
+                title=text,
+                tags={"type": "array", "items": text},
+                layer=layers,
+            ),
         ]
 
     def handle_tool_call(self, tool_name: str, args: dict[str, Any], **kwargs: Any) -> str:

@@ -195,7 +195,10 @@ function register(api) {
     const query = requestOf(event);
     if (!query || query.startsWith("/")) return undefined;
     const runId = text(ctx && ctx.runId) || text(event && event.runId) || text(event && event.currentUserMessageId);
-    const turnId = runId ? `openclaw-${runId}` : `openclaw-turn-${fnv1a(keyOf(ctx) + query + Date.now())}`;
+    const previous = pending.get(keyOf(ctx));
+    const reuse = previous && previous.query === query && (!runId || previous.turnId === `openclaw-${runId}`);
+    const turnId = reuse ? previous.turnId
+      : runId ? `openclaw-${runId}` : `openclaw-turn-${fnv1a(keyOf(ctx) + query + Date.now())}`;
     const turn = { turnId, query, sourceMemoryIds: [] };
     pending.set(keyOf(ctx), turn);
     latestRequest.value = query;
