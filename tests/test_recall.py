@@ -75,6 +75,7 @@ def test_must_not_retrieve(make_service, tmp_path: Path) -> None:  # type: ignor
     service.delete_memory(deleted, {}, ns_a)
     service.archive_memory(archived, {}, ns_a)
     service.db.conn.execute("UPDATE memories SET valid_to = '2001-01-01T00:00:00Z' WHERE id = ?", (old,))
+    service.indexer.drain()  # everything indexed; then the import flag marks one memory as still processing
     service.db.conn.execute(
         "UPDATE memories SET info_json = json_set(info_json, '$.importPending', 1) WHERE id = ?", (pending,)
     )
