@@ -24,8 +24,18 @@ from memmy.service import MemoryService
 from memmy.service.imports import ImportOps
 from memmy.sources.adapters import ADAPTERS
 
-TOPICS = ("flaky test", "docker build", "database migration", "CI pipeline", "type error", "memory leak",
-          "数据库连接池", "部署脚本", "单元测试超时", "API rate limit")
+TOPICS = (
+    "flaky test",
+    "docker build",
+    "database migration",
+    "CI pipeline",
+    "type error",
+    "memory leak",
+    "数据库连接池",
+    "部署脚本",
+    "单元测试超时",
+    "API rate limit",
+)
 
 
 def _ts(base: datetime, seconds: float) -> str:
@@ -43,17 +53,53 @@ def write_claude(home: Path, conversation: int, turns: int, rng: random.Random, 
         topic = rng.choice(TOPICS)
         for kind, message in (
             ("user", {"role": "user", "content": f"[{conversation}.{i}] fix the {topic} in module m{i % 50}"}),
-            ("assistant", {"role": "assistant", "content": [{"type": "tool_use", "id": f"toolu_{conversation}_{i}",
-                                                             "name": "Bash", "input": {"command": f"pytest -k m{i}"}}]}),
-            ("user", {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{conversation}_{i}",
-                                                   "content": f"1 failed: AssertionError in m{i}", "is_error": False}]}),
+            (
+                "assistant",
+                {
+                    "role": "assistant",
+                    "content": [
+                        {
+                            "type": "tool_use",
+                            "id": f"toolu_{conversation}_{i}",
+                            "name": "Bash",
+                            "input": {"command": f"pytest -k m{i}"},
+                        }
+                    ],
+                },
+            ),
+            (
+                "user",
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": f"toolu_{conversation}_{i}",
+                            "content": f"1 failed: AssertionError in m{i}",
+                            "is_error": False,
+                        }
+                    ],
+                },
+            ),
             ("assistant", {"role": "assistant", "content": [{"type": "text", "text": f"Fixed the {topic} in m{i}."}]}),
         ):
             clock += 1.5
             line_id = str(uuid.UUID(int=rng.getrandbits(128)))
-            lines.append(json.dumps({"parentUuid": parent, "isSidechain": False, "type": kind, "message": message,
-                                     "uuid": line_id, "timestamp": _ts(base, clock), "cwd": cwd,
-                                     "sessionId": session}, ensure_ascii=False))
+            lines.append(
+                json.dumps(
+                    {
+                        "parentUuid": parent,
+                        "isSidechain": False,
+                        "type": kind,
+                        "message": message,
+                        "uuid": line_id,
+                        "timestamp": _ts(base, clock),
+                        "cwd": cwd,
+                        "sessionId": session,
+                    },
+                    ensure_ascii=False,
+                )
+            )
             parent = line_id
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
@@ -65,23 +111,43 @@ def write_codex(home: Path, conversation: int, turns: int, rng: random.Random, b
     path.parent.mkdir(parents=True, exist_ok=True)
     cwd = f"/work/service{conversation % 5}"
     clock = 0.0
-    lines = [json.dumps({"timestamp": _ts(base, 0), "type": "session_meta",
-                         "payload": {"id": thread, "timestamp": _ts(base, 0), "cwd": cwd, "originator": "codex-tui"}})]
+    lines = [
+        json.dumps(
+            {
+                "timestamp": _ts(base, 0),
+                "type": "session_meta",
+                "payload": {"id": thread, "timestamp": _ts(base, 0), "cwd": cwd, "originator": "codex-tui"},
+            }
+        )
+    ]
     for i in range(turns):
         topic = rng.choice(TOPICS)
         items = (
-            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": f"<{conversation}.{i}> "
-                                                                                          f"investigate the {topic}"}]},
-            {"type": "function_call", "name": "exec_command", "arguments": json.dumps({"cmd": f"rg {topic}"}),
-             "call_id": f"call_{conversation}_{i}"},
+            {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": f"<{conversation}.{i}> investigate the {topic}"}],
+            },
+            {
+                "type": "function_call",
+                "name": "exec_command",
+                "arguments": json.dumps({"cmd": f"rg {topic}"}),
+                "call_id": f"call_{conversation}_{i}",
+            },
             {"type": "function_call_output", "call_id": f"call_{conversation}_{i}", "output": f"{i} matches"},
-            {"type": "message", "role": "assistant", "content": [{"type": "output_text",
-                                                                  "text": f"The {topic} comes from m{i}."}]},
+            {
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": f"The {topic} comes from m{i}."}],
+            },
         )
         for item in items:
             clock += 1.5
-            lines.append(json.dumps({"timestamp": _ts(base, clock), "type": "response_item", "payload": item},
-                                    ensure_ascii=False))
+            lines.append(
+                json.dumps(
+                    {"timestamp": _ts(base, clock), "type": "response_item", "payload": item}, ensure_ascii=False
+                )
+            )
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
@@ -120,21 +186,33 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wrote {written} turns of synthetic history in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     env = {"HOME": str(home), "MEMMY_HOME": str(root / ".memmy")}
     service = MemoryService.open(load_config(env=env))
-    service.imports = ImportOps(service.config, service.db, service.memories, service.sessions, service.indexer,
-                                adapters={k: ADAPTERS[k] for k in ("claude_code", "codex")}, env=env)
+    service.imports = ImportOps(
+        service.config,
+        service.db,
+        service.memories,
+        service.sessions,
+        service.indexer,
+        adapters={k: ADAPTERS[k] for k in ("claude_code", "codex")},
+        env=env,
+    )
     started = time.perf_counter()
     result = service.imports.run_sync({"mode": "full", "confirm": True})
     text_s = time.perf_counter() - started
     totals = result["totals"]
-    print(f"\nimport (text: redaction, grouping, SQLite + FTS, queueing): {totals['turnsAdded']} turns "
-          f"from {totals['messagesScanned']} messages in {text_s:.1f} s = {totals['turnsAdded'] / text_s:,.0f} turns/s")
+    print(
+        f"\nimport (text: redaction, grouping, SQLite + FTS, queueing): {totals['turnsAdded']} turns "
+        f"from {totals['messagesScanned']} messages in {text_s:.1f} s = {totals['turnsAdded'] / text_s:,.0f} turns/s"
+    )
     print(f"skipped: {totals['skipped'] or 'none'}   failed: {totals['failed']}")
     if not args.skip_embeddings:
         started = time.perf_counter()
         service.indexer.load_index()
         service.indexer.drain(timeout_s=7200)
         embed_s = time.perf_counter() - started
-        print(f"embedding: {totals['turnsAdded']} turns in {embed_s:.1f} s = {totals['turnsAdded'] / embed_s:,.0f} turns/s")
+        print(
+            f"embedding: {totals['turnsAdded']} turns in {embed_s:.1f} s = "
+            f"{totals['turnsAdded'] / embed_s:,.0f} turns/s"
+        )
     again = time.perf_counter()
     repeat = service.imports.run_sync({})
     print(f"repeat sync: {repeat['totals']['turnsAdded']} added in {time.perf_counter() - again:.1f} s")

@@ -34,8 +34,11 @@ def _agents(requested: str | None, env: dict[str, str]) -> tuple[list[str], list
     return detected, [n for n in INSTALLERS if n not in detected]
 
 
-def _context(config: MemmyConfig) -> InstallContext:
-    return InstallContext.create(dict(os.environ), config.storage.endpoint, config.storage.token or None, config.path)
+def _context(config: MemmyConfig, replace_memory_plugin: bool = False) -> InstallContext:
+    env = dict(os.environ)
+    if replace_memory_plugin:
+        env["MEMMY_REPLACE_MEMORY_PLUGIN"] = "1"
+    return InstallContext.create(env, config.storage.endpoint, config.storage.token or None, config.path)
 
 
 def _report(plans: list[Plan], dry_run: bool, verb: str, quiet: bool) -> list[dict[str, Any]]:
@@ -70,6 +73,11 @@ def _report(plans: list[Plan], dry_run: bool, verb: str, quiet: bool) -> list[di
 @click.option("--token", "init_token", help="Token to record in config (storage.token).")
 @click.option("--agent", "agents", help="Agents to integrate (comma-separated); default: every detected agent.")
 @click.option("--no-agents", is_flag=True, help="Only write config and database.")
+@click.option(
+    "--replace-memory-plugin",
+    is_flag=True,
+    help="OpenClaw/Hermes: take the memory slot even if another memory plugin holds it.",
+)
 @click.option("--dry-run", is_flag=True, help="Print what would change (a diff); write nothing.")
 @pass_ctx
 def init(
@@ -79,6 +87,7 @@ def init(
     init_token: str | None,
     agents: str | None,
     no_agents: bool,
+    replace_memory_plugin: bool,
     dry_run: bool,
 ) -> None:
     """Write ~/.memmy/config.yaml, create the database, and install hooks/plugins/skills into your agents."""
@@ -116,7 +125,7 @@ def init(
                 f"  Config file:     {path}\n  Database:        {current.storage.sqlite_path}\n"
                 f"  Endpoint:        {current.storage.endpoint}"
             )
-    ctx = _context(current)
+    ctx = _context(current, replace_memory_plugin)
     plans = [INSTALLERS[n].plan_install(ctx) for n in names]
     if names:
         plans.insert(0, Plan("memmy-hooks", [hook_settings_change(ctx)]))

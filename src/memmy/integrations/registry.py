@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+from memmy.integrations.agents import hermes, openclaw, opencode
 from memmy.integrations.agents.hooked import CLAUDE_CODE, CODEX, CURSOR, PI, QWENWORK, WORKBUDDY
 from memmy.integrations.base import Installer
 
 INSTALLERS: dict[str, Installer] = {
-    installer.name: installer for installer in (CLAUDE_CODE, CODEX, CURSOR, WORKBUDDY, PI, QWENWORK)
+    installer.name: installer
+    for installer in (
+        CLAUDE_CODE,
+        CODEX,
+        CURSOR,
+        opencode.INSTALLER,
+        openclaw.INSTALLER,
+        hermes.INSTALLER,
+        WORKBUDDY,
+        PI,
+        QWENWORK,
+    )
 }
 ALIASES = {"claude": "claude_code", "claude-code": "claude_code", "claudecode": "claude_code"}
 
