@@ -35,7 +35,7 @@ ALLOWED: dict[str, set[str]] = {
         "__init__",
     },
     "server": {"service", "domain", "errors", "config", "config_defaults", "store", "__init__"},
-    "cli": {"service", "server", "domain", "errors", "config", "config_defaults", "integrations", "__init__"},
+    "cli": {"service", "server", "domain", "errors", "config", "config_defaults", "integrations", "sources", "__init__"},
     "__main__": {"cli"},
     "integrations": {"__init__"},
     "hook": set(),

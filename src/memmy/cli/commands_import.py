@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -14,6 +18,9 @@ from rich.table import Table
 from memmy.cli.client import ClientError
 from memmy.cli.context import CliContext, pass_ctx, strip_none
 from memmy.cli.output import emit_json, fail
+from memmy.sources.adapters import ADAPTERS
+from memmy.sources.model import ScanStats
+from memmy.sources.recipe import FORMATS, Recipe, RecipeAdapter, discover_installation, normalise_name, recipes_dir
 
 FINAL_STATES = ("done", "stopped", "failed")
 
@@ -121,10 +128,18 @@ def import_history(
         fail(status.get("error") or "some turns failed to import; run the import again to retry them")
 
 
-@click.command("sources")
+@click.group("sources", invoke_without_command=True)
+@click.pass_context
+def sources(ctx: click.Context) -> None:
+    """List detected agents (default), or add / remove a custom agent."""
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(list_sources)
+
+
+@sources.command("list")
 @pass_ctx
-def sources(obj: CliContext) -> None:
-    """List detected agents, their history paths, last sync and imported turn counts."""
+def list_sources(obj: CliContext) -> None:
+    """Detected agents, their history paths, last sync and imported turn counts."""
     result = obj.call("GET", "/sources")
     if obj.as_json:
         emit_json(result)
@@ -138,3 +153,115 @@ def sources(obj: CliContext) -> None:
     for row in result["sources"]:
         table.add_row(row["source"], "\n".join(row["paths"]), row["lastSyncAt"] or "never", str(row["importedTurns"]))
     Console().print(table)
+    for error in result.get("recipeErrors") or []:
+        click.echo(f"warning: {error}", err=True)
+
+
+def _pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
+    pairs = {}
+    for value in values:
+        key, sep, path = value.partition("=")
+        if not sep or not key or not path:
+            raise click.BadParameter(f"expected FIELD=path, got {value!r}", param_hint=option)
+        pairs[key.strip()] = path.strip()
+    return pairs
+
+
+@sources.command("add")
+@click.argument("name")
+@click.option("--history", "history", type=click.Path(), help="Absolute path of the agent's history (file or dir).")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="jsonl", show_default=True)
+@click.option(
+    "--map",
+    "maps",
+    multiple=True,
+    help="FIELD=dot.path (role, content, createdAt, conversationId, "
+    "messageId, workspacePath); role and content default to the same names.",
+)
+@click.option("--role-map", "role_maps", multiple=True, help="RAW=role, e.g. human=user (repeatable).")
+@click.option("--records-path", help="json format: dot path to the array of records.")
+@click.option("--query", help="sqlite format: one SELECT returning the mapped columns.")
+@click.option(
+    "--timestamp-format",
+    type=click.Choice(["auto", "iso", "unix_seconds", "unix_milliseconds"]),
+    default="auto",
+    show_default=True,
+)
+@click.option("--no-import", is_flag=True, help="Save the recipe only.")
+@pass_ctx
+def add_source(
+    obj: CliContext,
+    name: str,
+    history: str | None,
+    fmt: str,
+    maps: tuple[str, ...],
+    role_maps: tuple[str, ...],
+    records_path: str | None,
+    query: str | None,
+    timestamp_format: str,
+    no_import: bool,
+) -> None:
+    """Add another agent: verify it is installed, save a recipe for its history, import its latest 500 turns."""
+    source_id = re.sub(r"[^a-z0-9_]", "_", normalise_name(name))
+    if source_id in ADAPTERS:
+        raise click.UsageError(f"{name} is built in; just run `memmy-memory import --source {source_id}`")
+    installed = discover_installation(name, os.environ)
+    if history is None:
+        if installed is None:
+            fail(f"{name} was not found on this machine (no executable, app or package with that name); "
+                 "to continue anyway, give the history location with --history /absolute/path")
+        raise click.UsageError(f"found {installed}; give its history location with --history /absolute/path")
+    path = Path(history).expanduser()
+    if not path.is_absolute() or not path.exists():
+        fail(f"{history}: expected an existing absolute path")
+    fields = {"role": "role", "content": "content", **_pairs(maps, "--map")}
+    try:
+        recipe = Recipe.from_json(
+            {
+                "name": source_id,
+                "format": fmt,
+                "path": str(path),
+                "fields": fields,
+                "roleMap": _pairs(role_maps, "--role-map"),
+                "recordsPath": records_path,
+                "query": query,
+                "timestampFormat": timestamp_format,
+            }
+        )
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    stats = ScanStats()
+    conversations = list(RecipeAdapter(recipe).conversations(os.environ, stats))
+    if not conversations:
+        fail(
+            f"no messages could be read from {path} with this recipe (skipped: {dict(stats.skipped)}, "
+            f"errors: {stats.errors[:3]}); check --format and --map"
+        )
+    config = obj.config()
+    target = recipes_dir(config.home) / f"{source_id}.json"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(recipe.to_json(), indent=2) + "\n", encoding="utf-8")
+    messages = sum(len(c.messages) for c in conversations)
+    click.echo(
+        f"✓ saved {target} ({len(conversations)} conversations, {messages} messages readable"
+        + (f"; installed at {installed}" if installed else "; installation not found, using your path")
+        + ")"
+    )
+    if no_import:
+        return
+    started = obj.call("POST", "/sources/scan", {"sources": [source_id]})
+    status = follow(obj, started["jobId"], Console(), show=True)
+    click.echo(f"Added {status['totals']['turnsAdded']} turns from {source_id}.")
+
+
+@sources.command("remove")
+@click.argument("name")
+@pass_ctx
+def remove_source(obj: CliContext, name: str) -> None:
+    """Forget a custom agent's recipe (its imported memories are kept)."""
+    source_id = re.sub(r"[^a-z0-9_]", "_", normalise_name(name))
+    target = recipes_dir(obj.config().home) / f"{source_id}.json"
+    if not target.exists():
+        fail(f"no custom agent named {name}")
+    target.unlink()
+    click.echo(f"✓ removed the {source_id} recipe; its imported memories are kept")

@@ -19,6 +19,7 @@ from memmy.service.validate import opt_bool, opt_int, opt_iso_time, opt_list, op
 from memmy.sources.adapters import ADAPTERS
 from memmy.sources.importer import Importer, ImportOptions, ImportProgress, JobControl
 from memmy.sources.model import SourceAdapter
+from memmy.sources.recipe import load_recipes
 from memmy.sources.turns import ImportedTurn
 from memmy.store.db import Database, utc_now
 from memmy.store.imports import ImportStateRepository
@@ -179,15 +180,23 @@ class ImportOps:
         env: Mapping[str, str] | None = None,
     ) -> None:
         self.config = config
-        self.adapters = dict(adapters or ADAPTERS)
+        self.builtin = dict(adapters or ADAPTERS)
+        self.adapters: dict[str, SourceAdapter] = dict(self.builtin)
         self.env = dict(os.environ if env is None else env)
         self.state = ImportStateRepository(db)
         self.sink = ServiceTurnSink(config, db, memories, sessions, indexer)
         self.jobs: dict[str, ImportJob] = {}
         self._lock = threading.Lock()
 
+    def refresh(self) -> list[str]:
+        """Re-read saved custom-agent recipes (``memmy-memory sources add``); return recipe errors."""
+        errors: list[str] = []
+        self.adapters = {**self.builtin, **load_recipes(self.config.home, errors)}
+        return errors
+
     def sources(self) -> dict[str, Any]:
         """Detected agents (only those present), their paths, last sync and counts."""
+        recipe_errors = self.refresh()
         counts = self.state.imported_counts()
         found = []
         for name, adapter in self.adapters.items():
@@ -205,9 +214,11 @@ class ImportOps:
                     "lastStats": watermark.last_stats if watermark else None,
                 }
             )
-        return {"sources": found, "known": sorted(self.adapters), "serverTime": utc_now()}
+        return {"sources": found, "known": sorted(self.adapters), "recipeErrors": recipe_errors,
+                "serverTime": utc_now()}
 
     def _options(self, body: dict[str, Any]) -> ImportOptions:
+        self.refresh()
         names = [normalise_source(str(s)) for s in opt_list(body, "sources")]
         unknown = [n for n in names if n not in self.adapters]
         if unknown:

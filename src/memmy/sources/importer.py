@@ -299,7 +299,8 @@ class Importer:
     ) -> None:
         """First sync of a source: only the newest ``initial_limit`` complete turns (deep scan gets the rest)."""
         complete = sorted((turn.created_at for _, turns in pending for turn in turns if turn.complete), reverse=True)
-        cutoff = complete[min(len(complete), options.initial_limit) - 1] if complete else ""
+        limit = int(getattr(self.adapters[source], "initial_limit", options.initial_limit))
+        cutoff = complete[min(len(complete), limit) - 1] if complete else ""
         for conversation, turns in pending:
             kept = [t for t in turns if not t.complete or t.created_at >= cutoff]
             older = len(turns) - len(kept)
