@@ -6,6 +6,7 @@ import json
 import os
 import threading
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +49,11 @@ class ServiceTurnSink:
         self.memories = memories
         self.sessions = sessions
         self.indexer = indexer
+        self._sessions: set[str] = set()
+
+    def batch(self) -> AbstractContextManager[Any]:
+        """One transaction around many turns (far fewer commits); each turn still has its own savepoint."""
+        return self.db.transaction()
 
     def has_turn(self, source: str, turn_id: str) -> bool:
         """True when the turn was imported before, including when the user deleted it since."""
@@ -115,8 +121,8 @@ class ServiceTurnSink:
             updated_at=now,
             valid_from=turn.created_at,
         )
-        with self.db.transaction():
-            if self.sessions.get(session_id) is None:
+        with self.db.savepoint("import_turn"):  # inside the importer's batch: a failing turn undoes only itself
+            if session_id not in self._sessions and self.sessions.get(session_id) is None:
                 self.sessions.create(
                     session_id,
                     user_id=self.config.user_id,
@@ -128,6 +134,7 @@ class ServiceTurnSink:
                     meta={"conversationId": turn.conversation_id, "imported": True},
                 )
                 self.sessions.close(session_id)
+            self._sessions.add(session_id)
             self.sessions.upsert_raw_turn(
                 raw_turn_id,
                 session_id,

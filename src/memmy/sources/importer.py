@@ -12,6 +12,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -23,6 +24,7 @@ from memmy.store.db import utc_now
 from memmy.store.imports import Checkpoint, ImportStateRepository
 
 MAX_TURN_BYTES = 2 * 1024 * 1024
+BATCH_TURNS = 50  # turns per commit: few commits, yet the store is never held for long
 Mode = Literal["incremental", "full"]
 
 
@@ -35,6 +37,10 @@ class TurnSink(Protocol):
 
     def write_turn(self, turn: ImportedTurn) -> str:
         """Store one complete, redacted turn as an L1 memory; return its id."""
+        ...
+
+    def batch(self) -> AbstractContextManager[Any]:
+        """Group several writes into one commit (a failed write must undo only itself)."""
         ...
 
 
@@ -338,33 +344,47 @@ class Importer:
         last_turn = trailing_turn if trailing_turn is not None else (turns[-1] if turns else None)
         failed_before = part.failed
         waiting = False
-        for turn in turns:
-            if not control.checkpoint():
+        for start in range(0, len(turns), BATCH_TURNS):
+            if not control.checkpoint():  # pause waits here, outside any transaction
                 return
-            if not turn.complete:
-                if turn is last_turn:
-                    part.turns_waiting += 1
-                    waiting = True
-                else:
-                    part.skipped["turn_without_final_answer"] += 1
-                continue
-            if turn_size(turn) > MAX_TURN_BYTES:
-                part.skipped["turn_over_2mib"] += 1
-                continue
-            if self.sink.has_turn(source, turn.turn_id):
-                part.turns_existing += 1
-                continue
-            if options.dry_run:
-                part.turns_added += 1
-                continue
+            with self.sink.batch():
+                for turn in turns[start : start + BATCH_TURNS]:
+                    if control.stopped:
+                        return
+                    waiting = self._import_turn(source, conversation, turn, turn is last_turn, options, part) or waiting
+        if not options.dry_run and not waiting and part.failed == failed_before:
+            self.state.save_checkpoint(source, conversation.conversation_id, checkpoint, conversation.origin)
+
+    def _import_turn(
+        self,
+        source: str,
+        conversation: Conversation,
+        turn: ImportedTurn,
+        is_last: bool,
+        options: ImportOptions,
+        part: SourceProgress,
+    ) -> bool:
+        """Import one turn; return True when it is the conversation's last turn and still waiting."""
+        if not turn.complete:
+            if is_last:
+                part.turns_waiting += 1
+                return True
+            part.skipped["turn_without_final_answer"] += 1
+            return False
+        if turn_size(turn) > MAX_TURN_BYTES:
+            part.skipped["turn_over_2mib"] += 1
+        elif self.sink.has_turn(source, turn.turn_id):
+            part.turns_existing += 1
+        elif options.dry_run:
+            part.turns_added += 1
+        else:
             try:
                 self.sink.write_turn(turn)
                 part.turns_added += 1
             except Exception as exc:  # noqa: BLE001 - counted as failed; the next sync retries the turn
                 part.failed += 1
                 part.errors.append(f"{conversation.origin}: {type(exc).__name__}: {exc}")
-        if not options.dry_run and not waiting and part.failed == failed_before:
-            self.state.save_checkpoint(source, conversation.conversation_id, checkpoint, conversation.origin)
+        return False
 
 
 class ProgressThrottle:

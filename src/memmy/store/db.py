@@ -81,6 +81,19 @@ class Database:
                 raise
             self.conn.execute("COMMIT")
 
+    @contextmanager
+    def savepoint(self, name: str = "sp") -> Iterator[sqlite3.Connection]:
+        """A nested unit inside the current transaction: on error only this part is rolled back."""
+        with self.transaction() as conn:
+            conn.execute(f"SAVEPOINT {name}")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute(f"ROLLBACK TO {name}")
+                conn.execute(f"RELEASE {name}")
+                raise
+            conn.execute(f"RELEASE {name}")
+
     def query(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> list[sqlite3.Row]:
         """Run a read and return all rows."""
         with self.lock:

@@ -134,17 +134,15 @@ class SessionRepository:
 
     def upsert_raw_turn(self, raw_turn_id: str, session_id: str, turn_id: str, fields: dict[str, Any]) -> None:
         """Insert or update a raw turn; ``fields`` maps column names to values (JSON columns pre-encoded)."""
-        existing = self.get_raw_turn(session_id, turn_id)
+        columns = ["id", "session_id", "turn_id", "created_at", *fields]
+        values = [raw_turn_id, session_id, turn_id, utc_now(), *fields.values()]
+        update = ",".join(f"{name}=excluded.{name}" for name in fields) or "turn_id=turn_id"
         with self.db.transaction() as conn:
-            if existing is None:
-                columns = ["id", "session_id", "turn_id", "created_at", *fields]
-                values = [raw_turn_id, session_id, turn_id, utc_now(), *fields.values()]
-                conn.execute(
-                    f"INSERT INTO raw_turns({','.join(columns)}) VALUES ({','.join('?' * len(values))})", values
-                )
-            elif fields:
-                assignments = ",".join(f"{name}=?" for name in fields)
-                conn.execute(f"UPDATE raw_turns SET {assignments} WHERE id=?", [*fields.values(), existing["id"]])
+            conn.execute(
+                f"INSERT INTO raw_turns({','.join(columns)}) VALUES ({','.join('?' * len(values))}) "
+                f"ON CONFLICT(session_id, turn_id) DO UPDATE SET {update}",
+                values,
+            )
 
     def list_recent_turns(self, limit: int, offset: int, text: str | None) -> tuple[list[sqlite3.Row], int]:
         """Raw turns newest first (for the tasks panel)."""
