@@ -406,3 +406,14 @@ def test_status_shows_agents(hooked_home: tuple[Daemon, Path, Path]) -> None:
     agents = {row["agent"]: row for row in json.loads(result.output)["agents"]}
     assert agents["claude_code"]["installed"] is True and agents["claude_code"]["lastRecall"] is not None
     assert agents["cursor"]["installed"] is True and agents["cursor"]["lastCapture"] is None
+
+
+def test_init_stops_cleanly_on_a_broken_agent_config(isolated_home: Path) -> None:
+    settings = isolated_home / ".claude" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    settings.write_text('{"hooks": {')  # the user's file is half edited
+    result = run_cli(isolated_home, "init", "--agent", "claude_code")
+    assert result.exit_code == 1
+    assert f"{settings} is not valid JSON" in result.output and "Traceback" not in result.output
+    assert settings.read_text() == '{"hooks": {'  # never overwritten
+    assert not (isolated_home / ".memmy" / "config.yaml").exists()  # nothing written before the plan succeeded

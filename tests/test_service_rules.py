@@ -76,6 +76,10 @@ def test_write_gate_covers_capture_and_archive(isolated_home: Path, embedder: Em
             service.add_memory({"content": "x"}, NS)
         with pytest.raises(Forbidden):
             service.archive_memory("trace_x", {}, NS)
+        with pytest.raises(Forbidden, match="only --dry-run"):
+            service.imports.start({})
+        started = service.start_turn({"sessionId": session, "query": "anything stored?"}, NS)
+        assert service.sessions.get_raw_turn(session, started["turnId"]) is None
     finally:
         service.close()
 

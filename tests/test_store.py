@@ -94,7 +94,11 @@ def test_migrates_a_previous_version_file_with_backup(tmp_path: Path) -> None:
 
     db = Database(path)
     assert db.migration.from_version == 1 and db.migration.to_version == SCHEMA_VERSION
-    assert db.migration.applied == ("002_scope_validity_cjk_fts", "003_source_import_state")
+    assert db.migration.applied == (
+        "002_scope_validity_cjk_fts",
+        "003_source_import_state",
+        "004_key_graph_validity_tombstones",
+    )
     backup = db.migration.backup_path
     assert backup is not None and backup.exists()
     with sqlite3.connect(backup) as old:

@@ -4,6 +4,11 @@ The worker drains the durable embedding queue in batches, writes stamped vectors
 in-memory index and marks each memory ``ready``. At start-up it loads every vector of the current
 fingerprint into the index and re-queues memories whose vectors came from another provider, model or
 dimension, so a change of embedding model re-embeds in the background instead of mixing spaces.
+
+Key-graph keys have vectors too: every surface form (canonical and aliases) is embedded, stamped with the
+fingerprint, and kept in its own small in-memory matrix (:class:`KeyVectorIndex`). New keys are embedded
+when they are created; at start-up (or after a model change) surfaces without a vector of the current
+fingerprint are re-embedded by the same worker.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import numpy as np
 from memmy.embed import Embedder
 from memmy.errors import MemmyError
 from memmy.store.db import utc_now
+from memmy.store.keys import KeyRepository
 from memmy.store.memories import MemoryRepository
 from memmy.store.queue import EmbeddingQueue, QueueItem
 from memmy.store.vectors import Vector, VectorIndex, VectorRepository, meta_of
@@ -27,6 +33,85 @@ log = logging.getLogger("memmy.indexing")
 
 FIELD_BY_LAYER = {"L1": "vec_summary", "L2": "vec", "L3": "vec", "Skill": "vec"}
 KIND_BY_LAYER = {"L1": "trace", "L2": "policy", "L3": "world_model", "Skill": "skill"}
+KEY_BATCH = 64
+
+
+@dataclass(frozen=True)
+class KeySurface:
+    """One surface form of a key to embed."""
+
+    key_id: str
+    norm: str
+    text: str
+    user_id: str
+    key_type: str
+
+
+class KeyVectorIndex:
+    """Exact cosine search over the vectors of key surface forms (canonical names and aliases)."""
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self._lock = threading.RLock()
+        self._matrix: Vector = np.zeros((0, dim), dtype=np.float32)
+        self._rows: list[tuple[str, str, str, str]] = []  # key id, norm, user id, key type
+        self._pos: dict[tuple[str, str], int] = {}
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def upsert(self, key_id: str, norm: str, user_id: str, key_type: str, vector: Vector) -> None:
+        """Insert or replace the vector of one surface."""
+        if vector.shape != (self.dim,):
+            raise ValueError(f"key vector has shape {vector.shape}, index expects ({self.dim},)")
+        with self._lock:
+            row = self._pos.get((key_id, norm))
+            if row is None:
+                row = len(self._rows)
+                self._rows.append((key_id, norm, user_id, key_type))
+                self._pos[(key_id, norm)] = row
+                if self._matrix.shape[0] <= row:
+                    grown = np.zeros((max(16, (row + 1) * 2), self.dim), dtype=np.float32)
+                    grown[: self._matrix.shape[0]] = self._matrix
+                    self._matrix = grown
+            else:
+                self._rows[row] = (key_id, norm, user_id, key_type)
+            self._matrix[row] = vector
+
+    def search(
+        self,
+        query: Vector,
+        user_id: str,
+        k: int,
+        *,
+        concept_only: bool = True,
+        usable: Callable[[str], bool] | None = None,
+    ) -> list[tuple[str, str, float]]:
+        """Best (key id, matching surface norm, cosine) per key, best first (``usable``: which surfaces count)."""
+        with self._lock:
+            n = len(self._rows)
+            if n == 0 or k <= 0:
+                return []
+            scores = self._matrix[:n] @ query.astype(np.float32, copy=False)
+            best: dict[str, tuple[str, float]] = {}
+            for i in np.argsort(-scores).tolist():
+                key_id, norm, owner, key_type = self._rows[i]
+                if owner != user_id or (concept_only and key_type != "concept") or key_id in best:
+                    continue
+                if usable is not None and not usable(norm):
+                    continue
+                best[key_id] = (norm, float(scores[i]))
+                if len(best) >= k:
+                    break
+        return [(key_id, norm, score) for key_id, (norm, score) in best.items()]
+
+    def similarity(self, query: Vector, key_id: str) -> float | None:
+        """Highest cosine between ``query`` and any surface of a key (None when the key has no vector)."""
+        with self._lock:
+            rows = [i for i, row in enumerate(self._rows) if row[0] == key_id]
+            if not rows:
+                return None
+            return float(np.max(self._matrix[rows] @ query.astype(np.float32, copy=False)))
 
 
 @dataclass
@@ -48,6 +133,7 @@ class Indexer:
         vectors: VectorRepository,
         queue: EmbeddingQueue,
         batch_size: int = 32,
+        keys: KeyRepository | None = None,
     ) -> None:
         self._embedder_factory = embedder_factory
         self._embedder: Embedder | None = None
@@ -56,6 +142,9 @@ class Indexer:
         self.queue = queue
         self.batch_size = batch_size
         self.index: VectorIndex | None = None
+        self.keys = keys if keys is not None else KeyRepository(memories.db)
+        self.key_index: KeyVectorIndex | None = None
+        self._keys_dirty = True
         self.reembed = ReembedProgress()
         self.last_error: str | None = None
         self.last_ok_at_iso: str | None = None
@@ -92,6 +181,13 @@ class Indexer:
         index = VectorIndex(fingerprint.dim)
         index.bulk_load(self.vectors.iter_current(fingerprint.provider, fingerprint.model, fingerprint.dim))
         self.index = index
+        key_index = KeyVectorIndex(fingerprint.dim)
+        for key_id, norm, user_id, key_type, vector in self.keys.iter_vectors(
+            fingerprint.provider, fingerprint.model, fingerprint.dim
+        ):
+            key_index.upsert(key_id, norm, user_id, key_type, vector)
+        self.key_index = key_index
+        self._keys_dirty = True  # surfaces of another fingerprint (or never embedded) are re-embedded by the worker
         stale = self.vectors.stale_memory_ids(fingerprint.provider, fingerprint.model, fingerprint.dim)
         if stale:
             self.reembed = ReembedProgress(len(stale), time.time(), self.vectors.fingerprints())
@@ -117,6 +213,58 @@ class Indexer:
         self.vectors.delete_for(memory_id)
         self.queue.drop(memory_id)
 
+    def embed_texts(self, texts: list[str]) -> Vector | None:
+        """Embed documents now, outside any queue; None when the backend fails."""
+        try:
+            vectors = self.embedder.embed(texts, role="document")
+        except MemmyError as exc:
+            self.last_error = exc.message
+            return None
+        matrix: Vector = np.asarray(vectors, dtype=np.float32)
+        return matrix
+
+    def put_key_vector(self, surface: KeySurface, vector: Vector) -> None:
+        """Store and index the vector of one key surface under the current fingerprint."""
+        fingerprint = self.embedder.fingerprint
+        if self.key_index is None or self.key_index.dim != fingerprint.dim:
+            self.key_index = KeyVectorIndex(fingerprint.dim)
+        self.keys.upsert_vector(surface.key_id, surface.norm, fingerprint.provider, fingerprint.model, vector)
+        self.key_index.upsert(surface.key_id, surface.norm, surface.user_id, surface.key_type, vector)
+
+    def embed_key_surfaces(self, surfaces: list[KeySurface]) -> bool:
+        """Embed key surfaces now (stamped, stored, indexed); False when the backend failed (retried later)."""
+        if not surfaces:
+            return True
+        vectors = self.embed_texts([s.text for s in surfaces])
+        if vectors is None:
+            self._keys_dirty = True
+            return False
+        for surface, vector in zip(surfaces, vectors, strict=True):
+            self.put_key_vector(surface, vector)
+        return True
+
+    def refresh_keys(self, limit: int = KEY_BATCH) -> int:
+        """Embed key surfaces that have no vector of the current fingerprint; returns how many were embedded."""
+        if not self._keys_dirty:
+            return 0
+        try:
+            fingerprint = self.embedder.fingerprint
+        except MemmyError:
+            return 0
+        pending = self.keys.surfaces_to_embed(fingerprint.provider, fingerprint.model, fingerprint.dim, limit)
+        if not pending:
+            self._keys_dirty = False
+            return 0
+        rows = self.keys.keys([key_id for key_id, _norm, _text in pending])
+        surfaces = [
+            KeySurface(key_id, norm, text, rows[key_id].user_id, rows[key_id].key_type)
+            for key_id, norm, text in pending
+            if key_id in rows
+        ]
+        if not self.embed_key_surfaces(surfaces):
+            return 0
+        return len(surfaces)
+
     def embed_query(self, text: str) -> Vector | None:
         """Embed a search query; None when the backend fails (search continues text-only)."""
         try:
@@ -131,7 +279,7 @@ class Indexer:
         """Embed one batch of due queue rows; returns (succeeded, failed)."""
         items = self.queue.claim_due(limit or self.batch_size, worker=f"pid-{threading.get_ident()}")
         if not items:
-            return 0, 0
+            return self.refresh_keys(), 0
         try:
             embedder = self.embedder
             vectors = embedder.embed([item.source_text for item in items], role="document")

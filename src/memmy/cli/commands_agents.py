@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import click
+import yaml
 
 from memmy.cli.context import CliContext, list_option, pass_ctx
 from memmy.cli.output import emit_json, fail
-from memmy.config import MemmyConfig, load_config, update_config_file
+from memmy.config import ROOT_KEY, default_sqlite_path, load_config, read_config_file, update_config_file
 from memmy.config import config_path as resolve_config_path
+from memmy.config_defaults import DEFAULT_ENDPOINT
 from memmy.errors import MemmyError
 from memmy.integrations.agents.hooked import hook_settings_change
 from memmy.integrations.base import InstallContext
@@ -34,11 +37,13 @@ def _agents(requested: str | None, env: dict[str, str]) -> tuple[list[str], list
     return detected, [n for n in INSTALLERS if n not in detected]
 
 
-def _context(config: MemmyConfig, replace_memory_plugin: bool = False) -> InstallContext:
+def _context(
+    endpoint: str, token: str | None, config_path: Path, replace_memory_plugin: bool = False
+) -> InstallContext:
     env = dict(os.environ)
     if replace_memory_plugin:
         env["MEMMY_REPLACE_MEMORY_PLUGIN"] = "1"
-    return InstallContext.create(env, config.storage.endpoint, config.storage.token or None, config.path)
+    return InstallContext.create(env, endpoint, token, config_path)
 
 
 def _report(plans: list[Plan], dry_run: bool, verb: str, quiet: bool) -> list[dict[str, Any]]:
@@ -100,18 +105,36 @@ def init(
     except MemmyError as exc:
         fail(exc.message)
         return
+    file_storage = (read_config_file(path).get(ROOT_KEY) or {}).get("storage") or {}
     storage: dict[str, Any] = {
         "mode": "local",
         "backend": "sqlite",
-        "sqlitePath": str(current.storage.sqlite_path),
-        "endpoint": endpoint or current.storage.endpoint,
+        # Persist what the file (or the flags) say, never a one-off MEMMY_MEMORY_URL / MEMMY_MEMORY_DB override.
+        "sqlitePath": str(Path(db_path).expanduser())
+        if db_path
+        else str(
+            Path(file_storage["sqlitePath"]).expanduser() if file_storage.get("sqlitePath") else default_sqlite_path()
+        ),
+        "endpoint": endpoint or file_storage.get("endpoint") or DEFAULT_ENDPOINT,
     }
     if init_token:
         storage["token"] = init_token
     updates = {"version": 1, "activeProfile": current.tree.get("activeProfile", "byok"), "storage": storage}
     env = dict(os.environ)
     names, skipped = ([], []) if no_agents else _agents(agents, env)
-    if not dry_run:
+    token = init_token or current.storage.token or None
+    ctx = _context(storage["endpoint"], token, path, replace_memory_plugin)
+    try:  # plan everything before writing anything: a broken agent config stops init cleanly
+        plans = [INSTALLERS[n].plan_install(ctx) for n in names]
+    except (OSError, ValueError) as exc:
+        fail(str(exc))
+        return
+    if names:
+        plans.insert(0, Plan("memmy-hooks", [hook_settings_change(ctx)]))
+    if dry_run:
+        if not obj.as_json:
+            click.echo(f"--- {path}: would set\n" + yaml.safe_dump({ROOT_KEY: updates}, sort_keys=False).rstrip())
+    else:
         try:
             update_config_file(path, updates)
             current = load_config(path, db_override=db_path)
@@ -125,10 +148,6 @@ def init(
                 f"  Config file:     {path}\n  Database:        {current.storage.sqlite_path}\n"
                 f"  Endpoint:        {current.storage.endpoint}"
             )
-    ctx = _context(current, replace_memory_plugin)
-    plans = [INSTALLERS[n].plan_install(ctx) for n in names]
-    if names:
-        plans.insert(0, Plan("memmy-hooks", [hook_settings_change(ctx)]))
     try:
         summary = _report(plans, dry_run, "installed", obj.as_json)
         if not dry_run:
@@ -141,8 +160,9 @@ def init(
         emit_json(
             {
                 "configPath": str(path),
-                "database": str(current.storage.sqlite_path),
-                "endpoint": current.storage.endpoint,
+                "database": storage["sqlitePath"],
+                "endpoint": storage["endpoint"],
+                "updates": updates,
                 "dryRun": dry_run,
                 "agents": summary,
                 "skipped": skipped,
@@ -169,9 +189,9 @@ def remove(obj: CliContext, agents: str, dry_run: bool) -> None:
     except MemmyError as exc:
         fail(exc.message)
         return
-    ctx = _context(config)
-    plans = [INSTALLERS[n].plan_remove(ctx) for n in names]
+    ctx = _context(config.storage.endpoint, config.storage.token or None, config.path)
     try:
+        plans = [INSTALLERS[n].plan_remove(ctx) for n in names]
         summary = _report(plans, dry_run, "removed", obj.as_json)
         if not dry_run:
             for plan in plans:

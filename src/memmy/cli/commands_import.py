@@ -115,6 +115,7 @@ def import_history(
         emit_json(status)
         return
     totals = status["totals"]
+    console.print()
     verb = "Would add" if status.get("dryRun") else "Added"
     console.print(
         f"{verb} {totals['turnsAdded']} turns from {totals['messagesScanned']} messages "
@@ -208,8 +209,10 @@ def add_source(
     installed = discover_installation(name, os.environ)
     if history is None:
         if installed is None:
-            fail(f"{name} was not found on this machine (no executable, app or package with that name); "
-                 "to continue anyway, give the history location with --history /absolute/path")
+            fail(
+                f"{name} was not found on this machine (no executable, app or package with that name); "
+                "to continue anyway, give the history location with --history /absolute/path"
+            )
         raise click.UsageError(f"found {installed}; give its history location with --history /absolute/path")
     path = Path(history).expanduser()
     if not path.is_absolute() or not path.exists():

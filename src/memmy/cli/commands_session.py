@@ -100,4 +100,7 @@ def turn_complete(
         {"sessionId": session_id, "query": query, "answer": text, "status": status, "tags": list_option(tags)}
     )
     result = obj.call("POST", f"/turns/{target}/complete", body)
+    if not result.get("captured", True):
+        obj.output(result, "Not captured: memory writes are disabled (algorithm.enableMemoryAdd: false)")
+        return
     obj.output(result, f"Captured {result['l1MemoryId']} (raw turn {result['rawTurnId']})")

@@ -17,6 +17,7 @@ import click
 from memmy import __version__
 from memmy.cli.commands_agents import init, remove
 from memmy.cli.commands_import import import_history, sources
+from memmy.cli.commands_keys import COMMANDS as KEY_COMMANDS
 from memmy.cli.commands_service import service
 from memmy.cli.commands_session import session, turn
 from memmy.cli.context import CliContext, list_option, pass_ctx, strip_none
@@ -129,7 +130,11 @@ def agent_status(obj: CliContext) -> list[dict[str, Any]]:
 @click.option("--query", "query_opt", help="Search text (or pass it as the argument).")
 @click.option("--layers", help="Comma-separated layers: L1,L2,L3,Skill.")
 @click.option("--limit", type=click.IntRange(1, 100), default=10, show_default=True)
-@click.option("--scope", type=click.Choice(["pooled", "project", "agent"]), help="Which memories to search.")
+@click.option(
+    "--scope",
+    type=click.Choice(["auto", "pooled", "project", "agent"]),
+    help="Which memories to search (default: config defaultScope; auto = this repository when inside one).",
+)
 @click.option("--session-id", help="Session the search belongs to.")
 @click.option("--verbose", is_flag=True, help="Show candidates, channels, drops and statuses.")
 @pass_ctx
@@ -245,6 +250,8 @@ def reload_config(obj: CliContext, reason: str | None) -> None:
     """Hot-reload config.yaml in the running daemon."""
     result = obj.call("POST", "/admin/reload-config", strip_none({"reason": reason}))
     human = "Config reloaded." + (f" Changed: {', '.join(result['changed'])}." if result["changed"] else " No change.")
+    for warning in result.get("warnings") or []:
+        human += f"\nwarning: {warning}"
     if result.get("requiresRestart"):
         human += "\nStorage settings changed: restart the daemon (memmy-memory serve) to apply them."
     obj.output(result, human)
@@ -276,6 +283,8 @@ cli.add_command(session)
 cli.add_command(turn)
 cli.add_command(import_history)
 cli.add_command(sources)
+for _command in KEY_COMMANDS:
+    cli.add_command(_command)
 
 
 def main() -> None:

@@ -84,7 +84,7 @@ description: Use shared Memmy memory when prior context may be relevant.
 
 # memmy-memory
 
-One local memory shared by all of this user's coding agents (service at http://127.0.0.1:18960).
+One local memory shared by all of this user's coding agents (a local service; `memmy-memory health` shows it).
 
 {mode}
 

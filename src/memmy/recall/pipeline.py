@@ -1,6 +1,7 @@
 """The recall pipeline: layers by mode, channels, per-candidate scoring, fusion, thresholds, MMR, dedup.
 
-relevance = max(channel scores) + layer bonus + 0.4 * RRF. Every stage is timed and every drop has a
+relevance = (max(channel scores) + layer bonus + 0.4 * RRF) x freshness factor (memories with a decay
+profile only: 0.2 + 0.8 x freshness). Every stage is timed and every drop has a
 reason, so ``--verbose`` can explain why a memory was or was not recalled.
 """
 
@@ -17,6 +18,7 @@ import numpy as np
 
 from memmy.domain import Memory
 from memmy.recall.channels import ChannelHit, fts_channel, pattern_channel, structural_channel, vector_channel
+from memmy.recall.freshness import freshness_factor
 from memmy.recall.query import PreparedQuery
 from memmy.store.memories import MemoryFilter, MemoryRepository
 from memmy.store.vectors import Vector, VectorIndex
@@ -232,9 +234,11 @@ class RecallEngine:
         candidates = self._pool_cap(candidates, settings)
         rollups = self._episode_rollups(candidates, settings, index)
         candidates.extend(rollups)
+        now = time.time()
         for cand in candidates:
             cand.rrf = sum(1.0 / (settings.rrf_constant + r + 1) for r in cand.ranks.values())
             cand.relevance = max(cand.channels.values(), default=0.0) + cand.bonus + 0.4 * cand.rrf
+            cand.relevance *= freshness_factor(cand.memory, now)  # 1.0 unless the memory has a decay profile
         candidates = self._threshold(candidates, settings, dropped)
         if request.query.identifier_like and request.mode != "decision_repair":
             candidates = self._keyword_confirmation(candidates, dropped)

@@ -167,6 +167,21 @@ class Api:
         ns, memory_id = self.namespace(request), request.path_params["memory_id"]
         return await self.json_call(request, self.service.archive_memory, lambda b: (memory_id, b, ns))
 
+    async def memory_history(self, request: Request) -> Response:
+        return await self.call(request, self.service.memory_history, request.path_params["memory_id"])
+
+    async def keys_op(self, request: Request) -> Response:
+        """``POST /api/v1/keys/<op>``: one key-graph tool; the body is its arguments, the answer its result."""
+        ns, op = self.namespace(request), request.path_params["op"]
+        return await self.json_call(request, self.service.keys_call, lambda b: (op, b, ns))
+
+    async def tombstones(self, request: Request) -> Response:
+        return await self.call(request, self.service.list_tombstones, dict(request.query_params))
+
+    async def restore_tombstone(self, request: Request) -> Response:
+        ns, tombstone_id = self.namespace(request), request.path_params["tombstone_id"]
+        return await self.json_call(request, self.service.restore_tombstone, lambda b: (tombstone_id, b, ns))
+
     async def processing_status(self, request: Request) -> Response:
         return await self.json_call(request, self.service.processing_status, lambda b: (b,))
 
@@ -270,6 +285,10 @@ def create_app(service: MemoryService, shutdown: Callable[[], None] | None = Non
         Route("/api/v1/memory/processing/status", api.processing_status, methods=["POST"]),
         Route("/api/v1/memory/{memory_id}/processing/retry", api.processing_retry, methods=["POST"]),
         Route("/api/v1/memory/{memory_id}/archive", api.archive_memory, methods=["POST"]),
+        Route("/api/v1/memory/{memory_id}/history", api.memory_history, methods=["GET"]),
+        Route("/api/v1/keys/{op}", api.keys_op, methods=["POST"]),
+        Route("/api/v1/tombstones", api.tombstones, methods=["GET"]),
+        Route("/api/v1/tombstones/{tombstone_id}/restore", api.restore_tombstone, methods=["POST"]),
         Route("/api/v1/memory/{memory_id}", api.get_memory, methods=["GET"]),
         Route("/api/v1/memory/{memory_id}", api.delete_memory, methods=["DELETE"]),
         Route("/api/v1/panel/overview", api.overview, methods=["GET"]),

@@ -55,6 +55,8 @@ _BODIES: dict[str, dict[str, Any]] = {
             "sourceMemoryIds": _STR_LIST,
             "usage": {"type": "object"},
             "status": {"enum": ["succeeded", "failed", "cancelled"]},
+            "workspacePath": _STR,
+            "source": _STR,
             **_IDEMPOTENCY,
         },
         "required": ["sessionId", "query", "answer"],
@@ -111,6 +113,127 @@ _BODIES: dict[str, dict[str, Any]] = {
     },
 }
 
+_KEY_ID = {"type": "string", "description": "a key id (key_...)"}
+_MEMORY_ID = {"type": "string", "description": "a memory id"}
+_NS = {"type": "string", "description": "keymem namespace (default 'default')"}
+_DECAY = {"enum": ["transient", "standard", "stable", "permanent"], "default": "standard"}
+_KEY_TYPES = {"type": "object", "additionalProperties": {"enum": ["concept", "name", "proper_noun"]}}
+_KEYS = {
+    **_STR_LIST,
+    "minItems": 1,
+    "maxItems": 32,
+    "description": "atomic concept keys; 'apple|사과' declares 사과 an alias of apple",
+}
+_REMEMBER_ITEM: dict[str, Any] = {
+    "properties": {
+        "content": _STR,
+        "keys": _KEYS,
+        "key_types": _KEY_TYPES,
+        "namespace": _NS,
+        "ttl_seconds": {"type": "number", "exclusiveMinimum": 0},
+        "decay_profile": _DECAY,
+        "related_to": _STR_LIST,
+        "source": {"type": "object"},
+    },
+    "required": ["content", "keys"],
+}
+#: keymem's tools at ``POST /api/v1/keys/<op>``: the body is the tool's arguments.
+KEY_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
+    "recall": (
+        "Ranked key clusters plus one passive Top-1 memory (or no_match with nearest_keys)",
+        {
+            "properties": {
+                "query": _STR,
+                "top_k": {"type": "integer", "minimum": 1, "maximum": 50, "default": 8},
+                "namespace": _NS,
+                "context": _STR,
+                "explain": {"type": "boolean"},
+                "max_chars": {"type": "integer", "minimum": 50, "default": 2000},
+            },
+            "required": ["query"],
+        },
+    ),
+    "browse_keys": (
+        "A namespace's key vocabulary, hubs first",
+        {
+            "properties": {
+                "namespace": _NS,
+                "hubs_only": {"type": "boolean"},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 500, "default": 20},
+                "offset": {"type": "integer", "minimum": 0, "default": 0},
+            }
+        },
+    ),
+    "read_key": (
+        "Ranked memory handles under one key (no content)",
+        {
+            "properties": {
+                "key_id": _KEY_ID,
+                "query": _STR,
+                "namespace": _NS,
+                "limit": {"type": "integer", "minimum": 1, "maximum": 200, "default": 10},
+                "offset": {"type": "integer", "minimum": 0, "default": 0},
+            },
+            "required": ["key_id"],
+        },
+    ),
+    "read_memory": (
+        "Full content, connected keys and validity; reinforces only the via_key_id edge",
+        {"properties": {"memory_id": _MEMORY_ID, "via_key_id": _KEY_ID, "namespace": _NS}, "required": ["memory_id"]},
+    ),
+    "remember": ("Save a memory under atomic keys (dedupes; refuses tombstoned content)", _REMEMBER_ITEM),
+    "remember_batch": (
+        "Save several memories (all validated before anything is written)",
+        {
+            "properties": {"items": {"type": "array", "items": {"type": "object", **_REMEMBER_ITEM}}},
+            "required": ["items"],
+        },
+    ),
+    "correct": (
+        "New version of a memory; the old one's validity ends and the chain is kept",
+        {
+            "properties": {
+                "memory_id": _MEMORY_ID,
+                "content": _STR,
+                "keys": _KEYS,
+                "key_types": _KEY_TYPES,
+                "ttl_seconds": {"type": "number", "exclusiveMinimum": 0},
+                "decay_profile": _DECAY,
+                "related_to": _STR_LIST,
+                "source": {"type": "object"},
+            },
+            "required": ["memory_id", "content"],
+        },
+    ),
+    "confirm_memory": (
+        "Evidence-backed confirmation: refreshes freshness, depth +0.05",
+        {
+            "properties": {"memory_id": _MEMORY_ID, "evidence": _STR, "namespace": _NS, "source": {"type": "object"}},
+            "required": ["memory_id", "evidence"],
+        },
+    ),
+    "dismiss": (
+        "Weaken one key->memory edge (floored, never severed)",
+        {
+            "properties": {"memory_id": _MEMORY_ID, "key_id": _KEY_ID, "namespace": _NS},
+            "required": ["memory_id", "key_id"],
+        },
+    ),
+    "related": (
+        "Memories sharing keys or explicitly related",
+        {"properties": {"memory_id": _MEMORY_ID}, "required": ["memory_id"]},
+    ),
+    "forget": (
+        "Delete a memory and tombstone its value",
+        {"properties": {"memory_id": _MEMORY_ID, "reason": _STR}, "required": ["memory_id"]},
+    ),
+    "list_memories": ("Active key-graph memories", {"properties": {"namespace": _NS}}),
+    "cleanup_expired": ("Delete memories past their TTL", {"properties": {}}),
+    "memory_stats": ("Counts of keys, memories and links", {"properties": {}}),
+}
+_BODIES.update({f"keys.{name}": schema for name, (_summary, schema) in KEY_TOOLS.items()})
+_BODIES["restore"] = {"properties": {"reason": _STR}}
+
 #: (method, path, summary, body key or None, anonymous)
 ROUTES: tuple[tuple[str, str, str, str | None, bool], ...] = (
     ("get", "/api/v1/health", "Health check (no token needed)", None, True),
@@ -140,6 +263,13 @@ ROUTES: tuple[tuple[str, str, str, str | None, bool], ...] = (
     ("post", "/api/v1/sources/scan/{jobId}/pause", "Pause an import job", None, False),
     ("post", "/api/v1/sources/scan/{jobId}/resume", "Resume an import job", None, False),
     ("post", "/api/v1/sources/scan/{jobId}/stop", "Stop an import job", None, False),
+    ("get", "/api/v1/memory/{id}/history", "Version chain of a memory (oldest -> newest, with validity)", None, False),
+    ("get", "/api/v1/tombstones", "Forgotten values (content hash + memory key)", None, False),
+    ("post", "/api/v1/tombstones/{id}/restore", "Remove a tombstone so the value may come back", "restore", False),
+    *(
+        ("post", f"/api/v1/keys/{name}", f"Key graph: {summary}", f"keys.{name}", False)
+        for name, (summary, _schema) in KEY_TOOLS.items()
+    ),
 )
 
 

@@ -12,12 +12,14 @@ from memmy.embed import Embedder, build_embedder
 from memmy.errors import ConfigError, InvalidArgument
 from memmy.indexing import Indexer
 from memmy.service.imports import ImportOps
+from memmy.service.keygraph import KeyOps
 from memmy.service.memories import MemoryOps
 from memmy.service.namespace import Namespace
 from memmy.service.panel import PanelOps
 from memmy.service.recall import RecallOps
 from memmy.service.turns import TurnOps
 from memmy.service.validate import opt_bool, opt_int, opt_str, require_object
+from memmy.service.validity import ValidityOps
 from memmy.store.db import Database, utc_now
 from memmy.store.logs import LogRepository
 from memmy.store.memories import MemoryRepository
@@ -54,6 +56,10 @@ ROUTE_NAMES = (
     "POST /api/v1/sources/scan/:jobId/resume",
     "POST /api/v1/sources/scan/:jobId/stop",
     "GET /api/v1/sources/scan/:jobId/events",
+    "POST /api/v1/keys/:op",
+    "GET /api/v1/memory/:id/history",
+    "GET /api/v1/tombstones",
+    "POST /api/v1/tombstones/:id/restore",
 )
 
 
@@ -94,6 +100,8 @@ class MemoryService:
         self.turn_ops = TurnOps(config, db, self.sessions, self.logs, self.memory_ops, self.recall_ops)
         self.panel = PanelOps(self.memories, self.logs, self.sessions, self.queue)
         self.imports = ImportOps(config, db, self.memories, self.sessions, self.indexer)
+        self.keys = KeyOps(config, db, self.memories, self.logs, self.indexer, self.memory_ops)
+        self.validity = ValidityOps(db, self.memories, self.logs)
 
     @classmethod
     def open(cls, config: MemmyConfig, embedder: Embedder | None = None) -> MemoryService:
@@ -143,6 +151,23 @@ class MemoryService:
     def retry_processing(self, memory_id: str) -> dict[str, Any]:
         """Retry a failed embedding."""
         return self.memory_ops.retry_processing(memory_id)
+
+    def memory_history(self, memory_id: str) -> dict[str, Any]:
+        """The version chain of a memory (oldest -> newest)."""
+        return self.validity.history(memory_id)
+
+    # -- key graph and tombstones -----------------------------------------------------------------
+    def keys_call(self, op: str, body: Any, ns: Namespace) -> Any:
+        """One key-graph tool (``POST /api/v1/keys/<op>``) with keymem's arguments and result."""
+        return self.keys.call(op, body, ns)
+
+    def list_tombstones(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Forgotten values."""
+        return self.validity.list_tombstones(params)
+
+    def restore_tombstone(self, tombstone_id: str, body: Any, ns: Namespace) -> dict[str, Any]:
+        """Allow a forgotten value again."""
+        return self.validity.restore(tombstone_id, body, ns)
 
     # -- sessions and turns -----------------------------------------------------------------------
     def open_session(self, body: Any, ns: Namespace) -> dict[str, Any]:
@@ -270,7 +295,7 @@ class MemoryService:
             db_override=old.db_override,
         )
         self.indexer.batch_size = new.embedding.batch_size
-        for ops in (self.memory_ops, self.turn_ops, self.recall_ops, self.imports):
+        for ops in (self.memory_ops, self.turn_ops, self.recall_ops, self.imports, self.keys):
             ops.config = self.config
         if embedding_changed:
             self.indexer.replace_embedder(embedder_factory(self.config))

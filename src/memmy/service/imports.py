@@ -13,7 +13,7 @@ from typing import Any
 from memmy.capture.trace import build_trace_step, normalize_tool_calls
 from memmy.config import MemmyConfig
 from memmy.domain import Memory, content_hash, new_id, sha256_hex
-from memmy.errors import Conflict, InvalidArgument, NotFound
+from memmy.errors import Conflict, Forbidden, InvalidArgument, NotFound
 from memmy.indexing import Indexer
 from memmy.service.namespace import normalise_source
 from memmy.service.validate import opt_bool, opt_int, opt_iso_time, opt_list, opt_str, require_object
@@ -26,6 +26,7 @@ from memmy.store.db import Database, utc_now
 from memmy.store.imports import ImportStateRepository
 from memmy.store.memories import MemoryRepository
 from memmy.store.sessions import SessionRepository
+from memmy.store.tombstones import TombstoneRepository, value_hash
 
 
 def import_key(source: str, turn_id: str) -> str:
@@ -49,6 +50,8 @@ class ServiceTurnSink:
         self.memories = memories
         self.sessions = sessions
         self.indexer = indexer
+        self.tombstones = TombstoneRepository(db)
+        self.progress: ImportProgress | None = None  # the job being run, for the ``tombstoned`` skip count
         self._sessions: set[str] = set()
 
     def batch(self) -> AbstractContextManager[Any]:
@@ -56,10 +59,23 @@ class ServiceTurnSink:
         return self.db.transaction()
 
     def has_turn(self, source: str, turn_id: str) -> bool:
-        """True when the turn was imported before, including when the user deleted it since."""
-        return (
-            self.db.query_one("SELECT 1 FROM memories WHERE memory_key = ?", (import_key(source, turn_id),)) is not None
-        )
+        """True when the turn was imported before and still exists, or was forgotten (tombstoned); a turn
+        deleted and then restored (tombstone removed) is imported again."""
+        key = import_key(source, turn_id)
+        if self.tombstones.match(self.config.user_id, None, key) is not None:
+            self._count_tombstoned(source)
+            return True
+        row = self.db.query_one("SELECT status FROM memories WHERE memory_key = ?", (key,))
+        return row is not None and row["status"] != "deleted"
+
+    def _count_tombstoned(self, source: str, *, instead_of_added: bool = False) -> None:
+        """Count a turn refused by a tombstone under ``skipped.tombstoned`` of the running job."""
+        part = self.progress.sources.get(source) if self.progress is not None else None
+        if part is None:
+            return
+        part.skipped["tombstoned"] += 1
+        if instead_of_added:
+            part.turns_added -= 1  # the importer counts write_turn() as added; this one was refused
 
     def write_turn(self, turn: ImportedTurn) -> str:
         """Store one turn; it becomes recallable once its vector is ready."""
@@ -79,6 +95,11 @@ class ServiceTurnSink:
         )
         project = turn.git_root or turn.workspace_path
         memory_id = "trace_" + sha256_hex(f"L1:{session_id}:{turn.turn_id}:0")[:20]
+        digest = content_hash(step.content)
+        value = value_hash(step.content)
+        if self.tombstones.match(self.config.user_id, value, import_key(turn.source, turn.turn_id)) is not None:
+            self._count_tombstoned(turn.source, instead_of_added=True)
+            return ""
         now = utc_now()
         memory = Memory(
             id=memory_id,
@@ -93,7 +114,7 @@ class ServiceTurnSink:
             turn_id=turn.turn_id,
             conversation_id=turn.conversation_id,
             memory_key=import_key(turn.source, turn.turn_id),
-            content_hash=content_hash(step.content),
+            content_hash=digest,
             info={"importPending": 1, "importSource": turn.source, "conversationId": turn.conversation_id},
             properties={
                 "summary": step.summary,
@@ -134,7 +155,6 @@ class ServiceTurnSink:
                     meta={"conversationId": turn.conversation_id, "imported": True},
                 )
                 self.sessions.close(session_id)
-            self._sessions.add(session_id)
             self.sessions.upsert_raw_turn(
                 raw_turn_id,
                 session_id,
@@ -148,8 +168,15 @@ class ServiceTurnSink:
                     "status": "succeeded",
                 },
             )
-            self.memories.insert(memory, source=f"import:{turn.source}")
+            previous = self.memories.get(memory_id, include_deleted=True)
+            if previous is None:
+                self.memories.insert(memory, source=f"import:{turn.source}")
+            else:  # deleted earlier and its tombstone restored since: the same turn comes back
+                memory.version = previous.version + 1
+                memory.created_at = previous.created_at
+                self.memories.update(memory, previous.snapshot(), "restore", f"import:{turn.source}")
             self.indexer.enqueue(memory_id, "L1", step.embedding_text)
+        self._sessions.add(session_id)  # only once the savepoint holding the session row was released
         return memory_id
 
 
@@ -248,12 +275,15 @@ class ImportOps:
     def start(self, body: Any) -> dict[str, Any]:
         """Start an import job in the background (one at a time)."""
         options = self._options(require_object(body))
+        if not options.dry_run and not self.config.algorithm["enableMemoryAdd"]:
+            raise Forbidden("memory writes are disabled (algorithm.enableMemoryAdd: false); only --dry-run works")
         with self._lock:
             if any(j.progress.state in ("queued", "running") for j in self.jobs.values()):
                 raise Conflict("an import is already running; stop it or wait for it to finish")
             job = ImportJob(new_id("import"), options)
             self.jobs[job.id] = job
         importer = Importer(self.adapters, self.sink, self.state, self.env)
+        self.sink.progress = job.progress
 
         def publish(progress: ImportProgress) -> None:
             with job.changed:
@@ -276,6 +306,7 @@ class ImportOps:
         """Run an import to completion in the calling thread (tests, benches, in-process use)."""
         options = self._options(require_object(body))
         job = ImportJob(new_id("import"), options)
+        self.sink.progress = job.progress
         Importer(self.adapters, self.sink, self.state, self.env).run(options, job.progress, job.control)
         return job.to_json()
 

@@ -7,9 +7,10 @@ from typing import Any
 
 from memmy.capture.sanitize import sanitize_text
 from memmy.config import MemmyConfig
-from memmy.domain import ID_PREFIX_BY_LAYER, Memory, content_hash, new_id, sha256_hex, summarise
+from memmy.domain import ID_PREFIX_BY_LAYER, KIND_BY_LAYER, Memory, content_hash, new_id, sha256_hex, summarise
 from memmy.errors import Conflict, Forbidden, InvalidArgument, NotFound
 from memmy.indexing import Indexer, embedding_text
+from memmy.recall.freshness import validity_payload
 from memmy.service.namespace import Namespace
 from memmy.service.validate import (
     layer_of,
@@ -26,6 +27,7 @@ from memmy.store.logs import LogRepository
 from memmy.store.memories import MemoryRepository
 from memmy.store.queue import EmbeddingQueue
 from memmy.store.sessions import SessionRepository, raw_turn_dict
+from memmy.store.tombstones import TombstoneRepository, value_hash
 
 MAX_CONTENT_CHARS = 200_000
 
@@ -52,7 +54,9 @@ def memory_item(memory: Memory, processing: dict[str, Any] | None = None) -> dic
         "updatedAt": memory.updated_at,
         "validFrom": memory.valid_from,
         "validTo": memory.valid_to,
+        "supersededBy": memory.superseded_by,
         "version": memory.version,
+        "validity": validity_payload(memory),
     }
     if processing is not None:
         item["processing"] = processing
@@ -79,6 +83,7 @@ class MemoryOps:
         self.queue = queue
         self.sessions = sessions
         self.indexer = indexer
+        self.tombstones = TombstoneRepository(db)
 
     # -- writes -----------------------------------------------------------------------------------
     def add(self, body: Any, ns: Namespace) -> dict[str, Any]:
@@ -101,15 +106,18 @@ class MemoryOps:
             raise InvalidArgument("visibility: expected 'private' or 'global'")
         defer = opt_bool(body, "deferProcessing")
         digest = content_hash(content)
-        existing = self.memories.find_duplicate(ns.user_id, layer, digest)
-        if existing is not None:
-            return self._merge_duplicate(existing, title, tags, ns, started)
         adapter, request = opt_str(body, "adapterId"), opt_str(body, "requestId")
         key = (
             f"memory.add:{adapter}:{request}"
             if adapter and request
             else f"manual:{sha256_hex(f'{layer}:{title}:{content}')[:20]}"
         )
+        tombstone = self.tombstones.match(ns.user_id, value_hash(content), key)
+        if tombstone is not None:
+            return self._tombstoned_response(layer, tombstone.id)
+        existing = self.memories.find_duplicate(ns.user_id, layer, digest)
+        if existing is not None:
+            return self._merge_duplicate(existing, title, tags, ns, started)
         now = utc_now()
         memory = Memory(
             id=new_id(ID_PREFIX_BY_LAYER[layer]),
@@ -175,6 +183,24 @@ class MemoryOps:
         )
         return self._add_response(existing, deduplicated=True)
 
+    @staticmethod
+    def _tombstoned_response(layer: str, tombstone_id: str) -> dict[str, Any]:
+        """memory/add of a forgotten value: nothing is written."""
+        return {
+            "id": None,
+            "kind": KIND_BY_LAYER.get(layer, "trace"),
+            "memoryLayer": layer,
+            "status": "tombstoned",
+            "title": "",
+            "summary": f"not stored: this content was forgotten (tombstone {tombstone_id}); "
+            f"`memmy-memory tombstones restore {tombstone_id}` allows it again",
+            "tags": [],
+            "deduplicated": False,
+            "tombstoned": True,
+            "tombstoneId": tombstone_id,
+            "serverTime": utc_now(),
+        }
+
     def _add_response(self, memory: Memory, *, deduplicated: bool) -> dict[str, Any]:
         return {
             "id": memory.id,
@@ -207,6 +233,15 @@ class MemoryOps:
         with self.db.transaction():
             self.memories.update(memory, before, "delete", ns.source)
             self.indexer.forget(memory_id)
+            tombstone_id = self.tombstones.add(
+                user_id=memory.user_id,
+                content_hash=value_hash(memory.content),
+                memory_key=memory.memory_key,
+                memory_id=memory_id,
+                layer=memory.layer,
+                reason=reason,
+                preview=summarise(memory.content, 140),
+            )
             audit_id = self.logs.audit(
                 "memory.delete",
                 memory.kind,
@@ -215,7 +250,7 @@ class MemoryOps:
                 actor={"source": ns.source, "userId": ns.user_id},
                 before=before,
                 after=memory.snapshot(),
-                meta={"reason": reason},
+                meta={"reason": reason, "tombstoneId": tombstone_id},
             )
         seq = self.logs.latest_change_seq()
         return {
@@ -223,6 +258,7 @@ class MemoryOps:
             "id": memory_id,
             "kind": memory.kind,
             "status": "deleted",
+            "tombstoneId": tombstone_id,
             "changeSeq": seq,
             "syncCursor": f"seq:{seq}",
             "auditId": audit_id,

@@ -18,6 +18,7 @@ from memmy.service.validate import layers_of, opt_int, opt_list, opt_str, opt_ta
 from memmy.store.db import Database, utc_now
 from memmy.store.logs import LogRepository
 from memmy.store.sessions import SessionRepository
+from memmy.store.tombstones import value_hash
 
 _STATUS_ALIASES = {
     "ok": "succeeded",
@@ -165,6 +166,33 @@ class TurnOps:
             status.append("memory_search:disabled" if query else "query:empty")
         raw_turn_id = "raw_" + sha256_hex(f"{session_id}:{turn_id}")[:20]
         context_packet_id = "ctx_" + sha256_hex(f"{session_id}::{turn_id}:{event_id}")[:20]
+        if self.config.algorithm["enableMemoryAdd"]:  # with writes off, turn start recalls but stores nothing
+            self._record_start(raw_turn_id, session_id, turn_id, ns, query, source_ids, context_packet_id, event_id)
+        self.sessions.touch(session_id)
+        return {
+            "turnId": turn_id,
+            "contextPacketId": context_packet_id,
+            "sessionId": session_id,
+            "episodeId": None,
+            "searchEventId": event_id,
+            "injectedContext": {"markdown": markdown, "sections": sections, "tokenEstimate": tokens},
+            "sourceMemoryIds": source_ids,
+            "hits": hits,
+            "status": status,
+            "serverTime": utc_now(),
+        }
+
+    def _record_start(
+        self,
+        raw_turn_id: str,
+        session_id: str,
+        turn_id: str,
+        ns: Namespace,
+        query: str,
+        source_ids: list[str],
+        context_packet_id: str,
+        event_id: str | None,
+    ) -> None:
         self.sessions.upsert_raw_turn(
             raw_turn_id,
             session_id,
@@ -179,19 +207,6 @@ class TurnOps:
                 ),
             },
         )
-        self.sessions.touch(session_id)
-        return {
-            "turnId": turn_id,
-            "contextPacketId": context_packet_id,
-            "sessionId": session_id,
-            "episodeId": None,
-            "searchEventId": event_id,
-            "injectedContext": {"markdown": markdown, "sections": sections, "tokenEstimate": tokens},
-            "sourceMemoryIds": source_ids,
-            "hits": hits,
-            "status": status,
-            "serverTime": utc_now(),
-        }
 
     def complete_turn(self, turn_id: str, body: Any, ns: Namespace) -> dict[str, Any]:
         """Store the raw turn and its L1 trace (tool trace kept, injected context stripped)."""
@@ -243,6 +258,25 @@ class TurnOps:
             max_tool_output_chars=int(capture["maxToolOutputChars"]),
         )
         l1_id = "trace_" + sha256_hex(f"L1:{session_id}:{turn_id}:0")[:20]
+        tombstone = self.memory_ops.tombstones.match(
+            ns.user_id, value_hash(step.content), f"trace:{session_id}:{turn_id}:0"
+        )
+        if tombstone is not None:  # the user forgot exactly this turn: store nothing of it again
+            return {
+                "turnId": turn_id,
+                "sessionId": session_id,
+                "episodeId": None,
+                "rawTurnId": None,
+                "l1MemoryId": None,
+                "status": status,
+                "captured": False,
+                "tombstoned": True,
+                "tombstoneId": tombstone.id,
+                "scheduledEvolution": False,
+                "jobs": [],
+                "changeSeq": self.logs.latest_change_seq(),
+                "serverTime": utc_now(),
+            }
         now = utc_now()
         trace_props = {
             "key": f"trace:{session_id}:{turn_id}:0",
@@ -310,10 +344,10 @@ class TurnOps:
                     valid_from=now,
                 )
                 self.memory_ops.memories.insert(memory, source=ns.source)
-            elif existing.status == "deleted":
-                memory = existing  # the user deleted this trace; a re-sent completion must not revive it
-            else:
+            else:  # (a deleted trace only gets here once its tombstone was restored: it comes back)
                 before = existing.snapshot()
+                if existing.status == "deleted":
+                    existing.status, existing.deleted_at = "activated", None
                 existing.content = step.content
                 existing.title = step.summary
                 existing.tags = step.tags

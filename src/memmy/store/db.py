@@ -159,6 +159,7 @@ def migrate(conn: sqlite3.Connection, path: Path | None, target: int = SCHEMA_VE
         if not backup.exists():
             conn.execute("PRAGMA wal_checkpoint(FULL)")
             conn.execute("VACUUM INTO ?", (str(backup),))
+            os.chmod(backup, 0o600)  # as private as the database it copies
     applied: list[str] = []
     for migration in MIGRATIONS:
         if migration.version <= version or migration.version > target:

@@ -3,6 +3,8 @@
 A fresh database runs every migration in order; an older file runs the missing ones after a backup.
 Migration 1 is the first released layout (the upstream tables); migration 2 adds what memmy does beyond
 upstream: scope columns (project, source agent), validity time, and the CJK-aware full-text table.
+Migration 4 adds the associative key graph (keys, aliases, key vectors, weighted links, related_to links,
+per-memory key state) and value-keyed tombstones (existing deleted memories are tombstoned on the way).
 """
 
 from __future__ import annotations
@@ -358,7 +360,95 @@ CREATE TABLE IF NOT EXISTS source_watermarks (
 CREATE INDEX IF NOT EXISTS idx_memories_key_only ON memories(memory_key);
 """
 
-SCHEMA_VERSION: Final = 3
+MIGRATION_004: Final = """
+CREATE TABLE IF NOT EXISTS memory_keys (
+  id TEXT PRIMARY KEY,
+  user_id TEXT NOT NULL,
+  canonical TEXT NOT NULL,
+  key_type TEXT NOT NULL DEFAULT 'concept' CHECK (key_type IN ('concept','name','proper_noun')),
+  created_at TEXT NOT NULL,
+  updated_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS idx_memory_keys_user ON memory_keys(user_id);
+CREATE TABLE IF NOT EXISTS memory_key_aliases (
+  key_id TEXT NOT NULL REFERENCES memory_keys(id) ON DELETE CASCADE,
+  user_id TEXT NOT NULL,
+  alias TEXT NOT NULL,
+  norm TEXT NOT NULL,
+  origin TEXT NOT NULL DEFAULT 'explicit' CHECK (origin IN ('canonical','explicit','merge','learned')),
+  similarity REAL,
+  created_at TEXT NOT NULL,
+  PRIMARY KEY (key_id, norm)
+);
+CREATE UNIQUE INDEX IF NOT EXISTS idx_key_alias_surface ON memory_key_aliases(user_id, norm);
+CREATE TABLE IF NOT EXISTS memory_key_vectors (
+  key_id TEXT NOT NULL REFERENCES memory_keys(id) ON DELETE CASCADE,
+  norm TEXT NOT NULL,
+  embedding_provider TEXT NOT NULL,
+  embedding_model TEXT NOT NULL,
+  embedding_dim INTEGER NOT NULL,
+  embedding BLOB NOT NULL,
+  updated_at TEXT NOT NULL,
+  PRIMARY KEY (key_id, norm)
+);
+CREATE TABLE IF NOT EXISTS memory_key_links (
+  key_id TEXT NOT NULL REFERENCES memory_keys(id) ON DELETE CASCADE,
+  memory_id TEXT NOT NULL REFERENCES memories(id) ON DELETE CASCADE,
+  weight REAL NOT NULL DEFAULT 1.0,
+  created_at TEXT NOT NULL,
+  updated_at TEXT NOT NULL,
+  PRIMARY KEY (key_id, memory_id)
+);
+CREATE INDEX IF NOT EXISTS idx_key_links_memory ON memory_key_links(memory_id);
+CREATE TABLE IF NOT EXISTS memory_relations (
+  from_id TEXT NOT NULL REFERENCES memories(id) ON DELETE CASCADE,
+  to_id TEXT NOT NULL REFERENCES memories(id) ON DELETE CASCADE,
+  relation TEXT NOT NULL DEFAULT 'related_to',
+  created_at TEXT NOT NULL,
+  PRIMARY KEY (from_id, to_id, relation)
+);
+CREATE INDEX IF NOT EXISTS idx_memory_relations_to ON memory_relations(to_id);
+CREATE TABLE IF NOT EXISTS memory_key_state (
+  memory_id TEXT PRIMARY KEY REFERENCES memories(id) ON DELETE CASCADE,
+  namespace TEXT NOT NULL DEFAULT 'default',
+  ttl_seconds REAL,
+  expires_at TEXT,
+  depth REAL NOT NULL DEFAULT 0,
+  access_count INTEGER NOT NULL DEFAULT 0,
+  last_accessed_at TEXT,
+  source_json TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(source_json)),
+  created_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS idx_key_state_namespace ON memory_key_state(namespace);
+CREATE INDEX IF NOT EXISTS idx_key_state_expiry ON memory_key_state(expires_at) WHERE expires_at IS NOT NULL;
+CREATE TABLE IF NOT EXISTS key_alias_candidates (
+  key_id TEXT NOT NULL REFERENCES memory_keys(id) ON DELETE CASCADE,
+  norm TEXT NOT NULL,
+  query TEXT NOT NULL,
+  hits INTEGER NOT NULL DEFAULT 0,
+  seen_at TEXT NOT NULL,
+  PRIMARY KEY (key_id, norm)
+);
+CREATE TABLE IF NOT EXISTS tombstones (
+  id TEXT PRIMARY KEY,
+  user_id TEXT NOT NULL,
+  content_hash TEXT,
+  memory_key TEXT,
+  memory_id TEXT,
+  memory_layer TEXT,
+  reason TEXT,
+  preview TEXT,
+  created_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS idx_tombstones_hash ON tombstones(user_id, content_hash);
+CREATE INDEX IF NOT EXISTS idx_tombstones_key ON tombstones(memory_key);
+INSERT INTO tombstones(id, user_id, content_hash, memory_key, memory_id, memory_layer, reason, preview, created_at)
+  SELECT 'tomb_' || lower(hex(randomblob(10))), user_id, content_hash, memory_key, id, memory_layer,
+         'deleted before tombstones existed', substr(memory_value, 1, 140), COALESCE(deleted_at, updated_at)
+  FROM memories WHERE status = 'deleted';
+"""
+
+SCHEMA_VERSION: Final = 4
 
 
 @dataclass(frozen=True)
@@ -387,4 +477,5 @@ MIGRATIONS: Final = (
     Migration(1, "001_core_tables", MIGRATION_001),
     Migration(2, "002_scope_validity_cjk_fts", MIGRATION_002, after=_rebuild_fts),
     Migration(3, "003_source_import_state", MIGRATION_003),
+    Migration(4, "004_key_graph_validity_tombstones", MIGRATION_004),
 )

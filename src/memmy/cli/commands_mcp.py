@@ -1,0 +1,220 @@
+"""``memmy-memory mcp``: serve memmy's MCP tools on stdin/stdout, backed by the running daemon.
+
+The stdio server never opens the database: every tool is an HTTP call to the one daemon that holds the store
+and the embedding model. When the daemon is not answering, the command starts it (``python -m memmy serve``,
+detached, output in ``~/.memmy/logs/daemon-autostart.log``), waits for ``/api/v1/health`` and fails with a
+clear message when it does not come up. ``--no-start`` turns that off.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import click
+
+from memmy.cli.client import ClientError, ClientSettings, MemoryClient
+from memmy.cli.context import CliContext, pass_ctx
+from memmy.cli.output import fail
+from memmy.config import MemmyConfig, memmy_home
+from memmy.errors import MemmyError
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+POLL_S = 0.2
+
+
+class DaemonStartError(MemmyError):
+    """The daemon is not running and could not be started."""
+
+    code = "unavailable"
+
+
+def daemon_healthy(settings: ClientSettings) -> bool:
+    """True when ``GET /api/v1/health`` answers 200 at the settings' URL."""
+    client = MemoryClient(replace(settings, timeout_s=3.0))
+    try:
+        client.request("GET", "/health")
+        return True
+    except ClientError:
+        return False
+    finally:
+        client.close()
+
+
+def lock_holder(config: MemmyConfig | None) -> dict[str, Any] | None:
+    """The live daemon recorded in ``<db>.server.lock`` (pid, host, port), or None."""
+    if config is None:
+        return None
+    path = Path(config.storage.sqlite_path)
+    try:
+        holder = json.loads(path.with_name(path.name + ".server.lock").read_text())
+        pid = int(holder.get("pid", 0))
+    except (OSError, ValueError, AttributeError, TypeError):
+        return None
+    if pid <= 0:
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return holder if isinstance(holder, dict) else None
+
+
+def spawn_daemon(
+    settings: ClientSettings, config_path: str | None, env: Mapping[str, str]
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """Start ``python -m memmy serve`` on the URL's host and port, detached from this process and its stdio."""
+    parts = urlsplit(settings.url)
+    host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+    if host not in LOOPBACK_HOSTS:
+        raise DaemonStartError(
+            f"the memmy memory service at {settings.url} is not answering, and it is not on this machine, so it "
+            "cannot be started from here; start it there (`memmy-memory serve`) or fix MEMMY_MEMORY_URL"
+        )
+    home = memmy_home(env)
+    (home / "logs").mkdir(parents=True, exist_ok=True)
+    log_path = home / "logs" / "daemon-autostart.log"
+    command = [sys.executable, "-m", "memmy"]
+    if config_path:
+        command += ["--config", os.path.abspath(config_path)]
+    command += ["serve", "--host", host, "--port", str(port)]
+    child_env = dict(env)
+    if settings.token:
+        child_env["MEMMY_MEMORY_TOKEN"] = settings.token
+    with log_path.open("ab") as log:
+        log.write(f"\n--- {time.strftime('%Y-%m-%dT%H:%M:%S')} memmy-memory mcp: {' '.join(command)}\n".encode())
+        log.flush()
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=child_env,
+            cwd=str(home),
+            start_new_session=True,
+            close_fds=True,
+        )
+    return process, log_path
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def ensure_daemon(
+    settings: ClientSettings,
+    config: MemmyConfig | None,
+    config_path: str | None,
+    *,
+    start: bool = True,
+    timeout_s: float = 90.0,
+    env: Mapping[str, str] | None = None,
+) -> str:
+    """Make sure the daemon answers: ``"running"`` if it already did, ``"started"`` if this call started it."""
+    env = os.environ if env is None else env
+    if daemon_healthy(settings):
+        return "running"
+    holder = lock_holder(config)
+    if holder is not None and f":{holder.get('port')}" not in settings.url:
+        raise DaemonStartError(
+            f"the memory store is served by pid {holder.get('pid')} on {holder.get('host')}:{holder.get('port')}, "
+            f"but this command is configured for {settings.url}; set MEMMY_MEMORY_URL or storage.endpoint to match"
+        )
+    if not start and holder is None:
+        raise DaemonStartError(
+            f"the memmy memory service is not running at {settings.url}; start it with `memmy-memory serve` "
+            "(or drop --no-start to let `memmy-memory mcp` start it)"
+        )
+    process, log_path = (None, None) if holder is not None else spawn_daemon(settings, config_path, env)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if daemon_healthy(settings):
+            return "started" if process is not None else "running"
+        if process is not None and log_path is not None and process.poll() is not None:
+            if lock_holder(config) is not None:  # another client's daemon won the race; wait for that one
+                process = None
+                continue
+            raise DaemonStartError(
+                f"the memmy memory service exited during start-up (exit code {process.returncode}); "
+                f"last lines of {log_path}:\n{_tail(log_path)}"
+            )
+        time.sleep(POLL_S)
+    where = f" (pid {process.pid}, log {log_path})" if process is not None else ""
+    raise DaemonStartError(
+        f"the memmy memory service did not answer at {settings.url}/api/v1/health within {timeout_s:.0f}s{where}"
+    )
+
+
+def identity_headers(settings: ClientSettings) -> dict[str, str]:
+    """The ``x-memmy-*`` headers the CLI client would send."""
+    headers = {"x-memmy-source": settings.source or "mcp"}
+    if settings.user_id:
+        headers["x-memmy-user-id"] = settings.user_id
+    if settings.workspace_path:
+        headers["x-memmy-workspace-path"] = settings.workspace_path
+    return headers
+
+
+@click.command("mcp")
+@click.option("--no-start", is_flag=True, help="Fail instead of starting the daemon when it is not running.")
+@click.option(
+    "--start-timeout",
+    type=click.FloatRange(1, 600),
+    default=90.0,
+    show_default=True,
+    help="Seconds to wait for a daemon this command started.",
+)
+@pass_ctx
+def mcp(obj: CliContext, no_start: bool, start_timeout: float) -> None:
+    """Serve the MCP tools on stdin/stdout (for Claude Code, Codex, Cursor, ...), backed by the daemon."""
+    # Imported here so other commands never pay for the MCP SDK.
+    import anyio
+
+    from memmy.mcp.api import ApiClient
+    from memmy.mcp.server import serve_stdio
+
+    config = obj.config()
+    settings = ClientSettings.resolve(
+        url=obj.url, token=obj.token, user_id=obj.user_id, source=obj.source or "mcp", config=config
+    )
+    try:
+        ensure_daemon(settings, config, obj.config_path, start=not no_start, timeout_s=start_timeout)
+    except MemmyError as exc:
+        fail(exc.message)
+
+    async def main() -> None:
+        revive_lock = anyio.Lock()
+
+        async def revive() -> bool:
+            """Start the daemon again when it went away mid-session (then the failed call is retried once)."""
+            async with revive_lock:
+                try:
+                    await anyio.to_thread.run_sync(
+                        lambda: ensure_daemon(settings, config, obj.config_path, timeout_s=start_timeout)
+                    )
+                except MemmyError:
+                    return False
+                return True
+
+        api = ApiClient(
+            settings.url,
+            token=settings.token,
+            headers=identity_headers(settings),
+            revive=None if no_start else revive,
+        )
+        await serve_stdio(api)
+
+    anyio.run(main)

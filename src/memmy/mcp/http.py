@@ -1,0 +1,209 @@
+"""The daemon's streamable-HTTP MCP endpoint (``/mcp``), an ASGI app the daemon mounts next to ``/api/v1``.
+
+Code path: the tools call the daemon's own HTTP API **in-process** (an :class:`httpx.ASGITransport` around the
+daemon's Starlette app), exactly as the stdio server calls it over loopback. One code path for both transports
+means the same routes, token check, validation, idempotency, namespace headers, API logs and error envelope; the
+keymem tools only exist as an HTTP contract anyway. In-process needs no port, cannot fail to connect and does not
+block the event loop.
+
+Mounting (in ``create_app``)::
+
+    mcp_http = McpHttpEndpoint(token=lambda: service.config.storage.token)
+    routes.append(mcp_http.route("/mcp"))
+    app = Starlette(..., lifespan=mcp_http.lifespan)
+
+Security: mounted inside the daemon app, :class:`~memmy.server.middleware.GuardMiddleware` already enforces the
+bearer token, the loopback-origin rule and the body cap; this endpoint applies the same token and origin rules
+itself too, so it stays closed wherever it is mounted. Transcript tools follow the daemon process's environment
+(:func:`~memmy.mcp.transcripts.transcripts_enabled`), so they are hidden here unless the daemon was started with
+``MEMMY_MCP_TRANSCRIPTS=1``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from memmy.mcp.api import ApiClient, TokenSource
+from memmy.mcp.server import build_server
+
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+INTERNAL_BASE_URL = "http://memmy.internal"
+
+
+def presented_token(scope: Scope) -> str:
+    """``Authorization: Bearer``, then ``x-api-key``, then ``?token=`` / ``?access_token=`` (like the daemon)."""
+    headers: dict[str, str] = {
+        bytes(k).decode("latin-1").lower(): bytes(v).decode("latin-1") for k, v in scope.get("headers", [])
+    }
+    auth = headers.get("authorization", "")
+    if auth.lower().startswith("bearer "):
+        return auth[7:].strip()
+    if headers.get("x-api-key"):
+        return headers["x-api-key"].strip()
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+    for name in ("token", "access_token"):
+        if query.get(name):
+            return str(query[name][0])
+    return ""
+
+
+def origin_allowed(scope: Scope) -> bool:
+    """No Origin, ``null``, ``file://`` or a loopback page (the daemon's CSRF rule)."""
+    origin = next((v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"origin"), None)
+    if origin is None or origin in ("null", "file://"):
+        return True
+    return (urlsplit(origin).hostname or "") in LOOPBACK
+
+
+async def send_error(send: Send, status: int, code: str, message: str) -> None:
+    """The daemon's error envelope."""
+    body = json.dumps({"error": {"code": code, "message": message, "requestId": ""}}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class McpHttpEndpoint:
+    """An ASGI app serving MCP over streamable HTTP (stateless, JSON responses: nothing is held open).
+
+    ``api`` is where the tools send their API calls: ``None`` (default) for the app this endpoint is mounted in,
+    called in-process; another ASGI app; or a base URL such as ``http://127.0.0.1:18960``. ``token`` (a string or
+    a zero-argument callable, read per request) is both required from MCP callers and presented to the API.
+    """
+
+    def __init__(
+        self,
+        api: ASGIApp | str | None = None,
+        token: TokenSource = None,
+        *,
+        env: Mapping[str, str] | None = None,
+        transcripts: bool | None = None,
+    ) -> None:
+        self._api_target = api
+        self._token = token
+        self._client: ApiClient | None = None
+        self._running = False
+        self._background: asyncio.Task[None] | None = None
+        self._start_lock: asyncio.Lock | None = None
+        self.server = build_server(self._api, env=env, transcripts=transcripts)
+        self.manager = StreamableHTTPSessionManager(
+            app=self.server,
+            json_response=True,
+            stateless=True,
+            # Host/Origin checks are done in __call__ (and by the daemon's GuardMiddleware), with the daemon's rules.
+            security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        )
+
+    def route(self, path: str = "/mcp") -> Route:
+        """A Starlette route for ``path`` (exact match, every method), to add to the daemon's routes."""
+        return Route(path, endpoint=self)
+
+    def expected_token(self) -> str | None:
+        """The token callers must present (None or empty: no token configured)."""
+        return self._token() if callable(self._token) else self._token
+
+    def _api(self) -> ApiClient:
+        if self._client is None:
+            raise RuntimeError("the MCP endpoint has not received a request yet")
+        return self._client
+
+    def _make_client(self, scope: Scope) -> ApiClient:
+        target = self._api_target if self._api_target is not None else scope.get("app")
+        headers = {"x-memmy-source": "mcp"}
+        if isinstance(target, str):
+            return ApiClient(target, token=self._token, headers=headers)
+        if target is None:
+            raise RuntimeError("McpHttpEndpoint needs api= when it is not mounted inside a Starlette app")
+        transport = httpx.ASGITransport(app=target)
+        return ApiClient(INTERNAL_BASE_URL, token=self._token, headers=headers, transport=transport)
+
+    @asynccontextmanager
+    async def lifespan(self, app: Any = None) -> AsyncIterator[None]:
+        """Run the MCP session manager for the app's lifetime (pass as ``Starlette(lifespan=...)``)."""
+        async with self.manager.run():
+            self._running = True
+            try:
+                yield
+            finally:
+                self._running = False
+                if self._client is not None:
+                    await self._client.aclose()
+                    self._client = None
+
+    async def _ensure_running(self) -> None:
+        """Start the session manager on first use when no lifespan started it (mounted without ``lifespan=``)."""
+        if self._start_lock is None:
+            self._start_lock = asyncio.Lock()
+        async with self._start_lock:
+            if self._running:
+                return
+            started = asyncio.Event()
+
+            async def run_forever() -> None:
+                async with self.manager.run():
+                    self._running = True
+                    started.set()
+                    try:
+                        await asyncio.Event().wait()
+                    finally:
+                        self._running = False
+
+            self._background = asyncio.get_running_loop().create_task(run_forever())
+            waiter = asyncio.ensure_future(started.wait())
+            await asyncio.wait({waiter, self._background}, return_when=asyncio.FIRST_COMPLETED)
+            if not started.is_set():
+                waiter.cancel()
+                await self._background  # re-raises why the manager could not start
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._serve_lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        if not origin_allowed(scope):
+            await send_error(send, 403, "forbidden", "cross-origin requests from non-local pages are refused")
+            return
+        expected = self.expected_token()
+        if expected and not hmac.compare_digest(presented_token(scope).encode(), expected.encode()):
+            await send_error(send, 401, "unauthorized", "invalid memory service token")
+            return
+        if scope.get("method") == "GET":
+            # Stateless JSON mode has no server-initiated messages: no SSE stream to hold open (spec: answer 405).
+            await send_error(send, 405, "invalid_argument", "GET is not allowed on the MCP endpoint; POST JSON-RPC")
+            return
+        if self._client is None:
+            self._client = self._make_client(scope)
+        if not self._running:
+            await self._ensure_running()
+        await self.manager.handle_request(scope, receive, send)
+
+    async def _serve_lifespan(self, receive: Receive, send: Send) -> None:
+        """Support running the endpoint as a standalone ASGI app (``uvicorn memmy...:app``)."""
+        context = self.lifespan()
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await context.__aenter__()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await context.__aexit__(None, None, None)
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+def build_asgi_app(api: ASGIApp | str | None = None, token: TokenSource = None) -> McpHttpEndpoint:
+    """The ``/mcp`` endpoint: ``api`` is the daemon app, its URL, or None for the app it is mounted in."""
+    return McpHttpEndpoint(api, token)

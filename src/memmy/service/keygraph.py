@@ -1,0 +1,382 @@
+"""The associative key graph (keymem's MCP tools over memmy's store): recall by key clusters, browse,
+read_key, read_memory (Hebbian), related, list, stats, plus the writes of :mod:`memmy.service.keywrite`.
+
+``POST /api/v1/keys/<op>`` calls :meth:`KeyOps.call` with the tool's arguments; the result is the tool's
+result object. Key-graph memories are ordinary L1 memories, so they also appear in normal recall.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from memmy.errors import NotFound
+from memmy.recall.freshness import validity_payload
+from memmy.service.keyargs import (
+    body_of,
+    namespace_of,
+    norm_key,
+    number_variants,
+    opt_flag,
+    opt_number,
+    opt_text,
+    req_text,
+)
+from memmy.service.keycore import HEBBIAN_STEP, MAX_WEIGHT, PREVIEW_CHARS, memory_view, specificity
+from memmy.service.keywrite import KeyWriter
+from memmy.service.namespace import Namespace
+from memmy.store.db import utc_now
+from memmy.store.memories import MemoryFilter
+
+OPS = (
+    "recall",
+    "browse_keys",
+    "read_key",
+    "read_memory",
+    "remember",
+    "remember_batch",
+    "correct",
+    "confirm_memory",
+    "dismiss",
+    "related",
+    "forget",
+    "list_memories",
+    "cleanup_expired",
+    "memory_stats",
+)
+ALIAS_LEARNING_WINDOW_S = 15 * 60
+LEARNABLE_QUERY_CHARS = 40
+
+
+def _since(seconds: float) -> str:
+    moment = datetime.now(UTC) - timedelta(seconds=seconds)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class KeyOps(KeyWriter):
+    """Every key-graph tool."""
+
+    def call(self, op: str, body: Any, ns: Namespace) -> Any:
+        """Run one tool by name with keymem's arguments."""
+        handlers: dict[str, Callable[[Any, Namespace], Any]] = {
+            "recall": self.recall,
+            "browse_keys": self.browse_keys,
+            "read_key": self.read_key,
+            "read_memory": self.read_memory,
+            "remember": self.remember,
+            "remember_batch": self.remember_batch,
+            "correct": self.correct,
+            "confirm_memory": self.confirm,
+            "dismiss": self.dismiss,
+            "related": self.related,
+            "forget": self.forget,
+            "list_memories": self.list_memories,
+            "cleanup_expired": self.cleanup_expired,
+            "memory_stats": self.memory_stats,
+        }
+        handler = handlers.get(op)
+        if handler is None:
+            raise NotFound(f"unknown key-graph operation {op!r}: expected one of {', '.join(OPS)}")
+        return handler(body, ns)
+
+    # -- recall -----------------------------------------------------------------------------------
+    def _match_keys(self, query: str, user_id: str, counts: dict[str, int]) -> tuple[dict[str, Any], list[Any]]:
+        """key id -> (score, match type, surface) for exact, alias, variant, partial and semantic matches."""
+        thresholds = self.thresholds
+        norm = norm_key(query)
+        words = norm.split()
+        grams = (
+            [" ".join(words[i : i + n]) for n in (1, 2) for i in range(len(words) - n + 1)] if len(words) > 1 else []
+        )
+        variants = number_variants(norm)
+        hits = self.keys.find_surfaces(user_id, [norm, *variants, *grams])
+        matches: dict[str, tuple[float, str, str]] = {}
+
+        def offer(key_id: str, score: float, kind: str, surface: str) -> None:
+            if key_id in counts and score > matches.get(key_id, (-1.0, "", ""))[0]:
+                matches[key_id] = (score, kind, surface)
+
+        for surface, (key_id, origin) in hits.items():
+            if surface == norm:
+                offer(key_id, 1.0, "exact" if origin == "canonical" else "alias", surface)
+            elif surface in variants:
+                offer(key_id, 0.97, "variant", surface)
+            else:
+                offer(key_id, 0.9, "partial", surface)
+        nearest: list[Any] = []
+        query_vector = self.embed_query(query)
+        if query_vector is not None and self.indexer.key_index is not None:
+            found = self.indexer.key_index.search(query_vector, user_id, 64, usable=thresholds.vector_usable)
+            nearest = [f for f in found if f[0] in counts]
+            for key_id, surface, score in nearest:
+                if score >= thresholds.key_recall:
+                    offer(key_id, score, "semantic", surface)
+        return {"matches": matches, "vector": query_vector}, nearest
+
+    def recall(self, body: Any, ns: Namespace) -> dict[str, Any]:
+        """Ranked key clusters plus ONE passive Top-1 memory (no graph state changes)."""
+        args = body_of(body)
+        query = req_text(args, "query", max_len=2000).strip()
+        top_k = opt_number(args, "top_k", 8, 1, 50)
+        namespace = namespace_of(args)
+        context = opt_text(args, "context")
+        explain = opt_flag(args, "explain")
+        max_chars = opt_number(args, "max_chars", PREVIEW_CHARS, 50, 200_000)
+        counts = self.keys.memory_counts(ns.user_id, namespace)
+        found, nearest = self._match_keys(query, ns.user_id, counts)
+        matches: dict[str, tuple[float, str, str]] = found["matches"]
+        rows = self.keys.keys(list(matches))
+        scored = []
+        for key_id, (score, kind, _surface) in matches.items():
+            row = rows.get(key_id)
+            if row is None:
+                continue
+            if row.key_type != "concept" and counts.get(key_id, 0) >= 3 and kind == "partial":
+                score *= 0.5  # a name that became a hub must not pollute unrelated searches
+            scored.append((score, counts.get(key_id, 0), row, kind))
+        scored.sort(key=lambda s: (-s[0], -s[1], s[2].canonical))
+        scored = scored[:top_k]
+        keys = self.key_views([s[2] for s in scored], counts)
+        for view, (score, _n, _row, kind) in zip(keys, scored, strict=True):
+            view["score"] = round(score, 4)
+            view["score_kind"] = "key_relevance"
+            view["match_type"] = kind
+        memories: list[dict[str, Any]] = []
+        if scored:
+            top = scored[0][2]
+            cue = context or query
+            cue_vector = self.embed_query(cue) if context else found["vector"]
+            ranked = self.rank_memories(top.id, ns.user_id, namespace, cue, cue_vector)
+            if ranked:
+                best = ranked[0]
+                view = memory_view(best.memory, best.state, time.time())
+                content = best.memory.content
+                view.update(
+                    {
+                        "content": content[:max_chars],
+                        "truncated": len(content) > max_chars,
+                        "passive": True,
+                        "matched_key": {"key_id": top.id, "concept": top.canonical},
+                        "content_relevance": round(best.content_relevance, 4)
+                        if best.content_relevance is not None
+                        else None,
+                        "relevance_score": round(best.score, 4),
+                        "score_kind": "relevance_score",
+                        "connected_keys": self.connected_keys(best.memory.id, found["vector"], ns.user_id),
+                    }
+                )
+                memories.append(view)
+        result: dict[str, Any] = {"status": "found" if keys else "no_match", "query": query, "namespace": namespace}
+        if explain:
+            total = self._namespace_total(ns.user_id, namespace)
+            result["namespace_memory_count"] = total
+            if total == 0:
+                result["status"] = "empty_namespace"
+        result["keys"] = keys
+        result["memories"] = memories
+        if not keys:
+            near_rows = self.keys.keys([k for k, _s, _v in nearest[:5]])
+            result["nearest_keys"] = [
+                {"key_id": k, "concept": near_rows[k].canonical, "score": round(v, 4), "memory_count": counts.get(k, 0)}
+                for k, _s, v in nearest[:5]
+                if k in near_rows
+            ]
+            result["note"] = (
+                "No key cleared the recall gate. If a nearest_keys concept matches the topic, retry recall with it "
+                "(or read_key it directly); otherwise browse_keys(namespace) to see the vocabulary."
+            )
+        return result
+
+    def _namespace_total(self, user_id: str, namespace: str | None) -> int:
+        counts = self.keys.namespace_counts(user_id)
+        return counts.get(namespace, 0) if namespace else sum(counts.values())
+
+    # -- navigation -------------------------------------------------------------------------------
+    def browse_keys(self, body: Any, ns: Namespace) -> dict[str, Any]:
+        """A namespace's key vocabulary: hubs first, then by linked-memory count."""
+        args = body_of(body)
+        namespace = namespace_of(args)
+        hubs_only = opt_flag(args, "hubs_only")
+        limit = opt_number(args, "limit", 20, 1, 500)
+        offset = opt_number(args, "offset", 0, 0, 1_000_000)
+        counts = self.keys.memory_counts(ns.user_id, namespace)
+        rows = self.keys.keys(list(counts))
+        views = self.key_views(list(rows.values()), counts)
+        if hubs_only:
+            views = [v for v in views if v["is_hub"]]
+        views.sort(key=lambda v: (not v["is_hub"], -v["memory_count"], v["concept"].casefold()))
+        page = views[offset : offset + limit]
+        return {
+            "namespace": namespace,
+            "memory_count": self._namespace_total(ns.user_id, namespace),
+            "total": len(views),
+            "offset": offset,
+            "limit": limit,
+            "has_more": offset + limit < len(views),
+            "keys": page,
+        }
+
+    def read_key(self, body: Any, ns: Namespace) -> dict[str, Any]:
+        """Ranked memory handles under one key (metadata and validity, never content); pages with limit/offset."""
+        args = body_of(body)
+        key = self.require_key(args.get("key_id"), ns.user_id)
+        query = opt_text(args, "query")
+        namespace = namespace_of(args)
+        limit = opt_number(args, "limit", 10, 1, 200)
+        offset = opt_number(args, "offset", 0, 0, 1_000_000)
+        ranked = self.rank_memories(key.id, ns.user_id, namespace, query, self.embed_query(query) if query else None)
+        if query:
+            norm = norm_key(query)
+            if norm and len(norm) <= LEARNABLE_QUERY_CHARS and len(norm.split()) <= 3:
+                if self.keys.find_surface(ns.user_id, norm) is None:
+                    self.keys.note_query(key.id, norm, query.strip())
+        counts = self.keys.memory_counts(ns.user_id, namespace, [key.id])
+        key_counts = self.keys.links_of_memories([r.memory.id for r in ranked[offset : offset + limit]])
+        now = time.time()
+        handles = []
+        for rank, item in enumerate(ranked[offset : offset + limit], start=offset + 1):
+            view = memory_view(item.memory, item.state, now)
+            view.update(
+                {
+                    "rank": rank,
+                    "score": round(item.score, 4),
+                    "score_kind": "rank_score",
+                    "content_relevance": round(item.content_relevance, 4)
+                    if item.content_relevance is not None
+                    else None,
+                    "link_weight": round(item.weight, 4),
+                    "key_count": len(key_counts.get(item.memory.id, [])),
+                }
+            )
+            handles.append(view)
+        return {
+            "key": self.key_views([key], counts)[0],
+            "query": query,
+            "namespace": namespace,
+            "total": len(ranked),
+            "offset": offset,
+            "limit": limit,
+            "has_more": offset + limit < len(ranked),
+            "memories": handles,
+        }
+
+    def read_memory(self, body: Any, ns: Namespace) -> dict[str, Any]:
+        """Full content, connected keys and validity; reinforces ONLY the traversed edge (never confirms)."""
+        args = body_of(body)
+        memory = self.require_memory(args.get("memory_id"))
+        via = args.get("via_key_id")
+        key = self.require_key(via, ns.user_id, "via_key_id") if via is not None else None
+        namespace_of(args)
+        reinforced = None
+        learned = None
+        with self.db.transaction():
+            if key is not None:
+                before = self.keys.weight(key.id, memory.id)
+                if before is not None:
+                    after = min(MAX_WEIGHT, before + HEBBIAN_STEP)
+                    self.keys.set_weight(key.id, memory.id, after)
+                    reinforced = {"key_id": key.id, "weight_before": round(before, 4), "weight": round(after, 4)}
+                    learned = self.learn_alias(key.id, ns.user_id, _since(ALIAS_LEARNING_WINDOW_S))
+            self.keys.record_access(memory.id)
+        state = self.keys.state(memory.id)
+        view = memory_view(memory, state, time.time())
+        view.update(
+            {
+                "content": memory.content,
+                "current": self.is_current(memory),
+                "source": state.source if state else {"host_agent": memory.source_agent},
+                "connected_keys": self.connected_keys(memory.id, None, ns.user_id),
+                "related": [{"memory_id": other, "relation": rel} for other, rel in self.keys.related_ids(memory.id)],
+                "reinforced": reinforced,
+            }
+        )
+        if learned is not None:
+            view["alias_learning"] = learned
+        return view
+
+    def related(self, body: Any, ns: Namespace) -> dict[str, Any]:
+        """Memories sharing keys with this one or linked to it explicitly (related_to), best first."""
+        args = body_of(body)
+        memory = self.require_memory(args.get("memory_id"))
+        limit = opt_number(args, "limit", 20, 1, 200)
+        found: dict[str, dict[str, Any]] = {}
+        key_rows = self.keys.keys([k for k, _ in self.keys.links_of_memory(memory.id)])
+        counts = self.keys.memory_counts(ns.user_id, None, list(key_rows))
+        for key_id, row in key_rows.items():
+            for other, weight, _state in self.keys.memories_of_key(key_id, ns.user_id, None):
+                if other == memory.id:
+                    continue
+                entry = found.setdefault(other, {"via": set(), "shared_keys": [], "score": 0.0})
+                entry["via"].add("shared_key")
+                entry["shared_keys"].append({"key_id": key_id, "concept": row.canonical})
+                entry["score"] += weight * specificity(counts.get(key_id, 1))
+        for other, _relation in self.keys.related_ids(memory.id):
+            entry = found.setdefault(other, {"via": set(), "shared_keys": [], "score": 0.0})
+            entry["via"].add("related_to")
+            entry["score"] += 1.0
+        loaded = self.memories.get_many(list(found), MemoryFilter(include_pending_imports=True))
+        now = time.time()
+        items = []
+        for other, entry in sorted(found.items(), key=lambda kv: -float(kv[1]["score"])):
+            other_memory = loaded.get(other)
+            if other_memory is None:
+                continue
+            items.append(
+                {
+                    "id": other,
+                    "memory_id": other,
+                    "content": other_memory.content[:300],
+                    "via": sorted(entry["via"]),
+                    "shared_keys": entry["shared_keys"],
+                    "score": round(float(entry["score"]), 4),
+                    "validity": validity_payload(other_memory, now),
+                }
+            )
+        return {"memory_id": memory.id, "count": len(items[:limit]), "related": items[:limit]}
+
+    def list_memories(self, body: Any, ns: Namespace) -> dict[str, Any]:
+        """Active key-graph memories (expired and superseded ones excluded), newest first."""
+        args = body_of(body)
+        namespace = namespace_of(args)
+        limit = opt_number(args, "limit", 1000, 1, 10_000)
+        offset = opt_number(args, "offset", 0, 0, 1_000_000)
+        ids = self.keys.visible_memory_ids(ns.user_id, namespace)
+        page = ids[offset : offset + limit]
+        loaded = self.memories.get_many(page, MemoryFilter(include_pending_imports=True))
+        states = self.keys.states(page)
+        links = self.keys.links_of_memories(page)
+        rows = self.keys.keys([k for ks in links.values() for k in ks])
+        now = time.time()
+        items = []
+        for memory_id in page:
+            memory = loaded.get(memory_id)
+            if memory is None:
+                continue
+            view = memory_view(memory, states.get(memory_id), now)
+            view["content"] = memory.content
+            view["keys"] = [rows[k].canonical for k in links.get(memory_id, []) if k in rows]
+            items.append(view)
+        return {"namespace": namespace, "total": len(ids), "count": len(items), "memories": items}
+
+    def memory_stats(self, body: Any, ns: Namespace) -> dict[str, Any]:
+        """Counts of keys, memories and links (plus aliases, related_to links, tombstones, namespaces)."""
+        body_of(body)
+        namespaces = self.keys.namespace_counts(ns.user_id)
+        return {
+            "keys": self.keys.key_count(ns.user_id),
+            "memories": sum(namespaces.values()),
+            "links": self.keys.link_count(ns.user_id),
+            "aliases": self.keys.alias_count(ns.user_id),
+            "related_links": self.keys.relation_count(),
+            "tombstones": self.tombstones.count(),
+            "namespaces": namespaces,
+            "thresholds": {
+                "profile": self.thresholds.profile,
+                "key_recall": self.thresholds.key_recall,
+                "key_merge": self.thresholds.key_merge,
+                "multilingual": self.thresholds.multilingual,
+            },
+            "serverTime": utc_now(),
+        }
