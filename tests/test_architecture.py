@@ -34,7 +34,7 @@ ALLOWED: dict[str, set[str]] = {
         "config_defaults",
         "__init__",
     },
-    "server": {"service", "domain", "errors", "config", "config_defaults", "store", "__init__"},
+    "server": {"service", "domain", "errors", "config", "config_defaults", "store", "__init__", "mcp"},
     "cli": {
         "service",
         "server",
@@ -44,11 +44,13 @@ ALLOWED: dict[str, set[str]] = {
         "config_defaults",
         "integrations",
         "sources",
+        "mcp",
         "__init__",
     },
     "__main__": {"cli"},
     "integrations": {"__init__"},
     "hook": set(),
+    "mcp": {"__init__", "hook", "sources"},
     "__init__": set(),
 }
 

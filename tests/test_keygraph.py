@@ -3,14 +3,19 @@ dismiss, related_to, TTL cleanup, and the HTTP contract of ``POST /api/v1/keys/<
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from numpy.typing import NDArray
 
 from memmy.cli.main import cli
-from memmy.embed import Embedder
+from memmy.config import load_config
+from memmy.embed import Embedder, EmbeddingFingerprint
 from memmy.service import MemoryService
 from memmy.service.namespace import Namespace
 from tests.conftest import Daemon
@@ -295,3 +300,72 @@ def test_keys_http_contract_on_a_real_daemon(daemon: Daemon) -> None:
     assert out.exit_code == 0 and out.output.startswith("Saved trace_")
     out = CliRunner().invoke(cli, [*base, "keys", "stats"])
     assert out.exit_code == 0 and "keys:" in out.output
+    browse = CliRunner().invoke(cli, [*base, "keys", "browse", "--namespace", "team"], catch_exceptions=False)
+    assert browse.exit_code == 0 and "Mina" in browse.output
+    tabs = next(line.split("]")[0][1:] for line in browse.output.splitlines() if "] tabs" in line)
+    handles = CliRunner().invoke(cli, [*base, "keys", "read", tabs, "--query", "tabs"], catch_exceptions=False)
+    assert handles.exit_code == 0 and memory_id in handles.output
+    full = CliRunner().invoke(cli, [*base, "keys", "read-memory", memory_id, "--via-key", tabs])
+    assert full.exit_code == 0 and "Mina prefers tabs" in full.output and "w=1.1" in full.output
+
+
+class StubMultilingual:
+    """A multilingual model in miniature: translations share one axis, everything else is random."""
+
+    AXES = {"apple": 0, "사과": 0, "苹果": 0, "fruit": 1, "과일": 1, "水果": 1}
+
+    @property
+    def fingerprint(self) -> EmbeddingFingerprint:
+        return EmbeddingFingerprint("openai_compatible", "bge-m3", 64)
+
+    def embed(self, texts: Sequence[str], role: str = "document") -> NDArray[np.float32]:
+        out = np.zeros((len(texts), 64), dtype=np.float32)
+        for i, text in enumerate(texts):
+            axis = self.AXES.get(text.strip().casefold())
+            if axis is not None:
+                out[i, axis] = 1.0
+            else:
+                seed = int(hashlib.sha256(text.encode()).hexdigest()[:8], 16)
+                out[i] = np.random.default_rng(seed).normal(size=64)
+                out[i] /= np.linalg.norm(out[i])
+        return out
+
+
+def test_a_multilingual_model_merges_translations_by_similarity(isolated_home: Path) -> None:
+    service = MemoryService.open(load_config(), embedder=StubMultilingual())
+    service.indexer.load_index()
+    try:
+        assert call(service, "memory_stats")["thresholds"]["multilingual"] is True
+        call(service, "remember", content="The user eats an apple every morning", keys=["apple", "fruit"])
+        korean = call(service, "remember", content="사과를 매일 먹는다", keys=["사과", "과일"])
+        merged = {m["key"]: m["into"] for m in korean["hints"]["merged_keys"]}
+        assert merged == {"사과": "apple", "과일": "fruit"}
+        recalled = call(service, "recall", query="苹果")
+        assert recalled["keys"][0]["concept"] == "apple" and recalled["keys"][0]["match_type"] == "semantic"
+        assert recalled["keys"][0]["memory_count"] == 2
+    finally:
+        service.close()
+
+
+def test_a_model_change_re_embeds_every_key_surface(isolated_home: Path, embedder: Embedder) -> None:
+    service = MemoryService.open(load_config(), embedder=embedder)
+    service.indexer.load_index()
+    call(service, "remember", content="The user eats an apple every morning", keys=["apple|사과", "breakfast"])
+    service.indexer.drain()
+    service.close()
+
+    def stamps(svc: MemoryService) -> dict[str, int]:
+        rows = svc.db.query("SELECT embedding_model, COUNT(*) FROM memory_key_vectors GROUP BY 1")
+        return {r[0]: r[1] for r in rows}
+
+    reopened = MemoryService.open(load_config(), embedder=StubMultilingual())
+    try:
+        reopened.indexer.load_index()
+        assert stamps(reopened) == {"all-MiniLM-L6-v2": 3}
+        assert call(reopened, "recall", query="苹果")["status"] == "no_match"
+        reopened.indexer.drain()
+        assert stamps(reopened) == {"bge-m3": 3}  # every surface re-embedded under the new fingerprint
+        recalled = call(reopened, "recall", query="苹果")
+        assert recalled["keys"][0]["concept"] == "apple" and recalled["keys"][0]["match_type"] == "semantic"
+    finally:
+        reopened.close()

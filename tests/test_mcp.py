@@ -26,6 +26,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult
+from starlette.applications import Starlette
 
 from memmy.cli.client import ClientSettings
 from memmy.cli.commands_mcp import DaemonStartError, ensure_daemon
@@ -162,6 +163,8 @@ def test_transcript_trust_gate_and_session_ids() -> None:
     assert transcripts_enabled({"CODEX_THREAD_ID": sid})
     assert transcripts_enabled({"MEMMY_MCP_TRANSCRIPTS": "1"})
     assert not transcripts_enabled({"MEMMY_MCP_TRANSCRIPTS": "0", "CLAUDE_CODE_SESSION_ID": sid})
+    assert not transcripts_enabled({"CLAUDE_CODE_SESSION_ID": sid}, host_session=False)  # the shared daemon
+    assert transcripts_enabled({"MEMMY_MCP_TRANSCRIPTS": "true"}, host_session=False)
     assert check_session_id(sid.upper()) == sid
     for bad in ("../" + sid, "/etc/passwd", sid + "/../x", "..\\" + sid, "~/" + sid, "not-a-uuid", sid + ".jsonl"):
         with pytest.raises(TranscriptError, match="refused session_id"):
@@ -388,6 +391,15 @@ def test_stdio_transcript_tools_read_and_refuse_traversal(daemon: Daemon, tmp_pa
 
 
 # -- daemon auto-start -----------------------------------------------------------------------------------------
+def stop_daemon(pid: int, lock_path: Path) -> None:
+    """SIGTERM a daemon we did not spawn ourselves and wait until it released its lock."""
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while lock_path.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not lock_path.exists(), f"daemon {pid} did not stop"
+
+
 def test_stdio_starts_the_daemon_when_none_is_running(isolated_home: Path, tmp_path: Path) -> None:
     port = free_port()
     memmy_home = isolated_home / ".memmy"
@@ -399,29 +411,35 @@ def test_stdio_starts_the_daemon_when_none_is_running(isolated_home: Path, tmp_p
     lock_path = Path(load_config(env=env).storage.sqlite_path)
     lock_path = lock_path.with_name(lock_path.name + ".server.lock")
     assert not lock_path.exists()
+    pids: list[int] = []
 
-    async def session(client: Client) -> Any:
-        return data(await client.call_tool("memmy_memory_search", {"query": "anything at all"}))
-
-    pid = 0
-    try:
-        result = with_client(stdio(env, cwd=tmp_path), session)
-        assert result["hits"] == []
+    def holder_pid() -> int:
         holder = json.loads(lock_path.read_text())
-        pid = int(holder["pid"])
-        assert holder["port"] == port and pid != os.getpid()
+        assert holder["port"] == port
+        return int(holder["pid"])
+
+    async def session(client: Client) -> list[Any]:
+        results = [data(await client.call_tool("memmy_memory_search", {"query": "anything at all"}))]
+        pids.append(await anyio.to_thread.run_sync(holder_pid))
+        # The daemon goes away mid-session: the next call starts it again and is retried.
+        await anyio.to_thread.run_sync(stop_daemon, pids[0], lock_path)
+        results.append(data(await client.call_tool("memmy_memory_search", {"query": "anything at all"})))
+        pids.append(await anyio.to_thread.run_sync(holder_pid))
+        return results
+
+    try:
+        results = with_client(stdio(env, cwd=tmp_path), session)
+        assert [r["hits"] for r in results] == [[], []]
+        assert len(pids) == 2 and pids[0] != pids[1] and os.getpid() not in pids
         assert httpx.get(f"http://127.0.0.1:{port}/api/v1/health", timeout=5).status_code == 200
-        assert "memmy-memory mcp" in (memmy_home / "logs" / "daemon-autostart.log").read_text()
-        # A second stdio server finds the daemon up and starts nothing.
-        with_client(stdio(env, cwd=tmp_path), session)
-        assert int(json.loads(lock_path.read_text())["pid"]) == pid
+        assert (memmy_home / "logs" / "daemon-autostart.log").read_text().count("memmy-memory mcp") == 2
+        # Another stdio server finds the daemon up and starts nothing.
+        with_client(stdio(env, cwd=tmp_path), lambda client: client.list_tools(), mode="legacy")
+        assert holder_pid() == pids[1]
+        assert (memmy_home / "logs" / "daemon-autostart.log").read_text().count("memmy-memory mcp") == 2
     finally:
-        if pid:
-            os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + 30
-            while lock_path.exists() and time.monotonic() < deadline:
-                time.sleep(0.1)
-            assert not lock_path.exists(), "the auto-started daemon did not stop"
+        if lock_path.exists():
+            stop_daemon(int(json.loads(lock_path.read_text())["pid"]), lock_path)
 
 
 def test_no_start_fails_with_a_clear_message(isolated_home: Path) -> None:
@@ -482,6 +500,8 @@ def test_http_endpoint_mounted_in_the_daemon_app(
 ) -> None:
     app = create_app(token_service)
     endpoint = McpHttpEndpoint(token=lambda: token_service.config.storage.token)
+    # Exactly what create_app does once /mcp is mounted there (replacing that endpoint if it already is).
+    app.router.routes = [r for r in app.router.routes if getattr(r, "path", None) != "/mcp"]
     app.router.routes.append(endpoint.route("/mcp"))
     if with_lifespan:
         app.router.lifespan_context = endpoint.lifespan
@@ -522,13 +542,29 @@ def test_http_endpoint_mounted_in_the_daemon_app(
         with pytest.raises(Exception):  # noqa: B017 - the SDK surfaces the 401 as a transport error
             with_client(http_transport(f"{server.url}/mcp", "wrong"), unauthorized)
     assert out["names"] == MEMMY + KEYMEM
-    assert (endpoint._background is None) is with_lifespan  # the lifespan ran the session manager, or lazy start did
+    # The SDK's session manager ran in a background task; the lifespan stopped it, else it ended with the loop.
+    assert endpoint._background is None if with_lifespan else endpoint._background is not None
+    assert not endpoint.running
     assert stored["sourceAgent"] == "cursor" and stored["projectId"] == str(tmp_path)  # forwarded identity
     assert added_id_in(out["search"], out["added"]["id"])
     assert out["get"]["content"] == "Pin numpy below 3 in the lab repo."
     assert out["resume"]["candidates"][0]["memoryIds"] == [out["added"]["id"]]
     assert out["counts"][0] == out["counts"][1]
     assert "Never store secrets" in out["prompt"]
+
+
+def test_http_endpoint_transcript_gate_ignores_host_session_ids() -> None:
+    sid = str(uuid.uuid4())
+    for env, trusted in (({"CLAUDE_CODE_SESSION_ID": sid}, False), ({"MEMMY_MCP_TRANSCRIPTS": "1"}, True)):
+        endpoint = McpHttpEndpoint(api="http://127.0.0.1:9", token="tok", env=env)
+        with ServerThread(Starlette(routes=[endpoint.route("/mcp")], lifespan=endpoint.lifespan)) as server:
+            names = with_client(http_transport(f"{server.url}/mcp", "tok"), list_names, mode="legacy")
+            down = with_client(
+                http_transport(f"{server.url}/mcp", "tok"),
+                lambda client: client.call_tool("memmy_memory_search", {"query": "x"}),
+            )
+        assert names == MEMMY + KEYMEM + (TRANSCRIPTS if trusted else [])
+        refused(down, "not reachable at http://127.0.0.1:9")
 
 
 def test_http_endpoint_on_the_real_daemon_when_mounted(daemon: Daemon) -> None:

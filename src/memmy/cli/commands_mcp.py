@@ -88,7 +88,8 @@ def spawn_daemon(
     if config_path:
         command += ["--config", os.path.abspath(config_path)]
     command += ["serve", "--host", host, "--port", str(port)]
-    child_env = dict(env)
+    # The daemon is shared, not this host session's child: do not hand it the host's session id.
+    child_env = {k: v for k, v in env.items() if k not in ("CLAUDE_CODE_SESSION_ID", "CODEX_THREAD_ID")}
     if settings.token:
         child_env["MEMMY_MEMORY_TOKEN"] = settings.token
     with log_path.open("ab") as log:
@@ -128,7 +129,7 @@ def ensure_daemon(
     if daemon_healthy(settings):
         return "running"
     holder = lock_holder(config)
-    if holder is not None and f":{holder.get('port')}" not in settings.url:
+    if holder is not None and str(holder.get("port")) != str(urlsplit(settings.url).port):
         raise DaemonStartError(
             f"the memory store is served by pid {holder.get('pid')} on {holder.get('host')}:{holder.get('port')}, "
             f"but this command is configured for {settings.url}; set MEMMY_MEMORY_URL or storage.endpoint to match"

@@ -18,6 +18,7 @@ from memmy import __version__
 from memmy.cli.commands_agents import init, remove
 from memmy.cli.commands_import import import_history, sources
 from memmy.cli.commands_keys import COMMANDS as KEY_COMMANDS
+from memmy.cli.commands_mcp import mcp
 from memmy.cli.commands_service import service
 from memmy.cli.commands_session import session, turn
 from memmy.cli.context import CliContext, list_option, pass_ctx, strip_none
@@ -208,6 +209,9 @@ def add(
         }
     )
     result = obj.call("POST", "/memory/add", body)
+    if result.get("tombstoned"):
+        obj.output(result, f"Not added: {result['summary']}")
+        return
     verb = "Already stored as" if result.get("deduplicated") else "Added"
     obj.output(result, f"{verb} {result['id']} ({result['memoryLayer']}): {result['summary']}")
 
@@ -283,6 +287,7 @@ cli.add_command(session)
 cli.add_command(turn)
 cli.add_command(import_history)
 cli.add_command(sources)
+cli.add_command(mcp)
 for _command in KEY_COMMANDS:
     cli.add_command(_command)
 

@@ -11,12 +11,7 @@ Modules: :mod:`~memmy.mcp.api` (the async API client), :mod:`~memmy.mcp.tools` (
 validation and the memmy tools), :mod:`~memmy.mcp.keymem` (keymem tools), :mod:`~memmy.mcp.transcripts`
 (host transcripts), :mod:`~memmy.mcp.prompts`, :mod:`~memmy.mcp.server` (the MCP server and stdio runner)
 and :mod:`~memmy.mcp.http` (the ASGI endpoint).
+
+Nothing is imported here: the MCP SDK takes about a second to import, and ``memmy.mcp.http`` must stay cheap to
+import for the daemon (it loads the SDK on the first ``/mcp`` request).
 """
-
-from __future__ import annotations
-
-from memmy.mcp.api import ApiClient, ApiError
-from memmy.mcp.server import build_server, serve_stdio
-from memmy.mcp.transcripts import transcripts_enabled
-
-__all__ = ["ApiClient", "ApiError", "build_server", "serve_stdio", "transcripts_enabled"]

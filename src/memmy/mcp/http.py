@@ -12,31 +12,36 @@ Mounting (in ``create_app``)::
     routes.append(mcp_http.route("/mcp"))
     app = Starlette(..., lifespan=mcp_http.lifespan)
 
+The MCP SDK is heavy to import (about a second), so nothing of it is loaded until the first ``/mcp`` request;
+that request imports it off the event loop and starts the SDK's session manager in a background task. The
+``lifespan`` only stops that task and closes the API client at shutdown (without it they end with the loop).
+
 Security: mounted inside the daemon app, :class:`~memmy.server.middleware.GuardMiddleware` already enforces the
 bearer token, the loopback-origin rule and the body cap; this endpoint applies the same token and origin rules
-itself too, so it stays closed wherever it is mounted. Transcript tools follow the daemon process's environment
-(:func:`~memmy.mcp.transcripts.transcripts_enabled`), so they are hidden here unless the daemon was started with
-``MEMMY_MCP_TRANSCRIPTS=1``.
+itself too, so it stays closed wherever it is mounted. The transcript tools are hidden here unless the daemon was
+started with ``MEMMY_MCP_TRANSCRIPTS=1``: a host session id in the daemon's environment does not count, since the
+daemon is shared rather than one host's child.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
+import importlib
 import json
+import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import anyio.to_thread
 import httpx
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.server.transport_security import TransportSecuritySettings
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memmy.mcp.api import ApiClient, TokenSource
-from memmy.mcp.server import build_server
 
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 INTERNAL_BASE_URL = "http://memmy.internal"
@@ -61,7 +66,7 @@ def presented_token(scope: Scope) -> str:
 
 def origin_allowed(scope: Scope) -> bool:
     """No Origin, ``null``, ``file://`` or a loopback page (the daemon's CSRF rule)."""
-    origin = next((v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"origin"), None)
+    origin = next((bytes(v).decode("latin-1") for k, v in scope.get("headers", []) if k == b"origin"), None)
     if origin is None or origin in ("null", "file://"):
         return True
     return (urlsplit(origin).hostname or "") in LOOPBACK
@@ -93,18 +98,12 @@ class McpHttpEndpoint:
     ) -> None:
         self._api_target = api
         self._token = token
+        self._env = dict(os.environ if env is None else env)
+        self._transcripts = transcripts
         self._client: ApiClient | None = None
-        self._running = False
+        self._manager: Any = None  # mcp.server.streamable_http_manager.StreamableHTTPSessionManager, once started
         self._background: asyncio.Task[None] | None = None
         self._start_lock: asyncio.Lock | None = None
-        self.server = build_server(self._api, env=env, transcripts=transcripts)
-        self.manager = StreamableHTTPSessionManager(
-            app=self.server,
-            json_response=True,
-            stateless=True,
-            # Host/Origin checks are done in __call__ (and by the daemon's GuardMiddleware), with the daemon's rules.
-            security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
-        )
 
     def route(self, path: str = "/mcp") -> Route:
         """A Starlette route for ``path`` (exact match, every method), to add to the daemon's routes."""
@@ -113,6 +112,11 @@ class McpHttpEndpoint:
     def expected_token(self) -> str | None:
         """The token callers must present (None or empty: no token configured)."""
         return self._token() if callable(self._token) else self._token
+
+    @property
+    def running(self) -> bool:
+        """Whether the MCP session manager is serving."""
+        return self._manager is not None and self._background is not None and not self._background.done()
 
     def _api(self) -> ApiClient:
         if self._client is None:
@@ -129,43 +133,63 @@ class McpHttpEndpoint:
         transport = httpx.ASGITransport(app=target)
         return ApiClient(INTERNAL_BASE_URL, token=self._token, headers=headers, transport=transport)
 
-    @asynccontextmanager
-    async def lifespan(self, app: Any = None) -> AsyncIterator[None]:
-        """Run the MCP session manager for the app's lifetime (pass as ``Starlette(lifespan=...)``)."""
-        async with self.manager.run():
-            self._running = True
-            try:
-                yield
-            finally:
-                self._running = False
-                if self._client is not None:
-                    await self._client.aclose()
-                    self._client = None
-
     async def _ensure_running(self) -> None:
-        """Start the session manager on first use when no lifespan started it (mounted without ``lifespan=``)."""
+        """Import the SDK (off the event loop) and start its session manager in a background task, once."""
         if self._start_lock is None:
             self._start_lock = asyncio.Lock()
         async with self._start_lock:
-            if self._running:
+            if self.running:
                 return
+            manager_module = await anyio.to_thread.run_sync(
+                importlib.import_module, "mcp.server.streamable_http_manager"
+            )
+            security = await anyio.to_thread.run_sync(importlib.import_module, "mcp.server.transport_security")
+            server_module = await anyio.to_thread.run_sync(importlib.import_module, "memmy.mcp.server")
+            transcripts = self._transcripts
+            if transcripts is None:
+                transcripts = server_module.transcripts_enabled(self._env, host_session=False)
+            server = server_module.build_server(self._api, env=self._env, transcripts=transcripts)
+            manager = manager_module.StreamableHTTPSessionManager(
+                app=server,
+                json_response=True,
+                stateless=True,
+                # Host/Origin are checked in __call__ (and by the daemon's GuardMiddleware) with the daemon's rules.
+                security_settings=security.TransportSecuritySettings(enable_dns_rebinding_protection=False),
+            )
             started = asyncio.Event()
 
-            async def run_forever() -> None:
-                async with self.manager.run():
-                    self._running = True
+            async def run_manager() -> None:
+                async with manager.run():
                     started.set()
-                    try:
-                        await asyncio.Event().wait()
-                    finally:
-                        self._running = False
+                    await asyncio.Event().wait()
 
-            self._background = asyncio.get_running_loop().create_task(run_forever())
+            self._manager = manager
+            self._background = asyncio.get_running_loop().create_task(run_manager(), name="memmy-mcp-sessions")
             waiter = asyncio.ensure_future(started.wait())
             await asyncio.wait({waiter, self._background}, return_when=asyncio.FIRST_COMPLETED)
             if not started.is_set():
                 waiter.cancel()
-                await self._background  # re-raises why the manager could not start
+                self._manager = None
+                await self._background  # re-raises why the session manager could not start
+
+    @asynccontextmanager
+    async def lifespan(self, app: Any = None) -> AsyncIterator[None]:
+        """Stop the MCP session manager and close the API client at shutdown (``Starlette(lifespan=...)``)."""
+        try:
+            yield
+        finally:
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop the session manager task (if it was started) and close the API client."""
+        task, self._background, self._manager = self._background, None, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -186,20 +210,18 @@ class McpHttpEndpoint:
             return
         if self._client is None:
             self._client = self._make_client(scope)
-        if not self._running:
+        if not self.running:
             await self._ensure_running()
-        await self.manager.handle_request(scope, receive, send)
+        await self._manager.handle_request(scope, receive, send)
 
     async def _serve_lifespan(self, receive: Receive, send: Send) -> None:
-        """Support running the endpoint as a standalone ASGI app (``uvicorn memmy...:app``)."""
-        context = self.lifespan()
+        """Support running the endpoint as a standalone ASGI app (e.g. under uvicorn with ``api=<url>``)."""
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
-                await context.__aenter__()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                await context.__aexit__(None, None, None)
+                await self.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 

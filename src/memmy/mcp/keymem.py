@@ -89,8 +89,11 @@ def keys_op(op: str) -> Handler:
     return handler
 
 
-def _spec(name: str, title: str, description: str, schema: dict[str, Any], **flags: bool) -> ToolSpec:
-    return ToolSpec(name=name, title=title, description=description, schema=schema, handler=keys_op(name), **flags)
+def _spec(
+    name: str, title: str, description: str, schema: dict[str, Any], read_only: bool = False, destructive: bool = False
+) -> ToolSpec:
+    handler = keys_op(name)
+    return ToolSpec(name, title, description, schema, handler, read_only=read_only, destructive=destructive)
 
 
 _WRITE = _write_fields()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 from urllib.parse import quote
 
@@ -50,6 +51,13 @@ class ToolSpec:
     handler: Handler
     read_only: bool = False
     destructive: bool = False
+    #: Friendlier messages for pattern/length violations, by top-level property name.
+    messages: Mapping[str, str] = field(default_factory=dict)
+
+    @cached_property
+    def validator(self) -> Any:
+        """The compiled JSON-schema validator (Draft 2020-12)."""
+        return Draft202012Validator(self.schema)
 
     def to_mcp(self) -> Tool:
         """The ``tools/list`` entry."""
@@ -69,12 +77,11 @@ class ToolSpec:
 
     def validation_errors(self, args: Mapping[str, Any]) -> list[str]:
         """Schema violations as ``field: problem`` lines (empty when the arguments are valid)."""
-        validator = Draft202012Validator(self.schema)
         problems = []
-        for error in sorted(validator.iter_errors(dict(args)), key=lambda e: [str(p) for p in e.absolute_path]):
+        for error in sorted(self.validator.iter_errors(dict(args)), key=lambda e: [str(p) for p in e.absolute_path]):
             where = ".".join(str(part) for part in error.absolute_path)
             message = str(error.message)
-            custom = error.schema.get("errorMessage") if isinstance(error.schema, dict) else None
+            custom = self.messages.get(where)
             if custom and error.validator in ("pattern", "minLength", "maxLength"):
                 message = f"{custom} (got {json.dumps(error.instance, ensure_ascii=False)[:120]})"
             elif error.validator == "pattern" and error.validator_value == NON_BLANK:
@@ -216,12 +223,12 @@ MEMMY_TOOLS: list[ToolSpec] = [
                     "Memory id, e.g. trace_0123456789abcdef0123.",
                     pattern=MEMORY_ID_PATTERN,
                     maxLength=200,
-                    errorMessage="must be a memory id such as trace_0123456789abcdef0123 (letters, digits, _ . : -)",
                 )
             },
             ["id"],
         ),
         handler=memory_get,
+        messages={"id": "must be a memory id such as trace_0123456789abcdef0123 (letters, digits, _ . : -)"},
         read_only=True,
     ),
     ToolSpec(

@@ -39,14 +39,21 @@ class TranscriptError(Exception):
     """A refused or failed transcript request; the message is shown to the model as is."""
 
 
-def transcripts_enabled(env: Mapping[str, str]) -> bool:
-    """The trust gate: ``MEMMY_MCP_TRANSCRIPTS`` decides when set, else a host session id in the environment."""
+HOST_SESSION_VARS = ("CLAUDE_CODE_SESSION_ID", "CODEX_THREAD_ID")
+
+
+def transcripts_enabled(env: Mapping[str, str], *, host_session: bool = True) -> bool:
+    """The trust gate: ``MEMMY_MCP_TRANSCRIPTS`` decides when set, else a host session id in the environment.
+
+    ``host_session=False`` (the daemon's HTTP endpoint) ignores host session ids: a daemon is shared, not one
+    host's child, so only the explicit opt-in counts there.
+    """
     flag = env.get("MEMMY_MCP_TRANSCRIPTS", "").strip().lower()
     if flag in _ON:
         return True
-    if flag in _OFF:
+    if flag in _OFF or not host_session:
         return False
-    return bool(env.get("CLAUDE_CODE_SESSION_ID") or env.get("CODEX_THREAD_ID"))
+    return any(env.get(name) for name in HOST_SESSION_VARS)
 
 
 def roots(agent: str, env: Mapping[str, str]) -> list[Path]:
@@ -272,8 +279,6 @@ TRANSCRIPT_TOOLS: list[ToolSpec] = [
                     "The session UUID (from list_sessions or a memory's source).",
                     pattern=SESSION_ID_PATTERN,
                     maxLength=64,
-                    errorMessage="must be a session UUID like 123e4567-e89b-12d3-a456-426614174000; paths, '..' "
-                    "and absolute names are refused",
                 ),
                 "turn": integer("Turn index to center on (0-based).", 0),
                 "agent": _AGENT,
@@ -282,5 +287,9 @@ TRANSCRIPT_TOOLS: list[ToolSpec] = [
         ),
         handler=_get_conversation,
         read_only=True,
+        messages={
+            "session_id": "must be a session UUID like 123e4567-e89b-12d3-a456-426614174000; paths, '..' and "
+            "absolute names are refused"
+        },
     ),
 ]

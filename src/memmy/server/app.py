@@ -18,6 +18,7 @@ from starlette.routing import Route
 
 from memmy.domain import stable_hash
 from memmy.errors import Conflict, InvalidArgument, MemmyError, http_status_for
+from memmy.mcp.http import McpHttpEndpoint
 from memmy.server.middleware import GuardMiddleware, error_body, json_dumps
 from memmy.server.openapi import openapi_document
 from memmy.service import MemoryService
@@ -317,8 +318,11 @@ def create_app(service: MemoryService, shutdown: Callable[[], None] | None = Non
             error_body(code, message, _request_id(request)), status_code=status, media_type="application/json"
         )
 
+    mcp_http = McpHttpEndpoint(token=lambda: service.config.storage.token)
+    routes.append(mcp_http.route("/mcp"))
     app = Starlette(
         routes=routes,
+        lifespan=mcp_http.lifespan,
         exception_handlers={404: not_found, 405: not_found},
         middleware=[
             Middleware(

@@ -18,7 +18,7 @@ from memmy.indexing import Indexer
 from memmy.service.namespace import normalise_source
 from memmy.service.validate import opt_bool, opt_int, opt_iso_time, opt_list, opt_str, require_object
 from memmy.sources.adapters import ADAPTERS
-from memmy.sources.importer import Importer, ImportOptions, ImportProgress, JobControl
+from memmy.sources.importer import Importer, ImportOptions, ImportProgress, JobControl, TurnState
 from memmy.sources.model import SourceAdapter
 from memmy.sources.recipe import load_recipes
 from memmy.sources.turns import ImportedTurn
@@ -51,34 +51,23 @@ class ServiceTurnSink:
         self.sessions = sessions
         self.indexer = indexer
         self.tombstones = TombstoneRepository(db)
-        self.progress: ImportProgress | None = None  # the job being run, for the ``tombstoned`` skip count
         self._sessions: set[str] = set()
 
     def batch(self) -> AbstractContextManager[Any]:
         """One transaction around many turns (far fewer commits); each turn still has its own savepoint."""
         return self.db.transaction()
 
-    def has_turn(self, source: str, turn_id: str) -> bool:
-        """True when the turn was imported before and still exists, or was forgotten (tombstoned); a turn
-        deleted and then restored (tombstone removed) is imported again."""
+    def turn_state(self, source: str, turn_id: str) -> TurnState:
+        """new | exists | tombstoned (forgotten by the user). A turn deleted and then restored (tombstone
+        removed) is new again."""
         key = import_key(source, turn_id)
         if self.tombstones.match(self.config.user_id, None, key) is not None:
-            self._count_tombstoned(source)
-            return True
+            return "tombstoned"
         row = self.db.query_one("SELECT status FROM memories WHERE memory_key = ?", (key,))
-        return row is not None and row["status"] != "deleted"
+        return "exists" if row is not None and row["status"] != "deleted" else "new"
 
-    def _count_tombstoned(self, source: str, *, instead_of_added: bool = False) -> None:
-        """Count a turn refused by a tombstone under ``skipped.tombstoned`` of the running job."""
-        part = self.progress.sources.get(source) if self.progress is not None else None
-        if part is None:
-            return
-        part.skipped["tombstoned"] += 1
-        if instead_of_added:
-            part.turns_added -= 1  # the importer counts write_turn() as added; this one was refused
-
-    def write_turn(self, turn: ImportedTurn) -> str:
-        """Store one turn; it becomes recallable once its vector is ready."""
+    def write_turn(self, turn: ImportedTurn) -> str | None:
+        """Store one turn (recallable once its vector is ready); None when its value was forgotten."""
         capture = self.config.algorithm["capture"]
         session_id = "import_" + sha256_hex(f"{turn.source}:{turn.conversation_id}")[:20]
         raw_turn_id = "raw_" + sha256_hex(f"{session_id}:{turn.turn_id}")[:20]
@@ -98,8 +87,7 @@ class ServiceTurnSink:
         digest = content_hash(step.content)
         value = value_hash(step.content)
         if self.tombstones.match(self.config.user_id, value, import_key(turn.source, turn.turn_id)) is not None:
-            self._count_tombstoned(turn.source, instead_of_added=True)
-            return ""
+            return None
         now = utc_now()
         memory = Memory(
             id=memory_id,
@@ -248,8 +236,12 @@ class ImportOps:
                     "lastStats": watermark.last_stats if watermark else None,
                 }
             )
-        return {"sources": found, "known": sorted(self.adapters), "recipeErrors": recipe_errors,
-                "serverTime": utc_now()}
+        return {
+            "sources": found,
+            "known": sorted(self.adapters),
+            "recipeErrors": recipe_errors,
+            "serverTime": utc_now(),
+        }
 
     def _options(self, body: dict[str, Any]) -> ImportOptions:
         self.refresh()
@@ -283,7 +275,6 @@ class ImportOps:
             job = ImportJob(new_id("import"), options)
             self.jobs[job.id] = job
         importer = Importer(self.adapters, self.sink, self.state, self.env)
-        self.sink.progress = job.progress
 
         def publish(progress: ImportProgress) -> None:
             with job.changed:
@@ -306,7 +297,6 @@ class ImportOps:
         """Run an import to completion in the calling thread (tests, benches, in-process use)."""
         options = self._options(require_object(body))
         job = ImportJob(new_id("import"), options)
-        self.sink.progress = job.progress
         Importer(self.adapters, self.sink, self.state, self.env).run(options, job.progress, job.control)
         return job.to_json()
 

@@ -106,7 +106,7 @@ class KeyOps(KeyWriter):
             else:
                 offer(key_id, 0.9, "partial", surface)
         nearest: list[Any] = []
-        query_vector = self.embed_query(query)
+        query_vector = self.embed_query(query) if counts else None  # an empty graph needs no embedding
         if query_vector is not None and self.indexer.key_index is not None:
             found = self.indexer.key_index.search(query_vector, user_id, 64, usable=thresholds.vector_usable)
             nearest = [f for f in found if f[0] in counts]

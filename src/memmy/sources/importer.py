@@ -26,17 +26,18 @@ from memmy.store.imports import Checkpoint, ImportStateRepository
 MAX_TURN_BYTES = 2 * 1024 * 1024
 BATCH_TURNS = 50  # turns per commit: few commits, yet the store is never held for long
 Mode = Literal["incremental", "full"]
+TurnState = Literal["new", "exists", "tombstoned"]
 
 
 class TurnSink(Protocol):
     """Where turns go (implemented by the service)."""
 
-    def has_turn(self, source: str, turn_id: str) -> bool:
-        """True when this turn was imported before (or deliberately forgotten)."""
+    def turn_state(self, source: str, turn_id: str) -> TurnState:
+        """Whether this turn is new, was imported before, or was forgotten by the user (tombstoned)."""
         ...
 
-    def write_turn(self, turn: ImportedTurn) -> str:
-        """Store one complete, redacted turn as an L1 memory; return its id."""
+    def write_turn(self, turn: ImportedTurn) -> str | None:
+        """Store one complete, redacted turn as an L1 memory; its id, or None when its value is tombstoned."""
         ...
 
     def batch(self) -> AbstractContextManager[Any]:
@@ -373,14 +374,18 @@ class Importer:
             return False
         if turn_size(turn) > MAX_TURN_BYTES:
             part.skipped["turn_over_2mib"] += 1
-        elif self.sink.has_turn(source, turn.turn_id):
+        elif (state := self.sink.turn_state(source, turn.turn_id)) == "exists":
             part.turns_existing += 1
+        elif state == "tombstoned":
+            part.skipped["tombstoned"] += 1
         elif options.dry_run:
             part.turns_added += 1
         else:
             try:
-                self.sink.write_turn(turn)
-                part.turns_added += 1
+                if self.sink.write_turn(turn) is None:
+                    part.skipped["tombstoned"] += 1
+                else:
+                    part.turns_added += 1
             except Exception as exc:  # noqa: BLE001 - counted as failed; the next sync retries the turn
                 part.failed += 1
                 part.errors.append(f"{conversation.origin}: {type(exc).__name__}: {exc}")
