@@ -367,9 +367,16 @@ def test_memmy_resume_lists_candidates_and_injects_the_choice(hooked_home: tuple
     base = {"cwd": str(project), "hook_event_name": "UserPromptSubmit"}
     for session in ("old-1", "old-2"):
         run_hook(home, argv, {**base, "session_id": session, "prompt": f"migrate the orders table ({session})"})
-        run_hook(home, hook_command(home, "claude_code", "Stop"),
-                 {**base, "session_id": session, "hook_event_name": "Stop",
-                  "last_assistant_message": f"Added the migration for orders in {session}."})
+        run_hook(
+            home,
+            hook_command(home, "claude_code", "Stop"),
+            {
+                **base,
+                "session_id": session,
+                "hook_event_name": "Stop",
+                "last_assistant_message": f"Added the migration for orders in {session}.",
+            },
+        )
     daemon.drain()
     now = {**base, "session_id": "new-session"}
     out, _, code = run_hook(home, argv, {**now, "prompt": "/memmy-resume orders table migration"})
@@ -400,8 +407,11 @@ def test_service_unit_install_and_uninstall(isolated_home: Path, monkeypatch: py
 
 def test_status_shows_agents(hooked_home: tuple[Daemon, Path, Path]) -> None:
     daemon, home, project = hooked_home
-    run_hook(home, hook_command(home, "claude_code", "UserPromptSubmit"),
-             {"session_id": "st", "cwd": str(project), "prompt": "what about the checkout tests?"})
+    run_hook(
+        home,
+        hook_command(home, "claude_code", "UserPromptSubmit"),
+        {"session_id": "st", "cwd": str(project), "prompt": "what about the checkout tests?"},
+    )
     result = run_cli(home, "--url", daemon.url, "--json", "status")
     agents = {row["agent"]: row for row in json.loads(result.output)["agents"]}
     assert agents["claude_code"]["installed"] is True and agents["claude_code"]["lastRecall"] is not None
@@ -417,3 +427,32 @@ def test_init_stops_cleanly_on_a_broken_agent_config(isolated_home: Path) -> Non
     assert f"{settings} is not valid JSON" in result.output and "Traceback" not in result.output
     assert settings.read_text() == '{"hooks": {'  # never overwritten
     assert not (isolated_home / ".memmy" / "config.yaml").exists()  # nothing written before the plan succeeded
+
+
+def test_cursor_overlapping_generations_pair_by_turn(hooked_home: tuple[Daemon, Path, Path]) -> None:
+    daemon, home, project = hooked_home
+    base = {"conversation_id": "conv-x", "workspace_roots": [str(project)], "cursor_version": "2.0.34"}
+    for generation, prompt in (("g1", "rename the cart service"), ("g2", "and update the cart docs")):
+        run_hook(
+            home,
+            hook_command(home, "cursor", "beforeSubmitPrompt"),
+            {**base, "generation_id": generation, "hook_event_name": "beforeSubmitPrompt", "prompt": prompt},
+        )
+    for generation, text in (("g1", "Renamed the service."), ("g2", "Docs updated.")):
+        run_hook(
+            home,
+            hook_command(home, "cursor", "afterAgentResponse"),
+            {**base, "generation_id": generation, "hook_event_name": "afterAgentResponse", "text": text},
+        )
+    for generation in ("g1", "g2"):
+        run_hook(
+            home,
+            hook_command(home, "cursor", "stop"),
+            {**base, "generation_id": generation, "hook_event_name": "stop", "status": "completed"},
+        )
+    pairs = set()
+    with daemon.client() as client:
+        for trace in captured(daemon, "cursor"):
+            raw = client.get(f"/api/v1/memory/{trace['id']}").json()["refs"]["rawTurn"]
+            pairs.add((raw["userText"], raw["assistantText"]))
+    assert pairs == {("rename the cart service", "Renamed the service."), ("and update the cart docs", "Docs updated.")}

@@ -104,7 +104,7 @@ class Client:
 
 
 class State:
-    """Per session+turn state files with a TTL (``$MEMMY_HOME/hooks/state``)."""
+    """One state file with a TTL (``$MEMMY_HOME/hooks/state``)."""
 
     def __init__(self, agent: str, session_key: str) -> None:
         self.dir = memmy_home() / "hooks" / "state"
@@ -145,6 +145,32 @@ class State:
                 continue
 
 
+class TurnStates:
+    """State keyed by session + turn (when the host names its turns), plus the session's latest turn.
+
+    Codex (``turn_id``) and Cursor (``generation_id``) name their turns, so a stop pairs with exactly the prompt
+    it answers even if prompts overlap; Claude Code does not, so its stop takes the session's latest turn.
+    """
+
+    def __init__(self, agent: str, session_key: str, host_turn: str | None) -> None:
+        self.latest = State(agent, session_key)
+        self.turn = State(agent, f"{session_key}\x00{host_turn}") if host_turn else None
+
+    def load(self) -> dict[str, Any]:
+        return (self.turn.load() if self.turn else {}) or self.latest.load()
+
+    def save(self, data: dict[str, Any]) -> None:
+        if self.turn:
+            self.turn.save(data)
+        self.latest.save(data)
+
+    def clear(self, turn_id: str) -> None:
+        if self.turn:
+            self.turn.clear()
+        if self.latest.load().get("turnId") == turn_id:
+            self.latest.clear()
+
+
 def allow_output(agent: str, event: str) -> str:
     """What the host needs to hear when memmy has nothing to add (or failed)."""
     if agent == "cursor":
@@ -165,7 +191,9 @@ def packet(markdown: str, request: str) -> str:
     )
 
 
-def on_prompt(agent: str, event: str, payload: dict[str, Any], client: Client, state: State, session_key: str) -> str:
+def on_prompt(
+    agent: str, event: str, payload: dict[str, Any], client: Client, state: TurnStates, session_key: str
+) -> str:
     """Start the turn; inject recalled context (Claude Code / Codex) or just allow (Cursor)."""
     prompt = first(
         payload, "prompt", "user_prompt", "userPrompt", "prompt_text", "promptText", "input", "text", "message"
@@ -224,7 +252,7 @@ def on_prompt(agent: str, event: str, payload: dict[str, Any], client: Client, s
     )
 
 
-def on_answer(agent: str, event: str, payload: dict[str, Any], state: State) -> str:
+def on_answer(agent: str, event: str, payload: dict[str, Any], state: TurnStates) -> str:
     """Cursor's afterAgentResponse: keep the answer for the stop event."""
     current = state.load()
     answer = first(payload, "text", "last_assistant_message", "response")
@@ -243,7 +271,7 @@ def stop_status(payload: dict[str, Any]) -> str:
     return "succeeded"
 
 
-def on_stop(agent: str, event: str, payload: dict[str, Any], client: Client, state: State) -> str:
+def on_stop(agent: str, event: str, payload: dict[str, Any], client: Client, state: TurnStates) -> str:
     """Complete the turn with answer, status and tool trace (payload first, transcript second)."""
     current = state.load()
     transcript_path = first(payload, "transcript_path", "transcriptPath")
@@ -275,7 +303,7 @@ def on_stop(agent: str, event: str, payload: dict[str, Any], client: Client, sta
             "requestId": f"{agent}-complete:{turn_id}:{short_hash(answer)}",
         },
     )
-    state.clear()
+    state.clear(turn_id)
     return allow_output(agent, event)
 
 
@@ -295,7 +323,8 @@ def handle(agent: str, event: str, raw_stdin: str, deadline: float) -> str:
         or "default"
     )
     client = Client(config["endpoint"], config["token"], agent, workspace, deadline)
-    state = State(agent, session_key)
+    host_turn = first(payload, "turn_id", "turnId", "generation_id", "generationId")
+    state = TurnStates(agent, session_key, str(host_turn) if host_turn else None)
     name = event_key(event)
     if name in PROMPT_EVENTS:
         return on_prompt(agent, event, payload, client, state, session_key)
