@@ -45,6 +45,7 @@ ALLOWED: dict[str, set[str]] = {
         "integrations",
         "sources",
         "mcp",
+        "hook",
         "__init__",
     },
     "__main__": {"cli"},

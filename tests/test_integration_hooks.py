@@ -390,6 +390,12 @@ def test_memmy_resume_lists_candidates_and_injects_the_choice(hooked_home: tuple
     assert json.loads(out)["decision"] == "block"
     out, _, _ = run_hook(home, argv, {**now, "prompt": "cancel"})
     assert json.loads(out) == {"decision": "block", "reason": "memmy resume cancelled."}
+    # The CLI route (the memmy-resume skill for agents without commands) offers the same flow.
+    listed = run_cli(home, "--url", daemon.url, "resume", "orders table migration")
+    assert listed.exit_code == 0 and "1. " in listed.output and "--pick N" in listed.output
+    picked = run_cli(home, "--url", daemon.url, "resume", "orders table migration", "--pick", "1")
+    assert picked.output.startswith("Memmy resume selection") and "migrate the orders table" in picked.output
+    assert (home / ".codex" / "skills" / "memmy-resume" / "SKILL.md").exists()
 
 
 def test_service_unit_install_and_uninstall(isolated_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:

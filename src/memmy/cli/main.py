@@ -19,6 +19,7 @@ from memmy.cli.commands_agents import init, remove
 from memmy.cli.commands_import import import_history, sources
 from memmy.cli.commands_keys import COMMANDS as KEY_COMMANDS
 from memmy.cli.commands_mcp import mcp
+from memmy.cli.commands_resume import resume
 from memmy.cli.commands_service import service
 from memmy.cli.commands_session import session, turn
 from memmy.cli.context import CliContext, list_option, pass_ctx, strip_none
@@ -288,6 +289,7 @@ cli.add_command(turn)
 cli.add_command(import_history)
 cli.add_command(sources)
 cli.add_command(mcp)
+cli.add_command(resume)
 for _command in KEY_COMMANDS:
     cli.add_command(_command)
 
