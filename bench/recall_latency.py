@@ -1,6 +1,6 @@
 """Turn-start recall latency: p50/p95/p99 of ``turns/start`` at 10k and 100k memories, in-process and over HTTP.
 
-    python bench/recall_latency.py                                  # 10k + 100k, 300 turns each (~25 min on 2 cores)
+    python bench/recall_latency.py                                  # 10k + 100k, 300 turns each (see below)
     python bench/recall_latency.py --home ~/memmy-recall-bench      # keep the built stores ...
     python bench/recall_latency.py --home ~/memmy-recall-bench --reuse   # ... and skip building next time
     python bench/recall_latency.py --n 10000 --queries 100 --skip-http   # quick in-process run
@@ -30,6 +30,10 @@ What it does:
      ``mode: turn_start, verbose: true`` for the server-side stage timings (``debug.timingsMs``).
 3. Prints Markdown tables and whether the target (p95 <= 30 ms in-process at 100k) is met. Progress goes to
    stderr. Other processes on the machine (the load average is printed) make every figure pessimistic.
+
+Time on 2 busy cores: building the stores ~40 min (embedding 100k texts at 35-100/s), each measuring run with
+``--reuse`` 5-10 min. ``--blas-threads 1`` pins OpenBLAS to one thread (the process re-executes itself with
+``OPENBLAS_NUM_THREADS`` etc. set, and the daemon inherits them), to compare with numpy's default.
 
 Prompts are unique: ``bench/corpus.py``'s queries (~70% about the corpus, ~30% off-topic, ~20% Chinese), and a
 quarter of them wrapped the way agents send them (a sentence of context, or a pasted traceback), kind ``+ctx``.
@@ -297,7 +301,7 @@ class StageProbe:
             self.current.update({k: v for k, v in timings.items() if k in STAGES})
             engine = sum(timings.get(s, 0.0) for s in STAGES)
             self.current["prep+render"] = timings["total"] - engine  # scope, query prep, fallback cap, render
-            self.current["recall log"] = wall - timings["total"]  # recall_events row
+            self.current["recall log"] = wall - timings["total"]  # api_logs + recall_events rows
             self.current["recall"] = wall
             return result
 
@@ -505,9 +509,9 @@ def print_report(
         print(markdown_table(headers, rows))
         print(
             "\nembed .. select: RecallOutcome.timings_ms; vec/fts/pattern/structural: time inside each channel "
-            "function (vec summed over the 4 layers); prep+render: scope, query preparation, no-LLM fallback "
-            "cap and markdown rendering; recall log: the recall_events row; turn bookkeeping: session lookup, "
-            "the recent-turn exclusion query, the raw_turns row and the session touch."
+            "function (vec: all calls of the turn); prep+render: scope, query preparation, no-LLM fallback "
+            "cap and markdown rendering; recall log: the api_logs and recall_events rows; turn bookkeeping: "
+            "session lookup, the recent-turn exclusion query, the raw_turns row and the session touch."
         )
         biggest = max(local, key=lambda r: r.size)
         kinds = sorted({s.kind for s in biggest.samples})

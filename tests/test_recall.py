@@ -331,3 +331,22 @@ def test_diagnostics_and_logs(make_service) -> None:  # type: ignore[no-untyped-
         service.search({"query": "x", "channels": ["telepathy"]}, NS)
     only_fts = search(service, "lint before push", channels=["fts"])
     assert set(only_fts["debug"]["channels"][0]["channels"]) == {"fts"}
+
+
+def test_turn_start_stays_silent_on_word_overlap_alone(make_service) -> None:  # type: ignore[no-untyped-def]
+    service = make_service()
+    plan = add(service, "The release plan for billing-api: tag, build, canary, then full rollout")
+    for text in (
+        "Run the billing-api database migrations with make migrate before deploying",
+        "Cache invalidation for the pricing service happens on every deploy",
+    ):
+        add(service, text)
+    service.indexer.drain()
+    session = service.open_session({}, NS)["sessionId"]
+    off_topic = service.start_turn({"sessionId": session, "query": "help me plan a vacation to the lakes"}, NS)
+    assert off_topic["sourceMemoryIds"] == []
+    assert any(s.startswith("semantic_gate:dropped:") for s in off_topic["status"])
+    search = service.search({"query": "help me plan a vacation to the lakes"}, NS)  # explicit search still shows it
+    assert search["sourceMemoryIds"]
+    relevant = service.start_turn({"sessionId": session, "query": "what is our release plan for billing-api?"}, NS)
+    assert relevant["sourceMemoryIds"][0] == plan

@@ -192,6 +192,7 @@ def default_tree() -> dict[str, Any]:
                 "llmQueryExtract": False,
                 "llmInHookPath": False,
                 "llmTimeoutMs": 2000,
+                "injectionSemanticGate": True,
             },
         },
     }

@@ -206,6 +206,11 @@ class Indexer:
         self.queue.enqueue(KIND_BY_LAYER[layer], memory_id, FIELD_BY_LAYER[layer], text)
         self._wake.set()
 
+    def unindex(self, memory_id: str) -> None:
+        """Take a memory out of the in-memory index only (archived or superseded: kept, never recalled)."""
+        if self.index is not None:
+            self.index.remove(memory_id)
+
     def forget(self, memory_id: str) -> None:
         """Drop a deleted memory from the index, the vector table and the queue."""
         if self.index is not None:

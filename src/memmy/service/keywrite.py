@@ -347,6 +347,7 @@ class KeyWriter(KeyCore):
             old.updated_at = old.valid_to
             old.version += 1
             self.memories.update(old, before, "supersede", ns.source)
+        self.indexer.unindex(old.id)  # a superseded version must not take vector slots from live memories
         response: dict[str, Any] = {"new_id": new_id_, "superseded": old.id}
         if "hints" in result:
             response["hints"] = result["hints"]

@@ -276,6 +276,7 @@ class MemoryOps:
         memory.version += 1
         with self.db.transaction():
             self.memories.update(memory, before, "archive", ns.source)
+            self.indexer.unindex(memory_id)
             audit_id = self.logs.audit(
                 "memory.archive",
                 memory.kind,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +16,15 @@ from memmy.indexing import Indexer
 from memmy.llm.client import JsonLLM, LLMEndpoint, OpenAICompatibleLLM
 from memmy.recall.channels import CHANNELS
 from memmy.recall.llm_steps import extract_query, merge_by_rrf, relevance_filter, rewrite_queries
-from memmy.recall.pipeline import MODE_LAYERS, Candidate, RecallEngine, RecallRequest, RecallSettings, resolve_layers
+from memmy.recall.pipeline import (
+    KEYWORD_CHANNELS,
+    MODE_LAYERS,
+    Candidate,
+    RecallEngine,
+    RecallRequest,
+    RecallSettings,
+    resolve_layers,
+)
 from memmy.recall.query import PreparedQuery, prepare_query
 from memmy.recall.render import RenderItem, render_context, snippet
 from memmy.service.namespace import Namespace
@@ -106,6 +114,26 @@ class SearchResult:
         }
 
 
+def semantic_gate(
+    selected: list[Candidate], min_sim: float, has_vector: Callable[[str], bool]
+) -> tuple[list[Candidate], int]:
+    """Injection stays silent on mere word overlap: keep a hit only if its meaning matches the prompt (vector
+    similarity >= ``min_sim``) or two keyword channels agree (e.g. an exact identifier found by fts and pattern).
+
+    BM25 is normalised per query, so the best keyword match of an unrelated prompt still scores 1.0; without an
+    LLM filter this gate is what keeps off-topic prompts from receiving memory. Memories that have no vector yet
+    are judged by their keyword evidence alone.
+    """
+    kept = [
+        c
+        for c in selected
+        if c.channels.get("vec", 0.0) >= min_sim
+        or len(KEYWORD_CHANNELS & set(c.channels)) >= 2
+        or (not c.rollup_of and not has_vector(c.memory.id))  # not embedded yet: keyword evidence decides
+    ]
+    return kept, len(selected) - len(kept)
+
+
 def llm_of(settings: LLMSettings) -> JsonLLM | None:
     """A JSON LLM client for a configured model slot, or None."""
     if not settings.configured or settings.provider == "host":
@@ -174,6 +202,13 @@ class RecallOps:
         outcome = self.engine.recall(request, settings)
         selected = outcome.selected
         status.extend(outcome.status)
+        if mode == "turn_start" and retrieval["injectionSemanticGate"] and "vector:unavailable" not in status:
+            index = self.engine.index()
+            selected, gated = semantic_gate(
+                selected, float(retrieval["minTraceSim"]), lambda mid: index is not None and index.contains(mid)
+            )
+            if gated:
+                status.append(f"semantic_gate:dropped:{gated}")
         if evolution_llm is not None and self.config.algorithm["enableQueryRewrite"]:
             rewrites = rewrite_queries(evolution_llm, query, timeout_s)
             if rewrites:

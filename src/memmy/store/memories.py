@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +15,10 @@ from memmy.store.logs import append_change
 from memmy.store.text import fts_match_expression, fts_row, phrase_match_expression, query_terms
 
 #: Rows that every normal read must skip: deleted, archived, superseded (valid_to in the past).
+MAX_FTS_WINDOW = 50_000
+SELECTIVE_TERMS_MIN_DOCS = 5_000
+COMMON_TERM_SHARE = 0.15
+
 #: Rows a normal read may see: live, and not superseded (``valid_to`` in the past).
 VISIBLE = "m.status = 'activated' AND (m.valid_to IS NULL OR m.valid_to > ?)"
 #: Recall additionally hides imported turns whose index is not ready yet.
@@ -85,11 +90,46 @@ class MemoryFilter:
         return " AND ".join(clauses), params
 
 
+class TermStats:
+    """Document frequencies of query terms, cached for a few minutes (they change slowly)."""
+
+    def __init__(self, ttl_s: float = 300.0) -> None:
+        self.ttl_s = ttl_s
+        self._counts: dict[str, tuple[float, int]] = {}
+        self._total: tuple[float, int] = (0.0, 0)
+
+    def total(self, db: Database) -> int:
+        """Documents in the full-text index."""
+        now = time.monotonic()
+        if now - self._total[0] > self.ttl_s:
+            row = db.query_one("SELECT count(*) FROM memories WHERE status != 'deleted'")
+            self._total = (now, int(row[0]) if row else 0)
+        return self._total[1]
+
+    def doc_count(self, db: Database, term: str) -> int:
+        """How many documents contain ``term`` (as the index tokenises it)."""
+        now = time.monotonic()
+        cached = self._counts.get(term)
+        if cached is not None and now - cached[0] <= self.ttl_s:
+            return cached[1]
+        expression = fts_match_expression([term])
+        try:
+            row = db.query_one("SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?", [expression])
+            count = int(row[0]) if row else 0
+        except sqlite3.OperationalError:
+            count = 0
+        if len(self._counts) > 5000:
+            self._counts.clear()
+        self._counts[term] = (now, count)
+        return count
+
+
 class MemoryRepository:
     """CRUD over ``memories`` that keeps ``memories_fts`` and ``memory_change_log`` in step."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
+        self._term_stats = TermStats()
 
     def insert(self, memory: Memory, source: str) -> None:
         """Insert a new memory, index it and log the creation."""
@@ -205,40 +245,79 @@ class MemoryRepository:
         return self.fts_search_terms(query_terms(query), limit, flt)
 
     def fts_search_terms(self, terms: Sequence[str], limit: int, flt: MemoryFilter) -> list[tuple[str, float]]:
-        """BM25 search for any of ``terms``; returns (id, BM25 score > 0, higher is better), best first."""
+        """BM25 search for any of ``terms``; returns (id, BM25 score > 0, higher is better), best first.
+
+        Ranking happens inside the FTS table first (top ``limit`` x 4), and only those rows are joined to
+        ``memories`` and filtered; if filtering leaves too few, the window widens. Terms that occur in most
+        documents of a large store ("run", "test") are dropped first: their BM25 weight is near zero, but
+        scoring every row they match is what makes a query slow.
+        """
+        terms = self.selective_terms(terms)
         expression = fts_match_expression(terms)
         if not expression:
             return []
         where, params = flt.sql(utc_now())
-        sql = (
-            "SELECT f.id AS id, bm25(memories_fts, 0.0, 2.0, 1.0, 1.5) AS rank FROM memories_fts f "
-            f"JOIN memories m ON m.id = f.id WHERE memories_fts MATCH ? AND {where} ORDER BY rank LIMIT ?"
-        )
-        try:
-            rows = self.db.query(sql, [expression, *params, limit])
-        except sqlite3.OperationalError:
-            return []
+        window = max(limit * 4, 64)
+        while True:
+            sql = (
+                "WITH hits AS (SELECT id, bm25(memories_fts, 0.0, 2.0, 1.0, 1.5) AS rank FROM memories_fts "
+                "WHERE memories_fts MATCH ? ORDER BY rank LIMIT ?) "
+                f"SELECT h.id AS id, h.rank AS rank FROM hits h JOIN memories m ON m.id = h.id WHERE {where} "
+                "ORDER BY h.rank LIMIT ?"
+            )
+            try:
+                rows = self.db.query(sql, [expression, window, *params, limit])
+            except sqlite3.OperationalError:
+                return []
+            if len(rows) >= limit or window >= MAX_FTS_WINDOW:
+                break
+            matched = self.db.query_one("SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?", [expression])
+            if matched is None or matched[0] <= window:
+                break
+            window *= 8
         # SQLite's bm25() is negative (more negative = better).
         return [(row["id"], -float(row["rank"])) for row in rows]
+
+    def selective_terms(self, terms: Sequence[str]) -> list[str]:
+        """Drop terms found in more than 15 % of a large store's documents (keeping at least the two rarest)."""
+        total = self._term_stats.total(self.db)
+        if total < SELECTIVE_TERMS_MIN_DOCS or len(terms) <= 2:
+            return list(terms)
+        counts = {term: self._term_stats.doc_count(self.db, term) for term in terms}
+        ranked = sorted(terms, key=lambda t: counts[t])
+        keep = {t for t in ranked if counts[t] <= COMMON_TERM_SHARE * total} | set(ranked[:2])
+        return [t for t in terms if t in keep]
 
     def token_search(
         self, terms: Sequence[str], limit: int, flt: MemoryFilter, *, order: str = "rank", phrases: bool = False
     ) -> list[str]:
-        """Memories containing any term exactly (as a token or phrase), best-ranked or most recent first."""
+        """Memories containing any term exactly (as a token or phrase), best-ranked or most recent first.
+
+        "Most recent" uses the FTS rowid, which grows with every (re)index of a memory, so the newest matches
+        come straight off the index without sorting every match; only a window of them is joined and filtered.
+        """
         expression = phrase_match_expression(terms) if phrases else fts_match_expression(terms)
         if not expression:
             return []
         where, params = flt.sql(utc_now())
-        order_by = "m.updated_at DESC" if order == "recent" else "rank"
-        sql = (
-            "SELECT f.id AS id FROM memories_fts f JOIN memories m ON m.id = f.id "
-            f"WHERE memories_fts MATCH ? AND {where} ORDER BY {order_by} LIMIT ?"
-        )
-        try:
-            rows = self.db.query(sql, [expression, *params, limit])
-        except sqlite3.OperationalError:
-            return []
-        return [row["id"] for row in rows]
+        inner_order = "rowid DESC" if order == "recent" else "rank"
+        window = max(limit * 4, 64)
+        while True:
+            sql = (
+                f"WITH hits AS (SELECT id, rowid AS r, rank FROM memories_fts WHERE memories_fts MATCH ? "
+                f"ORDER BY {inner_order} LIMIT ?) SELECT h.id AS id FROM hits h JOIN memories m ON m.id = h.id "
+                f"WHERE {where} ORDER BY {'h.r DESC' if order == 'recent' else 'h.rank'} LIMIT ?"
+            )
+            try:
+                rows = self.db.query(sql, [expression, window, *params, limit])
+            except sqlite3.OperationalError:
+                return []
+            if len(rows) >= limit or window >= MAX_FTS_WINDOW:
+                return [row["id"] for row in rows]
+            matched = self.db.query_one("SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?", [expression])
+            if matched is None or matched[0] <= window:
+                return [row["id"] for row in rows]
+            window *= 8
 
     def page(
         self,

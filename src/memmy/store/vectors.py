@@ -249,15 +249,16 @@ class VectorRepository:
     def iter_current(
         self, provider: str, model: str, dim: int, batch: int = 5000
     ) -> Iterable[tuple[str, str, Vector, VectorMeta]]:
-        """Yield (memory_id, field, vector, meta) of live memories stamped with this fingerprint."""
+        """Yield (memory_id, field, vector, meta) of recallable memories stamped with this fingerprint
+        (archived, deleted and superseded ones stay in the table but not in the index)."""
         last_id = 0
         while True:
             rows = self.db.query(
                 "SELECT v.id, v.memory_id, v.vector_field, v.embedding, m.memory_layer, m.project_id, m.visibility, "
                 "m.source_agent FROM memory_vector_entries v JOIN memories m ON m.id = v.memory_id "
                 "WHERE v.id > ? AND v.embedding_provider = ? AND v.embedding_model = ? AND v.embedding_dim = ? "
-                "AND m.status != 'deleted' ORDER BY v.id LIMIT ?",
-                (last_id, provider, model, dim, batch),
+                "AND m.status = 'activated' AND (m.valid_to IS NULL OR m.valid_to > ?) ORDER BY v.id LIMIT ?",
+                (last_id, provider, model, dim, utc_now(), batch),
             )
             if not rows:
                 return
