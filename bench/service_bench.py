@@ -390,6 +390,30 @@ def corpus_bodies(args: argparse.Namespace) -> tuple[Iterator[dict[str, Any]], l
     return iter(data), data
 
 
+def measure_size(
+    args: argparse.Namespace,
+    home: Path,
+    service: MemoryService,
+    size: int,
+    queries: list[tuple[str, str]],
+    report: Report,
+) -> MemoryService:
+    """Search latency at the store's current size, in-process and (unless skipped) over HTTP.
+
+    Returns the service to keep using: the HTTP step closes it, runs a daemon on the file and reopens it.
+    """
+    warmup, measured = queries[: args.warmup], queries[args.warmup :]
+    progress(f"search {size:,}: in-process")
+    report.latencies.append(search_in_process(service, size, warmup, measured))
+    if args.skip_http:
+        return service
+    db_path, embedder = service.config.storage.sqlite_path, service.indexer.embedder
+    assert isinstance(embedder, LocalMiniLMEmbedder)
+    service.close()
+    report.latencies.append(search_over_http(home / "daemon", db_path, size, warmup, measured, report))
+    return open_service(home, db_path, embedder)
+
+
 def run_sizes(
     args: argparse.Namespace,
     home: Path,
@@ -398,11 +422,9 @@ def run_sizes(
     report: Report,
 ) -> None:
     """Grow one database through every size, measuring add throughput and search latency at each."""
-    warmup, measured = queries[: args.warmup], queries[args.warmup :]
-    db_path = home / "inproc" / "memory.sqlite"
     embedder = LocalMiniLMEmbedder(query_cache_size=0)
     embedder.load()
-    service = open_service(home, db_path, embedder)
+    service = open_service(home, home / "inproc" / "memory.sqlite", embedder)
     current = 0
     try:
         for size in sorted(set(args.n)):
@@ -414,12 +436,23 @@ def run_sizes(
             label = f"in-process, {current:,} -> {current + len(new):,}"
             report.adds.append(grow_in_process(service, new, label))
             current += len(new)
-            progress(f"search {current:,}: in-process")
-            report.latencies.append(search_in_process(service, current, warmup, measured))
-            if not args.skip_http:
-                service.close()
-                report.latencies.append(search_over_http(home / "daemon", db_path, current, warmup, measured, report))
-                service = open_service(home, db_path, embedder)
+            service = measure_size(args, home, service, current, queries, report)
+    finally:
+        service.close()
+
+
+def search_existing(args: argparse.Namespace, home: Path, queries: list[tuple[str, str]], report: Report) -> None:
+    """``--reuse``: search latency on the store a previous run left in ``--home`` (nothing is added)."""
+    embedder = LocalMiniLMEmbedder(query_cache_size=0)
+    embedder.load()
+    service = open_service(home, home / "inproc" / "memory.sqlite", embedder)
+    try:
+        pending = service.queue.counts()
+        if pending.get("pending") or pending.get("in_progress"):
+            raise SystemExit(f"the store in {home} still has queued embeddings ({pending}); rebuild it")
+        size = sum(service.memories.count_by_layer().values())
+        report.notes.append(f"--reuse: searched the existing {size:,}-memory store in {home}; no adds measured")
+        service = measure_size(args, home, service, size, queries, report)
     finally:
         service.close()
 
@@ -437,10 +470,11 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str
 
 def print_report(report: Report, args: argparse.Namespace, elapsed_s: float, load: str) -> None:
     """Print the three tables and the run facts."""
-    print("\n## Add throughput (with embeddings)\n")
-    rows = [add_row(a) for a in report.adds]
-    headers = ["run", "memories", "add only /s", "embed (drain) /s", "add+embed /s", "total s", "dedup"]
-    print(markdown_table(headers, rows))
+    if report.adds:
+        print("\n## Add throughput (with embeddings)\n")
+        rows = [add_row(a) for a in report.adds]
+        headers = ["run", "memories", "add only /s", "embed (drain) /s", "add+embed /s", "total s", "dedup"]
+        print(markdown_table(headers, rows))
     timed = len(report.latencies[0].samples_ms) if report.latencies else 0
     print(f"\n## Search latency, limit {SEARCH_LIMIT} ({timed} queries after warm-up)\n")
     rows = [latency_row(lat) for lat in report.latencies]
@@ -487,10 +521,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--http-adds", type=int, default=2000, help="memories added over HTTP (default 2000)")
     parser.add_argument("--home", help="working directory (default: a temporary one, removed at the end)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary working directory")
+    parser.add_argument(
+        "--reuse", action="store_true", help="with --home: only search the store a previous run left there"
+    )
     parser.add_argument("--skip-http", action="store_true", help="no daemon: in-process figures only")
     parser.add_argument("--data", help="text file with one memory per line, used instead of synthetic memories")
     parser.add_argument("--seed", type=int, default=7, help="seed of the synthetic corpus and queries (default 7)")
     args = parser.parse_args(argv)
+    if args.reuse and not args.home:
+        parser.error("--reuse needs --home (the directory of a previous run)")
     if any(n <= 0 for n in args.n) or args.queries <= 0 or args.warmup < 0 or args.http_adds <= 0:
         parser.error("sizes, --queries and --http-adds must be positive, --warmup not negative")
     return args
@@ -501,8 +540,11 @@ def prepare_home(args: argparse.Namespace) -> tuple[Path, bool]:
     if args.home is None:
         return Path(tempfile.mkdtemp(prefix="memmy-bench-")), not args.keep
     home = Path(args.home).expanduser().resolve()
-    if (home / "inproc" / "memory.sqlite").exists() or (home / "http-add").exists():
-        raise SystemExit(f"{home} already holds a bench store; pass an empty or new directory")
+    built = (home / "inproc" / "memory.sqlite").exists()
+    if args.reuse and not built:
+        raise SystemExit(f"--reuse: {home} holds no store from a previous run (inproc/memory.sqlite)")
+    if not args.reuse and (built or (home / "http-add").exists()):
+        raise SystemExit(f"{home} already holds a bench store; pass an empty or new directory, or --reuse")
     home.mkdir(parents=True, exist_ok=True)
     return home, False
 
@@ -518,14 +560,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         stream, data = corpus_bodies(args)
         queries = make_queries(args.queries + args.warmup, args.seed + 1, data)
-        if not args.skip_http:
+        if args.reuse:
+            search_existing(args, home, queries, report)
+        elif not args.skip_http:
             http_bodies = (
                 data[: args.http_adds]
                 if data
                 else list(itertools.islice(unique_memories(args.seed + 2), args.http_adds))
             )
             http_add_phase(home / "http-add", http_bodies, report)
-        run_sizes(args, home, stream, queries, report)
+        if not args.reuse:
+            run_sizes(args, home, stream, queries, report)
     finally:
         if remove:
             shutil.rmtree(home, ignore_errors=True)

@@ -350,3 +350,15 @@ def test_turn_start_stays_silent_on_word_overlap_alone(make_service) -> None:  #
     assert search["sourceMemoryIds"]
     relevant = service.start_turn({"sessionId": session, "query": "what is our release plan for billing-api?"}, NS)
     assert relevant["sourceMemoryIds"][0] == plan
+
+
+def test_turn_start_silence_for_chinese_prompts(make_service) -> None:  # type: ignore[no-untyped-def]
+    service = make_service()
+    deploy = add(service, "部署到生产环境之前必须先跑数据库迁移脚本")
+    add(service, "用户偏好：代码评审意见要简短，直接指出问题")
+    service.indexer.drain()
+    session = service.open_session({}, NS)["sessionId"]
+    off_topic = service.start_turn({"sessionId": session, "query": "帮我推荐一部周末看的电影"}, NS)
+    assert off_topic["sourceMemoryIds"] == []
+    on_topic = service.start_turn({"sessionId": session, "query": "部署生产环境之前要做什么？"}, NS)
+    assert on_topic["sourceMemoryIds"] == [deploy]

@@ -17,7 +17,6 @@ from memmy.llm.client import JsonLLM, LLMEndpoint, OpenAICompatibleLLM
 from memmy.recall.channels import CHANNELS
 from memmy.recall.llm_steps import extract_query, merge_by_rrf, relevance_filter, rewrite_queries
 from memmy.recall.pipeline import (
-    KEYWORD_CHANNELS,
     MODE_LAYERS,
     Candidate,
     RecallEngine,
@@ -41,6 +40,7 @@ from memmy.service.validate import (
 from memmy.store.db import utc_now
 from memmy.store.logs import LogRepository
 from memmy.store.memories import MemoryFilter, MemoryRepository
+from memmy.store.text import CJK_RUN, cjk_bigrams
 
 SCOPES = ("auto", "pooled", "project", "agent")
 
@@ -114,21 +114,40 @@ class SearchResult:
         }
 
 
+def mostly_cjk(text: str) -> bool:
+    """True when most letters of ``text`` are CJK (the English MiniLM cannot judge such text by meaning)."""
+    letters = [ch for ch in text if ch.isalpha()]
+    return bool(letters) and sum(1 for ch in letters if CJK_RUN.match(ch)) * 2 > len(letters)
+
+
+def keyword_coverage(memory_text: str, keywords: Sequence[str]) -> float:
+    """Share of the prompt's keyword units found in the memory: words, and CJK runs as their bigrams (Chinese
+    has no spaces, so a run like 部署生产环境之前要做 is judged by 部署, 生产, 环境 ... rather than whole)."""
+    units = [unit for k in keywords for unit in (cjk_bigrams(k) if CJK_RUN.fullmatch(k) else [k.lower()])]
+    if not units:
+        return 0.0
+    lowered = memory_text.lower()
+    return sum(1 for unit in units if unit in lowered) / len(units)
+
+
 def semantic_gate(
-    selected: list[Candidate], min_sim: float, has_vector: Callable[[str], bool]
+    selected: list[Candidate], min_sim: float, has_vector: Callable[[str], bool], query: PreparedQuery
 ) -> tuple[list[Candidate], int]:
     """Injection stays silent on mere word overlap: keep a hit only if its meaning matches the prompt (vector
-    similarity >= ``min_sim``) or two keyword channels agree (e.g. an exact identifier found by fts and pattern).
+    similarity >= ``min_sim``) or the prompt's error text, path or code was found in it (structural channel).
 
     BM25 is normalised per query, so the best keyword match of an unrelated prompt still scores 1.0; without an
     LLM filter this gate is what keeps off-topic prompts from receiving memory. Memories that have no vector yet
     are judged by their keyword evidence alone.
     """
+    if mostly_cjk(query.text):  # MiniLM maps most CJK text to the same unknown tokens: use keyword coverage
+        kept = [c for c in selected if keyword_coverage(c.memory.content, query.keywords) >= 0.5]
+        return kept, len(selected) - len(kept)
     kept = [
         c
         for c in selected
         if c.channels.get("vec", 0.0) >= min_sim
-        or len(KEYWORD_CHANNELS & set(c.channels)) >= 2
+        or "structural" in c.channels
         or (not c.rollup_of and not has_vector(c.memory.id))  # not embedded yet: keyword evidence decides
     ]
     return kept, len(selected) - len(kept)
@@ -205,7 +224,10 @@ class RecallOps:
         if mode == "turn_start" and retrieval["injectionSemanticGate"] and "vector:unavailable" not in status:
             index = self.engine.index()
             selected, gated = semantic_gate(
-                selected, float(retrieval["minTraceSim"]), lambda mid: index is not None and index.contains(mid)
+                selected,
+                float(retrieval["minTraceSim"]),
+                lambda mid: index is not None and index.contains(mid),
+                prepared,
             )
             if gated:
                 status.append(f"semantic_gate:dropped:{gated}")

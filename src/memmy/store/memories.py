@@ -18,6 +18,7 @@ from memmy.store.text import fts_match_expression, fts_row, phrase_match_express
 MAX_FTS_WINDOW = 50_000
 SELECTIVE_TERMS_MIN_DOCS = 5_000
 COMMON_TERM_SHARE = 0.15
+MAX_SELECTIVE_TERMS = 8
 
 #: Rows a normal read may see: live, and not superseded (``valid_to`` in the past).
 VISIBLE = "m.status = 'activated' AND (m.valid_to IS NULL OR m.valid_to > ?)"
@@ -279,13 +280,14 @@ class MemoryRepository:
         return [(row["id"], -float(row["rank"])) for row in rows]
 
     def selective_terms(self, terms: Sequence[str]) -> list[str]:
-        """Drop terms found in more than 15 % of a large store's documents (keeping at least the two rarest)."""
+        """In a large store keep the most selective terms: at most the 8 rarest, and none found in more than
+        15 % of documents (keeping at least the two rarest). BM25 ranking is carried by rare terms anyway."""
         total = self._term_stats.total(self.db)
         if total < SELECTIVE_TERMS_MIN_DOCS or len(terms) <= 2:
             return list(terms)
         counts = {term: self._term_stats.doc_count(self.db, term) for term in terms}
         ranked = sorted(terms, key=lambda t: counts[t])
-        keep = {t for t in ranked if counts[t] <= COMMON_TERM_SHARE * total} | set(ranked[:2])
+        keep = {t for t in ranked[:MAX_SELECTIVE_TERMS] if counts[t] <= COMMON_TERM_SHARE * total} | set(ranked[:2])
         return [t for t in terms if t in keep]
 
     def token_search(
