@@ -7,6 +7,7 @@ import json
 import os
 import shlex
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -462,3 +463,18 @@ def test_cursor_overlapping_generations_pair_by_turn(hooked_home: tuple[Daemon, 
             raw = client.get(f"/api/v1/memory/{trace['id']}").json()["refs"]["rawTurn"]
             pairs.add((raw["userText"], raw["assistantText"]))
     assert pairs == {("rename the cart service", "Renamed the service."), ("and update the cart docs", "Docs updated.")}
+
+
+def test_hook_reopens_a_session_the_daemon_no_longer_knows(hooked_home: tuple[Daemon, Path, Path]) -> None:
+    daemon, home, project = hooked_home
+    argv = hook_command(home, "claude_code", "UserPromptSubmit")
+    payload = {"session_id": "s-forgotten", "cwd": str(project), "hook_event_name": "UserPromptSubmit",
+               "prompt": "why do the webshop checkout tests fail?"}
+    first_out, _, _ = run_hook(home, argv, payload)
+    assert "STRIPE_TEST_MODE" in first_out
+    db = sqlite3.connect(home / ".memmy" / "memory-service" / "memory.sqlite")
+    db.execute("PRAGMA foreign_keys=ON")
+    with db:
+        db.execute("DELETE FROM sessions WHERE id LIKE 'claude_code-memory-%'")  # as if the store was replaced
+    again, _, code = run_hook(home, argv, payload)  # the hook's "already opened" marker is now stale
+    assert code == 0 and "STRIPE_TEST_MODE" in json.loads(again)["hookSpecificOutput"]["additionalContext"]

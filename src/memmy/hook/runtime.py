@@ -221,20 +221,28 @@ def on_prompt(
     host_turn = first(payload, "turn_id", "turnId", "generation_id", "generationId")
     turn_id = str(host_turn) if host_turn else f"{agent}-turn-{short_hash(session_key, query, str(time.time()))}"
     session_id = f"{agent}-memory-{short_hash(agent, session_key)}"
-    client.call("POST", "/api/v1/sessions/open", {"sessionId": session_id, "source": agent})
+    marker = State(agent, f"{session_key}\x00session")  # the session was opened by an earlier prompt
+    opened = marker.load().get("sessionId") == session_id
+    if not opened:
+        client.call("POST", "/api/v1/sessions/open", {"sessionId": session_id, "source": agent})
+        marker.save({"sessionId": session_id})
     state.save({"sessionId": session_id, "turnId": turn_id, "query": query, "sourceMemoryIds": []})
-    started = client.call(
-        "POST",
-        "/api/v1/turns/start",
-        {
-            "sessionId": session_id,
-            "turnId": turn_id,
-            "query": query,
-            "source": agent,
-            "adapterId": f"memmy-{agent}-hook",
-            "requestId": f"{agent}-start:{turn_id}",
-        },
-    )
+    body = {
+        "sessionId": session_id,
+        "turnId": turn_id,
+        "query": query,
+        "source": agent,
+        "adapterId": f"memmy-{agent}-hook",
+        "requestId": f"{agent}-start:{turn_id}",
+    }
+    try:
+        started = client.call("POST", "/api/v1/turns/start", body)
+    except urllib.error.HTTPError as exc:
+        if not opened or exc.code not in (404, 409):
+            raise
+        # The daemon forgot the session (new store, closed session): open it and try once more.
+        client.call("POST", "/api/v1/sessions/open", {"sessionId": session_id, "source": agent})
+        started = client.call("POST", "/api/v1/turns/start", body)
     state.save(
         {
             "sessionId": session_id,
