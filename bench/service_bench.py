@@ -1,9 +1,13 @@
 """Service benchmark: add throughput with embeddings, search latency at 10k/100k memories, daemon RSS.
 
-    python bench/service_bench.py                     # 10k and 100k corpora, 200 queries (~15-20 min on 2 cores)
-    python bench/service_bench.py --n 10000           # quick run (~2-3 min)
+    python bench/service_bench.py                     # 10k and 100k corpora, 200 queries (~22 min on 2 idle cores)
+    python bench/service_bench.py --n 10000           # quick run (~3 min)
     python bench/service_bench.py --n 10000 --skip-http --queries 50
     python bench/service_bench.py --data memories.txt # one memory per line instead of synthetic text
+    python bench/service_bench.py --home DIR          # keep the store; later: --home DIR --reuse (search only)
+
+Nearly all of the time goes into embedding the corpus with the local MiniLM (about 90 memories/s on two idle
+cores, much less when other processes compete for them), so a busy machine can take twice as long.
 
 What it does, in order (everything lives in a temporary directory unless ``--home`` is given):
 
@@ -306,7 +310,7 @@ def http_add_phase(home: Path, bodies: Sequence[dict[str, Any]], report: Report)
             daemon.drain(client)
             drained = time.perf_counter()
             progress(f"http add: drained in {drained - added:.0f} s")
-        label = f"HTTP daemon, {len(bodies):,} adds"
+        label = f"HTTP, {len(bodies):,} adds (embedding overlaps)"
         report.adds.append(AddResult(label, len(bodies), added - started, drained - added, deduplicated))
         report.rss.append(RssResult(f"after {len(bodies):,} HTTP adds + drain", *memory_mib(daemon.pid)))
     finally:
