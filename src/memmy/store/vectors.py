@@ -66,7 +66,8 @@ class VectorIndex:
         for name, fill in (("_matrix", 0.0), ("_layer", 0), ("_project", self.NO_PROJECT), ("_source", 0)):
             old = getattr(self, name)
             shape = (new_size, self.dim) if name == "_matrix" else (new_size,)
-            grown = np.full(shape, fill, dtype=old.dtype)
+            # np.zeros leaves untouched pages unallocated; only the project codes need a non-zero fill.
+            grown = np.zeros(shape, dtype=old.dtype) if fill == 0 else np.full(shape, fill, dtype=old.dtype)
             grown[:size] = old
             setattr(self, name, grown)
 
