@@ -53,8 +53,7 @@ def make_texts(n: int, seed: int) -> list[str]:
     """Deterministic short memory-like sentences."""
     rng = random.Random(seed)
     return [
-        f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)}{rng.choice(TAILS)} (#{i})."
-        for i in range(n)
+        f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)}{rng.choice(TAILS)} (#{i})." for i in range(n)
     ]
 
 
@@ -65,9 +64,7 @@ def percentile(values: list[float], q: float) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print the results."""
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--provider", default="local", help="local (default) or openai_compatible")
     parser.add_argument("--model", default=None)
     parser.add_argument("--endpoint", default=None)
@@ -108,8 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         best = max(best, len(texts) / elapsed)
     assert vectors.shape == (len(texts), fingerprint.dim)
     print(
-        f"throughput    {best:.0f} texts/s  "
-        f"({len(texts)} short texts, batch {args.batch_size}, best of {args.repeat})"
+        f"throughput    {best:.0f} texts/s  ({len(texts)} short texts, batch {args.batch_size}, best of {args.repeat})"
     )
 
     queries = make_texts(args.queries, seed=2)

@@ -1,7 +1,9 @@
 """A small real OpenAI-compatible chat-completions server for tests (stdlib ``http.server`` in a thread).
 
 ``answer(system, user) -> str | None`` produces the assistant message content; None answers HTTP 500.
-``delay_s`` makes every answer slow (timeout tests). Every request is recorded.
+``delay_s`` makes every answer slow (timeout tests). Every request is recorded. Optional: ``usage`` is sent as
+the answer's ``usage`` field, and ``reply(request) -> (status, body) | None`` answers a request verbatim
+before ``answer`` is consulted (status sequences, 400s, echoed headers).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 Answer = Callable[[str, str], str | None]
+Reply = Callable[[dict[str, Any]], tuple[int, str] | None]
 
 
 @dataclass
@@ -27,7 +30,9 @@ class ChatStub:
 
 
 @contextmanager
-def run_chat_stub(answer: Answer, delay_s: float = 0.0) -> Iterator[ChatStub]:
+def run_chat_stub(
+    answer: Answer, delay_s: float = 0.0, *, usage: dict[str, int] | None = None, reply: Reply | None = None
+) -> Iterator[ChatStub]:
     """Serve ``POST /v1/chat/completions`` on a free loopback port for the ``with`` block."""
     stub = ChatStub(url="")
 
@@ -35,9 +40,17 @@ def run_chat_stub(answer: Answer, delay_s: float = 0.0) -> Iterator[ChatStub]:
         def do_POST(self) -> None:  # noqa: N802 - http.server API
             length = int(self.headers.get("content-length", "0"))
             body = json.loads(self.rfile.read(length) or b"{}")
-            stub.requests.append({"path": self.path, "body": body, "auth": self.headers.get("authorization")})
+            request = {"path": self.path, "body": body, "auth": self.headers.get("authorization")}
+            stub.requests.append(request)
             if delay_s:
                 time.sleep(delay_s)
+            verbatim = reply(request) if reply is not None else None
+            if verbatim is not None:
+                self.send_response(verbatim[0])
+                self.send_header("content-type", "application/json")
+                self.end_headers()
+                self.wfile.write(verbatim[1].encode())
+                return
             messages = body.get("messages", [])
             system = next((m["content"] for m in messages if m.get("role") == "system"), "")
             user = next((m["content"] for m in messages if m.get("role") == "user"), "")
@@ -47,12 +60,18 @@ def run_chat_stub(answer: Answer, delay_s: float = 0.0) -> Iterator[ChatStub]:
                 self.end_headers()
                 self.wfile.write(b'{"error": "stub failure"}')
                 return
-            payload = json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}]}).encode()
+            answer_body: dict[str, Any] = {"choices": [{"message": {"role": "assistant", "content": content}}]}
+            if usage is not None:
+                answer_body["usage"] = usage
+            payload = json.dumps(answer_body).encode()
             self.send_response(200)
             self.send_header("content-type", "application/json")
             self.send_header("content-length", str(len(payload)))
             self.end_headers()
-            self.wfile.write(payload)
+            try:
+                self.wfile.write(payload)
+            except (BrokenPipeError, ConnectionResetError):  # the client gave up (a timeout test): fine
+                return
 
         def log_message(self, *args: Any) -> None:
             return

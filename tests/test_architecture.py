@@ -18,6 +18,7 @@ ALLOWED: dict[str, set[str]] = {
     "capture": {"domain", "errors"},
     "recall": {"domain", "errors", "store", "embed", "capture", "llm"},
     "llm": {"errors"},
+    "evolve": {"domain", "errors", "capture", "llm"},
     "sources": {"domain", "errors", "capture", "store"},
     "indexing": {"domain", "errors", "store", "embed"},
     "service": {
@@ -29,6 +30,7 @@ ALLOWED: dict[str, set[str]] = {
         "embed",
         "capture",
         "recall",
+        "evolve",
         "indexing",
         "config",
         "config_defaults",

@@ -468,8 +468,12 @@ def test_cursor_overlapping_generations_pair_by_turn(hooked_home: tuple[Daemon, 
 def test_hook_reopens_a_session_the_daemon_no_longer_knows(hooked_home: tuple[Daemon, Path, Path]) -> None:
     daemon, home, project = hooked_home
     argv = hook_command(home, "claude_code", "UserPromptSubmit")
-    payload = {"session_id": "s-forgotten", "cwd": str(project), "hook_event_name": "UserPromptSubmit",
-               "prompt": "why do the webshop checkout tests fail?"}
+    payload = {
+        "session_id": "s-forgotten",
+        "cwd": str(project),
+        "hook_event_name": "UserPromptSubmit",
+        "prompt": "why do the webshop checkout tests fail?",
+    }
     first_out, _, _ = run_hook(home, argv, payload)
     assert "STRIPE_TEST_MODE" in first_out
     db = sqlite3.connect(home / ".memmy" / "memory-service" / "memory.sqlite")

@@ -64,6 +64,8 @@ def _env_override_table() -> dict[str, tuple[str, ...]]:
         "MEMMY_ENABLE_MEMORY_SEARCH": ("algorithm", "enableMemorySearch"),
         "MEMMY_ENABLE_QUERY_REWRITE": ("algorithm", "enableQueryRewrite"),
         "MEMMY_RETRIEVAL_INJECTION_PROFILE": ("algorithm", "retrieval", "readOnlyInjectionProfile"),
+        "MEMMY_LLM_DAILY_CALLS": ("llmBudget", "dailyCalls"),
+        "MEMMY_LLM_DAILY_TOKENS": ("llmBudget", "dailyTokens"),
     }
     for role in ("SUMMARY", "EVOLUTION"):
         for suffix, key in _LLM_ENV_FIELDS.items():
@@ -100,6 +102,14 @@ class LLMSettings:
         if self.provider == "host":
             return bool(self.endpoint)
         return bool(self.model) and bool(self.api_key or self.endpoint)
+
+
+@dataclass(frozen=True)
+class LLMBudgetSettings:
+    """The daily cap on LLM calls and tokens shared by both model slots (0 = unlimited)."""
+
+    daily_calls: int
+    daily_tokens: int
 
 
 @dataclass(frozen=True)
@@ -170,6 +180,12 @@ class MemmyConfig:
     def algo(self, section: str, key: str) -> Any:
         """One algorithm setting, e.g. ``algo("retrieval", "tier1TopK")``."""
         return self.tree["algorithm"][section][key]
+
+    @property
+    def llm_budget(self) -> LLMBudgetSettings:
+        """The ``llmBudget`` section (read from the tree, so a config reload applies it)."""
+        budget = self.tree.get("llmBudget") or {}
+        return LLMBudgetSettings(int(budget.get("dailyCalls", 0)), int(budget.get("dailyTokens", 0)))
 
 
 def memmy_home(env: Mapping[str, str] | None = None) -> Path:
@@ -354,6 +370,22 @@ def _llm(tree: Mapping[str, Any]) -> LLMSettings:
     )
 
 
+_SLOT_IDENTITY = ("provider", "model", "endpoint", "apiKey")
+_SLOT_INHERITED = ("provider", "vendor", "endpoint", "model", "apiKey")
+
+
+def _inherit_model_slots(summary: dict[str, Any], evolution: dict[str, Any]) -> None:
+    """An unset slot (no provider, model, endpoint or key) borrows the other slot's model; limits stay its own."""
+    summary_unset = not any(summary[k] for k in _SLOT_IDENTITY)
+    evolution_unset = not any(evolution[k] for k in _SLOT_IDENTITY)
+    if evolution_unset and not summary_unset:
+        for key in _SLOT_INHERITED:
+            evolution[key] = summary[key]
+    elif summary_unset and not evolution_unset:
+        for key in _SLOT_INHERITED:
+            summary[key] = evolution[key]
+
+
 def load_config(
     explicit_path: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
@@ -388,9 +420,7 @@ def load_config(
     _apply_env(tree, defaults, env)
     _validate(tree, defaults, Path(f"{path} (after environment overrides)"))
     evolution = tree["evolution"]
-    if not any(evolution[k] for k in ("provider", "model", "endpoint", "apiKey")):
-        for key in ("provider", "vendor", "endpoint", "model", "apiKey"):
-            evolution[key] = tree["summary"][key]
+    _inherit_model_slots(tree["summary"], evolution)
     storage = tree["storage"]
     if db_override:
         sqlite_path = Path(db_override).expanduser()

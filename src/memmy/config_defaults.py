@@ -51,6 +51,11 @@ def default_tree() -> dict[str, Any]:
         },
         "summary": _llm_defaults(512, 45_000, 3, False),
         "evolution": _llm_defaults(4096, 180_000, 2, True),
+        # Daily cap on LLM use (UTC day, 0 = unlimited); past it evolution and recall fall back to heuristics.
+        "llmBudget": {
+            "dailyCalls": 2000,
+            "dailyTokens": 2_000_000,
+        },
         "embedding": {
             "provider": "local",
             "model": "all-MiniLM-L6-v2",
@@ -59,6 +64,14 @@ def default_tree() -> dict[str, Any]:
             "batchSize": 32,
             "timeoutMs": 60_000,
             "maxRetries": 2,
+        },
+        "dream": {
+            "enabled": False,
+            "intervalHours": 24,
+            "lookbackDays": 14,
+            "duplicateSimilarity": 0.95,
+            "staleDays": 90,
+            "maxChanges": 500,
         },
         "algorithm": {
             "enableMemoryAdd": True,

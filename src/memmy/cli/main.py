@@ -16,6 +16,8 @@ import click
 
 from memmy import __version__
 from memmy.cli.commands_agents import init, remove
+from memmy.cli.commands_dream import dream
+from memmy.cli.commands_evolve import episodes, feedback, jobs, worker
 from memmy.cli.commands_import import import_history, sources
 from memmy.cli.commands_keys import COMMANDS as KEY_COMMANDS
 from memmy.cli.commands_mcp import mcp
@@ -294,6 +296,11 @@ cli.add_command(import_history)
 cli.add_command(sources)
 cli.add_command(mcp)
 cli.add_command(resume)
+cli.add_command(dream)
+cli.add_command(feedback)
+cli.add_command(episodes)
+cli.add_command(jobs)
+cli.add_command(worker)
 for _command in KEY_COMMANDS:
     cli.add_command(_command)
 

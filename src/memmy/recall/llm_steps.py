@@ -58,6 +58,27 @@ def _candidate_block(index: int, cand: Candidate, body_chars: int) -> str:
     return f"{index}. [{TAGS[memory.layer]}]{title}\n   {body}"
 
 
+def _carries_avoid(cand: Candidate) -> bool:
+    payload = cand.memory.properties.get("policy") or cand.memory.properties.get("skill") or {}
+    return cand.memory.layer in ("L2", "Skill") and bool(payload.get("anti_pattern"))
+
+
+def cap_keeping_guidance(selected: list[Candidate], keep: int, guardrails: int = 2) -> list[Candidate]:
+    """The mechanical cap, except that up to ``guardrails`` selected memories carrying *Avoid* guidance survive it.
+
+    A relevant failure-avoidance policy is the most useful thing to inject and the cheapest (a few lines); it
+    replaces the lowest-ranked L1 traces beyond the cap instead of being cut by it.
+    """
+    kept = selected[:keep]
+    extra = [c for c in selected[keep:] if _carries_avoid(c)][: max(0, guardrails - sum(map(_carries_avoid, kept)))]
+    for cand in extra:
+        victim = next((c for c in reversed(kept) if c.memory.layer == "L1"), None)
+        if victim is None:
+            break
+        kept[kept.index(victim)] = cand
+    return kept
+
+
 def relevance_filter(
     llm: JsonLLM | None,
     query: str,
@@ -71,7 +92,7 @@ def relevance_filter(
     if not settings["llmFilterEnabled"]:
         return selected, "llm_filter:disabled"
     if llm is None:
-        return (selected[:fallback_keep] if apply_fallback_cap else selected), "llm_filter:no_llm"
+        return (cap_keeping_guidance(selected, fallback_keep) if apply_fallback_cap else selected), "llm_filter:no_llm"
     if len(selected) < max(2, int(settings["llmFilterMinCandidates"])):
         return selected, "llm_filter:skipped"
     listing = "\n".join(
@@ -82,10 +103,10 @@ def relevance_filter(
             FILTER_PROMPT, f"QUERY: {query[:500]}\n\nCANDIDATES:\n{listing}", timeout_s=timeout_s
         )
     except LLMError:
-        return selected[:fallback_keep], "llm_filter:llm_failed_fallback_cap"
+        return cap_keeping_guidance(selected, fallback_keep), "llm_filter:llm_failed_fallback_cap"
     ranked = answer.get("ranked", answer.get("selected")) if isinstance(answer, dict) else None
     if not isinstance(ranked, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ranked):
-        return selected[:fallback_keep], "llm_filter:llm_failed_fallback_cap"
+        return cap_keeping_guidance(selected, fallback_keep), "llm_filter:llm_failed_fallback_cap"
     picks = [selected[i - 1] for i in dict.fromkeys(ranked) if 1 <= i <= len(selected)]
     if not picks:
         return [], "llm_filter:llm_dropped_all"

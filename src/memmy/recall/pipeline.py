@@ -510,10 +510,20 @@ class RecallEngine:
                 for policy_id in (cand.memory.properties.get("skill") or {}).get("sourcePolicyIds", []) or []:
                     skill_policies[str(policy_id)] = cand.memory.updated_at
         kept = []
+        seen_exchanges: set[str] = set()
         for cand in selected:
             if cand.memory.id in rolled and not cand.rollup_of:
                 dropped.append({"id": cand.memory.id, "reason": "covered_by_episode_rollup"})
                 continue
+            if cand.memory.layer == "L1" and not cand.rollup_of:
+                trace = cand.memory.properties.get("trace") or {}
+                exchange = " ".join(
+                    f"{trace.get('userText') or cand.memory.content}\n{trace.get('agentText') or ''}".split()
+                )
+                if exchange in seen_exchanges:  # the same exchange captured again (another session) adds nothing
+                    dropped.append({"id": cand.memory.id, "reason": "duplicate_exchange"})
+                    continue
+                seen_exchanges.add(exchange)
             skill_time = skill_policies.get(cand.memory.id)
             if cand.memory.layer == "L2" and skill_time is not None and cand.memory.updated_at <= skill_time:
                 dropped.append({"id": cand.memory.id, "reason": "covered_by_skill"})

@@ -18,6 +18,7 @@ from memmy.domain import Memory
 BODY_CAP = 640
 SNIPPET_CAP = 320
 GUIDANCE_LINE_CAP = 220
+_LABEL = re.compile(r"^(?:prefer|avoid|偏好|避免)\s*[:：]\s*", re.IGNORECASE)
 FOOTER = (
     "## Follow-up memory tools\n"
     "If details are needed, use `memmy_memory_get(id)` with one of the ids above.\n"
@@ -157,7 +158,7 @@ def _guidance_lines(memories: list[Memory], key: str) -> list[str]:
         payload = memory.properties.get("policy") or memory.properties.get("skill") or {}
         values = payload.get(key) or []
         for value in [values] if isinstance(values, str) else values:
-            line = " ".join(str(value).split())[:GUIDANCE_LINE_CAP]
+            line = _LABEL.sub("", " ".join(str(value).split()))[:GUIDANCE_LINE_CAP]
             if line:
                 counts[line] += max(1, len(payload.get("sourceEpisodeIds") or []))
     return [line for line, _ in counts.most_common(3)]

@@ -183,6 +183,20 @@ class Api:
         ns, tombstone_id = self.namespace(request), request.path_params["tombstone_id"]
         return await self.json_call(request, self.service.restore_tombstone, lambda b: (tombstone_id, b, ns))
 
+    async def dream_run(self, request: Request) -> Response:
+        return await self.json_call(request, self.service.dream_run, lambda b: (b,))
+
+    async def dream_log(self, request: Request) -> Response:
+        return await self.call(request, self.service.dream_log, dict(request.query_params))
+
+    async def dream_get(self, request: Request) -> Response:
+        dream_id = request.path_params["dream_id"]
+        return await self.call(request, self.service.dream_get, dream_id, dict(request.query_params))
+
+    async def dream_restore(self, request: Request) -> Response:
+        dream_id = request.path_params["dream_id"]
+        return await self.json_call(request, self.service.dream_restore, lambda b: (dream_id, b))
+
     async def processing_status(self, request: Request) -> Response:
         return await self.json_call(request, self.service.processing_status, lambda b: (b,))
 
@@ -216,6 +230,16 @@ class Api:
             return (body,)
 
         return await self.json_call(request, self.service.run_worker, args)
+
+    async def feedback(self, request: Request) -> Response:
+        ns = self.namespace(request)
+        return await self.json_call(request, self.service.give_feedback, lambda b: (b, ns))
+
+    async def episodes(self, request: Request) -> Response:
+        return await self.call(request, self.service.list_episodes, dict(request.query_params))
+
+    async def evolution_jobs(self, request: Request) -> Response:
+        return await self.call(request, self.service.list_jobs, dict(request.query_params))
 
     async def sources(self, request: Request) -> Response:
         return await self.call(request, self.service.imports.sources)
@@ -289,7 +313,14 @@ def create_app(service: MemoryService, shutdown: Callable[[], None] | None = Non
         Route("/api/v1/memory/{memory_id}/history", api.memory_history, methods=["GET"]),
         Route("/api/v1/keys/{op}", api.keys_op, methods=["POST"]),
         Route("/api/v1/tombstones", api.tombstones, methods=["GET"]),
+        Route("/api/v1/feedback", api.feedback, methods=["POST"]),
+        Route("/api/v1/episodes", api.episodes, methods=["GET"]),
+        Route("/api/v1/evolution/jobs", api.evolution_jobs, methods=["GET"]),
         Route("/api/v1/tombstones/{tombstone_id}/restore", api.restore_tombstone, methods=["POST"]),
+        Route("/api/v1/dream/run", api.dream_run, methods=["POST"]),
+        Route("/api/v1/dream/log", api.dream_log, methods=["GET"]),
+        Route("/api/v1/dream/{dream_id}", api.dream_get, methods=["GET"]),
+        Route("/api/v1/dream/{dream_id}/restore", api.dream_restore, methods=["POST"]),
         Route("/api/v1/memory/{memory_id}", api.get_memory, methods=["GET"]),
         Route("/api/v1/memory/{memory_id}", api.delete_memory, methods=["DELETE"]),
         Route("/api/v1/panel/overview", api.overview, methods=["GET"]),

@@ -233,6 +233,19 @@ KEY_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 _BODIES.update({f"keys.{name}": schema for name, (_summary, schema) in KEY_TOOLS.items()})
 _BODIES["restore"] = {"properties": {"reason": _STR}}
+_BODIES["dream.run"] = {"properties": {"dryRun": {"type": "boolean", "description": "report, write nothing"}}}
+_BODIES["dream.restore"] = {
+    "properties": {"force": {"type": "boolean", "description": "overwrite memories edited after the dream"}}
+}
+_BODIES["feedback"] = {
+    "properties": {
+        "id": {"type": "string", "description": "a memory id (trace_/policy_/skill_…) or an episode id (episode_…)"},
+        "polarity": {"enum": ["positive", "negative", "neutral"]},
+        "magnitude": {"type": "number", "minimum": 0, "maximum": 1, "default": 1},
+        "note": _STR,
+    },
+    "required": ["id", "polarity"],
+}
 
 #: (method, path, summary, body key or None, anonymous)
 ROUTES: tuple[tuple[str, str, str, str | None, bool], ...] = (
@@ -255,7 +268,7 @@ ROUTES: tuple[tuple[str, str, str, str | None, bool], ...] = (
     ("get", "/api/v1/panel/tasks", "Captured turns", None, False),
     ("post", "/api/v1/admin/reload-config", "Hot-reload config.yaml", "reload", False),
     ("post", "/api/v1/admin/shutdown", "Stop the daemon", None, False),
-    ("post", "/api/v1/worker/run", "Process queued embeddings now", "worker", False),
+    ("post", "/api/v1/worker/run", "Run due embeddings and evolution jobs now", "worker", False),
     ("get", "/api/v1/sources", "Detected agent history sources, last sync and counts", None, False),
     ("post", "/api/v1/sources/scan", "Start a history import job", "scan", False),
     ("get", "/api/v1/sources/scan/{jobId}", "Import job progress", None, False),
@@ -266,6 +279,13 @@ ROUTES: tuple[tuple[str, str, str, str | None, bool], ...] = (
     ("get", "/api/v1/memory/{id}/history", "Version chain of a memory (oldest -> newest, with validity)", None, False),
     ("get", "/api/v1/tombstones", "Forgotten values (content hash + memory key)", None, False),
     ("post", "/api/v1/tombstones/{id}/restore", "Remove a tombstone so the value may come back", "restore", False),
+    ("post", "/api/v1/dream/run", "Run a Dream pass (merge twins, archive stale/contradicted)", "dream.run", False),
+    ("get", "/api/v1/dream/log", "Past Dream passes with counts per action (limit, offset)", None, False),
+    ("get", "/api/v1/dream/{id}", "One Dream pass and its changes (verbose=true: full rows)", None, False),
+    ("post", "/api/v1/dream/{id}/restore", "Undo a Dream pass byte for byte", "dream.restore", False),
+    ("post", "/api/v1/feedback", "Explicit feedback on a memory or episode (reward, guidance)", "feedback", False),
+    ("get", "/api/v1/episodes", "Recent episodes (status, limit)", None, False),
+    ("get", "/api/v1/evolution/jobs", "Evolution jobs (status, type, episodeId, limit) and counts", None, False),
     *(
         ("post", f"/api/v1/keys/{name}", f"Key graph: {summary}", f"keys.{name}", False)
         for name, (summary, _schema) in KEY_TOOLS.items()

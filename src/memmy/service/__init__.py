@@ -11,16 +11,25 @@ from memmy.config import MemmyConfig, load_config, reload_requires_restart
 from memmy.embed import Embedder, build_embedder
 from memmy.errors import ConfigError, InvalidArgument
 from memmy.indexing import Indexer
+from memmy.service.dream import DreamOps
+from memmy.service.episodes import EpisodeOps
+from memmy.service.evolution import ModelSlots
+from memmy.service.evolution_wiring import build_evolution
 from memmy.service.imports import ImportOps
 from memmy.service.keygraph import KeyOps
 from memmy.service.memories import MemoryOps
+from memmy.service.models import build_model_clients
 from memmy.service.namespace import Namespace
 from memmy.service.panel import PanelOps
 from memmy.service.recall import RecallOps
 from memmy.service.turns import TurnOps
-from memmy.service.validate import opt_bool, opt_int, opt_str, require_object
+from memmy.service.validate import opt_bool, opt_int, opt_list, opt_str, require_object
 from memmy.service.validity import ValidityOps
+from memmy.service.worker import EvolutionWorker
 from memmy.store.db import Database, utc_now
+from memmy.store.episodes import EpisodeRepository, FeedbackRepository
+from memmy.store.evolution import EvolutionRepository
+from memmy.store.jobs import JobRepository
 from memmy.store.logs import LogRepository
 from memmy.store.memories import MemoryRepository
 from memmy.store.queue import EmbeddingQueue
@@ -59,7 +68,14 @@ ROUTE_NAMES = (
     "POST /api/v1/keys/:op",
     "GET /api/v1/memory/:id/history",
     "GET /api/v1/tombstones",
+    "POST /api/v1/feedback",
+    "GET /api/v1/episodes",
+    "GET /api/v1/evolution/jobs",
     "POST /api/v1/tombstones/:id/restore",
+    "POST /api/v1/dream/run",
+    "GET /api/v1/dream/log",
+    "GET /api/v1/dream/:id",
+    "POST /api/v1/dream/:id/restore",
 )
 
 
@@ -96,12 +112,36 @@ class MemoryService:
         factory = (lambda: embedder) if embedder is not None else embedder_factory(config)
         self.indexer = Indexer(factory, self.memories, self.vectors, self.queue, config.embedding.batch_size)
         self.memory_ops = MemoryOps(config, db, self.memories, self.logs, self.queue, self.sessions, self.indexer)
-        self.recall_ops = RecallOps(config, self.memories, self.logs, self.indexer)
-        self.turn_ops = TurnOps(config, db, self.sessions, self.logs, self.memory_ops, self.recall_ops)
+        self.models = build_model_clients(config, db)
+        self.recall_ops = RecallOps(config, self.memories, self.logs, self.indexer, self.models)
+        self.episodes = EpisodeRepository(db)
+        self.feedback = FeedbackRepository(db)
+        self.evolution = EvolutionRepository(db)
+        self.jobs = JobRepository(db)
+        self.model_slots = ModelSlots(self.models.summary, self.models.evolution)
+        self.episode_ops = EpisodeOps(config, self.episodes, self.feedback, self.memories, self.jobs)
+        self.worker = EvolutionWorker(db, self.jobs, {}, on_cycle=self._periodic)
+        self.evolution_groups = build_evolution(self)
+        for group in self.evolution_groups:
+            for job_type, handler in group.handlers().items():
+                self.worker.register(job_type, handler)
+        self.turn_ops = TurnOps(
+            config,
+            db,
+            self.sessions,
+            self.logs,
+            self.memory_ops,
+            self.recall_ops,
+            self.episode_ops,
+            self.jobs,
+            self.evolution,
+            self.worker.wake,
+        )
         self.panel = PanelOps(self.memories, self.logs, self.sessions, self.queue)
         self.imports = ImportOps(config, db, self.memories, self.sessions, self.indexer)
         self.keys = KeyOps(config, db, self.memories, self.logs, self.indexer, self.memory_ops)
         self.validity = ValidityOps(db, self.memories, self.logs)
+        self.dreams = DreamOps(lambda: self.config, db, self.memories, self.indexer)
 
     @classmethod
     def open(cls, config: MemmyConfig, embedder: Embedder | None = None) -> MemoryService:
@@ -109,10 +149,17 @@ class MemoryService:
         return cls(config, Database(config.storage.sqlite_path), embedder)
 
     def start_background(self) -> None:
-        """Load the vector index and start the embedding worker (the daemon calls this under its lock)."""
+        """Load the vector index, start the embedding and evolution workers (the daemon calls this under its lock)."""
         self.queue.release_leases()
+        self.jobs.release_all_leases()
         self.indexer.load_index()
         self.indexer.start()
+        self.worker.start()
+
+    def _periodic(self) -> None:
+        """Work the evolution worker does about once a minute: close idle episodes, run a scheduled Dream."""
+        self.episode_ops.close_idle()
+        self.dreams.run_if_due()
 
     def close(self) -> None:
         """Stop background work and close the store."""
@@ -120,6 +167,7 @@ class MemoryService:
             job.control.stop()
             if job.thread is not None:
                 job.thread.join(timeout=30)
+        self.worker.stop()
         self.indexer.stop()
         self.db.close()
 
@@ -129,8 +177,35 @@ class MemoryService:
         return self.memory_ops.add(body, ns)
 
     def get_memory(self, memory_id: str) -> dict[str, Any]:
-        """Read one memory with its refs and history."""
+        """Read one memory with its refs and history (an ``episode_…`` id returns the episode)."""
+        if isinstance(memory_id, str) and memory_id.startswith("episode_"):
+            return self.episode_ops.episode_detail(memory_id)
         return self.memory_ops.get(memory_id)
+
+    # -- evolution --------------------------------------------------------------------------------
+    def give_feedback(self, body: Any, ns: Namespace) -> dict[str, Any]:
+        """Explicit feedback on a memory or an episode; the reward and guidance follow asynchronously."""
+        result = self.episode_ops.give_feedback(body, ns.user_id)
+        self.worker.wake()
+        return result
+
+    def list_episodes(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Recent episodes (``?status=open|closed&limit=``)."""
+        limit = opt_int(params, "limit", 50, minimum=1, maximum=500)
+        status = opt_str(params, "status")
+        items = [e.to_json() for e in self.episodes.list_recent(limit, status)]
+        return {"items": items, "serverTime": utc_now()}
+
+    def list_jobs(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Evolution jobs (``?status=&type=&episodeId=&limit=``) and per-status counts."""
+        limit = opt_int(params, "limit", 100, minimum=1, maximum=1000)
+        jobs = self.jobs.list_jobs(
+            status=opt_str(params, "status"),
+            job_type=opt_str(params, "type"),
+            episode_id=opt_str(params, "episodeId"),
+            limit=limit,
+        )
+        return {"items": [j.as_dict() for j in jobs], "counts": self.jobs.counts(), "serverTime": utc_now()}
 
     def delete_memory(self, memory_id: str, body: Any, ns: Namespace) -> dict[str, Any]:
         """Soft-delete one memory."""
@@ -240,6 +315,12 @@ class MemoryService:
                     "lastError": embedder_error,
                 },
             },
+            "evolution": {
+                "jobs": self.jobs.counts(),
+                "workerRunning": self.worker.running,
+                "workerLastError": self.worker.last_error,
+                "llmUsage": self.models.usage_report(),
+            },
             "embeddingQueue": {
                 "pending": queue.get("pending", 0) + queue.get("in_progress", 0),
                 "failed": queue.get("failed", 0),
@@ -295,8 +376,13 @@ class MemoryService:
             db_override=old.db_override,
         )
         self.indexer.batch_size = new.embedding.batch_size
-        for ops in (self.memory_ops, self.turn_ops, self.recall_ops, self.imports, self.keys):
+        for ops in (self.memory_ops, self.turn_ops, self.recall_ops, self.imports, self.keys, self.episode_ops):
             ops.config = self.config
+        for group in self.evolution_groups:
+            group.config = self.config
+        self.models = build_model_clients(self.config, self.db)
+        self.recall_ops.models = self.models
+        self.model_slots.summary, self.model_slots.evolution = self.models.summary, self.models.evolution
         if embedding_changed:
             self.indexer.replace_embedder(embedder_factory(self.config))
         retried = self.queue.retry_failed() if opt_bool(body, "restartFailedProcessing", True) else 0
@@ -312,24 +398,54 @@ class MemoryService:
         }
 
     def run_worker(self, body: Any) -> dict[str, Any]:
-        """Process queued embeddings now (up to ``limit``)."""
+        """Run due work now: embeddings first (L2 association needs vectors), then evolution jobs, until idle.
+
+        ``limit`` caps the evolution jobs run (default 20); ``targetMemoryIds`` restricts them.
+        """
         body = require_object(body)
         limit = opt_int(body, "limit", 20, minimum=1, maximum=10_000)
-        succeeded = failed = 0
-        while succeeded + failed < limit:
-            ok, bad = self.indexer.run_once(min(limit - succeeded - failed, self.indexer.batch_size))
-            if ok == 0 and bad == 0:
+        targets = [t for t in opt_list(body, "targetMemoryIds") if isinstance(t, str)] or None
+        embedded = embed_failed = 0
+        reports = []
+        ran = 0
+        while True:
+            while True:
+                ok, bad = self.indexer.run_once(self.indexer.batch_size)
+                embedded, embed_failed = embedded + ok, embed_failed + bad
+                if ok == 0 and bad == 0:
+                    break
+            if ran >= limit:
                 break
-            succeeded += ok
-            failed += bad
+            report = self.worker.drain(min(limit - ran, 50), target_memory_ids=targets)
+            reports.append(report)
+            ran += report.leased
+            if report.leased == 0:
+                break
         seq = self.logs.latest_change_seq()
         return {
-            "leased": succeeded + failed,
-            "succeeded": succeeded,
-            "failed": failed,
-            "jobs": [],
-            "embeddingRetries": {"leased": succeeded + failed, "succeeded": succeeded, "failed": failed},
+            "leased": sum(r.leased for r in reports),
+            "succeeded": sum(r.succeeded for r in reports),
+            "failed": sum(r.failed for r in reports),
+            "jobs": [job for r in reports for job in r.jobs],
+            "embeddingRetries": {"leased": embedded + embed_failed, "succeeded": embedded, "failed": embed_failed},
             "changeSeq": seq,
             "syncCursor": f"seq:{seq}",
             "serverTime": utc_now(),
         }
+
+    # -- dream ------------------------------------------------------------------------------------
+    def dream_run(self, body: Any) -> dict[str, Any]:
+        """One Dream pass now (``{"dryRun": true}`` only reports what it would change)."""
+        return self.dreams.run(body)
+
+    def dream_log(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Past Dream passes, newest first, with counts per action."""
+        return self.dreams.log(params)
+
+    def dream_get(self, dream_id: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """One Dream pass and its changes (full rows with ``verbose``)."""
+        return self.dreams.get(dream_id, params)
+
+    def dream_restore(self, dream_id: str, body: Any) -> dict[str, Any]:
+        """Undo a Dream pass byte for byte (``{"force": true}`` overwrites later edits)."""
+        return self.dreams.restore(dream_id, body)

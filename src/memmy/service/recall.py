@@ -9,11 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memmy.capture.sanitize import sanitize_text
-from memmy.config import LLMSettings, MemmyConfig
+from memmy.config import MemmyConfig
 from memmy.domain import sha256_hex
 from memmy.errors import InvalidArgument
 from memmy.indexing import Indexer
-from memmy.llm.client import JsonLLM, LLMEndpoint, OpenAICompatibleLLM
 from memmy.recall.channels import CHANNELS
 from memmy.recall.llm_steps import extract_query, merge_by_rrf, relevance_filter, rewrite_queries
 from memmy.recall.pipeline import (
@@ -26,6 +25,7 @@ from memmy.recall.pipeline import (
 )
 from memmy.recall.query import PreparedQuery, prepare_query
 from memmy.recall.render import RenderItem, render_context, snippet
+from memmy.service.models import ModelClients, build_model_clients
 from memmy.service.namespace import Namespace
 from memmy.service.validate import (
     layers_of,
@@ -153,22 +153,39 @@ def semantic_gate(
     return kept, len(selected) - len(kept)
 
 
-def llm_of(settings: LLMSettings) -> JsonLLM | None:
-    """A JSON LLM client for a configured model slot, or None."""
-    if not settings.configured or settings.provider == "host":
-        return None
-    return OpenAICompatibleLLM(
-        LLMEndpoint(settings.endpoint, settings.model, settings.api_key, settings.temperature, settings.max_tokens)
-    )
-
-
 class RecallOps:
-    """Runs recalls for ``memory/search`` and ``turns/start``."""
+    """Runs recalls for ``memory/search`` and ``turns/start``.
 
-    def __init__(self, config: MemmyConfig, memories: MemoryRepository, logs: LogRepository, indexer: Indexer) -> None:
-        self.config = config
+    LLM steps use ``models`` (budgeted clients). Without a shared ``models`` RecallOps builds its own from the
+    config and rebuilds them whenever ``config`` is replaced (reload); a passed-in ``models`` is the caller's
+    to replace.
+    """
+
+    def __init__(
+        self,
+        config: MemmyConfig,
+        memories: MemoryRepository,
+        logs: LogRepository,
+        indexer: Indexer,
+        models: ModelClients | None = None,
+    ) -> None:
+        self._db = memories.db
+        self._own_models = models is None
+        self.models = models if models is not None else build_model_clients(config, self._db)
+        self._config = config
         self.logs = logs
         self.engine = RecallEngine(memories, lambda: indexer.index, indexer.embed_query)
+
+    @property
+    def config(self) -> MemmyConfig:
+        """The effective configuration."""
+        return self._config
+
+    @config.setter
+    def config(self, value: MemmyConfig) -> None:
+        self._config = value
+        if self._own_models:
+            self.models = build_model_clients(value, self._db)
 
     def scope_filter(self, body: dict[str, Any], ns: Namespace) -> tuple[str, MemoryFilter]:
         """Resolve the scope (auto -> project inside a repository, else pooled) into a filter."""
@@ -208,8 +225,8 @@ class RecallOps:
         prepared = prepare_query(query, hints)
         hook_path = mode == "turn_start" and not retrieval["llmInHookPath"]
         timeout_s = int(retrieval["llmTimeoutMs"]) / 1000
-        evolution_llm = None if hook_path else llm_of(self.config.evolution)
-        filter_llm = None if hook_path else (llm_of(self.config.summary) or evolution_llm)
+        evolution_llm = None if hook_path else self.models.evolution
+        filter_llm = None if hook_path else (self.models.summary or evolution_llm)
         if evolution_llm is not None and retrieval["llmQueryExtract"]:
             prepared, extract_status = extract_query(evolution_llm, prepared, timeout_s)
             status.append(extract_status)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from memmy.capture.sanitize import sanitize_text
@@ -11,11 +12,14 @@ from memmy.config import MemmyConfig
 from memmy.domain import Memory, content_hash, new_id, sha256_hex
 from memmy.errors import Conflict, InvalidArgument, NotFound
 from memmy.recall.intent import classify_intent, should_skip
+from memmy.service.episodes import EpisodeOps
 from memmy.service.memories import MemoryOps
 from memmy.service.namespace import Namespace
 from memmy.service.recall import RecallOps
 from memmy.service.validate import layers_of, opt_int, opt_list, opt_str, opt_tags, req_str, require_object
 from memmy.store.db import Database, utc_now
+from memmy.store.evolution import EvolutionRepository
+from memmy.store.jobs import JobRepository
 from memmy.store.logs import LogRepository
 from memmy.store.sessions import SessionRepository
 from memmy.store.tombstones import value_hash
@@ -63,6 +67,10 @@ class TurnOps:
         logs: LogRepository,
         memory_ops: MemoryOps,
         recall_ops: RecallOps,
+        episode_ops: EpisodeOps,
+        jobs: JobRepository,
+        evolution: EvolutionRepository,
+        wake_worker: Callable[[], None],
     ) -> None:
         self.config = config
         self.db = db
@@ -70,6 +78,10 @@ class TurnOps:
         self.logs = logs
         self.memory_ops = memory_ops
         self.recall_ops = recall_ops
+        self.episode_ops = episode_ops
+        self.jobs = jobs
+        self.evolution = evolution
+        self.wake_worker = wake_worker
 
     def open_session(self, body: Any, ns: Namespace) -> dict[str, Any]:
         """Open (or resume) a session for an agent."""
@@ -107,8 +119,17 @@ class TurnOps:
         row = self.sessions.get(session_id)
         if row is None:
             raise NotFound(f"session {session_id} not found")
+        closed = self.episode_ops.close_session_episodes(session_id)
         self.sessions.close(session_id)
-        return {"ok": True, "sessionId": session_id, "status": "closed", "serverTime": utc_now()}
+        if closed:
+            self.wake_worker()
+        return {
+            "ok": True,
+            "sessionId": session_id,
+            "status": "closed",
+            "closedEpisodeIds": closed,
+            "serverTime": utc_now(),
+        }
 
     def _open_session_row(self, session_id: str) -> Any:
         row = self.sessions.get(session_id)
@@ -166,14 +187,36 @@ class TurnOps:
             status.append("memory_search:disabled" if query else "query:empty")
         raw_turn_id = "raw_" + sha256_hex(f"{session_id}:{turn_id}")[:20]
         context_packet_id = "ctx_" + sha256_hex(f"{session_id}::{turn_id}:{event_id}")[:20]
+        episode_id: str | None = None
+        relation_name: str | None = None
         if self.config.algorithm["enableMemoryAdd"]:  # with writes off, turn start recalls but stores nothing
-            self._record_start(raw_turn_id, session_id, turn_id, ns, query, source_ids, context_packet_id, event_id)
+            existing_turn = self.sessions.get_raw_turn(session_id, turn_id)
+            episode_id = existing_turn["episode_id"] if existing_turn is not None else None
+            if episode_id is None and query:
+                episode_id, relation = self.episode_ops.route_turn(
+                    session_id, raw_turn_id, query, user_id=ns.user_id, project_id=ns.project_id
+                )
+                relation_name = relation.relation
+                if self.config.evolution.configured and relation.confidence < 0.85 and relation.rule != "bootstrap":
+                    self.jobs.enqueue(  # the model double-checks weak verdicts later, off the hook path
+                        "episode_relation",
+                        dedupe_key=f"episode_relation:{raw_turn_id}",
+                        episode_id=episode_id,
+                        payload={"rawTurnId": raw_turn_id, "heuristic": relation.relation},
+                    )
+            self._record_start(
+                raw_turn_id, session_id, turn_id, ns, query, source_ids, context_packet_id, event_id, episode_id
+            )
+            if episode_id is not None:
+                for skill_id in [i for i in source_ids if i.startswith("skill_")]:
+                    self.evolution.add_trial(skill_id, episode_id, session_id=session_id, user_id=ns.user_id)
         self.sessions.touch(session_id)
         return {
             "turnId": turn_id,
             "contextPacketId": context_packet_id,
             "sessionId": session_id,
-            "episodeId": None,
+            "episodeId": episode_id,
+            "episodeRelation": relation_name,
             "searchEventId": event_id,
             "injectedContext": {"markdown": markdown, "sections": sections, "tokenEstimate": tokens},
             "sourceMemoryIds": source_ids,
@@ -192,12 +235,14 @@ class TurnOps:
         source_ids: list[str],
         context_packet_id: str,
         event_id: str | None,
+        episode_id: str | None,
     ) -> None:
         self.sessions.upsert_raw_turn(
             raw_turn_id,
             session_id,
             turn_id,
             {
+                "episode_id": episode_id,
                 "user_id": ns.user_id,
                 "user_text": query,
                 "status": "started",
@@ -277,9 +322,11 @@ class TurnOps:
                 "changeSeq": self.logs.latest_change_seq(),
                 "serverTime": utc_now(),
             }
+        episode_id = self._episode_for_completion(started_turn, body, session_id, raw_turn_id, query, ns)
         now = utc_now()
         trace_props = {
             "key": f"trace:{session_id}:{turn_id}:0",
+            "episode_id": episode_id,
             "turn_id": turn_id,
             "raw_turn_id": raw_turn_id,
             "step_index": 0,
@@ -303,6 +350,7 @@ class TurnOps:
                 session_id,
                 turn_id,
                 {
+                    "episode_id": episode_id,
                     "user_id": ns.user_id,
                     "user_text": query,
                     "assistant_text": answer,
@@ -357,26 +405,108 @@ class TurnOps:
                 existing.updated_at = now
                 self.memory_ops.memories.update(existing, before, "update", ns.source)
                 memory = existing
-            jobs = []
+            jobs: list[dict[str, Any]] = []
             if memory.status != "deleted":
-                self.memory_ops.indexer.enqueue(l1_id, "L1", step.embedding_text)
-                jobs.append(
-                    {"jobId": f"embed:{l1_id}", "jobType": "embedding", "status": "queued", "targetMemoryId": l1_id}
-                )
+                jobs.extend(self._schedule_processing(memory, step.embedding_text))
+            first_completion = started_turn is None or started_turn["status"] == "started"
+            jobs.extend(self._schedule_episode_work(episode_id, l1_id, raw_turn_id, tool_calls, first_completion))
         self.sessions.touch(session_id)
+        self.wake_worker()
         self.logs.api_call(
             "memory_add", ns.source, {"turnId": turn_id, "layer": "L1"}, {"id": l1_id}, 0.0, True, ns.user_id
         )
         return {
             "turnId": turn_id,
             "sessionId": session_id,
-            "episodeId": None,
+            "episodeId": episode_id,
             "rawTurnId": raw_turn_id,
             "l1MemoryId": l1_id,
             "status": status,
             "captured": True,
-            "scheduledEvolution": False,
+            "scheduledEvolution": bool(jobs),
             "jobs": jobs,
             "changeSeq": self.logs.latest_change_seq(),
             "serverTime": utc_now(),
         }
+
+    # -- capture helpers --------------------------------------------------------------------------
+    def _episode_for_completion(
+        self, started_turn: Any, body: dict[str, Any], session_id: str, raw_turn_id: str, query: str, ns: Namespace
+    ) -> str:
+        """The turn's episode: the one chosen at turn start, the caller's, or the heuristic's."""
+        if started_turn is not None and started_turn["episode_id"]:
+            return str(started_turn["episode_id"])
+        wanted = opt_str(body, "episodeId")
+        if wanted:
+            episode = self.episode_ops.episodes.get(wanted)
+            if episode is not None and episode.session_id == session_id:
+                self.episode_ops.episodes.add_ids(wanted, "raw_turn_ids_json", [raw_turn_id])
+                return wanted
+        episode_id, _relation = self.episode_ops.route_turn(
+            session_id, raw_turn_id, query, user_id=ns.user_id, project_id=ns.project_id
+        )
+        return episode_id
+
+    def _schedule_processing(self, memory: Memory, embedding_text: str) -> list[dict[str, Any]]:
+        """summary_pending → trace_summary job (summary model configured), else straight to embedding."""
+        capture = self.config.algorithm["capture"]
+        if self.config.summary.configured:
+            self.memory_ops.queue.set_state(memory.id, "summary_pending", "summary")
+            job, _created = self.jobs.enqueue(
+                "trace_summary",
+                dedupe_key=f"trace_summary:{memory.id}:{memory.content_hash}",
+                target_memory_id=memory.id,
+            )
+            return [{"jobId": job.id, "jobType": "trace_summary", "status": job.status, "targetMemoryId": memory.id}]
+        if not capture["embedAfterCapture"]:
+            self.memory_ops.queue.set_state(memory.id, "ready_text_only")
+            return []
+        self.memory_ops.indexer.enqueue(memory.id, "L1", embedding_text)
+        return [
+            {"jobId": f"embed:{memory.id}", "jobType": "embedding", "status": "queued", "targetMemoryId": memory.id}
+        ]
+
+    def _schedule_episode_work(
+        self,
+        episode_id: str,
+        l1_id: str,
+        raw_turn_id: str,
+        tool_calls: list[dict[str, Any]],
+        first_completion: bool,
+    ) -> list[dict[str, Any]]:
+        """Attach the trace to its episode; queue idle close and, on a tool-failure burst, a decision repair."""
+        episodes = self.episode_ops.episodes
+        episodes.add_ids(episode_id, "l1_memory_ids_json", [l1_id])
+        scheduled: list[dict[str, Any]] = []
+        if first_completion:
+            job, _ = self.jobs.enqueue(
+                "episode_idle_close", dedupe_key=f"episode_idle_close:{raw_turn_id}", episode_id=episode_id
+            )
+            scheduled.append({"jobId": job.id, "jobType": job.job_type, "status": job.status, "targetMemoryId": None})
+        failed_tools = {c["name"] for c in tool_calls if c.get("success") is False or c.get("error")}
+        if failed_tools:
+            feedback_cfg = self.config.algorithm["feedback"]
+            episode = episodes.get(episode_id)
+            window = (episode.l1_memory_ids if episode else [])[-int(feedback_cfg["failureWindow"]) :]
+            recent = self.memory_ops.memories.get_many(window)
+            for tool in failed_tools:
+                failures = successes = 0
+                for memory in recent.values():
+                    for call in (memory.properties.get("trace") or {}).get("tool_calls") or []:
+                        if call.get("name") != tool:
+                            continue
+                        if call.get("success") is False or call.get("error"):
+                            failures += 1
+                        else:
+                            successes += 1
+                if failures >= int(feedback_cfg["failureThreshold"]) and successes == 0:
+                    job, _ = self.jobs.enqueue(
+                        "decision_repair",
+                        dedupe_key=f"decision_repair:burst:{episode_id}:{tool}",
+                        episode_id=episode_id,
+                        payload={"trigger": "tool_failure_burst", "tool": tool, "failures": failures, "reason": ""},
+                    )
+                    scheduled.append(
+                        {"jobId": job.id, "jobType": job.job_type, "status": job.status, "targetMemoryId": None}
+                    )
+        return scheduled

@@ -54,6 +54,21 @@ def opt_int(body: dict[str, Any], name: str, default: int, *, minimum: int = 0, 
     return value
 
 
+def opt_float(body: dict[str, Any], name: str, default: float) -> float:
+    """An optional number (int or float; numeric strings accepted)."""
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise InvalidArgument(f"{name}: expected a number, got {value!r}") from None
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise InvalidArgument(f"{name}: expected a number, got {type(value).__name__}")
+    return float(value)
+
+
 def opt_bool(body: dict[str, Any], name: str, default: bool = False) -> bool:
     """An optional boolean."""
     value = body.get(name, default)

@@ -34,9 +34,18 @@ from memmy.sources.model import (
 )
 
 FORMATS = ("jsonl", "json", "sqlite")
-ROLES: dict[str, Role] = {"user": "user", "human": "user", "assistant": "assistant", "ai": "assistant",
-                          "model": "assistant", "bot": "assistant", "tool": "tool", "function": "tool",
-                          "system": "system", "developer": "system"}
+ROLES: dict[str, Role] = {
+    "user": "user",
+    "human": "user",
+    "assistant": "assistant",
+    "ai": "assistant",
+    "model": "assistant",
+    "bot": "assistant",
+    "tool": "tool",
+    "function": "tool",
+    "system": "system",
+    "developer": "system",
+}
 MAX_FILES = 10_000
 MAX_RECORDS = 200_000
 _SELECT = re.compile(r"^\s*select\b[^;]*;?\s*$", re.I | re.S)
@@ -109,15 +118,32 @@ class Recipe:
         query = data.get("query")
         if fmt == "sqlite" and (not isinstance(query, str) or not _SELECT.match(query)):
             raise ValueError("query: a sqlite recipe needs one SELECT statement")
-        return cls(name=str(data["name"]), format=fmt, path=str(data["path"]), fields=dict(fields),
-                   role_map=dict(data.get("roleMap") or {}), records_path=data.get("recordsPath"), query=query,
-                   timestamp_format=str(data.get("timestampFormat") or "auto"), file_suffix=data.get("fileSuffix"))
+        return cls(
+            name=str(data["name"]),
+            format=fmt,
+            path=str(data["path"]),
+            fields=dict(fields),
+            role_map=dict(data.get("roleMap") or {}),
+            records_path=data.get("recordsPath"),
+            query=query,
+            timestamp_format=str(data.get("timestampFormat") or "auto"),
+            file_suffix=data.get("fileSuffix"),
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The saved form."""
-        return {"version": 1, "name": self.name, "format": self.format, "path": self.path, "fields": self.fields,
-                "roleMap": self.role_map, "recordsPath": self.records_path, "query": self.query,
-                "timestampFormat": self.timestamp_format, "fileSuffix": self.file_suffix}
+        return {
+            "version": 1,
+            "name": self.name,
+            "format": self.format,
+            "path": self.path,
+            "fields": self.fields,
+            "roleMap": self.role_map,
+            "recordsPath": self.records_path,
+            "query": self.query,
+            "timestampFormat": self.timestamp_format,
+            "fileSuffix": self.file_suffix,
+        }
 
 
 def _time(value: Any, fmt: str) -> str:
@@ -193,18 +219,28 @@ class RecipeAdapter:
             conversation = str(get_path(record, fields.get("conversationId", "")) or origin)
             index = len(grouped.setdefault(conversation, []))
             workspace = get_path(record, fields.get("workspacePath", ""))
-            grouped[conversation].append(SourceMessage(
-                message_id=str(get_path(record, fields.get("messageId", "")) or f"{conversation}:{index}"),
-                conversation_id=conversation, role=role, content=content,
-                created_at=_time(get_path(record, fields.get("createdAt", "")), self.recipe.timestamp_format),
-                source=self.name, workspace_path=str(workspace) if workspace else None,
-                git_root=git_root_of(str(workspace)) if workspace else None,
-            ))
+            grouped[conversation].append(
+                SourceMessage(
+                    message_id=str(get_path(record, fields.get("messageId", "")) or f"{conversation}:{index}"),
+                    conversation_id=conversation,
+                    role=role,
+                    content=content,
+                    created_at=_time(get_path(record, fields.get("createdAt", "")), self.recipe.timestamp_format),
+                    source=self.name,
+                    workspace_path=str(workspace) if workspace else None,
+                    git_root=git_root_of(str(workspace)) if workspace else None,
+                )
+            )
         for conversation, messages in grouped.items():
             messages.sort(key=lambda m: m.created_at)
             stats.messages += len(messages)
-            yield Conversation(self.name, conversation, messages, self.recipe.path,
-                               next((m.workspace_path for m in messages if m.workspace_path), None))
+            yield Conversation(
+                self.name,
+                conversation,
+                messages,
+                self.recipe.path,
+                next((m.workspace_path for m in messages if m.workspace_path), None),
+            )
 
 
 def recipes_dir(memmy_home: Path) -> Path:

@@ -397,3 +397,23 @@ class MemoryRepository:
         """Ids of live memories written in a session."""
         rows = self.db.query("SELECT id FROM memories WHERE session_id = ? AND status != 'deleted'", (session_id,))
         return [row["id"] for row in rows]
+
+    def find_by_key(self, layer: str, memory_key: str) -> Memory | None:
+        """The live (not deleted) memory of a layer with this key, newest first."""
+        row = self.db.query_one(
+            f"SELECT {_COLUMNS} FROM memories WHERE memory_layer = ? AND memory_key = ? AND status != 'deleted' "
+            "ORDER BY updated_at DESC LIMIT 1",
+            (layer, memory_key),
+        )
+        return row_to_memory(row) if row is not None else None
+
+    def by_layer(
+        self, layer: str, statuses: Sequence[str] = ("activated", "resolving"), limit: int = 1000
+    ) -> list[Memory]:
+        """Memories of one layer in the given statuses, most recently updated first (evolution scans)."""
+        rows = self.db.query(
+            f"SELECT {_COLUMNS} FROM memories WHERE memory_layer = ? AND status IN ({','.join('?' * len(statuses))}) "
+            "ORDER BY updated_at DESC LIMIT ?",
+            (layer, *statuses, limit),
+        )
+        return [row_to_memory(r) for r in rows]

@@ -13,12 +13,19 @@ from typing import Any
 
 from memmy.store.db import Database, utc_now
 
-MAX_BACKOFF_MS = 10 * 60 * 1000
+BASE_BACKOFF_MS = 60 * 1000
+MAX_BACKOFF_MS = 60 * 60 * 1000
+LEASE_MS = 5 * 60 * 1000
 
 
 def now_ms() -> int:
     """Wall clock in integer milliseconds (the queue's time unit)."""
     return int(time.time() * 1000)
+
+
+def backoff_ms(attempts: int) -> int:
+    """Delay before the next try after ``attempts`` failures: 60 s * 2^(n-1), capped at one hour."""
+    return int(min(MAX_BACKOFF_MS, BASE_BACKOFF_MS * 2 ** max(0, min(attempts - 1, 16))))
 
 
 @dataclass(frozen=True)
@@ -56,7 +63,7 @@ class EmbeddingQueue:
             )
             self._set_state(conn, target_id, "embedding_pending", "embedding")
 
-    def claim_due(self, limit: int, worker: str, lease_ms: int = 120_000) -> list[QueueItem]:
+    def claim_due(self, limit: int, worker: str, lease_ms: int = LEASE_MS) -> list[QueueItem]:
         """Lease up to ``limit`` due rows (pending, or in_progress with an expired lease)."""
         now = now_ms()
         with self.db.transaction() as conn:
@@ -96,7 +103,7 @@ class EmbeddingQueue:
         attempts = item.attempts + 1
         now = now_ms()
         final = attempts >= item.max_attempts
-        backoff = min(MAX_BACKOFF_MS, 1000 * (2**attempts))
+        backoff = backoff_ms(attempts)
         with self.db.transaction() as conn:
             conn.execute(
                 "UPDATE embedding_retry_queue SET status=?, attempts=?, next_attempt_at=?, last_error=?, "

@@ -5,6 +5,7 @@ Migration 1 is the first released layout (the upstream tables); migration 2 adds
 upstream: scope columns (project, source agent), validity time, and the CJK-aware full-text table.
 Migration 4 adds the associative key graph (keys, aliases, key vectors, weighted links, related_to links,
 per-memory key state) and value-keyed tombstones (existing deleted memories are tombstoned on the way).
+Migration 5 adds Dream: one row per consolidation pass and the full before/after rows it changed.
 """
 
 from __future__ import annotations
@@ -448,7 +449,32 @@ INSERT INTO tombstones(id, user_id, content_hash, memory_key, memory_id, memory_
   FROM memories WHERE status = 'deleted';
 """
 
-SCHEMA_VERSION: Final = 4
+MIGRATION_005: Final = """
+CREATE TABLE IF NOT EXISTS dreams (
+  id TEXT PRIMARY KEY,
+  started_at TEXT NOT NULL,
+  finished_at TEXT,
+  status TEXT NOT NULL DEFAULT 'running' CHECK (status IN ('running','succeeded','failed','restored')),
+  trigger TEXT NOT NULL DEFAULT 'manual' CHECK (trigger IN ('manual','scheduled')),
+  stats_json TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(stats_json)),
+  restored_at TEXT,
+  error TEXT
+);
+CREATE INDEX IF NOT EXISTS idx_dreams_started ON dreams(started_at DESC);
+CREATE TABLE IF NOT EXISTS dream_changes (
+  dream_id TEXT NOT NULL REFERENCES dreams(id) ON DELETE CASCADE,
+  seq INTEGER NOT NULL,
+  memory_id TEXT NOT NULL,
+  action TEXT NOT NULL CHECK (action IN ('merge','archive_stale','archive_contradicted','supersede')),
+  before_json TEXT NOT NULL CHECK (json_valid(before_json)),
+  after_json TEXT NOT NULL CHECK (json_valid(after_json)),
+  reason TEXT,
+  PRIMARY KEY (dream_id, seq)
+);
+CREATE INDEX IF NOT EXISTS idx_dream_changes_memory ON dream_changes(memory_id);
+"""
+
+SCHEMA_VERSION: Final = 5
 
 
 @dataclass(frozen=True)
@@ -478,4 +504,5 @@ MIGRATIONS: Final = (
     Migration(2, "002_scope_validity_cjk_fts", MIGRATION_002, after=_rebuild_fts),
     Migration(3, "003_source_import_state", MIGRATION_003),
     Migration(4, "004_key_graph_validity_tombstones", MIGRATION_004),
+    Migration(5, "005_dreams", MIGRATION_005),
 )

@@ -1,0 +1,340 @@
+"""Episodes: route each turn to a task episode, close and finalize episodes, and take user feedback."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from memmy.config import MemmyConfig
+from memmy.errors import InvalidArgument, NotFound
+from memmy.evolve.episodes import (
+    EPISODE_IDLE_TIMEOUT,
+    MERGE_WINDOW,
+    EpisodeContext,
+    TurnRelation,
+    classify_feedback,
+    classify_relation,
+)
+from memmy.service.evolve_support import iso, parse_iso
+from memmy.service.validate import opt_float, opt_str, require_object
+from memmy.store.db import utc_now
+from memmy.store.episodes import EpisodeRecord, EpisodeRepository, FeedbackRecord, FeedbackRepository
+from memmy.store.jobs import JobRepository
+from memmy.store.memories import MemoryRepository
+
+_CONTEXT_TAG_STOP = frozenset({"trace", "turn", "memory", "openclaw", "codex", "hermes"})
+
+
+class EpisodeOps:
+    """Episode boundaries (heuristic on the hook path), closing, finalizing and feedback."""
+
+    def __init__(
+        self,
+        config: MemmyConfig,
+        episodes: EpisodeRepository,
+        feedback: FeedbackRepository,
+        memories: MemoryRepository,
+        jobs: JobRepository,
+    ) -> None:
+        self.config = config
+        self.episodes = episodes
+        self.feedback = feedback
+        self.memories = memories
+        self.jobs = jobs
+
+    # -- routing ----------------------------------------------------------------------------------
+    def context_of(self, episode: EpisodeRecord) -> EpisodeContext:
+        """What the relation classifier needs to know about the previous episode."""
+        first, latest, answer = self.episodes.context_texts(episode.id)
+        tags: list[str] = []
+        for memory in self.memories.get_many(episode.l1_memory_ids[-8:]).values():
+            tags.extend(t for t in memory.tags if t not in _CONTEXT_TAG_STOP and t not in tags)
+        return EpisodeContext(
+            first_user_text=first,
+            latest_user_text=latest,
+            last_assistant_text=answer,
+            tags=tags,
+            last_activity_at=parse_iso(episode.updated_at),
+        )
+
+    def route_turn(
+        self,
+        session_id: str,
+        raw_turn_id: str,
+        text: str,
+        *,
+        user_id: str | None,
+        project_id: str | None,
+        now: datetime | None = None,
+    ) -> tuple[str, TurnRelation]:
+        """Put a turn into an episode (append, reopen, or close the old one and open a new one)."""
+        now = now or datetime.now(UTC)
+        latest = self.episodes.latest_for_session(session_id)
+        if latest is not None and raw_turn_id in latest.raw_turn_ids:
+            return latest.id, TurnRelation("follow_up", 1.0, "already routed", "known")
+        prev = self.context_of(latest) if latest is not None else None
+        relation = classify_relation(text, prev, now)
+        continues = relation.relation in ("revision", "follow_up", "unknown")
+        last_at = parse_iso(latest.updated_at) if latest is not None else None
+        in_window = last_at is not None and now - last_at <= MERGE_WINDOW
+        target: str | None = None
+        if latest is not None and continues and (in_window or relation.relation == "revision"):
+            if latest.status == "closed":
+                self.episodes.reopen(latest.id)
+            target = latest.id
+            if relation.relation == "revision":
+                self._record_revision(latest, text, session_id, user_id, project_id)
+            else:
+                self._record_implicit(latest, text, session_id, user_id, project_id)
+        else:
+            if latest is not None and latest.status != "closed":
+                self._record_implicit(latest, text, session_id, user_id, project_id)
+                self.close(latest.id, "topic_boundary" if in_window else "idle_timeout")
+            meta: dict[str, Any] = {"initialUserText": text[:800], "relation": relation.relation}
+            if latest is not None:
+                meta["previousEpisodeId"] = latest.id
+            target = self.episodes.create(
+                session_id, user_id=user_id, project_id=project_id, title=" ".join(text.split())[:120], meta=meta
+            )
+        self.episodes.add_ids(target, "raw_turn_ids_json", [raw_turn_id])
+        return target, relation
+
+    def split_at(self, episode_id: str, raw_turn_id: str, text: str) -> str | None:
+        """Move ``raw_turn_id`` and every later turn of an episode into a new episode; close the old one.
+
+        Used when the (asynchronous) LLM relation check says a turn the heuristics appended starts a new task.
+        """
+        episode = self.episodes.get(episode_id)
+        if episode is None or raw_turn_id not in episode.raw_turn_ids or episode.raw_turn_ids[0] == raw_turn_id:
+            return None
+        moved = episode.raw_turn_ids[episode.raw_turn_ids.index(raw_turn_id) :]
+        traces = [
+            m.id
+            for m in self.memories.get_many(episode.l1_memory_ids).values()
+            if (m.properties.get("trace") or {}).get("raw_turn_id") in moved
+        ]
+        new_episode = self.episodes.create(
+            episode.session_id,
+            user_id=episode.user_id,
+            project_id=episode.project_id,
+            title=" ".join(text.split())[:120],
+            meta={"initialUserText": text[:800], "relation": "new_task", "previousEpisodeId": episode_id},
+        )
+        self.episodes.move_turns(episode_id, new_episode, moved, traces)
+        for memory in self.memories.get_many(traces).values():
+            before = memory.snapshot()
+            memory.properties = {
+                **memory.properties,
+                "trace": {**memory.properties["trace"], "episode_id": new_episode},
+            }
+            memory.version += 1
+            memory.updated_at = utc_now()
+            self.memories.update(memory, before, "episode_split", "memmy-evolution")
+        self.close(episode_id, "topic_boundary")
+        return new_episode
+
+    def _latest_trace(self, episode: EpisodeRecord) -> str | None:
+        return episode.l1_memory_ids[-1] if episode.l1_memory_ids else None
+
+    def _record_revision(
+        self, episode: EpisodeRecord, text: str, session_id: str, user_id: str | None, project_id: str | None
+    ) -> None:
+        record = self.feedback.add(
+            channel="explicit",
+            polarity="negative",
+            magnitude=1.0,
+            rationale=text[:500],
+            user_id=user_id,
+            project_id=project_id,
+            session_id=session_id,
+            episode_id=episode.id,
+            l1_memory_id=self._latest_trace(episode),
+            payload={"kind": "revision"},
+        )
+        self._after_feedback(episode, record, text)
+
+    def _record_implicit(
+        self, episode: EpisodeRecord, text: str, session_id: str, user_id: str | None, project_id: str | None
+    ) -> None:
+        verdict = classify_feedback(text)
+        if verdict is None or verdict.polarity == "neutral":
+            return
+        record = self.feedback.add(
+            channel="implicit",
+            polarity=verdict.polarity,
+            magnitude=abs(verdict.magnitude),
+            rationale=text[:500],
+            user_id=user_id,
+            project_id=project_id,
+            session_id=session_id,
+            episode_id=episode.id,
+            l1_memory_id=self._latest_trace(episode),
+            payload={"shape": verdict.shape, "confidence": verdict.confidence},
+        )
+        self._after_feedback(episode, record, text)
+
+    def _after_feedback(self, episode: EpisodeRecord, record: FeedbackRecord, text: str) -> None:
+        self.episodes.add_ids(episode.id, "feedback_ids_json", [record.id])
+        if record.polarity == "negative":
+            self.jobs.enqueue(
+                "decision_repair",
+                dedupe_key=f"decision_repair:feedback:{record.id}",
+                episode_id=episode.id,
+                session_id=episode.session_id,
+                target_memory_id=record.l1_memory_id,
+                payload={"trigger": "feedback", "feedbackId": record.id, "text": text[:1000]},
+            )
+        if episode.status == "closed" and episode.r_task is not None:
+            self.episodes.update_meta(episode.id, {"rewardDirty": True})
+            self.enqueue_reward(episode.id, delay_s=0.0)
+
+    # -- closing ----------------------------------------------------------------------------------
+    def close(self, episode_id: str, reason: str) -> bool:
+        """Close an episode and queue its reflection → reward → evolution pipeline."""
+        if not self.episodes.close(episode_id, reason):
+            return False
+        self.finalize(episode_id)
+        return True
+
+    def finalize(self, episode_id: str) -> None:
+        """Queue reflection (when enabled) or the reward directly for a closed episode with traces."""
+        episode = self.episodes.get(episode_id)
+        if episode is None or not episode.l1_memory_ids:
+            return
+        if self.config.algorithm["capture"]["synthReflection"]:
+            self.jobs.enqueue(
+                "reflection",
+                dedupe_key=f"reflection:{episode_id}",
+                episode_id=episode_id,
+                session_id=episode.session_id,
+            )
+        else:
+            self.enqueue_reward(episode_id)
+
+    def enqueue_reward(self, episode_id: str, delay_s: float | None = None) -> None:
+        """Queue the reward after the feedback window (explicit feedback may still arrive)."""
+        window = float(self.config.algorithm["reward"]["feedbackWindowSec"]) if delay_s is None else delay_s
+        run_after = iso(datetime.now(UTC) + timedelta(seconds=window)) if window > 0 else None
+        self.jobs.enqueue(
+            "reward",
+            dedupe_key=f"reward:{episode_id}",
+            episode_id=episode_id,
+            run_after=run_after,
+            payload={"trigger": "implicit_fallback" if delay_s is None else "feedback"},
+        )
+
+    def close_session_episodes(self, session_id: str) -> list[str]:
+        """Close every open episode of a session (session close)."""
+        closed = []
+        for episode in self.episodes.open_for_session(session_id):
+            if self.close(episode.id, "session_closed"):
+                closed.append(episode.id)
+        return closed
+
+    def close_idle(self, now: datetime | None = None, exclude: str | None = None) -> list[str]:
+        """Close episodes idle for longer than the idle timeout (2 h)."""
+        cutoff = iso((now or datetime.now(UTC)) - EPISODE_IDLE_TIMEOUT)
+        return [e.id for e in self.episodes.idle_since(cutoff, exclude) if self.close(e.id, "idle_timeout")]
+
+    # -- explicit feedback ------------------------------------------------------------------------
+    def give_feedback(self, body: Any, user_id: str | None) -> dict[str, Any]:
+        """``POST /api/v1/feedback``: explicit positive/negative feedback on a memory or an episode."""
+        body = require_object(body)
+        target = opt_str(body, "id") or opt_str(body, "memoryId") or opt_str(body, "episodeId")
+        if not target:
+            raise InvalidArgument("id: expected a memory id (trace_/policy_/skill_…) or an episode id (episode_…)")
+        polarity = (opt_str(body, "polarity") or "").lower()
+        if polarity not in ("positive", "negative", "neutral"):
+            raise InvalidArgument("polarity: expected positive, negative or neutral")
+        magnitude = opt_float(body, "magnitude", 1.0)
+        if not 0.0 <= magnitude <= 1.0:
+            raise InvalidArgument("magnitude: expected a number between 0 and 1")
+        note = opt_str(body, "note") or ""
+        episode: EpisodeRecord | None = None
+        memory_id: str | None = None
+        if target.startswith("episode_"):
+            episode = self.episodes.get(target)
+            if episode is None:
+                raise NotFound(f"episode {target} not found")
+            memory_id = self._latest_trace(episode)
+        else:
+            memory = self.memories.get(target)
+            if memory is None:
+                raise NotFound(f"memory {target} not found")
+            memory_id = memory.id
+            episode_id = (memory.properties.get("trace") or {}).get("episode_id")
+            episode = self.episodes.get(episode_id) if episode_id else None
+        record = self.feedback.add(
+            channel="explicit",
+            polarity=polarity,
+            magnitude=magnitude,
+            rationale=note,
+            user_id=user_id,
+            project_id=episode.project_id if episode else None,
+            session_id=episode.session_id if episode else None,
+            episode_id=episode.id if episode else None,
+            l1_memory_id=memory_id,
+            payload={"target": target},
+        )
+        jobs: list[str] = []
+        if episode is not None:
+            self.episodes.add_ids(episode.id, "feedback_ids_json", [record.id])
+            if episode.status == "closed":
+                self.episodes.update_meta(episode.id, {"rewardDirty": True})
+                self.enqueue_reward(episode.id, delay_s=0.0)
+                jobs.append("reward")
+        if polarity == "negative":
+            self.jobs.enqueue(
+                "decision_repair",
+                dedupe_key=f"decision_repair:feedback:{record.id}",
+                episode_id=episode.id if episode else None,
+                target_memory_id=memory_id,
+                payload={"trigger": "feedback", "feedbackId": record.id, "text": note},
+            )
+            jobs.append("decision_repair")
+        if memory_id and not memory_id.startswith("trace_"):
+            self.jobs.enqueue(
+                "policy_feedback",
+                dedupe_key=f"policy_feedback:{record.id}",
+                target_memory_id=memory_id,
+                payload={"feedbackId": record.id, "polarity": polarity, "magnitude": magnitude, "note": note},
+            )
+            jobs.append("policy_feedback")
+        return {
+            "ok": True,
+            "feedback": record.to_json(),
+            "episodeId": episode.id if episode else None,
+            "scheduled": jobs,
+            "serverTime": utc_now(),
+        }
+
+    def episode_detail(self, episode_id: str) -> dict[str, Any]:
+        """An episode with its raw turns and feedback (``GET /api/v1/memory/episode_…``)."""
+        episode = self.episodes.get(episode_id)
+        if episode is None:
+            raise NotFound(f"episode {episode_id} not found")
+        turns = [
+            {
+                "rawTurnId": t["id"],
+                "turnId": t["turn_id"],
+                "userText": t["user_text"],
+                "assistantText": t["assistant_text"],
+                "status": t["status"],
+                "createdAt": t["created_at"],
+            }
+            for t in self.episodes.raw_turns(episode_id)
+        ]
+        detail = episode.to_json()
+        detail["kind"] = "episode"
+        detail["refs"] = {
+            "episode": episode.to_json(),
+            "rawTurns": turns,
+            "traceMemoryIds": episode.l1_memory_ids,
+            "policyMemoryIds": episode.l2_policy_ids,
+            "worldModelMemoryIds": episode.l3_world_model_ids,
+            "skillMemoryIds": episode.skill_memory_ids,
+            "feedbackIds": episode.feedback_ids,
+            "decisionRepairIds": episode.decision_repair_ids,
+            "feedback": [f.to_json() for f in self.feedback.for_episode(episode_id)],
+        }
+        return detail

@@ -1,0 +1,418 @@
+"""Episode-level evolution jobs: trace summary, idle close, reflection and reward (with back-propagation).
+
+Every handler is two-phase (see :mod:`memmy.service.worker`): it reads and computes, LLM calls included,
+outside any transaction and returns an ``apply`` callable whose writes commit together with the job's
+completion. Without an LLM every step still runs on the heuristics of :mod:`memmy.evolve`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+from memmy.config import MemmyConfig
+from memmy.evolve.episodes import EpisodeContext, classify_relation_llm
+from memmy.evolve.failure import context_hash, is_failure, tool_failure_burst, value_divergence
+from memmy.evolve.model import TraceView
+from memmy.evolve.reflection import Reflection, reflect_batch
+from memmy.evolve.reward import EpisodeTurn, FeedbackItem, backpropagate, score_episode, skip_reason
+from memmy.indexing import Indexer
+from memmy.llm.client import JsonLLM, LLMError
+from memmy.service.episodes import EpisodeOps
+from memmy.service.evolve_support import LayerWriter, iso, parse_iso, trace_view
+from memmy.store.db import Database, utc_now
+from memmy.store.episodes import EpisodeRecord, EpisodeRepository, FeedbackRepository
+from memmy.store.evolution import EvolutionRepository
+from memmy.store.jobs import JobRecord, JobRepository
+from memmy.store.memories import MemoryRepository
+from memmy.store.queue import EmbeddingQueue
+
+Apply = Callable[[], None]
+
+SUMMARY_PROMPT = (
+    "You compress one exchange between a user and a coding agent into its single most useful durable fact. "
+    'Answer JSON {"summary": "..."}: at most about 200 characters, in the user\'s language, keeping names, dates, '
+    "numbers, paths, commands and error signatures unchanged, and relative time expressions as written. "
+    'Do not start with "The user said".'
+)
+
+
+class ModelSlots:
+    """The summary and evolution models currently configured (replaced on config reload)."""
+
+    def __init__(self, summary: JsonLLM | None = None, evolution: JsonLLM | None = None) -> None:
+        self.summary = summary
+        self.evolution = evolution
+
+
+class EpisodeEvolution:
+    """Handlers: trace_summary, episode_idle_close, reflection, reward."""
+
+    def __init__(
+        self,
+        config: MemmyConfig,
+        db: Database,
+        memories: MemoryRepository,
+        episodes: EpisodeRepository,
+        feedback: FeedbackRepository,
+        evolution: EvolutionRepository,
+        jobs: JobRepository,
+        queue: EmbeddingQueue,
+        indexer: Indexer,
+        episode_ops: EpisodeOps,
+        models: ModelSlots,
+    ) -> None:
+        self.config = config
+        self.db = db
+        self.memories = memories
+        self.episodes = episodes
+        self.feedback = feedback
+        self.evolution = evolution
+        self.jobs = jobs
+        self.queue = queue
+        self.indexer = indexer
+        self.episode_ops = episode_ops
+        self.models = models
+        self.writer = LayerWriter(memories, indexer)
+
+    def handlers(self) -> dict[str, Callable[[JobRecord], Apply | None]]:
+        """Job type → handler."""
+        return {
+            "trace_summary": self.trace_summary,
+            "episode_idle_close": self.idle_close,
+            "reflection": self.reflection,
+            "reward": self.reward,
+            "episode_relation": self.relation_check,
+        }
+
+    # -- LLM relation check -----------------------------------------------------------------------
+    def relation_check(self, job: JobRecord) -> Apply | None:
+        """Ask the evolution model whether a turn the heuristics appended really continues its episode.
+
+        Runs in the worker, never on the hook path; a confident ``new_task`` splits the episode at that turn.
+        """
+        llm = self.models.evolution
+        episode = self.episodes.get(job.episode_id or "")
+        raw_turn_id = str(job.payload.get("rawTurnId") or "")
+        if llm is None or episode is None or raw_turn_id not in episode.raw_turn_ids[1:]:
+            return None
+        row = self.db.query_one("SELECT user_text, created_at FROM raw_turns WHERE id = ?", (raw_turn_id,))
+        if row is None or not row["user_text"]:
+            return None
+        first, latest, answer = self.episodes.texts_before(episode.id, raw_turn_id)
+        previous = EpisodeContext(first, latest, answer, [], parse_iso(row["created_at"]))
+        verdict = classify_relation_llm(
+            row["user_text"], previous, parse_iso(row["created_at"]) or datetime.now(UTC), llm, timeout_s=6.0
+        )
+
+        def apply() -> None:
+            self.episodes.update_meta(
+                episode.id,
+                {"llmRelation": {"rawTurnId": raw_turn_id, "relation": verdict.relation, "reason": verdict.reason}},
+            )
+            if verdict.relation == "new_task" and verdict.confidence >= 0.8:
+                self.episode_ops.split_at(episode.id, raw_turn_id, row["user_text"])
+
+        return apply
+
+    # -- helpers ----------------------------------------------------------------------------------
+    def episode_traces(self, episode: EpisodeRecord) -> list[TraceView]:
+        """The episode's live traces as views, oldest first."""
+        found = self.memories.get_many(episode.l1_memory_ids)
+        views = [trace_view(found[i], self.indexer) for i in episode.l1_memory_ids if i in found]
+        return sorted(views, key=lambda t: t.created_at)
+
+    def _turns(self, episode: EpisodeRecord) -> list[EpisodeTurn]:
+        turns = []
+        for row in self.episodes.raw_turns(episode.id):
+            if row["status"] == "started":
+                continue
+            calls = json.loads(row["tool_calls_json"] or "[]")
+            last = calls[-1] if calls else {}
+            turns.append(
+                EpisodeTurn(
+                    user_text=row["user_text"] or "",
+                    agent_text=row["assistant_text"] or "",
+                    tool_call_count=len(calls),
+                    tool_failed=bool(calls) and (last.get("success") is False or bool(last.get("error"))),
+                    last_tool_output=str(last.get("error") or last.get("output") or "")[:2000],
+                )
+            )
+        return turns
+
+    # -- trace summary ----------------------------------------------------------------------------
+    def trace_summary(self, job: JobRecord) -> Apply | None:
+        """Rewrite an L1's heuristic summary with the summary model, then queue its embedding."""
+        memory = self.memories.get(job.target_memory_id or "")
+        if memory is None:
+            return None
+        trace = memory.properties.get("trace") or {}
+        summary, error = memory.summary, None
+        llm = self.models.summary
+        if llm is not None:
+            try:
+                user_text, agent_text = str(trace.get("userText") or ""), str(trace.get("agentText") or "")
+                user = f"User:\n{user_text[:2000]}\n\nAgent:\n{agent_text[:2000]}"
+                answer = llm.complete_json(SUMMARY_PROMPT, user, timeout_s=self.config.summary.timeout_ms / 1000)
+                text = answer.get("summary") if isinstance(answer, dict) else None
+                if isinstance(text, str) and text.strip():
+                    summary = " ".join(text.split())[:400]
+            except LLMError as exc:
+                error = exc.message
+
+        def apply() -> None:
+            current = self.memories.get(memory.id)
+            if current is None:
+                return
+            exchange = f"{trace.get('userText') or ''}\n{trace.get('agentText') or ''}"
+            embedding_text = f"Summary: {summary}\n\nOriginal exchange:\n{exchange}"[:3000]
+            before = current.snapshot()
+            current.title = summary[:200]
+            current.properties = {
+                **current.properties,
+                "summary": summary,
+                "embeddingText": embedding_text,
+                "summarySource": "heuristic" if error or llm is None else "llm",
+                "summaryError": error,
+                "trace": {**(current.properties.get("trace") or {}), "summary": summary},
+            }
+            current.version += 1
+            current.updated_at = utc_now()
+            self.memories.update(current, before, "summarize", "memmy-evolution")
+            self.queue.set_state(current.id, "embedding_pending", "embedding")
+            self.indexer.enqueue(current.id, "L1", embedding_text)
+
+        return apply
+
+    # -- idle close -------------------------------------------------------------------------------
+    def idle_close(self, job: JobRecord) -> Apply | None:
+        """Close every other episode idle for more than two hours."""
+
+        def apply() -> None:
+            self.episode_ops.close_idle(exclude=job.episode_id)
+
+        return apply
+
+    # -- reflection -------------------------------------------------------------------------------
+    def reflection(self, job: JobRecord) -> Apply | None:
+        """Score each trace's relevance (LLM, or local rules), then queue the reward after the feedback window."""
+        episode = self.episodes.get(job.episode_id or "")
+        if episode is None:
+            return None
+        traces = self.episode_traces(episode)
+        capture = self.config.algorithm["capture"]
+        llm = self.models.evolution if capture["alphaScoring"] else None
+        task = str(episode.meta.get("initialUserText") or (traces[0].user_text if traces else ""))
+        reflections = reflect_batch(
+            traces,
+            task[: int(capture["taskContextMaxChars"])],
+            llm,
+            window=int(capture["reflectionBatchWindowSize"]),
+            overlap=int(capture["reflectionBatchWindowOverlap"]),
+            degraded_window=int(capture["degradedBatchWindowSize"]),
+            primary_retries=int(capture["primaryMaxRetries"]),
+            degraded_retries=int(capture["degradedMaxRetries"]),
+            timeout_s=self.config.evolution.timeout_ms / 1000,
+        )
+        reflections = [_credit_failed_step(r, t) for r, t in zip(reflections, traces, strict=False)]
+
+        def apply() -> None:
+            for item in reflections:
+                memory = self.memories.get(item.trace_id)
+                if memory is not None:
+                    self.writer.patch_properties(
+                        memory,
+                        "trace",
+                        {
+                            "reflection": item.relevance,
+                            "alpha": item.alpha,
+                            "usable": item.alpha > 0,
+                            "reflection_source": item.source,
+                            "reflection_reason": item.reason,
+                        },
+                    )
+            self.episode_ops.enqueue_reward(episode.id)
+
+        return apply
+
+    # -- reward -----------------------------------------------------------------------------------
+    def reward(self, job: JobRecord) -> Apply | None:
+        """Score the episode (R_human), back-propagate values to its traces and queue L2 work."""
+        episode = self.episodes.get(job.episode_id or "")
+        if episode is None:
+            return None
+        traces = self.episode_traces(episode)
+        if not traces:
+            return None
+        reward_cfg = self.config.algorithm["reward"]
+        feedback = [
+            FeedbackItem(f.channel, f.polarity, f.magnitude, f.rationale, f.created_at)
+            for f in self.feedback.for_episode(episode.id)
+        ]
+        turns = self._turns(episode)
+        skipped = None if any(f.channel == "explicit" for f in feedback) else skip_reason(turns)
+        if skipped is not None:
+            skip_detail = {"skipped": True, "reason": skipped, "traceCount": len(traces), "scoredAt": _now_iso()}
+
+            def apply_skip() -> None:
+                self.episodes.set_reward(episode.id, 0.0, skip_detail)
+                self.episodes.update_meta(episode.id, {"closeReason": "abandoned"})
+
+            return apply_skip
+        llm = self.models.summary if reward_cfg["llmScoring"] else None
+        score = score_episode(
+            turns,
+            feedback,
+            llm,
+            llm_scoring=bool(reward_cfg["llmScoring"]),
+            mission=str(episode.meta.get("initialUserText") or ""),
+            timeout_s=self.config.summary.timeout_ms / 1000,
+        )
+        now = datetime.now(UTC)
+        rewards = backpropagate(
+            traces,
+            score.r_human,
+            gamma=float(reward_cfg["gamma"]),
+            lambda_=float(reward_cfg["lambda"]),
+            delta=float(reward_cfg["delta"]),
+            half_life_days=float(reward_cfg["decayHalfLifeDays"]),
+            now=now,
+        )
+        values = {r.trace_id: r for r in rewards}
+        scored = [replace(t, value=values[t.id].value, alpha=values[t.id].alpha) for t in traces if t.id in values]
+        l2 = self.config.algorithm["l2Induction"]
+        fb_cfg = self.config.algorithm["feedback"]
+        pooled = [t for t in scored if t.value >= float(l2["minTraceValue"])]
+        failed = [t for t in scored if is_failure(t)]
+        burst = tool_failure_burst(scored, int(fb_cfg["failureThreshold"]), int(fb_cfg["failureWindow"]))
+        divergent = self._divergent_signatures(
+            scored, float(fb_cfg["valueDelta"]), float(fb_cfg["minLowValueThreshold"])
+        )
+        detail: dict[str, Any] = {
+            "rHuman": score.r_human,
+            "source": score.source,
+            "axes": score.axes,
+            "label": score.label,
+            "reason": score.reason,
+            "scoredAt": iso_now(now),
+            "trigger": job.payload.get("trigger", "implicit_fallback"),
+            "traceCount": len(traces),
+            "traceIds": [t.id for t in traces],
+        }
+        ttl = float(l2["candidateTtlDays"])
+        trials = self.evolution.pending_trials(episode.id)
+        success_at = float(self.config.algorithm["skill"]["outcomeRTaskSuccessThreshold"])
+        failure_at = float(self.config.algorithm["skill"]["outcomeRTaskFailureThreshold"])
+
+        def apply() -> None:
+            for item in rewards:
+                memory = self.memories.get(item.trace_id)
+                if memory is not None:
+                    self.writer.patch_properties(
+                        memory,
+                        "trace",
+                        {
+                            "value": round(item.value, 6),
+                            "alpha": item.alpha,
+                            "priority": round(item.priority, 6),
+                            "r_human": score.r_human,
+                            "reward_reason": score.reason[:300],
+                        },
+                    )
+            self.episodes.set_reward(episode.id, score.r_human, detail)
+            for trial_id, skill_id in trials:
+                outcome = (
+                    "success"
+                    if score.r_human >= success_at
+                    else "failure"
+                    if score.r_human <= failure_at
+                    else "unknown"
+                )
+                status = {"success": "pass", "failure": "fail"}.get(outcome, "unknown")
+                self.evolution.resolve_trial(trial_id, status, outcome)
+                self.jobs.enqueue(
+                    "skill_trial_resolve",
+                    dedupe_key=f"skill_trial_resolve:{trial_id}",
+                    target_memory_id=skill_id,
+                    payload={"trialId": trial_id, "status": status},
+                )
+            for trace in pooled:
+                self.evolution.add_candidate(
+                    trace.id,
+                    trace.signature,
+                    trace.summary,
+                    trace.value,
+                    user_id=episode.user_id,
+                    session_id=episode.session_id,
+                    episode_id=episode.id,
+                    ttl_days=ttl,
+                )
+                self.jobs.enqueue("l2_association", dedupe_key=f"l2_association:{trace.id}", target_memory_id=trace.id)
+            if pooled:
+                self.jobs.enqueue("l2_induction", dedupe_key=f"l2_induction:{episode.id}", episode_id=episode.id)
+            if failed:
+                self.jobs.enqueue(
+                    "failure_experience", dedupe_key=f"failure_experience:{episode.id}", episode_id=episode.id
+                )
+            if burst is not None:
+                tool, count, reason = burst
+                self.jobs.enqueue(
+                    "decision_repair",
+                    dedupe_key=f"decision_repair:burst:{episode.id}:{tool}",
+                    episode_id=episode.id,
+                    payload={"trigger": "tool_failure_burst", "tool": tool, "failures": count, "reason": reason},
+                )
+            for signature, high_ids, low_ids in divergent:
+                ctx = context_hash("value-distribution", episode.user_id or "", signature)
+                self.jobs.enqueue(
+                    "decision_repair",
+                    dedupe_key=f"decision_repair:value:{ctx}",
+                    episode_id=episode.id,
+                    payload={
+                        "trigger": "value_distribution",
+                        "signature": signature,
+                        "contextHash": ctx,
+                        "highIds": high_ids,
+                        "lowIds": low_ids,
+                    },
+                )
+
+        return apply
+
+    def _divergent_signatures(
+        self, scored: list[TraceView], delta: float, min_low: float
+    ) -> list[tuple[str, list[str], list[str]]]:
+        """Signatures of this episode whose high- and low-value traces (store-wide) diverge."""
+        signatures = {t.signature for t in scored if t.signature and t.signature != "_|_|_|_"}
+        fresh = {t.id: t for t in scored}
+        found = []
+        for signature in signatures:
+            rows = self.db.query(
+                "SELECT id FROM memories WHERE memory_layer = 'L1' AND status = 'activated' "
+                "AND json_extract(properties_json, '$.trace.signature') = ? ORDER BY updated_at DESC LIMIT 200",
+                (signature,),
+            )
+            ids = [r[0] for r in rows]
+            views = [fresh.get(i) or trace_view(m) for i, m in self.memories.get_many(ids).items()]
+            for sig, high, low in value_divergence(views, delta, min_low):
+                found.append((sig, [t.id for t in high], [t.id for t in low]))
+        return found
+
+
+def _credit_failed_step(reflection: Reflection, trace: TraceView) -> Reflection:
+    """Offline credit: a failed step earned no share of the episode's success (the next step gets the δ bonus)."""
+    if reflection.source == "default" and is_failure(trace):
+        return Reflection(trace.id, "IRRELEVANT", 0.0, "failed step (tool error or failed turn)", "heuristic_failure")
+    return reflection
+
+
+def iso_now(now: datetime | None = None) -> str:
+    """ISO timestamp of ``now`` (default: the current time)."""
+    return iso(now or datetime.now(UTC))
+
+
+def _now_iso() -> str:
+    return iso_now()

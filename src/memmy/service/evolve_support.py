@@ -1,0 +1,183 @@
+"""Shared plumbing of the evolution handlers: memory→view mapping and layer writes by key."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from memmy.domain import Layer, Memory, content_hash, new_id
+from memmy.evolve.model import PolicyView, TraceView
+from memmy.indexing import Indexer
+from memmy.store.db import utc_now
+from memmy.store.memories import MemoryRepository
+
+EVOLUTION_SOURCE = "memmy-evolution"
+PREFIX_BY_LAYER = {"L2": "policy", "L3": "world", "Skill": "skill"}
+
+
+def parse_iso(value: str | None) -> datetime | None:
+    """Parse memmy's ISO timestamps (``...Z``) into aware UTC datetimes."""
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def iso(moment: datetime) -> str:
+    """Format an aware datetime the way the store does."""
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _float(value: Any, default: float = 0.0) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def trace_view(memory: Memory, indexer: Indexer | None = None) -> TraceView:
+    """The evolution view of an L1 memory (its vector from the in-memory index when there is one)."""
+    trace: dict[str, Any] = memory.properties.get("trace") or {}
+    vector = indexer.index.vector(memory.id) if indexer is not None and indexer.index is not None else None
+    return TraceView(
+        id=memory.id,
+        episode_id=trace.get("episode_id"),
+        session_id=memory.session_id,
+        created_at=memory.created_at,
+        user_text=str(trace.get("userText") or ""),
+        agent_text=str(trace.get("agentText") or ""),
+        summary=str(trace.get("summary") or memory.summary),
+        tags=list(trace.get("tags") or memory.tags),
+        signature=str(trace.get("signature") or "_|_|_|_"),
+        error_signatures=list(trace.get("error_signatures") or []),
+        tool_calls=list(trace.get("tool_calls") or []),
+        status=str(trace.get("status") or "succeeded"),
+        reflection=trace.get("reflection"),
+        alpha=_float(trace.get("alpha")),
+        value=_float(trace.get("value")),
+        priority=_float(trace.get("priority"), 0.5),
+        vector=vector,
+    )
+
+
+def policy_view(memory: Memory, indexer: Indexer | None = None) -> PolicyView:
+    """The evolution view of an L2 memory."""
+    policy: dict[str, Any] = memory.properties.get("policy") or {}
+    vector = indexer.index.vector(memory.id) if indexer is not None and indexer.index is not None else None
+    return PolicyView(
+        id=memory.id,
+        title=str(policy.get("title") or memory.title),
+        trigger=str(policy.get("trigger") or ""),
+        procedure=str(policy.get("procedure") or memory.content),
+        verification=str(policy.get("verification") or ""),
+        boundary=str(policy.get("boundary") or ""),
+        experience_type=str(policy.get("type") or "success_pattern"),
+        signature=str(policy.get("signature") or ""),
+        status=str(policy.get("status") or "candidate"),
+        support=int(policy.get("support") or 0),
+        gain=_float(policy.get("gain")),
+        raw_gain=_float(policy.get("rawGain")),
+        confidence=_float(policy.get("confidence"), 0.5),
+        preference=list(policy.get("preference") or []),
+        anti_pattern=list(policy.get("anti_pattern") or []),
+        source_episode_ids=list(policy.get("sourceEpisodeIds") or []),
+        source_trace_ids=list(policy.get("sourceTraceIds") or []),
+        tags=list(memory.tags),
+        vector=vector,
+        updated_at=memory.updated_at,
+    )
+
+
+@dataclass
+class LayerWrite:
+    """A memory to create or update by (layer, key) when a handler's apply phase runs."""
+
+    layer: Layer
+    key: str
+    title: str
+    content: str
+    tags: list[str]
+    properties: dict[str, Any]
+    status: str = "activated"
+    user_id: str = "local-user"
+    project_id: str | None = None
+    embedding_text: str = ""
+
+
+class LayerWriter:
+    """Create or update evolution memories by key, keep the vector index in step, log every change."""
+
+    def __init__(self, memories: MemoryRepository, indexer: Indexer) -> None:
+        self.memories = memories
+        self.indexer = indexer
+
+    def upsert(self, write: LayerWrite) -> Memory:
+        """Insert a new memory for ``write.key`` or update the existing one (version bump, change log)."""
+        now = utc_now()
+        existing = self.memories.find_by_key(write.layer, write.key)
+        props = dict(write.properties)
+        if write.embedding_text:
+            props["embeddingText"] = write.embedding_text
+        if existing is None:
+            memory = Memory(
+                id=f"{PREFIX_BY_LAYER[write.layer]}_{new_id('x')[2:]}",
+                layer=write.layer,
+                content=write.content,
+                title=write.title[:200],
+                tags=write.tags,
+                status=write.status,
+                user_id=write.user_id,
+                project_id=write.project_id,
+                source_agent=EVOLUTION_SOURCE,
+                memory_key=write.key,
+                content_hash=content_hash(write.content),
+                properties=props,
+                created_at=now,
+                updated_at=now,
+                valid_from=now,
+            )
+            self.memories.insert(memory, source=EVOLUTION_SOURCE)
+        else:
+            memory = existing
+            before = memory.snapshot()
+            memory.content, memory.title = write.content, write.title[:200]
+            memory.tags = sorted(set(memory.tags) | set(write.tags))
+            memory.properties = {**memory.properties, **props}
+            memory.status = write.status
+            memory.content_hash = content_hash(write.content)
+            memory.version += 1
+            memory.updated_at = now
+            self.memories.update(memory, before, "evolve", EVOLUTION_SOURCE)
+        self.sync_index(memory)
+        return memory
+
+    def sync_index(self, memory: Memory) -> None:
+        """Recallable memories are (re-)embedded; archived ones leave the in-memory index."""
+        if memory.status == "activated":
+            text = str(memory.properties.get("embeddingText") or f"{memory.title}\n{memory.content}")
+            self.indexer.enqueue(memory.id, memory.layer, text[:3000])
+        else:
+            self.indexer.unindex(memory.id)
+
+    def patch_properties(self, memory: Memory, key: str, patch: dict[str, Any], status: str | None = None) -> Memory:
+        """Shallow-merge ``patch`` into ``properties[key]`` (and mirror top-level value/alpha/priority for L1)."""
+        before = memory.snapshot()
+        section = dict(memory.properties.get(key) or {})
+        section.update(patch)
+        memory.properties = {**memory.properties, key: section}
+        for mirrored in ("value", "alpha", "priority", "reflection"):
+            if key == "trace" and mirrored in patch:
+                memory.properties[mirrored] = patch[mirrored]
+        changed_status = status is not None and status != memory.status
+        if status is not None:
+            memory.status = status
+        memory.version += 1
+        memory.updated_at = utc_now()
+        self.memories.update(memory, before, "evolve", EVOLUTION_SOURCE)
+        if changed_status:
+            self.sync_index(memory)
+        return memory

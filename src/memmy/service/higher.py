@@ -1,0 +1,245 @@
+"""L3 world models and Skills: abstraction over active policies, crystallisation, trials and eta.
+
+Two-phase handlers like :mod:`memmy.service.evolution`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from memmy.config import MemmyConfig
+from memmy.evolve.model import PolicyView, SkillDraft, WorldModelDraft
+from memmy.evolve.skill import (
+    crystallize_llm,
+    eta_after_trial,
+    select_evidence,
+    skill_eligible,
+    skill_key,
+    skill_status,
+    verify_skill,
+)
+from memmy.evolve.world import bucket_policies, domain_key, eligible_policies, world_key, world_model_llm
+from memmy.indexing import Indexer
+from memmy.service.evolution import ModelSlots
+from memmy.service.evolve_support import LayerWrite, LayerWriter, policy_view, trace_view
+from memmy.store.episodes import EpisodeRepository
+from memmy.store.evolution import EvolutionRepository
+from memmy.store.jobs import JobRecord
+from memmy.store.memories import MemoryRepository
+
+Apply = Callable[[], None]
+
+
+def _world_payload(draft: WorldModelDraft) -> dict[str, Any]:
+    return {
+        "title": draft.title,
+        "body": draft.body,
+        "domainKey": draft.domain_key,
+        "domainTags": draft.domain_tags,
+        "environment": draft.environment,
+        "inference": draft.inference,
+        "constraints": draft.constraints,
+        "policyIds": draft.policy_ids,
+        "cohesion": round(draft.cohesion, 4),
+        "confidence": round(draft.confidence, 4),
+        "admission": draft.admission,
+        "origin": draft.origin,
+    }
+
+
+def _skill_payload(draft: SkillDraft, previous: dict[str, Any], coverage: float, resonance: float) -> dict[str, Any]:
+    payload = dict(previous)
+    payload.update(
+        {
+            "name": draft.name,
+            "summary": draft.summary,
+            "triggerContext": draft.trigger_context,
+            "steps": draft.steps,
+            "tools": draft.tools,
+            "preconditions": draft.preconditions,
+            "examples": draft.examples,
+            "preference": draft.preference,
+            "anti_pattern": draft.anti_pattern,
+            "invocationGuide": draft.invocation_guide,
+            "policyId": draft.policy_id,
+            "sourcePolicyIds": [draft.policy_id],
+            "evidenceTraceIds": draft.evidence_trace_ids,
+            "verification": {"toolCoverage": round(coverage, 3), "resonance": round(resonance, 3)},
+            "origin": draft.origin,
+        }
+    )
+    payload.setdefault("eta", round(draft.eta, 4))
+    payload.setdefault("status", "candidate")
+    payload.setdefault("trials", 0)
+    payload.setdefault("passes", 0)
+    return payload
+
+
+class HigherEvolution:
+    """Handlers: l3_abstraction, skill_crystallization, skill_trial_resolve."""
+
+    def __init__(
+        self,
+        config: MemmyConfig,
+        memories: MemoryRepository,
+        episodes: EpisodeRepository,
+        evolution: EvolutionRepository,
+        indexer: Indexer,
+        models: ModelSlots,
+    ) -> None:
+        self.config = config
+        self.memories = memories
+        self.episodes = episodes
+        self.evolution = evolution
+        self.indexer = indexer
+        self.models = models
+        self.writer = LayerWriter(memories, indexer)
+
+    def handlers(self) -> dict[str, Callable[[JobRecord], Apply | None]]:
+        """Job type → handler."""
+        return {
+            "l3_abstraction": self.abstraction,
+            "skill_crystallization": self.crystallization,
+            "skill_trial_resolve": self.trial_resolve,
+        }
+
+    # -- L3 ---------------------------------------------------------------------------------------
+    def abstraction(self, job: JobRecord) -> Apply | None:
+        """Summarise each domain bucket of active policies into a declarative world-model note."""
+        cfg = self.config.algorithm["l3Abstraction"]
+        views = [policy_view(m, self.indexer) for m in self.memories.by_layer("L2", ("activated",))]
+        eligible = eligible_policies(views, float(cfg["minPolicyGain"]), int(cfg["minPolicySupport"]))
+        # failure-avoidance guidance is knowledge about the environment too (what fails there)
+        eligible += [
+            v for v in views if v.experience_type != "success_pattern" and v.status == "active" and v not in eligible
+        ]
+        buckets = bucket_policies(eligible)
+        seed = self.memories.get(str(job.payload.get("seedPolicyId") or ""))
+        if seed is not None and seed.layer == "L2":
+            seed_domain = domain_key(policy_view(seed))
+            buckets = {k: v for k, v in buckets.items() if k == seed_domain} or buckets
+        llm = self.models.evolution if cfg["useLlm"] else None
+        drafts: list[WorldModelDraft] = []
+        for domain, policies in buckets.items():
+            if len(policies) < int(cfg["minPolicies"]):
+                continue
+            draft = world_model_llm(
+                domain,
+                policies,
+                llm,
+                timeout_s=self.config.evolution.timeout_ms / 1000,
+                cluster_min_similarity=float(cfg["clusterMinSimilarity"]),
+            )
+            if draft is not None:
+                drafts.append(draft)
+        if not drafts:
+            return None
+
+        def apply() -> None:
+            for draft in drafts:
+                memory = self.writer.upsert(
+                    LayerWrite(
+                        layer="L3",
+                        key=world_key(draft.domain_key),
+                        title=draft.title,
+                        content=draft.body,
+                        tags=sorted({"world_model", *draft.domain_tags}),
+                        properties={"world_model": _world_payload(draft), "summary": draft.title},
+                        embedding_text=f"{draft.title}\n{draft.body}\n{' '.join(draft.domain_tags)}",
+                    )
+                )
+                for policy_id in draft.policy_ids:
+                    policy = self.memories.get(policy_id)
+                    for episode_id in (
+                        (policy.properties.get("policy") or {}).get("sourceEpisodeIds", []) if policy else []
+                    ):
+                        self.episodes.add_ids(episode_id, "l3_world_model_ids_json", [memory.id])
+
+        return apply
+
+    # -- Skills -----------------------------------------------------------------------------------
+    def crystallization(self, job: JobRecord) -> Apply | None:
+        """Crystallise an active, successful policy into a reusable Skill (heuristic or LLM)."""
+        cfg = self.config.algorithm["skill"]
+        memory = self.memories.get(job.target_memory_id or "")
+        if memory is None or memory.layer != "L2":
+            return None
+        policy = policy_view(memory, self.indexer)
+        if not skill_eligible(policy, float(cfg["minGain"]), int(cfg["minSupport"])):
+            return None
+        traces = [
+            trace_view(m, self.indexer) for m in self.memories.get_many(self.evolution.traces_of(policy.id)).values()
+        ]
+        evidence, counter = select_evidence(policy, traces, int(cfg["evidenceLimit"]))
+        llm = self.models.evolution if cfg["useLlm"] else None
+        draft = crystallize_llm(policy, evidence, counter, llm, timeout_s=self.config.evolution.timeout_ms / 1000)
+        if draft is None:
+            return None
+        coverage, resonance, _ok = verify_skill(draft, evidence)
+        existing = self.memories.find_by_key("Skill", skill_key(policy.id))
+
+        def apply() -> None:
+            previous = dict((existing.properties.get("skill") or {}) if existing else {})
+            payload = _skill_payload(draft, previous, coverage, resonance)
+            seen_in = list((memory.properties.get("policy") or {}).get("seenIn") or [])
+            guide = draft.invocation_guide
+            if seen_in:
+                guide += "\n\nUsed for:\n" + "\n".join(f"- {task}" for task in seen_in)
+            created = self.writer.upsert(
+                LayerWrite(
+                    layer="Skill",
+                    key=skill_key(policy.id),
+                    title=draft.name,
+                    content=guide,
+                    tags=sorted({"skill", *draft.tags}),
+                    properties={"skill": payload, "summary": draft.summary},
+                    status="archived" if payload.get("status") == "archived" else "activated",
+                    user_id=memory.user_id,
+                    embedding_text=f"{draft.name}\n{guide}",
+                )
+            )
+            for episode_id in policy.source_episode_ids:
+                self.episodes.add_ids(episode_id, "skill_memory_ids_json", [created.id])
+
+        return apply
+
+    def trial_resolve(self, job: JobRecord) -> Apply | None:
+        """Update a skill's eta and status from its resolved trials."""
+        cfg = self.config.algorithm["skill"]
+        memory = self.memories.get(job.target_memory_id or "")
+        if memory is None or memory.layer != "Skill":
+            return None
+
+        def apply() -> None:
+            current = self.memories.get(memory.id)
+            if current is None:
+                return
+            skill = current.properties.get("skill") or {}
+            passes, attempts = self.evolution.trial_counts(current.id)
+            prior = float(skill.get("priorEta") or skill.get("eta") or 0.5)
+            eta = eta_after_trial(prior, passes, attempts)
+            status = skill_status(
+                eta,
+                attempts,
+                str(skill.get("status") or "candidate"),
+                candidate_trials=int(cfg["candidateTrials"]),
+                min_eta=float(cfg["minEtaForRetrieval"]),
+                repair_origin="repair_candidate" in current.tags,
+            )
+            self.writer.patch_properties(
+                current,
+                "skill",
+                {"eta": round(eta, 4), "priorEta": prior, "status": status, "trials": attempts, "passes": passes},
+                status="archived" if status == "archived" else "activated",
+            )
+
+        return apply
+
+
+def skill_ids_injected(memories: MemoryRepository, ids: list[str]) -> list[str]:
+    """The Skill memories among injected ids (each injection starts a trial)."""
+    return [m.id for m in memories.get_many([i for i in ids if i.startswith("skill_")]).values() if m.layer == "Skill"]
+
+
+__all__ = ["HigherEvolution", "PolicyView", "skill_ids_injected"]

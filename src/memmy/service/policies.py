@@ -1,0 +1,552 @@
+"""L2 jobs: association, induction and statistics of policies; failure avoidance; decision repair; feedback.
+
+Two-phase handlers like :mod:`memmy.service.evolution`: compute (LLM included) first, write in ``apply``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from memmy.config import MemmyConfig
+from memmy.domain import Memory
+from memmy.evolve.failure import (
+    RepairDraft,
+    avoidance_llm,
+    classify_feedback_shape,
+    context_hash,
+    failure_key,
+    failure_signature,
+    is_failure,
+    merge_guidance,
+    repair_llm,
+)
+from memmy.evolve.model import PolicyDraft, PolicyView, TraceView
+from memmy.evolve.policy import best_association, compute_stats, induce_llm, policy_body, policy_key
+from memmy.indexing import Indexer
+from memmy.service.evolution import ModelSlots
+from memmy.service.evolve_support import LayerWrite, LayerWriter, parse_iso, policy_view, trace_view
+from memmy.store.episodes import EpisodeRepository, FeedbackRepository
+from memmy.store.evolution import EvolutionRepository
+from memmy.store.jobs import JobRecord, JobRepository
+from memmy.store.memories import MemoryRepository
+
+Apply = Callable[[], None]
+GUIDANCE_CAP = 6
+
+
+def _policy_payload(draft: PolicyDraft, previous: dict[str, Any] | None = None) -> dict[str, Any]:
+    payload = dict(previous or {})
+    payload.update(
+        {
+            "title": draft.title,
+            "trigger": draft.trigger,
+            "procedure": draft.procedure,
+            "verification": draft.verification,
+            "boundary": draft.boundary,
+            "type": draft.experience_type,
+            "evidencePolarity": draft.evidence_polarity,
+            "signature": draft.signature,
+            "confidence": round(draft.confidence, 4),
+            "preference": draft.preference[:GUIDANCE_CAP],
+            "anti_pattern": draft.anti_pattern[:GUIDANCE_CAP],
+            "caveats": draft.caveats,
+            "origin": draft.origin,
+            "skillEligible": draft.experience_type == "success_pattern",
+        }
+    )
+    payload.setdefault("status", "candidate")
+    payload.setdefault("support", 0)
+    payload.setdefault("gain", 0.0)
+    return payload
+
+
+def _embedding_text(draft: PolicyDraft, seen_in: list[str] | None = None) -> str:
+    parts = [draft.title, draft.trigger, draft.procedure, draft.verification, draft.boundary, *(seen_in or [])]
+    return "\n".join(x for x in parts if x)
+
+
+def _with_seen_in(body: str, seen_in: list[str]) -> str:
+    """The policy text plus the tasks it was learned from, so the same task finds it however it is worded."""
+    if not seen_in:
+        return body
+    return body + "\nSeen in:\n" + "\n".join(f"- {task}" for task in seen_in)
+
+
+def _memory_status(policy_status: str) -> str:
+    return {"active": "activated", "archived": "archived"}.get(policy_status, "resolving")
+
+
+class PolicyEvolution:
+    """Handlers: l2_association, l2_induction, failure_experience, decision_repair, policy_feedback."""
+
+    def __init__(
+        self,
+        config: MemmyConfig,
+        memories: MemoryRepository,
+        episodes: EpisodeRepository,
+        feedback: FeedbackRepository,
+        evolution: EvolutionRepository,
+        jobs: JobRepository,
+        indexer: Indexer,
+        models: ModelSlots,
+    ) -> None:
+        self.config = config
+        self.memories = memories
+        self.episodes = episodes
+        self.feedback = feedback
+        self.evolution = evolution
+        self.jobs = jobs
+        self.indexer = indexer
+        self.models = models
+        self.writer = LayerWriter(memories, indexer)
+
+    def handlers(self) -> dict[str, Callable[[JobRecord], Apply | None]]:
+        """Job type → handler."""
+        return {
+            "l2_association": self.association,
+            "l2_induction": self.induction,
+            "failure_experience": self.failure_experience,
+            "decision_repair": self.decision_repair,
+            "policy_feedback": self.policy_feedback,
+        }
+
+    @property
+    def _l2(self) -> dict[str, Any]:
+        return dict(self.config.algorithm["l2Induction"])
+
+    @property
+    def _timeout_s(self) -> float:
+        return self.config.evolution.timeout_ms / 1000
+
+    def _llm_for(self, section: str) -> Any:
+        return self.models.evolution if self.config.algorithm[section]["useLlm"] else None
+
+    def _success_policies(self) -> list[PolicyView]:
+        views = [policy_view(m, self.indexer) for m in self.memories.by_layer("L2")]
+        return [v for v in views if v.experience_type == "success_pattern" and v.status != "archived"]
+
+    # -- statistics -------------------------------------------------------------------------------
+    def recompute(self, policy_id: str) -> str | None:
+        """Recompute support/gain/confidence/status of a success policy from its linked traces (apply phase)."""
+        memory = self.memories.get(policy_id)
+        if memory is None:
+            return None
+        policy = dict(memory.properties.get("policy") or {})
+        linked = self.memories.get_many(self.evolution.traces_of(policy_id))
+        views = [trace_view(m) for m in linked.values()]
+        episode_ids = sorted({v.episode_id for v in views if v.episode_id})
+        without: list[float] = []
+        for episode_id in episode_ids:
+            episode = self.episodes.get(episode_id)
+            if episode is None:
+                continue
+            others = self.memories.get_many([i for i in episode.l1_memory_ids if i not in linked])
+            without.extend(trace_view(m).value for m in others.values())
+        l2 = self._l2
+        stats = compute_stats(
+            [v.value for v in views],
+            without,
+            self.evolution.pool_mean(),
+            len(episode_ids),
+            float(policy["gain"]) if policy.get("statsRuns") else None,
+            str(policy.get("status") or "candidate"),
+            tau=float(l2["tauSoftmax"]),
+            ema_alpha=float(l2["gainEmaAlpha"]),
+            min_gain=float(l2["minGain"]),
+            archive_gain=float(l2["archiveGain"]),
+        )
+        was = policy.get("status")
+        patch = {
+            "support": stats.support,
+            "rawGain": round(stats.raw_gain, 6),
+            "gain": round(stats.gain, 6),
+            "confidence": round(stats.confidence, 4),
+            "status": stats.status,
+            "statsRuns": int(policy.get("statsRuns") or 0) + 1,
+            "sourceEpisodeIds": episode_ids,
+            "sourceTraceIds": sorted(linked),
+        }
+        self.writer.patch_properties(memory, "policy", patch, status=_memory_status(stats.status))
+        if stats.status == "archived" and policy.get("signature"):
+            self.evolution.reject_signature(str(policy["signature"]))
+        if stats.status == "active":
+            self._queue_higher(policy_id, str(policy.get("signature") or ""), fresh=was != "active")
+        return stats.status
+
+    def _queue_higher(self, policy_id: str, signature: str, *, fresh: bool) -> None:
+        self.jobs.enqueue(
+            "l3_abstraction", dedupe_key=f"l3_abstraction:{signature or policy_id}", payload={"seedPolicyId": policy_id}
+        )
+        self.jobs.enqueue(
+            "skill_crystallization",
+            dedupe_key=f"skill_crystallization:{policy_id}",
+            target_memory_id=policy_id,
+            payload={"fresh": fresh},
+        )
+
+    # -- association ------------------------------------------------------------------------------
+    def association(self, job: JobRecord) -> Apply | None:
+        """Link a valued trace to the most similar existing success policy (similarity + signature)."""
+        memory = self.memories.get(job.target_memory_id or "")
+        if memory is None or memory.layer != "L1":
+            return None
+        trace = trace_view(memory, self.indexer)
+        best = best_association(trace, self._success_policies(), float(self._l2["minSimilarity"]))
+        if best is None:
+            return None
+        policy, _score, cos, relation = best
+
+        def apply() -> None:
+            self.evolution.link(trace.id, policy.id, relation, cos, memory.user_id)
+            self.recompute(policy.id)
+
+        return apply
+
+    # -- induction --------------------------------------------------------------------------------
+    def induction(self, job: JobRecord) -> Apply | None:
+        """Group pooled traces by signature and induce (or extend) one policy per signature."""
+        self.evolution.prune_expired()
+        pending = self.evolution.pending()
+        episode_signatures = (
+            {c.signature for c in pending if c.episode_id == job.episode_id} if job.episode_id else None
+        )
+        groups: dict[str, list[Any]] = {}
+        for cand in pending:
+            if episode_signatures is None or cand.signature in episode_signatures:
+                groups.setdefault(cand.signature, []).append(cand)
+        plans: list[tuple[str, list[Any], list[TraceView], str | None, PolicyDraft | None]] = []
+        min_episodes = int(self._l2["minEpisodesForInduction"])
+        llm = self._llm_for("l2Induction")
+        success = self._success_policies()
+        for signature, cands in groups.items():
+            found = self.memories.get_many([c.trace_id for c in cands])
+            traces = [self._with_task(trace_view(m, self.indexer)) for m in found.values()]
+            if len({t.episode_id for t in traces if t.episode_id}) < min_episodes:
+                continue
+            existing = self.memories.find_by_key("L2", policy_key(signature))
+            if existing is not None or self.evolution.is_rejected(signature):
+                plans.append((signature, cands, traces, existing.id if existing else None, None))
+                continue
+            similar = [best_association(t, success, float(self._l2["minSimilarity"])) for t in traces]
+            match = next((s for s in similar if s is not None), None)
+            if match is not None:
+                plans.append((signature, cands, traces, match[0].id, None))
+                continue
+            draft = induce_llm(signature, traces, llm, timeout_s=self._timeout_s)
+            if draft is not None:
+                plans.append((signature, cands, traces, None, draft))
+        if not plans:
+            return None
+
+        def apply() -> None:
+            for signature, cands, traces, policy_id, draft in plans:
+                if policy_id is None and draft is None:  # rejected signature: remember, never re-promote
+                    self.evolution.mark([c.id for c in cands], "rejected")
+                    continue
+                if policy_id is not None:
+                    target = self.memories.get(policy_id)
+                    if target is None or target.status == "archived":
+                        self.evolution.mark([c.id for c in cands], "rejected")
+                        continue
+                else:
+                    assert draft is not None
+                    seen_in = self._seen_in([t.episode_id for t in traces])
+                    target = self.writer.upsert(
+                        LayerWrite(
+                            layer="L2",
+                            key=policy_key(signature),
+                            title=draft.title,
+                            content=_with_seen_in(policy_body(draft), seen_in),
+                            tags=sorted({"policy", *draft.tags}),
+                            properties={
+                                "policy": {**_policy_payload(draft), "seenIn": seen_in},
+                                "summary": draft.title,
+                            },
+                            status="resolving",
+                            user_id=self._user_of(traces[0].id),
+                            embedding_text=_embedding_text(draft, seen_in),
+                        )
+                    )
+                for trace in traces:
+                    relation = "matches_signature" if trace.signature == signature else "similar_pattern"
+                    self.evolution.link(trace.id, target.id, relation, 1.0, target.user_id)
+                self.evolution.mark([c.id for c in cands], "promoted")
+                self.recompute(target.id)
+                for episode_id in {t.episode_id for t in traces if t.episode_id}:
+                    self.episodes.add_ids(episode_id, "l2_policy_ids_json", [target.id])
+
+        return apply
+
+    def _seen_in(self, episode_ids: Sequence[str | None], limit: int = 3) -> list[str]:
+        """Distinct task texts (first request of each episode), newest episodes last, at most ``limit``."""
+        tasks: list[str] = []
+        for episode_id in dict.fromkeys(e for e in episode_ids if e):
+            episode = self.episodes.get(episode_id)
+            task = " ".join(str(episode.meta.get("initialUserText") or "").split())[:160] if episode else ""
+            if task and task not in tasks:
+                tasks.append(task)
+        return tasks[-limit:]
+
+    def _with_task(self, trace: TraceView) -> TraceView:
+        """A follow-up step ("it still fails, fix it") carries its episode's task, so triggers name the task."""
+        episode = self.episodes.get(trace.episode_id) if trace.episode_id else None
+        task = str(episode.meta.get("initialUserText") or "") if episode is not None else ""
+        if not task or task.strip() in trace.user_text:
+            return trace
+        return replace(trace, user_text=f"{task.strip()}\n{trace.user_text}")
+
+    def _user_of(self, memory_id: str) -> str:
+        memory = self.memories.get(memory_id)
+        return memory.user_id if memory is not None else "local-user"
+
+    # -- failure avoidance ------------------------------------------------------------------------
+    def failure_experience(self, job: JobRecord) -> Apply | None:
+        """Turn the episode's failed steps into ``failure_avoidance`` policies, merged per failure signature."""
+        episode = self.episodes.get(job.episode_id or "")
+        if episode is None:
+            return None
+        found = self.memories.get_many(episode.l1_memory_ids)
+        traces = sorted((trace_view(m, self.indexer) for m in found.values()), key=lambda t: t.created_at)
+        failed = [t for t in traces if is_failure(t)]
+        if not failed:
+            return None
+        negative_notes = [f.rationale for f in self.feedback.for_episode(episode.id) if f.polarity == "negative"]
+        groups: dict[str, list[TraceView]] = {}
+        for trace in failed:
+            groups.setdefault(failure_signature(trace), []).append(trace)
+        llm = self._llm_for("feedback")
+        plans: list[tuple[str, PolicyDraft, list[str], bool, Memory | None]] = []
+        for signature, group in groups.items():
+            last_failure = max(t.created_at for t in group)
+            recovered = [t for t in traces if not is_failure(t) and t.created_at > last_failure]
+            draft = avoidance_llm(group, recovered, " ".join(negative_notes)[:1000], llm, timeout_s=self._timeout_s)
+            existing = self.memories.find_by_key("L2", failure_key(signature))
+            support = [episode.id]
+            if existing is not None:
+                view = policy_view(existing)
+                draft = merge_guidance(view, draft, GUIDANCE_CAP)
+                support = sorted(set(view.source_episode_ids) | {episode.id})
+            active = bool(recovered) or len(support) >= 2 or (episode.r_task or 0) < 0 or bool(negative_notes)
+            plans.append((signature, draft, support, active, existing))
+
+        def apply() -> None:
+            for signature, draft, support, active, existing in plans:
+                previous = dict((existing.properties.get("policy") or {}) if existing else {})
+                payload = _policy_payload(draft, previous)
+                status = "active" if active or previous.get("status") == "active" else "candidate"
+                payload.update(
+                    {
+                        "status": status,
+                        "support": len(support),
+                        "sourceEpisodeIds": support,
+                        "failureSignature": signature,
+                        "salience": round(min(1.0, 0.4 + 0.2 * len(support)), 3),
+                        "skillEligible": False,
+                    }
+                )
+                seen_in = self._seen_in(support)
+                payload["seenIn"] = seen_in
+                memory = self.writer.upsert(
+                    LayerWrite(
+                        layer="L2",
+                        key=failure_key(signature),
+                        title=draft.title,
+                        content=_with_seen_in(policy_body(draft), seen_in),
+                        tags=sorted({"policy", "failure_avoidance", *draft.tags}),
+                        properties={"policy": payload, "summary": draft.title},
+                        status=_memory_status(status),
+                        user_id=episode.user_id or "local-user",
+                        project_id=episode.project_id,
+                        embedding_text=_embedding_text(draft, seen_in),
+                    )
+                )
+                for trace_id in draft.support_trace_ids:
+                    self.evolution.link(trace_id, memory.id, "avoids", 1.0, memory.user_id)
+                self.episodes.add_ids(episode.id, "l2_policy_ids_json", [memory.id])
+                if status == "active":
+                    self.jobs.enqueue(
+                        "l3_abstraction", dedupe_key=f"l3_abstraction:{signature}", payload={"seedPolicyId": memory.id}
+                    )
+
+        return apply
+
+    # -- decision repair --------------------------------------------------------------------------
+    def decision_repair(self, job: JobRecord) -> Apply | None:
+        """Distil Prefer/Avoid guidance from corrective feedback, tool-failure bursts or value divergence."""
+        payload = job.payload
+        trigger = str(payload.get("trigger") or "feedback")
+        episode = self.episodes.get(job.episode_id or "") if job.episode_id else None
+        traces: list[TraceView] = []
+        if episode is not None:
+            found = self.memories.get_many(episode.l1_memory_ids)
+            traces = sorted((trace_view(m) for m in found.values()), key=lambda t: t.created_at)
+        if trigger == "value_distribution":
+            high = [trace_view(m) for m in self.memories.get_many(list(payload.get("highIds") or [])).values()]
+            low = [trace_view(m) for m in self.memories.get_many(list(payload.get("lowIds") or [])).values()]
+            ctx = str(payload.get("contextHash") or context_hash("value-distribution", str(payload.get("signature"))))
+        elif trigger == "tool_failure_burst":
+            tool = str(payload.get("tool") or "")
+            low = [t for t in traces if any(c.get("name") == tool for c in t.tool_calls) and is_failure(t)]
+            high = [t for t in traces if not is_failure(t)]
+            ctx = context_hash("tool-burst", (episode.user_id or "") if episode else "", tool)
+        else:
+            target = self.memories.get(job.target_memory_id or "") if job.target_memory_id else None
+            low = [trace_view(target)] if target is not None and target.layer == "L1" else traces[-1:]
+            signature = low[0].signature if low else ""
+            high = [t for t in self._same_signature(signature) if t.value > 0 and t.id not in {x.id for x in low}]
+            ctx = context_hash("feedback", (episode.user_id or "") if episode else "", signature)
+        cooldown = timedelta(milliseconds=float(self.config.algorithm["feedback"]["cooldownMs"]))
+        last = parse_iso(self.evolution.last_repair_at(ctx))
+        if last is not None and datetime.now(UTC) - last < cooldown:
+            return None
+        text = str(payload.get("text") or "")
+        burst = None
+        if trigger == "tool_failure_burst":
+            burst = (str(payload.get("tool")), int(payload.get("failures") or 0), str(payload.get("reason") or ""))
+        draft = repair_llm(trigger, ctx, high, low, text, burst, self._llm_for("feedback"), self._timeout_s)
+        shape = classify_feedback_shape(text) if text else None
+        attach_ids = sorted({p for t in low + high for p in self.evolution.policies_of(t.id)})
+
+        def apply() -> None:
+            repair_id = self.evolution.add_repair(
+                {
+                    "session_id": episode.session_id if episode else None,
+                    "episode_id": episode.id if episode else None,
+                    "user_id": episode.user_id if episode else None,
+                    "project_id": episode.project_id if episode else None,
+                    "context_hash": ctx,
+                    "issue": draft.issue,
+                    "suggestion": draft.suggestion,
+                    "preference": draft.preference,
+                    "anti_pattern": draft.anti_pattern,
+                    "high_value_memory_ids_json": draft.high_value_ids,
+                    "low_value_memory_ids_json": draft.low_value_ids,
+                    "attached_policy_memory_ids_json": attach_ids,
+                    "feedback_id": payload.get("feedbackId"),
+                    "source_json": {"trigger": trigger},
+                    "meta_json": {"severity": draft.severity, "confidence": draft.confidence},
+                }
+            )
+            prefer = [x for x in (draft.preference, shape.prefer if shape else "") if x]
+            avoid = [x for x in (draft.anti_pattern, shape.avoid if shape else "") if x]
+            attached = self._attach(attach_ids, prefer, avoid)
+            if not attached and (prefer or avoid):
+                self._repair_policy(draft, prefer, avoid, episode.user_id if episode else None)
+            if episode is not None:
+                self.episodes.add_ids(episode.id, "decision_repair_ids_json", [repair_id])
+
+        return apply
+
+    def _same_signature(self, signature: str, limit: int = 50) -> list[TraceView]:
+        if not signature:
+            return []
+        rows = self.memories.db.query(
+            "SELECT id FROM memories WHERE memory_layer = 'L1' AND status = 'activated' "
+            "AND json_extract(properties_json, '$.trace.signature') = ? ORDER BY updated_at DESC LIMIT ?",
+            (signature, limit),
+        )
+        return [trace_view(m) for m in self.memories.get_many([r[0] for r in rows]).values()]
+
+    def _attach(self, policy_ids: list[str], prefer: list[str], avoid: list[str]) -> int:
+        """Add guidance lines to linked live policies; returns how many took them."""
+        count = 0
+        for memory in self.memories.get_many(policy_ids).values():
+            if memory.layer != "L2" or memory.status == "archived":
+                continue
+            policy = memory.properties.get("policy") or {}
+            merged_prefer = _merge_lines(list(policy.get("preference") or []), prefer)
+            merged_avoid = _merge_lines(list(policy.get("anti_pattern") or []), avoid)
+            self.writer.patch_properties(memory, "policy", {"preference": merged_prefer, "anti_pattern": merged_avoid})
+            count += 1
+        return count
+
+    def _repair_policy(self, draft: RepairDraft, prefer: list[str], avoid: list[str], user_id: str | None) -> None:
+        """No policy to attach to: keep the repair as a ``repair_instruction`` policy of its own."""
+        title = ("Avoid: " + avoid[0] if avoid else "Prefer: " + prefer[0])[:200]
+        policy = PolicyDraft(
+            title=title,
+            trigger=draft.issue,
+            procedure=draft.suggestion,
+            verification="",
+            boundary="Applies to the same context; check the current situation first.",
+            experience_type="repair_instruction",
+            evidence_polarity="negative",
+            signature=draft.context_hash,
+            confidence=draft.confidence,
+            support_trace_ids=draft.low_value_ids,
+            preference=prefer,
+            anti_pattern=avoid,
+            tags=["repair"],
+        )
+        payload = _policy_payload(policy)
+        active = draft.severity == "warn" or draft.confidence >= 0.5
+        payload.update({"status": "active" if active else "candidate", "support": 1, "skillEligible": False})
+        self.writer.upsert(
+            LayerWrite(
+                layer="L2",
+                key=failure_key(f"repair:{draft.context_hash}"),
+                title=title,
+                content=policy_body(policy),
+                tags=["decision_repair", "policy"],
+                properties={"policy": payload, "summary": title},
+                status="activated" if active else "resolving",
+                user_id=user_id or "local-user",
+                embedding_text=_embedding_text(policy),
+            )
+        )
+
+    # -- explicit feedback on a policy or skill ---------------------------------------------------
+    def policy_feedback(self, job: JobRecord) -> Apply | None:
+        """Move a policy's gain (or a skill's eta) toward the user's verdict."""
+        memory = self.memories.get(job.target_memory_id or "")
+        if memory is None or memory.layer not in ("L2", "Skill"):
+            return None
+        sign = {"positive": 1.0, "negative": -1.0}.get(str(job.payload.get("polarity")), 0.0)
+        magnitude = float(job.payload.get("magnitude") or 1.0)
+        if sign == 0.0:
+            return None
+
+        def apply() -> None:
+            current = self.memories.get(memory.id)
+            if current is None:
+                return
+            if current.layer == "L2":
+                policy = current.properties.get("policy") or {}
+                gain = 0.6 * float(policy.get("gain") or 0.0) + 0.4 * 0.3 * sign * magnitude
+                status = str(policy.get("status") or "candidate")
+                if gain < float(self._l2["archiveGain"]) and status != "archived":
+                    status = "archived"
+                elif gain >= float(self._l2["minGain"]) and status == "candidate":
+                    status = "active"
+                self.writer.patch_properties(
+                    current, "policy", {"gain": round(gain, 6), "status": status}, status=_memory_status(status)
+                )
+            else:
+                skill = current.properties.get("skill") or {}
+                eta = min(1.0, max(0.0, float(skill.get("eta") or 0.5) + 0.1 * sign * magnitude))
+                status = str(skill.get("status") or "candidate")
+                if eta < float(self.config.algorithm["skill"]["archiveEta"]):
+                    status = "archived"
+                self.writer.patch_properties(
+                    current,
+                    "skill",
+                    {"eta": round(eta, 4), "status": status},
+                    status="archived" if status == "archived" else current.status,
+                )
+
+        return apply
+
+
+def _merge_lines(existing: list[str], new: list[str], cap: int = GUIDANCE_CAP) -> list[str]:
+    """Newest first, de-duplicated on a normalised form, capped."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for line in [*new, *existing]:
+        norm = " ".join(line.lower().split()).strip(" .;:")
+        if line and norm not in seen:
+            seen.add(norm)
+            out.append(line)
+    return out[:cap]

@@ -1,0 +1,196 @@
+"""Episodes in the service: routing of turns, closing, implicit/explicit feedback, skip rules, the LLM re-check.
+
+In-process service over a real SQLite file with the real MiniLM; the CLI part runs against the real daemon.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from memmy.cli.main import cli
+from memmy.config import load_config
+from memmy.embed import Embedder
+from memmy.service import MemoryService
+from memmy.service.namespace import Namespace
+from tests.conftest import Daemon
+from tests.llm_stub import run_chat_stub
+
+NS = Namespace(source="codex")
+
+
+def make_service(home: Path, embedder: Embedder, extra: str = "") -> MemoryService:
+    """A service whose config has no feedback window (and ``extra`` YAML under memmyMemory)."""
+    config = home / "cfg.yaml"
+    config.write_text("memmyMemory:\n  algorithm:\n    reward:\n      feedbackWindowSec: 0\n" + extra, encoding="utf-8")
+    svc = MemoryService.open(load_config(config), embedder=embedder)
+    svc.indexer.load_index()
+    return svc
+
+
+@pytest.fixture
+def svc(isolated_home: Path, embedder: Embedder) -> Iterator[MemoryService]:
+    service = make_service(isolated_home, embedder)
+    yield service
+    service.close()
+
+
+def turn(svc: MemoryService, session_id: str, query: str, answer: str, **extra: Any) -> dict[str, Any]:
+    """turn start + turn complete; returns the start response with the completion under ``complete``."""
+    started = svc.start_turn({"sessionId": session_id, "query": query}, NS)
+    done = svc.complete_turn(
+        started["turnId"], {"sessionId": session_id, "query": query, "answer": answer, **extra}, NS
+    )
+    return {**started, "complete": done}
+
+
+def drain(svc: MemoryService) -> None:
+    """Run the worker until nothing is due."""
+    for _ in range(50):
+        if svc.run_worker({"limit": 100})["leased"] == 0:
+            return
+    raise AssertionError("worker did not settle")
+
+
+def test_follow_ups_share_an_episode_and_a_new_topic_closes_it(svc: MemoryService) -> None:
+    sid = svc.open_session({}, NS)["sessionId"]
+    first = turn(svc, sid, "Set up an nginx reverse proxy for the app", "Added a server block proxying to :8000.")
+    second = turn(svc, sid, "then add gzip compression too", "Enabled gzip for text and JSON responses.")
+    assert second["episodeId"] == first["episodeId"] == first["complete"]["episodeId"]
+    third = turn(svc, sid, "换个话题，帮我写一个统计订单数量的 SQL 查询", "SELECT COUNT(*) FROM orders;")
+    assert third["episodeId"] != first["episodeId"] and third["episodeRelation"] == "new_task"
+    old = svc.episodes.get(first["episodeId"])
+    assert old is not None and old.status == "closed" and old.meta["closeReason"] == "topic_boundary"
+    assert old.turn_count == 2 and len(old.l1_memory_ids) == 2
+    queued = {j.job_type for j in svc.jobs.list_jobs(episode_id=old.id)}
+    assert "reflection" in queued
+    new = svc.episodes.get(third["episodeId"])
+    assert new is not None and new.meta["previousEpisodeId"] == old.id
+    trace = svc.memories.get(third["complete"]["l1MemoryId"])
+    assert trace is not None and trace.properties["trace"]["episode_id"] == new.id
+
+
+def test_a_revision_stays_in_the_episode_and_counts_as_negative_feedback(svc: MemoryService) -> None:
+    sid = svc.open_session({}, NS)["sessionId"]
+    first = turn(svc, sid, "Write a function that parses ISO dates in Python", "def parse(s): return s.split('-')")
+    revision = svc.start_turn({"sessionId": sid, "query": "不对，重新写，要处理时区"}, NS)
+    assert revision["episodeId"] == first["episodeId"] and revision["episodeRelation"] == "revision"
+    feedback = svc.feedback.for_episode(first["episodeId"])
+    assert [(f.channel, f.polarity) for f in feedback] == [("explicit", "negative")]
+    assert feedback[0].l1_memory_id == first["complete"]["l1MemoryId"]
+    repairs = svc.jobs.list_jobs(job_type="decision_repair")
+    assert repairs and repairs[0].payload["trigger"] == "feedback"
+
+
+def test_implicit_praise_is_recorded_and_lifts_the_reward(svc: MemoryService) -> None:
+    sid = svc.open_session({}, NS)["sessionId"]
+    first = turn(
+        svc, sid, "Rename the config loader module and update the imports", "Renamed it and updated 14 imports."
+    )
+    turn(svc, sid, "perfect, thanks", "You're welcome.")
+    feedback = svc.feedback.for_episode(first["episodeId"])
+    assert [(f.channel, f.polarity) for f in feedback] == [("implicit", "positive")]
+    svc.close_session(sid)
+    drain(svc)
+    episode = svc.episodes.get(first["episodeId"])
+    assert episode is not None and episode.r_task is not None and episode.r_task > 0
+    assert episode.reward_detail is not None and episode.reward_detail["source"] == "implicit_feedback"
+
+
+def test_trivial_episodes_are_not_rewarded(svc: MemoryService) -> None:
+    sid = svc.open_session({}, NS)["sessionId"]
+    first = turn(svc, sid, "hello", "hi")
+    svc.close_session(sid)
+    drain(svc)
+    episode = svc.episodes.get(first["episodeId"])
+    assert episode is not None and episode.reward_detail is not None and episode.reward_detail["skipped"] is True
+    assert episode.meta["closeReason"] == "abandoned" and episode.r_task == 0.0
+    assert svc.evolution.pending() == [], "a skipped episode pools nothing for L2"
+
+
+def test_idle_episodes_are_closed_and_finalised(svc: MemoryService) -> None:
+    sid = svc.open_session({}, NS)["sessionId"]
+    first = turn(svc, sid, "Profile the slow report endpoint", "The N+1 query in reports.py is the cause.")
+    with svc.db.transaction() as conn:
+        conn.execute("UPDATE episodes SET updated_at = '2020-01-01T00:00:00.000Z' WHERE id = ?", (first["episodeId"],))
+    assert svc.episode_ops.close_idle() == [first["episodeId"]]
+    episode = svc.episodes.get(first["episodeId"])
+    assert episode is not None and episode.meta["closeReason"] == "idle_timeout"
+    assert {j.job_type for j in svc.jobs.list_jobs(episode_id=episode.id)} >= {"reflection"}
+
+
+def test_explicit_feedback_validates_and_rerewards_a_closed_episode(svc: MemoryService) -> None:
+    sid = svc.open_session({}, NS)["sessionId"]
+    first = turn(svc, sid, "Bump the API client to v2 and fix the call sites", "Updated 6 call sites; tests pass.")
+    svc.close_session(sid)
+    drain(svc)
+    before = svc.episodes.get(first["episodeId"])
+    assert before is not None and before.r_task is not None
+    result = svc.give_feedback(
+        {"id": first["episodeId"], "polarity": "negative", "note": "use httpx instead of requests"}, NS
+    )
+    assert set(result["scheduled"]) >= {"reward", "decision_repair"}
+    drain(svc)
+    after = svc.episodes.get(first["episodeId"])
+    assert after is not None and after.r_task is not None and after.r_task < 0
+    assert after.reward_detail is not None and after.reward_detail["source"] == "explicit_feedback"
+    with pytest.raises(Exception, match="polarity"):
+        svc.give_feedback({"id": first["episodeId"], "polarity": "meh"}, NS)
+    with pytest.raises(Exception, match="not found"):
+        svc.give_feedback({"id": "episode_nope", "polarity": "positive"}, NS)
+
+
+def test_the_llm_relation_check_splits_an_episode_off_the_hook_path(isolated_home: Path, embedder: Embedder) -> None:
+    def answer(system: str, user: str) -> str:
+        if "relates to the conversation" in system:
+            return json.dumps({"relation": "new_task", "confidence": 0.95, "reason": "unrelated request"})
+        return json.dumps({})
+
+    with run_chat_stub(answer) as stub:
+        slot = f"    provider: openai_compatible\n    endpoint: {stub.url}\n    model: m\n"
+        service = make_service(isolated_home, embedder, f"  evolution:\n{slot}")
+        try:
+            sid = service.open_session({}, NS)["sessionId"]
+            first = turn(service, sid, "Set up an nginx reverse proxy for the app", "Added a server block.")
+            second = turn(service, sid, "Write a haiku about autumn leaves", "Leaves drift on cold wind...")
+            assert second["episodeId"] == first["episodeId"], "the heuristics appended the turn"
+            assert not any("relates to the conversation" in r["body"]["messages"][0]["content"] for r in stub.requests)
+            drain(service)
+            trace = service.memories.get(second["complete"]["l1MemoryId"])
+            assert trace is not None
+            moved_to = trace.properties["trace"]["episode_id"]
+            assert moved_to != first["episodeId"]
+            old, new = service.episodes.get(first["episodeId"]), service.episodes.get(moved_to)
+            assert old is not None and new is not None
+            assert old.status == "closed" and old.turn_count == 1 and old.meta["llmRelation"]["relation"] == "new_task"
+            assert new.raw_turn_ids == [second["complete"]["rawTurnId"]]
+        finally:
+            service.close()
+
+
+def test_feedback_episodes_and_jobs_from_the_cli(daemon: Daemon) -> None:
+    base = ["--url", daemon.url, "--token", daemon.token or ""]
+    with daemon.client() as client:
+        sid = client.post("/api/v1/sessions/open", json={}).json()["sessionId"]
+        started = client.post("/api/v1/turns/start", json={"sessionId": sid, "query": "Add retries to the S3 upload"})
+        turn_id = started.json()["turnId"]
+        body = {"sessionId": sid, "query": "Add retries to the S3 upload", "answer": "Wrapped upload in 3 retries."}
+        client.post(f"/api/v1/turns/{turn_id}/complete", json=body).raise_for_status()
+        episode_id = started.json()["episodeId"]
+    runner = CliRunner()
+    result = runner.invoke(cli, [*base, "feedback", episode_id, "--negative", "--note", "use exponential backoff"])
+    assert result.exit_code == 0, result.output
+    assert "Recorded negative feedback" in result.output and "decision_repair" in result.output
+    listed = runner.invoke(cli, [*base, "episodes"])
+    assert episode_id in listed.output
+    jobs = runner.invoke(cli, [*base, "--json", "jobs"])
+    assert json.loads(jobs.output)["counts"]["queued"] + json.loads(jobs.output)["counts"]["succeeded"] >= 1
+    missing = runner.invoke(cli, [*base, "feedback", "trace_missing", "--positive"])
+    assert missing.exit_code == 1 and "not found" in missing.output
+    no_polarity = runner.invoke(cli, [*base, "feedback", episode_id])
+    assert no_polarity.exit_code == 2
