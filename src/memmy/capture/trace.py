@@ -179,10 +179,20 @@ def error_signatures(text: str, limit: int = 4) -> list[str]:
     return ranked[:limit]
 
 
+_GENERIC_TAGS = frozenset({"error", "shell", "test", "http"})
+
+
 def trace_signature(tags: list[str], tool_calls: list[dict[str, Any]], reflection: str) -> str:
-    """``primaryTag|secondaryTag|tool|errCode`` with ``_`` for missing parts."""
-    primary = tags[0] if tags else "_"
-    secondary = tags[1] if len(tags) > 1 else "_"
+    """``primaryTag|secondaryTag|tool|errCode`` with ``_`` for missing parts.
+
+    The primary and secondary tags are the most specific ones: topic tags (docker, python, sql …) before
+    generic ones (error, shell …) before the tool names, which the signature already carries; otherwise every
+    ``bash`` turn would share one signature and unrelated tasks would be induced into one policy.
+    """
+    heads = {re.split(r"[.:/_\-]", str(c.get("name") or "").lower())[0] for c in tool_calls}
+    ranked = sorted(tags, key=lambda t: (t in heads, t in _GENERIC_TAGS))
+    primary = ranked[0] if ranked else "_"
+    secondary = ranked[1] if len(ranked) > 1 else "_"
     tool = tool_calls[0]["name"].lower()[:64] if tool_calls else "_"
     outputs = " ".join((c.get("output") or "") + " " + (c.get("error") or "") for c in tool_calls)
     code_match = _ERR_CODE.search(outputs)
@@ -233,7 +243,8 @@ def build_trace_step(
     first_tool = calls[0]["name"] if calls else None
     summary = summarise(user or agent or (f"Used tool {first_tool}" if first_tool else "") or "(empty turn)")
     tool_text = "\n".join(f"{c['name']} {c.get('output') or ''} {c.get('error') or ''}" for c in calls)
-    all_text = f"{user}\n{agent}\n{tool_text}"
+    inputs = "\n".join((_as_text(c.get("input")) or "")[:300] for c in calls)  # commands name the topic
+    all_text = f"{user}\n{agent}\n{tool_text}\n{inputs}"
     tags = derive_tags(all_text, calls, request_tags)
     errors = error_signatures(tool_text + "\n" + agent)
     signature = trace_signature(tags, calls, reasoning or "")

@@ -282,6 +282,11 @@ def trace_block(trace: TraceView, *, user_cap: int = 200, agent_cap: int = 300, 
     return "\n".join(lines)
 
 
+_GENERIC_ERROR = re.compile(
+    r"^(?:exit (?:code|status)[: ]*-?\d+|error|failed|failure|command failed(?: with exit code -?\d+)?)\.?$", re.I
+)
+
+
 def error_line(call: dict[str, Any]) -> str:
     """The most telling line of a failed call: an ``XxxError:`` line, else an error-looking line, else the first."""
     text = str(call.get("error") or "") + "\n" + str(call.get("output") or "")
@@ -289,4 +294,5 @@ def error_line(call: dict[str, Any]) -> str:
     if exception:
         return clip(exception.group(0), 100)
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return clip(next((ln for ln in lines if _ERR_LINE.search(ln)), lines[0] if lines else ""), 100)
+    telling = [ln for ln in lines if not _GENERIC_ERROR.match(ln)] or lines  # "exit code 1" says nothing
+    return clip(next((ln for ln in telling if _ERR_LINE.search(ln)), telling[0] if telling else ""), 100)

@@ -17,7 +17,7 @@ from memmy.config import MemmyConfig
 from memmy.evolve.episodes import EpisodeContext, classify_relation_llm
 from memmy.evolve.failure import context_hash, is_failure, tool_failure_burst, value_divergence
 from memmy.evolve.model import TraceView
-from memmy.evolve.reflection import Reflection, reflect_batch
+from memmy.evolve.reflection import Reflection, is_social_step, reflect_batch
 from memmy.evolve.reward import EpisodeTurn, FeedbackItem, backpropagate, score_episode, skip_reason
 from memmy.indexing import Indexer
 from memmy.llm.client import JsonLLM, LLMError
@@ -248,9 +248,13 @@ class EpisodeEvolution:
         if not traces:
             return None
         reward_cfg = self.config.algorithm["reward"]
+        # implicit feedback is about the turn it answers: "it still fails" after a failed step is not a verdict on
+        # an episode that went on to succeed, so only explicit feedback and replies to the final step count
+        final = next((t.id for t in reversed(traces) if not is_social_step(t)), traces[-1].id)
         feedback = [
             FeedbackItem(f.channel, f.polarity, f.magnitude, f.rationale, f.created_at)
             for f in self.feedback.for_episode(episode.id)
+            if f.channel == "explicit" or f.l1_memory_id in (None, final)
         ]
         turns = self._turns(episode)
         skipped = None if any(f.channel == "explicit" for f in feedback) else skip_reason(turns)

@@ -5,6 +5,7 @@ Two-phase handlers like :mod:`memmy.service.evolution`: compute (LLM included) f
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -35,6 +36,7 @@ from memmy.store.memories import MemoryRepository
 
 Apply = Callable[[], None]
 GUIDANCE_CAP = 6
+_GUIDANCE_LABEL = re.compile(r"^(?:prefer|avoid)\s*:\s*", re.IGNORECASE)
 
 
 def _policy_payload(draft: PolicyDraft, previous: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -434,7 +436,10 @@ class PolicyEvolution:
             avoid = [x for x in (draft.anti_pattern, shape.avoid if shape else "") if x]
             attached = self._attach(attach_ids, prefer, avoid)
             if not attached and (prefer or avoid):
-                self._repair_policy(draft, prefer, avoid, episode.user_id if episode else None)
+                # keyed like the failure it repairs, so the episode's failure_avoidance policy later merges into it
+                failed = next((t for t in low if is_failure(t)), None)
+                key = failure_key(failure_signature(failed)) if failed else failure_key(f"repair:{ctx}")
+                self._repair_policy(draft, prefer, avoid, episode.user_id if episode else None, key)
             if episode is not None:
                 self.episodes.add_ids(episode.id, "decision_repair_ids_json", [repair_id])
 
@@ -463,9 +468,12 @@ class PolicyEvolution:
             count += 1
         return count
 
-    def _repair_policy(self, draft: RepairDraft, prefer: list[str], avoid: list[str], user_id: str | None) -> None:
+    def _repair_policy(
+        self, draft: RepairDraft, prefer: list[str], avoid: list[str], user_id: str | None, key: str
+    ) -> None:
         """No policy to attach to: keep the repair as a ``repair_instruction`` policy of its own."""
-        title = ("Avoid: " + avoid[0] if avoid else "Prefer: " + prefer[0])[:200]
+        label, line = ("Avoid", avoid[0]) if avoid else ("Prefer", prefer[0])
+        title = f"{label}: {_GUIDANCE_LABEL.sub('', line)}"[:200]
         policy = PolicyDraft(
             title=title,
             trigger=draft.issue,
@@ -487,7 +495,7 @@ class PolicyEvolution:
         self.writer.upsert(
             LayerWrite(
                 layer="L2",
-                key=failure_key(f"repair:{draft.context_hash}"),
+                key=key,
                 title=title,
                 content=policy_body(policy),
                 tags=["decision_repair", "policy"],
