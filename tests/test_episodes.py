@@ -81,7 +81,7 @@ def test_a_revision_stays_in_the_episode_and_counts_as_negative_feedback(svc: Me
     revision = svc.start_turn({"sessionId": sid, "query": "不对，重新写，要处理时区"}, NS)
     assert revision["episodeId"] == first["episodeId"] and revision["episodeRelation"] == "revision"
     feedback = svc.feedback.for_episode(first["episodeId"])
-    assert [(f.channel, f.polarity) for f in feedback] == [("explicit", "negative")]
+    assert [(f.channel, f.polarity, f.magnitude) for f in feedback] == [("implicit", "negative", 1.0)]
     assert feedback[0].l1_memory_id == first["complete"]["l1MemoryId"]
     repairs = svc.jobs.list_jobs(job_type="decision_repair")
     assert repairs and repairs[0].payload["trigger"] == "feedback"
@@ -194,3 +194,32 @@ def test_feedback_episodes_and_jobs_from_the_cli(daemon: Daemon) -> None:
     assert missing.exit_code == 1 and "not found" in missing.output
     no_polarity = runner.invoke(cli, [*base, "feedback", episode_id])
     assert no_polarity.exit_code == 2
+
+
+def test_feedback_on_a_policy_moves_its_gain_and_attaches_the_note_to_it(svc: MemoryService) -> None:
+    sid = svc.open_session({}, NS)["sessionId"]
+    turn(
+        svc,
+        sid,
+        "Install the project's dependencies and run the linter on the payments service",
+        "Installed with pip and ran ruff; the linter passes with no findings now.",
+        toolCalls=[
+            {"name": "bash", "input": {"command": "pip install -e ."}, "output": "Successfully installed payments"},
+            {"name": "bash", "input": {"command": "ruff check ."}, "output": "All checks passed!", "success": True},
+        ],
+    )
+    svc.close_session(sid)
+    drain(svc)
+    policies = [m for m in svc.memories.by_layer("L2") if m.properties["policy"]["type"] == "success_pattern"]
+    assert len(policies) == 1
+    policy = policies[0]
+    gain_before = policy.properties["policy"]["gain"]
+    result = svc.give_feedback({"id": policy.id, "polarity": "negative", "note": "use uv instead of pip"}, NS)
+    assert set(result["scheduled"]) == {"decision_repair", "policy_feedback"}
+    drain(svc)
+    after = svc.memories.get(policy.id)
+    assert after is not None
+    assert after.properties["policy"]["gain"] < gain_before
+    assert any("uv" in line for line in after.properties["policy"]["preference"]), after.properties["policy"]
+    standalone = [m for m in svc.memories.by_layer("L2") if m.properties["policy"]["type"] == "repair_instruction"]
+    assert standalone == [], "feedback on a policy goes to that policy, not to a new one"

@@ -240,7 +240,7 @@ def test_arbitration_can_confirm_the_new_task() -> None:
     answer = relation_answer({"relation": "new_task", "confidence": 0.6, "reason": "cooking"}, {"relation": "new_task"})
     with model(answer) as (llm, _stub):
         result = classify_relation_llm("做红烧肉", prev(), NOW, llm)
-    assert (result.relation, result.confidence, result.rule) == ("new_task", 0.6, "llm")
+    assert (result.relation, result.confidence, result.rule) == ("new_task", 0.8, "llm_arbitration")
 
 
 def test_confident_new_task_skips_arbitration() -> None:

@@ -270,8 +270,8 @@ def classify_relation_llm(
             raise LLMError(f"arbitration relation out of vocabulary: {relation!r}")
     except LLMError:
         return heuristic
-    if relation == "new_task":
-        return result
+    if relation == "new_task":  # confirmed by the second look: as good as a confident first answer
+        return TurnRelation("new_task", max(result.confidence, ARBITRATION_THRESHOLD), result.reason, "llm_arbitration")
     return TurnRelation("follow_up", 0.55, "arbitration overrode a low-confidence new_task", "llm_arbitration")
 
 

@@ -365,7 +365,7 @@ class RecallEngine:
         if memory.layer == "L2":
             policy = props.get("policy") or {}
             salience = _num(policy, "gain", 0.0)
-            if policy.get("source") == "feedback":
+            if policy.get("source") == "feedback" or policy.get("type") in ("failure_avoidance", "repair_instruction"):
                 salience = max(salience, _num(policy, "salience", 0.0), _num(policy, "confidence", 0.0))
             return 0.2 * min(1.0, max(0.0, salience))
         return 0.0

@@ -37,6 +37,7 @@ MODE_HEADERS = {
 _USE_HINTS = {
     "failure_avoidance": "Use as a guardrail before planning.",
     "repair": "Use as repair guidance when the current attempt is failing.",
+    "repair_instruction": "Use as repair guidance when the current attempt is failing.",
     "verification": "Use as a verification checklist.",
     "preference": "Use as a user preference.",
 }
@@ -106,7 +107,7 @@ def _policy_body(memory: Memory) -> str:
     fields = (
         ("Trigger", "trigger"),
         ("Guidance", "procedure"),
-        ("Avoid", "avoid"),
+        ("Avoid", "avoid"),  # Prefer/Avoid lists (preference, anti_pattern) go to the Decision guidance block
         ("Scope", "boundary"),
         ("Check", "verification"),
     )

@@ -157,8 +157,9 @@ class MemoryService:
         self.worker.start()
 
     def _periodic(self) -> None:
-        """Work the evolution worker does about once a minute: close idle episodes, run a scheduled Dream."""
+        """Work the evolution worker does about once a minute: close idle episodes, prune old jobs, scheduled Dream."""
         self.episode_ops.close_idle()
+        self.jobs.prune_finished()
         self.dreams.run_if_due()
 
     def close(self) -> None:

@@ -54,7 +54,7 @@ class EpisodeOps:
             latest_user_text=latest,
             last_assistant_text=answer,
             tags=tags,
-            last_activity_at=parse_iso(episode.updated_at),
+            last_activity_at=parse_iso(self.episodes.last_turn_at(episode.id) or episode.updated_at),
         )
 
     def route_turn(
@@ -67,25 +67,39 @@ class EpisodeOps:
         project_id: str | None,
         now: datetime | None = None,
     ) -> tuple[str, TurnRelation]:
-        """Put a turn into an episode (append, reopen, or close the old one and open a new one)."""
-        now = now or datetime.now(UTC)
+        """Put a turn into an episode (append, reopen, or close the old one and open a new one).
+
+        One transaction: two agents starting turns in the same session at once cannot both open a new episode.
+        """
+        with self.episodes.db.transaction():
+            return self._route(session_id, raw_turn_id, text, user_id, project_id, now or datetime.now(UTC))
+
+    def _route(
+        self,
+        session_id: str,
+        raw_turn_id: str,
+        text: str,
+        user_id: str | None,
+        project_id: str | None,
+        now: datetime,
+    ) -> tuple[str, TurnRelation]:
         latest = self.episodes.latest_for_session(session_id)
         if latest is not None and raw_turn_id in latest.raw_turn_ids:
             return latest.id, TurnRelation("follow_up", 1.0, "already routed", "known")
         prev = self.context_of(latest) if latest is not None else None
         relation = classify_relation(text, prev, now)
         continues = relation.relation in ("revision", "follow_up", "unknown")
-        last_at = parse_iso(latest.updated_at) if latest is not None else None
+        last_at = prev.last_activity_at if prev is not None else None
         in_window = last_at is not None and now - last_at <= MERGE_WINDOW
         target: str | None = None
         if latest is not None and continues and (in_window or relation.relation == "revision"):
             if latest.status == "closed":
                 self.episodes.reopen(latest.id)
+                latest = self.episodes.get(latest.id) or latest
             target = latest.id
-            if relation.relation == "revision":
-                self._record_revision(latest, text, session_id, user_id, project_id)
-            else:
-                self._record_implicit(latest, text, session_id, user_id, project_id)
+            self._record_implicit(
+                latest, text, session_id, user_id, project_id, revision=relation.relation == "revision"
+            )
         else:
             if latest is not None and latest.status != "closed":
                 self._record_implicit(latest, text, session_id, user_id, project_id)
@@ -136,45 +150,48 @@ class EpisodeOps:
     def _latest_trace(self, episode: EpisodeRecord) -> str | None:
         return episode.l1_memory_ids[-1] if episode.l1_memory_ids else None
 
-    def _record_revision(
-        self, episode: EpisodeRecord, text: str, session_id: str, user_id: str | None, project_id: str | None
-    ) -> None:
-        record = self.feedback.add(
-            channel="explicit",
-            polarity="negative",
-            magnitude=1.0,
-            rationale=text[:500],
-            user_id=user_id,
-            project_id=project_id,
-            session_id=session_id,
-            episode_id=episode.id,
-            l1_memory_id=self._latest_trace(episode),
-            payload={"kind": "revision"},
-        )
-        self._after_feedback(episode, record, text)
-
     def _record_implicit(
-        self, episode: EpisodeRecord, text: str, session_id: str, user_id: str | None, project_id: str | None
+        self,
+        episode: EpisodeRecord,
+        text: str,
+        session_id: str,
+        user_id: str | None,
+        project_id: str | None,
+        *,
+        revision: bool = False,
     ) -> None:
+        """Feedback read from the reply itself; a revision ("that's wrong, redo") is negative with magnitude 1.
+
+        Both are implicit: they judge the step they answer, not the episode (see the reward's feedback filter).
+        """
         verdict = classify_feedback(text)
-        if verdict is None or verdict.polarity == "neutral":
+        payload: dict[str, Any]
+        if revision:
+            polarity, magnitude, payload = "negative", 1.0, {"kind": "revision"}
+        elif verdict is None or verdict.polarity == "neutral":
             return
+        else:
+            polarity, magnitude = verdict.polarity, abs(verdict.magnitude)
+            payload = {"shape": verdict.shape, "confidence": verdict.confidence}
         record = self.feedback.add(
             channel="implicit",
-            polarity=verdict.polarity,
-            magnitude=abs(verdict.magnitude),
+            polarity=polarity,
+            magnitude=magnitude,
             rationale=text[:500],
             user_id=user_id,
             project_id=project_id,
             session_id=session_id,
             episode_id=episode.id,
             l1_memory_id=self._latest_trace(episode),
-            payload={"shape": verdict.shape, "confidence": verdict.confidence},
+            payload=payload,
         )
-        self._after_feedback(episode, record, text)
+        self._after_feedback(episode.id, record, text)
 
-    def _after_feedback(self, episode: EpisodeRecord, record: FeedbackRecord, text: str) -> None:
-        self.episodes.add_ids(episode.id, "feedback_ids_json", [record.id])
+    def _after_feedback(self, episode_id: str, record: FeedbackRecord, text: str) -> None:
+        self.episodes.add_ids(episode_id, "feedback_ids_json", [record.id])
+        episode = self.episodes.get(episode_id)
+        if episode is None:
+            return
         if record.polarity == "negative":
             self.jobs.enqueue(
                 "decision_repair",
@@ -190,10 +207,11 @@ class EpisodeOps:
 
     # -- closing ----------------------------------------------------------------------------------
     def close(self, episode_id: str, reason: str) -> bool:
-        """Close an episode and queue its reflection → reward → evolution pipeline."""
-        if not self.episodes.close(episode_id, reason):
-            return False
-        self.finalize(episode_id)
+        """Close an episode and queue its reflection → reward → evolution pipeline (one transaction)."""
+        with self.episodes.db.transaction():
+            if not self.episodes.close(episode_id, reason):
+                return False
+            self.finalize(episode_id)
         return True
 
     def finalize(self, episode_id: str) -> None:
@@ -215,9 +233,11 @@ class EpisodeOps:
         """Queue the reward after the feedback window (explicit feedback may still arrive)."""
         window = float(self.config.algorithm["reward"]["feedbackWindowSec"]) if delay_s is None else delay_s
         run_after = iso(datetime.now(UTC) + timedelta(seconds=window)) if window > 0 else None
-        self.jobs.enqueue(
+        episode = self.episodes.get(episode_id)
+        feedback_count = len(episode.feedback_ids) if episode is not None else 0
+        self.jobs.enqueue(  # a new feedback item gets a new reward even while an older one is running
             "reward",
-            dedupe_key=f"reward:{episode_id}",
+            dedupe_key=f"reward:{episode_id}:{feedback_count}",
             episode_id=episode_id,
             run_after=run_after,
             payload={"trigger": "implicit_fallback" if delay_s is None else "feedback"},

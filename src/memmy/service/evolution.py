@@ -261,9 +261,13 @@ class EpisodeEvolution:
         if skipped is not None:
             skip_detail = {"skipped": True, "reason": skipped, "traceCount": len(traces), "scoredAt": _now_iso()}
 
+            skipped_trials = self.evolution.pending_trials(episode.id)
+
             def apply_skip() -> None:
                 self.episodes.set_reward(episode.id, 0.0, skip_detail)
                 self.episodes.update_meta(episode.id, {"closeReason": "abandoned"})
+                for trial_id, _skill_id in skipped_trials:
+                    self.evolution.resolve_trial(trial_id, "unknown", "unknown")
 
             return apply_skip
         llm = self.models.summary if reward_cfg["llmScoring"] else None
@@ -357,6 +361,9 @@ class EpisodeEvolution:
                 self.jobs.enqueue("l2_association", dedupe_key=f"l2_association:{trace.id}", target_memory_id=trace.id)
             if pooled:
                 self.jobs.enqueue("l2_induction", dedupe_key=f"l2_induction:{episode.id}", episode_id=episode.id)
+            for policy_id in sorted({p for t in traces for p in self.evolution.policies_of(t.id)}):
+                # new values (a re-reward after feedback) move the gain of policies these traces support
+                self.jobs.enqueue("policy_stats", dedupe_key=f"policy_stats:{policy_id}", target_memory_id=policy_id)
             if failed:
                 self.jobs.enqueue(
                     "failure_experience", dedupe_key=f"failure_experience:{episode.id}", episode_id=episode.id

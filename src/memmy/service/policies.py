@@ -113,7 +113,20 @@ class PolicyEvolution:
             "failure_experience": self.failure_experience,
             "decision_repair": self.decision_repair,
             "policy_feedback": self.policy_feedback,
+            "policy_stats": self.policy_stats,
         }
+
+    def policy_stats(self, job: JobRecord) -> Apply | None:
+        """Recompute a policy's statistics after the values of its traces changed."""
+        memory = self.memories.get(job.target_memory_id or "")
+        policy = (memory.properties.get("policy") or {}) if memory is not None else {}
+        if memory is None or policy.get("type", "success_pattern") != "success_pattern" or memory.status == "archived":
+            return None
+
+        def apply() -> None:
+            self.recompute(memory.id)
+
+        return apply
 
     @property
     def _l2(self) -> dict[str, Any]:
@@ -210,7 +223,6 @@ class PolicyEvolution:
     # -- induction --------------------------------------------------------------------------------
     def induction(self, job: JobRecord) -> Apply | None:
         """Group pooled traces by signature and induce (or extend) one policy per signature."""
-        self.evolution.prune_expired()
         pending = self.evolution.pending()
         episode_signatures = (
             {c.signature for c in pending if c.episode_id == job.episode_id} if job.episode_id else None
@@ -240,10 +252,9 @@ class PolicyEvolution:
             draft = induce_llm(signature, traces, llm, timeout_s=self._timeout_s)
             if draft is not None:
                 plans.append((signature, cands, traces, None, draft))
-        if not plans:
-            return None
 
         def apply() -> None:
+            self.evolution.prune_expired()
             for signature, cands, traces, policy_id, draft in plans:
                 if policy_id is None and draft is None:  # rejected signature: remember, never re-promote
                     self.evolution.mark([c.id for c in cands], "rejected")
@@ -400,6 +411,8 @@ class PolicyEvolution:
             signature = low[0].signature if low else ""
             high = [t for t in self._same_signature(signature) if t.value > 0 and t.id not in {x.id for x in low}]
             ctx = context_hash("feedback", (episode.user_id or "") if episode else "", signature)
+            if target is not None and target.layer in ("L2", "Skill"):  # feedback on guidance itself
+                ctx = context_hash("feedback", target.id)
         cooldown = timedelta(milliseconds=float(self.config.algorithm["feedback"]["cooldownMs"]))
         last = parse_iso(self.evolution.last_repair_at(ctx))
         if last is not None and datetime.now(UTC) - last < cooldown:
@@ -411,6 +424,8 @@ class PolicyEvolution:
         draft = repair_llm(trigger, ctx, high, low, text, burst, self._llm_for("feedback"), self._timeout_s)
         shape = classify_feedback_shape(text) if text else None
         attach_ids = sorted({p for t in low + high for p in self.evolution.policies_of(t.id)})
+        if job.target_memory_id and job.target_memory_id.startswith(("policy_", "skill_")):
+            attach_ids = [job.target_memory_id]
 
         def apply() -> None:
             repair_id = self.evolution.add_repair(
@@ -458,13 +473,15 @@ class PolicyEvolution:
     def _attach(self, policy_ids: list[str], prefer: list[str], avoid: list[str]) -> int:
         """Add guidance lines to linked live policies; returns how many took them."""
         count = 0
-        for memory in self.memories.get_many(policy_ids).values():
-            if memory.layer != "L2" or memory.status == "archived":
+        for policy_id in policy_ids:
+            memory = self.memories.get(policy_id)  # candidates (resolving) take guidance too
+            if memory is None or memory.layer not in ("L2", "Skill") or memory.status == "archived":
                 continue
-            policy = memory.properties.get("policy") or {}
-            merged_prefer = _merge_lines(list(policy.get("preference") or []), prefer)
-            merged_avoid = _merge_lines(list(policy.get("anti_pattern") or []), avoid)
-            self.writer.patch_properties(memory, "policy", {"preference": merged_prefer, "anti_pattern": merged_avoid})
+            section = "policy" if memory.layer == "L2" else "skill"
+            payload = memory.properties.get(section) or {}
+            merged_prefer = _merge_lines(list(payload.get("preference") or []), prefer)
+            merged_avoid = _merge_lines(list(payload.get("anti_pattern") or []), avoid)
+            self.writer.patch_properties(memory, section, {"preference": merged_prefer, "anti_pattern": merged_avoid})
             count += 1
         return count
 
@@ -513,7 +530,7 @@ class PolicyEvolution:
         if memory is None or memory.layer not in ("L2", "Skill"):
             return None
         sign = {"positive": 1.0, "negative": -1.0}.get(str(job.payload.get("polarity")), 0.0)
-        magnitude = float(job.payload.get("magnitude") or 1.0)
+        magnitude = float(job.payload.get("magnitude", 1.0))
         if sign == 0.0:
             return None
 

@@ -211,6 +211,7 @@ class TurnOps:
                 for skill_id in [i for i in source_ids if i.startswith("skill_")]:
                     self.evolution.add_trial(skill_id, episode_id, session_id=session_id, user_id=ns.user_id)
         self.sessions.touch(session_id)
+        self.wake_worker()  # routing may have closed an episode or queued a repair
         return {
             "turnId": turn_id,
             "contextPacketId": context_packet_id,
@@ -478,6 +479,10 @@ class TurnOps:
         episodes = self.episode_ops.episodes
         episodes.add_ids(episode_id, "l1_memory_ids_json", [l1_id])
         scheduled: list[dict[str, Any]] = []
+        current = episodes.get(episode_id)
+        if current is not None and current.status == "closed":  # a late completion: score the episode again
+            episodes.update_meta(episode_id, {"rewardDirty": True})
+            self.episode_ops.finalize(episode_id)
         if first_completion:
             job, _ = self.jobs.enqueue(
                 "episode_idle_close", dedupe_key=f"episode_idle_close:{raw_turn_id}", episode_id=episode_id

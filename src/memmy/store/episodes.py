@@ -138,10 +138,9 @@ class EpisodeRepository:
         return _episode(row) if row is not None else None
 
     def latest_for_session(self, session_id: str) -> EpisodeRecord | None:
-        """The session's most recently active episode."""
+        """The session's current episode: the one opened last (worker writes to older episodes do not count)."""
         row = self.db.query_one(
-            "SELECT * FROM episodes WHERE session_id = ? ORDER BY updated_at DESC, opened_at DESC LIMIT 1",
-            (session_id,),
+            "SELECT * FROM episodes WHERE session_id = ? ORDER BY opened_at DESC, rowid DESC LIMIT 1", (session_id,)
         )
         return _episode(row) if row is not None else None
 
@@ -173,11 +172,16 @@ class EpisodeRepository:
             added = [i for i in ids if i not in current]
             if not added:
                 return
+            # only turns are activity: the worker adding policy/skill/feedback ids must not reset the idle clock
+            activity = column in ("raw_turn_ids_json", "l1_memory_ids_json")
             extra = ", turn_count = turn_count + ?" if column == "raw_turn_ids_json" else ""
-            params: list[Any] = [json.dumps(current + added), utc_now()]
+            stamp = ", updated_at = ?" if activity else ""
+            params: list[Any] = [json.dumps(current + added)]
+            if activity:
+                params.append(utc_now())
             if extra:
                 params.append(len(added))
-            conn.execute(f"UPDATE episodes SET {column} = ?, updated_at = ?{extra} WHERE id = ?", [*params, episode_id])
+            conn.execute(f"UPDATE episodes SET {column} = ?{stamp}{extra} WHERE id = ?", [*params, episode_id])
 
     def touch(self, episode_id: str) -> None:
         """Mark activity on an episode."""
@@ -198,12 +202,10 @@ class EpisodeRepository:
 
     def close(self, episode_id: str, reason: str) -> bool:
         """Close an open episode; False when it was already closed."""
-        now = utc_now()
         with self.db.transaction() as conn:
             changed = conn.execute(
-                "UPDATE episodes SET status = 'closed', closed_at = ?, updated_at = ? "
-                "WHERE id = ? AND status != 'closed'",
-                (now, now, episode_id),
+                "UPDATE episodes SET status = 'closed', closed_at = ? WHERE id = ? AND status != 'closed'",
+                (utc_now(), episode_id),
             ).rowcount
         if changed:
             self.update_meta(episode_id, {"closeReason": reason})
@@ -240,6 +242,11 @@ class EpisodeRepository:
             "SELECT * FROM raw_turns WHERE episode_id = ? AND deleted_at IS NULL ORDER BY created_at, rowid",
             (episode_id,),
         )
+
+    def last_turn_at(self, episode_id: str) -> str | None:
+        """When the episode's newest raw turn was written (its last activity)."""
+        row = self.db.query_one("SELECT MAX(created_at) FROM raw_turns WHERE episode_id = ?", (episode_id,))
+        return str(row[0]) if row is not None and row[0] is not None else None
 
     def context_texts(self, episode_id: str) -> tuple[str, str, str]:
         """(first user text, latest user text, latest answer) of an episode, in three indexed lookups."""

@@ -34,6 +34,7 @@ JOB_PRIORITY: dict[str, int] = {
     "failure_experience": 52,
     "decision_repair": 55,
     "policy_feedback": 56,
+    "policy_stats": 57,
     "l3_abstraction": 60,
     "skill_crystallization": 70,
     "skill_trial_resolve": 80,

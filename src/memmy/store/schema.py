@@ -474,7 +474,15 @@ CREATE TABLE IF NOT EXISTS dream_changes (
 CREATE INDEX IF NOT EXISTS idx_dream_changes_memory ON dream_changes(memory_id);
 """
 
-SCHEMA_VERSION: Final = 5
+MIGRATION_006: Final = """
+CREATE INDEX IF NOT EXISTS idx_memories_trace_signature
+  ON memories(json_extract(properties_json, '$.trace.signature')) WHERE memory_layer = 'L1';
+CREATE INDEX IF NOT EXISTS idx_trace_policy_links_policy ON trace_policy_links(l2_memory_id);
+CREATE INDEX IF NOT EXISTS idx_raw_turns_episode_created ON raw_turns(episode_id, created_at);
+CREATE INDEX IF NOT EXISTS idx_episodes_session_opened ON episodes(session_id, opened_at DESC);
+"""
+
+SCHEMA_VERSION: Final = 6
 
 
 @dataclass(frozen=True)
@@ -505,4 +513,5 @@ MIGRATIONS: Final = (
     Migration(3, "003_source_import_state", MIGRATION_003),
     Migration(4, "004_key_graph_validity_tombstones", MIGRATION_004),
     Migration(5, "005_dreams", MIGRATION_005),
+    Migration(6, "006_evolution_indexes", MIGRATION_006),
 )
