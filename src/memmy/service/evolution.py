@@ -401,16 +401,35 @@ class EpisodeEvolution:
         fresh = {t.id: t for t in scored}
         found = []
         for signature in signatures:
+            # only ids and values are needed: read those two, not 200 full rows (this runs for every reward)
             rows = self.db.query(
-                "SELECT id FROM memories WHERE memory_layer = 'L1' AND status = 'activated' "
-                "AND json_extract(properties_json, '$.trace.signature') = ? ORDER BY updated_at DESC LIMIT 200",
+                "SELECT id, json_extract(properties_json, '$.trace.value') FROM memories WHERE memory_layer = 'L1' "
+                "AND json_extract(properties_json, '$.trace.signature') = ? AND status = 'activated' "
+                "ORDER BY updated_at DESC LIMIT 200",
                 (signature,),
             )
-            ids = [r[0] for r in rows]
-            views = [fresh.get(i) or trace_view(m) for i, m in self.memories.get_many(ids).items()]
+            views = [fresh.get(r[0]) or _value_view(r[0], signature, r[1]) for r in rows]
             for sig, high, low in value_divergence(views, delta, min_low):
                 found.append((sig, [t.id for t in high], [t.id for t in low]))
         return found
+
+
+def _value_view(trace_id: str, signature: str, value: Any) -> TraceView:
+    """A trace view with just what value statistics need."""
+    return TraceView(
+        id=trace_id,
+        episode_id=None,
+        session_id=None,
+        created_at="",
+        user_text="",
+        agent_text="",
+        summary="",
+        tags=[],
+        signature=signature,
+        error_signatures=[],
+        tool_calls=[],
+        value=float(value or 0.0),
+    )
 
 
 def _credit_failed_step(reflection: Reflection, trace: TraceView) -> Reflection:

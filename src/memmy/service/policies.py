@@ -150,22 +150,16 @@ class PolicyEvolution:
         if memory is None:
             return None
         policy = dict(memory.properties.get("policy") or {})
-        linked = self.memories.get_many(self.evolution.traces_of(policy_id))
-        views = [trace_view(m) for m in linked.values()]
-        episode_ids = sorted({v.episode_id for v in views if v.episode_id})
-        without: list[float] = []
-        for episode_id in episode_ids:
-            episode = self.episodes.get(episode_id)
-            if episode is None:
-                continue
-            others = self.memories.get_many([i for i in episode.l1_memory_ids if i not in linked])
-            without.extend(trace_view(m).value for m in others.values())
+        linked = self.evolution.trace_values(self.evolution.traces_of(policy_id))
+        episode_ids = sorted({episode for _value, episode in linked.values() if episode})
+        others = [i for i in self.evolution.episode_trace_ids(episode_ids[-100:]) if i not in linked]
+        without = [value for value, _episode in self.evolution.trace_values(others).values()]
         l2 = self._l2
         stats = compute_stats(
-            [v.value for v in views],
+            [value for value, _episode in linked.values()],
             without,
             self.evolution.pool_mean(),
-            len(episode_ids),
+            max(len(episode_ids), self.evolution.support_of(policy_id)),
             float(policy["gain"]) if policy.get("statsRuns") else None,
             str(policy.get("status") or "candidate"),
             tau=float(l2["tauSoftmax"]),
@@ -181,8 +175,8 @@ class PolicyEvolution:
             "confidence": round(stats.confidence, 4),
             "status": stats.status,
             "statsRuns": int(policy.get("statsRuns") or 0) + 1,
-            "sourceEpisodeIds": episode_ids,
-            "sourceTraceIds": sorted(linked),
+            "sourceEpisodeIds": episode_ids[-50:],
+            "sourceTraceIds": list(linked)[:50],  # the newest evidence (the links table has all of it)
         }
         self.writer.patch_properties(memory, "policy", patch, status=_memory_status(stats.status))
         if stats.status == "archived" and policy.get("signature"):

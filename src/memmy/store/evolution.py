@@ -175,13 +175,46 @@ class EvolutionRepository:
                 (new_id("link"), user_id, trace_id, policy_id, relation, strength, utc_now()),
             )
 
-    def traces_of(self, policy_id: str) -> list[str]:
-        """Trace ids linked to a policy."""
+    def traces_of(self, policy_id: str, limit: int = 200) -> list[str]:
+        """Trace ids linked to a policy, the newest ``limit`` links (statistics follow recent evidence)."""
         rows = self.db.query(
-            "SELECT DISTINCT l1_memory_id FROM trace_policy_links WHERE l2_memory_id = ? ORDER BY created_at",
-            (policy_id,),
+            "SELECT l1_memory_id FROM trace_policy_links WHERE l2_memory_id = ? "
+            "GROUP BY l1_memory_id ORDER BY MAX(created_at) DESC LIMIT ?",
+            (policy_id, limit),
         )
         return [r[0] for r in rows]
+
+    def trace_values(self, trace_ids: list[str]) -> dict[str, tuple[float, str | None]]:
+        """Value and episode of live traces, read straight from their JSON (statistics need nothing else)."""
+        out: dict[str, tuple[float, str | None]] = {}
+        for start in range(0, len(trace_ids), 500):
+            chunk = trace_ids[start : start + 500]
+            rows = self.db.query(
+                "SELECT id, json_extract(properties_json, '$.trace.value'), "
+                "json_extract(properties_json, '$.trace.episode_id') FROM memories "
+                f"WHERE id IN ({','.join('?' * len(chunk))}) AND status != 'deleted'",
+                chunk,
+            )
+            out.update({r[0]: (float(r[1] or 0.0), r[2]) for r in rows})
+        return out
+
+    def episode_trace_ids(self, episode_ids: list[str]) -> list[str]:
+        """The trace ids of several episodes."""
+        if not episode_ids:
+            return []
+        rows = self.db.query(
+            f"SELECT l1_memory_ids_json FROM episodes WHERE id IN ({','.join('?' * len(episode_ids))})", episode_ids
+        )
+        return [trace_id for r in rows for trace_id in json.loads(r[0])]
+
+    def support_of(self, policy_id: str) -> int:
+        """Distinct episodes among all traces linked to a policy (support is not capped)."""
+        row = self.db.query_one(
+            "SELECT COUNT(DISTINCT json_extract(m.properties_json, '$.trace.episode_id')) FROM trace_policy_links l "
+            "JOIN memories m ON m.id = l.l1_memory_id WHERE l.l2_memory_id = ?",
+            (policy_id,),
+        )
+        return int(row[0]) if row is not None and row[0] is not None else 0
 
     def policies_of(self, trace_id: str) -> list[str]:
         """Policy ids a trace is linked to."""
