@@ -1,4 +1,5 @@
-"""Shared fixtures: a temporary HOME for every test, a real daemon on a free loopback port, an in-process service."""
+"""Shared fixtures: a temporary HOME for every test, a real daemon on a free loopback port, an in-process service,
+unreachable daemons (down or hanging)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -62,6 +64,61 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def refused_endpoint() -> str:
+    """The URL of a daemon that is down: nothing listens on its port."""
+    return f"http://127.0.0.1:{free_port()}"
+
+
+class HangingServer:
+    """A daemon that hangs: accepts connections, reads the request and never answers."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self.sock.getsockname()[1]
+        self.stop = threading.Event()
+        self.clients: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _serve(self) -> None:
+        self.sock.settimeout(0.1)
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            conn.recv(65536)
+            self.clients.append(conn)
+
+    def close(self) -> None:
+        self.stop.set()
+        for conn in self.clients:
+            conn.close()
+        self.sock.close()
+
+
+@pytest.fixture
+def hanging_server() -> Iterator[HangingServer]:
+    """A server that accepts connections and never answers."""
+    server = HangingServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture(params=["refused", "hanging"])
+def dead_endpoint(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A daemon that is down (nothing listens) or that accepts and never answers."""
+    if request.param == "refused":
+        yield refused_endpoint()
+        return
+    server = HangingServer()
+    yield server.url
+    server.close()
 
 
 @dataclass

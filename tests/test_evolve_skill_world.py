@@ -19,6 +19,8 @@ from memmy.evolve.skill import (
     draft_eta,
     eta_after_trial,
     eta_drift,
+    policy_fingerprint,
+    rebuild_level,
     select_evidence,
     skill_eligible,
     skill_key,
@@ -412,3 +414,34 @@ def test_eta_updates_and_status() -> None:
     assert skill_status(0.09, 5, "active") == "archived"
     assert skill_status(0.2, 5, "active") == "active"
     assert skill_status(0.9, 5, "archived") == "archived"
+
+
+def test_rebuild_levels_follow_new_evidence_and_policy_changes() -> None:
+    policy = pytest_policy()
+    print_ = policy_fingerprint(policy)
+    assert print_ == policy_fingerprint(pytest_policy()) and len(print_) == 16
+    changed = pytest_policy()
+    changed.procedure += " Then run the linters."
+    assert policy_fingerprint(changed) != print_
+    stats_only = pytest_policy(gain=0.9)
+    assert policy_fingerprint(stats_only) == print_, "statistics alone never force a rebuild"
+    previous = {"policyFingerprint": print_, "evidenceTraceIds": ["t1", "t2"]}
+    assert rebuild_level({}, print_, ["t1"]) is None
+    assert rebuild_level({"evidenceTraceIds": ["t1"]}, print_, ["t1"]) is None  # built before levels existed
+    assert rebuild_level(previous, print_, ["t2", "t1"]) == "L0"
+    assert rebuild_level(previous, print_, ["t1"]) == "L0"
+    assert rebuild_level(previous, print_, ["t1", "t3"]) == "L1"
+    assert rebuild_level(previous, print_, ["t3", "t4"]) == "L2"
+    assert rebuild_level(previous, policy_fingerprint(changed), ["t1"]) == "L2"
+
+
+def test_world_model_llm_supersedes_only_offered_notes() -> None:
+    a, b = pytest_policy("a", vec=unit(1, 0)), avoid_policy("b", vec=unit(1, 0))
+    answer = dict(GOOD_L3, supersedes_world_ids=["world_old", "world_made_up", "a"])
+    with stub_llm(lambda s, u: json.dumps(answer)) as (llm, stub):
+        draft = world_model_llm("python|pip", [a, b], llm, timeout_s=5, existing=[("world_old", "Old Python notes")])
+        offline = world_model_llm("python|pip", [a, b], None, existing=[("world_old", "Old Python notes")])
+    assert draft is not None and draft.supersedes == ["world_old"]
+    prompt = stub.requests[0]["body"]["messages"][1]["content"]
+    assert "EXISTING_WORLD_MODELS:\n[world world_old] Old Python notes" in prompt
+    assert offline is not None and offline.supersedes == [], "the heuristic never retires a note"

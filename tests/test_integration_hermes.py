@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +12,8 @@ import pytest
 import yaml
 
 from memmy.integrations.agents.hermes import INSTALLER
-from memmy.integrations.base import InstallContext
-from tests.conftest import Daemon, free_port
+from tests.agent_homes import install_context, run_json_driver, snapshot, start_with_memory
+from tests.conftest import Daemon
 
 SESSION = "20260801_101500_ab12cd"
 PROMPT = "Where is the incident runbook for the payments queue?"
@@ -101,27 +97,6 @@ print(json.dumps({"name": p.name, "available": p.is_available(), "bases": [b.__n
 """
 
 
-def context(
-    home: Path, endpoint: str = "http://127.0.0.1:18960", token: str | None = None, timeout_s: float = 1.5, **env: str
-) -> InstallContext:
-    """An install context for a temporary HOME."""
-    environ = {"HOME": str(home), "PATH": os.environ.get("PATH", ""), **env}
-    return InstallContext(
-        env=environ,
-        home=home,
-        python=sys.executable,
-        endpoint=endpoint,
-        token=token,
-        config_path=home / ".memmy" / "config.yaml",
-        timeout_s=timeout_s,
-    )
-
-
-def snapshot(root: Path) -> dict[str, bytes]:
-    """Every file under ``root`` with its bytes."""
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
 def seed(home: Path, config: str | None) -> Path:
     """A realistic Hermes home: config.yaml, SOUL.md, another (non-memory) plugin, a skill."""
     root = home / ".hermes"
@@ -150,7 +125,7 @@ def test_install_keeps_comments_is_idempotent_and_removal_restores_bytes(
 ) -> None:
     root = seed(isolated_home, config)
     original = snapshot(root)
-    ctx = context(isolated_home, token="hermes-secret")
+    ctx = install_context(isolated_home, token="hermes-secret")
     plan = INSTALLER.plan_install(ctx)
     assert not any("plain YAML" in note for note in plan.notes)
     plan.apply()
@@ -177,16 +152,16 @@ def test_install_keeps_comments_is_idempotent_and_removal_restores_bytes(
 def test_other_provider_is_kept_unless_confirmed(isolated_home: Path) -> None:
     root = seed(isolated_home, CONFIG.format(provider="  provider: honcho  # cloud memory\n"))
     original = snapshot(root)
-    assert INSTALLER.memory_conflict(context(isolated_home).env) == "honcho"
-    plan = INSTALLER.plan_install(context(isolated_home))
+    assert INSTALLER.memory_conflict(install_context(isolated_home).env) == "honcho"
+    plan = INSTALLER.plan_install(install_context(isolated_home))
     assert any("honcho" in note and "MEMMY_REPLACE_MEMORY_PLUGIN" in note for note in plan.notes)
     assert {c.path.name for c in plan.effective} == {"SOUL.md", "SKILL.md"}
     plan.apply()
     assert (root / "config.yaml").read_bytes() == original["config.yaml"]
-    INSTALLER.plan_remove(context(isolated_home)).apply()
+    INSTALLER.plan_remove(install_context(isolated_home)).apply()
     assert snapshot(root) == original
 
-    confirmed = context(isolated_home, MEMMY_REPLACE_MEMORY_PLUGIN="1")
+    confirmed = install_context(isolated_home, MEMMY_REPLACE_MEMORY_PLUGIN="1")
     INSTALLER.plan_install(confirmed).apply()
     assert yaml.safe_load((root / "config.yaml").read_text())["memory"]["provider"] == "memmy-memory"
     assert INSTALLER.plan_install(confirmed).effective == []
@@ -197,14 +172,14 @@ def test_other_provider_is_kept_unless_confirmed(isolated_home: Path) -> None:
 def test_flow_style_memory_falls_back_to_plain_yaml(isolated_home: Path) -> None:
     config = "model: {default: openai/gpt-5}\nmemory: {memory_enabled: true}\n"
     root = seed(isolated_home, config)
-    plan = INSTALLER.plan_install(context(isolated_home))
+    plan = INSTALLER.plan_install(install_context(isolated_home))
     assert any("plain YAML" in note for note in plan.notes)
     plan.apply()
     assert yaml.safe_load((root / "config.yaml").read_text())["memory"] == {
         "memory_enabled": True,
         "provider": "memmy-memory",
     }
-    INSTALLER.plan_remove(context(isolated_home)).apply()
+    INSTALLER.plan_remove(install_context(isolated_home)).apply()
     assert yaml.safe_load((root / "config.yaml").read_text()) == yaml.safe_load(config)
 
 
@@ -216,29 +191,19 @@ def run_driver(tmp_path: Path, plugin_dir: Path, cwd: Path) -> dict[str, Any]:
     script = tmp_path / "drive_hermes.py"
     script.write_text(DRIVER)
     # -S: no site-packages, so the plugin can only use the standard library (and the host's own modules).
-    done = subprocess.run(
+    return run_json_driver(
         [sys.executable, "-S", str(script), str(plugin_dir), PROMPT, ANSWER, SESSION],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
         env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(host)},
+        cwd=cwd,
     )
-    assert done.returncode == 0, done.stderr
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
 
 
 def test_provider_recalls_and_captures_against_live_daemon(
     isolated_home: Path, tmp_path: Path, fresh_daemon: Daemon
 ) -> None:
-    fresh_daemon.token = "hermes-token-1"
-    fresh_daemon.start()
-    with fresh_daemon.client() as client:
-        client.post("/api/v1/memory/add", json={"content": MEMORY, "tags": ["payments"]}).raise_for_status()
-    fresh_daemon.drain()
+    start_with_memory(fresh_daemon, "hermes-token-1", MEMORY, ["payments"])
     root = seed(isolated_home, CONFIG.format(provider=""))
-    INSTALLER.plan_install(context(isolated_home, fresh_daemon.url, fresh_daemon.token, timeout_s=5.0)).apply()
+    INSTALLER.plan_install(install_context(isolated_home, fresh_daemon.url, fresh_daemon.token, timeout_s=5.0)).apply()
     project = isolated_home / "src" / "payments"
     (project / ".git").mkdir(parents=True)
 
@@ -268,47 +233,9 @@ def test_provider_recalls_and_captures_against_live_daemon(
     assert "hermes" in mirrored["tags"]
 
 
-class HangingServer:
-    """Accepts connections, reads the request and never answers."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.stop = threading.Event()
-        self.clients: list[socket.socket] = []
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        self.sock.settimeout(0.1)
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            conn.recv(65536)
-            self.clients.append(conn)
-
-    def close(self) -> None:
-        self.stop.set()
-        for conn in self.clients:
-            conn.close()
-        self.sock.close()
-
-
-@pytest.fixture(params=["refused", "hanging"])
-def dead_endpoint(request: pytest.FixtureRequest) -> Iterator[str]:
-    """A daemon that is down (nothing listens) or that accepts and never answers."""
-    if request.param == "refused":
-        yield f"http://127.0.0.1:{free_port()}"
-        return
-    server = HangingServer()
-    yield f"http://127.0.0.1:{server.port}"
-    server.close()
-
-
 def test_provider_fails_open_within_budget(isolated_home: Path, tmp_path: Path, dead_endpoint: str) -> None:
     root = seed(isolated_home, None)
-    INSTALLER.plan_install(context(isolated_home, dead_endpoint, timeout_s=0.4)).apply()
+    INSTALLER.plan_install(install_context(isolated_home, dead_endpoint, timeout_s=0.4)).apply()
     config_file = root / "plugins" / "memmy-memory" / "memmy-memory-config.json"
     config = json.loads(config_file.read_text())
     config_file.write_text(json.dumps({**config, "captureTimeoutMs": 600, "toolTimeoutMs": 600}))

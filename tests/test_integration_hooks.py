@@ -6,11 +6,9 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import socket
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from memmy.cli.main import cli
-from tests.conftest import Daemon, free_port
+from tests.conftest import Daemon, HangingServer, refused_endpoint
 
 CLAUDE_SETTINGS = {
     "model": "opus",
@@ -52,11 +50,13 @@ def seed(home: Path) -> dict[str, Path]:
 
 
 def run_cli(home: Path, *args: str) -> Any:
+    """Run the ``memmy`` CLI in-process with ``home`` as HOME."""
     env = {"HOME": str(home), "MEMMY_HOME": str(home / ".memmy")}
     return CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)
 
 
 def snapshot(home: Path) -> dict[str, str]:
+    """Every file under ``home`` outside ``.memmy`` with its text."""
     return {
         str(p.relative_to(home)): p.read_text()
         for p in sorted(home.rglob("*"))
@@ -265,29 +265,6 @@ def test_cursor_hooks_capture_with_status(hooked_home: tuple[Daemon, Path, Path]
     assert raw["status"] == "cancelled" and raw["assistantText"] == "I started refactoring the cart."
 
 
-@pytest.fixture
-def hanging_port() -> Iterator[int]:
-    """A server that accepts connections and never answers."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen()
-    held: list[socket.socket] = []
-
-    def accept() -> None:
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            held.append(conn)
-
-    threading.Thread(target=accept, daemon=True).start()
-    yield server.getsockname()[1]
-    server.close()
-    for conn in held:
-        conn.close()
-
-
 @pytest.mark.parametrize(
     "agent,event,allow",
     [
@@ -296,7 +273,9 @@ def hanging_port() -> Iterator[int]:
         ("cursor", "beforeSubmitPrompt", '{"continue": true}'),
     ],
 )
-def test_hooks_fail_open_within_budget(tmp_path: Path, hanging_port: int, agent: str, event: str, allow: str) -> None:
+def test_hooks_fail_open_within_budget(
+    tmp_path: Path, hanging_server: HangingServer, agent: str, event: str, allow: str
+) -> None:
     argv = [sys.executable, "-m", "memmy.hook", agent, event]
     payload = {
         "session_id": "s",
@@ -306,10 +285,10 @@ def test_hooks_fail_open_within_budget(tmp_path: Path, hanging_port: int, agent:
         "last_assistant_message": "done",
     }
     budget = {"MEMMY_HOOK_TIMEOUT_MS": "700"}
-    down = f"http://127.0.0.1:{free_port()}"
+    down = refused_endpoint()
     cases = {
         "daemon down": (payload, {"MEMMY_MEMORY_URL": down}),
-        "daemon hanging": (payload, {"MEMMY_MEMORY_URL": f"http://127.0.0.1:{hanging_port}"}),
+        "daemon hanging": (payload, {"MEMMY_MEMORY_URL": hanging_server.url}),
         "malformed stdin": ("{not json", {"MEMMY_MEMORY_URL": down}),
         "list stdin": ("[1, 2]", {"MEMMY_MEMORY_URL": down}),
     }

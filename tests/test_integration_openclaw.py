@@ -3,24 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import socket
-import subprocess
-import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from memmy.integrations.agents.openclaw import INSTALLER
-from memmy.integrations.base import InstallContext
-from tests.conftest import Daemon, free_port
+from tests.agent_homes import install_context, needs_node, run_node_driver, snapshot, start_with_memory
+from tests.conftest import Daemon
 
-NODE = shutil.which("node")
-needs_node = pytest.mark.skipif(NODE is None, reason="node is not installed")
 PROMPT = "How do I rotate the billing service API keys?"
 MEMORY = "Billing API keys are rotated with `scripts/rotate_billing_keys.py --env prod`; notify #billing-ops first."
 
@@ -69,27 +58,6 @@ console.log(JSON.stringify({ handlers: Object.keys(handlers), tools: Object.keys
 """
 
 
-def context(
-    home: Path, endpoint: str = "http://127.0.0.1:18960", token: str | None = None, timeout_s: float = 1.5, **env: str
-) -> InstallContext:
-    """An install context for a temporary HOME."""
-    environ = {"HOME": str(home), "PATH": os.environ.get("PATH", ""), **env}
-    return InstallContext(
-        env=environ,
-        home=home,
-        python=sys.executable,
-        endpoint=endpoint,
-        token=token,
-        config_path=home / ".memmy" / "config.yaml",
-        timeout_s=timeout_s,
-    )
-
-
-def snapshot(root: Path) -> dict[str, bytes]:
-    """Every file under ``root`` with its bytes."""
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
 def seed(home: Path, plugins: dict[str, Any]) -> Path:
     """A realistic existing OpenClaw state directory with the given ``plugins`` section."""
     root = home / ".openclaw"
@@ -115,7 +83,7 @@ FOREIGN = {"allow": ["voice-call"], "entries": {"voice-call": {"enabled": True, 
 def test_install_merges_every_foreign_key_and_removal_restores_bytes(isolated_home: Path) -> None:
     root = seed(isolated_home, json.loads(json.dumps(FOREIGN)))
     original = snapshot(root)
-    ctx = context(isolated_home, token="claw-token")
+    ctx = install_context(isolated_home, token="claw-token")
     INSTALLER.plan_install(ctx).apply()
     merged = json.loads((root / "openclaw.json").read_text())
     before = json.loads(original["openclaw.json"])
@@ -151,18 +119,18 @@ def test_memory_slot_held_by_another_plugin_is_kept_unless_confirmed(isolated_ho
     }
     root = seed(isolated_home, plugins)
     original = snapshot(root)
-    assert INSTALLER.memory_conflict(context(isolated_home).env) == "memory-lancedb"
+    assert INSTALLER.memory_conflict(install_context(isolated_home).env) == "memory-lancedb"
 
-    plan = INSTALLER.plan_install(context(isolated_home))
+    plan = INSTALLER.plan_install(install_context(isolated_home))
     assert any("memory-lancedb" in note and "MEMMY_REPLACE_MEMORY_PLUGIN" in note for note in plan.notes)
     assert {c.path.name for c in plan.effective} == {"AGENTS.md", "SKILL.md"}
     plan.apply()
     assert (root / "openclaw.json").read_bytes() == original["openclaw.json"]
     assert "At the start of a task run" in (root / "skills" / "memmy-memory" / "SKILL.md").read_text()
-    INSTALLER.plan_remove(context(isolated_home)).apply()
+    INSTALLER.plan_remove(install_context(isolated_home)).apply()
     assert snapshot(root) == original
 
-    confirmed = context(isolated_home, MEMMY_REPLACE_MEMORY_PLUGIN="1")
+    confirmed = install_context(isolated_home, MEMMY_REPLACE_MEMORY_PLUGIN="1")
     plan = INSTALLER.plan_install(confirmed)
     assert any("replaces 'memory-lancedb'" in note for note in plan.notes)
     plan.apply()
@@ -178,7 +146,7 @@ def test_memory_slot_held_by_another_plugin_is_kept_unless_confirmed(isolated_ho
 
 
 def test_config_created_by_install_is_removed_again(isolated_home: Path) -> None:
-    ctx = context(isolated_home)
+    ctx = install_context(isolated_home)
     INSTALLER.plan_install(ctx).apply()
     root = isolated_home / ".openclaw"
     assert json.loads((root / "openclaw.json").read_text())["plugins"]["slots"]["memory"] == "memmy-memory"
@@ -187,32 +155,17 @@ def test_config_created_by_install_is_removed_again(isolated_home: Path) -> None
 
 
 def run_driver(tmp_path: Path, index: Path, workspace: Path) -> dict[str, Any]:
-    script = tmp_path / "drive_openclaw.mjs"
-    script.write_text(DRIVER)
-    assert NODE is not None
-    done = subprocess.run(
-        [NODE, str(script), str(index), str(workspace), PROMPT],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)},
-    )
-    assert done.returncode == 0, done.stderr
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    """Run the installed plugin in Node through the fake host in ``DRIVER``."""
+    return run_node_driver(tmp_path, "drive_openclaw.mjs", DRIVER, str(index), str(workspace), PROMPT)
 
 
 @needs_node
 def test_plugin_recalls_and_captures_against_live_daemon(
     isolated_home: Path, tmp_path: Path, fresh_daemon: Daemon
 ) -> None:
-    fresh_daemon.token = "claw-token-1"
-    fresh_daemon.start()
-    with fresh_daemon.client() as client:
-        client.post("/api/v1/memory/add", json={"content": MEMORY, "tags": ["billing"]}).raise_for_status()
-    fresh_daemon.drain()
+    start_with_memory(fresh_daemon, "claw-token-1", MEMORY, ["billing"])
     root = seed(isolated_home, json.loads(json.dumps(FOREIGN)))
-    INSTALLER.plan_install(context(isolated_home, fresh_daemon.url, fresh_daemon.token, timeout_s=5.0)).apply()
+    INSTALLER.plan_install(install_context(isolated_home, fresh_daemon.url, fresh_daemon.token, timeout_s=5.0)).apply()
     project = isolated_home / "repos" / "billing"
     (project / ".git").mkdir(parents=True)
 
@@ -242,48 +195,10 @@ def test_plugin_recalls_and_captures_against_live_daemon(
     assert second["properties"]["trace"]["status"] == "cancelled"
 
 
-class HangingServer:
-    """Accepts connections, reads the request and never answers."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.stop = threading.Event()
-        self.clients: list[socket.socket] = []
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        self.sock.settimeout(0.1)
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            conn.recv(65536)
-            self.clients.append(conn)
-
-    def close(self) -> None:
-        self.stop.set()
-        for conn in self.clients:
-            conn.close()
-        self.sock.close()
-
-
-@pytest.fixture(params=["refused", "hanging"])
-def dead_endpoint(request: pytest.FixtureRequest) -> Iterator[str]:
-    """A daemon that is down (nothing listens) or that accepts and never answers."""
-    if request.param == "refused":
-        yield f"http://127.0.0.1:{free_port()}"
-        return
-    server = HangingServer()
-    yield f"http://127.0.0.1:{server.port}"
-    server.close()
-
-
 @needs_node
 def test_plugin_fails_open_within_budget(isolated_home: Path, tmp_path: Path, dead_endpoint: str) -> None:
     root = seed(isolated_home, {})
-    INSTALLER.plan_install(context(isolated_home, dead_endpoint, timeout_s=0.4)).apply()
+    INSTALLER.plan_install(install_context(isolated_home, dead_endpoint, timeout_s=0.4)).apply()
     config_file = root / "extensions" / "memmy-memory" / "memmy-memory-config.json"
     config = json.loads(config_file.read_text())
     config_file.write_text(json.dumps({**config, "captureTimeoutMs": 600, "toolTimeoutMs": 600}))

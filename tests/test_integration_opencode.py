@@ -3,24 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import socket
-import subprocess
-import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from memmy.integrations.agents.opencode import INSTALLER
-from memmy.integrations.base import InstallContext
-from tests.conftest import Daemon, free_port
+from tests.agent_homes import install_context, needs_node, run_node_driver, snapshot, start_with_memory
+from tests.conftest import Daemon
 
-NODE = shutil.which("node")
-needs_node = pytest.mark.skipif(NODE is None, reason="node is not installed")
 PROMPT = "How do I deploy the falcon service to production?"
 MEMORY = "The falcon service deploys with `make ship-falcon` from the ops/ directory; the VPN must be up first."
 
@@ -79,27 +68,6 @@ console.log(JSON.stringify({ exports: Object.keys(mod), hooks: Object.keys(hooks
 """
 
 
-def context(
-    home: Path, endpoint: str = "http://127.0.0.1:18960", token: str | None = None, timeout_s: float = 1.5
-) -> InstallContext:
-    """An install context for a temporary HOME."""
-    env = {"HOME": str(home), "PATH": os.environ.get("PATH", "")}
-    return InstallContext(
-        env=env,
-        home=home,
-        python=sys.executable,
-        endpoint=endpoint,
-        token=token,
-        config_path=home / ".memmy" / "config.yaml",
-        timeout_s=timeout_s,
-    )
-
-
-def snapshot(root: Path) -> dict[str, bytes]:
-    """Every file under ``root`` with its bytes."""
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
 def seed(home: Path) -> Path:
     """A realistic existing OpenCode config directory."""
     root = home / ".config" / "opencode"
@@ -134,25 +102,14 @@ def install_fake_sdk(root: Path) -> None:
 
 
 def run_driver(tmp_path: Path, plugin: Path, directory: Path, prompt: str = PROMPT) -> dict[str, Any]:
-    script = tmp_path / "drive_opencode.mjs"
-    script.write_text(DRIVER)
-    assert NODE is not None
-    done = subprocess.run(
-        [NODE, str(script), str(plugin), str(directory), prompt],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)},
-    )
-    assert done.returncode == 0, done.stderr
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    """Run the installed plugin in Node through the fake host in ``DRIVER``."""
+    return run_node_driver(tmp_path, "drive_opencode.mjs", DRIVER, str(plugin), str(directory), prompt)
 
 
 def test_install_merges_is_idempotent_and_removal_restores(isolated_home: Path) -> None:
     root = seed(isolated_home)
     original = snapshot(root)
-    ctx = context(isolated_home, token="s3cret")
+    ctx = install_context(isolated_home, token="s3cret")
     plan = INSTALLER.plan_install(ctx)
     assert INSTALLER.root(ctx.env) == root
     plan.apply()
@@ -185,15 +142,11 @@ def test_root_honours_env_overrides(tmp_path: Path) -> None:
 def test_plugin_recalls_and_captures_against_live_daemon(
     isolated_home: Path, tmp_path: Path, fresh_daemon: Daemon
 ) -> None:
-    fresh_daemon.token = "opencode-token-1"
-    fresh_daemon.start()
-    with fresh_daemon.client() as client:
-        client.post("/api/v1/memory/add", json={"content": MEMORY, "tags": ["deploy"]}).raise_for_status()
-    fresh_daemon.drain()
+    start_with_memory(fresh_daemon, "opencode-token-1", MEMORY, ["deploy"])
     root = seed(isolated_home)
     install_fake_sdk(root)
     # A generous budget: this test is about what is injected and captured (the budget has its own test).
-    INSTALLER.plan_install(context(isolated_home, fresh_daemon.url, fresh_daemon.token, timeout_s=5.0)).apply()
+    INSTALLER.plan_install(install_context(isolated_home, fresh_daemon.url, fresh_daemon.token, timeout_s=5.0)).apply()
     project = isolated_home / "work" / "falcon"
     (project / ".git").mkdir(parents=True)
     (project / "services").mkdir()
@@ -232,49 +185,11 @@ def test_plugin_recalls_and_captures_against_live_daemon(
     assert "provider overloaded" in second["refs"]["rawTurn"]["assistantText"]
 
 
-class HangingServer:
-    """Accepts connections, reads the request and never answers."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.stop = threading.Event()
-        self.clients: list[socket.socket] = []
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        self.sock.settimeout(0.1)
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            conn.recv(65536)
-            self.clients.append(conn)
-
-    def close(self) -> None:
-        self.stop.set()
-        for conn in self.clients:
-            conn.close()
-        self.sock.close()
-
-
-@pytest.fixture(params=["refused", "hanging"])
-def dead_endpoint(request: pytest.FixtureRequest) -> Iterator[str]:
-    """A daemon that is down (nothing listens) or that accepts and never answers."""
-    if request.param == "refused":
-        yield f"http://127.0.0.1:{free_port()}"
-        return
-    server = HangingServer()
-    yield f"http://127.0.0.1:{server.port}"
-    server.close()
-
-
 @needs_node
 def test_plugin_fails_open_within_budget(isolated_home: Path, tmp_path: Path, dead_endpoint: str) -> None:
     root = seed(isolated_home)
     install_fake_sdk(root)
-    INSTALLER.plan_install(context(isolated_home, dead_endpoint, timeout_s=0.4)).apply()
+    INSTALLER.plan_install(install_context(isolated_home, dead_endpoint, timeout_s=0.4)).apply()
     config_file = root / "plugins" / "memmy-memory-config.json"
     config = json.loads(config_file.read_text())
     assert config["timeoutMs"] == 400

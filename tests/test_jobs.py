@@ -69,9 +69,31 @@ def test_dedupe_returns_the_active_job_and_allows_a_new_one_after_success(jobs: 
     assert jobs.enqueue("reward", dedupe_key="reward:ep_1")[0].id == first.id  # leased still dedupes
     assert jobs.complete(leased.id) is True
     assert jobs.complete(leased.id) is False  # only a leased job completes
-    fresh, created_fresh = jobs.enqueue("reward", dedupe_key="reward:ep_1")
-    assert created_fresh and fresh.id != first.id
+    # ... but a request that arrived while it ran may concern state it had already read: it runs once more
+    rerun, created_rerun = jobs.enqueue("reward", dedupe_key="reward:ep_1", payload={"n": 3})
+    assert not created_rerun and rerun.id != first.id and rerun.status == "queued"
+    assert rerun.payload == {} and rerun.episode_id == "ep_1" and rerun.priority == first.priority
     assert jobs.counts() == {"queued": 1, "leased": 0, "succeeded": 1, "failed": 0, "dead_letter": 0}
+
+    [leased_again] = jobs.lease(5)
+    assert jobs.complete(leased_again.id) is True  # nothing arrived meanwhile: no further run
+    assert jobs.counts() == {"queued": 0, "leased": 0, "succeeded": 2, "failed": 0, "dead_letter": 0}
+    fresh, created_fresh = jobs.enqueue("reward", dedupe_key="reward:ep_1")
+    assert created_fresh and fresh.id not in (first.id, rerun.id)
+
+
+def test_a_request_during_a_lease_reruns_with_the_latest_payload_and_due_time(jobs: JobRepository) -> None:
+    jobs.enqueue("skill_crystallization", dedupe_key="skill:p1", payload={"fresh": True}, target_memory_id="p1")
+    [leased] = jobs.lease(5)
+    later = utc_after(3600)
+    jobs.enqueue("skill_crystallization", dedupe_key="skill:p1", payload={"fresh": False}, run_after=later)
+    jobs.enqueue("skill_crystallization", dedupe_key="skill:p1", payload={"fresh": False, "n": 2}, run_after=later)
+    assert jobs.lease(5) == []  # still one active job per key while it runs
+    jobs.complete(leased.id)
+    [rerun] = jobs.list_jobs(status="queued")
+    assert rerun.payload == {"fresh": False, "n": 2} and rerun.target_memory_id == "p1"
+    assert rerun.run_after == to_store_time(later)
+    assert jobs.lease(5) == []  # due in an hour, not now
 
 
 def test_dedupe_never_postpones_a_queued_job_but_brings_it_forward(jobs: JobRepository) -> None:

@@ -7,23 +7,11 @@ import shutil
 from pathlib import Path
 
 from memmy.sources.adapters.claude_code import ADAPTER, ClaudeCodeAdapter, decode_project_slug
-from memmy.sources.model import Conversation, ScanStats
+from tests.agent_homes import FIXTURES, fixture_home, scan
 
-FIXTURE = Path(__file__).parent / "fixtures" / "claude_code" / "home"
+FIXTURE = FIXTURES / "claude_code" / "home"
 SESSION = "2ff46cd5-f4e7-4724-bb20-579dae7956ea"
 OTHER = "0b7c9e21-3f4d-4a5b-8c6d-7e8f9a0b1c2d"
-
-
-def _home(tmp_path: Path) -> Path:
-    home = tmp_path / "fixture-home"
-    shutil.copytree(FIXTURE, home)
-    return home
-
-
-def _scan(env: dict[str, str]) -> tuple[dict[str, Conversation], ScanStats]:
-    stats = ScanStats()
-    found = {c.conversation_id: c for c in ADAPTER.conversations(env, stats)}
-    return found, stats
 
 
 def test_adapter_identity_and_roots(tmp_path: Path) -> None:
@@ -34,7 +22,7 @@ def test_adapter_identity_and_roots(tmp_path: Path) -> None:
 
 
 def test_messages_roles_and_tool_trace(tmp_path: Path) -> None:
-    found, stats = _scan({"HOME": str(_home(tmp_path))})
+    found, stats = scan(ADAPTER, {"HOME": str(fixture_home(tmp_path, "claude_code", repo=False))})
     assert set(found) == {SESSION, OTHER}  # the subagents/ file is not a conversation
     conv = found[SESSION]
     assert conv.source == "claude_code" and conv.workspace_path == "/home/u/proj"
@@ -91,7 +79,7 @@ def test_messages_roles_and_tool_trace(tmp_path: Path) -> None:
 
 
 def test_skips_are_counted(tmp_path: Path) -> None:
-    _, stats = _scan({"HOME": str(_home(tmp_path))})
+    _, stats = scan(ADAPTER, {"HOME": str(fixture_home(tmp_path, "claude_code", repo=False))})
     assert stats.files == 2
     assert stats.messages == 13
     assert stats.errors == []
@@ -107,7 +95,7 @@ def test_skips_are_counted(tmp_path: Path) -> None:
 
 
 def test_missing_cwd_falls_back_to_the_project_slug(tmp_path: Path) -> None:
-    found, _ = _scan({"HOME": str(_home(tmp_path))})
+    found, _ = scan(ADAPTER, {"HOME": str(fixture_home(tmp_path, "claude_code", repo=False))})
     conv = found[OTHER]
     assert conv.workspace_path == "/home/u/other/repo" == decode_project_slug("-home-u-other-repo")
     assert [(m.role, m.content) for m in conv.messages] == [
@@ -140,7 +128,7 @@ def test_claude_config_dir_override_and_git_root(tmp_path: Path) -> None:
     empty_home = tmp_path / "empty-home"
     empty_home.mkdir()
 
-    found, stats = _scan({"HOME": str(empty_home), "CLAUDE_CONFIG_DIR": str(config)})
+    found, stats = scan(ADAPTER, {"HOME": str(empty_home), "CLAUDE_CONFIG_DIR": str(config)})
     assert set(found) == {SESSION, OTHER, "s-git"}
     message = found["s-git"].messages[0]
     assert message.workspace_path == str(repo / "pkg") and message.git_root == str(repo)
@@ -149,5 +137,5 @@ def test_claude_config_dir_override_and_git_root(tmp_path: Path) -> None:
 
 
 def test_missing_root_yields_nothing(tmp_path: Path) -> None:
-    found, stats = _scan({"HOME": str(tmp_path / "nobody")})
+    found, stats = scan(ADAPTER, {"HOME": str(tmp_path / "nobody")})
     assert found == {} and stats.files == 0 and stats.errors == []

@@ -3,29 +3,21 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 from memmy.sources.adapters.codex import ADAPTER, CodexAdapter, rollout_id_of
 from memmy.sources.model import Conversation, ScanStats
+from tests.agent_homes import fixture_home, scan
 
-FIXTURE = Path(__file__).parent / "fixtures" / "codex" / "home"
 ENVELOPE = "019dd8e4-15dd-7143-95e8-219014341717"
 NEWEST = "019de000-aaaa-7bbb-8ccc-000000000002"
 BARE = "5973b6c0-94b8-487b-a530-2aeb6098ae0e"
 EVENTS_ONLY = "019df111-0000-7000-8000-000000000004"
 
 
-def _scan(env: dict[str, str]) -> tuple[dict[str, Conversation], ScanStats]:
-    stats = ScanStats()
-    found = {c.conversation_id: c for c in ADAPTER.conversations(env, stats)}
-    return found, stats
-
-
 def _fixture_scan(tmp_path: Path) -> tuple[dict[str, Conversation], ScanStats]:
-    home = tmp_path / "fixture-home"
-    shutil.copytree(FIXTURE, home)
-    return _scan({"HOME": str(home)})
+    """Scan a copy of the Codex fixture home."""
+    return scan(ADAPTER, {"HOME": str(fixture_home(tmp_path, "codex", repo=False))})
 
 
 def test_adapter_identity_and_roots(tmp_path: Path) -> None:
@@ -185,7 +177,7 @@ def test_codex_home_override_and_git_root(tmp_path: Path) -> None:
     path = day / f"rollout-2026-06-01T10-00-00-{thread}.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
 
-    found, stats = _scan({"HOME": str(tmp_path / "nobody"), "CODEX_HOME": str(codex_home)})
+    found, stats = scan(ADAPTER, {"HOME": str(tmp_path / "nobody"), "CODEX_HOME": str(codex_home)})
     assert list(found) == [thread]
     [message] = found[thread].messages
     assert (message.message_id, message.created_at) == (f"{thread}:2", "2026-06-01T10:00:01.000Z")

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from memmy.sources.adapters.cursor import ADAPTER, CursorAdapter, cursor_user_dir, uri_to_path, workspace_folder
-from memmy.sources.model import EPOCH, Conversation, ScanStats
-from tests.fixtures.build_cursor import build_cursor_home
+from memmy.sources.model import EPOCH, ScanStats
+from tests.agent_homes import fixture_home, scan
 
 USER = Path(".config") / "Cursor" / "User"
 FLAKY = "98251e54-8aed-4515-b2b4-08895453eedd"  # global composer owned by workspace A (headers, mixed createdAt)
@@ -28,13 +28,7 @@ def bid(n: int) -> str:
 
 @pytest.fixture
 def cursor_home(tmp_path: Path) -> Path:
-    return build_cursor_home(tmp_path / "fixture-home")
-
-
-def _scan(env: dict[str, str]) -> tuple[dict[str, Conversation], ScanStats]:
-    stats = ScanStats()
-    found = {c.conversation_id: c for c in ADAPTER.conversations(env, stats)}
-    return found, stats
+    return fixture_home(tmp_path, "cursor", repo=False)
 
 
 def _linux_env(home: Path) -> dict[str, str]:
@@ -66,7 +60,7 @@ def test_workspace_uri_decoding(tmp_path: Path) -> None:
 
 
 def test_conversations_grouping_and_workspaces(cursor_home: Path) -> None:
-    found, stats = _scan(_linux_env(cursor_home))
+    found, stats = scan(ADAPTER, _linux_env(cursor_home))
     assert set(found) == {FLAKY, WINDOWS, ORPHAN, INLINE, OLDEST, LEGACY}
     assert found[FLAKY].workspace_path == "/home/u/my proj"  # global composer, workspace from composer.composerData
     assert found[WINDOWS].workspace_path == "c:/Users/u/win proj"
@@ -90,7 +84,7 @@ def test_conversations_grouping_and_workspaces(cursor_home: Path) -> None:
 
 
 def test_bubbles_order_roles_times_and_tools(cursor_home: Path) -> None:
-    found, _ = _scan(_linux_env(cursor_home))
+    found, _ = scan(ADAPTER, _linux_env(cursor_home))
     flaky = found[FLAKY].messages
     assert [(m.message_id, m.role) for m in flaky] == [
         (bid(1), "user"),
@@ -152,7 +146,7 @@ def test_default_linux_location_and_git_root(tmp_path: Path, cursor_home: Path) 
     env = {"HOME": str(cursor_home), "XDG_CONFIG_HOME": str(cursor_home / ".config")}
     if cursor_user_dir(env) != cursor_home / USER:  # macOS/Windows: the Linux location is not the default there
         env = _linux_env(cursor_home)
-    found, _ = _scan(env)
+    found, _ = scan(ADAPTER, env)
     conv = found["t-git"]
     assert conv.workspace_path == str(repo) and all(m.git_root == str(repo) for m in conv.messages)
     assert [m.message_id for m in conv.messages] == ["t-git:0", "t-git:1"]
@@ -168,7 +162,7 @@ def test_locked_database_is_read_through_a_copy(cursor_home: Path) -> None:
         with pytest.raises(sqlite3.OperationalError, match="locked"):
             with closing(sqlite3.connect(f"file:{global_db}?mode=ro", uri=True, timeout=0.1)) as probe:
                 probe.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        found, stats = _scan(_linux_env(cursor_home))
+        found, stats = scan(ADAPTER, _linux_env(cursor_home))
     finally:
         writer.execute("ROLLBACK")
         writer.close()
@@ -196,11 +190,11 @@ def test_unreadable_database_is_an_error_not_a_crash(cursor_home: Path) -> None:
     broken = cursor_home / USER / "workspaceStorage" / "deadbeef"
     broken.mkdir()
     (broken / "state.vscdb").write_bytes(b"this is not a database, just text" * 100)
-    found, stats = _scan(_linux_env(cursor_home))
+    found, stats = scan(ADAPTER, _linux_env(cursor_home))
     assert len(stats.errors) == 1 and "deadbeef" in stats.errors[0]
     assert FLAKY in found and stats.files == 3
 
 
 def test_missing_user_dir_yields_nothing(tmp_path: Path) -> None:
-    found, stats = _scan({"HOME": str(tmp_path), "MEMMY_CURSOR_USER_DIR": str(tmp_path / "none")})
+    found, stats = scan(ADAPTER, {"HOME": str(tmp_path), "MEMMY_CURSOR_USER_DIR": str(tmp_path / "none")})
     assert found == {} and stats.files == 0 and stats.errors == []

@@ -8,33 +8,11 @@ import sqlite3
 from pathlib import Path
 
 from memmy.sources.adapters.hermes import ADAPTER, HermesAdapter
-from memmy.sources.model import Conversation, ScanStats
+from tests.agent_homes import fixture_home, scan
 
-FIXTURE = Path(__file__).parent / "fixtures" / "hermes" / "home"
 FIX = "20260801_101500_ab12cd"
 HELLO = "20260802_090000_ef34gh"
 LEGACY = "20260730_180000_legacy"
-
-
-def _home(tmp_path: Path) -> Path:
-    """Copy the fixture home, put its path where the fixture says ``@HOME@``, build ``*.sql`` into databases."""
-    home = tmp_path / "fixture-home"
-    shutil.copytree(FIXTURE, home)
-    for path in home.rglob("*"):
-        if path.suffix in (".json", ".jsonl", ".sql"):
-            path.write_text(path.read_text(encoding="utf-8").replace("@HOME@", str(home)), encoding="utf-8")
-    for script in home.rglob("*.sql"):
-        with sqlite3.connect(script.with_suffix("")) as conn:
-            conn.executescript(script.read_text(encoding="utf-8"))
-        conn.close()
-        script.unlink()
-    (home / "work" / "repo" / ".git").mkdir(parents=True)
-    return home
-
-
-def _scan(env: dict[str, str]) -> tuple[dict[str, Conversation], ScanStats]:
-    stats = ScanStats()
-    return {c.conversation_id: c for c in ADAPTER.conversations(env, stats)}, stats
 
 
 def test_identity_and_roots(tmp_path: Path) -> None:
@@ -44,8 +22,8 @@ def test_identity_and_roots(tmp_path: Path) -> None:
 
 
 def test_state_db_rows_tool_calls_and_inactive_rows(tmp_path: Path) -> None:
-    home = _home(tmp_path)
-    found, stats = _scan({"HOME": str(home)})
+    home = fixture_home(tmp_path, "hermes")
+    found, stats = scan(ADAPTER, {"HOME": str(home)})
     assert list(found) == [FIX, HELLO, LEGACY]
     conv = found[FIX]
     repo = str(home / "work" / "repo")
@@ -87,8 +65,8 @@ def test_state_db_rows_tool_calls_and_inactive_rows(tmp_path: Path) -> None:
 
 
 def test_legacy_jsonl_transcript(tmp_path: Path) -> None:
-    home = _home(tmp_path)
-    found, stats = _scan({"HOME": str(home)})
+    home = fixture_home(tmp_path, "hermes")
+    found, stats = scan(ADAPTER, {"HOME": str(home)})
     conv = found[LEGACY]
     assert conv.workspace_path == "/home/u/site"
     assert conv.origin == str(home / ".hermes" / "sessions" / f"{LEGACY}.jsonl")
@@ -104,28 +82,28 @@ def test_legacy_jsonl_transcript(tmp_path: Path) -> None:
 
 
 def test_only_legacy_sessions_when_there_is_no_database(tmp_path: Path) -> None:
-    home = _home(tmp_path)
+    home = fixture_home(tmp_path, "hermes")
     (home / ".hermes" / "state.db").unlink()
-    found, stats = _scan({"HOME": str(home)})
+    found, stats = scan(ADAPTER, {"HOME": str(home)})
     assert set(found) == {FIX, LEGACY}  # the jsonl copy is read when state.db does not hold it
     assert [m.content for m in found[FIX].messages] == ["fix the tests"]
     assert stats.skipped["duplicate_session"] == 0
 
 
 def test_hermes_home_override_and_broken_database(tmp_path: Path) -> None:
-    home = _home(tmp_path)
+    home = fixture_home(tmp_path, "hermes")
     profile = tmp_path / "profile"
     shutil.move(str(home / ".hermes"), profile)
-    assert _scan({"HOME": str(home)})[0] == {}
-    assert set(_scan({"HOME": str(home), "HERMES_HOME": str(profile)})[0]) == {FIX, HELLO, LEGACY}
+    assert scan(ADAPTER, {"HOME": str(home)})[0] == {}
+    assert set(scan(ADAPTER, {"HOME": str(home), "HERMES_HOME": str(profile)})[0]) == {FIX, HELLO, LEGACY}
 
     (profile / "state.db").write_bytes(b"\0garbage" * 512)
-    found, stats = _scan({"HOME": str(home), "HERMES_HOME": str(profile)})
+    found, stats = scan(ADAPTER, {"HOME": str(home), "HERMES_HOME": str(profile)})
     assert set(found) == {FIX, LEGACY} and len(stats.errors) == 1
 
     (profile / "state.db").unlink()
     with sqlite3.connect(profile / "state.db") as conn:
         conn.execute("CREATE TABLE messages (id INTEGER PRIMARY KEY, body TEXT)")
     conn.close()
-    found, stats = _scan({"HOME": str(home), "HERMES_HOME": str(profile)})
+    found, stats = scan(ADAPTER, {"HOME": str(home), "HERMES_HOME": str(profile)})
     assert stats.skipped["schema_mismatch"] == 1 and set(found) == {FIX, LEGACY}

@@ -8,35 +8,13 @@ import sqlite3
 from pathlib import Path
 
 from memmy.sources.adapters.openclaw import ADAPTER, OpenClawAdapter
-from memmy.sources.model import Conversation, ScanStats
+from tests.agent_homes import fixture_home, scan
 
-FIXTURE = Path(__file__).parent / "fixtures" / "openclaw" / "home"
 LIVE = "9a1f2b3c-0000-4000-8000-000000000001"
 CHANNEL = "7d8e9f00-0000-4000-8000-000000000002"
 TOPIC = f"{CHANNEL}-topic-42"
 ARCHIVED = "5e5e5e5e-0000-4000-8000-000000000005"
 LEGACY = "b1b2b3b4-0000-4000-8000-000000000003"
-
-
-def _home(tmp_path: Path) -> Path:
-    """Copy the fixture home, put its path where the fixture says ``@HOME@``, build ``*.sql`` into databases."""
-    home = tmp_path / "fixture-home"
-    shutil.copytree(FIXTURE, home)
-    for path in home.rglob("*"):
-        if path.suffix in (".json", ".jsonl", ".sql"):
-            path.write_text(path.read_text(encoding="utf-8").replace("@HOME@", str(home)), encoding="utf-8")
-    for script in home.rglob("*.sql"):
-        with sqlite3.connect(script.with_suffix("")) as conn:
-            conn.executescript(script.read_text(encoding="utf-8"))
-        conn.close()
-        script.unlink()
-    (home / "work" / "repo" / ".git").mkdir(parents=True)
-    return home
-
-
-def _scan(env: dict[str, str]) -> tuple[dict[str, Conversation], ScanStats]:
-    stats = ScanStats()
-    return {c.conversation_id: c for c in ADAPTER.conversations(env, stats)}, stats
 
 
 def test_identity_and_roots(tmp_path: Path) -> None:
@@ -46,8 +24,8 @@ def test_identity_and_roots(tmp_path: Path) -> None:
 
 
 def test_sqlite_transcript_events(tmp_path: Path) -> None:
-    home = _home(tmp_path)
-    found, stats = _scan({"HOME": str(home)})
+    home = fixture_home(tmp_path, "openclaw")
+    found, stats = scan(ADAPTER, {"HOME": str(home)})
     assert list(found) == [LIVE, TOPIC, CHANNEL, ARCHIVED, LEGACY]  # database first, then files
     conv = found[LIVE]
     repo = str(home / "work" / "repo")
@@ -73,7 +51,7 @@ def test_sqlite_transcript_events(tmp_path: Path) -> None:
 
 
 def test_session_jsonl_files_topics_archive_and_legacy_dir(tmp_path: Path) -> None:
-    found, _ = _scan({"HOME": str(_home(tmp_path))})
+    found, _ = scan(ADAPTER, {"HOME": str(fixture_home(tmp_path, "openclaw"))})
     assert [(m.message_id, m.role, m.content) for m in found[CHANNEL].messages] == [
         (f"{CHANNEL}:11111111", "user", "summarise AGENTS.md"),
         (f"{CHANNEL}:22222222", "assistant", "It tells me to keep MEMORY.md up to date."),
@@ -90,30 +68,30 @@ def test_session_jsonl_files_topics_archive_and_legacy_dir(tmp_path: Path) -> No
 
 
 def test_files_are_read_when_there_is_no_database(tmp_path: Path) -> None:
-    home = _home(tmp_path)
+    home = fixture_home(tmp_path, "openclaw")
     (home / ".openclaw/agents/main/agent/openclaw-agent.sqlite").unlink()
-    found, stats = _scan({"HOME": str(home)})
+    found, stats = scan(ADAPTER, {"HOME": str(home)})
     assert [m.content for m in found[LIVE].messages] == ["[Telegram Ann] what is the weather in Berlin?"]
     assert found[LIVE].workspace_path == "/home/u/.openclaw/workspace"
     assert stats.skipped["duplicate_session"] == 0
 
 
 def test_state_dir_override_and_unusable_databases(tmp_path: Path) -> None:
-    home = _home(tmp_path)
+    home = fixture_home(tmp_path, "openclaw")
     state = tmp_path / "state"
     shutil.move(str(home / ".openclaw"), state)
-    assert _scan({"HOME": str(home)})[0] == {}
+    assert scan(ADAPTER, {"HOME": str(home)})[0] == {}
     env = {"HOME": str(home), "OPENCLAW_STATE_DIR": str(state)}
-    assert set(_scan(env)[0]) == {LIVE, TOPIC, CHANNEL, ARCHIVED, LEGACY}
+    assert set(scan(ADAPTER, env)[0]) == {LIVE, TOPIC, CHANNEL, ARCHIVED, LEGACY}
 
     db = state / "agents/main/agent/openclaw-agent.sqlite"
     db.write_bytes(b"not sqlite" * 300)
-    found, stats = _scan(env)
+    found, stats = scan(ADAPTER, env)
     assert len(stats.errors) == 1 and LIVE in found  # falls back to the jsonl copy
 
     db.unlink()
     with sqlite3.connect(db) as conn:  # an older store without transcript tables
         conn.execute("CREATE TABLE auth_profile_store (store_key TEXT PRIMARY KEY, store_json TEXT)")
     conn.close()
-    found, stats = _scan(env)
+    found, stats = scan(ADAPTER, env)
     assert stats.skipped["schema_mismatch"] == 1 and stats.errors == [] and LIVE in found

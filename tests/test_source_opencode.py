@@ -8,31 +8,9 @@ import sqlite3
 from pathlib import Path
 
 from memmy.sources.adapters.opencode import ADAPTER, OpenCodeAdapter
-from memmy.sources.model import Conversation, ScanStats
+from tests.agent_homes import fixture_home, scan
 
-FIXTURE = Path(__file__).parent / "fixtures" / "opencode" / "home"
 DATA = Path(".local") / "share" / "opencode"
-
-
-def _home(tmp_path: Path) -> Path:
-    """Copy the fixture home, put its path where the fixture says ``@HOME@``, build ``*.sql`` into databases."""
-    home = tmp_path / "fixture-home"
-    shutil.copytree(FIXTURE, home)
-    for path in home.rglob("*"):
-        if path.suffix in (".json", ".jsonl", ".sql"):
-            path.write_text(path.read_text(encoding="utf-8").replace("@HOME@", str(home)), encoding="utf-8")
-    for script in home.rglob("*.sql"):
-        with sqlite3.connect(script.with_suffix("")) as conn:
-            conn.executescript(script.read_text(encoding="utf-8"))
-        conn.close()
-        script.unlink()
-    (home / "work" / "repo" / ".git").mkdir(parents=True)
-    return home
-
-
-def _scan(env: dict[str, str]) -> tuple[dict[str, Conversation], ScanStats]:
-    stats = ScanStats()
-    return {c.conversation_id: c for c in ADAPTER.conversations(env, stats)}, stats
 
 
 def test_identity_and_roots(tmp_path: Path) -> None:
@@ -42,8 +20,8 @@ def test_identity_and_roots(tmp_path: Path) -> None:
 
 
 def test_database_session_parts_and_tool_trace(tmp_path: Path) -> None:
-    home = _home(tmp_path)
-    found, stats = _scan({"HOME": str(home)})
+    home = fixture_home(tmp_path, "opencode")
+    found, stats = scan(ADAPTER, {"HOME": str(home)})
     assert list(found) == ["ses_01JABC", "ses_02SEC", "ses_03FILE"]
     conv = found["ses_01JABC"]
     assert conv.source == "opencode" and conv.workspace_path == "/home/u/proj"
@@ -84,8 +62,8 @@ def test_database_session_parts_and_tool_trace(tmp_path: Path) -> None:
 
 
 def test_seconds_and_milliseconds_are_normalised_and_ordered(tmp_path: Path) -> None:
-    home = _home(tmp_path)
-    conv = _scan({"HOME": str(home)})[0]["ses_02SEC"]
+    home = fixture_home(tmp_path, "opencode")
+    conv = scan(ADAPTER, {"HOME": str(home)})[0]["ses_02SEC"]
     # msg_02B is stored in seconds (1780306005): by raw number it would sort before msg_02A (ms).
     assert [(m.message_id, m.role, m.content, m.created_at) for m in conv.messages] == [
         ("msg_02A", "user", "what changed?", "2026-06-01T09:26:40.000Z"),
@@ -97,8 +75,8 @@ def test_seconds_and_milliseconds_are_normalised_and_ordered(tmp_path: Path) -> 
 
 
 def test_json_file_storage(tmp_path: Path) -> None:
-    home = _home(tmp_path)
-    conv = _scan({"HOME": str(home)})[0]["ses_03FILE"]
+    home = fixture_home(tmp_path, "opencode")
+    conv = scan(ADAPTER, {"HOME": str(home)})[0]["ses_03FILE"]
     assert conv.workspace_path == "/home/u/legacy"
     assert conv.origin == str(home / DATA / "storage" / "message" / "ses_03FILE")
     assert [(m.message_id, m.role, m.created_at) for m in conv.messages] == [
@@ -113,11 +91,11 @@ def test_json_file_storage(tmp_path: Path) -> None:
 
 
 def test_xdg_data_home_override_and_missing_root(tmp_path: Path) -> None:
-    home = _home(tmp_path)
+    home = fixture_home(tmp_path, "opencode")
     moved = tmp_path / "xdg"
     shutil.move(str(home / ".local" / "share"), moved)
-    assert _scan({"HOME": str(home)})[0] == {}
-    found, _ = _scan({"HOME": str(home), "XDG_DATA_HOME": str(moved)})
+    assert scan(ADAPTER, {"HOME": str(home)})[0] == {}
+    found, _ = scan(ADAPTER, {"HOME": str(home), "XDG_DATA_HOME": str(moved)})
     assert set(found) == {"ses_01JABC", "ses_02SEC", "ses_03FILE"}
 
 
@@ -125,11 +103,11 @@ def test_unreadable_database_and_foreign_schema_are_counted_not_raised(tmp_path:
     data = tmp_path / "h" / DATA
     data.mkdir(parents=True)
     (data / "opencode.db").write_bytes(b"this is not a database" * 100)
-    found, stats = _scan({"HOME": str(tmp_path / "h")})
+    found, stats = scan(ADAPTER, {"HOME": str(tmp_path / "h")})
     assert found == {} and len(stats.errors) == 1
     (data / "opencode.db").unlink()
     with sqlite3.connect(data / "opencode.db") as conn:
         conn.execute("CREATE TABLE message (id TEXT, body TEXT)")
     conn.close()
-    found, stats = _scan({"HOME": str(tmp_path / "h")})
+    found, stats = scan(ADAPTER, {"HOME": str(tmp_path / "h")})
     assert found == {} and stats.skipped["schema_mismatch"] == 1 and stats.errors == []

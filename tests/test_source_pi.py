@@ -7,26 +7,10 @@ import shutil
 from pathlib import Path
 
 from memmy.sources.adapters.pi import ADAPTER, PiAdapter, cwd_from_dir_name
-from memmy.sources.model import Conversation, ScanStats
+from tests.agent_homes import fixture_home, scan
 
-FIXTURE = Path(__file__).parent / "fixtures" / "pi" / "home"
 TREE = "019f94e7-a627-75fa-8509-c8d85654e609"
 LINEAR = "5c6d7e8f-0000-4000-8000-00000000a001"
-
-
-def _home(tmp_path: Path) -> Path:
-    """Copy the fixture home and put its path where the fixture says ``@HOME@``."""
-    home = tmp_path / "fixture-home"
-    shutil.copytree(FIXTURE, home)
-    for path in home.rglob("*.jsonl"):
-        path.write_text(path.read_text(encoding="utf-8").replace("@HOME@", str(home)), encoding="utf-8")
-    (home / "work" / "repo" / ".git").mkdir(parents=True)
-    return home
-
-
-def _scan(env: dict[str, str]) -> tuple[dict[str, Conversation], ScanStats]:
-    stats = ScanStats()
-    return {c.conversation_id: c for c in ADAPTER.conversations(env, stats)}, stats
 
 
 def test_identity_and_roots(tmp_path: Path) -> None:
@@ -40,8 +24,8 @@ def test_identity_and_roots(tmp_path: Path) -> None:
 
 
 def test_current_branch_messages_and_tool_trace(tmp_path: Path) -> None:
-    home = _home(tmp_path)
-    found, stats = _scan({"HOME": str(home)})
+    home = fixture_home(tmp_path, "pi")
+    found, stats = scan(ADAPTER, {"HOME": str(home)})
     assert set(found) == {TREE, LINEAR}
     conv = found[TREE]
     repo = str(home / "work" / "repo")
@@ -97,7 +81,7 @@ def test_current_branch_messages_and_tool_trace(tmp_path: Path) -> None:
 
 
 def test_linear_v1_session_without_ids_or_cwd(tmp_path: Path) -> None:
-    found, stats = _scan({"HOME": str(_home(tmp_path))})
+    found, stats = scan(ADAPTER, {"HOME": str(fixture_home(tmp_path, "pi"))})
     conv = found[LINEAR]
     assert conv.workspace_path == "/home/u/other"  # decoded from the directory name
     assert [(m.message_id, m.role, m.content, m.created_at) for m in conv.messages] == [
@@ -109,11 +93,11 @@ def test_linear_v1_session_without_ids_or_cwd(tmp_path: Path) -> None:
 
 
 def test_session_dir_override(tmp_path: Path) -> None:
-    home = _home(tmp_path)
+    home = fixture_home(tmp_path, "pi")
     moved = tmp_path / "elsewhere"
     shutil.move(str(home / ".pi" / "agent" / "sessions"), moved)
-    assert _scan({"HOME": str(home)})[0] == {}
-    assert set(_scan({"HOME": str(home), "PI_CODING_AGENT_SESSION_DIR": str(moved)})[0]) == {TREE, LINEAR}
+    assert scan(ADAPTER, {"HOME": str(home)})[0] == {}
+    assert set(scan(ADAPTER, {"HOME": str(home), "PI_CODING_AGENT_SESSION_DIR": str(moved)})[0]) == {TREE, LINEAR}
 
 
 def test_shell_command_waits_for_the_prompt_it_informs(tmp_path: Path) -> None:
@@ -136,13 +120,13 @@ def test_shell_command_waits_for_the_prompt_it_informs(tmp_path: Path) -> None:
         },
     ]
     session.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
-    found, stats = _scan({"HOME": str(tmp_path / "h")})
+    found, stats = scan(ADAPTER, {"HOME": str(tmp_path / "h")})
     assert [m.message_id for m in found["s1"].messages] == ["s1:u1", "s1:a1"]  # the answer still ends its turn
     assert stats.skipped["shell_without_prompt"] == 1
 
     lines.append({"type": "message", "id": "u2", "parentId": "b1", "message": {"role": "user", "content": "fix it"}})
     session.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
-    conv = _scan({"HOME": str(tmp_path / "h")})[0]["s1"]
+    conv = scan(ADAPTER, {"HOME": str(tmp_path / "h")})[0]["s1"]
     assert [m.message_id for m in conv.messages] == ["s1:u1", "s1:a1", "s1:u2", "s1:b1"]
     shell = conv.messages[3]
     assert (shell.tool_name, shell.tool_input, shell.tool_output, shell.tool_error) == (

@@ -7,26 +7,10 @@ import shutil
 from pathlib import Path
 
 from memmy.sources.adapters.qwenwork import ADAPTER, QwenWorkAdapter
-from memmy.sources.model import Conversation, ScanStats
+from tests.agent_homes import fixture_home, scan
 
-FIXTURE = Path(__file__).parent / "fixtures" / "qwenwork" / "home"
 QWEN = "4f9c2a10-0000-4000-8000-0000000000aa"
 CN = "session-cn"
-
-
-def _home(tmp_path: Path) -> Path:
-    """Copy the fixture home and put its path where the fixture says ``@HOME@``."""
-    home = tmp_path / "fixture-home"
-    shutil.copytree(FIXTURE, home)
-    for path in home.rglob("*.json*"):
-        path.write_text(path.read_text(encoding="utf-8").replace("@HOME@", str(home)), encoding="utf-8")
-    (home / "work" / "repo" / ".git").mkdir(parents=True)
-    return home
-
-
-def _scan(env: dict[str, str]) -> tuple[dict[str, Conversation], ScanStats]:
-    stats = ScanStats()
-    return {c.conversation_id: c for c in ADAPTER.conversations(env, stats)}, stats
 
 
 def test_identity_and_roots(tmp_path: Path) -> None:
@@ -36,7 +20,7 @@ def test_identity_and_roots(tmp_path: Path) -> None:
 
 
 def test_both_homes_are_read(tmp_path: Path) -> None:
-    found, stats = _scan({"HOME": str(_home(tmp_path))})
+    found, stats = scan(ADAPTER, {"HOME": str(fixture_home(tmp_path, "qwenwork"))})
     assert list(found) == [QWEN, CN]
     assert {c.source for c in found.values()} == {"qwenwork"}
     assert stats.files == 2 and stats.messages == 5 + 5 and stats.errors == []
@@ -44,8 +28,8 @@ def test_both_homes_are_read(tmp_path: Path) -> None:
 
 
 def test_qwen_code_chat_records(tmp_path: Path) -> None:
-    home = _home(tmp_path)
-    conv = _scan({"HOME": str(home)})[0][QWEN]
+    home = fixture_home(tmp_path, "qwenwork")
+    conv = scan(ADAPTER, {"HOME": str(home)})[0][QWEN]
     repo = str(home / "work" / "repo")
     assert conv.workspace_path == repo and {m.git_root for m in conv.messages} == {repo}
     assert conv.origin.endswith(f".qwenwork/projects/-work-repo/chats/{QWEN}.jsonl")
@@ -71,7 +55,7 @@ def test_qwen_code_chat_records(tmp_path: Path) -> None:
 
 
 def test_workbuddy_style_records_in_the_cn_home(tmp_path: Path) -> None:
-    conv = _scan({"HOME": str(_home(tmp_path))})[0][CN]
+    conv = scan(ADAPTER, {"HOME": str(fixture_home(tmp_path, "qwenwork"))})[0][CN]
     assert conv.workspace_path == "/home/u/cn-docs"  # session-cn.meta.json
     assert [(m.message_id, m.role, m.content) for m in conv.messages] == [
         ("cn-u1", "user", "把这份周报整理成表格"),
@@ -88,8 +72,8 @@ def test_workbuddy_style_records_in_the_cn_home(tmp_path: Path) -> None:
 
 
 def test_home_override(tmp_path: Path) -> None:
-    home = _home(tmp_path)
+    home = fixture_home(tmp_path, "qwenwork")
     custom = tmp_path / "qw"
     shutil.move(str(home / ".qwenworkcn"), custom)
-    assert set(_scan({"HOME": str(home)})[0]) == {QWEN}
-    assert set(_scan({"HOME": str(home), "MEMMY_QWENWORK_HOME": str(custom)})[0]) == {CN}
+    assert set(scan(ADAPTER, {"HOME": str(home)})[0]) == {QWEN}
+    assert set(scan(ADAPTER, {"HOME": str(home), "MEMMY_QWENWORK_HOME": str(custom)})[0]) == {CN}

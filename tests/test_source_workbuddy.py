@@ -7,24 +7,7 @@ import shutil
 from pathlib import Path
 
 from memmy.sources.adapters.workbuddy import ADAPTER, WorkBuddyAdapter, clean_user_text
-from memmy.sources.model import Conversation, ScanStats
-
-FIXTURE = Path(__file__).parent / "fixtures" / "workbuddy" / "home"
-
-
-def _home(tmp_path: Path) -> Path:
-    """Copy the fixture home and put its path where the fixture says ``@HOME@``."""
-    home = tmp_path / "fixture-home"
-    shutil.copytree(FIXTURE, home)
-    for path in home.rglob("*.json*"):
-        path.write_text(path.read_text(encoding="utf-8").replace("@HOME@", str(home)), encoding="utf-8")
-    (home / "work" / "repo" / ".git").mkdir(parents=True)
-    return home
-
-
-def _scan(env: dict[str, str]) -> tuple[dict[str, Conversation], ScanStats]:
-    stats = ScanStats()
-    return {c.conversation_id: c for c in ADAPTER.conversations(env, stats)}, stats
+from tests.agent_homes import fixture_home, scan
 
 
 def test_identity_and_roots(tmp_path: Path) -> None:
@@ -42,8 +25,8 @@ def test_user_query_extraction() -> None:
 
 
 def test_session_messages_internal_lines_and_tool_trace(tmp_path: Path) -> None:
-    home = _home(tmp_path)
-    found, stats = _scan({"HOME": str(home)})
+    home = fixture_home(tmp_path, "workbuddy")
+    found, stats = scan(ADAPTER, {"HOME": str(home)})
     assert list(found) == ["conv-legacy", "session-1"]  # files in path order
     conv = found["session-1"]
     repo = str(home / "work" / "repo")
@@ -76,7 +59,7 @@ def test_session_messages_internal_lines_and_tool_trace(tmp_path: Path) -> None:
 
 
 def test_legacy_lines_without_meta_file(tmp_path: Path) -> None:
-    conv = _scan({"HOME": str(_home(tmp_path))})[0]["conv-legacy"]
+    conv = scan(ADAPTER, {"HOME": str(fixture_home(tmp_path, "workbuddy"))})[0]["conv-legacy"]
     assert conv.workspace_path == "/home/u/legacy"  # no .meta.json: the lines' cwd
     assert [(m.message_id, m.role, m.content, m.created_at) for m in conv.messages] == [
         ("m-1", "user", "rename the module", "2026-03-01T09:00:00.000Z"),
@@ -86,10 +69,11 @@ def test_legacy_lines_without_meta_file(tmp_path: Path) -> None:
 
 
 def test_config_dir_overrides(tmp_path: Path) -> None:
-    home = _home(tmp_path)
+    home = fixture_home(tmp_path, "workbuddy")
     codebuddy = tmp_path / "codebuddy"
     shutil.move(str(home / ".workbuddy"), codebuddy)
-    assert _scan({"HOME": str(home)})[0] == {}
-    assert set(_scan({"HOME": str(home), "CODEBUDDY_CONFIG_DIR": str(codebuddy)})[0]) == {"conv-legacy", "session-1"}
+    assert scan(ADAPTER, {"HOME": str(home)})[0] == {}
+    found = scan(ADAPTER, {"HOME": str(home), "CODEBUDDY_CONFIG_DIR": str(codebuddy)})[0]
+    assert set(found) == {"conv-legacy", "session-1"}
     env = {"HOME": str(home), "CODEBUDDY_CONFIG_DIR": str(codebuddy), "WORKBUDDY_CONFIG_DIR": str(tmp_path / "none")}
-    assert _scan(env)[0] == {}  # WORKBUDDY_CONFIG_DIR wins
+    assert scan(ADAPTER, env)[0] == {}  # WORKBUDDY_CONFIG_DIR wins

@@ -97,6 +97,7 @@ class WorldModelDraft:
     confidence: float
     admission: str  # strict | loose
     origin: str = "heuristic"
+    supersedes: list[str] = field(default_factory=list)  # ids of other world models this note replaces
 
 
 @dataclass

@@ -79,6 +79,27 @@ def skill_key(policy_id: str) -> str:
     return "skill:" + policy_id
 
 
+def policy_fingerprint(policy: PolicyView) -> str:
+    """A short hash of what a Skill is built from in the policy (its text and guidance, not its statistics)."""
+    parts = [policy.title, policy.trigger, policy.procedure, policy.verification, policy.boundary]
+    parts += sorted(policy.preference) + sorted(policy.anti_pattern)
+    return sha256_hex("\x1f".join(parts))[:16]
+
+
+def rebuild_level(previous: dict[str, Any], fingerprint: str, evidence_ids: list[str]) -> str | None:
+    """How much a Skill must be rebuilt (the reference's SKILL_REBUILD levels); ``None`` for a first build.
+
+    ``L0``: the policy is unchanged and no new evidence arrived (nothing to rebuild, only eta drift);
+    ``L1``: one new evidence trace; ``L2``: the policy changed or at least two new traces arrived."""
+    if not previous or not previous.get("policyFingerprint"):
+        return None
+    known = set(previous.get("evidenceTraceIds") or [])
+    new = [i for i in evidence_ids if i not in known]
+    if previous.get("policyFingerprint") != fingerprint or len(new) >= 2:
+        return "L2"
+    return "L1" if new else "L0"
+
+
 def select_evidence(
     policy: PolicyView, traces: list[TraceView], limit: int = 6
 ) -> tuple[list[TraceView], list[TraceView]]:
@@ -235,8 +256,17 @@ def _llm_steps(value: Any) -> list[dict[str, str]] | None:
     return steps[:6] if len(steps) >= 2 else None
 
 
-def skill_prompt(policy: PolicyView, evidence: list[TraceView], counter: list[TraceView], cap: int = 500) -> str:
-    """The Skill crystallisation user message: policy, evidence (each capped), counter-examples, tool list."""
+def skill_prompt(
+    policy: PolicyView,
+    evidence: list[TraceView],
+    counter: list[TraceView],
+    cap: int = 500,
+    *,
+    previous_guide: str = "",
+    level: str | None = None,
+) -> str:
+    """The Skill crystallisation user message: policy, evidence (each capped), counter-examples, tool list;
+    on a rebuild also the level and the current Skill, so the model revises it instead of starting over."""
     lines = [
         f"POLICY {policy.id}: {policy.title}",
         f"trigger: {policy.trigger}",
@@ -252,6 +282,9 @@ def skill_prompt(policy: PolicyView, evidence: list[TraceView], counter: list[Tr
     if counter:
         lines += ["", "COUNTER_EXAMPLES:", *(trace_block(t)[:cap] for t in counter)]
     lines += ["", "EVIDENCE_TOOLS: " + (", ".join(evidence_tools(evidence)) or "(none)")]
+    if level and previous_guide:
+        lines += ["", f"REBUILD_LEVEL: {level} (keep what the new evidence does not contradict)", "CURRENT_SKILL:"]
+        lines.append(previous_guide[:1500])
     return "\n".join(lines)
 
 
@@ -262,8 +295,11 @@ def crystallize_llm(
     llm: JsonLLM | None,
     *,
     timeout_s: float = 120.0,
+    previous_guide: str = "",
+    level: str | None = None,
 ) -> SkillDraft | None:
-    """Skill crystallisation through the model; :func:`crystallize_heuristic` on no model, error or bad shape.
+    """Skill crystallisation (or, with ``level``, a rebuild of ``previous_guide``) through the model;
+    :func:`crystallize_heuristic` on no model, error or bad shape.
 
     Tools the model names that the evidence never used are dropped.
     """
@@ -272,7 +308,9 @@ def crystallize_llm(
         return fallback
     try:
         answer = llm.complete_json(
-            SKILL_CRYSTALLIZE_PROMPT, skill_prompt(policy, evidence, counter), timeout_s=timeout_s
+            SKILL_CRYSTALLIZE_PROMPT,
+            skill_prompt(policy, evidence, counter, previous_guide=previous_guide, level=level),
+            timeout_s=timeout_s,
         )
     except LLMError:
         return fallback

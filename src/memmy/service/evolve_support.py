@@ -163,6 +163,19 @@ class LayerWriter:
         else:
             self.indexer.unindex(memory.id)
 
+    def supersede(self, old_id: str, new_id: str) -> bool:
+        """Archive an activated memory of the same layer as ``new_id`` and point it at its replacement."""
+        old, new = self.memories.get(old_id), self.memories.get(new_id)
+        if old is None or new is None or old.id == new.id or old.layer != new.layer or old.status != "activated":
+            return False
+        before = old.snapshot()
+        old.status, old.superseded_by = "archived", new.id
+        old.version += 1
+        old.updated_at = utc_now()
+        self.memories.update(old, before, "archive", EVOLUTION_SOURCE)
+        self.indexer.unindex(old.id)
+        return True
+
     def patch_properties(self, memory: Memory, key: str, patch: dict[str, Any], status: str | None = None) -> Memory:
         """Shallow-merge ``patch`` into ``properties[key]`` (and mirror top-level value/alpha/priority for L1)."""
         before = memory.snapshot()

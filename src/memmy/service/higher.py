@@ -9,10 +9,14 @@ from collections.abc import Callable
 from typing import Any
 
 from memmy.config import MemmyConfig
+from memmy.domain import Memory
 from memmy.evolve.model import PolicyView, SkillDraft, WorldModelDraft
 from memmy.evolve.skill import (
     crystallize_llm,
     eta_after_trial,
+    eta_drift,
+    policy_fingerprint,
+    rebuild_level,
     select_evidence,
     skill_eligible,
     skill_key,
@@ -76,6 +80,17 @@ def _skill_payload(draft: SkillDraft, previous: dict[str, Any], coverage: float,
     return payload
 
 
+def _supersedable(memory: Memory, domain: str, policies: list[PolicyView]) -> bool:
+    """World models a new note of ``domain`` may replace: another note of the same primary domain, or one built
+    from some of the same policies (unrelated domains never retire each other)."""
+    if memory.memory_key == world_key(domain):
+        return False
+    payload = memory.properties.get("world_model") or {}
+    other = str(payload.get("domainKey") or "")
+    shared = set(payload.get("policyIds") or []) & {p.id for p in policies}
+    return bool(shared) or (bool(other) and other.split("|")[0] == domain.split("|")[0])
+
+
 class HigherEvolution:
     """Handlers: l3_abstraction, skill_crystallization, skill_trial_resolve."""
 
@@ -120,8 +135,12 @@ class HigherEvolution:
             seed_domain = domain_key(policy_view(seed))
             buckets = {k: v for k, v in buckets.items() if k == seed_domain} or buckets
         llm = self.models.evolution if cfg["useLlm"] else None
+        stored = self.memories.by_layer("L3", ("activated",))
+        retired = self._superseded_keys()
         drafts: list[WorldModelDraft] = []
         for domain, policies in buckets.items():
+            if world_key(domain) in retired:
+                continue  # its knowledge lives on in the note that superseded it
             if len(policies) < int(cfg["minPolicies"]):
                 continue
             draft = world_model_llm(
@@ -130,6 +149,7 @@ class HigherEvolution:
                 llm,
                 timeout_s=self.config.evolution.timeout_ms / 1000,
                 cluster_min_similarity=float(cfg["clusterMinSimilarity"]),
+                existing=[(m.id, m.title) for m in stored if _supersedable(m, domain, policies)],
             )
             if draft is not None:
                 drafts.append(draft)
@@ -155,12 +175,26 @@ class HigherEvolution:
                         (policy.properties.get("policy") or {}).get("sourceEpisodeIds", []) if policy else []
                     ):
                         self.episodes.add_ids(episode_id, "l3_world_model_ids_json", [memory.id])
+                for old_id in draft.supersedes:
+                    self.writer.supersede(old_id, memory.id)
 
         return apply
 
+    def _superseded_keys(self) -> set[str]:
+        """Keys of world models archived in favour of a replacement that is still active."""
+        keys: set[str] = set()
+        for memory in self.memories.by_layer("L3", ("archived",)):
+            replacement = self.memories.get(memory.superseded_by or "")
+            if memory.memory_key and replacement is not None and replacement.status == "activated":
+                keys.add(memory.memory_key)
+        return keys
+
     # -- Skills -----------------------------------------------------------------------------------
     def crystallization(self, job: JobRecord) -> Apply | None:
-        """Crystallise an active, successful policy into a reusable Skill (heuristic or LLM)."""
+        """Crystallise an active, successful policy into a reusable Skill (heuristic or LLM), or rebuild it.
+
+        An existing Skill is rebuilt only when its policy changed or new evidence arrived (level L1/L2); at
+        level L0 only its eta drifts toward the policy's gain, and no model is called."""
         cfg = self.config.algorithm["skill"]
         memory = self.memories.get(job.target_memory_id or "")
         if memory is None or memory.layer != "L2":
@@ -173,15 +207,35 @@ class HigherEvolution:
         ]
         evidence, counter = select_evidence(policy, traces, int(cfg["evidenceLimit"]))
         llm = self.models.evolution if cfg["useLlm"] else None
-        draft = crystallize_llm(policy, evidence, counter, llm, timeout_s=self.config.evolution.timeout_ms / 1000)
+        existing = self.memories.find_by_key("Skill", skill_key(policy.id))
+        previous = dict((existing.properties.get("skill") or {}) if existing else {})
+        fingerprint = policy_fingerprint(policy)
+        level = rebuild_level(previous, fingerprint, [t.id for t in evidence])
+        stats_run = int((memory.properties.get("policy") or {}).get("statsRuns") or 0)
+        upgrade = llm is not None and previous.get("origin") == "heuristic"
+        if existing is not None and level == "L0" and not upgrade:
+            return self._drift(existing.id, policy.gain, stats_run)
+        draft = crystallize_llm(
+            policy,
+            evidence,
+            counter,
+            llm,
+            timeout_s=self.config.evolution.timeout_ms / 1000,
+            previous_guide=existing.content if existing is not None and level else "",
+            level=level,
+        )
         if draft is None:
             return None
         coverage, resonance, _ok = verify_skill(draft, evidence)
-        existing = self.memories.find_by_key("Skill", skill_key(policy.id))
 
         def apply() -> None:
-            previous = dict((existing.properties.get("skill") or {}) if existing else {})
             payload = _skill_payload(draft, previous, coverage, resonance)
+            payload["policyFingerprint"] = fingerprint
+            payload["rebuildLevel"] = level or "initial"
+            payload["rebuilds"] = int(previous.get("rebuilds") or 0) + (1 if level else 0)
+            if previous and previous.get("driftedAtStatsRun") != stats_run:
+                payload["eta"] = round(eta_drift(float(previous.get("eta") or draft.eta), policy.gain), 4)
+            payload["driftedAtStatsRun"] = stats_run
             seen_in = list((memory.properties.get("policy") or {}).get("seenIn") or [])
             guide = draft.invocation_guide
             if seen_in:
@@ -204,9 +258,41 @@ class HigherEvolution:
 
         return apply
 
+    def _drift(self, skill_id: str, gain: float, stats_run: int) -> Apply | None:
+        """Reward drift of an unchanged Skill: ``eta' = .7·eta + .3·gain``, once per policy stats run."""
+
+        def apply() -> None:
+            current = self.memories.get(skill_id)
+            if current is None or current.status == "archived":
+                return
+            skill = current.properties.get("skill") or {}
+            if skill.get("driftedAtStatsRun") == stats_run:
+                return
+            eta = eta_drift(float(skill.get("eta") or 0.5), gain)
+            status = self._skill_status(current, eta, int(skill.get("trials") or 0))
+            self.writer.patch_properties(
+                current,
+                "skill",
+                {"eta": round(eta, 4), "status": status, "rebuildLevel": "L0", "driftedAtStatsRun": stats_run},
+                status="archived" if status == "archived" else "activated",
+            )
+
+        return apply
+
+    def _skill_status(self, skill: Memory, eta: float, trials: int) -> str:
+        """The skill's next lifecycle status for a new eta and trial count (config thresholds applied)."""
+        cfg = self.config.algorithm["skill"]
+        return skill_status(
+            eta,
+            trials,
+            str((skill.properties.get("skill") or {}).get("status") or "candidate"),
+            candidate_trials=int(cfg["candidateTrials"]),
+            min_eta=float(cfg["minEtaForRetrieval"]),
+            repair_origin="repair_candidate" in skill.tags,
+        )
+
     def trial_resolve(self, job: JobRecord) -> Apply | None:
         """Update a skill's eta and status from its resolved trials."""
-        cfg = self.config.algorithm["skill"]
         memory = self.memories.get(job.target_memory_id or "")
         if memory is None or memory.layer != "Skill":
             return None
@@ -219,14 +305,7 @@ class HigherEvolution:
             passes, attempts = self.evolution.trial_counts(current.id)
             prior = float(skill.get("priorEta") or skill.get("eta") or 0.5)
             eta = eta_after_trial(prior, passes, attempts)
-            status = skill_status(
-                eta,
-                attempts,
-                str(skill.get("status") or "candidate"),
-                candidate_trials=int(cfg["candidateTrials"]),
-                min_eta=float(cfg["minEtaForRetrieval"]),
-                repair_origin="repair_candidate" in current.tags,
-            )
+            status = self._skill_status(current, eta, attempts)
             self.writer.patch_properties(
                 current,
                 "skill",

@@ -42,6 +42,8 @@ JOB_PRIORITY: dict[str, int] = {
 }
 UNKNOWN_PRIORITY = 100
 JOB_STATUSES = ("queued", "leased", "succeeded", "failed", "dead_letter")
+RERUN_KEY = "_rerun"  # payload key: a request that arrived while the job was leased (see JobRepository.enqueue)
+RERUN_PATH = "$." + RERUN_KEY
 ACTIVE_STATUSES = ("queued", "leased", "failed")  # the statuses the unique dedupe index covers
 BASE_BACKOFF_S = 30.0
 MAX_BACKOFF_S = 3600.0
@@ -181,7 +183,9 @@ class JobRepository:
 
         When a queued, leased or failed job already has ``dedupe_key`` that job is returned (``created`` False)
         and nothing else changes, except that a *queued* job whose ``run_after`` is later than the new one is
-        brought forward (a later ``run_after`` never postpones it, and a failed job keeps its back-off).
+        brought forward (a later ``run_after`` never postpones it, and a failed job keeps its back-off), and a
+        *leased* job is asked to run once more: it may already have read the state this request is about, so
+        :meth:`complete` queues a fresh job with this payload when it finishes (no update is lost).
         Once the earlier job has succeeded or been dead-lettered, the same key queues a new job.
         Safe inside a caller's transaction (it joins it).
         """
@@ -205,6 +209,12 @@ class JobRepository:
                             (due, now, existing.id),
                         )
                         existing = self._get(conn, existing.id) or existing
+                    elif existing.status == "leased":
+                        rerun = {"payload": payload or {}, "runAfter": due}
+                        conn.execute(
+                            "UPDATE evolution_jobs SET payload_json = json_set(payload_json, ?, json(?)) WHERE id = ?",
+                            (RERUN_PATH, json.dumps(rerun, ensure_ascii=False), existing.id),
+                        )
                     return existing, False
             job_id = new_id("job")
             conn.execute(
@@ -264,10 +274,10 @@ class JobRepository:
             ).fetchall()
             ids = [row["id"] for row in rows]
             for job_id in ids:
-                conn.execute(
+                conn.execute(  # a new run reads the current state: an earlier rerun request is satisfied by it
                     "UPDATE evolution_jobs SET status = 'leased', attempts = attempts + 1, leased_until = ?, "
-                    "updated_at = ? WHERE id = ?",
-                    (until, at, job_id),
+                    "updated_at = ?, payload_json = json_remove(payload_json, ?) WHERE id = ?",
+                    (until, at, RERUN_PATH, job_id),
                 )
             leased = [self._get(conn, job_id) for job_id in ids]
         return [job for job in leased if job is not None]
@@ -280,14 +290,35 @@ class JobRepository:
         return row is not None
 
     def complete(self, job_id: str) -> bool:
-        """Mark a leased job succeeded; False when it is not currently leased."""
+        """Mark a leased job succeeded; False when it is not currently leased.
+
+        A job that was asked to run again while it ran (see :meth:`enqueue`) is followed by a fresh queued job
+        of the same type and key, in the same transaction."""
+        now = utc_now()
         with self.db.transaction() as conn:
             cursor = conn.execute(
                 "UPDATE evolution_jobs SET status = 'succeeded', leased_until = NULL, last_error = NULL, "
                 "updated_at = ? WHERE id = ? AND status = 'leased'",
-                (utc_now(), job_id),
+                (now, job_id),
             )
-            return cursor.rowcount == 1
+            if cursor.rowcount != 1:
+                return False
+            done = self._get(conn, job_id)
+            rerun = done.payload.get(RERUN_KEY) if done is not None else None
+            if done is not None and isinstance(rerun, dict):
+                self.enqueue(
+                    done.job_type,
+                    dedupe_key=done.dedupe_key,
+                    payload=dict(rerun.get("payload") or {}),
+                    run_after=rerun.get("runAfter"),
+                    max_attempts=done.max_attempts,
+                    user_id=done.user_id,
+                    session_id=done.session_id,
+                    episode_id=done.episode_id,
+                    target_memory_id=done.target_memory_id,
+                    priority=done.priority,
+                )
+            return True
 
     def fail(self, job_id: str, error: str, *, retry_in_s: float | None = None, permanent: bool = False) -> str:
         """Record a failure of a leased (or queued) job and return its new status.

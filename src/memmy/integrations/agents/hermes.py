@@ -19,8 +19,9 @@ from typing import Any
 import yaml
 
 from memmy import __version__
-from memmy.integrations.agents.opencode import (
+from memmy.integrations.base import (
     SECRET_MODE,
+    InstallContext,
     file_change,
     home_of,
     instruction_change,
@@ -29,7 +30,6 @@ from memmy.integrations.agents.opencode import (
     runtime_config,
     skill_change,
 )
-from memmy.integrations.base import InstallContext
 from memmy.integrations.plan import FileChange, Plan, read_text
 
 NAME = "hermes"

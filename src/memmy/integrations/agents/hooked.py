@@ -12,18 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memmy.integrations.base import InstallContext, instruction_block, skill_markdown
+from memmy.integrations.base import InstallContext, home_of, instruction_change, skill_change
 from memmy.integrations.hooks_json import with_memmy, without_memmy
-from memmy.integrations.plan import (
-    FileChange,
-    Plan,
-    change,
-    dump_json,
-    load_json_object,
-    read_text,
-    remove_block,
-    upsert_block,
-)
+from memmy.integrations.plan import FileChange, Plan, change, dump_json, load_json_object, read_text
 
 HOOK_TIMEOUT_S = 10
 RESUME_COMMAND = """---
@@ -52,26 +43,6 @@ If the service is unavailable, say so briefly and continue without it.
 """
 
 
-def _home(env: Mapping[str, str]) -> Path:
-    return Path(env.get("HOME") or Path.home())
-
-
-def skill_change(root: Path, agent: str, automatic: bool, install: bool) -> FileChange:
-    """``skills/memmy-memory/SKILL.md`` written or removed."""
-    return change(root / "skills" / "memmy-memory" / "SKILL.md", skill_markdown(agent, automatic) if install else None)
-
-
-def block_change(path: Path, agent: str, install: bool) -> FileChange:
-    """The instruction-file marker block inserted or removed (the file is deleted if memmy made it alone)."""
-    before = read_text(path)
-    if install:
-        return FileChange(path, before, upsert_block(before, instruction_block(agent)))
-    if before is None:
-        return FileChange(path, None, None)
-    after = remove_block(before)
-    return FileChange(path, before, after if after.strip() else None)
-
-
 @dataclass(frozen=True)
 class JsonHookInstaller:
     """A hook-runtime agent configured through one JSON file of hooks."""
@@ -90,7 +61,7 @@ class JsonHookInstaller:
         """The agent's config directory."""
         if self.env_root and env.get(self.env_root):
             return Path(env[self.env_root]).expanduser()
-        return _home(env) / self.default_dir
+        return home_of(env) / self.default_dir
 
     def detected(self, env: Mapping[str, str]) -> bool:
         """Installed when its config directory exists."""
@@ -126,7 +97,7 @@ class JsonHookInstaller:
         plan.changes.append(self._hooks_change(ctx, install))
         plan.changes.append(skill_change(root, self.name, automatic=True, install=install))
         if self.instruction_file:
-            plan.changes.append(block_change(root / self.instruction_file, self.name, install))
+            plan.changes.append(instruction_change(root / self.instruction_file, self.name, install))
         if self.resume_command:
             plan.changes.append(change(root / "commands" / "memmy-resume.md", RESUME_COMMAND if install else None))
         else:  # no native commands: a skill teaches the agent the same resume flow through the CLI
@@ -192,7 +163,7 @@ class SkillOnlyInstaller:
     def root(self, env: Mapping[str, str]) -> Path:
         """The first configured or existing root."""
         candidates = [Path(env[r]).expanduser() for r in self.roots if r.isupper() and env.get(r)]
-        candidates += [_home(env) / r for r in self.roots if not r.isupper()]
+        candidates += [home_of(env) / r for r in self.roots if not r.isupper()]
         return next((c for c in candidates if c.is_dir()), candidates[0])
 
     def detected(self, env: Mapping[str, str]) -> bool:

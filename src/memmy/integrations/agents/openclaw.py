@@ -17,17 +17,17 @@ from pathlib import Path
 from typing import Any
 
 from memmy import __version__
-from memmy.integrations.agents.opencode import (
+from memmy.integrations.base import (
     SECRET_MODE,
+    InstallContext,
     file_change,
     home_of,
     instruction_change,
-    load_template,
     on_path,
+    plugin_module,
     runtime_config,
     skill_change,
 )
-from memmy.integrations.base import InstallContext
 from memmy.integrations.plan import FileChange, Plan, dump_json, load_json_object, read_text
 
 NAME = "openclaw"
@@ -261,7 +261,7 @@ class OpenClawInstaller:
         plan.changes += [
             file_change(plugin_dir / "package.json", True, dump_json(package_json())),
             file_change(plugin_dir / "openclaw.plugin.json", True, dump_json(manifest())),
-            file_change(plugin_dir / "index.mjs", True, load_template("openclaw_index.mjs")),
+            file_change(plugin_dir / "index.mjs", True, plugin_module("openclaw_index.mjs")),
             file_change(plugin_dir / "memmy-memory-config.json", True, runtime_config(ctx), SECRET_MODE),
             file_change(plugin_dir / STATE_FILE, True, read_text(plugin_dir / STATE_FILE) or dump_json(state)),
             FileChange(path, before, dump_json(self._merged(ctx, config))),
