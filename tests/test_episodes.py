@@ -74,6 +74,12 @@ def test_follow_ups_share_an_episode_and_a_new_topic_closes_it(svc: MemoryServic
     trace = svc.memories.get(third["complete"]["l1MemoryId"])
     assert trace is not None and trace.properties["trace"]["episode_id"] == new.id
 
+    # the panel's task list carries each turn's episode
+    tasks = svc.panel.tasks({})["tasks"]
+    assert [t["id"] for t in tasks] == [new.id, old.id, old.id]
+    assert [t["episode"]["status"] for t in tasks] == ["open", "closed", "closed"]
+    assert tasks[1]["episode"]["episodeId"] == old.id and tasks[1]["turns"][0]["episodeId"] == old.id
+
 
 def test_a_revision_stays_in_the_episode_and_counts_as_negative_feedback(svc: MemoryService) -> None:
     sid = svc.open_session({}, NS)["sessionId"]

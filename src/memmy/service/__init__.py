@@ -137,7 +137,7 @@ class MemoryService:
             self.evolution,
             self.worker.wake,
         )
-        self.panel = PanelOps(self.memories, self.logs, self.sessions, self.queue)
+        self.panel = PanelOps(self.memories, self.logs, self.sessions, self.queue, self.episodes)
         self.imports = ImportOps(config, db, self.memories, self.sessions, self.indexer)
         self.keys = KeyOps(config, db, self.memories, self.logs, self.indexer, self.memory_ops)
         self.validity = ValidityOps(db, self.memories, self.logs)

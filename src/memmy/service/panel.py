@@ -10,6 +10,7 @@ from memmy.errors import InvalidArgument
 from memmy.service.memories import memory_item
 from memmy.service.validate import layer_of
 from memmy.store.db import utc_now
+from memmy.store.episodes import EpisodeRecord, EpisodeRepository
 from memmy.store.logs import LogRepository
 from memmy.store.memories import MemoryFilter, MemoryRepository
 from memmy.store.queue import EmbeddingQueue
@@ -47,12 +48,18 @@ class PanelOps:
     """Aggregates for the web panel and the CLI status command."""
 
     def __init__(
-        self, memories: MemoryRepository, logs: LogRepository, sessions: SessionRepository, queue: EmbeddingQueue
+        self,
+        memories: MemoryRepository,
+        logs: LogRepository,
+        sessions: SessionRepository,
+        queue: EmbeddingQueue,
+        episodes: EpisodeRepository | None = None,
     ) -> None:
         self.memories = memories
         self.logs = logs
         self.sessions = sessions
         self.queue = queue
+        self.episodes = episodes
 
     def overview(self) -> dict[str, Any]:
         """Counts per layer, source distribution and 371 days of daily activity."""
@@ -146,13 +153,18 @@ class PanelOps:
         """Recent captured turns (tasks), newest first."""
         page = max(1, _int_param(params, "page", 1))
         rows, total = self.sessions.list_recent_turns(PAGE_SIZE, (page - 1) * PAGE_SIZE, params.get("q") or None)
+        episodes: dict[str, EpisodeRecord | None] = {}
+        if self.episodes is not None:
+            for episode_id in {str(row["episode_id"]) for row in rows if row["episode_id"]}:
+                episodes[episode_id] = self.episodes.get(episode_id)
         tasks = []
         for row in rows:
             turn = raw_turn_dict(row)
+            episode = episodes.get(str(row["episode_id"])) if row["episode_id"] else None
             tasks.append(
                 {
                     "id": row["episode_id"] or row["id"],
-                    "episode": None,
+                    "episode": episode.to_json() if episode is not None else None,
                     "memoryIds": json.loads(row["source_memory_ids_json"] or "[]"),
                     "turns": [turn],
                     "updatedAt": row["created_at"],
