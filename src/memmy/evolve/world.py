@@ -280,6 +280,7 @@ def world_model_llm(
     if not isinstance(answer, dict):
         return fallback
     allowed = {p.id for p in policies}
+    offered = {world_id for world_id, _title in existing or []}
     title, body = as_text(answer.get("title")), as_text(answer.get("body"))
     sections = [_items(answer.get(k, []), allowed) for k in ("environment", "inference", "constraints")]
     if not (title and body) or any(s is None for s in sections):
@@ -300,5 +301,5 @@ def world_model_llm(
         confidence=round(clamp01(confidence), 4),
         admission=fallback.admission,
         origin="llm",
-        supersedes=[i for i in as_str_list(answer.get("supersedes_world_ids"), 12) if i in dict(existing or [])],
+        supersedes=[i for i in as_str_list(answer.get("supersedes_world_ids"), 12) if i in offered],
     )

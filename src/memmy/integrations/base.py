@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Protocol
 
-from memmy.integrations.plan import FileChange, Plan, dump_json, read_text, remove_block, upsert_block
+from memmy.integrations.plan import FileChange, Plan, change, dump_json, read_text, remove_block, upsert_block
 
 HOOK_MODULE = "memmy.hook"
 SECRET_MODE = 0o600
@@ -176,7 +176,7 @@ def runtime_config(ctx: InstallContext) -> str:
 
 def file_change(path: Path, install: bool, text: str, mode: int | None = None) -> FileChange:
     """Write ``text`` to a file memmy owns on install; delete it on removal."""
-    return FileChange(path, read_text(path), text if install else None, mode)
+    return change(path, text if install else None, mode)
 
 
 def skill_change(root: Path, agent: str, install: bool, automatic: bool = True) -> FileChange:

@@ -173,7 +173,7 @@ class LayerWriter:
         old.version += 1
         old.updated_at = utc_now()
         self.memories.update(old, before, "archive", EVOLUTION_SOURCE)
-        self.indexer.unindex(old.id)
+        self.sync_index(old)
         return True
 
     def patch_properties(self, memory: Memory, key: str, patch: dict[str, Any], status: str | None = None) -> Memory:

@@ -53,7 +53,7 @@ class PanelOps:
         logs: LogRepository,
         sessions: SessionRepository,
         queue: EmbeddingQueue,
-        episodes: EpisodeRepository | None = None,
+        episodes: EpisodeRepository,
     ) -> None:
         self.memories = memories
         self.logs = logs
@@ -153,10 +153,10 @@ class PanelOps:
         """Recent captured turns (tasks), newest first."""
         page = max(1, _int_param(params, "page", 1))
         rows, total = self.sessions.list_recent_turns(PAGE_SIZE, (page - 1) * PAGE_SIZE, params.get("q") or None)
-        episodes: dict[str, EpisodeRecord | None] = {}
-        if self.episodes is not None:
-            for episode_id in {str(row["episode_id"]) for row in rows if row["episode_id"]}:
-                episodes[episode_id] = self.episodes.get(episode_id)
+        episodes: dict[str, EpisodeRecord | None] = {
+            episode_id: self.episodes.get(episode_id)
+            for episode_id in {str(row["episode_id"]) for row in rows if row["episode_id"]}
+        }
         tasks = []
         for row in rows:
             turn = raw_turn_dict(row)

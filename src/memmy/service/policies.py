@@ -150,16 +150,16 @@ class PolicyEvolution:
         if memory is None:
             return None
         policy = dict(memory.properties.get("policy") or {})
-        linked = self.evolution.trace_values(self.evolution.traces_of(policy_id))
-        episode_ids = sorted({episode for _value, episode in linked.values() if episode})
-        others = [i for i in self.evolution.episode_trace_ids(episode_ids[-100:]) if i not in linked]
+        linked = self.evolution.trace_values(self.evolution.traces_of(policy_id))  # newest links first
+        episode_ids = list(dict.fromkeys(episode for _value, episode in linked.values() if episode))
+        others = [i for i in self.evolution.episode_trace_ids(episode_ids[:100]) if i not in linked]
         without = [value for value, _episode in self.evolution.trace_values(others).values()]
         l2 = self._l2
         stats = compute_stats(
             [value for value, _episode in linked.values()],
             without,
             self.evolution.pool_mean(),
-            max(len(episode_ids), self.evolution.support_of(policy_id)),
+            self.evolution.support_of(policy_id),
             float(policy["gain"]) if policy.get("statsRuns") else None,
             str(policy.get("status") or "candidate"),
             tau=float(l2["tauSoftmax"]),
@@ -175,8 +175,8 @@ class PolicyEvolution:
             "confidence": round(stats.confidence, 4),
             "status": stats.status,
             "statsRuns": int(policy.get("statsRuns") or 0) + 1,
-            "sourceEpisodeIds": episode_ids[-50:],
-            "sourceTraceIds": list(linked)[:50],  # the newest evidence (the links table has all of it)
+            "sourceEpisodeIds": episode_ids[:50],  # the newest evidence (the links table has all of it)
+            "sourceTraceIds": list(linked)[:50],
         }
         self.writer.patch_properties(memory, "policy", patch, status=_memory_status(stats.status))
         if stats.status == "archived" and policy.get("signature"):

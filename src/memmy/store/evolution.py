@@ -185,7 +185,8 @@ class EvolutionRepository:
         return [r[0] for r in rows]
 
     def trace_values(self, trace_ids: list[str]) -> dict[str, tuple[float, str | None]]:
-        """Value and episode of live traces, read straight from their JSON (statistics need nothing else)."""
+        """Value and episode of live traces, in the order of ``trace_ids``, read straight from their JSON
+        (statistics need nothing else)."""
         out: dict[str, tuple[float, str | None]] = {}
         for start in range(0, len(trace_ids), 500):
             chunk = trace_ids[start : start + 500]
@@ -196,7 +197,7 @@ class EvolutionRepository:
                 chunk,
             )
             out.update({r[0]: (float(r[1] or 0.0), r[2]) for r in rows})
-        return out
+        return {trace_id: out[trace_id] for trace_id in trace_ids if trace_id in out}
 
     def episode_trace_ids(self, episode_ids: list[str]) -> list[str]:
         """The trace ids of several episodes."""
@@ -208,10 +209,10 @@ class EvolutionRepository:
         return [trace_id for r in rows for trace_id in json.loads(r[0])]
 
     def support_of(self, policy_id: str) -> int:
-        """Distinct episodes among all traces linked to a policy (support is not capped)."""
+        """Distinct episodes among all live traces linked to a policy (support is not capped)."""
         row = self.db.query_one(
             "SELECT COUNT(DISTINCT json_extract(m.properties_json, '$.trace.episode_id')) FROM trace_policy_links l "
-            "JOIN memories m ON m.id = l.l1_memory_id WHERE l.l2_memory_id = ?",
+            "JOIN memories m ON m.id = l.l1_memory_id WHERE l.l2_memory_id = ? AND m.status != 'deleted'",
             (policy_id,),
         )
         return int(row[0]) if row is not None and row[0] is not None else 0
