@@ -174,6 +174,15 @@ def test_init_writes_config_and_database(isolated_home: Path) -> None:
     )
 
 
+def test_init_says_whether_the_service_is_already_running(isolated_home: Path, daemon: Daemon) -> None:
+    down = f"http://127.0.0.1:{free_port()}"
+    stopped = CliRunner().invoke(cli, ["init", "--no-agents", "--endpoint", down], catch_exceptions=False)
+    assert stopped.exit_code == 0 and "Start the service with: memmy-memory serve" in stopped.output
+    running = CliRunner().invoke(cli, ["init", "--no-agents", "--endpoint", daemon.url], catch_exceptions=False)
+    assert running.exit_code == 0 and f"The service is running at {daemon.url}" in running.output
+    assert "Start the service with" not in running.output
+
+
 def test_console_script_runs(isolated_home: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "memmy", "--version"], capture_output=True, text=True, env={**os.environ}, timeout=60

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import httpx
 import yaml
 
 from memmy.cli.context import CliContext, list_option, pass_ctx
@@ -172,7 +173,18 @@ def init(
     if skipped:
         click.echo(f"  skipped (not installed here): {', '.join(skipped)}")
     if not dry_run:
-        click.echo("\nStart the service with: memmy-memory serve\nThen try:               memmy-memory health")
+        if _service_up(current.storage.endpoint):
+            click.echo(f"\nThe service is running at {current.storage.endpoint}: try memmy-memory health")
+        else:
+            click.echo("\nStart the service with: memmy-memory serve\nThen try:               memmy-memory health")
+
+
+def _service_up(endpoint: str) -> bool:
+    """True when a memmy daemon answers its (unauthenticated) health route at ``endpoint``."""
+    try:
+        return httpx.get(f"{endpoint.rstrip('/')}/api/v1/health", timeout=1.0).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 @click.command()
