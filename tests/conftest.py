@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from memmy.config import load_config
 from memmy.embed import Embedder, build_embedder
@@ -159,11 +160,20 @@ class Daemon:
                 raise RuntimeError(f"daemon exited early:\n{self.log_path.read_text()}")
             try:
                 if httpx.get(f"{self.url}/api/v1/health", timeout=1).status_code == 200:
+                    self.token = self.token or self.config_token()
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(0.1)
         raise RuntimeError(f"daemon did not become healthy:\n{self.log_path.read_text()}")
+
+    def config_token(self) -> str | None:
+        """The token ``serve`` created in this home's config.yaml (None with ``server.auth: none``)."""
+        path = self.home / ".memmy" / "config.yaml"
+        if not path.exists():
+            return None
+        tree = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("memmyMemory") or {}
+        return ((tree.get("storage") or {}).get("token")) or None
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
         assert self.process is not None

@@ -27,12 +27,15 @@ PROTECTED = [
 ]
 
 
-def test_health_is_anonymous(daemon: Daemon) -> None:
+def test_health_is_anonymous_but_minimal(daemon: Daemon) -> None:
     with daemon.client(token=None) as client:
+        anonymous = client.get("/api/v1/health")
+    assert anonymous.status_code == 200
+    assert set(anonymous.json()) == {"ok", "version"} and anonymous.json()["ok"] is True
+    with daemon.client() as client:
         response = client.get("/api/v1/health")
-    assert response.status_code == 200
     body = response.json()
-    assert body["ok"] is True and body["storage"]["backend"] == "sqlite"
+    assert body["ok"] is True and body["status"] == "ok" and body["storage"]["backend"] == "sqlite"
     assert body["models"]["embedding"]["fingerprint"] == {"provider": "local", "model": "all-MiniLM-L6-v2", "dim": 384}
     assert "test-token-123" not in response.text
 
@@ -66,7 +69,7 @@ def test_bad_input_gets_clear_errors(daemon: Daemon) -> None:
             "/api/v1/memory/add", content=b'{"content": ', headers={"content-type": "application/json"}
         )
         assert bad_json.status_code == 400
-        assert bad_json.json()["error"]["code"] == "invalid_argument"
+        assert bad_json.json()["error"]["code"] == "invalid_json"
         assert "not valid JSON" in bad_json.json()["error"]["message"]
         assert bad_json.json()["error"]["requestId"] == "req-42"
 
@@ -110,7 +113,9 @@ def test_bad_input_gets_clear_errors(daemon: Daemon) -> None:
 def test_cross_site_browser_requests_are_refused(daemon: Daemon) -> None:
     with daemon.client(origin="https://evil.example") as client:
         assert client.post("/api/v1/memory/add", json={"content": "csrf"}).status_code == 403
-    with daemon.client(origin="http://localhost:5173") as client:
+    with daemon.client(origin="http://localhost:5173") as client:  # another loopback port: not on the allowlist
+        assert client.get("/api/v1/panel/overview").status_code == 403
+    with daemon.client(origin=f"http://localhost:{daemon.port}") as client:  # the daemon's own origin
         assert client.get("/api/v1/panel/overview").status_code == 200
 
 

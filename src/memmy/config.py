@@ -10,9 +10,11 @@ checked against the type of its default, so a bad file fails with the file, the 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import os
 import re
+import secrets
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -59,6 +61,7 @@ def _env_override_table() -> dict[str, tuple[str, ...]]:
         "MEMMY_MEMORY_URL": ("storage", "endpoint"),
         "MEMORY_SERVICE_TOKEN": ("storage", "token"),
         "MEMMY_MEMORY_TOKEN": ("storage", "token"),
+        "MEMMY_MEMORY_AUTH": ("server", "auth"),
         "MEMMY_EVOLUTION_ENABLE_THINKING": ("evolution", "enableThinking"),
         "MEMMY_ENABLE_MEMORY_ADD": ("algorithm", "enableMemoryAdd"),
         "MEMMY_ENABLE_MEMORY_SEARCH": ("algorithm", "enableMemorySearch"),
@@ -143,6 +146,13 @@ class ServerSettings:
     host: str
     port: int
     max_body_bytes: int
+    auth: str = "token"
+    allowed_origins: tuple[str, ...] = ()
+
+    @property
+    def auth_disabled(self) -> bool:
+        """True when the config says ``server.auth: none`` (no token check at all)."""
+        return self.auth == "none"
 
 
 @dataclass(frozen=True)
@@ -432,6 +442,9 @@ def load_config(
     server = tree["server"]
     if not 0 < server["port"] < 65536:
         raise ConfigError(f"{path}: {ROOT_KEY}.server.port: expected 1-65535, got {server['port']!r}")
+    origins = server["allowedOrigins"]
+    if not isinstance(origins, list) or not all(isinstance(o, str) and o for o in origins):
+        raise ConfigError(f"{path}: {ROOT_KEY}.server.allowedOrigins: expected a list of origins, got {origins!r}")
     embedding = tree["embedding"]
     return MemmyConfig(
         path=path,
@@ -445,7 +458,13 @@ def load_config(
             endpoint=storage["endpoint"],
             token=storage["token"] or "",
         ),
-        server=ServerSettings(host=server["host"], port=int(server["port"]), max_body_bytes=server["maxBodyBytes"]),
+        server=ServerSettings(
+            host=server["host"],
+            port=int(server["port"]),
+            max_body_bytes=server["maxBodyBytes"],
+            auth=server["auth"],
+            allowed_origins=tuple(o.rstrip("/") for o in origins),
+        ),
         summary=_llm(tree["summary"]),
         evolution=_llm(evolution),
         embedding=EmbeddingSettings(
@@ -488,6 +507,34 @@ def update_config_file(path: Path, updates: Mapping[str, Any]) -> dict[str, Any]
         Path(tmp).unlink(missing_ok=True)
         raise
     return raw
+
+
+def store_id(sqlite_path: str | os.PathLike[str]) -> str:
+    """A short, stable id of a store (hash of its resolved path): ``init`` compares it with a daemon's health."""
+    path = Path(sqlite_path).expanduser()
+    try:
+        path = path.resolve()
+    except OSError:
+        pass
+    return hashlib.sha256(str(path).encode("utf-8", "replace")).hexdigest()[:16]
+
+
+def new_token() -> str:
+    """A fresh random service token (32 random bytes, URL-safe)."""
+    return secrets.token_urlsafe(32)
+
+
+def ensure_token(config: MemmyConfig) -> str | None:
+    """Create and save a token when auth is on and none is configured; return the new token, else None.
+
+    The token is written to ``storage.token`` of the config file (mode 0600). Nothing happens with
+    ``server.auth: none`` or when a token already comes from the file or the environment.
+    """
+    if config.server.auth_disabled or config.storage.token:
+        return None
+    token = new_token()
+    update_config_file(config.path, {"storage": {"token": token}})
+    return token
 
 
 def reload_requires_restart(old: MemmyConfig, new: MemmyConfig) -> bool:

@@ -48,6 +48,12 @@ def default_tree() -> dict[str, Any]:
             "host": DEFAULT_HOST,
             "port": DEFAULT_PORT,
             "maxBodyBytes": MAX_BODY_BYTES,
+            # "token" (default): every route but the minimal health needs storage.token, created at the first
+            # init/serve. "none": no token check at all (any local process may read and write memory).
+            "auth": "token",
+            # Extra browser origins (e.g. "http://localhost:5173") allowed to call the daemon; the daemon's own
+            # loopback origin is always allowed, "null" and every other origin never.
+            "allowedOrigins": [],
         },
         "summary": _llm_defaults(512, 45_000, 3, False),
         "evolution": _llm_defaults(4096, 180_000, 2, True),
@@ -217,6 +223,7 @@ ENUMS: dict[str, tuple[str, ...]] = {
     "activeProfile": ("byok", "account"),
     "storage.mode": ("local",),
     "storage.backend": ("sqlite",),
+    "server.auth": ("token", "none"),
     "embedding.provider": ("local", "openai_compatible"),
     "summary.provider": ("", "openai_compatible", "local_only", "host"),
     "evolution.provider": ("", "openai_compatible", "local_only", "host"),

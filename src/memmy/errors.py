@@ -65,6 +65,31 @@ class EmbeddingError(MemmyError):
     code = "embedding_failed"
 
 
+class StorageFullError(MemmyError):
+    """The store cannot write: the disk (or its quota) is full, or SQLite reports an I/O error."""
+
+    code = "storage_full"
+
+
+#: SQLite messages that mean "the store cannot write right now" (disk full, quota, I/O failure).
+_STORAGE_FAILURES = ("database or disk is full", "disk i/o error", "no space left on device", "disk quota exceeded")
+
+
+def storage_failure(exc: BaseException) -> StorageFullError | None:
+    """A :class:`StorageFullError` naming the cause when ``exc`` is SQLite's disk-full or I/O error, else None."""
+    if isinstance(exc, StorageFullError):
+        return exc
+    text = str(exc).lower()
+    if isinstance(exc, OSError) and getattr(exc, "errno", None) in (28, 122):  # ENOSPC, EDQUOT
+        text = "no space left on device"
+    if not any(marker in text for marker in _STORAGE_FAILURES):
+        return None
+    return StorageFullError(
+        f"the memory store cannot write ({text.strip()}): free disk space where the database lives, "
+        "then retry; nothing of this request was saved"
+    )
+
+
 HTTP_STATUS_BY_CODE: dict[str, int] = {
     "invalid_argument": 400,
     "unauthorized": 401,
@@ -72,7 +97,11 @@ HTTP_STATUS_BY_CODE: dict[str, int] = {
     "not_found": 404,
     "conflict": 409,
     "payload_too_large": 413,
+    "unsupported_media_type": 415,
+    "misdirected_request": 421,
+    "invalid_json": 400,
     "rate_limited": 429,
+    "storage_full": 507,
 }
 
 

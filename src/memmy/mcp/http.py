@@ -65,10 +65,12 @@ def presented_token(scope: Scope) -> str:
 
 
 def origin_allowed(scope: Scope) -> bool:
-    """No Origin, ``null``, ``file://`` or a loopback page (the daemon's CSRF rule)."""
+    """No Origin or a loopback page (the daemon's CSRF rule); ``null`` and ``file://`` pages are refused."""
     origin = next((bytes(v).decode("latin-1") for k, v in scope.get("headers", []) if k == b"origin"), None)
-    if origin is None or origin in ("null", "file://"):
+    if origin is None:
         return True
+    if origin.strip().lower() in ("null", "file://"):
+        return False
     return (urlsplit(origin).hostname or "") in LOOPBACK
 
 
@@ -78,6 +80,15 @@ async def send_error(send: Send, status: int, code: str, message: str) -> None:
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def _in_process(app: ASGIApp) -> ASGIApp:
+    """``app`` with its scopes marked in-process (no socket: the daemon's Host guard has nothing to check)."""
+
+    async def marked(scope: Scope, receive: Receive, send: Send) -> None:
+        await app({**scope, "memmy.in_process": True}, receive, send)
+
+    return marked
 
 
 class McpHttpEndpoint:
@@ -130,7 +141,7 @@ class McpHttpEndpoint:
             return ApiClient(target, token=self._token, headers=headers)
         if target is None:
             raise RuntimeError("McpHttpEndpoint needs api= when it is not mounted inside a Starlette app")
-        transport = httpx.ASGITransport(app=target)
+        transport = httpx.ASGITransport(app=_in_process(target))
         return ApiClient(INTERNAL_BASE_URL, token=self._token, headers=headers, transport=transport)
 
     async def _ensure_running(self) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -16,9 +18,12 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from memmy import __version__
+from memmy.config import store_id
 from memmy.domain import stable_hash
-from memmy.errors import Conflict, InvalidArgument, MemmyError, http_status_for
+from memmy.errors import Conflict, MemmyError, StorageFullError, http_status_for, storage_failure
 from memmy.mcp.http import McpHttpEndpoint
+from memmy.server.bodies import parse_body
 from memmy.server.middleware import GuardMiddleware, error_body, json_dumps
 from memmy.server.openapi import openapi_document
 from memmy.service import MemoryService
@@ -49,18 +54,8 @@ def error_response(request: Request, exc: MemmyError) -> Response:
 
 
 async def read_json(request: Request) -> Any:
-    """Parse the body as JSON; an empty body is ``{}``; bad JSON is a clear 400."""
-    raw = await request.body()
-    if not raw.strip():
-        return {}
-    try:
-        return json.loads(raw)
-    except UnicodeDecodeError:
-        raise InvalidArgument("request body is not valid UTF-8") from None
-    except json.JSONDecodeError as exc:
-        raise InvalidArgument(
-            f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-        ) from None
+    """Parse the body as JSON (see :func:`memmy.server.bodies.parse_body`): empty is ``{}``, bad JSON a 400."""
+    return parse_body(await request.body())
 
 
 class Api:
@@ -69,6 +64,8 @@ class Api:
     def __init__(self, service: MemoryService, shutdown: Callable[[], None] | None) -> None:
         self.service = service
         self.shutdown_callback = shutdown
+        #: Why the last write failed for want of storage (None once a write succeeds again).
+        self.storage_fault: str | None = None
 
     def namespace(self, request: Request) -> Namespace:
         """Caller identity from the ``x-memmy-*`` headers and ``?source=``."""
@@ -88,10 +85,22 @@ class Api:
         """Run a service call in the thread pool with idempotency and error mapping."""
         try:
             if idempotency_op and isinstance(body, dict) and body.get("adapterId") and body.get("requestId"):
-                return json_response(await run_in_threadpool(self._idempotent, idempotency_op, body, fn, args))
-            return json_response(await run_in_threadpool(fn, *args))
+                result = await run_in_threadpool(self._idempotent, idempotency_op, body, fn, args)
+            else:
+                result = await run_in_threadpool(fn, *args)
         except MemmyError as exc:
+            if isinstance(exc, StorageFullError):
+                self.storage_fault = exc.message
             return error_response(request, exc)
+        except (sqlite3.Error, OSError) as exc:
+            failure = storage_failure(exc)
+            if failure is None:
+                raise
+            self.storage_fault = failure.message
+            return error_response(request, failure)
+        if request.method != "GET":
+            self.storage_fault = None
+        return json_response(result)
 
     def _idempotent(
         self, op: str, body: dict[str, Any], fn: Callable[..., dict[str, Any]], args: tuple[Any, ...]
@@ -106,7 +115,10 @@ class Api:
                     raise Conflict("idempotency key reused with different request body")
                 return {**stored[1], "duplicate": True}
             response = fn(*args)
-            self.service.logs.store_idempotent_response(key, request_hash, response)
+            try:  # the write is committed: failing to remember the answer must not turn it into an error
+                self.service.logs.store_idempotent_response(key, request_hash, response)
+            except sqlite3.Error as exc:
+                log.warning("could not record idempotency key %s: %s", key, exc)
             return response
 
     async def json_call(
@@ -125,7 +137,34 @@ class Api:
 
     # -- handlers ---------------------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
-        return await self.call(request, self.service.health)
+        """``{ok, version}`` for anyone; the details (storage, models, queue, store id) only with the token."""
+        fault = await run_in_threadpool(self._storage_probe) if self.storage_fault else None
+        if not request.scope.get("state", {}).get("authenticated"):
+            return json_response({"ok": fault is None, "version": __version__})
+        try:
+            payload = await run_in_threadpool(self.service.health)
+        except MemmyError as exc:
+            return error_response(request, exc)
+        payload["storeId"] = store_id(self.service.config.storage.sqlite_path)
+        payload["status"] = "ok"
+        if fault is not None:
+            payload.update({"ok": False, "status": "degraded", "reason": fault})
+        return json_response(payload)
+
+    def _storage_probe(self) -> str | None:
+        """After a failed write: try one small committed write; clear the fault when it succeeds."""
+        try:
+            with self.service.db.transaction() as conn:
+                conn.execute(
+                    "INSERT INTO runtime_kv(key, value_json, updated_at) VALUES ('health.writeProbe', ?, ?) "
+                    "ON CONFLICT(key) DO UPDATE SET value_json = excluded.value_json, updated_at = excluded.updated_at",
+                    (json.dumps(time.time()), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())),
+                )
+        except (sqlite3.Error, OSError) as exc:
+            failure = storage_failure(exc)
+            return failure.message if failure is not None else f"the store cannot write: {exc}"
+        self.storage_fault = None
+        return None
 
     async def open_session(self, request: Request) -> Response:
         ns = self.namespace(request)
@@ -349,7 +388,11 @@ def create_app(service: MemoryService, shutdown: Callable[[], None] | None = Non
             error_body(code, message, _request_id(request)), status_code=status, media_type="application/json"
         )
 
-    mcp_http = McpHttpEndpoint(token=lambda: service.config.storage.token)
+    def token() -> str:
+        """The token callers must present; empty with ``server.auth: none``."""
+        return "" if service.config.server.auth_disabled else service.config.storage.token
+
+    mcp_http = McpHttpEndpoint(token=token)
     routes.append(mcp_http.route("/mcp"))
     app = Starlette(
         routes=routes,
@@ -358,8 +401,9 @@ def create_app(service: MemoryService, shutdown: Callable[[], None] | None = Non
         middleware=[
             Middleware(
                 GuardMiddleware,
-                token_getter=lambda: service.config.storage.token,
+                token_getter=token,
                 max_body_bytes=service.config.server.max_body_bytes,
+                allowed_origins=lambda: service.config.server.allowed_origins,
             )
         ],
     )

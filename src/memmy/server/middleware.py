@@ -1,8 +1,9 @@
-"""ASGI middleware: body size cap, bearer-token auth, origin check, request ids, error envelope."""
+"""ASGI middleware: Host/Origin guard, bearer-token auth, content type, body cap, request ids, error envelope."""
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import json
 import logging
 import uuid
@@ -12,10 +13,16 @@ from urllib.parse import parse_qs, urlsplit
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from memmy.errors import storage_failure
+
 log = logging.getLogger("memmy.server")
 
 ANONYMOUS_PATHS = frozenset({"/api/v1/health"})
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+#: Methods whose body the routes read as JSON; any body on them must say ``content-type: application/json``.
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+#: Scope key set by in-process callers (the ``/mcp`` endpoint's ASGI transport): no socket, no Host to check.
+IN_PROCESS_KEY = "memmy.in_process"
 
 
 def error_body(code: str, message: str, request_id: str) -> bytes:
@@ -62,21 +69,90 @@ def request_token(scope: Scope) -> str | None:
     return None
 
 
-def origin_allowed(origin: str | None) -> bool:
-    """Browsers may only call from loopback pages (or file://); other sites are refused (CSRF guard)."""
-    if origin is None or origin in ("null", "file://"):
+def _is_loopback_name(host: str) -> bool:
+    host = host.strip("[]").lower()
+    if host == "localhost":
         return True
-    host = urlsplit(origin).hostname or ""
-    return host in LOOPBACK_HOSTS
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _served(scope: Scope) -> tuple[str, int | None]:
+    server = scope.get("server") or ("127.0.0.1", None)
+    return str(server[0]), (int(server[1]) if server[1] is not None else None)
+
+
+def host_allowed(host_header: str | None, scope: Scope) -> bool:
+    """The ``Host`` names a loopback address (or the bound address) and the port the daemon serves.
+
+    A page that reached the daemon through DNS rebinding sends its own name (``evil.example:18960``) and is refused.
+    """
+    if host_header is None:
+        return True  # HTTP/1.0 without Host: not a browser
+    try:
+        parts = urlsplit(f"//{host_header}")
+        name, port = parts.hostname or "", parts.port
+    except ValueError:
+        return False
+    bound, served_port = _served(scope)
+    if not (_is_loopback_name(name) or name == bound.strip("[]").lower()):
+        return False
+    return port is None or served_port is None or port == served_port
+
+
+def origin_allowed(origin: str | None, scope: Scope, allowed: tuple[str, ...] = ()) -> bool:
+    """Only the daemon's own loopback origin and the configured ``server.allowedOrigins`` may call from a browser.
+
+    No ``Origin`` (curl, hooks, plugins) is fine; ``null`` (sandboxed iframes, ``file://``) and every other site
+    are refused, so a web page can neither write nor read.
+    """
+    if origin is None:
+        return True
+    origin = origin.strip().rstrip("/")
+    if origin in allowed:
+        return True
+    if origin.lower() == "null":
+        return False
+    try:
+        parts = urlsplit(origin)
+        name, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return False
+    _bound, served_port = _served(scope)
+    return parts.scheme == "http" and _is_loopback_name(name) and (served_port is None or port == served_port)
+
+
+def _media_type(value: str | None) -> str:
+    return (value or "").split(";", 1)[0].strip().lower()
+
+
+def _has_body(scope: Scope) -> bool:
+    length = _header(scope, b"content-length")
+    if length is not None:
+        return length.strip() not in ("", "0")
+    return _header(scope, b"transfer-encoding") is not None
 
 
 class GuardMiddleware:
-    """Request id, origin check, token check and body cap, before any route runs."""
+    """Request id, Host and Origin checks, token check, content type and body cap, before any route runs.
 
-    def __init__(self, app: ASGIApp, token_getter: Callable[[], str], max_body_bytes: int) -> None:
+    ``token_getter`` returns the token callers must present; an empty string means ``server.auth: none``.
+    A request that presents the right token is marked ``state.authenticated`` (health then shows details).
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        token_getter: Callable[[], str],
+        max_body_bytes: int,
+        allowed_origins: Callable[[], tuple[str, ...]] = tuple,
+    ) -> None:
         self.app = app
         self.token_getter = token_getter
         self.max_body_bytes = max_body_bytes
+        self.allowed_origins = allowed_origins
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -84,19 +160,38 @@ class GuardMiddleware:
             return
         request_id = _header(scope, b"x-request-id") or _header(scope, b"x-correlation-id") or str(uuid.uuid4())
         request_id = request_id[:128]
-        scope.setdefault("state", {})["request_id"] = request_id
-        if not origin_allowed(_header(scope, b"origin")):
+        state = scope.setdefault("state", {})
+        state["request_id"] = request_id
+        in_process = bool(scope.get(IN_PROCESS_KEY))
+        if not in_process and not host_allowed(_header(scope, b"host"), scope):
             await send_error(
-                send, 403, "forbidden", "cross-origin requests from non-local pages are refused", request_id
+                send,
+                421,
+                "misdirected_request",
+                "the Host header does not name this loopback service (DNS rebinding guard)",
+                request_id,
+            )
+            return
+        if not origin_allowed(_header(scope, b"origin"), scope, self.allowed_origins()):
+            await send_error(
+                send,
+                403,
+                "forbidden",
+                "cross-origin requests are refused (only this service's own origin and server.allowedOrigins)",
+                request_id,
             )
             return
         path = scope.get("path", "")
         expected = self.token_getter()
-        if expected and path not in ANONYMOUS_PATHS and scope.get("method") != "OPTIONS":
-            presented = request_token(scope) or ""
-            if not hmac.compare_digest(presented.encode(), expected.encode()):
-                await send_error(send, 401, "unauthorized", "invalid memory service token", request_id)
-                return
+        presented = request_token(scope)
+        authenticated = not expected or (
+            presented is not None and hmac.compare_digest(presented.encode(), expected.encode())
+        )
+        state["authenticated"] = authenticated
+        anonymous_ok = path in ANONYMOUS_PATHS and presented is None
+        if not authenticated and not anonymous_ok:
+            await send_error(send, 401, "unauthorized", "invalid memory service token", request_id)
+            return
         declared = _header(scope, b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
             await send_error(
@@ -107,6 +202,18 @@ class GuardMiddleware:
                 request_id,
             )
             return
+        method = str(scope.get("method", "")).upper()
+        content_type = _header(scope, b"content-type")
+        if method in BODY_METHODS and (content_type is not None or _has_body(scope)):
+            if _media_type(content_type) != "application/json":
+                await send_error(
+                    send,
+                    415,
+                    "unsupported_media_type",
+                    "request bodies must be sent as content-type: application/json",
+                    request_id,
+                )
+                return
         received = 0
 
         async def limited_receive() -> Message:
@@ -140,7 +247,13 @@ class GuardMiddleware:
                     f"request body is too large (limit {self.max_body_bytes} bytes)",
                     request_id,
                 )
-        except Exception:
+        except Exception as exc:
+            failure = storage_failure(exc)
+            if failure is not None:
+                log.error("request %s on %s %s: %s", request_id, scope.get("method"), path, failure.message)
+                if not response_started:
+                    await send_error(send, 507, failure.code, failure.message, request_id)
+                return
             log.exception("unhandled error on %s %s (request %s)", scope.get("method"), path, request_id)
             if not response_started:
                 await send_error(send, 500, "internal", "internal error; see the daemon log", request_id)
@@ -152,4 +265,8 @@ class BodyTooLarge(Exception):
 
 def json_dumps(value: Any) -> bytes:
     """Pretty JSON (2-space indent, UTF-8), the API's response format."""
-    return json.dumps(value, indent=2, ensure_ascii=False, default=str).encode("utf-8")
+    text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate stored before the edge repaired input: answer, never a 500
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode("utf-8")

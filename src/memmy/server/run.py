@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import json
 import logging
 import os
 import signal
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import uvicorn
 
-from memmy.config import MemmyConfig
+from memmy.config import MemmyConfig, ensure_token, load_config
 from memmy.errors import ConfigError
 from memmy.server.app import create_app
 from memmy.service import MemoryService
@@ -62,14 +63,47 @@ def ensure_port_free(host: str, port: int) -> None:
             ) from None
 
 
+def _with_token(config: MemmyConfig) -> MemmyConfig:
+    """Create the token on first start (auth is on by default); warn loudly when auth is off."""
+    if config.server.auth_disabled:
+        log.warning(
+            "server.auth is 'none': every local process (and any program you run) can read and write your "
+            "memories without a token; set server.auth: token in %s to close it",
+            config.path,
+        )
+        return config
+    token = ensure_token(config)
+    if token is None:
+        return config
+    log.info("created a service token in %s (storage.token, mode 0600)", config.path)
+    _share_token(config.home / "hook.json", token)
+    return load_config(config.path, db_override=config.db_override)
+
+
+def _share_token(hook_json: Path, token: str) -> None:
+    """Give an existing ``hook.json`` (written by an older ``init`` without a token) the new token."""
+    try:
+        data = json.loads(hook_json.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if not isinstance(data, dict) or data.get("token"):
+        return
+    data["token"] = token
+    tmp = hook_json.with_name(hook_json.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    tmp.chmod(0o600)
+    tmp.replace(hook_json)
+    log.info("wrote the token to %s; re-run `memmy-memory init` so agent plugins get it too", hook_json)
+
+
 def serve(config: MemmyConfig, host: str | None = None, port: int | None = None, log_level: str = "info") -> None:
     """Run the daemon in the foreground until SIGINT/SIGTERM; acknowledged writes are already committed."""
     host = host or config.server.host
     port = port if port is not None else config.server.port
-    if not is_loopback(host) and not config.storage.token:
+    if not is_loopback(host) and (config.server.auth_disabled or not config.storage.token):
         raise ConfigError(
             f"refusing to listen on non-loopback address {host} without a token: set storage.token in "
-            f"{config.path} or MEMMY_MEMORY_TOKEN"
+            f"{config.path} or MEMMY_MEMORY_TOKEN (and not server.auth: none)"
         )
     logging.basicConfig(
         level=getattr(logging, log_level.upper(), logging.INFO),
@@ -77,6 +111,7 @@ def serve(config: MemmyConfig, host: str | None = None, port: int | None = None,
     )
     for warning in config.warnings:
         log.warning("%s", warning)
+    config = _with_token(config)
     ensure_port_free(host, port)
     lock = ServerLock(Path(config.storage.sqlite_path))
     lock.path.parent.mkdir(parents=True, exist_ok=True)

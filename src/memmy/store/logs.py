@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 from typing import Any
 
 from memmy.domain import Memory, new_id, stable_json
 from memmy.store.db import Database, utc_now
+
+log = logging.getLogger("memmy.store")
 
 
 def _json(value: Any) -> str | None:
@@ -123,13 +126,28 @@ class LogRepository:
         success: bool,
         user_id: str | None = None,
     ) -> None:
-        """Record one memory_add / memory_search call for the logs page and latency analysis."""
-        with self.db.transaction() as conn:
-            conn.execute(
-                "INSERT INTO api_logs(tool_name, source_agent, input_json, output_json, duration_ms, success, "
-                "called_at, user_id) VALUES (?,?,?,?,?,?,?,?)",
-                (tool_name, source_agent, _json(payload), _json(result), duration_ms, int(success), utc_now(), user_id),
-            )
+        """Record one memory_add / memory_search call for the logs page and latency analysis.
+
+        Best effort: it runs after the call's own write committed, so a failure (disk full) is logged, never raised.
+        """
+        try:
+            with self.db.transaction() as conn:
+                conn.execute(
+                    "INSERT INTO api_logs(tool_name, source_agent, input_json, output_json, duration_ms, success, "
+                    "called_at, user_id) VALUES (?,?,?,?,?,?,?,?)",
+                    (
+                        tool_name,
+                        source_agent,
+                        _json(payload),
+                        _json(result),
+                        duration_ms,
+                        int(success),
+                        utc_now(),
+                        user_id,
+                    ),
+                )
+        except sqlite3.Error as exc:
+            log.warning("api log entry for %s not written: %s", tool_name, exc)
 
     def api_logs(
         self,
@@ -208,8 +226,31 @@ class LogRepository:
         injected_ids: list[str],
         request: dict[str, Any],
     ) -> str:
-        """Record one recall (search or turn start); return the search event id."""
+        """Record one recall (search or turn start); return the search event id.
+
+        Best effort: a recall answers even when the store cannot write (disk full); the failure is logged.
+        """
         event_id = new_id("recall")
+        try:
+            self._insert_recall_event(
+                event_id,
+                session_id,
+                turn_id,
+                user_id,
+                query,
+                query_hash,
+                layers,
+                candidate_ids,
+                hit_ids,
+                injected_ids,
+                request,
+            )
+        except sqlite3.Error as exc:
+            log.warning("recall event %s not written: %s", event_id, exc)
+        return event_id
+
+    def _insert_recall_event(self, event_id: str, *values: Any) -> None:
+        session_id, turn_id, user_id, query, query_hash, layers, candidate_ids, hit_ids, injected_ids, request = values
         with self.db.transaction() as conn:
             conn.execute(
                 "INSERT INTO recall_events(id, session_id, turn_id, user_id, query, query_hash, layers_json, "
@@ -230,7 +271,6 @@ class LogRepository:
                     utc_now(),
                 ),
             )
-        return event_id
 
     def recall_stats(self) -> tuple[int, float, float]:
         """(number of recall events, mean hits per event, mean relevance of the best hit)."""
