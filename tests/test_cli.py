@@ -174,10 +174,19 @@ def test_init_writes_config_and_database(isolated_home: Path) -> None:
     )
 
 
-def test_init_says_whether_the_service_is_already_running(isolated_home: Path, daemon: Daemon) -> None:
+def test_init_says_whether_the_service_is_already_running(
+    isolated_home: Path, daemon: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
     down = f"http://127.0.0.1:{free_port()}"
     stopped = CliRunner().invoke(cli, ["init", "--no-agents", "--endpoint", down], catch_exceptions=False)
     assert stopped.exit_code == 0 and "Start the service with: memmy-memory serve" in stopped.output
+    # The daemon serves another store (its own home): init must not call it "running".
+    other = CliRunner().invoke(cli, ["init", "--no-agents", "--endpoint", daemon.url], catch_exceptions=False)
+    assert other.exit_code == 0 and "Another memmy daemon" in other.output
+    assert "The service is running" not in other.output
+    monkeypatch.setenv("HOME", str(daemon.home))
+    monkeypatch.setenv("MEMMY_HOME", str(daemon.home / ".memmy"))
+    monkeypatch.setenv("MEMMY_MEMORY_TOKEN", str(daemon.token))
     running = CliRunner().invoke(cli, ["init", "--no-agents", "--endpoint", daemon.url], catch_exceptions=False)
     assert running.exit_code == 0 and f"The service is running at {daemon.url}" in running.output
     assert "Start the service with" not in running.output

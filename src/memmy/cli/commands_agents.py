@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import click
 import httpx
@@ -12,7 +13,15 @@ import yaml
 
 from memmy.cli.context import CliContext, list_option, pass_ctx
 from memmy.cli.output import emit_json, fail
-from memmy.config import ROOT_KEY, default_sqlite_path, load_config, read_config_file, update_config_file
+from memmy.config import (
+    ROOT_KEY,
+    default_sqlite_path,
+    load_config,
+    new_token,
+    read_config_file,
+    store_id,
+    update_config_file,
+)
 from memmy.config import config_path as resolve_config_path
 from memmy.config_defaults import DEFAULT_ENDPOINT
 from memmy.errors import MemmyError
@@ -75,7 +84,7 @@ def _report(plans: list[Plan], dry_run: bool, verb: str, quiet: bool) -> list[di
 
 @click.command()
 @click.option("--db", "db_path", type=click.Path(dir_okay=False), help="SQLite file to create.")
-@click.option("--endpoint", help="Daemon URL to record in config.")
+@click.option("--endpoint", help="Daemon URL to record in config (default: the global --url).")
 @click.option("--token", "init_token", help="Token to record in config (storage.token).")
 @click.option("--agent", "agents", help="Agents to integrate (comma-separated); default: every detected agent.")
 @click.option("--no-agents", is_flag=True, help="Only write config and database.")
@@ -116,21 +125,31 @@ def init(
         else str(
             Path(file_storage["sqlitePath"]).expanduser() if file_storage.get("sqlitePath") else default_sqlite_path()
         ),
-        "endpoint": endpoint or file_storage.get("endpoint") or DEFAULT_ENDPOINT,
+        "endpoint": (endpoint or obj.url or file_storage.get("endpoint") or DEFAULT_ENDPOINT).rstrip("/"),
     }
-    if init_token:
-        storage["token"] = init_token
-    updates = {"version": 1, "activeProfile": current.tree.get("activeProfile", "byok"), "storage": storage}
+    token = init_token or current.storage.token or None
+    if token is None and not current.server.auth_disabled:
+        token = new_token()  # authenticated by default: hooks, plugins, CLI and MCP all read this one
+    if token and (init_token or not file_storage.get("token")) and token != os.environ.get("MEMMY_MEMORY_TOKEN"):
+        storage["token"] = token
+    updates: dict[str, Any] = {
+        "version": 1,
+        "activeProfile": current.tree.get("activeProfile", "byok"),
+        "storage": storage,
+    }
+    port = _loopback_port(endpoint or obj.url)
+    if port is not None:
+        updates["server"] = {"port": port}  # `serve` then listens where the hooks will call
     env = dict(os.environ)
     names, skipped = ([], []) if no_agents else _agents(agents, env)
-    token = init_token or current.storage.token or None
     ctx = _context(storage["endpoint"], token, path, replace_memory_plugin)
     try:  # plan everything before writing anything: a broken agent config stops init cleanly
         plans = [INSTALLERS[n].plan_install(ctx) for n in names]
     except (OSError, ValueError) as exc:
         fail(str(exc))
         return
-    if names:
+    hook_json = Path(ctx.env.get("MEMMY_HOME") or ctx.home / ".memmy") / "hook.json"
+    if names or hook_json.exists():  # a new endpoint or token reaches hooks installed earlier too
         plans.insert(0, Plan("memmy-hooks", [hook_settings_change(ctx)]))
     if dry_run:
         if not obj.as_json:
@@ -173,18 +192,49 @@ def init(
     if skipped:
         click.echo(f"  skipped (not installed here): {', '.join(skipped)}")
     if not dry_run:
-        if _service_up(current.storage.endpoint):
-            click.echo(f"\nThe service is running at {current.storage.endpoint}: try memmy-memory health")
+        endpoint_now = storage["endpoint"]
+        state = _service_state(endpoint_now, current.storage.token or token, current.storage.sqlite_path)
+        if state == "ours":
+            click.echo(f"\nThe service is running at {endpoint_now}: try memmy-memory health")
+        elif state == "other":
+            click.echo(
+                f"\nAnother memmy daemon (not serving {current.storage.sqlite_path}) answers at {endpoint_now}: "
+                "stop it or pick another port with --url, then start yours with: memmy-memory serve"
+            )
         else:
             click.echo("\nStart the service with: memmy-memory serve\nThen try:               memmy-memory health")
 
 
-def _service_up(endpoint: str) -> bool:
-    """True when a memmy daemon answers its (unauthenticated) health route at ``endpoint``."""
+def _loopback_port(url: str | None) -> int | None:
+    """The port of an explicit loopback endpoint (``http://127.0.0.1:P``), else None."""
+    if not url:
+        return None
     try:
-        return httpx.get(f"{endpoint.rstrip('/')}/api/v1/health", timeout=1.0).status_code == 200
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    if port is None or (parts.hostname or "") not in ("127.0.0.1", "localhost", "::1"):
+        return None
+    return port
+
+
+def _service_state(endpoint: str, token: str | None, sqlite_path: Path) -> str:
+    """``ours`` (a daemon serving this store answers), ``other`` (some other daemon answers) or ``down``."""
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    try:
+        response = httpx.get(f"{endpoint.rstrip('/')}/api/v1/health", headers=headers, timeout=1.0)
     except httpx.HTTPError:
-        return False
+        return "down"
+    if response.status_code == 401:
+        return "other"  # our token is not its token
+    try:
+        body = response.json()
+    except ValueError:
+        return "other"
+    if response.status_code == 200 and isinstance(body, dict) and body.get("storeId") == store_id(sqlite_path):
+        return "ours"
+    return "other"
 
 
 @click.command()

@@ -332,49 +332,53 @@ class Api:
         )
 
 
+#: The HTTP routes in match order: (path, method, Api handler name, whether the handler reads a JSON body).
+ROUTE_TABLE: tuple[tuple[str, str, str, bool], ...] = (
+    ("/", "GET", "index", False),
+    ("/api/v1/health", "GET", "health", False),
+    ("/api/v1/openapi.json", "GET", "openapi", False),
+    ("/api/v1/sessions/open", "POST", "open_session", True),
+    ("/api/v1/sessions/{session_id}/close", "POST", "close_session", True),
+    ("/api/v1/turns/start", "POST", "start_turn", True),
+    ("/api/v1/turns/{turn_id}/complete", "POST", "complete_turn", True),
+    ("/api/v1/memory/search", "POST", "search", True),
+    ("/api/v1/memory/add", "POST", "add", True),
+    ("/api/v1/memory/logs", "GET", "logs", False),
+    ("/api/v1/memory/processing/status", "POST", "processing_status", True),
+    ("/api/v1/memory/{memory_id}/processing/retry", "POST", "processing_retry", False),
+    ("/api/v1/memory/{memory_id}/archive", "POST", "archive_memory", True),
+    ("/api/v1/memory/{memory_id}/history", "GET", "memory_history", False),
+    ("/api/v1/keys/{op}", "POST", "keys_op", True),
+    ("/api/v1/tombstones", "GET", "tombstones", False),
+    ("/api/v1/feedback", "POST", "feedback", True),
+    ("/api/v1/episodes", "GET", "episodes", False),
+    ("/api/v1/evolution/jobs", "GET", "evolution_jobs", False),
+    ("/api/v1/tombstones/{tombstone_id}/restore", "POST", "restore_tombstone", True),
+    ("/api/v1/dream/run", "POST", "dream_run", True),
+    ("/api/v1/dream/log", "GET", "dream_log", False),
+    ("/api/v1/dream/{dream_id}", "GET", "dream_get", False),
+    ("/api/v1/dream/{dream_id}/restore", "POST", "dream_restore", True),
+    ("/api/v1/memory/{memory_id}", "GET", "get_memory", False),
+    ("/api/v1/memory/{memory_id}", "DELETE", "delete_memory", True),
+    ("/api/v1/panel/overview", "GET", "overview", False),
+    ("/api/v1/panel/analysis", "GET", "analysis", False),
+    ("/api/v1/panel/items", "GET", "items", False),
+    ("/api/v1/panel/tasks", "GET", "tasks", False),
+    ("/api/v1/admin/reload-config", "POST", "reload_config", True),
+    ("/api/v1/admin/shutdown", "POST", "shutdown", False),
+    ("/api/v1/worker/run", "POST", "worker_run", True),
+    ("/api/v1/sources", "GET", "sources", False),
+    ("/api/v1/sources/scan", "POST", "start_scan", True),
+    ("/api/v1/sources/scan/{job_id}", "GET", "scan_status", False),
+    ("/api/v1/sources/scan/{job_id}/events", "GET", "scan_events", False),
+    ("/api/v1/sources/scan/{job_id}/{action:str}", "POST", "scan_control", False),
+)
+
+
 def create_app(service: MemoryService, shutdown: Callable[[], None] | None = None) -> Starlette:
     """Build the ASGI app for a service (the daemon's composition root calls this)."""
     api = Api(service, shutdown)
-    routes = [
-        Route("/", api.index, methods=["GET"]),
-        Route("/api/v1/health", api.health, methods=["GET"]),
-        Route("/api/v1/openapi.json", api.openapi, methods=["GET"]),
-        Route("/api/v1/sessions/open", api.open_session, methods=["POST"]),
-        Route("/api/v1/sessions/{session_id}/close", api.close_session, methods=["POST"]),
-        Route("/api/v1/turns/start", api.start_turn, methods=["POST"]),
-        Route("/api/v1/turns/{turn_id}/complete", api.complete_turn, methods=["POST"]),
-        Route("/api/v1/memory/search", api.search, methods=["POST"]),
-        Route("/api/v1/memory/add", api.add, methods=["POST"]),
-        Route("/api/v1/memory/logs", api.logs, methods=["GET"]),
-        Route("/api/v1/memory/processing/status", api.processing_status, methods=["POST"]),
-        Route("/api/v1/memory/{memory_id}/processing/retry", api.processing_retry, methods=["POST"]),
-        Route("/api/v1/memory/{memory_id}/archive", api.archive_memory, methods=["POST"]),
-        Route("/api/v1/memory/{memory_id}/history", api.memory_history, methods=["GET"]),
-        Route("/api/v1/keys/{op}", api.keys_op, methods=["POST"]),
-        Route("/api/v1/tombstones", api.tombstones, methods=["GET"]),
-        Route("/api/v1/feedback", api.feedback, methods=["POST"]),
-        Route("/api/v1/episodes", api.episodes, methods=["GET"]),
-        Route("/api/v1/evolution/jobs", api.evolution_jobs, methods=["GET"]),
-        Route("/api/v1/tombstones/{tombstone_id}/restore", api.restore_tombstone, methods=["POST"]),
-        Route("/api/v1/dream/run", api.dream_run, methods=["POST"]),
-        Route("/api/v1/dream/log", api.dream_log, methods=["GET"]),
-        Route("/api/v1/dream/{dream_id}", api.dream_get, methods=["GET"]),
-        Route("/api/v1/dream/{dream_id}/restore", api.dream_restore, methods=["POST"]),
-        Route("/api/v1/memory/{memory_id}", api.get_memory, methods=["GET"]),
-        Route("/api/v1/memory/{memory_id}", api.delete_memory, methods=["DELETE"]),
-        Route("/api/v1/panel/overview", api.overview, methods=["GET"]),
-        Route("/api/v1/panel/analysis", api.analysis, methods=["GET"]),
-        Route("/api/v1/panel/items", api.items, methods=["GET"]),
-        Route("/api/v1/panel/tasks", api.tasks, methods=["GET"]),
-        Route("/api/v1/admin/reload-config", api.reload_config, methods=["POST"]),
-        Route("/api/v1/admin/shutdown", api.shutdown, methods=["POST"]),
-        Route("/api/v1/worker/run", api.worker_run, methods=["POST"]),
-        Route("/api/v1/sources", api.sources, methods=["GET"]),
-        Route("/api/v1/sources/scan", api.start_scan, methods=["POST"]),
-        Route("/api/v1/sources/scan/{job_id}", api.scan_status, methods=["GET"]),
-        Route("/api/v1/sources/scan/{job_id}/events", api.scan_events, methods=["GET"]),
-        Route("/api/v1/sources/scan/{job_id}/{action:str}", api.scan_control, methods=["POST"]),
-    ]
+    routes = [Route(path, getattr(api, name), methods=[method]) for path, method, name, _body in ROUTE_TABLE]
 
     async def not_found(request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500
