@@ -107,6 +107,7 @@ def test_reload_config_applies_retrieval_and_flags_storage(fresh_daemon: Daemon)
     config = fresh_daemon.home / ".memmy" / "config.yaml"
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text("memmyMemory:\n  algorithm:\n    enableMemorySearch: true\n")
+    fresh_daemon.token = "reload-token"  # from the environment: the rewrites below keep the same storage section
     fresh_daemon.start()
     with fresh_daemon.client() as client:
         client.post("/api/v1/memory/add", json={"content": "reloadable search target"})

@@ -24,7 +24,7 @@ import click
 from memmy.cli.client import ClientError, ClientSettings, MemoryClient
 from memmy.cli.context import CliContext, pass_ctx
 from memmy.cli.output import fail
-from memmy.config import MemmyConfig, memmy_home
+from memmy.config import MemmyConfig, load_config, memmy_home
 from memmy.errors import MemmyError
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -38,8 +38,9 @@ class DaemonStartError(MemmyError):
 
 
 def daemon_healthy(settings: ClientSettings) -> bool:
-    """True when ``GET /api/v1/health`` answers 200 at the settings' URL."""
-    client = MemoryClient(replace(settings, timeout_s=3.0))
+    """True when ``GET /api/v1/health`` answers 200 at the settings' URL (asked without a token: a wrong token
+    is the caller's error to report, not a reason to start another daemon)."""
+    client = MemoryClient(replace(settings, token=None, timeout_s=3.0))
     try:
         client.request("GET", "/health")
         return True
@@ -210,9 +211,23 @@ def mcp(obj: CliContext, no_start: bool, start_timeout: float) -> None:
                     return False
                 return True
 
+        found: list[str] = []
+
+        def token() -> str | None:
+            """The resolved token; without one, the token ``serve`` created in config.yaml (read until found)."""
+            if settings.token or found:
+                return settings.token or found[0]
+            try:
+                created = load_config(obj.config_path).storage.token
+            except MemmyError:
+                return None
+            if created:
+                found.append(created)
+            return created or None
+
         api = ApiClient(
             settings.url,
-            token=settings.token,
+            token=token,
             headers=identity_headers(settings),
             revive=None if no_start else revive,
         )
