@@ -7,6 +7,12 @@ from typing import Any
 from memmy import __version__
 
 _STR = {"type": "string"}
+#: Text the service requires to hold more than whitespace.
+_TEXT = {"type": "string", "pattern": "\\S"}
+#: A caller-chosen id: up to 200 characters, no NUL or line breaks, not blank.
+_SID = {"type": "string", "maxLength": 200, "pattern": "^[^\x00\n\r]*[^\x00\n\r\\s][^\x00\n\r]*$"}
+#: Ids in paths (the daemon's own ids look like ``trace_0a1b…``).
+_PATH_ID = {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,200}$"}
 _STR_LIST = {"type": "array", "items": _STR}
 _LAYERS = {"oneOf": [{"type": "array", "items": {"enum": ["L1", "L2", "L3", "Skill"]}}, _STR]}
 _ERROR = {
@@ -18,19 +24,21 @@ _ERROR = {
             "required": ["code", "message", "requestId"],
         }
     },
+    "required": ["error"],
 }
 _IDEMPOTENCY = {"adapterId": _STR, "requestId": _STR}
 _SCOPE = {"enum": ["auto", "pooled", "project", "agent"], "default": "auto"}
 _CHANNELS = {"type": "array", "items": {"enum": ["vec", "fts", "pattern", "structural"]}}
+SOURCE_NAMES = ("claude_code", "codex", "cursor", "hermes", "openclaw", "opencode", "pi", "qwenwork", "workbuddy")
 MODE_NAMES = ("turn_start", "search", "tool_driven", "sub_agent", "skill_invoke", "decision_repair", "world_model")
 
 _BODIES: dict[str, dict[str, Any]] = {
     "open_session": {"properties": {"sessionId": _STR, "workspacePath": _STR, "source": _STR, **_IDEMPOTENCY}},
     "start_turn": {
         "properties": {
-            "sessionId": _STR,
-            "query": _STR,
-            "turnId": _STR,
+            "sessionId": _SID,
+            "query": _TEXT,
+            "turnId": _SID,
             "contextHints": {"type": "object"},
             "limit": {"type": "integer", "minimum": 1, "maximum": 50, "default": 10},
             "scope": _SCOPE,
@@ -45,9 +53,9 @@ _BODIES: dict[str, dict[str, Any]] = {
     },
     "complete_turn": {
         "properties": {
-            "sessionId": _STR,
-            "query": _STR,
-            "answer": _STR,
+            "sessionId": _SID,
+            "query": _TEXT,
+            "answer": _TEXT,
             "reasoningSummary": _STR,
             "tags": _STR_LIST,
             "toolCalls": {"type": "array", "items": {"type": "object"}},
@@ -63,7 +71,7 @@ _BODIES: dict[str, dict[str, Any]] = {
     },
     "search": {
         "properties": {
-            "query": _STR,
+            "query": _TEXT,
             "sessionId": _STR,
             "layers": _LAYERS,
             "tags": {**_STR_LIST, "description": "only memories carrying all of these tags"},
@@ -81,7 +89,7 @@ _BODIES: dict[str, dict[str, Any]] = {
     },
     "add": {
         "properties": {
-            "content": _STR,
+            "content": {**_TEXT, "maxLength": 200_000},
             "layer": {"enum": ["L1", "L2", "L3", "Skill"], "default": "L1"},
             "title": _STR,
             "tags": _STR_LIST,
@@ -99,40 +107,51 @@ _BODIES: dict[str, dict[str, Any]] = {
     },
     "delete": {"properties": {"reason": _STR, **_IDEMPOTENCY}},
     "reload": {"properties": {"reason": _STR, "restartFailedProcessing": {"type": "boolean"}}},
-    "worker": {"properties": {"limit": {"type": "integer", "minimum": 1}}},
+    "worker": {"properties": {"limit": {"type": "integer", "minimum": 1, "maximum": 10_000}}},
     "processing": {"properties": {"memoryIds": _STR_LIST}},
     "scan": {
         "properties": {
-            "sources": _STR_LIST,
+            "sources": {
+                "type": "array",
+                "items": {"enum": list(SOURCE_NAMES)},
+                "description": "built-in sources (and the names of custom sources in config)",
+            },
             "mode": {"enum": ["incremental", "full"], "default": "incremental"},
             "confirm": {"type": "boolean", "description": "required for mode=full"},
             "since": {"type": "string", "format": "date-time"},
             "dryRun": {"type": "boolean"},
             "initialLimit": {"type": "integer", "minimum": 1, "default": 1000},
-        }
+        },
+        # mode=full re-reads all history, so it needs confirm=true
+        "anyOf": [
+            {"properties": {"mode": {"const": "incremental"}}},
+            {"properties": {"confirm": {"const": True}}, "required": ["confirm"]},
+        ],
     },
 }
 
-_KEY_ID = {"type": "string", "description": "a key id (key_...)"}
-_MEMORY_ID = {"type": "string", "description": "a memory id"}
+_KEY_ID = {**_TEXT, "description": "a key id (key_...)"}
+_MEMORY_ID = {**_TEXT, "description": "a memory id"}
 _NS = {"type": "string", "description": "keymem namespace (default 'default')"}
 _DECAY = {"enum": ["transient", "standard", "stable", "permanent"], "default": "standard"}
 _KEY_TYPES = {"type": "object", "additionalProperties": {"enum": ["concept", "name", "proper_noun"]}}
 _KEYS = {
-    **_STR_LIST,
+    "type": "array",
+    # a key needs one character besides blanks, edge punctuation and the alias bar
+    "items": {"type": "string", "maxLength": 100, "pattern": "[^\\s\"'`.,;:!?()\\[\\]{}<>|]"},
     "minItems": 1,
     "maxItems": 32,
     "description": "atomic concept keys; 'apple|사과' declares 사과 an alias of apple",
 }
 _REMEMBER_ITEM: dict[str, Any] = {
     "properties": {
-        "content": _STR,
+        "content": {**_TEXT, "maxLength": 200_000},
         "keys": _KEYS,
         "key_types": _KEY_TYPES,
         "namespace": _NS,
-        "ttl_seconds": {"type": "number", "exclusiveMinimum": 0},
+        "ttl_seconds": {"type": "number", "exclusiveMinimum": 0, "maximum": 100 * 365 * 86_400},
         "decay_profile": _DECAY,
-        "related_to": _STR_LIST,
+        "related_to": {"type": "array", "items": _MEMORY_ID},
         "source": {"type": "object"},
     },
     "required": ["content", "keys"],
@@ -143,12 +162,12 @@ KEY_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
         "Ranked key clusters plus one passive Top-1 memory (or no_match with nearest_keys)",
         {
             "properties": {
-                "query": _STR,
+                "query": _TEXT,
                 "top_k": {"type": "integer", "minimum": 1, "maximum": 50, "default": 8},
                 "namespace": _NS,
                 "context": _STR,
                 "explain": {"type": "boolean"},
-                "max_chars": {"type": "integer", "minimum": 50, "default": 2000},
+                "max_chars": {"type": "integer", "minimum": 50, "maximum": 200_000, "default": 2000},
             },
             "required": ["query"],
         },
@@ -160,7 +179,7 @@ KEY_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
                 "namespace": _NS,
                 "hubs_only": {"type": "boolean"},
                 "limit": {"type": "integer", "minimum": 1, "maximum": 500, "default": 20},
-                "offset": {"type": "integer", "minimum": 0, "default": 0},
+                "offset": {"type": "integer", "minimum": 0, "maximum": 1_000_000, "default": 0},
             }
         },
     ),
@@ -169,10 +188,10 @@ KEY_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
         {
             "properties": {
                 "key_id": _KEY_ID,
-                "query": _STR,
+                "query": _TEXT,
                 "namespace": _NS,
                 "limit": {"type": "integer", "minimum": 1, "maximum": 200, "default": 10},
-                "offset": {"type": "integer", "minimum": 0, "default": 0},
+                "offset": {"type": "integer", "minimum": 0, "maximum": 1_000_000, "default": 0},
             },
             "required": ["key_id"],
         },
@@ -185,7 +204,7 @@ KEY_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     "remember_batch": (
         "Save several memories (all validated before anything is written)",
         {
-            "properties": {"items": {"type": "array", "items": {"type": "object", **_REMEMBER_ITEM}}},
+            "properties": {"items": {"type": "array", "minItems": 1, "items": {"type": "object", **_REMEMBER_ITEM}}},
             "required": ["items"],
         },
     ),
@@ -194,12 +213,12 @@ KEY_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
         {
             "properties": {
                 "memory_id": _MEMORY_ID,
-                "content": _STR,
+                "content": {**_TEXT, "maxLength": 200_000},
                 "keys": _KEYS,
                 "key_types": _KEY_TYPES,
-                "ttl_seconds": {"type": "number", "exclusiveMinimum": 0},
+                "ttl_seconds": {"type": "number", "exclusiveMinimum": 0, "maximum": 100 * 365 * 86_400},
                 "decay_profile": _DECAY,
-                "related_to": _STR_LIST,
+                "related_to": {"type": "array", "items": _MEMORY_ID},
                 "source": {"type": "object"},
             },
             "required": ["memory_id", "content"],
@@ -208,7 +227,7 @@ KEY_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     "confirm_memory": (
         "Evidence-backed confirmation: refreshes freshness, depth +0.05",
         {
-            "properties": {"memory_id": _MEMORY_ID, "evidence": _STR, "namespace": _NS, "source": {"type": "object"}},
+            "properties": {"memory_id": _MEMORY_ID, "evidence": _TEXT, "namespace": _NS, "source": {"type": "object"}},
             "required": ["memory_id", "evidence"],
         },
     ),
@@ -239,7 +258,7 @@ _BODIES["dream.restore"] = {
 }
 _BODIES["feedback"] = {
     "properties": {
-        "id": {"type": "string", "description": "a memory id (trace_/policy_/skill_…) or an episode id (episode_…)"},
+        "id": {**_TEXT, "description": "a memory id (trace_/policy_/skill_…) or an episode id (episode_…)"},
         "polarity": {"enum": ["positive", "negative", "neutral"]},
         "magnitude": {"type": "number", "minimum": 0, "maximum": 1, "default": 1},
         "note": _STR,
@@ -249,7 +268,15 @@ _BODIES["feedback"] = {
 
 #: (method, path, summary, body key or None, anonymous)
 ROUTES: tuple[tuple[str, str, str, str | None, bool], ...] = (
-    ("get", "/api/v1/health", "Health check (no token needed)", None, True),
+    ("get", "/", "A small HTML page pointing at the API document and health", None, False),
+    ("get", "/api/v1/openapi.json", "This document", None, False),
+    (
+        "get",
+        "/api/v1/health",
+        "Health: {ok, version} for anyone; details (storage, models, queue) with the token",
+        None,
+        True,
+    ),
     ("post", "/api/v1/sessions/open", "Open or resume an agent session", "open_session", False),
     ("post", "/api/v1/sessions/{sessionId}/close", "Close a session", None, False),
     ("post", "/api/v1/turns/start", "Record a turn start and recall context", "start_turn", False),
@@ -293,38 +320,67 @@ ROUTES: tuple[tuple[str, str, str, str | None, bool], ...] = (
 )
 
 
+#: Error answers any operation may give, by status (the body is always the error envelope).
+ERROR_STATUSES: dict[str, str] = {
+    "400": "Invalid argument, or a body that is not JSON (`invalid_json`: malformed or nested too deep)",
+    "401": "Missing or wrong token",
+    "403": "Refused: a browser origin not allowed, or an operation disabled by configuration",
+    "404": "Unknown id or route",
+    "409": "Conflict (idempotency key reuse, closed session, not run by `memmy-memory serve`)",
+    "413": "Body over server.maxBodyBytes (2 MiB by default)",
+    "415": "A body not sent as `content-type: application/json`",
+    "421": "A Host header that does not name this loopback service (DNS rebinding guard)",
+    "507": "The store cannot write (disk full or I/O error); nothing of the request was saved",
+}
+#: Success bodies that are not JSON objects.
+_SUCCESS_MEDIA: dict[str, dict[str, Any]] = {
+    "/": {"text/html": {"schema": {"type": "string"}}},
+    "/api/v1/sources/scan/{jobId}/events": {"text/event-stream": {"schema": {"type": "string"}}},
+}
+_HEALTH = {
+    "type": "object",
+    "properties": {
+        "ok": {"type": "boolean"},
+        "version": _STR,
+        "status": {"enum": ["ok", "degraded"], "description": "with the token only"},
+        "reason": {"type": "string", "description": "why the store is degraded (with the token only)"},
+        "storeId": {"type": "string", "description": "hash of the store's path (with the token only)"},
+    },
+    "required": ["ok", "version"],
+}
+
+
+def _operation(method: str, path: str, summary: str, body: str | None, anonymous: bool) -> dict[str, Any]:
+    if path in _SUCCESS_MEDIA:
+        content = _SUCCESS_MEDIA[path]
+    else:
+        success = {"type": ["object", "array"]} if path.startswith("/api/v1/keys/") else {"type": "object"}
+        content = {"application/json": {"schema": _HEALTH if path == "/api/v1/health" else success}}
+    responses: dict[str, Any] = {"200": {"description": "OK", "content": content}}
+    responses.update({status: {"$ref": f"#/components/responses/E{status}"} for status in ERROR_STATUSES})
+    operation: dict[str, Any] = {"summary": summary, "responses": responses}
+    if anonymous:
+        operation["security"] = [{}, {"bearer": []}]
+    if body is not None:
+        schema = {"type": "object", **_BODIES[body]}
+        operation["requestBody"] = {
+            "required": "required" in schema,
+            "content": {"application/json": {"schema": schema}},
+        }
+    params = [part[1:-1] for part in path.split("/") if part.startswith("{")]
+    if params:
+        operation["parameters"] = [
+            {"name": name, "in": "path", "required": True, "schema": _PATH_ID} for name in params
+        ]
+    return operation
+
+
 def openapi_document() -> dict[str, Any]:
     """Build the OpenAPI document from :data:`ROUTES`."""
     paths: dict[str, dict[str, Any]] = {}
     for method, path, summary, body, anonymous in ROUTES:
-        operation: dict[str, Any] = {
-            "summary": summary,
-            "responses": {
-                "200": {"description": "OK", "content": {"application/json": {"schema": {"type": "object"}}}},
-                "400": {
-                    "description": "Invalid argument or JSON",
-                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
-                },
-                "401": {"description": "Missing or wrong token"},
-                "404": {"description": "Unknown id"},
-                "409": {"description": "Conflict (idempotency key reuse, closed session)"},
-                "413": {"description": "Body over 2 MiB"},
-            },
-        }
-        if anonymous:
-            operation["security"] = []
-        if body is not None:
-            schema = {"type": "object", **_BODIES[body]}
-            operation["requestBody"] = {
-                "required": "required" in schema,
-                "content": {"application/json": {"schema": schema}},
-            }
-        params = [part[1:-1] for part in path.split("/") if part.startswith("{")]
-        if params:
-            operation["parameters"] = [
-                {"name": name, "in": "path", "required": True, "schema": _STR} for name in params
-            ]
-        paths.setdefault(path, {})[method] = operation
+        paths.setdefault(path, {})[method] = _operation(method, path, summary, body, anonymous)
+    error_content = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
     return {
         "openapi": "3.1.0",
         "info": {"title": "memmy memory service", "version": __version__},
@@ -332,6 +388,9 @@ def openapi_document() -> dict[str, Any]:
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
             "schemas": {"Error": _ERROR},
+            "responses": {
+                f"E{status}": {"description": text, "content": error_content} for status, text in ERROR_STATUSES.items()
+            },
         },
         "security": [{"bearer": []}],
         "paths": paths,

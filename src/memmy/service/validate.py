@@ -46,6 +46,8 @@ def opt_int(body: dict[str, Any], name: str, default: int, *, minimum: int = 0, 
         return default
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
         value = int(value)
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:  # JSON's 10.0 is an integer too
+        value = int(value)
     if not isinstance(value, int) or isinstance(value, bool):
         raise InvalidArgument(f"{name}: expected an integer, got {type(value).__name__}")
     if value < minimum or (maximum is not None and value > maximum):
