@@ -184,14 +184,17 @@ def test_import_job_over_http_sse_and_cli(fresh_daemon: Daemon, tmp_path: Path) 
         assert client.get(f"/api/v1/sources/scan/{job['jobId']}").json()["totals"]["turnsAdded"] == 4
         assert client.get("/api/v1/sources/scan/import_nope").status_code == 404
     runner = CliRunner()
-    result = runner.invoke(cli, ["--url", fresh_daemon.url, "--json", "import", "--source", "claude_code"])
+    result = runner.invoke(
+        cli,
+        ["--url", fresh_daemon.url, "--token", str(fresh_daemon.token), "--json", "import", "--source", "claude_code"],
+    )
     assert result.exit_code == 0, result.output
     repeat = json.loads(result.output[result.output.index("{") :])
     assert repeat["state"] == "done" and repeat["totals"]["turnsAdded"] == 0  # a repeat sync adds nothing
     assert repeat["totals"]["skipped"].get("before_watermark") == 1
-    human = runner.invoke(cli, ["--url", fresh_daemon.url, "sources"])
+    human = runner.invoke(cli, ["--url", fresh_daemon.url, "--token", str(fresh_daemon.token), "sources"])
     assert "claude_code" in human.output and "4" in human.output
-    deep = runner.invoke(cli, ["--url", fresh_daemon.url, "import", "--deep"])
+    deep = runner.invoke(cli, ["--url", fresh_daemon.url, "--token", str(fresh_daemon.token), "import", "--deep"])
     assert deep.exit_code == 2 and "--yes" in deep.output
 
 
