@@ -92,8 +92,11 @@ def format_health(health: dict[str, Any]) -> str:
     embedding = health.get("models", {}).get("embedding", {})
     fingerprint = embedding.get("fingerprint") or {}
     queue = health.get("embeddingQueue", {})
+    status = f"{'ok' if health.get('ok') else 'NOT OK'}"
+    if "storage" not in health:  # the anonymous answer: {ok, version}
+        return f"memmy memory service {health.get('version')}: {status} (details need the service token)"
     lines = [
-        f"memmy memory service {health.get('version')}: {'ok' if health.get('ok') else 'NOT OK'}",
+        f"memmy memory service {health.get('version')}: {status}",
         f"  database:   {storage.get('path')} (schema {storage.get('schemaVersion')})",
         f"  vectors:    {storage.get('vectorCount')} indexed",
         f"  embedding:  {embedding.get('provider')} / {fingerprint.get('model', embedding.get('model'))}"
@@ -103,4 +106,6 @@ def format_health(health: dict[str, Any]) -> str:
     ]
     if embedding.get("lastError"):
         lines.append(f"  last embedding error: {embedding['lastError']}")
+    if health.get("status") == "degraded":
+        lines.append(f"  degraded:   {health.get('reason')}")
     return "\n".join(lines)
