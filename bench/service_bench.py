@@ -160,10 +160,14 @@ def memory_mib(pid: int) -> tuple[float, float | None]:
     return rss, peak
 
 
+#: The token bench daemons (and the hooks bench/hook.py runs) use: the daemon requires one by default.
+BENCH_TOKEN = "bench-token"
+
+
 def bench_env(home: Path) -> dict[str, str]:
     """The environment of a bench daemon or config: the outer memmy variables removed, HOME redirected."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIXES)}
-    env.update({"HOME": str(home), "MEMMY_HOME": str(home / ".memmy")})
+    env.update({"HOME": str(home), "MEMMY_HOME": str(home / ".memmy"), "MEMMY_MEMORY_TOKEN": BENCH_TOKEN})
     return env
 
 
@@ -216,7 +220,8 @@ class Daemon:
 
     def client(self) -> httpx.Client:
         """A keep-alive client for this daemon."""
-        return httpx.Client(base_url=self.url, headers={"x-memmy-source": "claude_code"}, timeout=600)
+        headers = {"x-memmy-source": "claude_code", "authorization": f"Bearer {BENCH_TOKEN}"}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=600)
 
     def drain(self, client: httpx.Client, timeout_s: float = 3600.0) -> None:
         """Embed everything queued and wait until the daemon's worker has nothing pending or in flight."""
