@@ -78,13 +78,28 @@ def test_first_serve_creates_a_private_token(fresh_daemon: Daemon) -> None:
     assert fresh_daemon.config_token() == token
 
 
+@pytest.fixture(scope="module")
+def default_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """A daemon started on a fresh home with the default config: no token given anywhere."""
+    home = tmp_path_factory.mktemp("default-home")
+    proc = Daemon(home=home, port=free_port())
+    proc.start()  # reads back the token serve created
+    yield proc
+    if proc.process and proc.process.poll() is None:
+        proc.stop()
+
+
 @pytest.mark.parametrize(("method", "path"), PROTECTED)
-def test_auth_matrix_from_the_route_table(daemon: Daemon, method: str, path: str) -> None:
+def test_auth_matrix_from_the_route_table(default_daemon: Daemon, method: str, path: str) -> None:
     body = {} if method in ("POST", "DELETE") else None
-    for headers in ({}, {"authorization": "Bearer wrong"}, {"x-api-key": "wrong"}):
-        response = httpx.request(method, daemon.url + path, json=body, headers=headers, timeout=30)
+    url = default_daemon.url + path
+    for headers in ({}, {"authorization": "Bearer wrong"}, {"x-api-key": "wrong"}, {"authorization": "Basic x"}):
+        response = httpx.request(method, url, json=body, headers=headers, timeout=30)
         assert response.status_code == 401, (method, path, headers, response.text)
         assert response.json()["error"]["code"] == "unauthorized"
+    if path != "/api/v1/admin/shutdown":  # with the token the route runs (whatever it then answers)
+        good = {"authorization": f"Bearer {default_daemon.token}"}
+        assert httpx.request(method, url, json=body, headers=good, timeout=60).status_code != 401
 
 
 def test_health_with_a_wrong_token_is_refused(daemon: Daemon) -> None:
