@@ -61,11 +61,16 @@ def open_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
 
 
 def test_first_serve_creates_a_private_token(fresh_daemon: Daemon) -> None:
+    hook_json = fresh_daemon.home / ".memmy" / "hook.json"  # as an older init wrote it: no token
+    hook_json.parent.mkdir(parents=True)
+    hook_json.write_text(json.dumps({"endpoint": fresh_daemon.url, "token": None, "timeoutMs": 1500}))
     fresh_daemon.start()
     config_file = fresh_daemon.home / ".memmy" / "config.yaml"
     token = fresh_daemon.token
     assert token and len(token) >= 43  # 32 random bytes, URL-safe
     assert stat.S_IMODE(config_file.stat().st_mode) == 0o600
+    assert json.loads(hook_json.read_text())["token"] == token  # installed hooks keep working
+    assert stat.S_IMODE(hook_json.stat().st_mode) == 0o600
     anonymous = httpx.get(f"{fresh_daemon.url}/api/v1/health")
     assert anonymous.status_code == 200 and set(anonymous.json()) == {"ok", "version"}
     assert httpx.get(f"{fresh_daemon.url}/api/v1/panel/overview").status_code == 401
