@@ -276,11 +276,11 @@ def test_full_disk_answers_507_and_health_says_degraded(fresh_daemon: Daemon, sm
         assert refused.status_code == 507, refused.text
         assert refused.json()["error"]["code"] == "storage_full"
         assert "free disk space" in refused.json()["error"]["message"]
+        search = client.post("/api/v1/memory/search", json={"query": "written before the disk filled"})
+        assert search.status_code == 200  # reads keep working; the recall log is best effort
         health = client.get("/api/v1/health").json()
         assert health["ok"] is False and health["status"] == "degraded" and "disk" in health["reason"]
         assert httpx.get(f"{fresh_daemon.url}/api/v1/health").json() == {"ok": False, "version": health["version"]}
-        search = client.post("/api/v1/memory/search", json={"query": "written before the disk filled"})
-        assert search.status_code == 200  # reads keep working; the recall log is best effort
         filler.unlink()
         healed = client.get("/api/v1/health").json()
         assert healed["ok"] is True and healed["status"] == "ok"

@@ -64,7 +64,7 @@ class Api:
     def __init__(self, service: MemoryService, shutdown: Callable[[], None] | None) -> None:
         self.service = service
         self.shutdown_callback = shutdown
-        #: Why the last write failed for want of storage (None once a write succeeds again).
+        #: Why the last write failed for want of storage (health clears it once a probe write succeeds).
         self.storage_fault: str | None = None
 
     def namespace(self, request: Request) -> Namespace:
@@ -98,8 +98,6 @@ class Api:
                 raise
             self.storage_fault = failure.message
             return error_response(request, failure)
-        if request.method != "GET":
-            self.storage_fault = None
         return json_response(result)
 
     def _idempotent(
