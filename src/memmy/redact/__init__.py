@@ -9,10 +9,21 @@ from __future__ import annotations
 
 from memmy.redact.engine import (
     DEFAULT_REDACTOR,
+    RedactionConfigError,
     RedactionReport,
     Redactor,
     redact,
     redact_json,
 )
+from memmy.redact.hygiene import replace_surrogates, replace_surrogates_json
 
-__all__ = ["DEFAULT_REDACTOR", "RedactionReport", "Redactor", "redact", "redact_json"]
+__all__ = [
+    "DEFAULT_REDACTOR",
+    "RedactionConfigError",
+    "RedactionReport",
+    "Redactor",
+    "redact",
+    "redact_json",
+    "replace_surrogates",
+    "replace_surrogates_json",
+]

@@ -9,15 +9,38 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from memmy.errors import ConfigError
 from memmy.redact.rules import PASSWORD_NAME, RULES, Rule
 
 #: Values that name a secret instead of being one (``password: None``, ``token = "<your token>"``).
 _PLACEHOLDERS = frozenset(
     {
-        "none", "null", "nil", "true", "false", "undefined", "str", "string", "bytes", "int", "optional",
-        "required", "empty", "secret", "password", "token", "changeme", "example", "redacted", "hidden",
-        "input", "getpass", "os.environ", "process.env", "env", "your_password", "your-password",
+        "none",
+        "null",
+        "nil",
+        "true",
+        "false",
+        "undefined",
+        "str",
+        "string",
+        "bytes",
+        "int",
+        "optional",
+        "required",
+        "empty",
+        "secret",
+        "password",
+        "token",
+        "changeme",
+        "example",
+        "redacted",
+        "hidden",
+        "input",
+        "getpass",
+        "os.environ",
+        "process.env",
+        "env",
+        "your_password",
+        "your-password",
     }
 )
 _PLACEHOLDER_START = ("$", "<", "{", "%", "[", "*", "(", "os.", "process.env", "env(", "getenv", "/", "~", "./")
@@ -26,7 +49,13 @@ _SECRET_JSON_KEY = re.compile(
     r"(?i)[\w.-]*(?:password|passwd|passphrase|secret|api[_-]?key|apikey|access[_-]?key|private[_-]?key"
     r"|auth[_-]?token|access[_-]?token|refresh[_-]?token|bearer[_-]?token|bot[_-]?token|credentials?)[\w.-]*"
 )
-_PASSWORD_KEY = re.compile(r"(?i)" + PASSWORD_NAME)
+
+
+class RedactionConfigError(ValueError):
+    """An extra pattern or allowlist entry in the ``redaction`` settings is not usable."""
+
+
+_PASSWORD_KEY = re.compile(r"(?i)[\w.-]*" + PASSWORD_NAME)
 
 
 @dataclass
@@ -85,7 +114,12 @@ def looks_like_secret(value: str) -> bool:
     return len(value) >= 20 and not _DOTTED_NAME.fullmatch(value) and shannon_entropy(value) >= 3.5
 
 
-_CHECKS = {"password": looks_like_password, "entropy": looks_like_secret}
+def looks_like_token(value: str) -> bool:
+    """A bearer value that is not a placeholder such as ``YOUR_TOKEN`` or ``$TOKEN``."""
+    return not _placeholder(value) and not re.fullmatch(r"[A-Z_]+", value)
+
+
+_CHECKS = {"password": looks_like_password, "entropy": looks_like_secret, "bearer": looks_like_token}
 
 
 class Redactor:
@@ -97,14 +131,21 @@ class Redactor:
             try:
                 extra.append(Rule(kind, re.compile(pattern), ("",)))
             except re.error as exc:
-                raise ConfigError(f"redaction.extraPatterns: {kind}: invalid regular expression: {exc}") from None
+                raise RedactionConfigError(
+                    f"redaction.extraPatterns: {kind}: invalid regular expression: {exc}"
+                ) from None
         try:
             self.allowlist = tuple(re.compile(entry) for entry in allowlist)
         except re.error as exc:
-            raise ConfigError(f"redaction.allowlist: invalid regular expression: {exc}") from None
+            raise RedactionConfigError(f"redaction.allowlist: invalid regular expression: {exc}") from None
         self.rules = tuple(extra) + RULES
-        keywords = sorted({k for rule in self.rules for k in rule.keywords if k}, key=len, reverse=True)
-        self._keyword_re = re.compile("|".join(re.escape(k) for k in keywords))
+        self._always = tuple(i for i, rule in enumerate(self.rules) if "" in rule.keywords)
+        by_keyword: dict[str, list[int]] = {}
+        for index, rule in enumerate(self.rules):
+            for keyword in rule.keywords:
+                if keyword:
+                    by_keyword.setdefault(keyword, []).append(index)
+        self._by_keyword = tuple((k, tuple(v)) for k, v in sorted(by_keyword.items()))
 
     @classmethod
     def from_config(cls, settings: Mapping[str, Any] | None) -> Redactor:
@@ -117,13 +158,15 @@ class Redactor:
             elif isinstance(entry, Mapping) and isinstance(entry.get("pattern"), str):
                 name = str(entry.get("name") or "custom")
                 if not re.fullmatch(r"[a-z0-9_]{1,40}", name):
-                    raise ConfigError(f"redaction.extraPatterns[{number}].name: use lowercase letters, digits, _")
+                    raise RedactionConfigError(
+                        f"redaction.extraPatterns[{number}].name: use lowercase letters, digits, _"
+                    )
                 extra.append((name, entry["pattern"]))
             else:
-                raise ConfigError(f"redaction.extraPatterns[{number}]: expected a regex or {{name, pattern}}")
+                raise RedactionConfigError(f"redaction.extraPatterns[{number}]: expected a regex or {{name, pattern}}")
         allow = settings.get("allowlist") or []
         if not isinstance(allow, list) or not all(isinstance(a, str) for a in allow):
-            raise ConfigError("redaction.allowlist: expected a list of regular expressions")
+            raise RedactionConfigError("redaction.allowlist: expected a list of regular expressions")
         return cls(extra, allow)
 
     def _allowed(self, secret: str) -> bool:
@@ -133,12 +176,15 @@ class Redactor:
         """Replace every secret in ``text`` with a ``[REDACTED:<kind>]`` marker."""
         if not text:
             return text or ""
-        present = set(self._keyword_re.findall(text.lower()))
-        present.add("")
-        for rule in self.rules:
-            if len(text) < rule.min_len or not present.intersection(rule.keywords):
-                continue
-            text = self._apply(rule, text, report)
+        lowered = text.lower()
+        selected = set(self._always)
+        for keyword, indexes in self._by_keyword:
+            if keyword in lowered:
+                selected.update(indexes)
+        for index in sorted(selected):
+            rule = self.rules[index]
+            if len(text) >= rule.min_len:
+                text = self._apply(rule, text, report)
         return text
 
     def _apply(self, rule: Rule, text: str, report: RedactionReport | None) -> str:
@@ -148,6 +194,9 @@ class Redactor:
         def replace(match: re.Match[str]) -> str:
             nonlocal found
             whole = match.group(0)
+            start = match.start()
+            if rule.boundary and start and match.string[start - 1].isascii() and match.string[start - 1].isalnum():
+                return whole
             has_group = "s" in rule.pattern.groupindex and match.group("s") is not None
             secret = match.group("s") if has_group else whole
             if (check is not None and not check(secret)) or self._allowed(secret):

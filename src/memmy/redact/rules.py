@@ -23,26 +23,37 @@ _TOKEN_END = r"(?![A-Za-z0-9_-])"
 @dataclass(frozen=True)
 class Rule:
     """One kind of secret: its pattern, the lowercase keywords one of which must occur, and whether an
-    assignment value must look random (``check``: ``"password"``, ``"entropy"`` or ``""``); an empty keyword
-    means "always run" (for texts of at least ``min_len`` characters)."""
+    assignment value must look random (``check``: ``"password"``, ``"entropy"``, ``"bearer"`` or ``""``); an
+    empty keyword means "always run" (for texts of at least ``min_len`` characters); ``boundary``: the match must
+    not follow an ASCII letter or digit."""
 
     kind: str
     pattern: re.Pattern[str]
     keywords: tuple[str, ...]
     check: str = ""
     min_len: int = 0
+    boundary: bool = False
 
 
 def _rule(kind: str, pattern: str, keywords: tuple[str, ...], check: str = "", min_len: int = 0) -> Rule:
-    return Rule(kind, re.compile(pattern), keywords, check, min_len)
+    # A leading look-behind hides the literal prefix from the regex engine's fast scan (measured 3-5x slower),
+    # so ``_B`` at the start is dropped here and checked on each match instead (``boundary``).
+    boundary = pattern.startswith(_B)
+    return Rule(kind, re.compile(pattern.removeprefix(_B)), keywords, check, min_len, boundary)
 
 
-#: Names of assignments whose value is a password (any non-trivial value is redacted).
-PASSWORD_NAME = r"[\w.-]*(?:password|passwd|passphrase|pwd|密码|口令)[\w.-]*"
-#: Names whose value is a secret when it looks like one (long enough, not an identifier or expression).
+#: Words that make an assignment's value a password (any non-trivial value is redacted). The pattern starts at
+#: the word itself (``DB_PASSWORD`` matches from ``PASSWORD``): a leading ``[\w]*`` would backtrack on every word.
+_NAME_END = r"(?:s|[_.-][\w.-]{0,40}|(?-i:[A-Z])[\w.-]{0,40})?"
+PASSWORD_NAME = r"(?:password|passwd|passphrase|pwd|密码|口令)" + _NAME_END
+#: Words whose value is a secret when it looks like one (long enough, not an identifier or expression).
 SECRET_NAME = (
-    r"[\w.-]*(?:secret|token|api[_.-]?key|apikey|access[_.-]?key|private[_.-]?key|auth[_.-]?key|client[_.-]?key"
-    r"|credentials?|signing[_.-]?key|encryption[_.-]?key|master[_.-]?key|session[_.-]?key|salt|密钥|令牌)[\w.-]*"
+    r"(?:secret|token|api[_.-]?key|apikey|access[_.-]?key|private[_.-]?key|auth[_.-]?key|client[_.-]?key"
+    r"|credentials?|signing[_.-]?key|encryption[_.-]?key|master[_.-]?key|密钥|令牌)" + _NAME_END
+)
+_KEY_PREFIXES = ("api", "access", "private", "auth", "client", "signing", "encryption", "master")
+_SECRET_WORDS = ("secret", "token", "credential", "密钥", "令牌") + tuple(
+    f"{prefix}{sep}key" for prefix in _KEY_PREFIXES for sep in ("", "_", "-", ".")
 )
 _ASSIGN = r"[\"']?\s*(?:[:=]|:=|=>|：|是|为)\s*"
 _QUOTED_OR_BARE = r"(?P<s>\"[^\"\n]{1,512}\"|'[^'\n]{1,512}'|`[^`\n]{1,512}`|[^\s,;\"'`，。；）)}\]<>]{3,512})"
@@ -110,7 +121,11 @@ RULES: tuple[Rule, ...] = (
     _rule("atlassian_token", _B + r"ATATT3[A-Za-z0-9_=-]{180,}" + _E, ("atatt3",)),
     _rule("postman_api_key", _B + r"PMAK-[a-f0-9]{24}-[a-f0-9]{34}" + _E, ("pmak-",)),
     _rule("linear_api_key", _B + r"lin_api_[A-Za-z0-9]{40}" + _E, ("lin_api_",)),
-    _rule("grafana_token", _B + r"(?:glsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}|glc_[A-Za-z0-9+/]{32,400}={0,2})", ("glsa_", "glc_")),
+    _rule(
+        "grafana_token",
+        _B + r"(?:glsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}|glc_[A-Za-z0-9+/]{32,400}={0,2})",
+        ("glsa_", "glc_"),
+    ),
     _rule("doppler_token", _B + r"dp\.(?:pt|st|sa|ct|scim|audit)\.[A-Za-z0-9]{40,44}" + _E, ("dp.",)),
     _rule("newrelic_key", _B + r"NR(?:AK|AA|II|JS)-[A-Za-z0-9]{27}" + _E, ("nrak-", "nraa-", "nrii-", "nrjs-")),
     _rule("age_secret_key", _B + r"AGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58}", ("age-secret-key-",)),
@@ -125,10 +140,13 @@ RULES: tuple[Rule, ...] = (
     # --- messaging, mail and chat bots --------------------------------------------------------------
     _rule(
         "slack_token",
-        _B + r"(?:xox[abposre]-[A-Za-z0-9-]{10,}|xapp-\d-[A-Za-z0-9]+-\d+-[A-Za-z0-9]+|xoxe\.xox[bp]-\d-[A-Za-z0-9]{100,})",
+        _B + r"(?:xox[abposre]-[A-Za-z0-9-]{10,}|xapp-\d-[A-Za-z0-9]+-\d+-[A-Za-z0-9]+"
+        r"|xoxe\.xox[bp]-\d-[A-Za-z0-9]{100,})",
         ("xox", "xapp-"),
     ),
-    _rule("slack_webhook", r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_+-]+", ("hooks.slack",)),
+    _rule(
+        "slack_webhook", r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_+-]+", ("hooks.slack",)
+    ),
     _rule(
         "discord_webhook",
         r"https://(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/\d+/[A-Za-z0-9_-]+",
@@ -159,8 +177,9 @@ RULES: tuple[Rule, ...] = (
         r"(?i)(?:authorization|auth|proxy-authorization)\s*[:=]\s*[\"']?(?:bearer|token|basic)\s+"
         r"(?P<s>[A-Za-z0-9._~+/=-]{8,})",
         ("auth",),
+        check="bearer",
     ),
-    _rule("bearer_token", r"(?i)\bbearer\s+(?P<s>[A-Za-z0-9._~+/=-]{20,})", ("bearer",)),
+    _rule("bearer_token", r"(?i)\bbearer\s+(?P<s>[A-Za-z0-9._~+/=-]{20,})", ("bearer",), check="bearer"),
     _rule(
         "url_credentials",
         r"(?i)\b[a-z][a-z0-9+.-]{1,30}://[^\s:/@\"'<>]*:(?P<s>[^\s@/\"'<>]{1,256})@[^\s@/\"'<>]",
@@ -169,15 +188,13 @@ RULES: tuple[Rule, ...] = (
     _rule(
         "password",
         r"(?i)" + PASSWORD_NAME + _ASSIGN + _QUOTED_OR_BARE,
-        ("pass", "pwd", "密码", "口令"),
+        ("password", "passwd", "passphrase", "pwd", "密码", "口令"),
         check="password",
     ),
     _rule(
         "secret_assignment",
         r"(?i)" + SECRET_NAME + _ASSIGN + _QUOTED_OR_BARE,
-        (
-            "secret", "token", "key", "credential", "salt", "密钥", "令牌",
-        ),
+        _SECRET_WORDS,
         check="entropy",
     ),
     _rule("long_base64", r"[A-Za-z0-9+/]{4096,}={0,2}", ("",), min_len=4096),
