@@ -67,7 +67,7 @@ class SourceProgress:
     turns_added: int = 0
     turns_existing: int = 0
     turns_waiting: int = 0
-    failed: int = 0
+    failed: int = 0  # turns, conversations and files that could not be imported (each has an entry in errors)
     skipped: Counter[str] = field(default_factory=Counter)
     redacted: Counter[str] = field(default_factory=Counter)
     errors: list[str] = field(default_factory=list)
@@ -263,6 +263,7 @@ class Importer:
                 part.state = "stopped" if control.stopped else "done"
             except Exception as exc:  # noqa: BLE001 - one broken source must not end the others
                 part.state = "error"
+                part.failed += 1
                 part.errors.append(f"{type(exc).__name__}: {exc}")
             notify(progress, force=True)
         progress.state = "stopped" if control.stopped else "done"
@@ -309,6 +310,7 @@ class Importer:
             self._import_initial_subset(adapter.name, pending, options, part, control, notify)
         part.skipped.update(stats.skipped)
         part.errors.extend(stats.errors)
+        part.failed += len(stats.errors)  # an unreadable file is a conversation not imported
         summary = part.to_json()
         clean = not (stats.errors or part.failed or part.turns_waiting or control.stopped or options.dry_run)
         if clean:
