@@ -16,7 +16,7 @@ ALLOWED: dict[str, set[str]] = {
     "store": {"domain", "errors"},
     "embed": {"errors"},
     "redact": set(),
-    "capture": {"domain", "errors"},
+    "capture": {"domain", "errors", "redact"},
     "recall": {"domain", "errors", "store", "embed", "capture", "llm"},
     "llm": {"errors"},
     "evolve": {"domain", "errors", "capture", "llm"},
