@@ -195,5 +195,12 @@ def _items() -> list[tuple[str, str, str]]:
     return items
 
 
-CORPUS: list[tuple[str, str, str]] = _items()
+def make_corpus(seed: int) -> list[tuple[str, str, str]]:
+    """The corpus with values drawn from ``seed`` (each write path in a test gets its own secrets)."""
+    global _rng
+    _rng = random.Random(seed)
+    return _items()
+
+
+CORPUS: list[tuple[str, str, str]] = make_corpus(20261203)
 KINDS = sorted({kind for kind, _, _ in CORPUS})

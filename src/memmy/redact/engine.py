@@ -79,6 +79,8 @@ def shannon_entropy(value: str) -> float:
 
 
 def _unquote(value: str) -> str:
+    if value.startswith('\\"') and value.endswith('\\"') and len(value) >= 4:
+        return value[2:-2]
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'`":
         return value[1:-1]
     return value

@@ -56,7 +56,8 @@ _SECRET_WORDS = ("secret", "token", "credential", "密钥", "令牌") + tuple(
     f"{prefix}{sep}key" for prefix in _KEY_PREFIXES for sep in ("", "_", "-", ".")
 )
 _ASSIGN = r"[\"']?\s*(?:[:=]|:=|=>|：|是|为)\s*"
-_QUOTED_OR_BARE = r"(?P<s>\"[^\"\n]{1,512}\"|'[^'\n]{1,512}'|`[^`\n]{1,512}`|[^\s,;\"'`，。；）)}\]<>]{3,512})"
+# Quoted values may sit inside a JSON string (a tool's input), where their quotes are escaped: \"value\".
+_QUOTED_OR_BARE = r"(?P<s>\\?\"[^\"\n]{1,512}?\\?\"|'[^'\n]{1,512}'|`[^`\n]{1,512}`|[^\s,;\"'`，。；）)}\]<>]{3,512})"
 
 RULES: tuple[Rule, ...] = (
     _rule(
