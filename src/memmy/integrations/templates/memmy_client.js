@@ -55,11 +55,23 @@ function sanitize(value) {
   out = out.replace(/<(memmy_memory_context|memos_context|memory_context)\b[^>]*>[\s\S]*$/g, "");
   const wrapped = /<current_user_request>([\s\S]*?)<\/current_user_request>/.exec(out);
   if (wrapped) out = wrapped[1];
-  return out.replace(/\n{3,}/g, "\n\n").trim();
+  return wellFormed(out.replace(/\n{3,}/g, "\n\n").trim());
+}
+
+/** Lone UTF-16 surrogates (half an emoji) become U+FFFD, so the daemon never receives invalid text. */
+function wellFormed(value) {
+  return typeof value.toWellFormed === "function" ? value.toWellFormed() : value.replace(/\p{Cs}/gu, "\ufffd");
+}
+
+/** The first `max` code points of `value`: never cuts an emoji or other astral character in half. */
+function cut(value, max) {
+  if (value.length <= max) return wellFormed(value);
+  return wellFormed(Array.from(value).slice(0, max).join(""));
 }
 
 function truncate(value, max) {
-  return value.length <= max ? value : value.slice(0, max) + "\n...[truncated]";
+  const kept = cut(value, max);
+  return kept.length < value.length ? kept + "\n...[truncated]" : kept;
 }
 
 function toText(value) {
