@@ -116,6 +116,16 @@ def looks_like_secret(value: str) -> bool:
     return len(value) >= 20 and not _DOTTED_NAME.fullmatch(value) and shannon_entropy(value) >= 3.5
 
 
+def _tail_ok(text: str, start: int, end: int) -> bool:
+    """The rest of a secret-like name is empty, ``s``, or starts a new word (``_KEY``, ``Key``, ``2``, ``是``)."""
+    if start == end:
+        return True
+    first = text[start]
+    if first in "_.-" or first.isupper() or first.isdigit() or not first.isascii():
+        return True
+    return first in "sS" and (end == start + 1 or text[start + 1] in "_.-")
+
+
 def looks_like_token(value: str) -> bool:
     """A bearer value that is not a placeholder such as ``YOUR_TOKEN`` or ``$TOKEN``."""
     return not _placeholder(value) and not re.fullmatch(r"[A-Z_]+", value)
@@ -185,35 +195,41 @@ class Redactor:
                 selected.update(indexes)
         for index in sorted(selected):
             rule = self.rules[index]
-            if len(text) >= rule.min_len:
-                text = self._apply(rule, text, report)
+            if len(text) < rule.min_len:
+                continue
+            foldable = rule.folded is not None and len(lowered) == len(text)
+            changed = self._apply(rule, text, lowered if foldable else None, report)
+            if changed is not text:
+                text, lowered = changed, changed.lower()
         return text
 
-    def _apply(self, rule: Rule, text: str, report: RedactionReport | None) -> str:
+    def _apply(self, rule: Rule, text: str, lowered: str | None, report: RedactionReport | None) -> str:
+        """``text`` with ``rule``'s matches replaced (searched in ``lowered`` with the folded pattern if given)."""
         check = _CHECKS.get(rule.check)
-        found = 0
-
-        def replace(match: re.Match[str]) -> str:
-            nonlocal found
-            whole = match.group(0)
+        pattern = rule.folded if lowered is not None and rule.folded is not None else rule.pattern
+        groups = pattern.groupindex
+        pieces: list[str] = []
+        last = found = 0
+        marker = f"[REDACTED:{rule.kind}]"
+        for match in pattern.finditer(lowered if lowered is not None else text):
             start = match.start()
-            if rule.boundary and start and match.string[start - 1].isascii() and match.string[start - 1].isalnum():
-                return whole
-            has_group = "s" in rule.pattern.groupindex and match.group("s") is not None
-            secret = match.group("s") if has_group else whole
+            if rule.boundary and start and text[start - 1].isascii() and text[start - 1].isalnum():
+                continue
+            if "tail" in groups and not _tail_ok(text, match.start("tail"), match.end("tail")):
+                continue
+            begin, end = match.span("s") if "s" in groups and match.start("s") >= 0 else match.span()
+            secret = text[begin:end]
             if (check is not None and not check(secret)) or self._allowed(secret):
-                return whole
+                continue
+            pieces += [text[last:begin], marker]
+            last = end
             found += 1
-            marker = f"[REDACTED:{rule.kind}]"
-            if not has_group:
-                return marker
-            start, end = match.start("s") - match.start(), match.end("s") - match.start()
-            return whole[:start] + marker + whole[end:]
-
-        text = rule.pattern.sub(replace, text)
-        if found and report is not None:
+        if not found:
+            return text
+        if report is not None:
             report.counts[rule.kind] += found
-        return text
+        pieces.append(text[last:])
+        return "".join(pieces)
 
     def redact_json(self, value: Any, report: RedactionReport | None = None) -> Any:
         """A copy of a JSON value with every string redacted; a string under a secret-like key is redacted whole."""

@@ -25,7 +25,7 @@ class Rule:
     """One kind of secret: its pattern, the lowercase keywords one of which must occur, and whether an
     assignment value must look random (``check``: ``"password"``, ``"entropy"``, ``"bearer"`` or ``""``); an
     empty keyword means "always run" (for texts of at least ``min_len`` characters); ``boundary``: the match must
-    not follow an ASCII letter or digit."""
+    not follow an ASCII letter or digit; ``folded``: the same pattern without IGNORECASE, for lower-cased text."""
 
     kind: str
     pattern: re.Pattern[str]
@@ -33,18 +33,24 @@ class Rule:
     check: str = ""
     min_len: int = 0
     boundary: bool = False
+    folded: re.Pattern[str] | None = None
 
 
 def _rule(kind: str, pattern: str, keywords: tuple[str, ...], check: str = "", min_len: int = 0) -> Rule:
     # A leading look-behind hides the literal prefix from the regex engine's fast scan (measured 3-5x slower),
     # so ``_B`` at the start is dropped here and checked on each match instead (``boundary``).
     boundary = pattern.startswith(_B)
-    return Rule(kind, re.compile(pattern.removeprefix(_B)), keywords, check, min_len, boundary)
+    pattern = pattern.removeprefix(_B)
+    # A case-insensitive rule also gets a case-sensitive twin that runs on the lower-cased text: 60-150x faster
+    # in CPython's regex engine, which cannot scan ahead for a literal under IGNORECASE (its literals are lower case).
+    folded = re.compile(pattern.removeprefix("(?i)")) if pattern.startswith("(?i)") else None
+    return Rule(kind, re.compile(pattern), keywords, check, min_len, boundary, folded)
 
 
 #: Words that make an assignment's value a password (any non-trivial value is redacted). The pattern starts at
 #: the word itself (``DB_PASSWORD`` matches from ``PASSWORD``): a leading ``[\w]*`` would backtrack on every word.
-_NAME_END = r"(?:s|[_.-][\w.-]{0,40}|(?-i:[A-Z])[\w.-]{0,40})?"
+#: The rest of the name; the engine rejects a tail that continues the word in lower case ("tokenize").
+_NAME_END = r"(?P<tail>[\w.-]{0,40})"
 PASSWORD_NAME = r"(?:password|passwd|passphrase|pwd|密码|口令)" + _NAME_END
 #: Words whose value is a secret when it looks like one (long enough, not an identifier or expression).
 SECRET_NAME = (
@@ -93,7 +99,7 @@ RULES: tuple[Rule, ...] = (
     _rule("google_oauth_secret", _B + r"GOCSPX-[A-Za-z0-9_-]{28}" + _TOKEN_END, ("gocspx",)),
     _rule(
         "azure_storage_key",
-        r"(?i)(?:AccountKey|SharedAccessKey|SharedKey)\s*=\s*(?P<s>[A-Za-z0-9+/]{20,}={0,2})",
+        r"(?i)(?:accountkey|sharedaccesskey|sharedkey)\s*=\s*(?P<s>[A-Za-z0-9+/]{20,}={0,2})",
         ("accountkey", "sharedaccesskey", "sharedkey"),
     ),
     _rule(
@@ -114,9 +120,10 @@ RULES: tuple[Rule, ...] = (
     ),
     _rule(
         "gitlab_token",
-        _B + r"(?:glpat|gldt|glrt|glptt|glft|glimt|glagent|gloas|glsoat)-[A-Za-z0-9_-]{20,}|GR1348941[A-Za-z0-9_-]{20}",
-        ("glpat-", "gldt-", "glrt-", "glptt-", "glft-", "glimt-", "glagent-", "gloas-", "glsoat-", "gr1348941"),
+        _B + r"gl(?:pat|dt|rt|ptt|ft|imt|agent|oas|soat)-[A-Za-z0-9_-]{20,}",
+        ("glpat-", "gldt-", "glrt-", "glptt-", "glft-", "glimt-", "glagent-", "gloas-", "glsoat-"),
     ),
+    _rule("gitlab_token", _B + r"GR1348941[A-Za-z0-9_-]{20}", ("gr1348941",)),
     _rule("npm_token", _B + r"npm_[A-Za-z0-9]{36}" + _E, ("npm_",)),
     _rule("pypi_token", _B + r"pypi-AgE[A-Za-z0-9_-]{50,}", ("pypi-",)),
     _rule("atlassian_token", _B + r"ATATT3[A-Za-z0-9_=-]{180,}" + _E, ("atatt3",)),
@@ -133,9 +140,10 @@ RULES: tuple[Rule, ...] = (
     # --- payments and commerce ----------------------------------------------------------------------
     _rule(
         "stripe_key",
-        _B + r"(?:sk|rk)_(?:live|test|prod)_[A-Za-z0-9]{10,247}" + _E + r"|" + _B + r"whsec_[A-Za-z0-9]{24,}" + _E,
-        ("sk_live", "sk_test", "sk_prod", "rk_live", "rk_test", "rk_prod", "whsec_"),
+        _B + r"[sr]k_(?:live|test|prod)_[A-Za-z0-9]{10,247}" + _E,
+        ("sk_live", "sk_test", "sk_prod", "rk_live", "rk_test", "rk_prod"),
     ),
+    _rule("stripe_key", _B + r"whsec_[A-Za-z0-9]{24,}" + _E, ("whsec_",)),
     _rule("shopify_token", _B + r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}" + _E, ("shpat_", "shpca_", "shppa_", "shpss_")),
     _rule("square_token", _B + r"(?:sq0(?:atp|csp)-[A-Za-z0-9_-]{22,43}|EAAA[A-Za-z0-9_-]{60})" + _E, ("sq0", "eaaa")),
     # --- messaging, mail and chat bots --------------------------------------------------------------
@@ -156,14 +164,15 @@ RULES: tuple[Rule, ...] = (
     _rule(
         "discord_bot_token",
         _B + r"[MNO][A-Za-z0-9_-]{23,25}\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,38}" + _TOKEN_END,
-        (".",),
+        ("discord", "bot", "token"),
     ),
     _rule("telegram_bot_token", r"(?<![0-9])\d{8,10}:AA[A-Za-z0-9_-]{32,34}" + _TOKEN_END, (":aa",)),
     _rule(
         "twilio_key",
-        _B + r"(?:SK|AC)[0-9a-f]{32}" + _E,
-        ("sk", "ac"),
+        _B + r"SK[0-9a-f]{32}" + _E,  # one literal prefix per rule: the regex engine then scans for it
+        ("sk",),
     ),
+    _rule("twilio_key", _B + r"AC[0-9a-f]{32}" + _E, ("ac",)),
     _rule("sendgrid_api_key", _B + r"SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}" + _TOKEN_END, ("sg.",)),
     _rule("mailchimp_api_key", _B + r"[0-9a-f]{32}-us\d{1,2}" + _E, ("-us",)),
     _rule("mailgun_api_key", _B + r"key-[0-9a-f]{32}" + _E, ("key-",)),
@@ -180,10 +189,10 @@ RULES: tuple[Rule, ...] = (
         ("auth",),
         check="bearer",
     ),
-    _rule("bearer_token", r"(?i)\bbearer\s+(?P<s>[A-Za-z0-9._~+/=-]{20,})", ("bearer",), check="bearer"),
+    _rule("bearer_token", _B + r"(?i)bearer\s+(?P<s>[A-Za-z0-9._~+/=-]{20,})", ("bearer",), check="bearer"),
     _rule(
         "url_credentials",
-        r"(?i)\b[a-z][a-z0-9+.-]{1,30}://[^\s:/@\"'<>]*:(?P<s>[^\s@/\"'<>]{1,256})@[^\s@/\"'<>]",
+        r"://[^\s:/@\"'<>]*:(?P<s>[^\s@/\"'<>]{1,256})@[^\s@/\"'<>]",
         ("://",),
     ),
     _rule(
