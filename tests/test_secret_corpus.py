@@ -14,11 +14,17 @@ from typing import Any
 import anyio
 import httpx
 import httpx2
+import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from memmy.config import load_config
+from memmy.embed import Embedder
+from memmy.errors import ConfigError, InvalidArgument
 from memmy.mcp.transcripts import get_conversation
 from memmy.redact import RedactionReport, Redactor, redact
+from memmy.service import MemoryService
+from memmy.service.namespace import Namespace
 from tests.claude_transcripts import Transcript
 from tests.conftest import Daemon
 from tests.secret_corpus import CORPUS, KINDS, make_corpus
@@ -234,3 +240,31 @@ def test_transcript_tool_output_is_redacted(isolated_home: Path, tmp_path: Path)
     # get_conversation returns user and assistant text (tool traffic is dropped): every secret placed there is gone.
     shown = [needle for n, (_, _, needle) in enumerate(corpus) if n % 4 in (0, 3)]
     assert [needle for needle in shown if needle in dumped] == []
+
+
+def test_config_rules_apply_to_service_writes_and_reload(isolated_home: Path, embedder: Embedder) -> None:
+    config_file = isolated_home / ".memmy" / "config.yaml"
+    config_file.parent.mkdir(parents=True)
+    config_file.write_text(
+        "memmyMemory:\n  redaction:\n    extraPatterns:\n      - {name: acme_token, pattern: 'acme_[a-z0-9]{16}'}\n"
+        "    allowlist: ['^sk_test_']\n",
+        encoding="utf-8",
+    )
+    service = MemoryService.open(load_config(), embedder=embedder)
+    try:
+        ns = Namespace(source="claude_code")
+        added = service.add_memory({"content": "ci uses acme_0123456789abcdef and sk_test_" + "a1" * 12}, ns)
+        content = service.get_memory(added["id"])["content"]
+        assert content == "ci uses [REDACTED:acme_token] and sk_test_" + "a1" * 12
+        config_file.write_text("memmyMemory:\n  redaction:\n    extraPatterns: ['(']\n", encoding="utf-8")
+        with pytest.raises(InvalidArgument, match="redaction.extraPatterns"):
+            service.reload_config({})
+        config_file.write_text("memmyMemory: {}\n", encoding="utf-8")
+        service.reload_config({})
+        again = service.add_memory({"content": "deploy with sk_test_" + "b2" * 12}, ns)
+        assert service.get_memory(again["id"])["content"] == "deploy with [REDACTED:stripe_key]"
+    finally:
+        service.close()
+    config_file.write_text("memmyMemory:\n  redaction:\n    allowlist: ['[']\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="redaction.allowlist"):
+        MemoryService.open(load_config(), embedder=embedder)

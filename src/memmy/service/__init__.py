@@ -371,7 +371,10 @@ class MemoryService:
         except ConfigError as exc:
             raise InvalidArgument(f"config not reloaded: {exc.message}") from exc
         requires_restart = reload_requires_restart(old, new)
-        redactor = build_redactor(new)
+        try:
+            redactor = build_redactor(new)
+        except ConfigError as exc:
+            raise InvalidArgument(f"config not reloaded: {exc.message}") from exc
         changed = [key for key in new.tree if new.tree.get(key) != old.tree.get(key)]
         embedding_changed = new.tree["embedding"] != old.tree["embedding"]
         # Storage cannot change under a running daemon: keep the old storage view until restart.
