@@ -301,7 +301,7 @@ class Importer:
                 prepared = self._prepare(adapter.name, conversation, options, part, control, initial)
             except Exception as exc:  # noqa: BLE001 - one broken conversation must not cost the others
                 part.failed += 1
-                part.errors.append(f"{conversation.origin}: {type(exc).__name__}: {exc}")
+                part.errors.append(self.redactor.redact(f"{conversation.origin}: {type(exc).__name__}: {exc}"))
                 continue
             if prepared is not None:
                 pending.append(prepared)
@@ -449,7 +449,7 @@ class Importer:
                     part.turns_added += 1
             except Exception as exc:  # noqa: BLE001 - counted as failed; the next sync retries the turn
                 part.failed += 1
-                part.errors.append(f"{conversation.origin}: {type(exc).__name__}: {exc}")
+                part.errors.append(self.redactor.redact(f"{conversation.origin}: {type(exc).__name__}: {exc}"))
         return False
 
 
