@@ -15,11 +15,12 @@ ALLOWED: dict[str, set[str]] = {
     "config": {"errors", "config_defaults"},
     "store": {"domain", "errors"},
     "embed": {"errors"},
-    "capture": {"domain", "errors"},
+    "redact": set(),
+    "capture": {"domain", "errors", "redact"},
     "recall": {"domain", "errors", "store", "embed", "capture", "llm"},
     "llm": {"errors"},
     "evolve": {"domain", "errors", "capture", "llm"},
-    "sources": {"domain", "errors", "capture", "store"},
+    "sources": {"domain", "errors", "capture", "store", "redact"},
     "indexing": {"domain", "errors", "store", "embed"},
     "service": {
         "domain",
@@ -34,6 +35,7 @@ ALLOWED: dict[str, set[str]] = {
         "indexing",
         "config",
         "config_defaults",
+        "redact",
         "__init__",
     },
     "server": {"service", "domain", "errors", "config", "config_defaults", "store", "__init__", "mcp"},
@@ -52,8 +54,8 @@ ALLOWED: dict[str, set[str]] = {
     },
     "__main__": {"cli"},
     "integrations": {"__init__"},
-    "hook": set(),
-    "mcp": {"__init__", "hook", "sources"},
+    "hook": {"redact"},
+    "mcp": {"__init__", "hook", "sources", "redact"},
     "__init__": set(),
 }
 

@@ -71,6 +71,11 @@ def default_tree() -> dict[str, Any]:
             "timeoutMs": 60_000,
             "maxRetries": 2,
         },
+        # Secret redaction (docs/config.md "redaction"): extra rules ({name, pattern}) and allowlisted regexes.
+        "redaction": {
+            "extraPatterns": [],
+            "allowlist": [],
+        },
         "dream": {
             "enabled": False,
             "intervalHours": 24,

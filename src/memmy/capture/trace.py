@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memmy.domain import summarise
+from memmy.redact.tags import neutralize_tags
 
 TRUNCATION_MARK = "\n\n…[truncated]…\n\n"
 MEMMY_TOOLS = frozenset({"memmy_memory_search", "memmy_memory_get"})
@@ -80,11 +81,12 @@ def _first(mapping: dict[str, Any], *names: str) -> Any:
 
 
 def _as_text(value: Any) -> str | None:
+    """Tool text as stored: JSON for structured values, wrapper tags made inert (tool output is untrusted)."""
     if value is None:
         return None
     if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False, default=str)
+        return neutralize_tags(value)
+    return neutralize_tags(json.dumps(value, ensure_ascii=False, default=str))
 
 
 def normalize_tool_calls(calls: list[Any] | None, results: list[Any] | None) -> list[dict[str, Any]]:

@@ -125,8 +125,11 @@ def import_history(
     skipped = skipped_table(status)
     if skipped is not None:
         console.print(skipped)
-    if status["state"] == "failed" or totals["failed"]:
-        fail(status.get("error") or "some turns failed to import; run the import again to retry them")
+    errors = [error for part in status.get("sources", []) for error in part.get("errors", [])]
+    for error in errors[:10]:
+        console.print(f"[red]failed:[/] {error}", markup=True, highlight=False)
+    if status["state"] == "failed" or totals["failed"] or errors:
+        fail(status.get("error") or "some history failed to import; run the import again to retry it")
 
 
 @click.group("sources", invoke_without_command=True)

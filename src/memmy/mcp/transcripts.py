@@ -21,6 +21,7 @@ from typing import Any
 import anyio.to_thread
 
 from memmy.mcp.tools import ToolCall, ToolSpec, integer, obj, string
+from memmy.redact import redact, replace_surrogates
 from memmy.sources.adapters import claude_code, codex
 from memmy.sources.model import EPOCH, Conversation, ScanStats
 
@@ -129,14 +130,19 @@ def _parse(agent: str, path: Path) -> Conversation | None:
 
 
 def normalise(conversation: Conversation | None) -> list[dict[str, Any]]:
-    """User and assistant messages as ``{turn, role, content, ts}`` (tool calls and injected context dropped)."""
+    """User and assistant messages as ``{turn, role, content, ts}`` (tool calls and injected context dropped).
+
+    Secrets are redacted with the built-in rules and lone surrogates replaced: this is a read-out of host files
+    straight into an agent's context.
+    """
     turns: list[dict[str, Any]] = []
     for message in conversation.messages if conversation else []:
         if message.role not in ("user", "assistant") or not message.content.strip():
             continue
-        content = message.content
+        full = redact(replace_surrogates(message.content))
+        content = full
         if len(content) > MAX_TURN_CHARS:
-            content = content[:MAX_TURN_CHARS] + f"\n…[truncated {len(message.content) - MAX_TURN_CHARS} chars]"
+            content = content[:MAX_TURN_CHARS] + f"\n…[truncated {len(full) - MAX_TURN_CHARS} chars]"
         ts = None if message.created_at == EPOCH else message.created_at
         turns.append({"turn": len(turns), "role": message.role, "content": content, "ts": ts})
     return turns

@@ -13,6 +13,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from memmy.capture.sanitize import neutralize_tags
 from memmy.domain import Memory
 
 BODY_CAP = 640
@@ -217,7 +218,9 @@ def render_context(
         sections.append("Decision guidance")
     if any(i.memory.layer != "L1" or i.source == "episode" for i in items):
         blocks.append(FOOTER)
-    markdown = "\n\n".join(blocks)
+    # Stored text was neutralised on the way in; this second pass covers older rows and every field the
+    # sections above read, so the rendered block can never open or close the agent-side wrapper.
+    markdown = neutralize_tags("\n\n".join(blocks))
     return RenderedContext(markdown, sections, math.ceil(len(markdown) / 4))
 
 

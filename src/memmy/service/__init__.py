@@ -11,6 +11,7 @@ from memmy.config import MemmyConfig, load_config, reload_requires_restart
 from memmy.embed import Embedder, build_embedder
 from memmy.errors import ConfigError, InvalidArgument
 from memmy.indexing import Indexer
+from memmy.redact import RedactionConfigError, Redactor
 from memmy.service.dream import DreamOps
 from memmy.service.episodes import EpisodeOps
 from memmy.service.evolution import ModelSlots
@@ -79,6 +80,14 @@ ROUTE_NAMES = (
 )
 
 
+def build_redactor(config: MemmyConfig) -> Redactor:
+    """The built-in secret rules plus the config's ``redaction.extraPatterns`` and ``redaction.allowlist``."""
+    try:
+        return Redactor.from_config(config.tree.get("redaction"))
+    except RedactionConfigError as exc:
+        raise ConfigError(f"{config.path}: {exc}") from None
+
+
 def embedder_factory(config: MemmyConfig) -> Callable[[], Embedder]:
     """A zero-argument factory for the configured embedder (created lazily, off the start-up path)."""
     settings = config.embedding
@@ -102,6 +111,7 @@ class MemoryService:
 
     def __init__(self, config: MemmyConfig, db: Database, embedder: Embedder | None = None) -> None:
         self.config = config
+        self.redactor = build_redactor(config)
         self.db = db
         self.started = time.monotonic()
         self.memories = MemoryRepository(db)
@@ -138,7 +148,7 @@ class MemoryService:
             self.worker.wake,
         )
         self.panel = PanelOps(self.memories, self.logs, self.sessions, self.queue, self.episodes)
-        self.imports = ImportOps(config, db, self.memories, self.sessions, self.indexer)
+        self.imports = ImportOps(config, db, self.memories, self.sessions, self.indexer, self.redactor)
         self.keys = KeyOps(config, db, self.memories, self.logs, self.indexer, self.memory_ops)
         self.validity = ValidityOps(db, self.memories, self.logs)
         self.dreams = DreamOps(lambda: self.config, db, self.memories, self.indexer)
@@ -172,10 +182,14 @@ class MemoryService:
         self.indexer.stop()
         self.db.close()
 
+    def redact(self, body: Any) -> Any:
+        """The request body with every secret replaced, before any write, log or job sees it."""
+        return self.redactor.redact_json(body)
+
     # -- memory -----------------------------------------------------------------------------------
     def add_memory(self, body: Any, ns: Namespace) -> dict[str, Any]:
         """Write one memory."""
-        return self.memory_ops.add(body, ns)
+        return self.memory_ops.add(self.redact(body), ns)
 
     def get_memory(self, memory_id: str) -> dict[str, Any]:
         """Read one memory with its refs and history (an ``episode_…`` id returns the episode)."""
@@ -186,7 +200,7 @@ class MemoryService:
     # -- evolution --------------------------------------------------------------------------------
     def give_feedback(self, body: Any, ns: Namespace) -> dict[str, Any]:
         """Explicit feedback on a memory or an episode; the reward and guidance follow asynchronously."""
-        result = self.episode_ops.give_feedback(body, ns.user_id)
+        result = self.episode_ops.give_feedback(self.redact(body), ns.user_id)
         self.worker.wake()
         return result
 
@@ -210,15 +224,15 @@ class MemoryService:
 
     def delete_memory(self, memory_id: str, body: Any, ns: Namespace) -> dict[str, Any]:
         """Soft-delete one memory."""
-        return self.memory_ops.delete(memory_id, body, ns)
+        return self.memory_ops.delete(memory_id, self.redact(body), ns)
 
     def archive_memory(self, memory_id: str, body: Any, ns: Namespace) -> dict[str, Any]:
         """Archive one memory."""
-        return self.memory_ops.archive(memory_id, ns, opt_str(require_object(body), "reason"))
+        return self.memory_ops.archive(memory_id, ns, opt_str(require_object(self.redact(body)), "reason"))
 
     def search(self, body: Any, ns: Namespace) -> dict[str, Any]:
         """Search memories and render injectable context."""
-        return self.recall_ops.search(body, ns)
+        return self.recall_ops.search(self.redact(body), ns)
 
     def processing_status(self, body: Any) -> dict[str, Any]:
         """Processing records for memories."""
@@ -235,7 +249,7 @@ class MemoryService:
     # -- key graph and tombstones -----------------------------------------------------------------
     def keys_call(self, op: str, body: Any, ns: Namespace) -> Any:
         """One key-graph tool (``POST /api/v1/keys/<op>``) with keymem's arguments and result."""
-        return self.keys.call(op, body, ns)
+        return self.keys.call(op, self.redact(body), ns)
 
     def list_tombstones(self, params: dict[str, Any]) -> dict[str, Any]:
         """Forgotten values."""
@@ -243,12 +257,12 @@ class MemoryService:
 
     def restore_tombstone(self, tombstone_id: str, body: Any, ns: Namespace) -> dict[str, Any]:
         """Allow a forgotten value again."""
-        return self.validity.restore(tombstone_id, body, ns)
+        return self.validity.restore(tombstone_id, self.redact(body), ns)
 
     # -- sessions and turns -----------------------------------------------------------------------
     def open_session(self, body: Any, ns: Namespace) -> dict[str, Any]:
         """Open or resume a session."""
-        return self.turn_ops.open_session(body, ns)
+        return self.turn_ops.open_session(self.redact(body), ns)
 
     def close_session(self, session_id: str) -> dict[str, Any]:
         """Close a session."""
@@ -256,11 +270,11 @@ class MemoryService:
 
     def start_turn(self, body: Any, ns: Namespace) -> dict[str, Any]:
         """Turn start: recall context."""
-        return self.turn_ops.start_turn(body, ns)
+        return self.turn_ops.start_turn(self.redact(body), ns)
 
     def complete_turn(self, turn_id: str, body: Any, ns: Namespace) -> dict[str, Any]:
         """Turn complete: capture."""
-        return self.turn_ops.complete_turn(turn_id, body, ns)
+        return self.turn_ops.complete_turn(turn_id, self.redact(body), ns)
 
     # -- admin ------------------------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
@@ -357,6 +371,10 @@ class MemoryService:
         except ConfigError as exc:
             raise InvalidArgument(f"config not reloaded: {exc.message}") from exc
         requires_restart = reload_requires_restart(old, new)
+        try:
+            redactor = build_redactor(new)
+        except ConfigError as exc:
+            raise InvalidArgument(f"config not reloaded: {exc.message}") from exc
         changed = [key for key in new.tree if new.tree.get(key) != old.tree.get(key)]
         embedding_changed = new.tree["embedding"] != old.tree["embedding"]
         # Storage cannot change under a running daemon: keep the old storage view until restart.
@@ -376,6 +394,7 @@ class MemoryService:
             warnings=new.warnings,
             db_override=old.db_override,
         )
+        self.redactor = self.imports.redactor = redactor
         self.indexer.batch_size = new.embedding.batch_size
         for ops in (self.memory_ops, self.turn_ops, self.recall_ops, self.imports, self.keys, self.episode_ops):
             ops.config = self.config

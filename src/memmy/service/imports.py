@@ -15,6 +15,7 @@ from memmy.config import MemmyConfig
 from memmy.domain import Memory, content_hash, new_id, sha256_hex
 from memmy.errors import Conflict, Forbidden, InvalidArgument, NotFound
 from memmy.indexing import Indexer
+from memmy.redact import DEFAULT_REDACTOR, Redactor
 from memmy.service.namespace import normalise_source
 from memmy.service.validate import opt_bool, opt_int, opt_iso_time, opt_list, opt_str, require_object
 from memmy.sources.adapters import ADAPTERS
@@ -198,10 +199,12 @@ class ImportOps:
         memories: MemoryRepository,
         sessions: SessionRepository,
         indexer: Indexer,
+        redactor: Redactor = DEFAULT_REDACTOR,
         adapters: Mapping[str, SourceAdapter] | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
         self.config = config
+        self.redactor = redactor
         self.builtin = dict(adapters or ADAPTERS)
         self.adapters: dict[str, SourceAdapter] = dict(self.builtin)
         self.env = dict(os.environ if env is None else env)
@@ -274,7 +277,7 @@ class ImportOps:
                 raise Conflict("an import is already running; stop it or wait for it to finish")
             job = ImportJob(new_id("import"), options)
             self.jobs[job.id] = job
-        importer = Importer(self.adapters, self.sink, self.state, self.env)
+        importer = Importer(self.adapters, self.sink, self.state, self.env, self.redactor)
 
         def publish(progress: ImportProgress) -> None:
             with job.changed:
@@ -297,7 +300,7 @@ class ImportOps:
         """Run an import to completion in the calling thread (tests, benches, in-process use)."""
         options = self._options(require_object(body))
         job = ImportJob(new_id("import"), options)
-        Importer(self.adapters, self.sink, self.state, self.env).run(options, job.progress, job.control)
+        Importer(self.adapters, self.sink, self.state, self.env, self.redactor).run(options, job.progress, job.control)
         return job.to_json()
 
     def job(self, job_id: str) -> ImportJob:

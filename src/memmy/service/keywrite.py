@@ -75,7 +75,7 @@ class KeyWriter(KeyCore):
     def parse_item(self, raw: Any, where: str = "", default_namespace: str | None = None) -> WriteItem:
         """Validate one remember item (nothing is written here)."""
         body = body_of(raw)
-        content = sanitize_text(req_text(body, "content", where, MAX_CONTENT_CHARS)).strip()
+        content = sanitize_text(req_text(body, "content", where, MAX_CONTENT_CHARS), unwrap_request=False).strip()
         if not content:
             raise InvalidArgument(f"{where}content: nothing left after removing injected memmy context")
         groups = keys_of(body, where)

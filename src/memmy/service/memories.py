@@ -93,7 +93,7 @@ class MemoryOps:
         if not self.config.algorithm["enableMemoryAdd"]:
             raise Forbidden("memory writes are disabled (algorithm.enableMemoryAdd: false)")
         content = req_str(body, "content", max_len=MAX_CONTENT_CHARS)
-        content = sanitize_text(content)
+        content = sanitize_text(content, unwrap_request=False)
         if not content:
             raise InvalidArgument("content: nothing left after removing injected memmy context")
         layer = layer_of(body.get("layer"))

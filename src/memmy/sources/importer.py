@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from memmy.domain import sha256_hex
+from memmy.redact import DEFAULT_REDACTOR, RedactionReport, Redactor, replace_surrogates
 from memmy.sources.model import Conversation, ScanStats, SourceAdapter, SourceMessage
-from memmy.sources.redact import RedactionReport, redact
 from memmy.sources.turns import ImportedTurn, group_turns
 from memmy.store.db import utc_now
 from memmy.store.imports import Checkpoint, ImportStateRepository
@@ -67,7 +67,7 @@ class SourceProgress:
     turns_added: int = 0
     turns_existing: int = 0
     turns_waiting: int = 0
-    failed: int = 0
+    failed: int = 0  # turns, conversations and files that could not be imported (each has an entry in errors)
     skipped: Counter[str] = field(default_factory=Counter)
     redacted: Counter[str] = field(default_factory=Counter)
     errors: list[str] = field(default_factory=list)
@@ -170,10 +170,45 @@ def conversation_hash(conversation: Conversation) -> str:
     return digest
 
 
-def redact_message(message: SourceMessage, report: RedactionReport) -> SourceMessage:
+_TEXT_FIELDS = (
+    "message_id",
+    "conversation_id",
+    "content",
+    "workspace_path",
+    "git_root",
+    "tool_name",
+    "tool_call_id",
+    "tool_input",
+    "tool_output",
+    "tool_error",
+)
+
+
+def scrub_conversation(conversation: Conversation) -> Conversation:
+    """A copy with every lone UTF-16 surrogate replaced by U+FFFD (a cut emoji must not cost the conversation)."""
+    messages = []
+    for message in conversation.messages:
+        fields = {
+            name: replace_surrogates(value)
+            for name in _TEXT_FIELDS
+            if isinstance(value := getattr(message, name), str) and not value.isascii()
+        }
+        messages.append(SourceMessage(**{**message.__dict__, **fields}) if fields else message)
+    return Conversation(
+        conversation.source,
+        replace_surrogates(conversation.conversation_id),
+        messages,
+        conversation.origin,
+        replace_surrogates(conversation.workspace_path) if conversation.workspace_path else None,
+    )
+
+
+def redact_message(
+    message: SourceMessage, report: RedactionReport, redactor: Redactor = DEFAULT_REDACTOR
+) -> SourceMessage:
     """A copy of ``message`` with secrets removed from every text field."""
     fields = {
-        name: redact(getattr(message, name), report) if getattr(message, name) else getattr(message, name)
+        name: redactor.redact(getattr(message, name), report) if getattr(message, name) else getattr(message, name)
         for name in ("content", "tool_input", "tool_output", "tool_error")
     }
     return SourceMessage(**{**message.__dict__, **fields})
@@ -194,8 +229,10 @@ class Importer:
         sink: TurnSink,
         state: ImportStateRepository,
         env: Mapping[str, str],
+        redactor: Redactor = DEFAULT_REDACTOR,
     ) -> None:
         self.adapters = adapters
+        self.redactor = redactor
         self.sink = sink
         self.state = state
         self.env = env
@@ -226,6 +263,7 @@ class Importer:
                 part.state = "stopped" if control.stopped else "done"
             except Exception as exc:  # noqa: BLE001 - one broken source must not end the others
                 part.state = "error"
+                part.failed += 1
                 part.errors.append(f"{type(exc).__name__}: {exc}")
             notify(progress, force=True)
         progress.state = "stopped" if control.stopped else "done"
@@ -259,34 +297,20 @@ class Importer:
             if since and last < since:
                 part.skipped["before_watermark"] += 1
                 continue
-            content_hash = conversation_hash(conversation)
-            stored = self.state.checkpoint(adapter.name, conversation.conversation_id)
-            last_message = conversation.messages[-1] if conversation.messages else None
-            checkpoint = Checkpoint(last_message.message_id if last_message else None, last, content_hash)
-            if not full and stored == checkpoint:
-                part.skipped["unchanged_conversation"] += 1
+            try:
+                prepared = self._prepare(adapter.name, conversation, options, part, control, initial)
+            except Exception as exc:  # noqa: BLE001 - one broken conversation must not cost the others
+                part.failed += 1
+                part.errors.append(self.redactor.redact(f"{conversation.origin}: {type(exc).__name__}: {exc}"))
                 continue
-            report = RedactionReport()
-            redacted = Conversation(
-                conversation.source,
-                conversation.conversation_id,
-                [redact_message(m, report) for m in conversation.messages],
-                conversation.origin,
-                conversation.workspace_path,
-            )
-            part.redacted.update(report.counts)
-            turns, orphans = group_turns(redacted)
-            if orphans:
-                part.skipped["message_before_first_user"] += orphans
-            if initial:
-                pending.append((conversation, turns))
-                continue
-            self._import_conversation(adapter.name, conversation, turns, checkpoint, options, part, control)
+            if prepared is not None:
+                pending.append(prepared)
             notify()
         if initial and pending:
             self._import_initial_subset(adapter.name, pending, options, part, control, notify)
         part.skipped.update(stats.skipped)
         part.errors.extend(stats.errors)
+        part.failed += len(stats.errors)  # an unreadable file is a conversation not imported
         summary = part.to_json()
         clean = not (stats.errors or part.failed or part.turns_waiting or control.stopped or options.dry_run)
         if clean:
@@ -294,6 +318,43 @@ class Importer:
             part.watermark_advanced = True
         elif not options.dry_run:
             self.state.record_attempt(adapter.name, summary)
+
+    def _prepare(
+        self,
+        source: str,
+        conversation: Conversation,
+        options: ImportOptions,
+        part: SourceProgress,
+        control: JobControl,
+        initial: bool,
+    ) -> tuple[Conversation, list[ImportedTurn]] | None:
+        """Scrub, redact and group one conversation; import it now, or return it for the initial subset."""
+        full = options.mode == "full"
+        conversation = scrub_conversation(conversation)
+        last = conversation.last_created_at
+        content_hash = conversation_hash(conversation)
+        stored = self.state.checkpoint(source, conversation.conversation_id)
+        last_message = conversation.messages[-1] if conversation.messages else None
+        checkpoint = Checkpoint(last_message.message_id if last_message else None, last, content_hash)
+        if not full and stored == checkpoint:
+            part.skipped["unchanged_conversation"] += 1
+            return None
+        report = RedactionReport()
+        redacted = Conversation(
+            conversation.source,
+            conversation.conversation_id,
+            [redact_message(m, report, self.redactor) for m in conversation.messages],
+            conversation.origin,
+            conversation.workspace_path,
+        )
+        part.redacted.update(report.counts)
+        turns, orphans = group_turns(redacted)
+        if orphans:
+            part.skipped["message_before_first_user"] += orphans
+        if initial:
+            return conversation, turns
+        self._import_conversation(source, conversation, turns, checkpoint, options, part, control)
+        return None
 
     def _import_initial_subset(
         self,
@@ -388,7 +449,7 @@ class Importer:
                     part.turns_added += 1
             except Exception as exc:  # noqa: BLE001 - counted as failed; the next sync retries the turn
                 part.failed += 1
-                part.errors.append(f"{conversation.origin}: {type(exc).__name__}: {exc}")
+                part.errors.append(self.redactor.redact(f"{conversation.origin}: {type(exc).__name__}: {exc}"))
         return False
 
 

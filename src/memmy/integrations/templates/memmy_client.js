@@ -48,18 +48,34 @@ function fnv1a(value) {
   return hash.toString(16).padStart(8, "0");
 }
 
-/** Drop injected memory blocks and unwrap a <current_user_request> so memory is never stored twice. */
+/**
+ * Drop injected memory blocks so memory is never stored twice. Only a text with exactly memmy's packet shape
+ * (memory block, then one <current_user_request> block) is unwrapped to the request: a request tag anywhere
+ * else (a tool output, a memory) stays as it is, and the daemon makes it inert.
+ */
 function sanitize(value) {
-  let out = typeof value === "string" ? value : "";
-  out = out.replace(/<(memmy_memory_context|memos_context|memory_context)\b[^>]*>[\s\S]*?<\/\1>/g, "");
-  out = out.replace(/<(memmy_memory_context|memos_context|memory_context)\b[^>]*>[\s\S]*$/g, "");
-  const wrapped = /<current_user_request>([\s\S]*?)<\/current_user_request>/.exec(out);
+  const raw = typeof value === "string" ? value : "";
+  let out = raw.replace(/<(memmy_memory_context|memos_context|memory_context)\b[^>]*>[\s\S]*?<\/\1\s*>/gi, "");
+  out = out.replace(/<(memmy_memory_context|memos_context|memory_context)\b[^>]*>[\s\S]*$/gi, "");
+  const wrapped = out !== raw && /^\s*<current_user_request>([\s\S]*?)<\/current_user_request>\s*$/i.exec(out);
   if (wrapped) out = wrapped[1];
-  return out.replace(/\n{3,}/g, "\n\n").trim();
+  return wellFormed(out.replace(/\n{3,}/g, "\n\n").trim());
+}
+
+/** Lone UTF-16 surrogates (half an emoji) become U+FFFD, so the daemon never receives invalid text. */
+function wellFormed(value) {
+  return typeof value.toWellFormed === "function" ? value.toWellFormed() : value.replace(/\p{Cs}/gu, "\ufffd");
+}
+
+/** The first `max` code points of `value`: never cuts an emoji or other astral character in half. */
+function cut(value, max) {
+  if (value.length <= max) return wellFormed(value);
+  return wellFormed(Array.from(value).slice(0, max).join(""));
 }
 
 function truncate(value, max) {
-  return value.length <= max ? value : value.slice(0, max) + "\n...[truncated]";
+  const kept = cut(value, max);
+  return kept.length < value.length ? kept + "\n...[truncated]" : kept;
 }
 
 function toText(value) {

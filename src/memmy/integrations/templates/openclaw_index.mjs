@@ -193,7 +193,7 @@ function register(api) {
         if (Array.isArray(params.tags)) body.tags = params.tags.filter((tag) => typeof tag === "string");
         const result = await call("POST", "/api/v1/memory/add", body, config.toolTimeoutMs);
         if (!result.ok) return unavailable(result);
-        return reply(`Stored Memmy memory ${result.data.id}: ${text(result.data.summary) || content.slice(0, 140)}`);
+        return reply(`Stored Memmy memory ${result.data.id}: ${text(result.data.summary) || cut(content, 140)}`);
       },
     },
   ];

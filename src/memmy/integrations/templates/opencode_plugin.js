@@ -245,7 +245,7 @@ function defineTools(tool, call, config, latestRequest) {
         if (Array.isArray(args.tags)) body.tags = args.tags.filter((tag) => typeof tag === "string");
         const result = await call("POST", "/api/v1/memory/add", body, config.toolTimeoutMs);
         if (!result.ok) return unavailable(result);
-        return `Stored Memmy memory ${result.data.id}: ${text(result.data.summary) || content.slice(0, 140)}`;
+        return `Stored Memmy memory ${result.data.id}: ${text(result.data.summary) || cut(content, 140)}`;
       },
     }),
   };

@@ -1,0 +1,265 @@
+"""The redaction engine: a keyword pre-filter, then only the rules whose keywords occur in the text."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from memmy.redact.rules import PASSWORD_NAME, RULES, Rule
+
+#: Values that name a secret instead of being one (``password: None``, ``token = "<your token>"``).
+_PLACEHOLDERS = frozenset(
+    {
+        "none",
+        "null",
+        "nil",
+        "true",
+        "false",
+        "undefined",
+        "str",
+        "string",
+        "bytes",
+        "int",
+        "optional",
+        "required",
+        "empty",
+        "secret",
+        "password",
+        "token",
+        "changeme",
+        "example",
+        "redacted",
+        "hidden",
+        "input",
+        "getpass",
+        "os.environ",
+        "process.env",
+        "env",
+        "your_password",
+        "your-password",
+    }
+)
+_PLACEHOLDER_START = ("$", "<", "{", "%", "[", "*", "(", "os.", "process.env", "env(", "getenv", "/", "~", "./")
+_DOTTED_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+_SECRET_JSON_KEY = re.compile(
+    r"(?i)[\w.-]*(?:password|passwd|passphrase|secret|api[_-]?key|apikey|access[_-]?key|private[_-]?key"
+    r"|auth[_-]?token|access[_-]?token|refresh[_-]?token|bearer[_-]?token|bot[_-]?token|credentials?)[\w.-]*"
+)
+
+
+class RedactionConfigError(ValueError):
+    """An extra pattern or allowlist entry in the ``redaction`` settings is not usable."""
+
+
+_PASSWORD_KEY = re.compile(r"(?i)[\w.-]*" + PASSWORD_NAME)
+
+
+@dataclass
+class RedactionReport:
+    """How many secrets of each kind were removed."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def total(self) -> int:
+        """All redactions."""
+        return sum(self.counts.values())
+
+
+def shannon_entropy(value: str) -> float:
+    """Bits per character of ``value``."""
+    if not value:
+        return 0.0
+    counts = Counter(value)
+    return -sum(n / len(value) * math.log2(n / len(value)) for n in counts.values())
+
+
+def _unquote(value: str) -> str:
+    if value.startswith('\\"') and value.endswith('\\"') and len(value) >= 4:
+        return value[2:-2]
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'`":
+        return value[1:-1]
+    return value
+
+
+def _placeholder(value: str) -> bool:
+    lowered = value.lower()
+    return (
+        not value.strip()
+        or lowered in _PLACEHOLDERS
+        or lowered.startswith(_PLACEHOLDER_START)
+        or "(" in value
+        or "REDACTED" in value
+        or len(set(value)) <= 2
+    )
+
+
+def looks_like_password(value: str) -> bool:
+    """A value after a password-like name that is a real value, not a type, placeholder or expression."""
+    value = _unquote(value)
+    return len(value) >= 3 and not _placeholder(value)
+
+
+def looks_like_secret(value: str) -> bool:
+    """A value after a secret-like name that looks random: letters and digits, or long and high-entropy."""
+    value = _unquote(value)
+    if len(value) < 8 or _placeholder(value) or any(c.isspace() for c in value):
+        return False
+    has_digit = any(c.isdigit() for c in value)
+    has_alpha = any(c.isalpha() for c in value)
+    if has_digit and has_alpha:
+        return shannon_entropy(value) >= 2.5
+    return len(value) >= 20 and not _DOTTED_NAME.fullmatch(value) and shannon_entropy(value) >= 3.5
+
+
+def _tail_ok(text: str, start: int, end: int) -> bool:
+    """The rest of a secret-like name is empty, ``s``, or starts a new word (``_KEY``, ``Key``, ``2``, ``是``)."""
+    if start == end:
+        return True
+    first = text[start]
+    if first in "_.-" or first.isupper() or first.isdigit() or not first.isascii():
+        return True
+    return first in "sS" and (end == start + 1 or text[start + 1] in "_.-")
+
+
+def looks_like_token(value: str) -> bool:
+    """A bearer value that is not a placeholder such as ``YOUR_TOKEN`` or ``$TOKEN``."""
+    return not _placeholder(value) and not re.fullmatch(r"[A-Z_]+", value)
+
+
+_CHECKS = {"password": looks_like_password, "entropy": looks_like_secret, "bearer": looks_like_token}
+
+
+class Redactor:
+    """Built-in rules plus configured extra patterns, minus allowlisted matches."""
+
+    def __init__(self, extra_patterns: Iterable[tuple[str, str]] = (), allowlist: Iterable[str] = ()) -> None:
+        extra: list[Rule] = []
+        for kind, pattern in extra_patterns:
+            try:
+                extra.append(Rule(kind, re.compile(pattern), ("",)))
+            except re.error as exc:
+                raise RedactionConfigError(
+                    f"redaction.extraPatterns: {kind}: invalid regular expression: {exc}"
+                ) from None
+        try:
+            self.allowlist = tuple(re.compile(entry) for entry in allowlist)
+        except re.error as exc:
+            raise RedactionConfigError(f"redaction.allowlist: invalid regular expression: {exc}") from None
+        self.rules = tuple(extra) + RULES
+        self._always = tuple(i for i, rule in enumerate(self.rules) if "" in rule.keywords)
+        by_keyword: dict[str, list[int]] = {}
+        for index, rule in enumerate(self.rules):
+            for keyword in rule.keywords:
+                if keyword:
+                    by_keyword.setdefault(keyword, []).append(index)
+        self._by_keyword = tuple((k, tuple(v)) for k, v in sorted(by_keyword.items()))
+
+    @classmethod
+    def from_config(cls, settings: Mapping[str, Any] | None) -> Redactor:
+        """Build from the ``redaction`` section of config.yaml (``extraPatterns``, ``allowlist``)."""
+        settings = settings or {}
+        extra: list[tuple[str, str]] = []
+        for number, entry in enumerate(settings.get("extraPatterns") or [], start=1):
+            if isinstance(entry, str):
+                extra.append(("custom", entry))
+            elif isinstance(entry, Mapping) and isinstance(entry.get("pattern"), str):
+                name = str(entry.get("name") or "custom")
+                if not re.fullmatch(r"[a-z0-9_]{1,40}", name):
+                    raise RedactionConfigError(
+                        f"redaction.extraPatterns[{number}].name: use lowercase letters, digits, _"
+                    )
+                extra.append((name, entry["pattern"]))
+            else:
+                raise RedactionConfigError(f"redaction.extraPatterns[{number}]: expected a regex or {{name, pattern}}")
+        allow = settings.get("allowlist") or []
+        if not isinstance(allow, list) or not all(isinstance(a, str) for a in allow):
+            raise RedactionConfigError("redaction.allowlist: expected a list of regular expressions")
+        return cls(extra, allow)
+
+    def _allowed(self, secret: str) -> bool:
+        return any(entry.search(secret) for entry in self.allowlist)
+
+    def redact(self, text: str | None, report: RedactionReport | None = None) -> str:
+        """Replace every secret in ``text`` with a ``[REDACTED:<kind>]`` marker."""
+        if not text:
+            return text or ""
+        lowered = text.lower()
+        selected = set(self._always)
+        for keyword, indexes in self._by_keyword:
+            if keyword in lowered:
+                selected.update(indexes)
+        for index in sorted(selected):
+            rule = self.rules[index]
+            if len(text) < rule.min_len:
+                continue
+            foldable = rule.folded is not None and len(lowered) == len(text)
+            changed = self._apply(rule, text, lowered if foldable else None, report)
+            if changed is not text:
+                text, lowered = changed, changed.lower()
+        return text
+
+    def _apply(self, rule: Rule, text: str, lowered: str | None, report: RedactionReport | None) -> str:
+        """``text`` with ``rule``'s matches replaced (searched in ``lowered`` with the folded pattern if given)."""
+        check = _CHECKS.get(rule.check)
+        pattern = rule.folded if lowered is not None and rule.folded is not None else rule.pattern
+        groups = pattern.groupindex
+        pieces: list[str] = []
+        last = found = 0
+        marker = f"[REDACTED:{rule.kind}]"
+        for match in pattern.finditer(lowered if lowered is not None else text):
+            start = match.start()
+            if rule.boundary and start and text[start - 1].isascii() and text[start - 1].isalnum():
+                continue
+            if "tail" in groups and not _tail_ok(text, match.start("tail"), match.end("tail")):
+                continue
+            begin, end = match.span("s") if "s" in groups and match.start("s") >= 0 else match.span()
+            secret = text[begin:end]
+            if (check is not None and not check(secret)) or self._allowed(secret):
+                continue
+            pieces += [text[last:begin], marker]
+            last = end
+            found += 1
+        if not found:
+            return text
+        if report is not None:
+            report.counts[rule.kind] += found
+        pieces.append(text[last:])
+        return "".join(pieces)
+
+    def redact_json(self, value: Any, report: RedactionReport | None = None) -> Any:
+        """A copy of a JSON value with every string redacted; a string under a secret-like key is redacted whole."""
+        if isinstance(value, str):
+            return self.redact(value, report)
+        if isinstance(value, list):
+            return [self.redact_json(item, report) for item in value]
+        if isinstance(value, dict):
+            out: dict[Any, Any] = {}
+            for key, item in value.items():
+                if isinstance(item, str) and isinstance(key, str) and _SECRET_JSON_KEY.fullmatch(key):
+                    password = bool(_PASSWORD_KEY.fullmatch(key))
+                    if (looks_like_password if password else looks_like_secret)(item) and not self._allowed(item):
+                        if report is not None:
+                            report.counts["password" if password else "secret_assignment"] += 1
+                        out[key] = "[REDACTED:password]" if password else "[REDACTED:secret_assignment]"
+                        continue
+                out[key] = self.redact_json(item, report)
+            return out
+        return value
+
+
+DEFAULT_REDACTOR = Redactor()
+
+
+def redact(text: str | None, report: RedactionReport | None = None) -> str:
+    """Redact with the built-in rules only (no user configuration)."""
+    return DEFAULT_REDACTOR.redact(text, report)
+
+
+def redact_json(value: Any, report: RedactionReport | None = None) -> Any:
+    """Redact a JSON value with the built-in rules only."""
+    return DEFAULT_REDACTOR.redact_json(value, report)
