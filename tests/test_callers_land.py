@@ -5,12 +5,19 @@ server lock whose pid now belongs to another process is taken over, and an inter
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import Daemon
+import psutil
+import pytest
+
+from memmy.config import load_config
+from memmy.store.db import lock_holder_alive
+from tests.conftest import Daemon, free_port
 from tests.test_mcp import mcp_argv, stdio_env
 
 
@@ -60,3 +67,52 @@ def test_stdio_answers_every_request_read_before_stdin_closes(daemon: Daemon, tm
         assert "error" not in answer, answer
         if answer["id"] and answer["id"] % 3:
             assert answer["result"]["isError"] is False, answer
+
+
+# -- stale server lock --------------------------------------------------------------------------------------------
+def test_stale_lock_whose_pid_is_now_an_unrelated_process_is_taken_over(fresh_daemon: Daemon) -> None:
+    db = Path(load_config(env=fresh_daemon.env()).storage.sqlite_path)
+    db.parent.mkdir(parents=True, exist_ok=True)
+    lock = db.with_name(db.name + ".server.lock")
+    unrelated = subprocess.Popen(["sleep", "120"])  # the pid the crashed daemon had now belongs to this process
+    try:
+        written = (datetime.now(UTC) - timedelta(hours=3)).isoformat().replace("+00:00", "Z")
+        lock.write_text(
+            json.dumps(
+                {"pid": unrelated.pid, "host": "127.0.0.1", "port": 1, "sqlitePath": str(db), "startedAt": written}
+            )
+        )
+        assert psutil.pid_exists(unrelated.pid)
+        fresh_daemon.start()
+        holder = json.loads(lock.read_text())
+        assert holder["pid"] == fresh_daemon.process.pid  # type: ignore[union-attr]
+        assert holder["processStartedAt"] == pytest.approx(psutil.Process(holder["pid"]).create_time(), abs=1)
+        assert unrelated.poll() is None  # nobody was killed
+    finally:
+        unrelated.kill()
+        unrelated.wait()
+
+
+def test_lock_identity_uses_the_recorded_start_time() -> None:
+    me = psutil.Process(os.getpid())
+    started = me.create_time()
+    now = datetime.now(UTC).isoformat()
+    assert lock_holder_alive({"pid": os.getpid(), "processStartedAt": started, "startedAt": now})
+    assert not lock_holder_alive({"pid": os.getpid(), "processStartedAt": started + 3600, "startedAt": now})
+    long_ago = datetime.fromtimestamp(started - 3600, UTC).isoformat()
+    assert not lock_holder_alive({"pid": os.getpid(), "startedAt": long_ago})  # older lock, newer process
+    assert lock_holder_alive({"pid": os.getpid(), "startedAt": now})
+    assert lock_holder_alive({"pid": os.getpid(), "hostname": "another-host", "startedAt": long_ago})
+    assert not lock_holder_alive({"pid": 0})
+
+
+def test_a_live_daemon_lock_is_still_refused(fresh_daemon: Daemon) -> None:
+    fresh_daemon.start()
+    second = subprocess.run(
+        [sys.executable, "-m", "memmy", "serve", "--port", str(free_port())],
+        env=fresh_daemon.env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert second.returncode != 0 and f"already served by pid {fresh_daemon.process.pid}" in second.stderr  # type: ignore[union-attr]
