@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import sqlite3
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,7 @@ import pytest
 
 from memmy.config import load_config
 from memmy.store.db import lock_holder_alive
+from tests.claude_transcripts import Transcript
 from tests.conftest import Daemon, free_port
 from tests.test_mcp import mcp_argv, stdio_env
 
@@ -116,3 +120,44 @@ def test_a_live_daemon_lock_is_still_refused(fresh_daemon: Daemon) -> None:
         timeout=120,
     )
     assert second.returncode != 0 and f"already served by pid {fresh_daemon.process.pid}" in second.stderr  # type: ignore[union-attr]
+
+
+# -- interrupted import ---------------------------------------------------------------------------------------------
+def memory_count(db: Path) -> int:
+    with sqlite3.connect(db) as conn:
+        return int(conn.execute("SELECT COUNT(*) FROM memories").fetchone()[0])
+
+
+def test_an_interrupted_import_frees_its_slot(fresh_daemon: Daemon, tmp_path: Path) -> None:
+    total = 0
+    for n in range(12):
+        transcript = Transcript(fresh_daemon.home, str(tmp_path / f"proj{n % 3}"))
+        for i in range(500):
+            transcript.user(f"conversation {n} request {i}: rename variable v{i} in module m{n}")
+            transcript.assistant(f"Renamed v{i} in m{n}.")
+            total += 1
+        transcript.write()
+    fresh_daemon.start()
+    db = Path(load_config(env=fresh_daemon.env()).storage.sqlite_path)
+    argv = [sys.executable, "-m", "memmy", "--url", fresh_daemon.url, "import", "--deep", "--yes"]
+    env = fresh_daemon.env()
+    interrupted: list[tuple[str, int, int]] = []
+    for how in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):  # Ctrl-C, kill, a client that just disappears
+        before = memory_count(db)
+        cli = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while memory_count(db) < before + 50 and cli.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert cli.poll() is None, f"the import ended before it could be interrupted: {cli.communicate()}"
+        cli.send_signal(how)
+        out, err = cli.communicate(timeout=60)
+        assert "already running" not in out + err, (how, out, err)
+        interrupted.append((how.name, cli.returncode, memory_count(db)))
+        assert memory_count(db) < total, "the import finished before it could be interrupted"
+    assert [code for _name, code, _count in interrupted] == [130, 143, -signal.SIGKILL]
+    final = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)  # right after the kill
+    assert final.returncode == 0, final.stdout + final.stderr
+    assert "already running" not in final.stdout + final.stderr
+    with sqlite3.connect(db) as conn:
+        count, distinct = conn.execute("SELECT COUNT(*), COUNT(DISTINCT memory_key) FROM memories").fetchone()
+    assert count == distinct == total

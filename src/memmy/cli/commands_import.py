@@ -5,8 +5,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import click
@@ -58,23 +63,62 @@ def skipped_table(status: dict[str, Any]) -> Table | None:
     return table
 
 
+STOP_WAIT_S = 30.0
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM while an import runs: handled like Ctrl-C (the job is stopped before the command exits)."""
+
+
+@contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Turn SIGTERM into :class:`Terminated` for the block (a killed import must not leave its job running)."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise Terminated()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: nothing to install
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def stop_job(obj: CliContext, job_id: str, timeout_s: float = STOP_WAIT_S) -> dict[str, Any]:
+    """Ask the daemon to stop the job and wait until it has (so a new import can start at once)."""
+    status: dict[str, Any] = obj.call("POST", f"/sources/scan/{job_id}/stop", {})
+    deadline = time.monotonic() + timeout_s
+    while status.get("state") not in FINAL_STATES and time.monotonic() < deadline:
+        time.sleep(0.2)
+        status = obj.call("GET", f"/sources/scan/{job_id}")
+    return status
+
+
 def follow(obj: CliContext, job_id: str, console: Console, show: bool) -> dict[str, Any]:
     """Stream the job's server-sent events, redrawing the progress table; return the final status."""
     client = obj.client()
     status: dict[str, Any] = obj.call("GET", f"/sources/scan/{job_id}")
     title = f"import {job_id}"
     try:
-        with Live(progress_table(status, title), console=console, refresh_per_second=4, transient=not show) as live:
-            with client.stream_events(f"/sources/scan/{job_id}/events") as events:
-                for event in events:
-                    status = event
-                    live.update(progress_table(status, title))
-                    if status["state"] in FINAL_STATES:
-                        break
-    except KeyboardInterrupt:
-        obj.call("POST", f"/sources/scan/{job_id}/stop", {})
+        with sigterm_interrupts():
+            with Live(
+                progress_table(status, title), console=console, refresh_per_second=4, transient=not show
+            ) as live:
+                with client.stream_events(f"/sources/scan/{job_id}/events") as events:
+                    for event in events:
+                        status = event
+                        live.update(progress_table(status, title))
+                        if status["state"] in FINAL_STATES:
+                            break
+    except KeyboardInterrupt as interrupt:
+        client.close()
+        stop_job(obj, job_id)
         console.print("[yellow]Stopped. Turns written so far are kept; run the import again to continue.[/]")
-        raise SystemExit(130) from None
+        raise SystemExit(143 if isinstance(interrupt, Terminated) else 130) from None
     except (httpx.HTTPError, ClientError):
         status = obj.call("GET", f"/sources/scan/{job_id}")  # stream dropped: fall back to one status read
     finally:
@@ -106,6 +150,7 @@ def import_history(
             "confirm": deep or None,
             "since": since,
             "dryRun": dry_run or None,
+            "stopOnDisconnect": True,  # if this command dies, its import stops instead of blocking the next one
         }
     )
     started = obj.call("POST", "/sources/scan", body)

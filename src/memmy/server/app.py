@@ -264,13 +264,18 @@ class Api:
 
         async def stream() -> AsyncIterator[bytes]:
             nonlocal version, status
-            while True:
-                yield f"event: progress\ndata: {json.dumps(status, ensure_ascii=False)}\n\n".encode()
-                if status["state"] in ("done", "stopped", "failed"):
-                    return
-                if await request.is_disconnected():
-                    return
-                version, status = await run_in_threadpool(self.service.imports.wait_for_change, job_id, version, 1.0)
+            self.service.imports.follow(job_id)
+            try:
+                while True:
+                    yield f"event: progress\ndata: {json.dumps(status, ensure_ascii=False)}\n\n".encode()
+                    if status["state"] in ("done", "stopped", "failed"):
+                        return
+                    if await request.is_disconnected():
+                        return
+                    imports = self.service.imports
+                    version, status = await run_in_threadpool(imports.wait_for_change, job_id, version, 1.0)
+            finally:  # the client went away (or the job ended): a job that dies with its client is stopped
+                self.service.imports.unfollow(job_id)
 
         return StreamingResponse(stream(), media_type="text/event-stream", headers={"cache-control": "no-cache"})
 
