@@ -154,6 +154,8 @@ def test_an_interrupted_import_frees_its_slot(fresh_daemon: Daemon, tmp_path: Pa
         assert "already running" not in out + err, (how, out, err)
         interrupted.append((how.name, cli.returncode, memory_count(db)))
         assert memory_count(db) < total, "the import finished before it could be interrupted"
+        rerun = subprocess.run([*argv, "--dry-run"], env=env, capture_output=True, text=True, timeout=300)
+        assert rerun.returncode == 0 and "already running" not in rerun.stdout + rerun.stderr, (how, rerun)
     assert [code for _name, code, _count in interrupted] == [130, 143, -signal.SIGKILL]
     final = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)  # right after the kill
     assert final.returncode == 0, final.stdout + final.stderr
