@@ -98,27 +98,34 @@ def stop_job(obj: CliContext, job_id: str, timeout_s: float = STOP_WAIT_S) -> di
     return status
 
 
+def start_and_follow(obj: CliContext, body: dict[str, Any], console: Console, show: bool) -> dict[str, Any]:
+    """Start the import job and follow it; Ctrl-C or SIGTERM stops the job (and waits for it) before exiting."""
+    job_id: str | None = None
+    try:
+        with sigterm_interrupts():
+            job_id = str(obj.call("POST", "/sources/scan", body)["jobId"])
+            return follow(obj, job_id, console, show)
+    except KeyboardInterrupt as interrupt:
+        if job_id is not None:
+            stop_job(obj, job_id)
+        # (interrupted before the daemon answered: the job has no follower and the daemon stops it by itself)
+        console.print("[yellow]Stopped. Turns written so far are kept; run the import again to continue.[/]")
+        raise SystemExit(143 if isinstance(interrupt, Terminated) else 130) from None
+
+
 def follow(obj: CliContext, job_id: str, console: Console, show: bool) -> dict[str, Any]:
     """Stream the job's server-sent events, redrawing the progress table; return the final status."""
     client = obj.client()
     status: dict[str, Any] = obj.call("GET", f"/sources/scan/{job_id}")
     title = f"import {job_id}"
     try:
-        with sigterm_interrupts():
-            with Live(
-                progress_table(status, title), console=console, refresh_per_second=4, transient=not show
-            ) as live:
-                with client.stream_events(f"/sources/scan/{job_id}/events") as events:
-                    for event in events:
-                        status = event
-                        live.update(progress_table(status, title))
-                        if status["state"] in FINAL_STATES:
-                            break
-    except KeyboardInterrupt as interrupt:
-        client.close()
-        stop_job(obj, job_id)
-        console.print("[yellow]Stopped. Turns written so far are kept; run the import again to continue.[/]")
-        raise SystemExit(143 if isinstance(interrupt, Terminated) else 130) from None
+        with Live(progress_table(status, title), console=console, refresh_per_second=4, transient=not show) as live:
+            with client.stream_events(f"/sources/scan/{job_id}/events") as events:
+                for event in events:
+                    status = event
+                    live.update(progress_table(status, title))
+                    if status["state"] in FINAL_STATES:
+                        break
     except (httpx.HTTPError, ClientError):
         status = obj.call("GET", f"/sources/scan/{job_id}")  # stream dropped: fall back to one status read
     finally:
@@ -153,9 +160,8 @@ def import_history(
             "stopOnDisconnect": True,  # if this command dies, its import stops instead of blocking the next one
         }
     )
-    started = obj.call("POST", "/sources/scan", body)
     console = Console(stderr=obj.as_json)
-    status = follow(obj, started["jobId"], console, show=not obj.as_json)
+    status = start_and_follow(obj, body, console, show=not obj.as_json)
     if obj.as_json:
         emit_json(status)
         return

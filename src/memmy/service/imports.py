@@ -6,7 +6,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
@@ -175,6 +175,20 @@ class ServiceTurnSink:
         return memory_id
 
 
+class ClientBoundControl(JobControl):
+    """Job control of a job that dies with its client: at each turn boundary, stop when it was abandoned."""
+
+    def __init__(self, abandoned: Callable[[], bool]) -> None:
+        super().__init__()
+        self._abandoned = abandoned
+
+    def checkpoint(self) -> bool:
+        """Stop once nobody has followed the job for the grace period; else as usual."""
+        if not self.stopped and self._abandoned():
+            self.stop()
+        return super().checkpoint()
+
+
 @dataclass
 class ImportJob:
     """One running or finished import."""
@@ -241,6 +255,7 @@ class ImportOps:
         self.sink = ServiceTurnSink(config, db, memories, sessions, indexer)
         self.jobs: dict[str, ImportJob] = {}
         self._lock = threading.Lock()
+        self._follow_lock = threading.Lock()
 
     def refresh(self) -> list[str]:
         """Re-read saved custom-agent recipes (``memmy-memory sources add``); return recipe errors."""
@@ -299,6 +314,8 @@ class ImportOps:
     def _take_over(self) -> None:
         """Make room for a new job: wait for stopped or abandoned ones to end; refuse while one really runs."""
         for other in [j for j in self.jobs.values() if j.active]:
+            while other.stop_when_unfollowed and other.followers == 0 and other.active and not other.abandoned():
+                time.sleep(0.05)  # its client has not attached (yet, or ever: it died right after starting it)
             if not other.abandoned():
                 raise Conflict("an import is already running; stop it or wait for it to finish")
             other.control.stop()
@@ -319,6 +336,8 @@ class ImportOps:
         with self._lock:
             self._take_over()
             job = ImportJob(new_id("import"), options, stop_when_unfollowed=opt_bool(body, "stopOnDisconnect"))
+            if job.stop_when_unfollowed:
+                job.control = ClientBoundControl(job.abandoned)
             self.jobs[job.id] = job
         importer = Importer(self.adapters, self.sink, self.state, self.env)
 
@@ -376,14 +395,14 @@ class ImportOps:
     def follow(self, job_id: str) -> None:
         """A client started following the job's events."""
         job = self.job(job_id)
-        with self._lock:
+        with self._follow_lock:
             job.followers += 1
             job.last_followed = time.monotonic()
 
     def unfollow(self, job_id: str) -> None:
         """A client stopped following; a ``stopOnDisconnect`` job nobody follows any more is stopped."""
         job = self.job(job_id)
-        with self._lock:
+        with self._follow_lock:
             job.followers = max(0, job.followers - 1)
             job.last_followed = time.monotonic()
             if job.stop_when_unfollowed and job.followers == 0 and job.active:
