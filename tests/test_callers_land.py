@@ -19,6 +19,8 @@ import psutil
 import pytest
 
 from memmy.config import load_config
+from memmy.service import MemoryService
+from memmy.service.namespace import Namespace
 from memmy.store.db import lock_holder_alive
 from tests.claude_transcripts import Transcript
 from tests.conftest import Daemon, free_port
@@ -163,3 +165,45 @@ def test_an_interrupted_import_frees_its_slot(fresh_daemon: Daemon, tmp_path: Pa
     with sqlite3.connect(db) as conn:
         count, distinct = conn.execute("SELECT COUNT(*), COUNT(DISTINCT memory_key) FROM memories").fetchone()
     assert count == distinct == total
+
+
+# -- turn-start idempotency ------------------------------------------------------------------------------------------
+def test_turn_start_idempotency_commits_with_the_turn(fresh_daemon: Daemon) -> None:
+    fresh_daemon.start()
+    db = Path(load_config(env=fresh_daemon.env()).storage.sqlite_path)
+    body = {"turnId": "turn-1", "query": "how do we deploy the zeppelin service", "adapterId": "t", "requestId": "r1"}
+    with fresh_daemon.client() as client:
+        session = client.post("/api/v1/sessions/open", json={"source": "claude_code"}).json()["sessionId"]
+        body["sessionId"] = session
+        with sqlite3.connect(db) as conn:  # the key's write fails (as a full disk or a crash would make it)
+            conn.execute(
+                "CREATE TRIGGER fail_turn_key BEFORE INSERT ON idempotency_keys WHEN NEW.key LIKE 'turn.start:%' "
+                "BEGIN SELECT RAISE(ABORT, 'injected failure'); END"
+            )
+        failed = client.post("/api/v1/turns/start", json=body)
+        assert failed.status_code >= 500
+        with sqlite3.connect(db) as conn:
+            turns = conn.execute("SELECT COUNT(*) FROM raw_turns WHERE turn_id = 'turn-1'").fetchone()[0]
+            assert turns == 0  # no turn recorded without its idempotency key
+            conn.execute("DROP TRIGGER fail_turn_key")
+        first = client.post("/api/v1/turns/start", json=body)
+        assert first.status_code == 200, first.text
+        retry = client.post("/api/v1/turns/start", json=body)
+        assert retry.status_code == 200 and retry.json().get("duplicate") is True
+        assert retry.json()["contextPacketId"] == first.json()["contextPacketId"]
+        reused = client.post("/api/v1/turns/start", json={**body, "query": "something else entirely"})
+        assert reused.status_code == 409
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM raw_turns WHERE turn_id = 'turn-1'").fetchone()[0] == 1
+        keys = conn.execute("SELECT key FROM idempotency_keys WHERE key LIKE 'turn.start:%'").fetchall()
+        assert keys == [("turn.start:t:r1",)]
+
+
+def test_turn_start_records_its_key_in_the_service(service: MemoryService) -> None:
+    ns = Namespace.from_headers({}, service.config.user_id)
+    session = service.open_session({"source": "codex"}, ns)["sessionId"]
+    body = {"sessionId": session, "turnId": "t9", "query": "fix the flaky test", "adapterId": "a", "requestId": "q"}
+    answer = service.start_turn(body, ns)
+    stored = service.logs.idempotent_response("turn.start:a:q")
+    assert stored is not None and stored[1]["contextPacketId"] == answer["contextPacketId"]
+    assert service.turn_ops.sessions.get_raw_turn(session, "t9") is not None

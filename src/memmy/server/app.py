@@ -16,12 +16,12 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from memmy.domain import stable_hash
 from memmy.errors import Conflict, InvalidArgument, MemmyError, http_status_for
 from memmy.mcp.http import McpHttpEndpoint
 from memmy.server.middleware import GuardMiddleware, error_body, json_dumps
 from memmy.server.openapi import openapi_document
 from memmy.service import MemoryService
+from memmy.service.idempotency import idempotency_key
 from memmy.service.namespace import Namespace
 
 log = logging.getLogger("memmy.server")
@@ -96,9 +96,9 @@ class Api:
     def _idempotent(
         self, op: str, body: dict[str, Any], fn: Callable[..., dict[str, Any]], args: tuple[Any, ...]
     ) -> dict[str, Any]:
-        key = f"{op}:{body['adapterId']}:{body['requestId']}"
-        fingerprint = {k: v for k, v in body.items() if k not in ("adapterId", "requestId")}
-        request_hash = stable_hash({"operation": op, "fingerprint": fingerprint})
+        ident = idempotency_key(op, body)
+        assert ident is not None  # call() only comes here when the body carries both fields
+        key, request_hash = ident.key, ident.request_hash
         with self.service.db.lock:
             stored = self.service.logs.idempotent_response(key)
             if stored is not None:
