@@ -11,12 +11,14 @@ import sqlite3
 import subprocess
 import sys
 import time
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
+from mcp import Client
 
 from memmy.config import load_config
 from memmy.service import MemoryService
@@ -24,7 +26,7 @@ from memmy.service.namespace import Namespace
 from memmy.store.db import lock_holder_alive
 from tests.claude_transcripts import Transcript
 from tests.conftest import Daemon, free_port
-from tests.test_mcp import mcp_argv, stdio_env
+from tests.test_mcp import data, mcp_argv, stdio, stdio_env, with_client
 
 
 def jsonrpc(request_id: int | None, method: str, params: dict[str, Any] | None = None) -> str:
@@ -207,3 +209,33 @@ def test_turn_start_records_its_key_in_the_service(service: MemoryService) -> No
     stored = service.logs.idempotent_response("turn.start:a:q")
     assert stored is not None and stored[1]["contextPacketId"] == answer["contextPacketId"]
     assert service.turn_ops.sessions.get_raw_turn(session, "t9") is not None
+
+
+# -- MCP remember lands in the caller's namespace -------------------------------------------------------------------
+def test_mcp_remember_of_content_in_another_namespace_lands_in_the_callers(daemon: Daemon, tmp_path: Path) -> None:
+    suffix = uuid.uuid4().hex[:8]
+    first, second = f"alpha-{suffix}", f"beta-{suffix}"
+    content = f"The staging cluster {suffix} is rebuilt every Monday at 06:00."
+
+    async def session(client: Client) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out["a"] = data(
+            await client.call_tool("remember", {"content": content, "keys": ["staging"], "namespace": first})
+        )
+        out["b"] = data(
+            await client.call_tool("remember", {"content": content, "keys": ["rebuild"], "namespace": second})
+        )
+        out["again"] = data(
+            await client.call_tool("remember", {"content": content, "keys": ["monday"], "namespace": second})
+        )
+        out["list_a"] = data(await client.call_tool("list_memories", {"namespace": first}))
+        out["list_b"] = data(await client.call_tool("list_memories", {"namespace": second}))
+        out["recall_b"] = data(await client.call_tool("recall", {"query": "rebuild", "namespace": second}))
+        return out
+
+    out = with_client(stdio(stdio_env(tmp_path, daemon.url, daemon.token), cwd=tmp_path), session)
+    assert out["b"]["saved"] != out["a"]["saved"] and not out["b"].get("deduplicated")  # a new memory, in beta
+    assert out["again"]["saved"] == out["b"]["saved"] and out["again"]["deduplicated"] is True  # same namespace
+    assert [m["memory_id"] for m in out["list_a"]["memories"]] == [out["a"]["saved"]]
+    assert [m["memory_id"] for m in out["list_b"]["memories"]] == [out["b"]["saved"]]
+    assert out["recall_b"]["status"] == "found"
