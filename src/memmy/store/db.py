@@ -24,6 +24,7 @@ from memmy.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 BUSY_TIMEOUT_MS = 5000
 MIN_SQLITE = (3, 35, 0)
+SQLITE_CORRUPT = 11
 SQLITE_FULL = 13
 #: Below this much free space the store is reported as unable to write (a page or two would not fit).
 MIN_FREE_BYTES = 64 * 1024
@@ -38,6 +39,12 @@ def is_disk_full(exc: BaseException) -> bool:
             return True
         return "database or disk is full" in str(exc)
     return isinstance(exc, OSError) and exc.errno == 28  # ENOSPC
+
+
+def is_corrupt(exc: BaseException) -> bool:
+    """True for SQLITE_CORRUPT (any extended code: the file or the full-text index is damaged)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(exc, sqlite3.DatabaseError) and code is not None and code & 0xFF == SQLITE_CORRUPT
 
 
 def utc_now() -> str:
@@ -148,6 +155,9 @@ class Database:
             except sqlite3.Error as exc:
                 if is_disk_full(exc):
                     raise self._full(exc) from exc
+                if is_corrupt(exc):  # health says so until a write succeeds (`memmy-memory doctor` names it)
+                    self.last_write_error = f"the store {self.path} is damaged ({exc}): run `memmy-memory doctor`"
+                    self._probe = None
                 raise
             if self.last_write_error is not None:
                 self.last_write_error = None
