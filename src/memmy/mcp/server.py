@@ -25,6 +25,7 @@ from mcp_types import (
     GetPromptRequestParams,
     GetPromptResult,
     JSONRPCError,
+    JSONRPCNotification,
     JSONRPCRequest,
     JSONRPCResponse,
     ListPromptsResult,
@@ -158,9 +159,16 @@ class InFlight:
         self._changed = anyio.Event()
 
     def read(self, message: SessionMessage | Exception) -> None:
-        """Note a request coming in."""
-        if isinstance(message, SessionMessage) and isinstance(message.message, JSONRPCRequest):
+        """Note a request coming in (and forget one the client cancelled: it gets no answer)."""
+        if not isinstance(message, SessionMessage):
+            return
+        if isinstance(message.message, JSONRPCRequest):
             self.ids.add(message.message.id)
+        elif isinstance(message.message, JSONRPCNotification) and message.message.method == "notifications/cancelled":
+            params = message.message.params or {}
+            self.ids.discard(params.get("requestId"))
+            self._changed.set()
+            self._changed = anyio.Event()
 
     def written(self, message: SessionMessage) -> None:
         """Note an answer going out."""

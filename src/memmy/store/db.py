@@ -351,7 +351,7 @@ def lock_holder_alive(holder: dict[str, Any]) -> bool:
     A pid alone is not enough: after a crash and a reboot (or a long uptime) the pid may belong to an
     unrelated process. The lock records its writer's start time (``processStartedAt``); a lock without it is
     judged by ``startedAt``: its writer was running when the lock was written, so a process that started later
-    is someone else. A lock written on another host is assumed alive (its processes cannot be seen).
+    is someone else.
     """
     try:
         pid = int(holder.get("pid") or 0)
@@ -359,8 +359,6 @@ def lock_holder_alive(holder: dict[str, Any]) -> bool:
         return False
     if pid <= 0:
         return False
-    if holder.get("hostname") not in (None, socket.gethostname()):
-        return True
     try:
         created = process_started_at(pid)
     except psutil.Error:
