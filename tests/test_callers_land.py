@@ -179,13 +179,17 @@ def test_turn_start_idempotency_commits_with_the_turn(fresh_daemon: Daemon) -> N
         with sqlite3.connect(db) as conn:  # the key's write fails (as a full disk or a crash would make it)
             conn.execute(
                 "CREATE TRIGGER fail_turn_key BEFORE INSERT ON idempotency_keys WHEN NEW.key LIKE 'turn.start:%' "
-                "BEGIN SELECT RAISE(ABORT, 'injected failure'); END"
+                "OR NEW.key LIKE 'memory.add:%' BEGIN SELECT RAISE(ABORT, 'injected failure'); END"
             )
         failed = client.post("/api/v1/turns/start", json=body)
         assert failed.status_code >= 500
+        note = {"content": "the orchid shelf faces north", "adapterId": "t", "requestId": "n1"}
+        assert client.post("/api/v1/memory/add", json=note).status_code >= 500
         with sqlite3.connect(db) as conn:
             turns = conn.execute("SELECT COUNT(*) FROM raw_turns WHERE turn_id = 'turn-1'").fetchone()[0]
             assert turns == 0  # no turn recorded without its idempotency key
+            notes = conn.execute("SELECT COUNT(*) FROM memories WHERE content LIKE '%orchid shelf%'").fetchone()[0]
+            assert notes == 0  # an answer that is an error means nothing was committed
             conn.execute("DROP TRIGGER fail_turn_key")
         first = client.post("/api/v1/turns/start", json=body)
         assert first.status_code == 200, first.text

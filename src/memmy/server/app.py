@@ -99,7 +99,9 @@ class Api:
         ident = idempotency_key(op, body)
         assert ident is not None  # call() only comes here when the body carries both fields
         key, request_hash = ident.key, ident.request_hash
-        with self.service.db.lock:
+        # One transaction: the write and its stored answer commit together, so an answer is an error only when
+        # nothing was committed (a full disk failing the key's write rolls the whole request back).
+        with self.service.db.transaction():
             stored = self.service.logs.idempotent_response(key)
             if stored is not None:
                 if stored[0] != request_hash:
