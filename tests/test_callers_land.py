@@ -188,7 +188,7 @@ def test_turn_start_idempotency_commits_with_the_turn(fresh_daemon: Daemon) -> N
         with sqlite3.connect(db) as conn:
             turns = conn.execute("SELECT COUNT(*) FROM raw_turns WHERE turn_id = 'turn-1'").fetchone()[0]
             assert turns == 0  # no turn recorded without its idempotency key
-            notes = conn.execute("SELECT COUNT(*) FROM memories WHERE content LIKE '%orchid shelf%'").fetchone()[0]
+            notes = conn.execute("SELECT COUNT(*) FROM memories WHERE memory_value LIKE '%orchid shelf%'").fetchone()[0]
             assert notes == 0  # an answer that is an error means nothing was committed
             conn.execute("DROP TRIGGER fail_turn_key")
         first = client.post("/api/v1/turns/start", json=body)
