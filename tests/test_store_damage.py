@@ -291,3 +291,16 @@ def test_disk_full_on_the_real_daemon(small_disk: Path, tmp_path: Path) -> None:
         titles = {r[0] for r in conn.execute("SELECT title FROM memories")}
     assert {f"n{i}" for i in range(len(acknowledged))} <= titles
     assert f"n{len(acknowledged)}" not in titles  # the refused write was not saved
+
+
+def test_leaked_pages_are_a_warning_not_a_rebuild(sample_store: Path, tmp_path: Path) -> None:
+    db = copy_store(sample_store, tmp_path / "store")
+    with sqlite3.connect(db) as conn:  # unlink an index from the schema: its pages stay, used by nothing
+        conn.execute("PRAGMA writable_schema=ON")
+        conn.execute("DELETE FROM sqlite_master WHERE name = 'idx_memories_key'")
+    findings = check_store(db)
+    assert [(f.code, f.severity) for f in findings] == [("unused_pages", "warning")]
+    assert "never used" in findings[0].message and "VACUUM" in findings[0].fix
+    Database(db).close()  # opens (no refusal, no full-text rebuild)
+    assert not list(db.parent.glob("memory.sqlite.damaged-*.bak"))
+    assert doctor(tmp_path, db).returncode == 0

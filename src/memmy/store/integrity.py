@@ -277,7 +277,13 @@ def startup_check(conn: sqlite3.Connection, path: Path, seconds: float | None = 
                 f"{_damaged_message(path, problems)}: {_restore_hint(path)}; "
                 "`memmy-memory doctor` explains, `sqlite3 FILE .recover` may save what is left"
             )
-        fts_broken = problems[0].splitlines()[-1]
+        try:
+            fts_broken = fts_problem(conn, seconds)
+        except CheckTimeout:
+            fts_broken = problems[0].splitlines()[-1]
+        if fts_broken is None:  # e.g. "Page N is never used": leaked pages, no table damaged
+            log.warning("%s: quick_check: %s (no table is damaged); `memmy-memory doctor` explains", path, problems[0])
+            return
     else:
         try:
             fts_broken = fts_problem(conn, seconds)
@@ -335,7 +341,21 @@ def check_store(path: Path, *, seconds: float | None = None) -> list[Finding]:
                 )
             )
         elif problems:
-            findings.append(_fts_finding(path, problems[0].splitlines()[-1]))
+            try:
+                problem = fts_problem(conn, seconds)
+            except CheckTimeout:
+                problem = problems[0].splitlines()[-1]
+            if problem is not None:
+                findings.append(_fts_finding(path, problem))
+            else:
+                findings.append(
+                    Finding(
+                        "unused_pages",
+                        "warning",
+                        f"{path}: quick_check: {problems[0].splitlines()[-1]} (no table is damaged)",
+                        f"with the daemon stopped: sqlite3 {path} VACUUM",
+                    )
+                )
         else:
             try:
                 problem = fts_problem(conn, seconds)
