@@ -264,7 +264,7 @@ def test_keys_http_contract_on_a_real_daemon(daemon: Daemon) -> None:
             {
                 "items": [
                     {"content": "Standup is at 10", "keys": ["standup", "time"]},
-                    {"content": "Mina prefers tabs over spaces", "keys": ["x"]},
+                    {"content": "Mina prefers tabs over spaces", "keys": ["x"], "namespace": "team"},
                 ]
             },
         )

@@ -5,8 +5,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import click
@@ -58,6 +63,56 @@ def skipped_table(status: dict[str, Any]) -> Table | None:
     return table
 
 
+STOP_WAIT_S = 30.0
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM while an import runs: handled like Ctrl-C (the job is stopped before the command exits)."""
+
+
+@contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Turn SIGTERM into :class:`Terminated` for the block (a killed import must not leave its job running)."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise Terminated()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: nothing to install
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def stop_job(obj: CliContext, job_id: str, timeout_s: float = STOP_WAIT_S) -> dict[str, Any]:
+    """Ask the daemon to stop the job and wait until it has (so a new import can start at once)."""
+    status: dict[str, Any] = obj.call("POST", f"/sources/scan/{job_id}/stop", {})
+    deadline = time.monotonic() + timeout_s
+    while status.get("state") not in FINAL_STATES and time.monotonic() < deadline:
+        time.sleep(0.2)
+        status = obj.call("GET", f"/sources/scan/{job_id}")
+    return status
+
+
+def start_and_follow(obj: CliContext, body: dict[str, Any], console: Console, show: bool) -> dict[str, Any]:
+    """Start the import job and follow it; Ctrl-C or SIGTERM stops the job (and waits for it) before exiting."""
+    job_id: str | None = None
+    try:
+        with sigterm_interrupts():
+            job_id = str(obj.call("POST", "/sources/scan", body)["jobId"])
+            return follow(obj, job_id, console, show)
+    except KeyboardInterrupt as interrupt:
+        if job_id is not None:
+            stop_job(obj, job_id)
+        # (interrupted before the daemon answered: the job has no follower and the daemon stops it by itself)
+        console.print("[yellow]Stopped. Turns written so far are kept; run the import again to continue.[/]")
+        raise SystemExit(143 if isinstance(interrupt, Terminated) else 130) from None
+
+
 def follow(obj: CliContext, job_id: str, console: Console, show: bool) -> dict[str, Any]:
     """Stream the job's server-sent events, redrawing the progress table; return the final status."""
     client = obj.client()
@@ -71,10 +126,6 @@ def follow(obj: CliContext, job_id: str, console: Console, show: bool) -> dict[s
                     live.update(progress_table(status, title))
                     if status["state"] in FINAL_STATES:
                         break
-    except KeyboardInterrupt:
-        obj.call("POST", f"/sources/scan/{job_id}/stop", {})
-        console.print("[yellow]Stopped. Turns written so far are kept; run the import again to continue.[/]")
-        raise SystemExit(130) from None
     except (httpx.HTTPError, ClientError):
         status = obj.call("GET", f"/sources/scan/{job_id}")  # stream dropped: fall back to one status read
     finally:
@@ -106,11 +157,11 @@ def import_history(
             "confirm": deep or None,
             "since": since,
             "dryRun": dry_run or None,
+            "stopOnDisconnect": True,  # if this command dies, its import stops instead of blocking the next one
         }
     )
-    started = obj.call("POST", "/sources/scan", body)
     console = Console(stderr=obj.as_json)
-    status = follow(obj, started["jobId"], console, show=not obj.as_json)
+    status = start_and_follow(obj, body, console, show=not obj.as_json)
     if obj.as_json:
         emit_json(status)
         return

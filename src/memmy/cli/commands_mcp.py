@@ -60,15 +60,11 @@ def lock_holder(config: MemmyConfig | None) -> dict[str, Any] | None:
         pid = int(holder.get("pid", 0))
     except (OSError, ValueError, AttributeError, TypeError):
         return None
-    if pid <= 0:
+    if pid <= 0 or not isinstance(holder, dict):
         return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        pass
-    return holder if isinstance(holder, dict) else None
+    from memmy.service.store_health import holder_if_alive  # lazily: the store layer is not needed otherwise
+
+    return holder_if_alive(holder)  # the same process that wrote the lock, not just a live pid
 
 
 def spawn_daemon(

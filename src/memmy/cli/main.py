@@ -16,6 +16,7 @@ import click
 
 from memmy import __version__
 from memmy.cli.commands_agents import init, remove
+from memmy.cli.commands_doctor import doctor
 from memmy.cli.commands_dream import dream
 from memmy.cli.commands_evolve import episodes, feedback, jobs, worker
 from memmy.cli.commands_import import import_history, sources
@@ -297,6 +298,7 @@ cli.add_command(sources)
 cli.add_command(mcp)
 cli.add_command(resume)
 cli.add_command(dream)
+cli.add_command(doctor)
 cli.add_command(feedback)
 cli.add_command(episodes)
 cli.add_command(jobs)

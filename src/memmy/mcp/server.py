@@ -11,16 +11,23 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import anyio
+from anyio.abc import ObjectReceiveStream, ObjectSendStream
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
 from mcp_types import (
     INVALID_PARAMS,
     CallToolRequestParams,
     CallToolResult,
     GetPromptRequestParams,
     GetPromptResult,
+    JSONRPCError,
+    JSONRPCNotification,
+    JSONRPCRequest,
+    JSONRPCResponse,
     ListPromptsResult,
     ListToolsResult,
     PaginatedRequestParams,
@@ -40,6 +47,8 @@ from memmy.mcp.transcripts import TRANSCRIPT_TOOLS, TranscriptError, transcripts
 log = logging.getLogger("memmy.mcp")
 
 ApiGetter = Callable[[], ApiClient]
+#: After the client closes stdin, how long requests already read may still take to be answered.
+DRAIN_TIMEOUT_S = 300.0
 TRANSCRIPT_TOOL_NAMES = frozenset(t.name for t in TRANSCRIPT_TOOLS)
 
 
@@ -142,11 +151,80 @@ def build_server(
     )
 
 
+class InFlight:
+    """Ids of the requests read from the client and not answered yet."""
+
+    def __init__(self) -> None:
+        self.ids: set[Any] = set()
+        self._changed = anyio.Event()
+
+    def read(self, message: SessionMessage | Exception) -> None:
+        """Note a request coming in (and forget one the client cancelled: it gets no answer)."""
+        if not isinstance(message, SessionMessage):
+            return
+        if isinstance(message.message, JSONRPCRequest):
+            self.ids.add(message.message.id)
+        elif isinstance(message.message, JSONRPCNotification) and message.message.method == "notifications/cancelled":
+            params = message.message.params or {}
+            self.ids.discard(params.get("requestId"))
+            self._changed.set()
+            self._changed = anyio.Event()
+
+    def written(self, message: SessionMessage) -> None:
+        """Note an answer going out."""
+        if isinstance(message.message, JSONRPCResponse | JSONRPCError) and message.message.id in self.ids:
+            self.ids.discard(message.message.id)
+            self._changed.set()
+            self._changed = anyio.Event()
+
+    async def wait_answered(self) -> None:
+        """Return once every request read so far has its answer written."""
+        while self.ids:
+            await self._changed.wait()
+
+
+async def serve_draining(
+    server: Server[Any],
+    read_stream: ObjectReceiveStream[SessionMessage | Exception],
+    write_stream: ObjectSendStream[SessionMessage],
+    drain_timeout_s: float = DRAIN_TIMEOUT_S,
+) -> None:
+    """Run ``server`` on a transport's streams; when the client closes its side, every request already read is
+    still answered before the server stops (the SDK alone cancels the ones in flight).
+
+    A host that pipes a batch of requests and closes stdin gets all its replies.
+    """
+    in_flight = InFlight()
+    to_server, server_reads = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    server_writes, from_server = anyio.create_memory_object_stream[SessionMessage](0)
+
+    async def pump_in() -> None:
+        async with to_server:
+            async for message in read_stream:
+                in_flight.read(message)
+                await to_server.send(message)
+            with anyio.move_on_after(drain_timeout_s):
+                await in_flight.wait_answered()
+
+    async def pump_out() -> None:
+        async with write_stream, from_server:
+            async for message in from_server:
+                await write_stream.send(message)
+                in_flight.written(message)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(pump_in)
+        group.start_soon(pump_out)
+        # run() returns once pump_in closed its side (stdin ended, answers drained) and it closed server_writes,
+        # so pump_out finishes writing the last answer on its own.
+        await server.run(server_reads, server_writes, server.create_initialization_options())
+
+
 async def serve_stdio(api: ApiClient, env: Mapping[str, str] | None = None) -> None:
-    """Serve MCP on stdin/stdout until the client closes it."""
+    """Serve MCP on stdin/stdout until the client closes it, answering every request read before that."""
     server = build_server(lambda: api, env=env)
     try:
         async with stdio_server() as (read_stream, write_stream):
-            await server.run(read_stream, write_stream, server.create_initialization_options())
+            await serve_draining(server, read_stream, write_stream)
     finally:
         await api.aclose()

@@ -21,12 +21,13 @@ from starlette.routing import Route
 from memmy import __version__
 from memmy.config import store_id
 from memmy.domain import stable_hash
-from memmy.errors import Conflict, MemmyError, StorageFullError, http_status_for, storage_failure
+from memmy.errors import Conflict, InvalidArgument, MemmyError, StorageFullError, http_status_for, storage_failure
 from memmy.mcp.http import McpHttpEndpoint
 from memmy.server.bodies import parse_body
 from memmy.server.middleware import GuardMiddleware, error_body, json_dumps
 from memmy.server.openapi import openapi_document
 from memmy.service import MemoryService
+from memmy.service.idempotency import idempotency_key
 from memmy.service.namespace import Namespace
 
 log = logging.getLogger("memmy.server")
@@ -103,10 +104,12 @@ class Api:
     def _idempotent(
         self, op: str, body: dict[str, Any], fn: Callable[..., dict[str, Any]], args: tuple[Any, ...]
     ) -> dict[str, Any]:
-        key = f"{op}:{body['adapterId']}:{body['requestId']}"
-        fingerprint = {k: v for k, v in body.items() if k not in ("adapterId", "requestId")}
-        request_hash = stable_hash({"operation": op, "fingerprint": fingerprint})
-        with self.service.db.lock:
+        ident = idempotency_key(op, body)
+        assert ident is not None  # call() only comes here when the body carries both fields
+        key, request_hash = ident.key, ident.request_hash
+        # One transaction: the write and its stored answer commit together, so an answer is an error only when
+        # nothing was committed (a full disk failing the key's write rolls the whole request back).
+        with self.service.db.transaction():
             stored = self.service.logs.idempotent_response(key)
             if stored is not None:
                 if stored[0] != request_hash:
@@ -301,13 +304,18 @@ class Api:
 
         async def stream() -> AsyncIterator[bytes]:
             nonlocal version, status
-            while True:
-                yield f"event: progress\ndata: {json.dumps(status, ensure_ascii=False)}\n\n".encode()
-                if status["state"] in ("done", "stopped", "failed"):
-                    return
-                if await request.is_disconnected():
-                    return
-                version, status = await run_in_threadpool(self.service.imports.wait_for_change, job_id, version, 1.0)
+            self.service.imports.follow(job_id)
+            try:
+                while True:
+                    yield f"event: progress\ndata: {json.dumps(status, ensure_ascii=False)}\n\n".encode()
+                    if status["state"] in ("done", "stopped", "failed"):
+                        return
+                    if await request.is_disconnected():
+                        return
+                    imports = self.service.imports
+                    version, status = await run_in_threadpool(imports.wait_for_change, job_id, version, 1.0)
+            finally:  # the client went away (or the job ended): a job that dies with its client is stopped
+                self.service.imports.unfollow(job_id)
 
         return StreamingResponse(stream(), media_type="text/event-stream", headers={"cache-control": "no-cache"})
 

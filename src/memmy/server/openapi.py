@@ -121,6 +121,7 @@ _BODIES: dict[str, dict[str, Any]] = {
             "since": {"type": "string", "format": "date-time"},
             "dryRun": {"type": "boolean"},
             "initialLimit": {"type": "integer", "minimum": 1, "default": 1000},
+            "stopOnDisconnect": {"type": "boolean", "description": "stop when the last events follower leaves"},
         },
         # mode=full re-reads all history, so it needs confirm=true
         "anyOf": [

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,12 @@ from memmy.store.imports import ImportStateRepository
 from memmy.store.memories import MemoryRepository
 from memmy.store.sessions import SessionRepository
 from memmy.store.tombstones import TombstoneRepository, value_hash
+
+#: A job started with ``stopOnDisconnect`` and followed by nobody for this long is abandoned (its client died).
+FOLLOW_GRACE_S = 10.0
+#: How long a new import waits for a stopped (or abandoned) one to reach its next turn boundary and end.
+STOP_WAIT_S = 30.0
+FINAL_STATES = ("done", "stopped", "failed")
 
 
 def import_key(source: str, turn_id: str) -> str:
@@ -169,6 +176,20 @@ class ServiceTurnSink:
         return memory_id
 
 
+class ClientBoundControl(JobControl):
+    """Job control of a job that dies with its client: at each turn boundary, stop when it was abandoned."""
+
+    def __init__(self, abandoned: Callable[[], bool]) -> None:
+        super().__init__()
+        self._abandoned = abandoned
+
+    def checkpoint(self) -> bool:
+        """Stop once nobody has followed the job for the grace period; else as usual."""
+        if not self.stopped and self._abandoned():
+            self.stop()
+        return super().checkpoint()
+
+
 @dataclass
 class ImportJob:
     """One running or finished import."""
@@ -180,6 +201,31 @@ class ImportJob:
     thread: threading.Thread | None = None
     version: int = 0
     changed: threading.Condition = field(default_factory=threading.Condition)
+    #: Stop when the last client following the events goes away (the CLI sets it: its import dies with it).
+    stop_when_unfollowed: bool = False
+    followers: int = 0
+    last_followed: float = field(default_factory=time.monotonic)
+
+    @property
+    def active(self) -> bool:
+        """Queued or running (paused included)."""
+        return self.progress.state not in FINAL_STATES
+
+    def abandoned(self) -> bool:
+        """Told to stop, or its client went away: a new import may take its place once it has ended."""
+        if self.control.stopped:
+            return True
+        return (
+            self.stop_when_unfollowed
+            and self.followers == 0
+            and time.monotonic() - self.last_followed > FOLLOW_GRACE_S
+        )
+
+    def notify(self) -> None:
+        """Wake the event streams."""
+        with self.changed:
+            self.version += 1
+            self.changed.notify_all()
 
     def to_json(self) -> dict[str, Any]:
         """API shape."""
@@ -212,6 +258,7 @@ class ImportOps:
         self.sink = ServiceTurnSink(config, db, memories, sessions, indexer)
         self.jobs: dict[str, ImportJob] = {}
         self._lock = threading.Lock()
+        self._follow_lock = threading.Lock()
 
     def refresh(self) -> list[str]:
         """Re-read saved custom-agent recipes (``memmy-memory sources add``); return recipe errors."""
@@ -267,15 +314,33 @@ class ImportOps:
             initial_limit=opt_int(body, "initialLimit", 1000, minimum=1),
         )
 
+    def _take_over(self) -> None:
+        """Make room for a new job: wait for stopped or abandoned ones to end; refuse while one really runs."""
+        for other in [j for j in self.jobs.values() if j.active]:
+            while other.stop_when_unfollowed and other.followers == 0 and other.active and not other.abandoned():
+                time.sleep(0.05)  # its client has not attached (yet, or ever: it died right after starting it)
+            if not other.abandoned():
+                raise Conflict("an import is already running; stop it or wait for it to finish")
+            other.control.stop()
+            other.notify()
+            if other.thread is not None:
+                other.thread.join(timeout=STOP_WAIT_S)
+                if other.thread.is_alive():
+                    raise Conflict(f"the previous import ({other.id}) is still stopping; try again in a moment")
+            if other.active:  # never started, or ended without saying so
+                other.progress.state = "stopped"
+
     def start(self, body: Any) -> dict[str, Any]:
-        """Start an import job in the background (one at a time)."""
-        options = self._options(require_object(body))
+        """Start an import job in the background (one at a time; a stopped or abandoned one gives way)."""
+        body = require_object(body)
+        options = self._options(body)
         if not options.dry_run and not self.config.algorithm["enableMemoryAdd"]:
             raise Forbidden("memory writes are disabled (algorithm.enableMemoryAdd: false); only --dry-run works")
         with self._lock:
-            if any(j.progress.state in ("queued", "running") for j in self.jobs.values()):
-                raise Conflict("an import is already running; stop it or wait for it to finish")
-            job = ImportJob(new_id("import"), options)
+            self._take_over()
+            job = ImportJob(new_id("import"), options, stop_when_unfollowed=opt_bool(body, "stopOnDisconnect"))
+            if job.stop_when_unfollowed:
+                job.control = ClientBoundControl(job.abandoned)
             self.jobs[job.id] = job
         importer = Importer(self.adapters, self.sink, self.state, self.env, self.redactor)
 
@@ -329,6 +394,23 @@ class ImportOps:
             job.version += 1
             job.changed.notify_all()
         return job.to_json()
+
+    def follow(self, job_id: str) -> None:
+        """A client started following the job's events."""
+        job = self.job(job_id)
+        with self._follow_lock:
+            job.followers += 1
+            job.last_followed = time.monotonic()
+
+    def unfollow(self, job_id: str) -> None:
+        """A client stopped following; a ``stopOnDisconnect`` job nobody follows any more is stopped."""
+        job = self.job(job_id)
+        with self._follow_lock:
+            job.followers = max(0, job.followers - 1)
+            job.last_followed = time.monotonic()
+            if job.stop_when_unfollowed and job.followers == 0 and job.active:
+                job.control.stop()
+        job.notify()
 
     def wait_for_change(self, job_id: str, seen_version: int, timeout_s: float = 1.0) -> tuple[int, dict[str, Any]]:
         """Block until the job changes (or ``timeout_s``); return (version, status) for SSE streaming."""

@@ -242,9 +242,7 @@ class KeyWriter(KeyCore):
         if ns.session_key:
             source.setdefault("host_session", ns.session_key)
         with self.db.transaction():
-            duplicate = None if supersedes else self.memories.find_duplicate(ns.user_id, "L1", digest)
-            if duplicate is not None and not self.is_current(duplicate):
-                duplicate = None
+            duplicate = None if supersedes else self._duplicate(ns.user_id, digest, item.namespace)
             resolution = self._resolve(item.groups, item.key_types, ns.user_id, vectors)
             if duplicate is not None:
                 memory = duplicate
@@ -275,6 +273,18 @@ class KeyWriter(KeyCore):
             ns.user_id,
         )
         return result
+
+    def _duplicate(self, user_id: str, digest: str, namespace: str) -> Memory | None:
+        """The current memory with this content in the caller's namespace (or in none yet), if any.
+
+        The same text remembered in another namespace is a separate memory: merging it into the first namespace
+        would leave the caller unable to find it where it asked.
+        """
+        for memory_id in self.keys.duplicates_in_namespace(user_id, "L1", digest, namespace):
+            memory = self.memories.get(memory_id)
+            if memory is not None and self.is_current(memory):
+                return memory
+        return None
 
     def _new_memory(
         self, item: WriteItem, ns: Namespace, digest: str, memory_key: str, now: str, supersedes: Memory | None

@@ -13,6 +13,7 @@ from memmy.domain import Memory, content_hash, new_id, sha256_hex
 from memmy.errors import Conflict, InvalidArgument, NotFound
 from memmy.recall.intent import classify_intent, should_skip
 from memmy.service.episodes import EpisodeOps
+from memmy.service.idempotency import idempotency_key
 from memmy.service.memories import MemoryOps
 from memmy.service.namespace import Namespace
 from memmy.service.recall import RecallOps
@@ -149,18 +150,7 @@ class TurnOps:
         turn_id = _safe_id(opt_str(body, "turnId") or new_id("turn"), "turnId")
         limit = opt_int(body, "limit", 10, minimum=1, maximum=50)
         recent = self.sessions.recent_raw_turn_ids(session_id, RECENT_TURNS_EXCLUDED)
-        excluded = (
-            frozenset(
-                r["id"]
-                for r in self.db.query(
-                    f"SELECT id FROM memories WHERE session_id = ? AND memory_layer = 'L1' AND "
-                    f"json_extract(properties_json, '$.trace.raw_turn_id') IN ({','.join('?' * len(recent))})",
-                    [session_id, *recent],
-                )
-            )
-            if recent
-            else frozenset()
-        )
+        excluded = self.memory_ops.memories.trace_ids_of_raw_turns(session_id, recent)
         status: list[str] = []
         intent = classify_intent(query) if not recent else "task"
         layers = layers_of(body)
@@ -189,42 +179,53 @@ class TurnOps:
         context_packet_id = "ctx_" + sha256_hex(f"{session_id}::{turn_id}:{event_id}")[:20]
         episode_id: str | None = None
         relation_name: str | None = None
-        if self.config.algorithm["enableMemoryAdd"]:  # with writes off, turn start recalls but stores nothing
-            existing_turn = self.sessions.get_raw_turn(session_id, turn_id)
-            episode_id = existing_turn["episode_id"] if existing_turn is not None else None
-            if episode_id is None and query:
-                episode_id, relation = self.episode_ops.route_turn(
-                    session_id, raw_turn_id, query, user_id=ns.user_id, project_id=ns.project_id
-                )
-                relation_name = relation.relation
-                if self.config.evolution.configured and relation.confidence < 0.85 and relation.rule != "bootstrap":
-                    self.jobs.enqueue(  # the model double-checks weak verdicts later, off the hook path
-                        "episode_relation",
-                        dedupe_key=f"episode_relation:{raw_turn_id}",
-                        episode_id=episode_id,
-                        payload={"rawTurnId": raw_turn_id, "heuristic": relation.relation},
+        ident = idempotency_key("turn.start", body)
+        # The turn, its episode routing and the request's idempotency key commit together or not at all: a retry
+        # never finds a recorded turn without its stored answer (nor an answer without its turn).
+        with self.db.transaction():
+            if self.config.algorithm["enableMemoryAdd"]:  # with writes off, turn start recalls but stores nothing
+                existing_turn = self.sessions.get_raw_turn(session_id, turn_id)
+                episode_id = existing_turn["episode_id"] if existing_turn is not None else None
+                if episode_id is None and query:
+                    episode_id, relation = self.episode_ops.route_turn(
+                        session_id, raw_turn_id, query, user_id=ns.user_id, project_id=ns.project_id
                     )
-            self._record_start(
-                raw_turn_id, session_id, turn_id, ns, query, source_ids, context_packet_id, event_id, episode_id
-            )
-            if episode_id is not None:
-                for skill_id in [i for i in source_ids if i.startswith("skill_")]:
-                    self.evolution.add_trial(skill_id, episode_id, session_id=session_id, user_id=ns.user_id)
-        self.sessions.touch(session_id)
+                    relation_name = relation.relation
+                    if (
+                        self.config.evolution.configured
+                        and relation.confidence < 0.85
+                        and relation.rule != "bootstrap"
+                    ):
+                        self.jobs.enqueue(  # the model double-checks weak verdicts later, off the hook path
+                            "episode_relation",
+                            dedupe_key=f"episode_relation:{raw_turn_id}",
+                            episode_id=episode_id,
+                            payload={"rawTurnId": raw_turn_id, "heuristic": relation.relation},
+                        )
+                self._record_start(
+                    raw_turn_id, session_id, turn_id, ns, query, source_ids, context_packet_id, event_id, episode_id
+                )
+                if episode_id is not None:
+                    for skill_id in [i for i in source_ids if i.startswith("skill_")]:
+                        self.evolution.add_trial(skill_id, episode_id, session_id=session_id, user_id=ns.user_id)
+            self.sessions.touch(session_id)
+            response = {
+                "turnId": turn_id,
+                "contextPacketId": context_packet_id,
+                "sessionId": session_id,
+                "episodeId": episode_id,
+                "episodeRelation": relation_name,
+                "searchEventId": event_id,
+                "injectedContext": {"markdown": markdown, "sections": sections, "tokenEstimate": tokens},
+                "sourceMemoryIds": source_ids,
+                "hits": hits,
+                "status": status,
+                "serverTime": utc_now(),
+            }
+            if ident is not None:
+                self.logs.store_idempotent_response(ident.key, ident.request_hash, response)
         self.wake_worker()  # routing may have closed an episode or queued a repair
-        return {
-            "turnId": turn_id,
-            "contextPacketId": context_packet_id,
-            "sessionId": session_id,
-            "episodeId": episode_id,
-            "episodeRelation": relation_name,
-            "searchEventId": event_id,
-            "injectedContext": {"markdown": markdown, "sections": sections, "tokenEstimate": tokens},
-            "sourceMemoryIds": source_ids,
-            "hits": hits,
-            "status": status,
-            "serverTime": utc_now(),
-        }
+        return response
 
     def _record_start(
         self,

@@ -1,4 +1,5 @@
-"""Open the SQLite store: pragmas, versioned migrations with a backup, and the single-server lock file."""
+"""Open the SQLite store: file checks, pragmas, versioned migrations with a backup, the single-server lock file,
+and disk-full errors named as such."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import socket
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -14,11 +16,35 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from memmy.errors import StoreError
+import psutil
+
+from memmy.errors import StorageFullError, StoreError
+from memmy.store.integrity import STARTUP_CHECK_S, preflight, startup_check
 from memmy.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 BUSY_TIMEOUT_MS = 5000
 MIN_SQLITE = (3, 35, 0)
+SQLITE_CORRUPT = 11
+SQLITE_FULL = 13
+#: Below this much free space the store is reported as unable to write (a page or two would not fit).
+MIN_FREE_BYTES = 64 * 1024
+PROBE_MAX_AGE_S = 5.0
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """True for SQLite's SQLITE_FULL ("database or disk is full") and the OS's "no space left"."""
+    if isinstance(exc, sqlite3.Error):
+        code = getattr(exc, "sqlite_errorcode", None)
+        if code is not None and code & 0xFF == SQLITE_FULL:
+            return True
+        return "database or disk is full" in str(exc)
+    return isinstance(exc, OSError) and exc.errno == 28  # ENOSPC
+
+
+def is_corrupt(exc: BaseException) -> bool:
+    """True for SQLITE_CORRUPT (any extended code: the file or the full-text index is damaged)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(exc, sqlite3.DatabaseError) and code is not None and code & 0xFF == SQLITE_CORRUPT
 
 
 def utc_now() -> str:
@@ -46,11 +72,20 @@ class Database:
     WAL readers in other processes (the CLI, backups) proceed while the daemon writes.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, check_s: float | None = STARTUP_CHECK_S) -> None:
+        """Open (or create) the store; a damaged file is refused with a one-line :class:`StoreError`.
+
+        An existing file is checked first (``quick_check`` bounded by ``check_s`` seconds); a damaged full-text
+        index is rebuilt, with a log line.
+        """
         self.path = path
         self.lock = threading.RLock()
+        self.last_write_error: str | None = None
+        self._probe: tuple[float, str | None] | None = None
         path.parent.mkdir(parents=True, exist_ok=True)
-        if not path.exists():
+        preflight(path)  # 0-byte, not SQLite, truncated: refused before SQLite touches it
+        existed = path.exists()
+        if not existed:
             path.touch(mode=0o600)  # memories are private: owner-only, like the config file
         try:
             self.conn = sqlite3.connect(
@@ -59,12 +94,44 @@ class Database:
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open database {path}: {exc}") from exc
         self.conn.row_factory = sqlite3.Row
-        _check_sqlite_features(self.conn)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=NORMAL")
-        self.conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-        self.conn.execute("PRAGMA foreign_keys=ON")
-        self.migration = migrate(self.conn, path)
+        try:
+            _check_sqlite_features(self.conn)
+            self.conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            if existed:
+                startup_check(self.conn, path, check_s)
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=NORMAL")
+            self.conn.execute("PRAGMA foreign_keys=ON")
+            self.migration = migrate(self.conn, path)
+        except sqlite3.DatabaseError as exc:
+            self.conn.close()
+            if is_disk_full(exc):
+                raise StorageFullError(f"the disk holding {path} is full ({exc}): free some space") from None
+            raise StoreError(
+                f"{path} cannot be used ({exc}): restore a backup or move it aside; `memmy-memory doctor` explains"
+            ) from None
+        except BaseException:
+            self.conn.close()
+            raise
+
+    def _full(self, exc: BaseException) -> StorageFullError:
+        message = f"the disk holding {self.path} is full: the write was not saved (free some space, then retry)"
+        self.last_write_error = message
+        self._probe = None
+        return StorageFullError(message)
+
+    def _rollback(self, name: str | None = None) -> None:
+        if not self.conn.in_transaction:
+            return  # SQLite already rolled back (it does so by itself after some I/O and disk-full errors)
+        try:
+            if name is None:
+                self.conn.execute("ROLLBACK")
+            else:
+                self.conn.execute(f"ROLLBACK TO {name}")
+                self.conn.execute(f"RELEASE {name}")
+        except sqlite3.Error:
+            if name is None:
+                raise
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -73,13 +140,28 @@ class Database:
             if self.conn.in_transaction:
                 yield self.conn
                 return
-            self.conn.execute("BEGIN IMMEDIATE")
             try:
-                yield self.conn
-            except BaseException:
-                self.conn.execute("ROLLBACK")
+                self.conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self.conn
+                except BaseException:
+                    self._rollback()
+                    raise
+                try:
+                    self.conn.execute("COMMIT")
+                except sqlite3.Error:
+                    self._rollback()
+                    raise
+            except sqlite3.Error as exc:
+                if is_disk_full(exc):
+                    raise self._full(exc) from exc
+                if is_corrupt(exc):  # health says so until a write succeeds (`memmy-memory doctor` names it)
+                    self.last_write_error = f"the store {self.path} is damaged ({exc}): run `memmy-memory doctor`"
+                    self._probe = None
                 raise
-            self.conn.execute("COMMIT")
+            if self.last_write_error is not None:
+                self.last_write_error = None
+                self._probe = None
 
     @contextmanager
     def savepoint(self, name: str = "sp") -> Iterator[sqlite3.Connection]:
@@ -89,8 +171,7 @@ class Database:
             try:
                 yield conn
             except BaseException:
-                conn.execute(f"ROLLBACK TO {name}")
-                conn.execute(f"RELEASE {name}")
+                self._rollback(name)
                 raise
             conn.execute(f"RELEASE {name}")
 
@@ -104,6 +185,43 @@ class Database:
         with self.lock:
             row: sqlite3.Row | None = self.conn.execute(sql, params).fetchone()
             return row
+
+    def write_probe(self, max_age_s: float = PROBE_MAX_AGE_S) -> str | None:
+        """Why the store cannot write right now (disk full, read-only, damaged), or None when it can.
+
+        The last failed write's reason stands until a write succeeds; otherwise a tiny committed write to
+        ``runtime_kv`` and the free space on the disk decide. The answer is cached for ``max_age_s`` seconds.
+        """
+        now = time.monotonic()
+        with self.lock:
+            if self._probe is not None and now - self._probe[0] < max_age_s:
+                return self._probe[1]
+            reason = self.last_write_error
+            if reason is None:
+                reason = self._probe_write()
+            self._probe = (now, reason)
+            return reason
+
+    def _probe_write(self) -> str | None:
+        try:
+            stats = os.statvfs(self.path.parent)
+            free = stats.f_bavail * stats.f_frsize
+        except OSError:
+            free = MIN_FREE_BYTES
+        if free < MIN_FREE_BYTES:
+            return f"the disk holding {self.path} is full ({free // 1024} KiB free): writes fail until space is freed"
+        try:
+            with self.transaction() as conn:
+                conn.execute(
+                    "INSERT INTO runtime_kv(key, value_json, updated_at) VALUES ('write_probe', ?, ?) "
+                    "ON CONFLICT(key) DO UPDATE SET value_json = excluded.value_json, updated_at = excluded.updated_at",
+                    (json.dumps(utc_now()), utc_now()),
+                )
+        except StorageFullError as exc:
+            return exc.message
+        except sqlite3.Error as exc:
+            return f"the store {self.path} cannot write: {exc}"
+        return None
 
     def close(self) -> None:
         """Checkpoint the WAL and close the connection."""
@@ -206,8 +324,57 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def process_started_at(pid: int) -> float | None:
+    """When process ``pid`` started (epoch seconds), or None when there is no such process."""
+    try:
+        return float(psutil.Process(pid).create_time())
+    except psutil.NoSuchProcess:
+        return None
+
+
+def _iso_epoch(value: Any) -> float | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+#: Slack when comparing a process's start time with the time recorded in a lock (clock and rounding).
+START_TIME_SLACK_S = 1.0
+
+
+def lock_holder_alive(holder: dict[str, Any]) -> bool:
+    """True when the process that wrote a lock file still runs: same pid *and* the same process.
+
+    A pid alone is not enough: after a crash and a reboot (or a long uptime) the pid may belong to an
+    unrelated process. The lock records its writer's start time (``processStartedAt``); a lock without it is
+    judged by ``startedAt``: its writer was running when the lock was written, so a process that started later
+    is someone else.
+    """
+    try:
+        pid = int(holder.get("pid") or 0)
+    except (TypeError, ValueError):
+        return False
+    if pid <= 0:
+        return False
+    try:
+        created = process_started_at(pid)
+    except psutil.Error:
+        return _pid_alive(pid)
+    if created is None:
+        return False
+    recorded = holder.get("processStartedAt")
+    if isinstance(recorded, int | float) and not isinstance(recorded, bool):
+        return abs(created - float(recorded)) <= START_TIME_SLACK_S
+    written = _iso_epoch(holder.get("startedAt"))
+    return written is None or created <= written + START_TIME_SLACK_S
+
+
 class ServerLock:
-    """``<db>.server.lock``: refuses a second daemon on the same file, clears a lock left by a dead pid."""
+    """``<db>.server.lock``: refuses a second daemon on the same file; takes over a lock whose writer is gone
+(its pid dead, or now an unrelated process)."""
 
     def __init__(self, db_path: Path) -> None:
         self.path = db_path.with_name(db_path.name + ".server.lock")
@@ -224,6 +391,7 @@ class ServerLock:
                 "sqlitePath": str(self.db_path),
                 "hostname": socket.gethostname(),
                 "startedAt": utc_now(),
+                "processStartedAt": process_started_at(os.getpid()),
             }
         )
         for _attempt in range(2):
@@ -232,7 +400,7 @@ class ServerLock:
             except FileExistsError:
                 holder = self.read()
                 pid = int(holder.get("pid", 0)) if holder else 0
-                if pid and pid != os.getpid() and _pid_alive(pid):
+                if holder and pid != os.getpid() and lock_holder_alive(holder):
                     where = f"{holder.get('host')}:{holder.get('port')}" if holder else "?"
                     raise StoreError(
                         f"{self.db_path} is already served by pid {pid} on {where}; "

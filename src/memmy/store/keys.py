@@ -327,6 +327,17 @@ class KeyRepository:
                 (memory_id, namespace, ttl_seconds, expires_at, json.dumps(source, ensure_ascii=False), utc_now()),
             )
 
+    def duplicates_in_namespace(self, user_id: str, layer: str, digest: str, namespace: str) -> list[str]:
+        """Live memories with this content a write into ``namespace`` may merge into: those already in that
+        namespace first, then ones in no namespace yet (plain ``memory/add``); never one of another namespace."""
+        rows = self.db.query(
+            "SELECT m.id FROM memories m LEFT JOIN memory_key_state s ON s.memory_id = m.id "
+            "WHERE m.user_id = ? AND m.memory_layer = ? AND m.content_hash = ? AND m.status != 'deleted' "
+            "AND (s.namespace = ? OR s.memory_id IS NULL) ORDER BY s.memory_id IS NULL, m.created_at",
+            (user_id, layer, digest, namespace),
+        )
+        return [str(r["id"]) for r in rows]
+
     def state(self, memory_id: str) -> KeyState | None:
         """The key state of one memory."""
         row = self.db.query_one("SELECT * FROM memory_key_state WHERE memory_id = ?", (memory_id,))

@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from memmy.domain import Memory, new_id, stable_json
+from memmy.errors import StorageFullError
 from memmy.store.db import Database, utc_now
 
 log = logging.getLogger("memmy.store")
@@ -52,6 +55,23 @@ class LogRepository:
 
     def __init__(self, db: Database) -> None:
         self.db = db
+
+    @contextmanager
+    def _best_effort(self, what: str) -> Iterator[sqlite3.Connection]:
+        """A log write of its own that may fail (disk full) without failing the call that was already committed.
+
+        Inside a caller's transaction the failure is the caller's: it is raised, so nothing half-written is
+        acknowledged.
+        """
+        with self.db.lock:
+            nested = self.db.conn.in_transaction
+            try:
+                with self.db.transaction() as conn:
+                    yield conn
+            except (StorageFullError, sqlite3.OperationalError) as exc:
+                if nested:
+                    raise
+                log.warning("%s not recorded: %s", what, exc)
 
     def latest_change_seq(self) -> int:
         """The newest memory_change_log sequence number (0 when empty)."""
@@ -126,28 +146,14 @@ class LogRepository:
         success: bool,
         user_id: str | None = None,
     ) -> None:
-        """Record one memory_add / memory_search call for the logs page and latency analysis.
-
-        Best effort: it runs after the call's own write committed, so a failure (disk full) is logged, never raised.
-        """
-        try:
-            with self.db.transaction() as conn:
-                conn.execute(
-                    "INSERT INTO api_logs(tool_name, source_agent, input_json, output_json, duration_ms, success, "
-                    "called_at, user_id) VALUES (?,?,?,?,?,?,?,?)",
-                    (
-                        tool_name,
-                        source_agent,
-                        _json(payload),
-                        _json(result),
-                        duration_ms,
-                        int(success),
-                        utc_now(),
-                        user_id,
-                    ),
-                )
-        except sqlite3.Error as exc:
-            log.warning("api log entry for %s not written: %s", tool_name, exc)
+        """Record one memory_add / memory_search call for the logs page and latency analysis (best effort: a full
+        disk loses the log line, never the call)."""
+        with self._best_effort("API log") as conn:
+            conn.execute(
+                "INSERT INTO api_logs(tool_name, source_agent, input_json, output_json, duration_ms, success, "
+                "called_at, user_id) VALUES (?,?,?,?,?,?,?,?)",
+                (tool_name, source_agent, _json(payload), _json(result), duration_ms, int(success), utc_now(), user_id),
+            )
 
     def api_logs(
         self,
@@ -226,32 +232,9 @@ class LogRepository:
         injected_ids: list[str],
         request: dict[str, Any],
     ) -> str:
-        """Record one recall (search or turn start); return the search event id.
-
-        Best effort: a recall answers even when the store cannot write (disk full); the failure is logged.
-        """
+        """Record one recall (search or turn start); return the search event id (best effort, like the API log)."""
         event_id = new_id("recall")
-        try:
-            self._insert_recall_event(
-                event_id,
-                session_id,
-                turn_id,
-                user_id,
-                query,
-                query_hash,
-                layers,
-                candidate_ids,
-                hit_ids,
-                injected_ids,
-                request,
-            )
-        except sqlite3.Error as exc:
-            log.warning("recall event %s not written: %s", event_id, exc)
-        return event_id
-
-    def _insert_recall_event(self, event_id: str, *values: Any) -> None:
-        session_id, turn_id, user_id, query, query_hash, layers, candidate_ids, hit_ids, injected_ids, request = values
-        with self.db.transaction() as conn:
+        with self._best_effort("recall event") as conn:
             conn.execute(
                 "INSERT INTO recall_events(id, session_id, turn_id, user_id, query, query_hash, layers_json, "
                 "candidate_memory_ids_json, injected_memory_ids_json, hit_memory_ids_json, request_json, "

@@ -232,6 +232,17 @@ class MemoryRepository:
                 found[row["id"]] = row_to_memory(row)
         return found
 
+    def trace_ids_of_raw_turns(self, session_id: str, raw_turn_ids: Sequence[str]) -> frozenset[str]:
+        """Ids of the session's L1 traces captured from these raw turns."""
+        if not raw_turn_ids:
+            return frozenset()
+        rows = self.db.query(
+            "SELECT id FROM memories WHERE session_id = ? AND memory_layer = 'L1' AND "
+            f"json_extract(properties_json, '$.trace.raw_turn_id') IN ({','.join('?' * len(raw_turn_ids))})",
+            [session_id, *raw_turn_ids],
+        )
+        return frozenset(r["id"] for r in rows)
+
     def find_duplicate(self, user_id: str, layer: str, digest: str) -> Memory | None:
         """An existing live memory with the same content hash in the same layer, if any."""
         row = self.db.query_one(

@@ -507,6 +507,14 @@ def _rebuild_fts(conn: sqlite3.Connection) -> None:
         )
 
 
+#: The full-text table as the latest migration creates it (the repair in ``store.integrity`` recreates it so).
+MEMORIES_FTS_DDL: Final = (
+    "CREATE VIRTUAL TABLE memories_fts\n"
+    "  USING fts5(id UNINDEXED, identifier, memory_value, tags, tokenize='porter unicode61 remove_diacritics 2')"
+)
+refill_fts: Final = _rebuild_fts
+
+
 MIGRATIONS: Final = (
     Migration(1, "001_core_tables", MIGRATION_001),
     Migration(2, "002_scope_validity_cjk_fts", MIGRATION_002, after=_rebuild_fts),

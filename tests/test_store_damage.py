@@ -1,0 +1,306 @@
+"""A damaged or full store is named, not hidden: the real daemon refuses a 0-byte, garbage or truncated file with
+one line, rebuilds a damaged full-text index at start, ``doctor`` reports and repairs offline, and a full disk is a
+``storage_full`` error (never a committed write answered as failed, nor a failed one as saved)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from memmy.config import load_config
+from memmy.embed import Embedder
+from memmy.errors import StorageFullError
+from memmy.service import MemoryService
+from memmy.service.namespace import Namespace
+from memmy.store.db import Database
+from memmy.store.integrity import check_store
+from tests.conftest import Daemon, free_port
+
+MARKER = "zanzibarquokka"
+
+
+def env_for(home: Path, db: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMMY_", "MEMORY_SERVICE_"))}
+    env.update({"HOME": str(home), "MEMMY_HOME": str(home / ".memmy"), "MEMMY_MEMORY_DB": str(db)})
+    return env
+
+
+@pytest.fixture(scope="module")
+def sample_store(tmp_path_factory: pytest.TempPathFactory, embedder: Embedder) -> Path:
+    """A real store with 300 memories (enough for many full-text pages), closed and checkpointed."""
+    home = tmp_path_factory.mktemp("sample-home")
+    db = home / "sample.sqlite"
+    config = load_config(env=env_for(home, db))
+    service = MemoryService.open(config, embedder=embedder)
+    ns = Namespace.from_headers({}, config.user_id)
+    words = ["deploy", "rollback", "pytest", "fixture", "sqlite", "vector", "release", "branch", "review"]
+    rng = random.Random(7)
+    for i in range(300):
+        text = " ".join(rng.choice(words) for _ in range(60))
+        service.add_memory({"content": (f"{MARKER} " if i == 17 else "") + f"note {i}: {text}"}, ns)
+    service.close()
+    return db
+
+
+def copy_store(src: Path, dest_dir: Path) -> Path:
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    dest = dest_dir / "memory.sqlite"
+    shutil.copy(src, dest)
+    return dest
+
+
+def garble_pages(db: Path, table: str, count: int = 12) -> list[int]:
+    """Overwrite ``count`` leaf pages of ``table`` with random bytes (what a bad disk or a stray write does)."""
+    with sqlite3.connect(db) as conn:
+        pages = [r[0] for r in conn.execute("SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf'", (table,))]
+        page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+    assert pages, f"no leaf pages for {table}"
+    rng = random.Random(3)
+    chosen = pages[:count]
+    with db.open("r+b") as handle:
+        for page in chosen:
+            handle.seek((page - 1) * page_size)
+            handle.write(bytes(rng.randrange(256) for _ in range(page_size)))
+    return chosen
+
+
+def run_serve(home: Path, db: Path, timeout_s: float = 90) -> subprocess.CompletedProcess[str]:
+    """``memmy-memory serve`` on a free port; a daemon that starts instead of refusing is stopped and fails."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "memmy", "serve", "--port", str(free_port())],
+        env=env_for(home, db),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        out, err = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, err = process.communicate()
+        pytest.fail(f"the daemon started on a broken store instead of refusing it:\n{err[-2000:]}")
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+def doctor(home: Path, db: Path, *args: str, json_output: bool = False) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "memmy", *(["--json"] if json_output else []), "doctor", *args],
+        env=env_for(home, db),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def breakers() -> dict[str, object]:
+    def empty(db: Path) -> None:
+        db.write_bytes(b"")
+
+    def garbage_header(db: Path) -> None:
+        with db.open("r+b") as handle:
+            handle.write(b"this is not a database header, just junk bytes" * 2)
+
+    def truncated(db: Path) -> None:
+        size = db.stat().st_size
+        with db.open("r+b") as handle:
+            handle.truncate(size // 3)
+
+    return {"empty": empty, "garbage_header": garbage_header, "truncated": truncated}
+
+
+@pytest.mark.parametrize("damage", ["empty", "garbage_header", "truncated"])
+def test_daemon_refuses_a_broken_file_with_one_line(sample_store: Path, tmp_path: Path, damage: str) -> None:
+    db = copy_store(sample_store, tmp_path / "store")
+    breakers()[damage](db)  # type: ignore[operator]
+    before = db.read_bytes()
+    result = run_serve(tmp_path, db)
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    line = lines[0]
+    assert "Traceback" not in result.stderr
+    assert str(db) in line and "restore a backup or move it aside" in line and "memmy-memory doctor" in line
+    assert {"empty": "empty (0 bytes)", "garbage_header": "not a SQLite database", "truncated": "truncated"}[
+        damage
+    ] in line
+    assert db.read_bytes() == before  # untouched: a 0-byte file did not become a new empty store
+    assert not db.with_name(db.name + ".server.lock").exists()
+    report = doctor(tmp_path, db)
+    assert report.returncode == 1
+    assert "error" in report.stdout and "fix: restore a backup" in report.stdout
+
+
+def test_daemon_refuses_damaged_table_pages(sample_store: Path, tmp_path: Path) -> None:
+    db = copy_store(sample_store, tmp_path / "store")
+    garble_pages(db, "memories", count=4)
+    result = run_serve(tmp_path, db)
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert f"{db} is damaged" in lines[0] and "restore a backup or move it aside" in lines[0]
+    findings = check_store(db)
+    assert [f.code for f in findings] == ["damaged"] and "memories" in findings[0].message
+
+
+def test_damaged_fts_pages_are_rebuilt_at_start(sample_store: Path, tmp_path: Path) -> None:
+    db = copy_store(sample_store, tmp_path / "store")
+    garble_pages(db, "memories_fts_data")
+    assert [f.code for f in check_store(db)] == ["fts_damaged"]
+    home = tmp_path / "daemon-home"
+    home.mkdir()
+    daemon = Daemon(home=home, port=free_port(), extra_env={"MEMMY_MEMORY_DB": str(db)})
+    daemon.start()
+    try:
+        with daemon.client() as client:
+            added = client.post("/api/v1/memory/add", json={"content": "a fresh note after the repair, kumquat"})
+            assert added.status_code == 200, added.text
+            hits = client.post("/api/v1/memory/search", json={"query": MARKER, "limit": 5, "scope": "pooled"})
+            assert hits.status_code == 200, hits.text
+            assert any(MARKER in (h.get("snippet") or "") for h in hits.json()["hits"]), hits.text
+    finally:
+        assert daemon.stop() == 0
+    log = (daemon.log_path or Path()).read_text()
+    assert "the full-text index is damaged" in log and "full-text index rebuilt (300 memories indexed)" in log
+    assert list(db.parent.glob("memory.sqlite.damaged-*.bak"))  # the damaged file is kept
+    assert check_store(db) == []
+
+
+def test_doctor_reports_and_repairs_fts_offline(sample_store: Path, tmp_path: Path) -> None:
+    db = copy_store(sample_store, tmp_path / "store")
+    garble_pages(db, "memories_fts_data")
+    report = doctor(tmp_path, db)
+    assert report.returncode == 1
+    assert "fts_damaged" in report.stdout and "fix: memmy-memory doctor --repair" in report.stdout
+    repaired = doctor(tmp_path, db, "--repair")
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    assert "rebuilt the full-text index" in repaired.stdout and "300 memories indexed" in repaired.stdout
+    again = doctor(tmp_path, db, json_output=True)
+    assert again.returncode == 0
+    assert json.loads(again.stdout)["findings"] == []
+    store = Database(db)
+    row = store.query_one("SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?", (MARKER,))
+    store.close()
+    assert row is not None and row[0] == 1
+
+
+def test_doctor_refuses_to_repair_a_served_store(sample_store: Path, tmp_path: Path) -> None:
+    db = copy_store(sample_store, tmp_path / "store")
+    garble_pages(db, "memories_fts_data")
+    lock = db.with_name(db.name + ".server.lock")
+    lock.write_text(json.dumps({"pid": os.getpid(), "host": "127.0.0.1", "port": 1, "startedAt": "2999-01-01T00:00Z"}))
+    result = doctor(tmp_path, db, "--repair")
+    assert result.returncode == 1 and f"pid {os.getpid()}" in result.stderr and "stop it first" in result.stderr
+    assert [f.code for f in check_store(db)] == ["fts_damaged"]  # untouched
+
+
+# -- disk full ------------------------------------------------------------------------------------------------
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 6 MiB tmpfs (skipped, with the reason, where this test may not mount one)."""
+    mount = tmp_path / "small-disk"
+    mount.mkdir()
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mount)], capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({result.stderr.strip() or result.returncode}); needs root")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(disk: Path, leave_bytes: int) -> Path:
+    """Fill the disk until only about ``leave_bytes`` are free."""
+    filler = disk / "filler.bin"
+    stats = os.statvfs(disk)
+    free = stats.f_bavail * stats.f_frsize
+    with filler.open("wb") as handle:
+        handle.write(b"\0" * max(0, free - leave_bytes))
+    return filler
+
+
+def test_disk_full_is_a_storage_full_error_and_nothing_half_saved(small_disk: Path) -> None:
+    db = small_disk / "memory.sqlite"
+    store = Database(db)
+    assert store.write_probe() is None
+    filler = fill(small_disk, 0)
+    saved = failed = 0
+    with pytest.raises(StorageFullError, match="is full") as raised:
+        for i in range(2000):
+            with store.transaction() as conn:
+                conn.execute(
+                    "INSERT INTO runtime_kv(key, value_json, updated_at) VALUES (?,?,?)",
+                    (f"k{i}", json.dumps("x" * 4000), "now"),
+                )
+            saved += 1
+    failed = 1
+    assert raised.value.code == "storage_full" and str(db) in raised.value.message
+    assert saved + failed > 0
+    count = store.query_one("SELECT count(*) FROM runtime_kv WHERE key LIKE 'k%'")
+    assert count is not None and count[0] == saved  # every acknowledged write is there, the failed one is not
+    reason = store.write_probe(max_age_s=0)
+    assert reason is not None and "full" in reason
+    filler.unlink()
+    with store.transaction() as conn:
+        conn.execute("INSERT INTO runtime_kv(key, value_json, updated_at) VALUES ('after', '1', 'now')")
+    assert store.write_probe(max_age_s=0) is None
+    store.close()
+
+
+def test_disk_full_on_the_real_daemon(small_disk: Path, tmp_path: Path) -> None:
+    db = small_disk / "memory.sqlite"
+    home = tmp_path / "daemon-home"
+    home.mkdir()
+    daemon = Daemon(home=home, port=free_port(), extra_env={"MEMMY_MEMORY_DB": str(db)})
+    daemon.start()
+    try:
+        filler = fill(small_disk, 256 * 1024)
+        acknowledged: list[str] = []
+        refused: dict[str, object] | None = None
+        with daemon.client() as client:
+            for i in range(200):
+                body = {"content": f"note {i} " + "lorem ipsum dolor " * 2000, "title": f"n{i}"}
+                response = client.post("/api/v1/memory/add", json=body)
+                if response.status_code == 200:
+                    acknowledged.append(response.json()["id"])
+                    continue
+                refused = {"status": response.status_code, **response.json()}
+                break
+            assert refused is not None, "the disk never filled"
+            assert refused["status"] in (500, 507)  # 507 once the HTTP edge maps storage_full
+            error = refused.get("error") or refused
+            assert "storage_full" in json.dumps(error) and "is full" in json.dumps(error), refused
+            filler.unlink()
+            for memory_id in acknowledged:  # every acknowledged write was committed
+                assert client.get(f"/api/v1/memory/{memory_id}").status_code == 200
+            after = client.post("/api/v1/memory/add", json={"content": "space again"})
+            assert after.status_code == 200, after.text
+    finally:
+        daemon.stop()
+    with sqlite3.connect(db) as conn:
+        titles = {r[0] for r in conn.execute("SELECT title FROM memories")}
+    assert {f"n{i}" for i in range(len(acknowledged))} <= titles
+    assert f"n{len(acknowledged)}" not in titles  # the refused write was not saved
+
+
+def test_leaked_pages_are_a_warning_not_a_rebuild(sample_store: Path, tmp_path: Path) -> None:
+    db = copy_store(sample_store, tmp_path / "store")
+    with sqlite3.connect(db) as conn:  # unlink an index from the schema: its pages stay, used by nothing
+        conn.execute("PRAGMA writable_schema=ON")
+        conn.execute("DELETE FROM sqlite_master WHERE name = 'idx_memories_key'")
+    findings = check_store(db)
+    assert [(f.code, f.severity) for f in findings] == [("unused_pages", "warning")]
+    assert "never used" in findings[0].message and "VACUUM" in findings[0].fix
+    Database(db).close()  # opens (no refusal, no full-text rebuild)
+    assert not list(db.parent.glob("memory.sqlite.damaged-*.bak"))
+    assert doctor(tmp_path, db).returncode == 0
