@@ -105,7 +105,10 @@ TASKS: tuple[TaskSpec, ...] = (
         "pnpm build --filter storefront",
         "src/storefront/price.tsx(18,7): error TS2322: Type 'string' is not assignable to type 'number'.",
         True,
-        ("sed -i 's/price: raw/price: Number.parseFloat(raw)/' src/storefront/price.tsx", "pnpm build --filter storefront"),
+        (
+            "sed -i 's/price: raw/price: Number.parseFloat(raw)/' src/storefront/price.tsx",
+            "pnpm build --filter storefront",
+        ),
         "storefront: build completed in 41s",
         "TS2322",
         "Number.parseFloat",
@@ -197,7 +200,10 @@ TASKS: tuple[TaskSpec, ...] = (
         "python -m etl.clean customers_2026_12.csv",
         "KeyError: 'customer_id'  (etl/clean.py line 88)",
         True,
-        ("apply_patch etl/schema.py: df.rename(columns={'CustomerID': 'customer_id'})", "python -m etl.clean customers_2026_12.csv"),
+        (
+            "apply_patch etl/schema.py: df.rename(columns={'CustomerID': 'customer_id'})",
+            "python -m etl.clean customers_2026_12.csv",
+        ),
         "cleaned 48211 rows -> data/clean/customers.parquet",
         "KeyError: 'customer_id'",
         "CustomerID",
@@ -241,7 +247,11 @@ TASKS: tuple[TaskSpec, ...] = (
         "terraform plan -var-file=staging.tfvars",
         "Error: Error acquiring the state lock: ConditionalCheckFailedException: The conditional request failed",
         True,
-        ("gh run list --workflow terraform --status in_progress", "terraform force-unlock 6f1c2d9e", "terraform plan -var-file=staging.tfvars"),
+        (
+            "gh run list --workflow terraform --status in_progress",
+            "terraform force-unlock 6f1c2d9e",
+            "terraform plan -var-file=staging.tfvars",
+        ),
         "Plan: 3 to add, 1 to change, 0 to destroy.",
         "Error acquiring the state lock",
         "terraform force-unlock",
@@ -279,7 +289,11 @@ TASKS: tuple[TaskSpec, ...] = (
         "helm upgrade --install worker charts/worker -n jobs",
         "Error: UPGRADE FAILED: another operation (install/upgrade/rollback) is in progress",
         True,
-        ("helm history worker -n jobs", "helm rollback worker 7 -n jobs", "helm upgrade --install worker charts/worker -n jobs"),
+        (
+            "helm history worker -n jobs",
+            "helm rollback worker 7 -n jobs",
+            "helm upgrade --install worker charts/worker -n jobs",
+        ),
         'Release "worker" has been upgraded. Happy Helming!',
         "another operation (install/upgrade/rollback) is in progress",
         "helm rollback worker",
@@ -295,7 +309,10 @@ TASKS: tuple[TaskSpec, ...] = (
         "kubectl rollout status deployment/api -n prod --timeout=120s",
         'error: deployment "api" exceeded its progress deadline',
         True,
-        ("kubectl set resources deployment api -n prod --limits=memory=1Gi", "kubectl rollout status deployment/api -n prod"),
+        (
+            "kubectl set resources deployment api -n prod --limits=memory=1Gi",
+            "kubectl rollout status deployment/api -n prod",
+        ),
         'deployment "api" successfully rolled out',
         "exceeded its progress deadline",
         "--limits=memory=1Gi",
@@ -331,7 +348,10 @@ UNRELATED = (
 FEEDBACK_NOTES = {
     "webshop": ("use pnpm, never npm", "用 pnpm，不要用 npm"),
     "dataetl": ("use uv, not pip", "用 uv，别用 pip"),
-    "infra": ("check CI runs before force-unlock, never delete the lock table", "先检查 CI 再 force-unlock，不要删锁表"),
+    "infra": (
+        "check CI runs before force-unlock, never delete the lock table",
+        "先检查 CI 再 force-unlock，不要删锁表",
+    ),
 }
 
 
@@ -345,9 +365,7 @@ def _call(command: str, output: str, ok: bool) -> dict[str, Any]:
 def _task_turns(spec: TaskSpec, rng: random.Random, zh: bool, opener: str) -> list[dict[str, Any]]:
     """The turns of one task: first attempt, then (when it fails) an optional diagnosis, then the fix."""
     request = rng.choice(spec.requests_zh if zh else spec.requests_en)
-    fail_answer = (
-        f"运行 `{spec.cmd}` 失败了。" if zh else f"Running `{spec.cmd}` failed; see the error."
-    )
+    fail_answer = f"运行 `{spec.cmd}` 失败了。" if zh else f"Running `{spec.cmd}` failed; see the error."
     first_answer = fail_answer if spec.fails else (spec.answer_zh if zh else spec.answer_en)
     turns = [
         {
@@ -389,6 +407,7 @@ def generate(seed: int, sessions_per_project: int = 4) -> dict[str, Any]:
     projects = sorted({t.project for t in TASKS})
     sessions: list[dict[str, Any]] = []
     used: dict[str, int] = {}
+    languages: dict[str, set[bool]] = {}
     for _round in range(sessions_per_project):
         for project in projects:
             pool = [t for t in TASKS if t.project == project]
@@ -401,6 +420,7 @@ def generate(seed: int, sessions_per_project: int = 4) -> dict[str, Any]:
             for position, spec in enumerate(chosen):
                 used[spec.id] = used.get(spec.id, 0) + 1
                 zh = zh_session if rng.random() < 0.85 else not zh_session
+                languages.setdefault(spec.id, set()).add(zh)
                 opener = ""
                 if position and rng.random() < 0.4:
                     opener = rng.choice(CUES_ZH if zh else CUES_EN)
@@ -422,24 +442,31 @@ def generate(seed: int, sessions_per_project: int = 4) -> dict[str, Any]:
                     {"task": fb_task.id, "polarity": "negative", "note": FEEDBACK_NOTES[project][int(zh_session)]}
                 ]
             sessions.append(session)
-    tasks = {
-        t.id: {"project": t.project, "errorMarker": t.error_marker, "fixMarker": t.fix_marker} for t in TASKS
-    }
+    tasks = {t.id: {"project": t.project, "errorMarker": t.error_marker, "fixMarker": t.fix_marker} for t in TASKS}
     probes: list[dict[str, Any]] = []
     for spec in TASKS:
-        if spec.fails and used.get(spec.id):
-            for zh in (False, True):
+        # a repeat of each failed task, in each language the task was done in (a user asks again as before)
+        for zh in sorted(languages.get(spec.id, set())):
+            if spec.fails:
                 requests = spec.requests_zh if zh else spec.requests_en
                 probes.append({"project": spec.project, "query": requests[-1], "kind": "repeat", "task": spec.id})
         others = [p for p in projects if p != spec.project]
         probes.append(
-            {"project": rng.choice(others), "query": rng.choice(spec.requests_en + spec.requests_zh), "kind": "foreign",
-             "task": spec.id}
+            {
+                "project": rng.choice(others),
+                "query": rng.choice(spec.requests_en + spec.requests_zh),
+                "kind": "foreign",
+                "task": spec.id,
+            }
         )
         if spec.fails:  # the issue's example: another project's error pasted into this project
             probes.append(
-                {"project": rng.choice(others), "query": f"{spec.cmd} fails with {spec.output[:80]}", "kind": "foreign",
-                 "task": spec.id}
+                {
+                    "project": rng.choice(others),
+                    "query": f"{spec.cmd} fails with {spec.output[:80]}",
+                    "kind": "foreign",
+                    "task": spec.id,
+                }
             )
     for text in UNRELATED:
         probes.append({"project": rng.choice(projects), "query": text, "kind": "unrelated", "task": ""})
@@ -476,6 +503,7 @@ class Runner:
         self.service = MemoryService.open(load_config())
         self.service.indexer.load_index()
         self.paths: dict[str, str] = {}
+        self.missegmented: list[str] = []
         for project in scenario["projects"]:
             path = home / "src" / project
             (path / ".git").mkdir(parents=True, exist_ok=True)
@@ -500,12 +528,16 @@ class Runner:
         for session in self.scenario["sessions"]:
             ns = self.ns(session["project"], session.get("agent", "claude_code"))
             sid = self.service.open_session({"workspacePath": self.paths[session["project"]]}, ns)["sessionId"]
-            previous_task, previous_episode = None, None
+            previous_task, previous_episode, previous_query = None, None, ""
             episode_of: dict[str, str] = {}
             for turn in session["turns"]:
                 started = self.service.start_turn({"sessionId": sid, "query": turn["query"]}, ns)
-                body = {"sessionId": sid, "query": turn["query"], "answer": turn["answer"],
-                        "toolCalls": turn.get("toolCalls", [])}
+                body = {
+                    "sessionId": sid,
+                    "query": turn["query"],
+                    "answer": turn["answer"],
+                    "toolCalls": turn.get("toolCalls", []),
+                }
                 done = self.service.complete_turn(started["turnId"], body, ns)
                 episode = done.get("episodeId") or started.get("episodeId")
                 if previous_task is not None:
@@ -514,6 +546,12 @@ class Runner:
                     tp += truth and predicted
                     fp += predicted and not truth
                     fn += truth and not predicted
+                    if truth != predicted:
+                        self.missegmented.append(
+                            f"{'missed' if truth else 'extra'} boundary ({started.get('episodeRelation')}): "
+                            f"{previous_query[:60]!r} -> {turn['query'][:60]!r}"
+                        )
+                previous_query = turn["query"]
                 previous_task, previous_episode = turn["task"], episode
                 episode_of[turn["task"]] = str(episode)
             self.service.close_session(sid)
@@ -662,6 +700,8 @@ def run_one(scenario: dict[str, Any], llm_url: str | None, llm_model: str, show:
     figures.update(runner.probes())
     figures["seconds"] = time.perf_counter() - started
     print(f"  learned: {runner.learned()}", file=sys.stderr)
+    for line in runner.missegmented[: 40 if show else 0]:
+        print(f"  {line}", file=sys.stderr)
     for probe, markdown in runner.samples[:show]:
         print(f"\n--- probe [{probe['kind']}] in {probe['project']}: {probe['query']}\n{markdown or '(nothing)'}")
     runner.service.close()

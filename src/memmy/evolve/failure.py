@@ -41,6 +41,7 @@ from memmy.evolve.rules_text import (
     trace_block,
     trace_succeeded,
 )
+from memmy.evolve.topics import evidence_keywords, shares_evidence
 from memmy.llm.client import JsonLLM, LLMError
 
 __all__ = [
@@ -51,6 +52,8 @@ __all__ = [
     "classify_feedback_shape",
     "context_hash",
     "dedupe_lines",
+    "evidence_keywords",
+    "shares_evidence",
     "failure_key",
     "failure_signature",
     "is_failure",
@@ -171,8 +174,15 @@ def dedupe_lines(lines: list[str], limit: int) -> list[str]:
     return out[:limit]
 
 
-def _prefer_line(succeeded: list[TraceView]) -> str:
-    best = max(succeeded, key=lambda t: (t.value, len(t.tool_calls)))
+def _prefer_line(succeeded: list[TraceView], failed: list[TraceView] | None = None) -> str:
+    """What worked instead: the step that got the failed command through (it re-runs it successfully), else
+    the latest successful step, not a diagnostic look on the way."""
+    heads = {" ".join(_command(c).split()[:2]) for t in failed or [] for c in t.tool_calls if call_failed(c)}
+
+    def reruns(trace: TraceView) -> bool:
+        return any(" ".join(_command(c).split()[:2]) in heads for c in trace.tool_calls if not call_failed(c))
+
+    best = max(succeeded, key=lambda t: (reruns(t), t.value > 0, t.created_at, len(t.tool_calls)))
     steps = [s.split(": ", 1)[-1] for s in tool_steps(best)]
     if steps:
         return guidance("Prefer", " → ".join(f"`{s}`" for s in steps))
@@ -190,7 +200,7 @@ def avoidance_draft(failed: list[TraceView], succeeded: list[TraceView], feedbac
     ok = [t for t in succeeded if trace_succeeded(t)] or succeeded
     ok_steps = tool_steps(max(ok, key=lambda t: t.value)) if ok else []
     avoid: list[str] = []
-    prefer: list[str] = [_prefer_line(ok)] if ok else []
+    prefer: list[str] = [_prefer_line(ok, failed)] if ok else []
     shape = classify_feedback_shape(feedback_text) if feedback_text.strip() else None
     if shape and shape.avoid:
         instead = f"（改用 {shape.prefer}）" if zh else f" (use {shape.prefer} instead)"

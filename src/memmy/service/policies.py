@@ -13,6 +13,7 @@ from typing import Any
 
 from memmy.config import MemmyConfig
 from memmy.domain import Memory
+from memmy.evolve.episodes import classify_feedback
 from memmy.evolve.failure import (
     RepairDraft,
     avoidance_llm,
@@ -23,6 +24,7 @@ from memmy.evolve.failure import (
     is_failure,
     merge_guidance,
     repair_llm,
+    shares_evidence,
 )
 from memmy.evolve.model import PolicyDraft, PolicyView, TraceView
 from memmy.evolve.policy import best_association, compute_stats, induce_llm, policy_body, policy_key
@@ -75,6 +77,12 @@ def _with_seen_in(body: str, seen_in: list[str]) -> str:
     if not seen_in:
         return body
     return body + "\nSeen in:\n" + "\n".join(f"- {task}" for task in seen_in)
+
+
+def _is_guidance(text: str) -> bool:
+    """An implicit reply that says what to do or avoid ("don't use npm", "下次用 uv")."""
+    verdict = classify_feedback(text)
+    return verdict is not None and verdict.shape == "guidance"
 
 
 def _memory_status(policy_status: str) -> str:
@@ -320,7 +328,11 @@ class PolicyEvolution:
         failed = [t for t in traces if is_failure(t)]
         if not failed:
             return None
-        negative_notes = [f.rationale for f in self.feedback.for_episode(episode.id) if f.polarity == "negative"]
+        negative_notes = [  # what the user said to do or avoid; a retry quoting an error ("still fails") is no note
+            f.rationale
+            for f in self.feedback.for_episode(episode.id)
+            if f.polarity == "negative" and (f.channel == "explicit" or _is_guidance(f.rationale))
+        ]
         groups: dict[str, list[TraceView]] = {}
         for trace in failed:
             groups.setdefault(failure_signature(trace), []).append(trace)
@@ -328,7 +340,12 @@ class PolicyEvolution:
         plans: list[tuple[str, PolicyDraft, list[str], bool, Memory | None]] = []
         for signature, group in groups.items():
             last_failure = max(t.created_at for t in group)
-            recovered = [t for t in traces if not is_failure(t) and t.created_at > last_failure]
+            # pairing by evidence: only a later success of this task that shares evidence with the failure
+            recovered = [
+                t
+                for t in traces
+                if not is_failure(t) and t.created_at > last_failure and any(shares_evidence(f, t) for f in group)
+            ]
             draft = avoidance_llm(group, recovered, " ".join(negative_notes)[:1000], llm, timeout_s=self._timeout_s)
             existing = self.memories.find_by_key("L2", failure_key(signature))
             support = [episode.id]
@@ -538,7 +555,7 @@ class PolicyEvolution:
                 status = str(policy.get("status") or "candidate")
                 if gain < float(self._l2["archiveGain"]) and status != "archived":
                     status = "archived"
-                elif gain >= float(self._l2["minGain"]) and status == "candidate":
+                elif status == "candidate" and (gain >= float(self._l2["minGain"]) or sign > 0):
                     status = "active"
                 self.writer.patch_properties(
                     current, "policy", {"gain": round(gain, 6), "status": status}, status=_memory_status(status)
