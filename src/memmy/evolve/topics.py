@@ -9,6 +9,7 @@ bigrams of each CJK run minus function bigrams ("一下", "帮我", "怎么" ...
 
 from __future__ import annotations
 
+import math
 import re
 
 from memmy.evolve.model import TraceView
@@ -67,9 +68,9 @@ STRONG_SIMILARITY = 0.45  # one shared content word is enough when the meaning a
 
 
 def topical(query: str, memory_text: str, similarity: float = 0.0) -> bool:
-    """Does a memory speak to the prompt's topic? It must share content words with the prompt: two (one when the
-    prompt names only one or two, or when its meaning matches at ``STRONG_SIMILARITY``), a Chinese bigram
-    counting as a word. A prompt without content words has no topic.
+    """Does a memory speak to the prompt's topic? It must share content words with the prompt: two, or a third
+    of a long prompt's (one when the prompt names only one or two, or when its meaning matches at
+    ``STRONG_SIMILARITY``), a Chinese bigram counting as a word. A prompt without content words has no topic.
 
     This is what keeps an unrelated prompt silent: meaning alone (MiniLM cosine) puts "run the checkout tests"
     near "run the DAG tests", and Chinese text near any other Chinese text.
@@ -78,7 +79,7 @@ def topical(query: str, memory_text: str, similarity: float = 0.0) -> bool:
     if not wanted:
         return False
     found = wanted & content_keywords(memory_text)
-    if len(found) >= (1 if len(wanted) <= 2 else 2):
+    if len(found) >= (1 if len(wanted) <= 2 else max(2, math.ceil(len(wanted) / 3))):
         return True
     return bool(found) and similarity >= STRONG_SIMILARITY
 

@@ -243,7 +243,19 @@ GUIDANCE_LINES = 3
 BUDGETED_INTRO = "## Memory recalled for this prompt (most useful first)"
 BUDGETED_GUIDANCE = "## Decision guidance (learned from past episodes)"
 BUDGETED_FOOTER = "Details: `memmy_memory_get(id)` with an id above."
-_LAYER_WEIGHT = {"Skill": 1.0, "L2": 1.0, "L1": 0.8, "L3": 0.7}
+_LAYER_WEIGHT = {"Skill": 1.0, "L2": 1.0, "L1": 0.7, "L3": 0.6}
+
+
+def usefulness(item: RenderItem) -> float:
+    """How useful an item is to the agent: its relevance, weighted by what it offers (a known fix first, then
+    skills and policies, then past exchanges and environment notes)."""
+    weight = 0.6 if item.source == "episode" else _LAYER_WEIGHT.get(item.memory.layer, 0.6)
+    policy = item.memory.properties.get("policy") or {}
+    if item.memory.layer == "L2" and policy.get("preference") and policy.get("anti_pattern"):
+        weight = 1.3  # an Avoid line with what to do instead
+    return (item.score or 0.0) * weight
+
+
 _STEP = re.compile(r"^step \d+ / (.*?)(?: / (?:IRRELEVANT|RELATED\w*|PIVOTAL\w*|[A-Z_]{6,}))?$")
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？；;])\s+|\n+|(?<=[。！？；])")
 _CJK_CHAR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
@@ -276,6 +288,16 @@ def _first(values: Any) -> str:
     if isinstance(values, str):
         return values
     return next((str(v) for v in values or [] if str(v).strip()), "")
+
+
+def _plain(value: Any) -> str:
+    """A step or fact as text: a string as is, a structured one by its body, description or label."""
+    if isinstance(value, dict):
+        for key in ("body", "description", "text", "label", "title"):
+            if str(value.get(key) or "").strip():
+                return " ".join(str(value[key]).split())
+        return ""
+    return " ".join(str(value).split())
 
 
 def item_text(memory: Memory, source: str) -> str:
@@ -311,11 +333,11 @@ def item_text(memory: Memory, source: str) -> str:
         title = str(world.get("title") or memory.title).strip()
         body = str(world.get("body") or memory.content)
         bullets = [line.strip()[2:] for line in body.splitlines() if line.strip().startswith("- ")]
-        facts = [*map(str, world.get("environment") or []), *map(str, world.get("constraints") or [])]
+        facts = [_plain(f) for f in [*(world.get("environment") or []), *(world.get("constraints") or [])]]
         points = [p.rstrip(".。") + "." for p in (facts or bullets)[:3] if p.strip()]
         return f"{title}: " + " ".join(points) if points else whole_sentences(body.replace(title, "", 1))
     skill = memory.properties.get("skill") or {}
-    steps = [str(s).strip().rstrip(".。") for s in skill.get("steps") or [] if str(s).strip()]
+    steps = [_plain(s).strip().rstrip(".。") for s in skill.get("steps") or [] if _plain(s).strip()]
     summary = str(skill.get("summary") or "").strip().rstrip(".。")
     text = f"Skill {skill.get('name') or memory.title}"
     if summary:
@@ -331,7 +353,7 @@ def render_budgeted(items: list[RenderItem], *, mode: str = "turn_start", token_
     """The injection the agent reads: one numbered item per memory, most useful first, each with its id and a
     one-line reason; no internal labels, no item cut mid-sentence (items are shortened to whole sentences or
     left out), no repeated lines, and the whole text within ``token_budget`` tokens."""
-    ranked = sorted(items, key=lambda i: -(i.score or 0.0) * _LAYER_WEIGHT.get(i.memory.layer, 0.6))
+    ranked = sorted(items, key=lambda i: -usefulness(i))
     header = [MODE_HEADERS[mode]] if mode in MODE_HEADERS else []
     used = estimate_tokens("\n\n".join([*header, BUDGETED_INTRO, BUDGETED_FOOTER]))
     lines: list[str] = []

@@ -211,7 +211,11 @@ class PolicyEvolution:
         if memory is None or memory.layer != "L1":
             return None
         trace = trace_view(memory, self.indexer)
-        best = best_association(trace, self._success_policies(), float(self._l2["minSimilarity"]))
+        success = self._success_policies()
+        if memory.project_id is not None:  # a trace supports only its own project's (or a global) policy
+            projects = {m.id: m.project_id for m in self.memories.get_many([p.id for p in success]).values()}
+            success = [p for p in success if projects.get(p.id) in (memory.project_id, None)]
+        best = best_association(trace, success, float(self._l2["minSimilarity"]))
         if best is None:
             return None
         policy, _score, cos, relation = best
@@ -237,23 +241,32 @@ class PolicyEvolution:
         min_episodes = int(self._l2["minEpisodesForInduction"])
         llm = self._llm_for("l2Induction")
         success = self._success_policies()
-        for signature, cands in groups.items():
-            found = self.memories.get_many([c.trace_id for c in cands])
-            traces = [self._with_task(trace_view(m, self.indexer)) for m in found.values()]
-            if len({t.episode_id for t in traces if t.episode_id}) < min_episodes:
-                continue
-            existing = self.memories.find_by_key("L2", policy_key(signature))
-            if existing is not None or self.evolution.is_rejected(signature):
-                plans.append((signature, cands, traces, existing.id if existing else None, None))
-                continue
-            similar = [best_association(t, success, float(self._l2["minSimilarity"])) for t in traces]
-            match = next((s for s in similar if s is not None), None)
-            if match is not None:
-                plans.append((signature, cands, traces, match[0].id, None))
-                continue
-            draft = induce_llm(signature, traces, llm, timeout_s=self._timeout_s)
-            if draft is not None:
-                plans.append((signature, cands, traces, None, draft))
+        policy_projects = {m.id: m.project_id for m in self.memories.get_many([p.id for p in success]).values()}
+        for signature, all_cands in groups.items():
+            found_all = self.memories.get_many([c.trace_id for c in all_cands])
+            by_project: dict[str | None, list[Memory]] = {}
+            for memory in found_all.values():  # a success policy rests on one project's traces (scope)
+                by_project.setdefault(memory.project_id, []).append(memory)
+            for project, members in by_project.items():
+                ids = {m.id for m in members}
+                cands = [c for c in all_cands if c.trace_id in ids]
+                keyed = f"{project}|{signature}" if project else signature
+                traces = [self._with_task(trace_view(m, self.indexer)) for m in members]
+                if len({t.episode_id for t in traces if t.episode_id}) < min_episodes:
+                    continue
+                existing = self.memories.find_by_key("L2", policy_key(keyed))
+                if existing is not None or self.evolution.is_rejected(signature):
+                    plans.append((keyed, cands, traces, existing.id if existing else None, None))
+                    continue
+                local = [p for p in success if policy_projects.get(p.id) in (project, None)]
+                similar = [best_association(t, local, float(self._l2["minSimilarity"])) for t in traces]
+                match = next((s for s in similar if s is not None), None)
+                if match is not None:
+                    plans.append((keyed, cands, traces, match[0].id, None))
+                    continue
+                draft = induce_llm(signature, traces, llm, timeout_s=self._timeout_s)
+                if draft is not None:
+                    plans.append((keyed, cands, traces, None, draft))
 
         def apply() -> None:
             self.evolution.prune_expired()
