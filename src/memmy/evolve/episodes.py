@@ -462,3 +462,9 @@ def classify_feedback(text: str, min_confidence: float = 0.6) -> ImplicitFeedbac
             elif _GUIDE_ANY.search(lower):
                 found = _feedback("guidance", stripped)
     return found if found is not None and found.confidence >= min_confidence else None
+
+
+def is_guidance(text: str) -> bool:
+    """An implicit reply that says what to do or avoid ("don't use npm", "下次用 uv")."""
+    verdict = classify_feedback(text)
+    return verdict is not None and verdict.shape == "guidance"

@@ -39,7 +39,6 @@ from memmy.evolve.rules_text import (
     success_evidence,
     tool_steps,
     trace_block,
-    trace_succeeded,
 )
 from memmy.evolve.topics import evidence_keywords, shares_evidence
 from memmy.llm.client import JsonLLM, LLMError
@@ -53,6 +52,7 @@ __all__ = [
     "context_hash",
     "dedupe_lines",
     "evidence_keywords",
+    "failed_step",
     "shares_evidence",
     "failure_key",
     "failure_signature",
@@ -88,6 +88,11 @@ _DANGLING = frozenset({"", "at", "in", "on", "from", "of", "to", "for", "with", 
 def is_failure(trace: TraceView) -> bool:
     """A failed turn, a failed tool call, or a negative value."""
     return trace.status == "failed" or trace.value < 0 or any(call_failed(c) for c in trace.tool_calls)
+
+
+def failed_step(trace: TraceView) -> bool:
+    """A step that really failed: a failed turn or a failed tool call (a low value alone is no error to avoid)."""
+    return trace.status == "failed" or any(call_failed(c) for c in trace.tool_calls)
 
 
 def normalise_error(text: str) -> str:
@@ -197,7 +202,7 @@ def avoidance_draft(failed: list[TraceView], succeeded: list[TraceView], feedbac
     if failed and len(phrase) < 3:
         phrase = clip(failed[0].summary or requests[0], 80)
     error = next((e for e in (trace_error(t) for t in failed) if e), "")
-    ok = [t for t in succeeded if trace_succeeded(t)] or succeeded
+    ok = [t for t in succeeded if not failed_step(t)]
     ok_steps = tool_steps(max(ok, key=lambda t: t.value)) if ok else []
     avoid: list[str] = []
     prefer: list[str] = [_prefer_line(ok, failed)] if ok else []

@@ -393,9 +393,13 @@ def render_budgeted(items: list[RenderItem], *, mode: str = "turn_start", token_
             if used + cost <= token_budget:
                 used += cost
                 guidance.append(block)
-    if guidance:
+    if guidance and used + estimate_tokens(BUDGETED_GUIDANCE) + 2 <= token_budget:
         blocks.append(BUDGETED_GUIDANCE + "\n" + "\n".join(guidance))
         sections.append("Decision guidance")
     blocks.append(BUDGETED_FOOTER)
     markdown = "\n\n".join(blocks)
+    if estimate_tokens(markdown) > token_budget and "Decision guidance" in sections:  # rounding: drop the extras
+        blocks = [b for b in blocks if not b.startswith(BUDGETED_GUIDANCE)]
+        sections.remove("Decision guidance")
+        markdown = "\n\n".join(blocks)
     return RenderedContext(markdown, sections, estimate_tokens(markdown))

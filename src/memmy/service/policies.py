@@ -13,12 +13,13 @@ from typing import Any
 
 from memmy.config import MemmyConfig
 from memmy.domain import Memory
-from memmy.evolve.episodes import classify_feedback
+from memmy.evolve.episodes import is_guidance
 from memmy.evolve.failure import (
     RepairDraft,
     avoidance_llm,
     classify_feedback_shape,
     context_hash,
+    failed_step,
     failure_key,
     failure_signature,
     is_failure,
@@ -77,12 +78,6 @@ def _with_seen_in(body: str, seen_in: list[str]) -> str:
     if not seen_in:
         return body
     return body + "\nSeen in:\n" + "\n".join(f"- {task}" for task in seen_in)
-
-
-def _is_guidance(text: str) -> bool:
-    """An implicit reply that says what to do or avoid ("don't use npm", "下次用 uv")."""
-    verdict = classify_feedback(text)
-    return verdict is not None and verdict.shape == "guidance"
 
 
 def _memory_status(policy_status: str) -> str:
@@ -338,13 +333,13 @@ class PolicyEvolution:
             return None
         found = self.memories.get_many(episode.l1_memory_ids)
         traces = sorted((trace_view(m, self.indexer) for m in found.values()), key=lambda t: t.created_at)
-        failed = [t for t in traces if is_failure(t)]
+        failed = [t for t in traces if failed_step(t)]  # tool errors and failed turns, not a low value alone
         if not failed:
             return None
         negative_notes = [  # what the user said to do or avoid; a retry quoting an error ("still fails") is no note
             f.rationale
             for f in self.feedback.for_episode(episode.id)
-            if f.polarity == "negative" and (f.channel == "explicit" or _is_guidance(f.rationale))
+            if f.polarity == "negative" and (f.channel == "explicit" or is_guidance(f.rationale))
         ]
         groups: dict[str, list[TraceView]] = {}
         for trace in failed:
@@ -357,7 +352,7 @@ class PolicyEvolution:
             recovered = [
                 t
                 for t in traces
-                if not is_failure(t) and t.created_at > last_failure and any(shares_evidence(f, t) for f in group)
+                if not failed_step(t) and t.created_at > last_failure and any(shares_evidence(f, t) for f in group)
             ]
             draft = avoidance_llm(group, recovered, " ".join(negative_notes)[:1000], llm, timeout_s=self._timeout_s)
             existing = self.memories.find_by_key("L2", failure_key(signature))
