@@ -716,6 +716,11 @@ def main() -> int:
     parser.add_argument("--sessions", type=int, default=4, help="sessions per project in the generated week")
     parser.add_argument("--llm-url", help="an OpenAI-compatible endpoint for the summary and evolution models")
     parser.add_argument("--llm-model", default="stub-model")
+    parser.add_argument(
+        "--llm-stub",
+        action="store_true",
+        help="configure a local stub model (tests/llm_stub.py) that abstains: the LLM paths run and fall back",
+    )
     parser.add_argument("--show", type=int, default=0, help="print the injections of the first N probes")
     args = parser.parse_args()
     seeds = args.seed or [1]
@@ -727,6 +732,18 @@ def main() -> int:
     else:
         scenarios = [(f"seed {seed}", generate(seed, args.sessions)) for seed in seeds]
     results: list[dict[str, float]] = []
+    stub = None
+    if args.llm_stub:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        from tests.llm_stub import run_chat_stub
+
+        def abstain(system: str, user: str) -> str:
+            if "relates to the conversation" in system:
+                return json.dumps({"relation": "follow_up", "confidence": 0.5, "reason": "stub abstains"})
+            return "{}"  # malformed for every other prompt: each step takes its offline path
+
+        stub = run_chat_stub(abstain)
+        args.llm_url = stub.__enter__().url
     for name, scenario in scenarios:
         turns = sum(len(s["turns"]) for s in scenario["sessions"])
         print(
@@ -735,6 +752,8 @@ def main() -> int:
             file=sys.stderr,
         )
         results.append(run_one(scenario, args.llm_url, args.llm_model, args.show))
+    if stub is not None:
+        stub.__exit__(None, None, None)
     print(f"\nload average: {os.getloadavg()[0]:.2f} (1 min)\n")
     header = "| figure | target | " + " | ".join(name for name, _ in scenarios) + " | mean |"
     print(header)
