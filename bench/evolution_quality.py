@@ -345,9 +345,9 @@ UNRELATED = (
     "推荐几本适合入门的历史书",
     "跑步膝盖疼应该注意什么？",
 )
-FEEDBACK_NOTES = {
-    "webshop": ("use pnpm, never npm", "用 pnpm，不要用 npm"),
-    "dataetl": ("use uv, not pip", "用 uv，别用 pip"),
+FEEDBACK_NOTES = {  # a note the user gives on the task it is about
+    "web-tests": ("use pnpm, never npm", "用 pnpm，不要用 npm"),
+    "etl-dagtests": ("use uv, not pip", "用 uv，别用 pip"),
     "infra": (
         "check CI runs before force-unlock, never delete the lock table",
         "先检查 CI 再 force-unlock，不要删锁表",
@@ -436,11 +436,11 @@ def generate(seed: int, sessions_per_project: int = 4) -> dict[str, Any]:
                     )
                 turns.extend(task_turns)
             session: dict[str, Any] = {"project": project, "agent": rng.choice(AGENTS), "turns": turns}
-            if rng.random() < 0.35:
-                fb_task = rng.choice(chosen)
-                session["feedback"] = [
-                    {"task": fb_task.id, "polarity": "negative", "note": FEEDBACK_NOTES[project][int(zh_session)]}
-                ]
+            noted = [t for t in chosen if t.id in FEEDBACK_NOTES]
+            if noted and rng.random() < 0.6:
+                fb_task = rng.choice(noted)
+                note = FEEDBACK_NOTES[fb_task.id][int(zh_session)]
+                session["feedback"] = [{"task": fb_task.id, "polarity": "negative", "note": note}]
             sessions.append(session)
     tasks = {t.id: {"project": t.project, "errorMarker": t.error_marker, "fixMarker": t.fix_marker} for t in TASKS}
     probes: list[dict[str, Any]] = []
@@ -504,6 +504,7 @@ class Runner:
         self.service.indexer.load_index()
         self.paths: dict[str, str] = {}
         self.missegmented: list[str] = []
+        self.wrong_pairs: list[str] = []
         for project in scenario["projects"]:
             path = home / "src" / project
             (path / ".git").mkdir(parents=True, exist_ok=True)
@@ -617,6 +618,8 @@ class Runner:
                     if fix == failure:
                         pairs_right += 1
                         paired.add(failure)
+                    else:
+                        self.wrong_pairs.append(f"{failure} paired with the fix of {fix}: {memory.id} {policy}")
         precision = pairs_right / pairs_total if pairs_total else 1.0
         recall = len(paired & seen_failing) / len(seen_failing) if seen_failing else 1.0
         return {"pair_precision": precision, "pair_recall": recall, "pairs": float(pairs_total)}
@@ -700,7 +703,7 @@ def run_one(scenario: dict[str, Any], llm_url: str | None, llm_model: str, show:
     figures.update(runner.probes())
     figures["seconds"] = time.perf_counter() - started
     print(f"  learned: {runner.learned()}", file=sys.stderr)
-    for line in runner.missegmented[: 40 if show else 0]:
+    for line in runner.missegmented[: 40 if show else 0] + runner.wrong_pairs[: 20 if show else 0]:
         print(f"  {line}", file=sys.stderr)
     for probe, markdown in runner.samples[:show]:
         print(f"\n--- probe [{probe['kind']}] in {probe['project']}: {probe['query']}\n{markdown or '(nothing)'}")

@@ -284,10 +284,14 @@ def _norm_line(line: str) -> str:
     return re.sub(r"[\W_]+", "", _LABEL.sub("", line).casefold())
 
 
-def _first(values: Any) -> str:
-    if isinstance(values, str):
-        return values
-    return next((str(v) for v in values or [] if str(v).strip()), "")
+def _lines(values: Any, limit: int) -> list[str]:
+    """Up to ``limit`` distinct guidance lines without their Prefer/Avoid label or a closing period."""
+    out: list[str] = []
+    for value in [values] if isinstance(values, str) else values or []:
+        line = _LABEL.sub("", " ".join(str(value).split())).rstrip("。.")
+        if line and _norm_line(line) not in {_norm_line(o) for o in out}:
+            out.append(line)
+    return out[:limit]
 
 
 def _plain(value: Any) -> str:
@@ -319,8 +323,8 @@ def item_text(memory: Memory, source: str) -> str:
         return memory.content
     if memory.layer == "L2":
         policy = memory.properties.get("policy") or {}
-        avoid = _LABEL.sub("", _first(policy.get("anti_pattern")))
-        prefer = _LABEL.sub("", _first(policy.get("preference")))
+        avoid = "; ".join(_lines(policy.get("anti_pattern"), 2))
+        prefer = "; ".join(_lines(policy.get("preference"), 2))
         if policy.get("type") in ("failure_avoidance", "repair_instruction") and (avoid or prefer):
             text = f"Avoid: {avoid}." if avoid else ""
             return f"{text} Instead: {prefer}".strip() if prefer else text
@@ -334,7 +338,7 @@ def item_text(memory: Memory, source: str) -> str:
         body = str(world.get("body") or memory.content)
         bullets = [line.strip()[2:] for line in body.splitlines() if line.strip().startswith("- ")]
         facts = [_plain(f) for f in [*(world.get("environment") or []), *(world.get("constraints") or [])]]
-        points = [p.rstrip(".。") + "." for p in (facts or bullets)[:3] if p.strip()]
+        points = list(dict.fromkeys(p.rstrip(".。") + "." for p in (bullets or facts) if p.strip()))[:3]
         return f"{title}: " + " ".join(points) if points else whole_sentences(body.replace(title, "", 1))
     skill = memory.properties.get("skill") or {}
     steps = [_plain(s).strip().rstrip(".。") for s in skill.get("steps") or [] if _plain(s).strip()]
