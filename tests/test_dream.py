@@ -148,12 +148,22 @@ def seeded(make_service: Any) -> tuple[MemoryService, dict[str, str]]:
             svc,
             "When tests fail twice, rerun with verbose output",
             "L2",
+            days_ago=30,
             properties={"policy": {"status": "archived", "gain": 0.1}},
         ),
         "policy_losing": put(
             svc,
             "Prefer rewriting the migration over patching it",
             "L2",
+            days_ago=30,
+            properties={"policy": {"status": "active", "gain": -0.2}},
+        ),
+        # grace period: a young policy (or one never injected) is not archived whatever its gain
+        "policy_young": put(
+            svc,
+            "Prefer squashing fixup commits before the review",
+            "L2",
+            days_ago=2,
             properties={"policy": {"status": "active", "gain": -0.2}},
         ),
         "policy_good": put(
@@ -179,7 +189,7 @@ def seeded(make_service: Any) -> tuple[MemoryService, dict[str, str]]:
         layers=["L1"],
         candidate_ids=[],
         hit_ids=[ids["stale_recalled"]],
-        injected_ids=[],
+        injected_ids=[ids["policy_archived"], ids["policy_losing"], ids["policy_young"]],
         request={},
     )
     svc.indexer.drain()
@@ -220,6 +230,7 @@ def test_run_then_restore_returns_the_store_byte_for_byte(seeded: tuple[MemorySe
         "stale_recalled",
         "old_but_valued",
         "policy_good",
+        "policy_young",
         "current",
         "world_a",
         "world_b",

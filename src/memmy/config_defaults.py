@@ -217,6 +217,8 @@ def default_tree() -> dict[str, Any]:
                 "llmInHookPath": False,
                 "llmTimeoutMs": 2000,
                 "injectionSemanticGate": True,
+                # the whole turn-start injection (estimated tokens); 0 = the reference layout without a budget
+                "injectionTokenBudget": 400,
             },
         },
     }

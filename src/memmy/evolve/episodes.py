@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from memmy.evolve.topics import content_keywords, enough_content, overlap
 from memmy.llm.client import JsonLLM, LLMError
 
 MERGE_WINDOW = timedelta(hours=2)
@@ -68,6 +69,8 @@ class EpisodeContext:
     last_assistant_text: str
     tags: list[str]
     last_activity_at: datetime | None  # aware UTC
+    evidence_text: str = ""  # the open task's other turns: requests, answers, commands, files, errors
+    similarity: float | None = None  # cosine of the new message to the task's requests (None: not measured)
 
 
 _R1_REVISION = re.compile(
@@ -95,7 +98,32 @@ _R5_NEW_TASK = re.compile(
     r"|\bchange (?:of )?(?:topic|subject|task)\b|\bmoving on\b|\bnext (?:task|topic|question)\b",
     re.IGNORECASE,
 )
-_TIE_PRIORITY = {"r5_new_phrase": 4, "r1_negation_keyword": 3, "r2_quotes_prev": 2, "r3_pronoun_ref": 1}
+_CUE = re.compile(
+    r"^\s*(?:next|now|ok(?:ay)?|alright|another thing|one more thing|separately|moving on|switching to"
+    r"|on another note|unrelated)\b[\s,.:;!-]*(?:let'?s|we|can you|could you|please|i need|i want)?"
+    r"|^\s*(?:另外|接下来|还有一件事|现在)[，,：:\s]?",
+    re.IGNORECASE,
+)
+_STRONG_CUE = re.compile(
+    r"^\s*(?:next[,:]|now let'?s|another thing|one more thing|separately|moving on|switching to|on another note"
+    r"|unrelated)|^\s*(?:另外|接下来|还有一件事)",
+    re.IGNORECASE,
+)
+_CONTINUES = re.compile(  # the message says it continues: "also ...", "and then ...", "再帮我写一个类似的", "那..."
+    r"^\s*(?:also|and|then|plus|as well)\b|\b(?:similar|related|another one|more of (?:that|this)|same (?:for|with))\b"
+    r"|^\s*(?:再|还有|顺便|然后|同样)|类似|相似|相关",
+    re.IGNORECASE,
+)
+SHIFT_OVERLAP = 0.3  # a message sharing less than this share of its keywords with the task may start a new one
+SHIFT_SIMILARITY = 0.5  # ... when its meaning is also this far from the task's requests (English MiniLM cosine)
+_TIE_PRIORITY = {
+    "r5_new_phrase": 6,
+    "r8_cue": 5,
+    "r9_topic_shift": 4,
+    "r1_negation_keyword": 3,
+    "r2_quotes_prev": 2,
+    "r3_pronoun_ref": 1,
+}
 
 
 def _quotes_previous_reply(text: str, previous_reply: str) -> bool:
@@ -143,8 +171,51 @@ def _rules(text: str, prev: EpisodeContext, gap: timedelta) -> list[TurnRelation
         fired.append(TurnRelation("new_task", 0.6, "more than 30 min since the previous turn", "r6_time_gap"))
     if _domain_shift(text, prev.tags):
         fired.append(TurnRelation("new_task", 0.55, "no tag of the previous episode appears", "r7_domain_shift"))
+    topic = _topic_rule(text, prev, gap, fired)
+    if topic is not None:
+        fired.append(topic)
     fired.sort(key=lambda r: (-r.confidence, -_TIE_PRIORITY.get(r.rule, 0)))
     return fired
+
+
+def _context_keywords(prev: EpisodeContext) -> set[str]:
+    return content_keywords(
+        " ".join(
+            [prev.first_user_text, prev.latest_user_text, prev.last_assistant_text, prev.evidence_text, *prev.tags]
+        )
+    )
+
+
+def _topic_rule(text: str, prev: EpisodeContext, gap: timedelta, fired: list[TurnRelation]) -> TurnRelation | None:
+    """Topic evidence: an explicit cue, or a shift in content words and meaning (or an idle gap).
+
+    A revision, a short reply that is feedback ("thanks, works"), a pronoun reference and a message with
+    almost no content words ("look into why first") stay in the task. Otherwise a cue ("next,", "now let's",
+    "另外", "接下来") or a message that shares under 30 % of its keywords with the task's turns, whose meaning
+    (when measured, English only) is also far from the task's requests, starts a new task; so does an idle gap
+    over 30 min unless the message clearly continues the task.
+    """
+    if any(r.relation == "revision" or r.rule == "r3_pronoun_ref" for r in fired) or _CONTINUES.search(text):
+        return None
+    new = content_keywords(text)
+    share = overlap(new, _context_keywords(prev))
+    cue = _STRONG_CUE.search(text) is not None or (_CUE.search(text) is not None and share < 0.5)
+    if cue and share < 0.6:
+        return TurnRelation("new_task", 0.85, f"explicit new-task cue, keyword overlap {share:.2f}", "r8_cue")
+    if word_count(text) <= 8 and classify_feedback(text) is not None:
+        return None
+    if not enough_content(new):
+        return None
+    similar = prev.similarity is not None and prev.similarity >= SHIFT_SIMILARITY
+    distant = prev.similarity is not None and prev.similarity < SHIFT_SIMILARITY - 0.2
+    if (share < SHIFT_OVERLAP and not similar) or (share < 0.45 and distant):
+        reason = f"topic shift: keyword overlap {share:.2f}"
+        if prev.similarity is not None:
+            reason += f", similarity {prev.similarity:.2f}"
+        return TurnRelation("new_task", 0.82, reason, "r9_topic_shift")
+    if gap > IDLE_GAP and share < 0.5:
+        return TurnRelation("new_task", 0.8, f"idle gap and keyword overlap {share:.2f}", "r6_idle_shift")
+    return None
 
 
 def _safe(decision: TurnRelation) -> TurnRelation:
@@ -391,3 +462,9 @@ def classify_feedback(text: str, min_confidence: float = 0.6) -> ImplicitFeedbac
             elif _GUIDE_ANY.search(lower):
                 found = _feedback("guidance", stripped)
     return found if found is not None and found.confidence >= min_confidence else None
+
+
+def is_guidance(text: str) -> bool:
+    """An implicit reply that says what to do or avoid ("don't use npm", "下次用 uv")."""
+    verdict = classify_feedback(text)
+    return verdict is not None and verdict.shape == "guidance"

@@ -39,8 +39,8 @@ from memmy.evolve.rules_text import (
     success_evidence,
     tool_steps,
     trace_block,
-    trace_succeeded,
 )
+from memmy.evolve.topics import evidence_keywords, shares_evidence
 from memmy.llm.client import JsonLLM, LLMError
 
 __all__ = [
@@ -51,6 +51,9 @@ __all__ = [
     "classify_feedback_shape",
     "context_hash",
     "dedupe_lines",
+    "evidence_keywords",
+    "failed_step",
+    "shares_evidence",
     "failure_key",
     "failure_signature",
     "is_failure",
@@ -85,6 +88,11 @@ _DANGLING = frozenset({"", "at", "in", "on", "from", "of", "to", "for", "with", 
 def is_failure(trace: TraceView) -> bool:
     """A failed turn, a failed tool call, or a negative value."""
     return trace.status == "failed" or trace.value < 0 or any(call_failed(c) for c in trace.tool_calls)
+
+
+def failed_step(trace: TraceView) -> bool:
+    """A step that really failed: a failed turn or a failed tool call (a low value alone is no error to avoid)."""
+    return trace.status == "failed" or any(call_failed(c) for c in trace.tool_calls)
 
 
 def normalise_error(text: str) -> str:
@@ -171,8 +179,15 @@ def dedupe_lines(lines: list[str], limit: int) -> list[str]:
     return out[:limit]
 
 
-def _prefer_line(succeeded: list[TraceView]) -> str:
-    best = max(succeeded, key=lambda t: (t.value, len(t.tool_calls)))
+def _prefer_line(succeeded: list[TraceView], failed: list[TraceView] | None = None) -> str:
+    """What worked instead: the step that got the failed command through (it re-runs it successfully), else
+    the latest successful step, not a diagnostic look on the way."""
+    heads = {" ".join(_command(c).split()[:2]) for t in failed or [] for c in t.tool_calls if call_failed(c)}
+
+    def reruns(trace: TraceView) -> bool:
+        return any(" ".join(_command(c).split()[:2]) in heads for c in trace.tool_calls if not call_failed(c))
+
+    best = max(succeeded, key=lambda t: (reruns(t), t.value > 0, t.created_at, len(t.tool_calls)))
     steps = [s.split(": ", 1)[-1] for s in tool_steps(best)]
     if steps:
         return guidance("Prefer", " → ".join(f"`{s}`" for s in steps))
@@ -187,10 +202,10 @@ def avoidance_draft(failed: list[TraceView], succeeded: list[TraceView], feedbac
     if failed and len(phrase) < 3:
         phrase = clip(failed[0].summary or requests[0], 80)
     error = next((e for e in (trace_error(t) for t in failed) if e), "")
-    ok = [t for t in succeeded if trace_succeeded(t)] or succeeded
+    ok = [t for t in succeeded if not failed_step(t)]
     ok_steps = tool_steps(max(ok, key=lambda t: t.value)) if ok else []
     avoid: list[str] = []
-    prefer: list[str] = [_prefer_line(ok)] if ok else []
+    prefer: list[str] = [_prefer_line(ok, failed)] if ok else []
     shape = classify_feedback_shape(feedback_text) if feedback_text.strip() else None
     if shape and shape.avoid:
         instead = f"（改用 {shape.prefer}）" if zh else f" (use {shape.prefer} instead)"

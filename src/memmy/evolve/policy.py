@@ -123,6 +123,7 @@ def compute_stats(
     ema_alpha: float = 0.4,
     min_gain: float = 0.02,
     archive_gain: float = -0.05,
+    repeat_support: int = 2,
 ) -> PolicyStats:
     """Gain of following the policy against a blended baseline, its EMA, confidence and next status.
 
@@ -145,8 +146,8 @@ def compute_stats(
         status = "archived"
     elif prev_status in ("active", "activated"):
         status = "archived" if gain < archive_gain or support <= 0 else "active"
-    elif support >= 1 and gain >= min_gain:
-        status = "active"
+    elif (support >= 1 and gain >= min_gain) or (support >= repeat_support and gain > archive_gain):
+        status = "active"  # a clear gain, or the same success repeated in several episodes without a loss
     return PolicyStats(support=support, raw_gain=raw_gain, gain=gain, confidence=confidence, status=status)
 
 

@@ -25,6 +25,7 @@ from memmy.evolve.rules_text import (
     strip_prefix,
     trace_block,
 )
+from memmy.evolve.topics import content_keywords, evidence_keywords, shares_evidence
 from memmy.llm.client import JsonLLM, LLMError
 
 DECISION_REPAIR_PROMPT = (
@@ -99,9 +100,41 @@ def _clause(text: str | None) -> str:
     return clip(re.sub(_END, "", (text or "").strip().strip("`'\"“”")), 200)
 
 
+_CLAUSES = re.compile(r"\s*(?:[,;，；。]|\bbut\b|\band\b(?=\s+(?:never|don'?t|do not|not|avoid)\b))\s*", re.I)
+_NEG_CLAUSE = re.compile(
+    r"^(?:and\s+)?(?:never|don'?t|do not|not|no|avoid|stop|must not|mustn'?t)\s+(?:use\s+|using\s+|run\s+)?(?P<x>.+)"
+    r"|^(?:不要|别|不用|不能|禁止|千万别|避免|绝不)(?:再)?(?:用|使用)?(?P<z>.+)",
+    re.IGNORECASE,
+)
+_POS_CLAUSE = re.compile(
+    r"^(?:please\s+)?(?:always\s+)?(?:use|prefer|run|try|pick|go with|switch to|(?=check|verify|ensure|make sure))"
+    r"\s*(?P<x>.+)"
+    r"|^(?:请)?(?:一定要|要|请)?(?:用|使用|改用|换成|优先用|(?=先|检查|确认|确保))(?P<z>.+)",
+    re.IGNORECASE,
+)
+
+
+def _two_halves(text: str) -> FeedbackShape | None:
+    """A note with a positive and a negative clause ("use pnpm, never npm", "用 pnpm，不要用 npm") keeps both."""
+    prefer = avoid = ""
+    for clause in (c for c in _CLAUSES.split(text) if c and c.strip()):
+        neg, pos = _NEG_CLAUSE.match(clause.strip()), _POS_CLAUSE.match(clause.strip())
+        if neg and not avoid:
+            avoid = _clause(neg.group("x") or neg.group("z"))
+        elif pos and not prefer:
+            prefer = _clause(pos.group("x") or pos.group("z"))
+    return FeedbackShape("preference", 0.85, prefer, avoid) if prefer and avoid else None
+
+
 def classify_feedback_shape(text: str) -> FeedbackShape:
-    """Classify feedback as preference|correction|constraint|negative|positive|confusion|instruction|unknown."""
+    """Classify feedback as preference|correction|constraint|negative|positive|confusion|instruction|unknown.
+
+    A note with both a positive and a negative clause is a preference that keeps both halves.
+    """
     stripped = " ".join((text or "").split())
+    halves = _two_halves(stripped)
+    if halves is not None:
+        return halves
     for shape, conf, pattern in _SHAPES:
         match = pattern.search(stripped)
         if match:
@@ -202,8 +235,18 @@ def repair_heuristic(
     """A rule-made repair: ``Prefer:`` the best high-value lesson (or the feedback's preference), ``Avoid:``
     the burst, the feedback's avoid clause or the worst low-value action."""
     shape = classify_feedback_shape(feedback_text) if feedback_text.strip() else FeedbackShape("unknown", 0.5, "", "")
-    best = max(high, key=lambda t: t.value) if high else None
     worst = min(low, key=lambda t: t.value) if low else None
+    if worst is not None and not (worst.status == "failed" or any(call_failed(c) for c in worst.tool_calls)):
+        worst = None  # a step that did not fail teaches no Avoid line of its own; the note's words do
+    # pairing by evidence: a high-value step teaches a Prefer line only about the same thing as the low one
+    note_words = content_keywords(feedback_text)
+    related = [
+        t
+        for t in high
+        if (worst is not None and shares_evidence(worst, t))
+        or (worst is None and len(note_words & evidence_keywords(t)) >= 1)
+    ]
+    best = max(related, key=lambda t: t.value) if related else None
     zh = is_chinese(feedback_text + " ".join(t.user_text + t.agent_text for t in high + low))
     prefer = shape.prefer or (_lesson(best) if best else "")
     if burst is not None:

@@ -184,7 +184,7 @@ def centroid(vectors: list[Vector]) -> Vector | None:
     return None if norm == 0.0 else (mean / norm).astype(np.float32)
 
 
-def short_input(value: Any, limit: int = 60) -> str:
+def short_input(value: Any, limit: int = 120) -> str:
     """The telling part of a tool input (command, query, path ...) on one line."""
     if isinstance(value, str):
         text = value.strip()

@@ -46,10 +46,12 @@ _USE_HINTS = {
 
 @dataclass(frozen=True)
 class RenderItem:
-    """One selected memory (or episode rollup) to render."""
+    """One selected memory (or episode rollup) to render, with why it was recalled and how relevant it is."""
 
     memory: Memory
     source: str = "search"
+    reason: str = ""
+    score: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -172,10 +174,17 @@ def render_context(
     mode: str = "turn_start",
     skill_mode: str = "summary",
     skill_summary_chars: int = 200,
+    token_budget: int = 0,
 ) -> RenderedContext:
-    """Build the markdown for the selected memories; empty input renders to ``""``."""
+    """Build the markdown for the selected memories; empty input renders to ``""``.
+
+    With a ``token_budget`` (what the agent reads at turn start) the compact layout of :func:`render_budgeted`
+    is used; without one, the reference layout (sections per layer) of ``memory/search``.
+    """
     if not items:
         return RenderedContext("", [], 0)
+    if token_budget > 0:
+        return render_budgeted(items, mode=mode, token_budget=token_budget)
     traces = [i.memory for i in items if i.memory.layer == "L1" and i.source != "episode"]
     episodes = [i.memory for i in items if i.source == "episode"]
     groups: list[tuple[str, str, list[Memory]]] = [
@@ -228,3 +237,176 @@ def snippet(memory: Memory) -> str:
     """Short preview used in hits (<= 320 characters)."""
     text = " ".join(memory.content.split())
     return text if len(text) <= SNIPPET_CAP else text[: SNIPPET_CAP - 1] + "…"
+
+
+# --------------------------------------------------------------------------- the budgeted injection layout
+
+ITEM_CHARS = 360  # one item's text (whole sentences only)
+GUIDANCE_LINES = 3
+BUDGETED_INTRO = "## Memory recalled for this prompt (most useful first)"
+BUDGETED_GUIDANCE = "## Decision guidance (learned from past episodes)"
+BUDGETED_FOOTER = "Details: `memmy_memory_get(id)` with an id above."
+_LAYER_WEIGHT = {"Skill": 1.0, "L2": 1.0, "L1": 0.7, "L3": 0.6}
+
+
+def usefulness(item: RenderItem) -> float:
+    """How useful an item is to the agent: its relevance, weighted by what it offers (a known fix first, then
+    skills and policies, then past exchanges and environment notes)."""
+    weight = 0.6 if item.source == "episode" else _LAYER_WEIGHT.get(item.memory.layer, 0.6)
+    policy = item.memory.properties.get("policy") or {}
+    if item.memory.layer == "L2" and policy.get("preference") and policy.get("anti_pattern"):
+        weight = 1.3  # an Avoid line with what to do instead
+    return (item.score or 0.0) * weight
+
+
+_STEP = re.compile(r"^step \d+ / (.*?)(?: / (?:IRRELEVANT|RELATED\w*|PIVOTAL\w*|[A-Z_]{6,}))?$")
+_SENTENCE_END = re.compile(r"(?<=[.!?。！？；;])\s+|\n+|(?<=[。！？；])")
+_CJK_CHAR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
+
+
+def estimate_tokens(text: str) -> int:
+    """Tokens of a mixed text: a CJK character is about one token, other text about four characters a token."""
+    cjk = len(_CJK_CHAR.findall(text))
+    return math.ceil((len(text) - cjk) / 4 + cjk)
+
+
+def whole_sentences(text: str, limit: int = ITEM_CHARS) -> str:
+    """The leading whole sentences of ``text`` that fit in ``limit`` characters ("" when not even one fits)."""
+    out = ""
+    for sentence in (" ".join(s.split()) for s in _SENTENCE_END.split(text)):
+        if not sentence:
+            continue
+        candidate = f"{out} {sentence}".strip()
+        if len(candidate) > limit:
+            break
+        out = candidate
+    return out
+
+
+def _norm_line(line: str) -> str:
+    return re.sub(r"[\W_]+", "", _LABEL.sub("", line).casefold())
+
+
+def _lines(values: Any, limit: int) -> list[str]:
+    """Up to ``limit`` distinct guidance lines without their Prefer/Avoid label or a closing period."""
+    out: list[str] = []
+    for value in [values] if isinstance(values, str) else values or []:
+        line = _LABEL.sub("", " ".join(str(value).split())).rstrip("。.")
+        if line and _norm_line(line) not in {_norm_line(o) for o in out}:
+            out.append(line)
+    return out[:limit]
+
+
+def _plain(value: Any) -> str:
+    """A step or fact as text: a string as is, a structured one by its body, description or label."""
+    if isinstance(value, dict):
+        for key in ("body", "description", "text", "label", "title"):
+            if str(value.get(key) or "").strip():
+                return " ".join(str(value[key]).split())
+        return ""
+    return " ".join(str(value).split())
+
+
+def item_text(memory: Memory, source: str) -> str:
+    """What one recalled memory says, in plain words: no ids, labels or scores, whole sentences only."""
+    if source == "episode":
+        steps: list[str] = []
+        for line in memory.content.splitlines():
+            match = _STEP.match(line.strip())
+            step = (match.group(1) if match else line).strip()
+            if step and _norm_line(step) not in {_norm_line(s) for s in steps}:
+                steps.append(step)
+        title = memory.title.removeprefix("Past similar episode: ")
+        return f"Past task: {title}. Steps: " + "; ".join(steps[1:4]) if len(steps) > 1 else f"Past task: {title}"
+    if memory.layer == "L1":
+        trace = memory.properties.get("trace") or {}
+        asked, answer = str(trace.get("userText") or ""), str(trace.get("agentText") or "")
+        if asked or answer:
+            return f'Past exchange: asked "{whole_sentences(asked, 160) or asked[:0]}"; answer: {answer}'
+        return memory.content
+    if memory.layer == "L2":
+        policy = memory.properties.get("policy") or {}
+        avoid = "; ".join(_lines(policy.get("anti_pattern"), 2))
+        prefer = "; ".join(_lines(policy.get("preference"), 2))
+        if policy.get("type") in ("failure_avoidance", "repair_instruction") and (avoid or prefer):
+            text = f"Avoid: {avoid}." if avoid else ""
+            return f"{text} Instead: {prefer}".strip() if prefer else text
+        trigger = str(policy.get("trigger") or memory.title)
+        procedure = str(policy.get("procedure") or memory.content)
+        check = str(policy.get("verification") or "")
+        return f"{trigger.rstrip('.')}: {procedure}" + (f" Check: {check}" if check else "")
+    if memory.layer == "L3":
+        world = memory.properties.get("world_model") or {}
+        title = str(world.get("title") or memory.title).strip()
+        body = str(world.get("body") or memory.content)
+        bullets = [line.strip()[2:] for line in body.splitlines() if line.strip().startswith("- ")]
+        facts = [_plain(f) for f in [*(world.get("environment") or []), *(world.get("constraints") or [])]]
+        points = list(dict.fromkeys(p.rstrip(".。") + "." for p in (bullets or facts) if p.strip()))[:3]
+        return f"{title}: " + " ".join(points) if points else whole_sentences(body.replace(title, "", 1))
+    skill = memory.properties.get("skill") or {}
+    steps = [_plain(s).strip().rstrip(".。") for s in skill.get("steps") or [] if _plain(s).strip()]
+    summary = str(skill.get("summary") or "").strip().rstrip(".。")
+    text = f"Skill {skill.get('name') or memory.title}"
+    if summary:
+        text += f": {summary}."
+    if steps:
+        text += " Steps: " + "; ".join(steps[:4]) + "."
+    if not summary and not steps:
+        text += ": " + skill_description(str(skill.get("invocationGuide") or memory.content), ITEM_CHARS)
+    return text
+
+
+def render_budgeted(items: list[RenderItem], *, mode: str = "turn_start", token_budget: int = 400) -> RenderedContext:
+    """The injection the agent reads: one numbered item per memory, most useful first, each with its id and a
+    one-line reason; no internal labels, no item cut mid-sentence (items are shortened to whole sentences or
+    left out), no repeated lines, and the whole text within ``token_budget`` tokens."""
+    ranked = sorted(items, key=lambda i: -usefulness(i))
+    header = [MODE_HEADERS[mode]] if mode in MODE_HEADERS else []
+    used = estimate_tokens("\n\n".join([*header, BUDGETED_INTRO, BUDGETED_FOOTER]))
+    lines: list[str] = []
+    seen: set[str] = set()
+    shown: list[Memory] = []
+    for item in ranked:
+        text = whole_sentences(item_text(item.memory, item.source))
+        key = _norm_line(text)
+        instead = _norm_line(text.split("Instead: ", 1)[1]) if "Instead: " in text else ""
+        if not text or key in seen or (instead and instead in seen):
+            continue  # the same line, or the same fix for the same failure, once
+        ident = item.memory.id
+        entry = f"{len(lines) + 1}. {text}\n   ({ident}" + (f"; why: {item.reason})" if item.reason else ")")
+        cost = estimate_tokens(entry) + 1
+        if used + cost > token_budget:
+            continue
+        seen.update(k for k in (key, instead) if k)
+        used += cost
+        lines.append(entry)
+        shown.append(item.memory)
+    if not lines:
+        return RenderedContext("", [], 0)
+    blocks = [*header, BUDGETED_INTRO + "\n" + "\n".join(lines)]
+    sections = ["Recalled memory"]
+    shown_text = {_norm_line(part) for line in lines for part in re.split(r"Avoid: |Instead: ", line)}
+    guidance: list[str] = []
+    for label, key in (("Prefer", "preference"), ("Avoid", "anti_pattern")):
+        fresh = [
+            line
+            for line in _guidance_lines([m for m in shown if m.layer in ("L2", "Skill")], key)[:GUIDANCE_LINES]
+            if not any(_norm_line(line) in t or t in _norm_line(line) for t in shown_text if t)
+            and whole_sentences(line, GUIDANCE_LINE_CAP)
+        ]
+        if fresh:
+            block = f"**{label}**\n" + "\n".join(f"{n}. {line}" for n, line in enumerate(fresh, 1))
+            cost = estimate_tokens(block) + 1
+            if used + cost <= token_budget:
+                used += cost
+                guidance.append(block)
+    if guidance and used + estimate_tokens(BUDGETED_GUIDANCE) + 2 <= token_budget:
+        blocks.append(BUDGETED_GUIDANCE + "\n" + "\n".join(guidance))
+        sections.append("Decision guidance")
+    blocks.append(BUDGETED_FOOTER)
+    markdown = "\n\n".join(blocks)
+    if estimate_tokens(markdown) > token_budget and "Decision guidance" in sections:  # rounding: drop the extras
+        blocks = [b for b in blocks if not b.startswith(BUDGETED_GUIDANCE)]
+        sections.remove("Decision guidance")
+        markdown = "\n\n".join(blocks)
+    return RenderedContext(markdown, sections, estimate_tokens(markdown))

@@ -86,6 +86,9 @@ def rank(row: Row) -> tuple[Any, ...]:
     )
 
 
+POLICY_GRACE_DAYS = 7  # Dream never archives a policy younger than this, nor one never injected
+
+
 @dataclass(frozen=True)
 class DreamSettings:
     """The ``dream`` section of config.yaml."""
@@ -179,6 +182,18 @@ class DreamPlanner:
         self.repo = repo
         self.indexer = indexer
 
+    def _injected(self, ids: list[str]) -> set[str]:
+        """Which of ``ids`` were ever injected into an agent's prompt (had a chance to be used)."""
+        if not ids:
+            return set()
+        marks = ",".join("?" * len(ids))
+        rows = self.repo.db.query(
+            "SELECT DISTINCT j.value FROM recall_events r, json_each(r.injected_memory_ids_json) j "
+            f"WHERE j.value IN ({marks})",
+            ids,
+        )
+        return {str(r[0]) for r in rows}
+
     def plan(self, moment: datetime) -> tuple[list[Planned], dict[str, Any]]:
         """Compute a pass without writing: contradicted first, then duplicates, then stale items."""
         settings = DreamSettings.of(self._config())
@@ -221,9 +236,14 @@ class DreamPlanner:
             reason = f"priority <= {STALE_PRIORITY}, untouched since {row['updated_at']}, never recalled"
             plan.append(Planned(row["id"], "archive_stale", reason, row, archive=True))
             taken.add(row["id"])
-        for row in self.repo.stale_policies(archive_gain, limit + 1):
+        policies = self.repo.stale_policies(archive_gain, limit + 1)
+        grace_cutoff = iso(moment - timedelta(days=POLICY_GRACE_DAYS))
+        used = self._injected([r["id"] for r in policies])
+        for row in policies:
             if row["id"] in taken:
                 continue
+            if row["created_at"] > grace_cutoff or row["id"] not in used:
+                continue  # grace period: a young policy, or one never injected yet, has not had its chance
             if len(plan) >= limit:
                 capped = True
                 break

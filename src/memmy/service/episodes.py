@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+import numpy as np
 
 from memmy.config import MemmyConfig
 from memmy.errors import InvalidArgument, NotFound
@@ -14,6 +17,7 @@ from memmy.evolve.episodes import (
     TurnRelation,
     classify_feedback,
     classify_relation,
+    has_cjk,
 )
 from memmy.service.evolve_support import iso, parse_iso
 from memmy.service.validate import opt_float, opt_str, require_object
@@ -41,21 +45,54 @@ class EpisodeOps:
         self.feedback = feedback
         self.memories = memories
         self.jobs = jobs
+        self.embed: Callable[[str], Any] | None = None  # set by the service: the query embedder (topic shifts)
+        self._vectors: dict[str, Any] = {}
 
     # -- routing ----------------------------------------------------------------------------------
     def context_of(self, episode: EpisodeRecord) -> EpisodeContext:
         """What the relation classifier needs to know about the previous episode."""
         first, latest, answer = self.episodes.context_texts(episode.id)
         tags: list[str] = []
+        evidence: list[str] = []
         for memory in self.memories.get_many(episode.l1_memory_ids[-8:]).values():
             tags.extend(t for t in memory.tags if t not in _CONTEXT_TAG_STOP and t not in tags)
+            trace = memory.properties.get("trace") or {}
+            evidence.append(str(trace.get("userText") or "")[:400])
+            evidence.extend(str(e)[:200] for e in trace.get("error_signatures") or [])
+            for call in (trace.get("tool_calls") or [])[:8]:
+                if isinstance(call, dict):
+                    evidence.append(str(call.get("input") or "")[:300])
+                    if call.get("error") or call.get("success") is False:  # a retry quotes the error it got
+                        evidence.append(f"{call.get('error') or ''} {str(call.get('output') or '')[:300]}")
         return EpisodeContext(
             first_user_text=first,
             latest_user_text=latest,
             last_assistant_text=answer,
             tags=tags,
             last_activity_at=parse_iso(self.episodes.last_turn_at(episode.id) or episode.updated_at),
+            evidence_text="\n".join(evidence),
         )
+
+    def _similarity(self, text: str, prev: EpisodeContext) -> float | None:
+        """Cosine of the new message to the task's first and latest requests (English text only; MiniLM cannot
+        judge Chinese by meaning). None without an embedder or for CJK text."""
+        if self.embed is None or has_cjk(text) or not prev.first_user_text:
+            return None
+        vectors = [self._vector(t) for t in dict.fromkeys((text, prev.first_user_text, prev.latest_user_text))]
+        if any(v is None for v in vectors) or len(vectors) < 2:
+            return None
+        head = vectors[0]
+        return max(float(np.dot(head, v)) for v in vectors[1:])
+
+    def _vector(self, text: str) -> Any:
+        cached = self._vectors.get(text)
+        if cached is None and self.embed is not None:
+            cached = self.embed(text[:1000])
+            if cached is not None:
+                if len(self._vectors) >= 256:
+                    self._vectors.pop(next(iter(self._vectors)))
+                self._vectors[text] = cached
+        return cached
 
     def route_turn(
         self,
@@ -87,6 +124,8 @@ class EpisodeOps:
         if latest is not None and raw_turn_id in latest.raw_turn_ids:
             return latest.id, TurnRelation("follow_up", 1.0, "already routed", "known")
         prev = self.context_of(latest) if latest is not None else None
+        if prev is not None and latest is not None and latest.status != "closed":
+            prev.similarity = self._similarity(text, prev)
         relation = classify_relation(text, prev, now)
         continues = relation.relation in ("revision", "follow_up", "unknown")
         last_at = prev.last_activity_at if prev is not None else None

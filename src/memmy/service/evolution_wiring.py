@@ -24,6 +24,7 @@ class HandlerGroup(Protocol):
 
 def build_evolution(service: MemoryService) -> list[EpisodeEvolution | PolicyEvolution | HigherEvolution]:
     """The three handler groups over the service's repositories and model slots."""
+    service.episode_ops.embed = service.indexer.embed_query  # topic shifts measure meaning, not only words
     return [
         EpisodeEvolution(
             service.config,

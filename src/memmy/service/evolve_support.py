@@ -8,6 +8,7 @@ from typing import Any
 
 from memmy.domain import Layer, Memory, content_hash, new_id
 from memmy.evolve.model import PolicyView, TraceView
+from memmy.evolve.scope import DerivedScope, derived_scope
 from memmy.indexing import Indexer
 from memmy.store.db import utc_now
 from memmy.store.memories import MemoryRepository
@@ -115,11 +116,52 @@ class LayerWriter:
         self.memories = memories
         self.indexer = indexer
 
+    def evidence_projects(self, properties: dict[str, Any], depth: int = 0) -> set[str | None]:
+        """The projects of a derived memory's evidence: source episodes and traces (L2), source policies (L3,
+        Skills). An empty set when the evidence is unknown."""
+        policy = properties.get("policy") or {}
+        episode_ids = [str(e) for e in policy.get("sourceEpisodeIds") or []]
+        memory_ids = [str(t) for t in policy.get("sourceTraceIds") or []]
+        for key in ("world_model", "skill"):
+            payload = properties.get(key) or {}
+            memory_ids += [str(p) for p in payload.get("policyIds") or payload.get("sourcePolicyIds") or []]
+        found: set[str | None] = set()
+        if episode_ids:
+            marks = ",".join("?" * len(episode_ids))
+            rows = self.memories.db.query(f"SELECT project_id FROM episodes WHERE id IN ({marks})", episode_ids)
+            found |= {row[0] for row in rows}
+        for memory in self.memories.get_many(memory_ids).values():
+            scope = memory.properties.get("scope")
+            if memory.layer != "L1" and isinstance(scope, dict) and scope.get("projects"):
+                found |= set(scope["projects"])
+            elif memory.layer != "L1" and depth < 2 and not isinstance(scope, dict):
+                found |= self.evidence_projects(memory.properties, depth + 1) or {memory.project_id}
+            else:
+                found.add(memory.project_id)
+        return found
+
+    def scope_of(self, layer: str, title: str, content: str, properties: dict[str, Any]) -> DerivedScope | None:
+        """The scope of a derived memory (None for layers that are not derived or without known evidence)."""
+        if layer not in ("L2", "L3", "Skill"):
+            return None
+        projects = self.evidence_projects(properties)
+        if not projects:
+            return None
+        return derived_scope(projects, f"{title}\n{content}")
+
     def upsert(self, write: LayerWrite) -> Memory:
-        """Insert a new memory for ``write.key`` or update the existing one (version bump, change log)."""
+        """Insert a new memory for ``write.key`` or update the existing one (version bump, change log).
+
+        Derived memories carry the project(s) of their evidence (``properties.scope``; ``project_id`` when
+        that is one project), see :mod:`memmy.evolve.scope`.
+        """
         now = utc_now()
         existing = self.memories.find_by_key(write.layer, write.key)
         props = dict(write.properties)
+        scope = self.scope_of(write.layer, write.title, write.content, props)
+        if scope is not None:
+            props["scope"] = scope.to_json()
+            write.project_id = scope.project_id
         if write.embedding_text:
             props["embeddingText"] = write.embedding_text
         if existing is None:
@@ -152,6 +194,8 @@ class LayerWriter:
             memory.version += 1
             memory.updated_at = now
             self.memories.update(memory, before, "evolve", EVOLUTION_SOURCE)
+            if scope is not None:
+                self._set_project(memory, scope.project_id)
         self.sync_index(memory)
         return memory
 
@@ -185,12 +229,27 @@ class LayerWriter:
         for mirrored in ("value", "alpha", "priority", "reflection"):
             if key == "trace" and mirrored in patch:
                 memory.properties[mirrored] = patch[mirrored]
+        scope = None
+        if key in ("policy", "world_model", "skill"):
+            scope = self.scope_of(memory.layer, memory.title, memory.content, memory.properties)
+            if scope is not None:
+                memory.properties["scope"] = scope.to_json()
         changed_status = status is not None and status != memory.status
         if status is not None:
             memory.status = status
         memory.version += 1
         memory.updated_at = utc_now()
         self.memories.update(memory, before, "evolve", EVOLUTION_SOURCE)
-        if changed_status:
+        moved = scope is not None and self._set_project(memory, scope.project_id)
+        if changed_status or moved:
             self.sync_index(memory)
         return memory
+
+    def _set_project(self, memory: Memory, project_id: str | None) -> bool:
+        """Store a derived memory's project (the repository's update does not touch ``project_id``)."""
+        if memory.project_id == project_id:
+            return False
+        memory.project_id = project_id
+        with self.memories.db.transaction() as conn:
+            conn.execute("UPDATE memories SET project_id = ? WHERE id = ?", (project_id, memory.id))
+        return True

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from functools import lru_cache
 from pathlib import Path
 
 from memmy.domain import DEFAULT_SOURCE, DEFAULT_USER_ID
@@ -25,14 +25,27 @@ KNOWN_SOURCES = (
 )
 
 
-@lru_cache(maxsize=512)
+GIT_ROOT_TTL_S = 60.0  # a found repository is re-checked after this long
+NO_ROOT_TTL_S = 2.0  # "not in a repository" is re-checked quickly: ``git init`` may come any time
+_GIT_ROOTS: dict[str, tuple[float, str | None]] = {}
+
+
 def git_root(path: str) -> str | None:
-    """The git root above ``path`` (a ``.git`` dir or file), or None outside a repository."""
+    """The git root above ``path`` (a ``.git`` dir or file), or None outside a repository.
+
+    Cached briefly, not for the daemon's lifetime: a folder first seen before ``git init`` (or after the
+    repository was removed) gets its project as soon as that changes.
+    """
+    now = time.monotonic()
+    cached = _GIT_ROOTS.get(path)
+    if cached is not None and now - cached[0] < (GIT_ROOT_TTL_S if cached[1] else NO_ROOT_TTL_S):
+        return cached[1]
     current = Path(path).expanduser()
-    for candidate in (current, *current.parents):
-        if (candidate / ".git").exists():
-            return str(candidate)
-    return None
+    found = next((str(c) for c in (current, *current.parents) if (c / ".git").exists()), None)
+    if len(_GIT_ROOTS) >= 512:
+        _GIT_ROOTS.pop(next(iter(_GIT_ROOTS)))
+    _GIT_ROOTS[path] = (now, found)
+    return found
 
 
 def project_root(path: str) -> str:

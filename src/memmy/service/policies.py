@@ -13,16 +13,19 @@ from typing import Any
 
 from memmy.config import MemmyConfig
 from memmy.domain import Memory
+from memmy.evolve.episodes import is_guidance
 from memmy.evolve.failure import (
     RepairDraft,
     avoidance_llm,
     classify_feedback_shape,
     context_hash,
+    failed_step,
     failure_key,
     failure_signature,
     is_failure,
     merge_guidance,
     repair_llm,
+    shares_evidence,
 )
 from memmy.evolve.model import PolicyDraft, PolicyView, TraceView
 from memmy.evolve.policy import best_association, compute_stats, induce_llm, policy_body, policy_key
@@ -203,7 +206,11 @@ class PolicyEvolution:
         if memory is None or memory.layer != "L1":
             return None
         trace = trace_view(memory, self.indexer)
-        best = best_association(trace, self._success_policies(), float(self._l2["minSimilarity"]))
+        success = self._success_policies()
+        if memory.project_id is not None:  # a trace supports only its own project's (or a global) policy
+            projects = {m.id: m.project_id for m in self.memories.get_many([p.id for p in success]).values()}
+            success = [p for p in success if projects.get(p.id) in (memory.project_id, None)]
+        best = best_association(trace, success, float(self._l2["minSimilarity"]))
         if best is None:
             return None
         policy, _score, cos, relation = best
@@ -229,23 +236,32 @@ class PolicyEvolution:
         min_episodes = int(self._l2["minEpisodesForInduction"])
         llm = self._llm_for("l2Induction")
         success = self._success_policies()
-        for signature, cands in groups.items():
-            found = self.memories.get_many([c.trace_id for c in cands])
-            traces = [self._with_task(trace_view(m, self.indexer)) for m in found.values()]
-            if len({t.episode_id for t in traces if t.episode_id}) < min_episodes:
-                continue
-            existing = self.memories.find_by_key("L2", policy_key(signature))
-            if existing is not None or self.evolution.is_rejected(signature):
-                plans.append((signature, cands, traces, existing.id if existing else None, None))
-                continue
-            similar = [best_association(t, success, float(self._l2["minSimilarity"])) for t in traces]
-            match = next((s for s in similar if s is not None), None)
-            if match is not None:
-                plans.append((signature, cands, traces, match[0].id, None))
-                continue
-            draft = induce_llm(signature, traces, llm, timeout_s=self._timeout_s)
-            if draft is not None:
-                plans.append((signature, cands, traces, None, draft))
+        policy_projects = {m.id: m.project_id for m in self.memories.get_many([p.id for p in success]).values()}
+        for signature, all_cands in groups.items():
+            found_all = self.memories.get_many([c.trace_id for c in all_cands])
+            by_project: dict[str | None, list[Memory]] = {}
+            for memory in found_all.values():  # a success policy rests on one project's traces (scope)
+                by_project.setdefault(memory.project_id, []).append(memory)
+            for project, members in by_project.items():
+                ids = {m.id for m in members}
+                cands = [c for c in all_cands if c.trace_id in ids]
+                keyed = f"{project}|{signature}" if project else signature
+                traces = [self._with_task(trace_view(m, self.indexer)) for m in members]
+                if len({t.episode_id for t in traces if t.episode_id}) < min_episodes:
+                    continue
+                existing = self.memories.find_by_key("L2", policy_key(keyed))
+                if existing is not None or self.evolution.is_rejected(signature):
+                    plans.append((keyed, cands, traces, existing.id if existing else None, None))
+                    continue
+                local = [p for p in success if policy_projects.get(p.id) in (project, None)]
+                similar = [best_association(t, local, float(self._l2["minSimilarity"])) for t in traces]
+                match = next((s for s in similar if s is not None), None)
+                if match is not None:
+                    plans.append((keyed, cands, traces, match[0].id, None))
+                    continue
+                draft = induce_llm(signature, traces, llm, timeout_s=self._timeout_s)
+                if draft is not None:
+                    plans.append((keyed, cands, traces, None, draft))
 
         def apply() -> None:
             self.evolution.prune_expired()
@@ -317,10 +333,14 @@ class PolicyEvolution:
             return None
         found = self.memories.get_many(episode.l1_memory_ids)
         traces = sorted((trace_view(m, self.indexer) for m in found.values()), key=lambda t: t.created_at)
-        failed = [t for t in traces if is_failure(t)]
+        failed = [t for t in traces if failed_step(t)]  # tool errors and failed turns, not a low value alone
         if not failed:
             return None
-        negative_notes = [f.rationale for f in self.feedback.for_episode(episode.id) if f.polarity == "negative"]
+        negative_notes = [  # what the user said to do or avoid; a retry quoting an error ("still fails") is no note
+            f.rationale
+            for f in self.feedback.for_episode(episode.id)
+            if f.polarity == "negative" and (f.channel == "explicit" or is_guidance(f.rationale))
+        ]
         groups: dict[str, list[TraceView]] = {}
         for trace in failed:
             groups.setdefault(failure_signature(trace), []).append(trace)
@@ -328,7 +348,12 @@ class PolicyEvolution:
         plans: list[tuple[str, PolicyDraft, list[str], bool, Memory | None]] = []
         for signature, group in groups.items():
             last_failure = max(t.created_at for t in group)
-            recovered = [t for t in traces if not is_failure(t) and t.created_at > last_failure]
+            # pairing by evidence: only a later success of this task that shares evidence with the failure
+            recovered = [
+                t
+                for t in traces
+                if not failed_step(t) and t.created_at > last_failure and any(shares_evidence(f, t) for f in group)
+            ]
             draft = avoidance_llm(group, recovered, " ".join(negative_notes)[:1000], llm, timeout_s=self._timeout_s)
             existing = self.memories.find_by_key("L2", failure_key(signature))
             support = [episode.id]
@@ -538,7 +563,7 @@ class PolicyEvolution:
                 status = str(policy.get("status") or "candidate")
                 if gain < float(self._l2["archiveGain"]) and status != "archived":
                     status = "archived"
-                elif gain >= float(self._l2["minGain"]) and status == "candidate":
+                elif status == "candidate" and (gain >= float(self._l2["minGain"]) or sign > 0):
                     status = "active"
                 self.writer.patch_properties(
                     current, "policy", {"gain": round(gain, 6), "status": status}, status=_memory_status(status)

@@ -12,6 +12,8 @@ from memmy.capture.sanitize import sanitize_text
 from memmy.config import MemmyConfig
 from memmy.domain import sha256_hex
 from memmy.errors import InvalidArgument
+from memmy.evolve.scope import visible_in
+from memmy.evolve.topics import topical
 from memmy.indexing import Indexer
 from memmy.recall.channels import CHANNELS
 from memmy.recall.llm_steps import extract_query, merge_by_rrf, relevance_filter, rewrite_queries
@@ -153,6 +155,31 @@ def semantic_gate(
     return kept, len(selected) - len(kept)
 
 
+def _topic_text(candidate: Candidate) -> str:
+    memory = candidate.memory
+    return f"{memory.title}\n{memory.content}\n{memory.properties.get('embeddingText') or ''}"[:6000]
+
+
+def recall_reason(candidate: Candidate, query: PreparedQuery) -> str:
+    """One line on why a memory was recalled: the prompt words it shares, its meaning match, its layer."""
+    memory = candidate.memory
+    text = f"{memory.title}\n{memory.content}".lower()
+    words = [k for k in query.keywords if len(k) >= 3 and k.lower() in text][:3]
+    parts = []
+    if words:
+        parts.append("shares " + ", ".join(f'"{w}"' for w in words))
+    if candidate.channels.get("vec", 0.0) > 0:
+        parts.append(f"similar meaning ({candidate.channels['vec']:.2f})")
+    if "structural" in candidate.channels:
+        parts.append("same error or path")
+    kind = {"L2": "learned policy", "L3": "environment note", "Skill": "skill"}.get(memory.layer)
+    if candidate.source == "episode":
+        kind = "similar past task"
+    if kind:
+        parts.append(kind)
+    return "; ".join(parts)
+
+
 class RecallOps:
     """Runs recalls for ``memory/search`` and ``turns/start``.
 
@@ -238,6 +265,8 @@ class RecallOps:
         outcome = self.engine.recall(request, settings)
         selected = outcome.selected
         status.extend(outcome.status)
+        if flt.project_id is not None:  # derived memory resting on other projects stays there (evolve/scope.py)
+            selected = [c for c in selected if visible_in(c.memory.properties, flt.project_id)]
         if mode == "turn_start" and retrieval["injectionSemanticGate"] and "vector:unavailable" not in status:
             index = self.engine.index()
             selected, gated = semantic_gate(
@@ -248,6 +277,11 @@ class RecallOps:
             )
             if gated:
                 status.append(f"semantic_gate:dropped:{gated}")
+        if mode == "turn_start" and retrieval["injectionSemanticGate"]:  # what the agent reads must be on topic
+            before = len(selected)
+            selected = [c for c in selected if topical(query, _topic_text(c), c.channels.get("vec", 0.0))]
+            if len(selected) < before:
+                status.append(f"topic_gate:dropped:{before - len(selected)}")
         if evolution_llm is not None and self.config.algorithm["enableQueryRewrite"]:
             rewrites = rewrite_queries(evolution_llm, query, timeout_s)
             if rewrites:
@@ -262,10 +296,11 @@ class RecallOps:
         )
         status.append(filter_status)
         rendered = render_context(
-            [RenderItem(c.memory, c.source) for c in selected],
+            [RenderItem(c.memory, c.source, recall_reason(c, prepared), c.relevance) for c in selected],
             mode=mode,
             skill_mode=str(retrieval["skillInjectionMode"]),
             skill_summary_chars=int(retrieval["skillSummaryChars"]),
+            token_budget=int(retrieval["injectionTokenBudget"]) if mode != "search" else 0,
         )
         timings = dict(outcome.timings_ms)
         timings["total"] = round((time.perf_counter() - started) * 1000, 3)
