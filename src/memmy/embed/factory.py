@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from memmy.embed.base import Embedder
 from memmy.embed.minilm import MODEL_NAME, LocalMiniLMEmbedder
+from memmy.embed.onnx_minilm import OnnxMiniLMEmbedder, onnxruntime_available
 from memmy.embed.openai_compat import PROVIDER as OPENAI_COMPATIBLE
 from memmy.embed.openai_compat import OpenAICompatibleEmbedder
 from memmy.errors import EmbeddingError
@@ -28,11 +32,15 @@ def build_embedder(
     batch_size: int = 32,
     timeout_ms: int = 60000,
     max_retries: int = 2,
+    cache_dir: Path | None = None,
 ) -> Embedder:
     """Return the embedder for ``provider`` ("local" or "openai_compatible").
 
     Raises :class:`EmbeddingError` for an unknown provider, an unsupported local model, or an
     openai_compatible provider without endpoint or model. Nothing is loaded or called here.
+
+    The local model runs on onnxruntime when it is installed (the graph is cached under ``cache_dir``) and
+    on numpy otherwise; ``MEMMY_EMBED_ENGINE=numpy`` forces numpy. Both give the same vectors.
     """
     name = (provider or "").strip().lower()
     if name == LOCAL:
@@ -43,6 +51,9 @@ def build_embedder(
                 "(also accepted as 'sentence-transformers/all-MiniLM-L6-v2' or 'Xenova/all-MiniLM-L6-v2'); "
                 "use provider 'openai_compatible' for other models"
             )
+        engine = os.environ.get("MEMMY_EMBED_ENGINE", "").strip().lower()
+        if engine != "numpy" and onnxruntime_available():
+            return OnnxMiniLMEmbedder(batch_size=batch_size, cache_dir=cache_dir)
         return LocalMiniLMEmbedder(batch_size=batch_size)
     if name == OPENAI_COMPATIBLE:
         given = (("endpoint", endpoint), ("model", model))

@@ -92,6 +92,7 @@ def embedder_factory(config: MemmyConfig) -> Callable[[], Embedder]:
             batch_size=settings.batch_size,
             timeout_ms=settings.timeout_ms,
             max_retries=settings.max_retries,
+            cache_dir=config.home / "models",
         )
 
     return factory

@@ -321,6 +321,27 @@ class MemoryRepository:
                 return [row["id"] for row in rows]
             window *= 8
 
+    def neighbours(self, memory: Memory, window: int, flt: MemoryFilter) -> list[Memory]:
+        """``memory`` with up to ``window`` visible turns before and after it in its session (same layer),
+        in time order; just ``[memory]`` when it has no session."""
+        if not memory.session_id or window <= 0:
+            return [memory]
+        where, params = flt.sql(utc_now())
+        row = self.db.query_one("SELECT rowid, created_at FROM memories WHERE id = ?", (memory.id,))
+        if row is None:
+            return [memory]
+        base = f"SELECT {_COLUMNS} FROM memories m WHERE m.session_id = ? AND m.memory_layer = ? AND {where}"
+        key = (row["created_at"], row["rowid"])
+        before = self.db.query(
+            f"{base} AND (m.created_at, m.rowid) < (?, ?) ORDER BY m.created_at DESC, m.rowid DESC LIMIT ?",
+            [memory.session_id, memory.layer, *params, *key, window],
+        )
+        after = self.db.query(
+            f"{base} AND (m.created_at, m.rowid) > (?, ?) ORDER BY m.created_at, m.rowid LIMIT ?",
+            [memory.session_id, memory.layer, *params, *key, window],
+        )
+        return [*(row_to_memory(r) for r in reversed(before)), memory, *(row_to_memory(r) for r in after)]
+
     def page(
         self,
         flt: MemoryFilter,
