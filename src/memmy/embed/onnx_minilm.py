@@ -203,8 +203,8 @@ def cached_graph(weights: Path, cache_dir: Path) -> Path:
 class OnnxMiniLMEmbedder(LocalMiniLMEmbedder):
     """all-MiniLM-L6-v2 run by onnxruntime (same fingerprint and vectors as :class:`LocalMiniLMEmbedder`).
 
-    ``cache_dir`` holds the built graph (default ``$MEMMY_HOME/models``, else ``~/.memmy/models``); ``threads`` is the intra-op pool size
-    (default :func:`default_threads`).
+    ``cache_dir`` holds the built graph (default ``$MEMMY_HOME/models``, else ``~/.memmy/models``);
+    ``threads`` is the intra-op pool size (default :func:`default_threads`).
     """
 
     def __init__(

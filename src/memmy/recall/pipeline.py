@@ -13,17 +13,22 @@ can explain why a memory was or was not recalled.
 from __future__ import annotations
 
 import math
+import sqlite3
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from memmy.domain import Memory
+from memmy.errors import StoreError
 from memmy.recall.channels import ChannelHit, fts_channel, pattern_channel, structural_channel, vector_channel
+from memmy.recall.dates import DateRange, parse_moment
 from memmy.recall.freshness import freshness_factor
 from memmy.recall.query import PreparedQuery
 from memmy.store.memories import MemoryFilter, MemoryRepository
+from memmy.store.reader import ReadOnlyDatabase
 from memmy.store.vectors import Vector, VectorIndex
 
 MODE_LAYERS: dict[str, tuple[str, ...]] = {
@@ -214,6 +219,9 @@ class RecallEngine:
         self.repo = repo
         self.index = index
         self.embed_query = embed_query
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memmy-recall-keyword")
+        self._keyword_repo: MemoryRepository | None = None
+        self._reader_failed = False
 
     def recall(self, request: RecallRequest, settings: RecallSettings) -> RecallOutcome:
         """Run every stage and return the selected candidates (at most ``request.limit``)."""
@@ -232,15 +240,29 @@ class RecallEngine:
         if not layers:
             return RecallOutcome([], [], [], ["layers:none"], timings, layers)
         index = self.index()
+        # The keyword channels need no query vector: they run in a worker thread, on the store's read-only
+        # connection, while the query is embedded (SQLite, onnxruntime and BLAS all release the GIL), so a
+        # recall costs about max(fts, embed + scan) instead of their sum.
+        reader = self._reader()
+        keyword_job = None
+        if reader is not None:
+            keyword_job = self._pool.submit(self._keyword_channels, request, settings, layers, reader)
         query_vector: Vector | None = None
         if "vec" in request.channels and index is not None and len(index):
             query_vector = self.embed_query(request.query.vector_text)
             if query_vector is None:
                 status.append("vector:unavailable")
         lap("embed")
-
-        hits = self._run_channels(request, settings, layers, index, query_vector)
-        lap("channels")
+        hits = self._vector_hits(request, settings, layers, index, query_vector)
+        lap("vector")
+        keyword_hits, keyword_ms = (
+            keyword_job.result()
+            if keyword_job is not None
+            else self._keyword_channels(request, settings, layers, self.repo)
+        )
+        hits.extend(keyword_hits)
+        timings["keyword"] = round(keyword_ms, 3)  # its own duration; it overlapped embed and vector
+        lap("keyword_wait")
 
         candidate_ids = list(dict.fromkeys(h.memory_id for h in hits if h.memory_id not in request.exclude_ids))
         memories = self.repo.get_many(candidate_ids, request.scope)
@@ -248,7 +270,7 @@ class RecallEngine:
         lap("load")
 
         candidates = self._score(hits, memories, request, settings, dropped)
-        self._calibrate(candidates)
+        self._calibrate(candidates, settings, request.query.dates)
         candidates = self._pool_cap(candidates, settings, request.limit)
         rollups = self._episode_rollups(candidates, settings, index)
         candidates.extend(rollups)
@@ -268,7 +290,10 @@ class RecallEngine:
         return RecallOutcome(selected[: request.limit], candidate_ids, dropped, status, timings, layers)
 
     # -- stages -----------------------------------------------------------------------------------
-    def _run_channels(
+    def _pools(self, request: RecallRequest, settings: RecallSettings, layers: tuple[str, ...]) -> dict[str, int]:
+        return {layer: max(settings.pool(layer), 3 * request.limit) for layer in layers}
+
+    def _vector_hits(
         self,
         request: RecallRequest,
         settings: RecallSettings,
@@ -276,22 +301,44 @@ class RecallEngine:
         index: VectorIndex | None,
         query_vector: Vector | None,
     ) -> list[ChannelHit]:
+        if "vec" not in request.channels:
+            return []
+        return vector_channel(index, query_vector, request.scope, self._pools(request, settings, layers))
+
+    def _reader(self) -> MemoryRepository | None:
+        """The repository over the store's second, read-only connection (None where it cannot be opened)."""
+        if self._keyword_repo is None and not self._reader_failed:
+            try:
+                self._keyword_repo = MemoryRepository(ReadOnlyDatabase(self.repo.db.path))
+            except (StoreError, sqlite3.Error, AttributeError):
+                self._reader_failed = True  # e.g. a store without a file: keyword channels run inline
+        return self._keyword_repo
+
+    def close(self) -> None:
+        """Stop the keyword worker and close the read-only connection."""
+        self._pool.shutdown(wait=False)
+        if self._keyword_repo is not None:
+            self._keyword_repo.db.close()
+            self._keyword_repo = None
+
+    def _keyword_channels(
+        self, request: RecallRequest, settings: RecallSettings, layers: tuple[str, ...], repo: MemoryRepository
+    ) -> tuple[list[ChannelHit], float]:
+        """fts, pattern and structural hits from ``repo``, and how long they took (ms)."""
+        started = time.perf_counter()
         hits: list[ChannelHit] = []
         scope = request.scope
         layered = MemoryFilter(
             layers=layers, project_id=scope.project_id, source_agent=scope.source_agent, user_id=scope.user_id
         )
-        pools = {layer: max(settings.pool(layer), 3 * request.limit) for layer in layers}
-        keyword_limit = max(settings.keyword_top_k, sum(pools.values()))
-        if "vec" in request.channels:
-            hits.extend(vector_channel(index, query_vector, scope, pools))
+        keyword_limit = max(settings.keyword_top_k, sum(self._pools(request, settings, layers).values()))
         if "fts" in request.channels:
-            hits.extend(fts_channel(self.repo, request.query.fts_terms, layered, keyword_limit))
+            hits.extend(fts_channel(repo, request.query.fts_terms, layered, keyword_limit))
         if "pattern" in request.channels:
-            hits.extend(pattern_channel(self.repo, request.query.pattern_terms, layered, keyword_limit))
+            hits.extend(pattern_channel(repo, request.query.pattern_terms, layered, keyword_limit))
         if "structural" in request.channels and "L1" in layers:
-            hits.extend(structural_channel(self.repo, request.query.structural, layered))
-        return hits
+            hits.extend(structural_channel(repo, request.query.structural, layered))
+        return hits, (time.perf_counter() - started) * 1000
 
     def _score(
         self,
@@ -388,30 +435,37 @@ class RecallEngine:
         return 0.0
 
     @staticmethod
-    def _calibrate(candidates: list[Candidate]) -> None:
+    def _calibrate(candidates: list[Candidate], settings: RecallSettings, dates: Sequence[DateRange] = ()) -> None:
         """Put every channel on one [0, 1] scale per query and tier, then fuse (CombSUM of two families).
 
         BM25 is already relative to the tier's best match (0 = no match). Cosine has no natural zero (unrelated
-        texts score 0.1-0.3 with MiniLM), so it is min-max scaled over the channel's own pool: the best vector
-        hit scores 1, the weakest one the pool kept scores 0. Lexical evidence is the best of fts, structural
-        and half the pattern channel (a token present, ranked by recency, says less than a graded BM25 score);
-        lexical and semantic evidence count equally.
+        texts score 0.1-0.3 with MiniLM), so it is scaled between the floor below which a vector hit is no
+        evidence at all (``minTraceSim``, 0.15 for L3: the same floors the channel filter uses) and the tier's
+        best vector hit (1). Lexical evidence is the best of fts, structural and half the pattern channel (a
+        token present, ranked by recency, says less than a graded BM25 score); lexical and semantic evidence
+        count equally, and so does date evidence when the query names a date (the memory's time is in range).
         """
         for tier in (1, 2, 3):
             in_tier = [c for c in candidates if c.tier == tier and "vec" in c.channels]
             if not in_tier:
                 continue
-            values = [c.channels["vec"] for c in in_tier]
-            low, high = min(values), max(values)
+            high = max(c.channels["vec"] for c in in_tier)
             for cand in in_tier:
-                cand.calibrated["vec"] = (cand.channels["vec"] - low) / (high - low) if high > low else 1.0
+                low = min(0.15 if cand.memory.layer == "L3" else settings.min_trace_sim, high - 1e-6)
+                cand.calibrated["vec"] = max(0.0, (cand.channels["vec"] - low) / (high - low))
         for cand in candidates:
             for channel in KEYWORD_CHANNELS:
                 if channel in cand.channels:
                     weight = 0.5 if channel == "pattern" else 1.0
                     cand.calibrated[channel] = weight * cand.channels[channel]
             lexical = max((cand.calibrated.get(ch, 0.0) for ch in KEYWORD_CHANNELS), default=0.0)
-            cand.fused = 0.5 * (lexical + cand.calibrated.get("vec", 0.0))
+            families = [lexical, cand.calibrated.get("vec", 0.0)]
+            if dates:  # the query names a date: a memory from that time is a third, equal piece of evidence
+                moment = parse_moment(cand.memory.valid_from or cand.memory.created_at)
+                if moment is not None and any(d.contains(moment) for d in dates):
+                    cand.calibrated["date"] = 1.0
+                families.append(cand.calibrated.get("date", 0.0))
+            cand.fused = sum(families) / len(families)
 
     @staticmethod
     def _pool_cap(candidates: list[Candidate], settings: RecallSettings, limit: int = 0) -> list[Candidate]:

@@ -171,6 +171,7 @@ class MemoryService:
                 job.thread.join(timeout=30)
         self.worker.stop()
         self.indexer.stop()
+        self.recall_ops.engine.close()  # its read-only connection first, so the checkpoint can truncate the WAL
         self.db.close()
 
     # -- memory -----------------------------------------------------------------------------------
