@@ -2,7 +2,9 @@
 
 A daemon is loaded with N synthetic memories (default 10,000, real embeddings); then the Claude Code
 UserPromptSubmit hook is run as a fresh process for each prompt, exactly as the agent runs it, and the wall time
-from spawn to exit is recorded. The issue's target on this 2-core machine: p50 <= 80 ms, p95 <= 150 ms.
+from spawn to exit is recorded. The issue's target on this 2-core machine: p50 <= 45 ms, p95 <= 80 ms
+(idle machine); ``python -c pass`` and ``python -c 'import memmy.hook.runtime'`` are timed interleaved with the
+hook runs, so the ratio hook / bare interpreter is comparable under any load.
 
 Run:  python bench/hook.py --n 10000 --runs 100
 """
@@ -57,7 +59,9 @@ def main(argv: list[str] | None = None) -> int:
         env = {**bench_env(home), "PYTHONDONTWRITEBYTECODE": "0"}
         argv_hook = [sys.executable, "-m", "memmy.hook", "claude_code", "UserPromptSubmit"]
         queries = [q for _, q in make_queries(args.runs, 11)]
-        times, injected = [], 0
+        times, injected, baseline, imports = [], 0, [], []
+        import_argv = [sys.executable, "-c", "import memmy.hook.runtime"]
+        load_before = os.getloadavg()
         for number, query in enumerate(queries):
             payload = {
                 "session_id": f"bench-{number}",
@@ -73,23 +77,34 @@ def main(argv: list[str] | None = None) -> int:
             )
             times.append((time.perf_counter() - began) * 1000)
             injected += bool(done.stdout.strip())
-        baseline = []
-        for _ in range(20):
+            # Interleaved, so the baselines see the same machine load as the hook runs.
             began = time.perf_counter()
             subprocess.run([sys.executable, "-c", "pass"], env=env, check=True)
             baseline.append((time.perf_counter() - began) * 1000)
+            began = time.perf_counter()
+            subprocess.run(import_argv, env=env, check=True)
+            imports.append((time.perf_counter() - began) * 1000)
+        load_after = os.getloadavg()
     finally:
         daemon.stop()
+    hook_p50, hook_p95 = percentile(times, 0.5), percentile(times, 0.95)
+    bare_p50 = percentile(baseline, 0.5)
     print(f"hook round trip (process start -> output), {len(times)} prompts, {min(args.n, len(bodies))} memories:")
     print(
-        f"  p50 {percentile(times, 0.5):6.1f} ms   p95 {percentile(times, 0.95):6.1f} ms   "
+        f"  hook                          p50 {hook_p50:6.1f} ms   p95 {hook_p95:6.1f} ms   "
         f"max {max(times):6.1f} ms   mean {statistics.fmean(times):6.1f} ms"
     )
-    print(f"  prompts with injected context: {injected}/{len(times)}")
-    print(f"  bare interpreter start (python -c pass): p50 {percentile(baseline, 0.5):.1f} ms")
     print(
-        f"  target p50 <= 80 ms: {'met' if percentile(times, 0.5) <= 80 else 'NOT met'}; "
-        f"p95 <= 150 ms: {'met' if percentile(times, 0.95) <= 150 else 'NOT met'}  (cpus: {os.cpu_count()})"
+        f"  python -c 'import memmy.hook.runtime'  p50 {percentile(imports, 0.5):6.1f} ms   "
+        f"p95 {percentile(imports, 0.95):6.1f} ms"
+    )
+    print(f"  python -c pass                p50 {bare_p50:6.1f} ms   p95 {percentile(baseline, 0.95):6.1f} ms")
+    print(f"  ratio hook / python -c pass (p50): {hook_p50 / bare_p50:.2f}")
+    print(f"  prompts with injected context: {injected}/{len(times)}")
+    print(
+        f"  target p50 <= 45 ms: {'met' if hook_p50 <= 45 else 'NOT met'}; "
+        f"p95 <= 80 ms: {'met' if hook_p95 <= 80 else 'NOT met'}  (cpus: {os.cpu_count()}, load average "
+        f"{load_before[0]:.2f} before, {load_after[0]:.2f} after)"
     )
     return 0
 

@@ -1,38 +1,67 @@
-"""LoCoMo retrieval benchmark: evidence recall@k for fts-only, vector-only and the full recall pipeline.
+"""LoCoMo retrieval benchmark: the memmy pipeline next to plain baselines over the very same stored turns.
 
-Every dialogue turn is ingested through MemoryService as one L1 memory (speaker and session date kept, the
-conversation as the memory's project). Every question of categories 1-4 is asked with ``scope: project`` so
-it only sees its own conversation, and we score:
+Every dialogue turn is ingested through MemoryService as one L1 memory, stored like an agent trace together
+with the turn it answers ("previous turn + this turn"), with its session as ``sessionId``, its dialogue id as
+``turnId`` and the session's date as ``createdAt`` (one second per turn, so turns keep their order). Every
+question of categories 1-4 is asked with ``scope: project`` so it only sees its own conversation.
 
-- turn-level evidence recall@k: |evidence turns in the top k| / |evidence turns|, averaged over questions;
-- session-level recall@k: the same over the sessions (``D<session>``) the evidence turns belong to.
+Rows, all over the same stored memories of one conversation:
 
-Run:  python bench/locomo.py --data ../shared/bench/locomo-dev.json
+- ``full``, ``fts``, ``vector``: memmy's ``memory/search`` (all channels, fts only, vector only);
+- ``bm25``: plain BM25 (``rank_bm25.BM25Okapi``) over each memory's title + content, lower-cased words minus a
+  small stop list: no stemming, no fusion, nothing from memmy's ranking;
+- ``cosine``: plain cosine between the MiniLM query vector and each stored memory's vector;
+- ``rrf``: reciprocal rank fusion (k = 60) of the two plain rankings.
+
+Scores: turn-level evidence recall@k = |evidence turns in the top k| / |evidence turns|, averaged over
+questions, per category (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop) and overall; session-level
+recall@k the same over sessions. A result that comes back as a window of neighbouring turns (``hits[].window``)
+counts as ONE item of k and credits every turn inside it.
+
+Run:   python bench/locomo.py                      (default data: ../shared/bench/locomo-dev.json)
+       python bench/locomo.py --home DIR           (keep the store) ... then --home DIR --reuse (skip ingest)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from memmy.config import load_config
 from memmy.service import MemoryService
 from memmy.service.namespace import Namespace
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "bench" / "locomo-dev.json"
-PIPELINES: dict[str, list[str] | None] = {"fts": ["fts"], "vector": ["vec"], "full": None}
+PIPELINES: dict[str, list[str] | None] = {"full": None, "fts": ["fts"], "vector": ["vec"]}
+BASELINES = ("bm25", "cosine", "rrf")
+ROWS = (*PIPELINES, *BASELINES)
 TURN_KS = (1, 5, 10)
 SESSION_KS = (5, 10)
+RRF_K = 60
 _EVIDENCE = re.compile(r"D(\d+):(\d+)")
+_WORD = re.compile(r"\w+", re.UNICODE)
+_STOP = frozenset(
+    """a an and are as at be been but by can could did do does for from had has have he her him his how i if in
+    into is it its me my no not of on or our she so than that the their them then there these they this to was
+    we were what when where which who why will with would you your""".split()
+)
+_DATE = re.compile(r"(\d{1,2}):(\d{2})\s*([ap]m)\s+on\s+(\d{1,2})\s+(\w+),?\s+(\d{4})", re.IGNORECASE)
+_MONTHS = {m: i for i, m in enumerate("january february march april may june july august september october "
+                                       "november december".split(), start=1)}
 
 
 def normalise_evidence(raw: list[str]) -> list[str]:
@@ -49,107 +78,223 @@ def session_of(dia_id: str) -> str:
     return dia_id.split(":")[0]
 
 
+def session_time(text: str) -> datetime | None:
+    """``1:56 pm on 8 May, 2023`` -> an aware datetime (None when the format is unknown)."""
+    match = _DATE.search(text or "")
+    if not match:
+        return None
+    hour, minute, half, day, month, year = match.groups()
+    month_number = _MONTHS.get(month.lower())
+    if month_number is None:
+        return None
+    hour_24 = int(hour) % 12 + (12 if half.lower() == "pm" else 0)
+    return datetime(int(year), month_number, int(day), hour_24, int(minute), tzinfo=UTC)
+
+
+def tokens(text: str) -> list[str]:
+    """Plain BM25 tokens: lower-cased words minus a small stop list."""
+    return [t for t in _WORD.findall(text.lower()) if t not in _STOP]
+
+
 @dataclass
 class Scores:
-    """Accumulated recall values per pipeline and category."""
+    """Accumulated recall values per row and category."""
 
     turn: dict[tuple[str, int], list[float]] = field(default_factory=lambda: defaultdict(list))
     session: dict[tuple[str, int], list[float]] = field(default_factory=lambda: defaultdict(list))
+    items: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
 
 
-def ingest(service: MemoryService, sample: dict[str, Any]) -> dict[str, list[str]]:
-    """Add every turn of one conversation; return memory id -> dialogue ids."""
+@dataclass
+class Conversation:
+    """One ingested conversation: its memories in order and their dialogue ids."""
+
+    project: str
+    memory_ids: list[str]
+    dia_of: dict[str, str]
+    texts: list[str]
+
+
+def ingest(service: MemoryService, sample: dict[str, Any]) -> None:
+    """Add every turn of one conversation as one memory (with the turn it answers)."""
     conversation = sample["conversation"]
     project = f"locomo/{sample['sample_id']}"
     ns = Namespace(source="locomo", project_id=project)
-    by_memory: dict[str, list[str]] = defaultdict(list)
     sessions = sorted(int(k.split("_")[1]) for k in conversation if re.fullmatch(r"session_\d+", k))
     for number in sessions:
         when = conversation.get(f"session_{number}_date_time", "")
+        start = session_time(when)
         previous = ""
-        for turn in conversation[f"session_{number}"]:
+        for position, turn in enumerate(conversation[f"session_{number}"]):
             text = turn.get("text", "")
             if turn.get("blip_caption"):
                 text += f" [shares a photo: {turn['blip_caption']}]"
-            # Like an agent trace (request + answer), a dialogue turn is stored with the turn it answers.
             content = (f"{previous}\n" if previous else "") + f"{turn['speaker']}: {text}"
             previous = f"{turn['speaker']}: {text}"
-            title = f"{turn['speaker']} · session {number} · {when}"
-            result = service.add_memory({"content": content, "title": title, "projectId": project}, ns)
-            by_memory[result["id"]].append(turn["dia_id"])
-    return by_memory
+            body: dict[str, Any] = {
+                "content": content,
+                "title": f"{turn['speaker']} · session {number} · {when}",
+                "projectId": project,
+                "sessionId": f"{project}/session-{number}",
+                "turnId": turn["dia_id"],
+            }
+            if start is not None:
+                body["createdAt"] = (start + timedelta(seconds=position)).isoformat().replace("+00:00", "Z")
+            service.add_memory(body, ns)
+
+
+def load_conversation(service: MemoryService, sample: dict[str, Any]) -> Conversation:
+    """The stored memories of one conversation (read back from the store, so ``--reuse`` works)."""
+    project = f"locomo/{sample['sample_id']}"
+    rows = service.db.query(
+        "SELECT id, turn_id, title, memory_value FROM memories WHERE project_id = ? AND status = 'activated' "
+        "ORDER BY created_at, rowid",
+        (project,),
+    )
+    return Conversation(
+        project=project,
+        memory_ids=[r["id"] for r in rows],
+        dia_of={r["id"]: r["turn_id"] for r in rows},
+        texts=[f"{r['title']}\n{r['memory_value']}" for r in rows],
+    )
+
+
+class Baselines:
+    """Plain BM25, plain cosine and their RRF over one conversation's stored memories."""
+
+    def __init__(self, service: MemoryService, conv: Conversation) -> None:
+        from rank_bm25 import BM25Okapi
+
+        self.conv = conv
+        self.bm25 = BM25Okapi([tokens(t) for t in conv.texts])
+        index = service.indexer.index
+        assert index is not None
+        rows = [index.vector(mid) for mid in conv.memory_ids]
+        self.matrix = np.stack([r if r is not None else np.zeros(index.dim, np.float32) for r in rows])
+        self.service = service
+
+    def rank(self, question: str) -> dict[str, list[list[str]]]:
+        """Each baseline's ranking as a list of items (one memory id each)."""
+        ids = self.conv.memory_ids
+        bm25 = np.asarray(self.bm25.get_scores(tokens(question)))
+        bm25_order = [i for i in np.argsort(-bm25, kind="stable") if bm25[i] > 0]
+        vector = self.service.indexer.embed_query(question)
+        assert vector is not None
+        cosine = self.matrix @ vector
+        cos_order = list(np.argsort(-cosine, kind="stable"))
+        fused: dict[int, float] = defaultdict(float)
+        for order in (bm25_order, cos_order):
+            for rank, i in enumerate(order):
+                fused[int(i)] += 1.0 / (RRF_K + rank + 1)
+        rrf_order = sorted(fused, key=lambda i: -fused[i])
+        return {
+            name: [[ids[int(i)]] for i in order[: max(TURN_KS)]]
+            for name, order in (("bm25", bm25_order), ("cosine", cos_order), ("rrf", rrf_order))
+        }
+
+
+def pipeline_items(result: dict[str, Any]) -> list[list[str]]:
+    """The pipeline's result as items: a hit with a ``window`` is one item holding every memory in it."""
+    items = []
+    for hit in result["hits"]:
+        window = hit.get("window") or [hit["id"]]
+        items.append([str(mid) for mid in window])
+    return items
+
+
+def score(
+    items: Sequence[Sequence[str]], dia_of: dict[str, str], evidence: list[str], name: str, category: int, s: Scores
+) -> None:
+    """Record turn- and session-level recall of one ranking."""
+    wanted = set(evidence)
+    for k in TURN_KS:
+        top = {dia_of.get(mid, "") for item in items[:k] for mid in item}
+        value = len(top & wanted) / len(wanted)
+        for cat in (str(category), "all"):
+            s.turn[(f"{name}:{cat}", k)].append(value)
+    sessions = {session_of(e) for e in evidence}
+    for k in SESSION_KS:
+        got = {session_of(dia_of.get(mid, "")) for item in items[:k] for mid in item}
+        value = len(got & sessions) / len(sessions)
+        for cat in (str(category), "all"):
+            s.session[(f"{name}:{cat}", k)].append(value)
+    s.items[name].append(statistics.fmean(len(item) for item in items[: max(TURN_KS)]) if items else 0.0)
 
 
 def evaluate(
     service: MemoryService,
     sample: dict[str, Any],
-    by_memory: dict[str, list[str]],
+    conv: Conversation,
     scores: Scores,
     latencies: dict[str, list[float]],
-) -> int:
-    """Ask every category 1-4 question through each pipeline and record recall; return questions asked."""
-    project = f"locomo/{sample['sample_id']}"
-    ns = Namespace(source="locomo", project_id=project)
-    asked = 0
+    limit: int,
+) -> None:
+    """Ask every category 1-4 question through each pipeline and baseline and record recall."""
+    ns = Namespace(source="locomo", project_id=conv.project)
+    baselines = Baselines(service, conv)
     for qa in sample["qa"]:
         category = int(qa.get("category", 0))
         evidence = normalise_evidence(qa.get("evidence", []))
         if category not in (1, 2, 3, 4) or not evidence:
             continue
-        asked += 1
         for name, channels in PIPELINES.items():
-            body: dict[str, Any] = {"query": qa["question"], "limit": max(TURN_KS), "scope": "project"}
+            body: dict[str, Any] = {"query": qa["question"], "limit": limit, "scope": "project"}
             if channels is not None:
                 body["channels"] = channels
             started = time.perf_counter()
             result = service.search(body, ns)
             latencies[name].append((time.perf_counter() - started) * 1000)
-            retrieved = [dia for memory_id in result["sourceMemoryIds"] for dia in by_memory.get(memory_id, [])]
-            for k in TURN_KS:
-                top = set(retrieved[:k])
-                value = len(top & set(evidence)) / len(evidence)
-                for cat in (str(category), "all"):
-                    scores.turn[(f"{name}:{cat}", k)].append(value)
-            wanted = {session_of(e) for e in evidence}
-            for k in SESSION_KS:
-                got = {session_of(d) for d in retrieved[:k]}
-                value = len(got & wanted) / len(wanted)
-                for cat in (str(category), "all"):
-                    scores.session[(f"{name}:{cat}", k)].append(value)
-    return asked
+            score(pipeline_items(result), conv.dia_of, evidence, name, category, scores)
+        for name, items in baselines.rank(qa["question"]).items():
+            score(items, conv.dia_of, evidence, name, category, scores)
 
 
-def print_table(scores: Scores, counts: dict[str, int], latencies: dict[str, list[float]]) -> None:
-    """One row per pipeline x category."""
-    header = f"{'pipeline':<8} {'cat':>4} {'n':>5} " + " ".join(f"{'turn@' + str(k):>8}" for k in TURN_KS)
-    header += " " + " ".join(f"{'sess@' + str(k):>8}" for k in SESSION_KS)
+def print_table(scores: Scores, latencies: dict[str, list[float]]) -> None:
+    """One row per pipeline/baseline x category, then the margin of ``full`` over the best plain baseline."""
+    header = f"{'row':<8} {'cat':>4} {'n':>5} " + " ".join(f"{'turn@' + str(k):>8}" for k in TURN_KS)
+    header += " " + " ".join(f"{'sess@' + str(k):>8}" for k in SESSION_KS) + f" {'turns/item':>10}"
     print(header)
     print("-" * len(header))
     for cat in ("1", "2", "3", "4", "all"):
-        for name in PIPELINES:
+        for name in ROWS:
             key = f"{name}:{cat}"
-            row = f"{name:<8} {cat:>4} {counts[cat]:>5} "
+            n = len(scores.turn[(key, 1)])
+            if not n:
+                continue
+            row = f"{name:<8} {cat:>4} {n:>5} "
             row += " ".join(f"{statistics.fmean(scores.turn[(key, k)]):>8.3f}" for k in TURN_KS)
             row += " " + " ".join(f"{statistics.fmean(scores.session[(key, k)]):>8.3f}" for k in SESSION_KS)
+            row += f" {statistics.fmean(scores.items[name]):>10.2f}" if cat == "all" else ""
             print(row)
         print()
+    for k in TURN_KS:
+        full = statistics.fmean(scores.turn[("full:all", k)])
+        best_name = max(BASELINES, key=lambda b: statistics.fmean(scores.turn[(f"{b}:all", k)]))
+        best = statistics.fmean(scores.turn[(f"{best_name}:all", k)])
+        print(f"turn@{k:<2} full {full:.3f} - best plain baseline ({best_name}) {best:.3f} = {full - best:+.3f}")
+    print()
     for name, values in latencies.items():
         ordered = sorted(values)
         p50 = ordered[len(ordered) // 2]
-        p95 = ordered[int(len(ordered) * 0.95) - 1]
+        p95 = ordered[max(0, int(len(ordered) * 0.95) - 1)]
         print(f"search latency {name:<7} p50 {p50:6.1f} ms   p95 {p95:6.1f} ms   (n={len(values)})")
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Ingest, ask, print."""
+    """Ingest (unless ``--reuse``), ask, print."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="LoCoMo JSON (list of samples)")
     parser.add_argument("--samples", type=int, default=0, help="only the first N conversations (0 = all)")
     parser.add_argument("--home", type=Path, default=None, help="store directory (default: a temporary one)")
+    parser.add_argument("--reuse", action="store_true", help="with --home: skip ingest, reuse the stored turns")
     parser.add_argument("--config", type=Path, default=None, help="a config.yaml to tune retrieval settings")
+    parser.add_argument("--limit", type=int, default=max(TURN_KS), help="results asked from the pipeline")
     args = parser.parse_args(argv)
     if not args.data.exists():
         print(f"error: {args.data} not found (pass --data PATH)", file=sys.stderr)
+        return 2
+    if args.reuse and args.home is None:
+        print("error: --reuse needs --home", file=sys.stderr)
         return 2
     samples = json.loads(args.data.read_text(encoding="utf-8"))
     if args.samples:
@@ -157,28 +302,22 @@ def main(argv: list[str] | None = None) -> int:
     home = args.home or Path(tempfile.mkdtemp(prefix="memmy-locomo-"))
     config = load_config(args.config, env={"HOME": str(home), "MEMMY_HOME": str(home / ".memmy")})
     service = MemoryService.open(config)
+    started = time.perf_counter()
+    if not args.reuse:
+        for sample in samples:
+            ingest(service, sample)
+        service.indexer.drain(timeout_s=3600)
+        print(f"ingested {len(samples)} conversations in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     service.indexer.load_index()
     scores = Scores()
     latencies: dict[str, list[float]] = defaultdict(list)
-    counts: dict[str, int] = defaultdict(int)
-    started = time.perf_counter()
-    mappings = []
     for sample in samples:
-        mappings.append(ingest(service, sample))
-    service.indexer.drain(timeout_s=3600)
-    turns = sum(len(ids) for mapping in mappings for ids in mapping.values())
-    print(
-        f"ingested {turns} turns from {len(samples)} conversations in {time.perf_counter() - started:.1f} s",
-        file=sys.stderr,
-    )
-    for sample, mapping in zip(samples, mappings, strict=True):
-        evaluate(service, sample, mapping, scores, latencies)
-    for (key, k), values in scores.turn.items():
-        if k == 1 and key.startswith("full:"):
-            counts[key.split(":")[1]] = len(values)
-    print(f"LoCoMo evidence recall ({args.data.name}, {len(samples)} conversations, categories 1-4)\n")
-    print_table(scores, counts, latencies)
-    print(f"\ntotal {time.perf_counter() - started:.1f} s")
+        evaluate(service, sample, load_conversation(service, sample), scores, latencies, args.limit)
+    print(f"LoCoMo evidence recall ({args.data.name}, {len(samples)} conversations, categories 1-4)")
+    print("full/fts/vector = memmy memory/search; bm25/cosine/rrf = plain baselines over the same stored turns\n")
+    print_table(scores, latencies)
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"\ntotal {time.perf_counter() - started:.1f} s   load average {load}")
     service.close()
     return 0
 

@@ -63,7 +63,8 @@ import httpx
 import numpy as np
 
 import memmy.recall.pipeline as pipeline_module
-from memmy.embed import LocalMiniLMEmbedder
+from memmy.embed import LocalMiniLMEmbedder, OnnxMiniLMEmbedder
+from memmy.embed.onnx_minilm import onnxruntime_available
 from memmy.service import MemoryService
 from memmy.service.namespace import Namespace
 
@@ -83,7 +84,7 @@ TARGET_P95_MS = 30.0
 SOURCE = "claude_code"
 CONTEXT_SHARE = 0.25
 BLAS_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-STAGES = ("embed", "channels", "load", "fuse", "select")
+STAGES = ("embed", "vector", "keyword_wait", "load", "fuse", "select")  # "keyword" overlaps embed+vector
 CHANNEL_FUNCS = {
     "vec": "vector_channel",
     "fts": "fts_channel",
@@ -298,7 +299,7 @@ class StageProbe:
             result = original_run(*args, **kwargs)
             wall = (time.perf_counter() - started) * 1000
             timings = dict(result.timings_ms)
-            self.current.update({k: v for k, v in timings.items() if k in STAGES})
+            self.current.update({k: v for k, v in timings.items() if k in (*STAGES, "keyword")})
             engine = sum(timings.get(s, 0.0) for s in STAGES)
             self.current["prep+render"] = timings["total"] - engine  # scope, query prep, fallback cap, render
             self.current["recall log"] = wall - timings["total"]  # api_logs + recall_events rows
@@ -441,7 +442,8 @@ def fmt(value: float) -> str:
 
 def stage_rows(results: Sequence[PathResult]) -> tuple[list[str], list[list[str]]]:
     """Per-stage p50/p95 table of the in-process runs (one column pair per size)."""
-    names: list[str] = ["embed", "channels", *(f"  {c}" for c in CHANNEL_FUNCS), "load", "fuse", "select"]
+    names: list[str] = ["embed", "vector", "keyword (overlaps embed+vector)", "keyword_wait"]
+    names += [*(f"  {c}" for c in CHANNEL_FUNCS), "load", "fuse", "select"]
     names += ["prep+render", "recall log", "turn bookkeeping"]
     headers = ["stage (ms)"]
     for r in results:
@@ -450,7 +452,8 @@ def stage_rows(results: Sequence[PathResult]) -> tuple[list[str], list[list[str]
     for name in names:
         row = [name]
         for r in results:
-            values = np.asarray([s.stages.get(name, 0.0) for s in r.samples], dtype=np.float64)
+            key = name.split(" (")[0]
+            values = np.asarray([s.stages.get(key, 0.0) for s in r.samples], dtype=np.float64)
             row += [fmt(float(np.percentile(values, 50))), fmt(float(np.percentile(values, 95)))]
         rows.append(row)
     total = ["total turn_start"]
@@ -593,6 +596,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="set OPENBLAS/OMP/MKL_NUM_THREADS for this process and the daemon (default: numpy's own choice)",
     )
     parser.add_argument("--seed", type=int, default=7, help="seed of the synthetic corpus and prompts (default 7)")
+    parser.add_argument(
+        "--engine",
+        choices=("onnx", "numpy"),
+        default="onnx" if onnxruntime_available() else "numpy",
+        help="local MiniLM engine in-process and in the daemon (default: onnx when onnxruntime is installed)",
+    )
     args = parser.parse_args(argv)
     if any(n <= 0 for n in args.n) or args.queries <= 0 or args.warmup < 0 or args.sample < 0:
         parser.error("sizes and --queries must be positive, --warmup and --sample not negative")
@@ -628,8 +637,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         seen = {p for _, p in prompts}
         extra = realistic_prompts(args.sample * 3, args.seed + 2, data)
         sample_prompts = [kp for kp in extra if kp[1] not in seen][: args.sample]
-        embedder = LocalMiniLMEmbedder(query_cache_size=0)  # every timed turn embeds its prompt
+        if args.engine == "numpy":
+            os.environ["MEMMY_EMBED_ENGINE"] = "numpy"  # the daemon inherits it
+            embedder = LocalMiniLMEmbedder(query_cache_size=0)  # every timed turn embeds its prompt
+        else:
+            embedder = OnnxMiniLMEmbedder(query_cache_size=0, cache_dir=home / "models")
         embedder.load()
+        progress(f"embedding engine: {type(embedder).__name__}")
         sizes = build_stores(args, home, env_home, embedder, report)
         for size in sizes:
             run_db = home / f"run-{size}" / "memory.sqlite"

@@ -362,3 +362,33 @@ def test_turn_start_silence_for_chinese_prompts(make_service) -> None:  # type: 
     assert off_topic["sourceMemoryIds"] == []
     on_topic = service.start_turn({"sessionId": session, "query": "部署生产环境之前要做什么？"}, NS)
     assert on_topic["sourceMemoryIds"] == [deploy]
+
+
+def test_a_turn_hit_brings_its_neighbours_as_one_result(make_service) -> None:  # type: ignore[no-untyped-def]
+    service = make_service()
+    turns = [
+        "Let's plan the release of the billing service this week.",
+        "I bought a new espresso grinder for the office kitchen.",
+        "The grinder makes the espresso taste much better in the morning.",
+        "Anyway, the billing release needs a database migration first.",
+        "We should also update the changelog before tagging.",
+    ]
+    made = [
+        add(service, text, sessionId="chat-1", createdAt=f"2026-01-05T10:00:0{i}Z", turnId=f"t{i}")
+        for i, text in enumerate(turns)
+    ]
+    other = add(service, "Espresso machines need descaling every month.", sessionId="chat-2")
+    result = search(service, "espresso grinder in the office kitchen", limit=3)
+    first = result["hits"][0]
+    assert first["id"] == made[1]
+    assert first["window"] == made[0:3]  # the hit with one turn before and after, in order, as ONE result
+    listed = [h["id"] for h in result["hits"]]
+    assert made[2] not in listed  # it matched too, but it is already inside the first window
+    assert any(d["id"] == made[2] and d["reason"] == "in_window" for d in result["debug"]["dropped"])
+    assert other in listed
+
+    alone = make_service({"algorithm": {"retrieval": {"contextWindow": 0}}})
+    for i, text in enumerate(turns):
+        add(alone, text, sessionId="chat-1", createdAt=f"2026-01-05T10:00:0{i}Z")
+    assert all("window" not in h for h in search(alone, "espresso grinder in the office kitchen")["hits"])
+

@@ -193,6 +193,7 @@ def default_tree() -> dict[str, Any]:
                 "weightCosine": 0.6,
                 "weightPriority": 0.4,
                 "mmrLambda": 0.7,
+                "contextWindow": 1,
                 "rrfConstant": 60,
                 "relativeThresholdFloor": 0.2,
                 "minSkillEta": 0.1,

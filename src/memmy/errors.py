@@ -59,12 +59,6 @@ class StoreError(MemmyError):
     code = "store_error"
 
 
-class StorageFullError(MemmyError):
-    """The disk holding the store is full: the write was not saved."""
-
-    code = "storage_full"
-
-
 class EmbeddingError(MemmyError):
     """An embedding backend failed (model missing, endpoint down, bad answer)."""
 

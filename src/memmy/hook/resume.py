@@ -10,19 +10,20 @@ from __future__ import annotations
 import json
 import re
 import time
-from datetime import UTC, datetime
-from typing import Any, Protocol
+
+TYPE_CHECKING = False  # typing costs milliseconds at hook start; it is only needed by the type checker
+if TYPE_CHECKING:
+    from typing import Any, Protocol
+
+    class Api(Protocol):
+        """The hook client's call method."""
+
+        def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any: ...
 
 SENTINEL = re.compile(r"MEMMY_RESUME_COMMAND_ARGUMENTS:\s*(.*?)\s*MEMMY_RESUME_COMMAND_END", re.S)
 COMMAND = re.compile(r"^/memmy-resume\b\s*(.*)$", re.S)
 RESUME_TTL_S = 600
 MAX_CONTEXT_CHARS = 24_000
-
-
-class Api(Protocol):
-    """The hook client's call method."""
-
-    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any: ...
 
 
 def resume_request(prompt: str) -> str | None:
@@ -35,6 +36,8 @@ def resume_request(prompt: str) -> str | None:
 
 
 def _age_days(iso: str | None) -> float:
+    from datetime import UTC, datetime
+
     try:
         then = datetime.fromisoformat(str(iso).replace("Z", "+00:00"))
     except ValueError:

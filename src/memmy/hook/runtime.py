@@ -8,20 +8,29 @@ daemon that is down or slow, bad stdin or an unwritable state directory ends wit
 
 from __future__ import annotations
 
-import hashlib
+import _socket
+import _thread
 import json
 import os
 import re
 import sys
-import threading
 import time
-import urllib.error
-import urllib.request
-from pathlib import Path
-from typing import Any
 
 from memmy.hook.resume import block_output, handle_resume
-from memmy.hook.transcripts import claude_last_turn, codex_last_turn
+
+# Start-up cost is most of a hook's time, so this module avoids urllib/http.client/email (a raw-socket
+# HTTP/1.1 client is enough for the loopback daemon), hashlib (the builtin sha256 module gives the same
+# digest), typing, pathlib and threading's Python layer.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+try:
+    from _sha2 import sha256 as _sha256  # type: ignore[import-not-found,unused-ignore]  # Python >= 3.12
+except ImportError:  # pragma: no cover - depends on the Python version
+    try:
+        from _sha256 import sha256 as _sha256  # type: ignore[import-not-found,no-redef,unused-ignore]
+    except ImportError:
+        from hashlib import sha256 as _sha256  # type: ignore[assignment,unused-ignore]
 
 DEFAULT_BUDGET_S = 1.5
 MIN_PROMPT_CHARS = 6
@@ -37,16 +46,21 @@ _WRAPPERS = re.compile(r"<(memmy_memory_context|memos_context|memory_context)\b[
 _REQUEST = re.compile(r"\s*<current_user_request\b[^>]*>(.*?)(?:</current_user_request\s*>)?\s*", re.S | re.I)
 
 
-def memmy_home() -> Path:
+def memmy_home() -> str:
     """``$MEMMY_HOME`` or ``~/.memmy``."""
-    return Path(os.environ.get("MEMMY_HOME") or Path.home() / ".memmy")
+    return os.environ.get("MEMMY_HOME") or os.path.join(os.path.expanduser("~"), ".memmy")
+
+
+def _read_text(path: str) -> str:
+    with open(path, encoding="utf-8") as handle:
+        return handle.read()
 
 
 def settings() -> dict[str, Any]:
     """Endpoint, token and budget: environment first, then ``~/.memmy/hook.json`` written by ``init``."""
     found: dict[str, Any] = {}
     try:
-        found = json.loads((memmy_home() / "hook.json").read_text(encoding="utf-8"))
+        found = json.loads(_read_text(os.path.join(memmy_home(), "hook.json")))
     except (OSError, ValueError):
         pass
     endpoint = os.environ.get("MEMMY_MEMORY_URL") or found.get("endpoint") or "http://127.0.0.1:18960"
@@ -82,7 +96,98 @@ def sanitize(text: str) -> str:
 
 def short_hash(*parts: str) -> str:
     """A short stable hash (state file names, synthetic turn ids)."""
-    return hashlib.sha256("\x00".join(parts).encode("utf-8")).hexdigest()[:20]
+    return str(_sha256("\x00".join(parts).encode("utf-8")).hexdigest()[:20])
+
+
+class HTTPError(Exception):
+    """The daemon answered with a status >= 400."""
+
+    def __init__(self, code: int, body: bytes) -> None:
+        super().__init__(f"HTTP {code}")
+        self.code = code
+        self.body = body
+
+
+def _split_url(url: str) -> tuple[str, str, int, str]:
+    """``http://host:port/base`` -> (scheme, host, port, base path)."""
+    scheme, _, rest = url.partition("://")
+    hostport, slash, base = rest.partition("/")
+    host, port = hostport, 443 if scheme == "https" else 80
+    if hostport.startswith("["):  # [::1]:18960
+        host, _, tail = hostport[1:].partition("]")
+        if tail.startswith(":"):
+            port = int(tail[1:])
+    elif ":" in hostport:
+        host, _, number = hostport.rpartition(":")
+        port = int(number)
+    return scheme, host, port, ("/" + base).rstrip("/") if slash else ""
+
+
+def _dechunk(body: bytes) -> bytes:
+    out = bytearray()
+    while body:
+        size_line, _, body = body.partition(b"\r\n")
+        size = int(size_line.split(b";")[0].strip() or b"0", 16)
+        if size == 0:
+            break
+        out += body[:size]
+        body = body[size + 2 :]
+    return bytes(out)
+
+
+def http_request(
+    url: str, method: str, path: str, headers: dict[str, str], data: bytes | None, timeout: float
+) -> tuple[int, bytes]:
+    """One HTTP/1.1 request over a plain socket (``Connection: close``); returns (status, body).
+
+    Enough for the loopback daemon; an ``https`` endpoint goes through urllib (imported only then)."""
+    scheme, host, port, base = _split_url(url)
+    if scheme != "http":
+        return _urllib_request(url + path, method, headers, data, timeout)
+    lines = [f"{method} {base}{path} HTTP/1.1", f"Host: {host}:{port}", "Connection: close", "Accept: */*"]
+    lines += [f"{name}: {value}" for name, value in headers.items()]
+    lines.append(f"Content-Length: {len(data or b'')}")
+    payload = ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8") + (data or b"")
+    family, kind, proto, _, address = _socket.getaddrinfo(host, port, 0, _socket.SOCK_STREAM)[0]
+    sock = _socket.socket(family, kind, proto)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(address)
+        sock.sendall(payload)
+        chunks = []
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        sock.close()
+    raw = b"".join(chunks)
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    parts = status_line.split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/"):
+        raise OSError(f"bad HTTP response from {host}:{port}")
+    fields = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in header_lines)}
+    if fields.get("transfer-encoding", "").lower() == "chunked":
+        body = _dechunk(body)
+    elif "content-length" in fields:
+        body = body[: int(fields["content-length"])]
+    return int(parts[1]), body
+
+
+def _urllib_request(
+    url: str, method: str, headers: dict[str, str], data: bytes | None, timeout: float
+) -> tuple[int, bytes]:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, data=data, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - the configured endpoint
+            return int(response.status), bytes(response.read())
+    except HTTPError as exc:
+        return int(exc.code), b""
 
 
 class Client:
@@ -103,21 +208,22 @@ class Client:
         if remaining <= 0.05:
             raise TimeoutError("hook budget spent")
         data = json.dumps(body).encode("utf-8") if body is not None else None
-        request = urllib.request.Request(self.endpoint + path, data=data, headers=self.headers, method=method)
-        with urllib.request.urlopen(request, timeout=remaining) as response:  # noqa: S310 - loopback daemon URL
-            return json.loads(response.read() or b"{}")
+        status, payload = http_request(self.endpoint, method, path, self.headers, data, remaining)
+        if status >= 400:
+            raise HTTPError(status, payload)
+        return json.loads(payload or b"{}")
 
 
 class State:
     """One state file with a TTL (``$MEMMY_HOME/hooks/state``)."""
 
     def __init__(self, agent: str, session_key: str) -> None:
-        self.dir = memmy_home() / "hooks" / "state"
-        self.path = self.dir / f"{agent}-{short_hash(agent, session_key)}.json"
+        self.dir = os.path.join(memmy_home(), "hooks", "state")
+        self.path = os.path.join(self.dir, f"{agent}-{short_hash(agent, session_key)}.json")
 
     def load(self) -> dict[str, Any]:
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
+            data = json.loads(_read_text(self.path))
         except (OSError, ValueError):
             return {}
         if not isinstance(data, dict) or time.time() - float(data.get("savedAt", 0)) > STATE_TTL_S:
@@ -126,9 +232,10 @@ class State:
 
     def save(self, data: dict[str, Any]) -> None:
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({**data, "savedAt": time.time()}), encoding="utf-8")
+            os.makedirs(self.dir, exist_ok=True)
+            tmp = self.path[: -len(".json")] + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as handle:
+                handle.write(json.dumps({**data, "savedAt": time.time()}))
             os.replace(tmp, self.path)
             self._prune()
         except OSError:
@@ -136,16 +243,19 @@ class State:
 
     def clear(self) -> None:
         try:
-            self.path.unlink()
+            os.unlink(self.path)
         except OSError:
             pass
 
     def _prune(self) -> None:
         cutoff = time.time() - STATE_TTL_S
-        for old in self.dir.glob("*.json"):
+        for name in os.listdir(self.dir):
+            if not name.endswith(".json"):
+                continue
+            old = os.path.join(self.dir, name)
             try:
-                if old.stat().st_mtime < cutoff:
-                    old.unlink()
+                if os.stat(old).st_mtime < cutoff:
+                    os.unlink(old)
             except OSError:
                 continue
 
@@ -242,7 +352,7 @@ def on_prompt(
     }
     try:
         started = client.call("POST", "/api/v1/turns/start", body)
-    except urllib.error.HTTPError as exc:
+    except HTTPError as exc:
         if not opened or exc.code not in (404, 409):
             raise
         # The daemon forgot the session (new store, closed session): open it and try once more.
@@ -286,6 +396,8 @@ def stop_status(payload: dict[str, Any]) -> str:
 
 def on_stop(agent: str, event: str, payload: dict[str, Any], client: Client, state: TurnStates) -> str:
     """Complete the turn with answer, status and tool trace (payload first, transcript second)."""
+    from memmy.hook.transcripts import claude_last_turn, codex_last_turn  # only stop events read transcripts
+
     current = state.load()
     transcript_path = first(payload, "transcript_path", "transcriptPath")
     from_transcript = (codex_last_turn if agent == "codex" else claude_last_turn)(transcript_path)
@@ -356,6 +468,8 @@ def main(argv: list[str]) -> int:
     budget = settings()["budget"]
     deadline = time.monotonic() + budget
     result: list[str] = []
+    done = _thread.allocate_lock()
+    done.acquire()
 
     def work() -> None:
         try:
@@ -363,10 +477,11 @@ def main(argv: list[str]) -> int:
             result.append(handle(agent, event, raw, deadline))
         except Exception:  # noqa: BLE001 - fail open, whatever happened
             result.append(fallback)
+        finally:
+            done.release()
 
-    worker = threading.Thread(target=work, daemon=True)
-    worker.start()
-    worker.join(max(0.05, deadline - time.monotonic()))
+    _thread.start_new_thread(work, ())
+    done.acquire(timeout=max(0.05, deadline - time.monotonic()))
     output = result[0] if result else fallback
     if output:
         sys.stdout.write(output + "\n")

@@ -1,26 +1,34 @@
-"""The recall pipeline: layers by mode, channels, per-candidate scoring, fusion, thresholds, MMR, dedup.
+"""The recall pipeline: layers by mode, channels, per-candidate scoring, fusion, thresholds, selection, dedup.
 
-relevance = (max(channel scores) + layer bonus + 0.4 * RRF) x freshness factor (memories with a decay
-profile only: 0.2 + 0.8 x freshness). Every stage is timed and every drop has a
-reason, so ``--verbose`` can explain why a memory was or was not recalled.
+Fusion is CombSUM of calibrated evidence: every channel's scores are put on one [0, 1] scale per query
+(BM25 relative to the best match, cosine min-max over the channel's pool), the lexical family (best of fts,
+pattern, structural) and the semantic family (vector) count equally, and
+relevance = (fused + layer bonus + 0.4 * RRF) x freshness factor (memories with a decay profile only:
+0.2 + 0.8 x freshness). Selection diversifies by identity (episode, turn window), never by shared text: a hit
+on a dialogue turn brings its neighbouring turns as one result, and a later hit inside that window is
+absorbed instead of taking another slot. Every stage is timed and every drop has a reason, so ``--verbose``
+can explain why a memory was or was not recalled.
 """
 
 from __future__ import annotations
 
 import math
+import sqlite3
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-import numpy as np
-
 from memmy.domain import Memory
+from memmy.errors import StoreError
 from memmy.recall.channels import ChannelHit, fts_channel, pattern_channel, structural_channel, vector_channel
+from memmy.recall.dates import DateRange, parse_moment
 from memmy.recall.freshness import freshness_factor
 from memmy.recall.query import PreparedQuery
 from memmy.store.memories import MemoryFilter, MemoryRepository
+from memmy.store.reader import ReadOnlyDatabase
 from memmy.store.vectors import Vector, VectorIndex
 
 MODE_LAYERS: dict[str, tuple[str, ...]] = {
@@ -64,6 +72,7 @@ class RecallSettings:
     smart_seed_ratio: float
     multi_channel_bypass: bool
     read_only_profile: str
+    context_window: int = 1
 
     @classmethod
     def from_config(cls, algorithm: dict[str, Any]) -> RecallSettings:
@@ -87,6 +96,7 @@ class RecallSettings:
             smart_seed_ratio=float(r["smartSeedRatio"]),
             multi_channel_bypass=bool(r["multiChannelBypass"]),
             read_only_profile=str(r["readOnlyInjectionProfile"]),
+            context_window=max(0, int(r.get("contextWindow", 1))),
         )
 
     def pool(self, layer: str) -> int:
@@ -107,6 +117,9 @@ class Candidate:
     mmr: float = 0.0
     source: str = "search"
     rollup_of: list[str] = field(default_factory=list)
+    calibrated: dict[str, float] = field(default_factory=dict)
+    fused: float = 0.0
+    window: list[Memory] = field(default_factory=list)
 
     @property
     def tier(self) -> int:
@@ -122,8 +135,11 @@ class Candidate:
             "ranks": self.ranks,
             "bonus": round(self.bonus, 4),
             "rrf": round(self.rrf, 4),
+            "calibrated": {k: round(v, 4) for k, v in self.calibrated.items()},
+            "fused": round(self.fused, 4),
             "relevance": round(self.relevance, 4),
             "source": self.source,
+            "window": [m.id for m in self.window],
         }
 
 
@@ -181,6 +197,12 @@ def _num(props: dict[str, Any], key: str, default: float) -> float:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else default
 
 
+def _episode_of(cand: Candidate) -> str:
+    if cand.rollup_of:
+        return cand.memory.id
+    return str((cand.memory.properties.get("trace") or {}).get("episode_id") or "")
+
+
 def _rank_key(channel: str) -> Callable[[Candidate], int]:
     return lambda cand: cand.ranks[channel]
 
@@ -197,6 +219,9 @@ class RecallEngine:
         self.repo = repo
         self.index = index
         self.embed_query = embed_query
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memmy-recall-keyword")
+        self._keyword_repo: MemoryRepository | None = None
+        self._reader_failed = False
 
     def recall(self, request: RecallRequest, settings: RecallSettings) -> RecallOutcome:
         """Run every stage and return the selected candidates (at most ``request.limit``)."""
@@ -215,15 +240,29 @@ class RecallEngine:
         if not layers:
             return RecallOutcome([], [], [], ["layers:none"], timings, layers)
         index = self.index()
+        # The keyword channels need no query vector: they run in a worker thread, on the store's read-only
+        # connection, while the query is embedded (SQLite, onnxruntime and BLAS all release the GIL), so a
+        # recall costs about max(fts, embed + scan) instead of their sum.
+        reader = self._reader()
+        keyword_job = None
+        if reader is not None:
+            keyword_job = self._pool.submit(self._keyword_channels, request, settings, layers, reader)
         query_vector: Vector | None = None
         if "vec" in request.channels and index is not None and len(index):
             query_vector = self.embed_query(request.query.vector_text)
             if query_vector is None:
                 status.append("vector:unavailable")
         lap("embed")
-
-        hits = self._run_channels(request, settings, layers, index, query_vector)
-        lap("channels")
+        hits = self._vector_hits(request, settings, layers, index, query_vector)
+        lap("vector")
+        keyword_hits, keyword_ms = (
+            keyword_job.result()
+            if keyword_job is not None
+            else self._keyword_channels(request, settings, layers, self.repo)
+        )
+        hits.extend(keyword_hits)
+        timings["keyword"] = round(keyword_ms, 3)  # its own duration; it overlapped embed and vector
+        lap("keyword_wait")
 
         candidate_ids = list(dict.fromkeys(h.memory_id for h in hits if h.memory_id not in request.exclude_ids))
         memories = self.repo.get_many(candidate_ids, request.scope)
@@ -231,26 +270,30 @@ class RecallEngine:
         lap("load")
 
         candidates = self._score(hits, memories, request, settings, dropped)
-        candidates = self._pool_cap(candidates, settings)
+        self._calibrate(candidates, settings, request.query.dates)
+        candidates = self._pool_cap(candidates, settings, request.limit)
         rollups = self._episode_rollups(candidates, settings, index)
         candidates.extend(rollups)
         now = time.time()
         for cand in candidates:
             cand.rrf = sum(1.0 / (settings.rrf_constant + r + 1) for r in cand.ranks.values())
-            cand.relevance = max(cand.channels.values(), default=0.0) + cand.bonus + 0.4 * cand.rrf
+            cand.relevance = cand.fused + cand.bonus + 0.4 * cand.rrf
             cand.relevance *= freshness_factor(cand.memory, now)  # 1.0 unless the memory has a decay profile
         candidates = self._threshold(candidates, settings, dropped)
         if request.query.identifier_like and request.mode != "decision_repair":
             candidates = self._keyword_confirmation(candidates, dropped)
         lap("fuse")
 
-        selected = self._mmr(candidates, settings, request.limit, index, query_vector)
+        selected = self._select(candidates, settings, request, dropped)
         selected = self._dedup(selected, dropped)
         lap("select")
         return RecallOutcome(selected[: request.limit], candidate_ids, dropped, status, timings, layers)
 
     # -- stages -----------------------------------------------------------------------------------
-    def _run_channels(
+    def _pools(self, request: RecallRequest, settings: RecallSettings, layers: tuple[str, ...]) -> dict[str, int]:
+        return {layer: max(settings.pool(layer), 3 * request.limit) for layer in layers}
+
+    def _vector_hits(
         self,
         request: RecallRequest,
         settings: RecallSettings,
@@ -258,23 +301,44 @@ class RecallEngine:
         index: VectorIndex | None,
         query_vector: Vector | None,
     ) -> list[ChannelHit]:
+        if "vec" not in request.channels:
+            return []
+        return vector_channel(index, query_vector, request.scope, self._pools(request, settings, layers))
+
+    def _reader(self) -> MemoryRepository | None:
+        """The repository over the store's second, read-only connection (None where it cannot be opened)."""
+        if self._keyword_repo is None and not self._reader_failed:
+            try:
+                self._keyword_repo = MemoryRepository(ReadOnlyDatabase(self.repo.db.path))
+            except (StoreError, sqlite3.Error, AttributeError):
+                self._reader_failed = True  # e.g. a store without a file: keyword channels run inline
+        return self._keyword_repo
+
+    def close(self) -> None:
+        """Stop the keyword worker and close the read-only connection."""
+        self._pool.shutdown(wait=False)
+        if self._keyword_repo is not None:
+            self._keyword_repo.db.close()
+            self._keyword_repo = None
+
+    def _keyword_channels(
+        self, request: RecallRequest, settings: RecallSettings, layers: tuple[str, ...], repo: MemoryRepository
+    ) -> tuple[list[ChannelHit], float]:
+        """fts, pattern and structural hits from ``repo``, and how long they took (ms)."""
+        started = time.perf_counter()
         hits: list[ChannelHit] = []
         scope = request.scope
         layered = MemoryFilter(
             layers=layers, project_id=scope.project_id, source_agent=scope.source_agent, user_id=scope.user_id
         )
-        pool_total = sum(settings.pool(layer) for layer in layers)
-        keyword_limit = max(settings.keyword_top_k, pool_total)
-        if "vec" in request.channels:
-            pools = {layer: settings.pool(layer) for layer in layers}
-            hits.extend(vector_channel(index, query_vector, scope, pools))
+        keyword_limit = max(settings.keyword_top_k, sum(self._pools(request, settings, layers).values()))
         if "fts" in request.channels:
-            hits.extend(fts_channel(self.repo, request.query.fts_terms, layered, keyword_limit))
+            hits.extend(fts_channel(repo, request.query.fts_terms, layered, keyword_limit))
         if "pattern" in request.channels:
-            hits.extend(pattern_channel(self.repo, request.query.pattern_terms, layered, keyword_limit))
+            hits.extend(pattern_channel(repo, request.query.pattern_terms, layered, keyword_limit))
         if "structural" in request.channels and "L1" in layers:
-            hits.extend(structural_channel(self.repo, request.query.structural, layered))
-        return hits
+            hits.extend(structural_channel(repo, request.query.structural, layered))
+        return hits, (time.perf_counter() - started) * 1000
 
     def _score(
         self,
@@ -371,14 +435,46 @@ class RecallEngine:
         return 0.0
 
     @staticmethod
-    def _pool_cap(candidates: list[Candidate], settings: RecallSettings) -> list[Candidate]:
+    def _calibrate(candidates: list[Candidate], settings: RecallSettings, dates: Sequence[DateRange] = ()) -> None:
+        """Put every channel on one [0, 1] scale per query and tier, then fuse (CombSUM of two families).
+
+        BM25 is already relative to the tier's best match (0 = no match). Cosine has no natural zero (unrelated
+        texts score 0.1-0.3 with MiniLM), so it is scaled between the floor below which a vector hit is no
+        evidence at all (``minTraceSim``, 0.15 for L3: the same floors the channel filter uses) and the tier's
+        best vector hit (1). Lexical evidence is the best of fts, structural and half the pattern channel (a
+        token present, ranked by recency, says less than a graded BM25 score); lexical and semantic evidence
+        count equally, and so does date evidence when the query names a date (the memory's time is in range).
+        """
+        for tier in (1, 2, 3):
+            in_tier = [c for c in candidates if c.tier == tier and "vec" in c.channels]
+            if not in_tier:
+                continue
+            high = max(c.channels["vec"] for c in in_tier)
+            for cand in in_tier:
+                low = min(0.15 if cand.memory.layer == "L3" else settings.min_trace_sim, high - 1e-6)
+                cand.calibrated["vec"] = max(0.0, (cand.channels["vec"] - low) / (high - low))
+        for cand in candidates:
+            for channel in KEYWORD_CHANNELS:
+                if channel in cand.channels:
+                    weight = 0.5 if channel == "pattern" else 1.0
+                    cand.calibrated[channel] = weight * cand.channels[channel]
+            lexical = max((cand.calibrated.get(ch, 0.0) for ch in KEYWORD_CHANNELS), default=0.0)
+            families = [lexical, cand.calibrated.get("vec", 0.0)]
+            if dates:  # the query names a date: a memory from that time is a third, equal piece of evidence
+                moment = parse_moment(cand.memory.valid_from or cand.memory.created_at)
+                if moment is not None and any(d.contains(moment) for d in dates):
+                    cand.calibrated["date"] = 1.0
+                families.append(cand.calibrated.get("date", 0.0))
+            cand.fused = sum(families) / len(families)
+
+    @staticmethod
+    def _pool_cap(candidates: list[Candidate], settings: RecallSettings, limit: int = 0) -> list[Candidate]:
         kept: list[Candidate] = []
         for tier in (1, 2, 3):
             tier_cands = [c for c in candidates if c.tier == tier]
-            tier_cands.sort(
-                key=lambda c: (-(max(c.channels.values()) + c.bonus), -len(c.channels), -c.channels.get("vec", 0.0))
-            )
-            kept.extend(tier_cands[: math.ceil(settings.tier_top_k[tier] * settings.candidate_pool_factor)])
+            tier_cands.sort(key=lambda c: (-(c.fused + c.bonus), -len(c.channels), -c.channels.get("vec", 0.0)))
+            cap = max(math.ceil(settings.tier_top_k[tier] * settings.candidate_pool_factor), 3 * limit)
+            kept.extend(tier_cands[:cap])
         return kept
 
     @staticmethod
@@ -455,48 +551,63 @@ class RecallEngine:
                 kept.append(cand)
         return kept
 
-    @staticmethod
-    def _mmr(
+    def _select(
+        self,
         candidates: list[Candidate],
         settings: RecallSettings,
-        limit: int,
-        index: VectorIndex | None,
-        query_vector: Vector | None,
+        request: RecallRequest,
+        dropped: list[dict[str, Any]],
     ) -> list[Candidate]:
+        """Pick up to ``limit`` results, diversified by identity rather than by shared text.
+
+        Order is by relevance (smart seed first: the best of each tier if it reaches ``smartSeedRatio`` x
+        best). A trace hit brings its ``contextWindow`` neighbouring turns of the same session as one result;
+        a later candidate that is already inside a selected window is absorbed (``in_window``) instead of
+        taking a slot. Traces of an episode already selected are penalised by ``(1 - mmrLambda)`` x their
+        relevance, so one task's steps do not crowd out everything else.
+        """
         if not candidates:
             return []
         pool = sorted(candidates, key=lambda c: (-c.relevance, -c.rrf, c.memory.id))
-        vectors: dict[str, Vector | None] = {}
-        for cand in pool:
-            vec = index.vector(cand.memory.id) if index is not None else None
-            if vec is None and cand.rollup_of and index is not None:
-                vec = index.vector(cand.rollup_of[0])
-            vectors[cand.memory.id] = vec if vec is not None else query_vector
         selected: list[Candidate] = []
-        top = pool[0].relevance
+        covered: set[str] = set()
+        episodes: set[str] = set()
+        limit = request.limit
+
+        def take(cand: Candidate, score: float) -> None:
+            cand.mmr = score
+            selected.append(cand)
+            covered.add(cand.memory.id)
+            covered.update(cand.rollup_of)
+            episode = _episode_of(cand)
+            if episode:
+                episodes.add(episode)
+            if settings.context_window > 0 and cand.memory.layer == "L1" and not cand.rollup_of:
+                cand.window = self.repo.neighbours(cand.memory, settings.context_window, request.scope)
+                covered.update(m.id for m in cand.window)
+
         if settings.smart_seed:
-            cutoff = settings.smart_seed_ratio * top
+            cutoff = settings.smart_seed_ratio * pool[0].relevance
             for tier in (1, 2, 3):
                 best = next((c for c in pool if c.tier == tier), None)
-                if best is not None and best.relevance >= cutoff and best not in selected and len(selected) < limit:
-                    best.mmr = best.relevance
-                    selected.append(best)
+                if best is not None and best.relevance >= cutoff and len(selected) < limit:
+                    take(best, best.relevance)
         remaining = [c for c in pool if c not in selected]
         lam = settings.mmr_lambda
         while remaining and len(selected) < limit:
             best_cand, best_score = None, -math.inf
-            for cand in remaining:
-                vec = vectors[cand.memory.id]
-                similarity = 0.0
-                if vec is not None and selected:
-                    sims = [float(np.dot(vec, other)) for s in selected if (other := vectors[s.memory.id]) is not None]
-                    similarity = max(sims, default=0.0)
-                score = cand.relevance if not selected else lam * cand.relevance - (1 - lam) * similarity
+            for cand in list(remaining):
+                if cand.memory.id in covered and not cand.rollup_of:
+                    dropped.append({"id": cand.memory.id, "reason": "in_window"})
+                    remaining.remove(cand)
+                    continue
+                episode = _episode_of(cand)
+                score = cand.relevance if not (episode and episode in episodes) else lam * cand.relevance
                 if score > best_score:
                     best_cand, best_score = cand, score
-            assert best_cand is not None
-            best_cand.mmr = best_score
-            selected.append(best_cand)
+            if best_cand is None:
+                break
+            take(best_cand, best_score)
             remaining.remove(best_cand)
         selected.sort(key=lambda c: (-c.mmr, -c.rrf))
         return selected

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memmy.capture.trace import derive_tags, error_signatures
+from memmy.recall.dates import DateRange, date_ranges
 from memmy.store.text import CHINESE_STOPWORDS, CJK_RUN, ENGLISH_STOPWORDS, cjk_bigrams
 
 MAX_QUERY_CHARS = 1500
@@ -56,6 +57,7 @@ class PreparedQuery:
     identifier_like: bool
     source: str = "rules"
     notes: list[str] = field(default_factory=list)
+    dates: list[DateRange] = field(default_factory=list)
 
     def to_debug(self) -> dict[str, Any]:
         """For ``--verbose``."""
@@ -68,6 +70,10 @@ class PreparedQuery:
             "tags": self.tags,
             "identifierLike": self.identifier_like,
             "source": self.source,
+            "dates": [
+                f"month {d.month_only}" if d.month_only else f"{d.start.isoformat()}/{d.end.isoformat()}"
+                for d in self.dates
+            ],
         }
 
 
@@ -161,4 +167,5 @@ def prepare_query(text: str, context_hints: dict[str, Any] | None = None, keywor
         structural=structural_fragments(full),
         tags=derive_tags(full, [], []),
         identifier_like=is_identifier_like(full),
+        dates=date_ranges(text),
     )

@@ -101,6 +101,7 @@ def embedder_factory(config: MemmyConfig) -> Callable[[], Embedder]:
             batch_size=settings.batch_size,
             timeout_ms=settings.timeout_ms,
             max_retries=settings.max_retries,
+            cache_dir=config.home / "models",
         )
 
     return factory
@@ -180,6 +181,7 @@ class MemoryService:
                 job.thread.join(timeout=30)
         self.worker.stop()
         self.indexer.stop()
+        self.recall_ops.engine.close()  # its read-only connection first, so the checkpoint can truncate the WAL
         self.db.close()
 
     def redact(self, body: Any) -> Any:

@@ -66,6 +66,7 @@ def hit_of(candidate: Candidate) -> dict[str, Any]:
         "projectId": memory.project_id,
         "sessionId": memory.session_id,
         "createdAt": memory.created_at,
+        **({"window": [m.id for m in candidate.window]} if len(candidate.window) > 1 else {}),
     }
 
 

@@ -271,24 +271,36 @@ class MemoryRepository:
         where, params = flt.sql(utc_now())
         window = max(limit * 4, 64)
         while True:
-            sql = (
-                "WITH hits AS (SELECT id, bm25(memories_fts, 0.0, 2.0, 1.0, 1.5) AS rank FROM memories_fts "
-                "WHERE memories_fts MATCH ? ORDER BY rank LIMIT ?) "
-                f"SELECT h.id AS id, h.rank AS rank FROM hits h JOIN memories m ON m.id = h.id WHERE {where} "
-                "ORDER BY h.rank LIMIT ?"
-            )
+            # Rank by rowid alone: selecting the UNINDEXED id here would read every match's stored row.
             try:
-                rows = self.db.query(sql, [expression, window, *params, limit])
+                ranked = self.db.query(
+                    "SELECT rowid AS r, bm25(memories_fts, 0.0, 2.0, 1.0, 1.5) AS rank FROM memories_fts "
+                    "WHERE memories_fts MATCH ? ORDER BY rank LIMIT ?",
+                    [expression, window],
+                )
             except sqlite3.OperationalError:
                 return []
-            if len(rows) >= limit or window >= MAX_FTS_WINDOW:
-                break
-            matched = self.db.query_one("SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?", [expression])
-            if matched is None or matched[0] <= window:
-                break
+            if not ranked:
+                return []
+            allowed = self._visible_fts_rows([row["r"] for row in ranked], where, params)
+            hits = [(allowed[row["r"]], -float(row["rank"])) for row in ranked if row["r"] in allowed]
+            # SQLite's bm25() is negative (more negative = better).
+            if len(hits) >= limit or len(ranked) < window or window >= MAX_FTS_WINDOW:
+                return hits[:limit]
             window *= 8
-        # SQLite's bm25() is negative (more negative = better).
-        return [(row["id"], -float(row["rank"])) for row in rows]
+
+    def _visible_fts_rows(self, rowids: Sequence[int], where: str, params: list[Any]) -> dict[int, str]:
+        """``{fts rowid: memory id}`` for the rows whose memory passes the filter (``where`` on alias ``m``)."""
+        found: dict[int, str] = {}
+        for start in range(0, len(rowids), 500):
+            chunk = list(rowids[start : start + 500])
+            rows = self.db.query(
+                f"SELECT f.rowid AS r, f.id AS id FROM memories_fts f JOIN memories m ON m.id = f.id "
+                f"WHERE f.rowid IN ({','.join('?' * len(chunk))}) AND {where}",
+                [*chunk, *params],
+            )
+            found.update((row["r"], row["id"]) for row in rows)
+        return found
 
     def selective_terms(self, terms: Sequence[str]) -> list[str]:
         """In a large store keep the most selective terms: at most the 8 rarest, and none found in more than
@@ -331,6 +343,27 @@ class MemoryRepository:
             if matched is None or matched[0] <= window:
                 return [row["id"] for row in rows]
             window *= 8
+
+    def neighbours(self, memory: Memory, window: int, flt: MemoryFilter) -> list[Memory]:
+        """``memory`` with up to ``window`` visible turns before and after it in its session (same layer),
+        in time order; just ``[memory]`` when it has no session."""
+        if not memory.session_id or window <= 0:
+            return [memory]
+        where, params = flt.sql(utc_now())
+        row = self.db.query_one("SELECT rowid, created_at FROM memories WHERE id = ?", (memory.id,))
+        if row is None:
+            return [memory]
+        base = f"SELECT {_COLUMNS} FROM memories m WHERE m.session_id = ? AND m.memory_layer = ? AND {where}"
+        key = (row["created_at"], row["rowid"])
+        before = self.db.query(
+            f"{base} AND (m.created_at, m.rowid) < (?, ?) ORDER BY m.created_at DESC, m.rowid DESC LIMIT ?",
+            [memory.session_id, memory.layer, *params, *key, window],
+        )
+        after = self.db.query(
+            f"{base} AND (m.created_at, m.rowid) > (?, ?) ORDER BY m.created_at, m.rowid LIMIT ?",
+            [memory.session_id, memory.layer, *params, *key, window],
+        )
+        return [*(row_to_memory(r) for r in reversed(before)), memory, *(row_to_memory(r) for r in after)]
 
     def page(
         self,

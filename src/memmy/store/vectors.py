@@ -2,8 +2,9 @@
 
 Every vector row is stamped with the embedding provider, model and dimension that produced it. Search
 never mixes spaces: the in-memory index holds only vectors of the current fingerprint, and rows with any
-other stamp are re-embedded in the background. The index is exact (a float32 matrix product over the whole
-corpus, no recency window); at 100k x 384 one query costs a few milliseconds on two cores.
+other stamp are re-embedded in the background. The index is exact (float32 matrix products, no recency window),
+kept as one contiguous block per project: a project-scoped query scans its project and the shared rows only;
+an unscoped one scans every block (at 100k x 384 a few milliseconds on two cores).
 """
 
 from __future__ import annotations
@@ -29,28 +30,49 @@ class VectorMeta:
     source: str = "unknown"
 
 
-class VectorIndex:
-    """Exact cosine search over L2-normalised vectors kept in one growable float32 matrix.
+class _Block:
+    """The rows of one project scope (or of the memories every project sees), contiguous in one matrix."""
 
-    Each row also carries small integer codes for its layer, project and source so that a scoped,
-    layer-restricted search is one masked matrix product over the whole corpus.
+    def __init__(self, dim: int, capacity: int) -> None:
+        self.dim = dim
+        self.matrix: Vector = np.zeros((capacity, dim), dtype=np.float32)
+        self.layer = np.zeros(capacity, dtype=np.int8)
+        self.source = np.zeros(capacity, dtype=np.int32)
+        self.keys: list[tuple[str, str]] = []
+
+    def grow(self, needed: int) -> None:
+        size = self.matrix.shape[0]
+        if needed <= size:
+            return
+        new_size = max(64, size * 2, needed)
+        for name in ("matrix", "layer", "source"):
+            old = getattr(self, name)
+            # np.zeros leaves untouched pages unallocated, so spare capacity costs address space, not memory.
+            grown = np.zeros((new_size, self.dim) if name == "matrix" else (new_size,), dtype=old.dtype)
+            grown[:size] = old
+            setattr(self, name, grown)
+
+
+class VectorIndex:
+    """Exact cosine search over L2-normalised vectors, kept in one contiguous float32 block per project.
+
+    A scoped search (one project) scans only that project's block and the block of memories every project
+    sees (no project, or global), so its cost follows the project's size, not the store's. Each row also
+    carries small integer codes for its layer and source; layer and source filters are masks over a block.
     """
 
     NO_PROJECT = -1
 
     def __init__(self, dim: int, capacity: int = 1024) -> None:
         self.dim = dim
+        self._capacity = capacity
         self._lock = threading.RLock()
-        self._matrix: Vector = np.zeros((capacity, dim), dtype=np.float32)
-        self._layer = np.zeros(capacity, dtype=np.int8)
-        self._project = np.full(capacity, self.NO_PROJECT, dtype=np.int32)
-        self._source = np.zeros(capacity, dtype=np.int32)
-        self._keys: list[tuple[str, str]] = []
-        self._pos: dict[tuple[str, str], int] = {}
+        self._blocks: dict[int, _Block] = {}
+        self._pos: dict[tuple[str, str], tuple[int, int]] = {}
         self._codes: dict[str, dict[str, int]] = {"layer": {}, "project": {}, "source": {}}
 
     def __len__(self) -> int:
-        return len(self._keys)
+        return len(self._pos)
 
     def _code(self, kind: str, value: str) -> int:
         table = self._codes[kind]
@@ -58,18 +80,12 @@ class VectorIndex:
             table[value] = len(table)
         return table[value]
 
-    def _grow(self, needed: int) -> None:
-        size = self._matrix.shape[0]
-        if needed <= size:
-            return
-        new_size = max(1024, size * 2, needed)
-        for name, fill in (("_matrix", 0.0), ("_layer", 0), ("_project", self.NO_PROJECT), ("_source", 0)):
-            old = getattr(self, name)
-            shape = (new_size, self.dim) if name == "_matrix" else (new_size,)
-            # np.zeros leaves untouched pages unallocated; only the project codes need a non-zero fill.
-            grown = np.zeros(shape, dtype=old.dtype) if fill == 0 else np.full(shape, fill, dtype=old.dtype)
-            grown[:size] = old
-            setattr(self, name, grown)
+    def _block(self, project: int) -> _Block:
+        block = self._blocks.get(project)
+        if block is None:
+            first = self._capacity if not self._blocks else 64
+            block = self._blocks[project] = _Block(self.dim, first)
+        return block
 
     def upsert(self, memory_id: str, field: str, vector: Vector, meta: VectorMeta | None = None) -> None:
         """Insert or replace the vector of (memory, field)."""
@@ -78,37 +94,48 @@ class VectorIndex:
         meta = meta or VectorMeta(layer="L1")
         key = (memory_id, field)
         with self._lock:
-            row = self._pos.get(key)
-            if row is None:
-                row = len(self._keys)
-                self._grow(row + 1)
-                self._keys.append(key)
-                self._pos[key] = row
-            self._matrix[row] = vector
-            self._layer[row] = self._code("layer", meta.layer)
-            self._project[row] = self.NO_PROJECT if meta.project_id is None else self._code("project", meta.project_id)
-            self._source[row] = self._code("source", meta.source)
+            project = self.NO_PROJECT if meta.project_id is None else self._code("project", meta.project_id)
+            found = self._pos.get(key)
+            if found is not None and found[0] != project:  # the memory moved to another scope
+                self._remove_key(key)
+                found = None
+            block = self._block(project)
+            if found is None:
+                row = len(block.keys)
+                block.grow(row + 1)
+                block.keys.append(key)
+                self._pos[key] = (project, row)
+            else:
+                row = found[1]
+            block.matrix[row] = vector
+            block.layer[row] = self._code("layer", meta.layer)
+            block.source[row] = self._code("source", meta.source)
 
     def bulk_load(self, items: Iterable[tuple[str, str, Vector, VectorMeta]]) -> None:
         """Add many vectors (used at start-up)."""
         for memory_id, field, vector, meta in items:
             self.upsert(memory_id, field, vector, meta)
 
+    def _remove_key(self, key: tuple[str, str]) -> None:
+        found = self._pos.pop(key, None)
+        if found is None:
+            return
+        project, row = found
+        block = self._blocks[project]
+        last = len(block.keys) - 1
+        if row != last:  # swap-with-last, O(1) per row
+            moved = block.keys[last]
+            for array in (block.matrix, block.layer, block.source):
+                array[row] = array[last]
+            block.keys[row] = moved
+            self._pos[moved] = (project, row)
+        block.keys.pop()
+
     def remove(self, memory_id: str) -> None:
-        """Drop every vector of a memory (swap-with-last, O(1) per row)."""
+        """Drop every vector of a memory."""
         with self._lock:
             for field in ("vec_summary", "vec_action", "vec"):
-                row = self._pos.pop((memory_id, field), None)
-                if row is None:
-                    continue
-                last = len(self._keys) - 1
-                if row != last:
-                    moved = self._keys[last]
-                    for array in (self._matrix, self._layer, self._project, self._source):
-                        array[row] = array[last]
-                    self._keys[row] = moved
-                    self._pos[moved] = row
-                self._keys.pop()
+                self._remove_key((memory_id, field))
 
     def contains(self, memory_id: str) -> bool:
         """True when the memory has at least one indexed vector."""
@@ -119,28 +146,24 @@ class VectorIndex:
         """The memory's first stored vector (summary, then action, then vec), or None."""
         with self._lock:
             for field in ("vec_summary", "vec", "vec_action"):
-                row = self._pos.get((memory_id, field))
-                if row is not None:
-                    found: Vector = self._matrix[row].copy()
-                    return found
+                found = self._pos.get((memory_id, field))
+                if found is not None:
+                    row: Vector = self._blocks[found[0]].matrix[found[1]].copy()
+                    return row
         return None
 
     def _mask(
-        self, n: int, layers: Sequence[str] | None, project_id: str | None, source: str | None
+        self, block: _Block, n: int, layers: Sequence[str] | None, source: str | None
     ) -> NDArray[np.bool_] | None:
         mask: NDArray[np.bool_] | None = None
         if layers:
             codes = [self._codes["layer"].get(layer, -1) for layer in layers]
-            mask = self._layer[:n] == codes[0]  # equality is ~100x cheaper than np.isin on 100k rows
+            mask = block.layer[:n] == codes[0]  # equality is ~100x cheaper than np.isin on 100k rows
             for code in codes[1:]:
-                mask |= self._layer[:n] == code
-        if project_id is not None:
-            code = self._codes["project"].get(project_id, -2)
-            in_scope = (self._project[:n] == code) | (self._project[:n] == self.NO_PROJECT)
-            mask = in_scope if mask is None else mask & in_scope
+                mask |= block.layer[:n] == code
         if source is not None:
             code = self._codes["source"].get(source, -2)
-            same = self._source[:n] == code
+            same = block.source[:n] == code
             mask = same if mask is None else mask & same
         return mask
 
@@ -167,20 +190,40 @@ class VectorIndex:
         source: str | None = None,
         merge: bool = False,
     ) -> dict[str, list[tuple[str, float]]]:
-        """Top memories per layer (``{"L1": 20, ...}``; ``"*"`` = any layer) from ONE matrix product.
+        """Top memories per layer (``{"L1": 20, ...}``; ``"*"`` = any layer), one matrix product per block.
 
-        With ``merge`` the per-layer results are also merged into ``"*"`` (best first, capped at the largest k).
+        A ``project_id`` limits the scan to that project's block and the block every project sees. With
+        ``merge`` the per-layer results are also merged into ``"*"`` (best first, capped at the largest k).
         """
+        query = query.astype(np.float32, copy=False)
         with self._lock:
-            n = len(self._keys)
-            if n == 0 or not pools:
+            if not self._pos or not pools:
                 return {name: [] for name in [*pools, "*"]}
-            scores = self._matrix[:n] @ query.astype(np.float32, copy=False)
-            scope_mask = self._mask(n, None, project_id, source)
-            results: dict[str, list[tuple[str, float]]] = {}
-            for name, k in pools.items():
-                mask = scope_mask if name == "*" else self._mask(n, [name], project_id, source)
-                results[name] = self._top(scores, mask, k)
+            if project_id is None:
+                codes = list(self._blocks)
+            else:
+                codes = [self.NO_PROJECT]
+                if project_id in self._codes["project"]:
+                    codes.append(self._codes["project"][project_id])
+            found: dict[str, list[tuple[str, float]]] = {name: [] for name in pools}
+            for code in codes:
+                block = self._blocks.get(code)
+                n = len(block.keys) if block is not None else 0
+                if block is None or n == 0:
+                    continue
+                scores = block.matrix[:n] @ query
+                for name, k in pools.items():
+                    mask = self._mask(block, n, None if name == "*" else [name], source)
+                    found[name].extend(self._top(block, scores, mask, k))
+        results: dict[str, list[tuple[str, float]]] = {}
+        for name, k in pools.items():
+            best: dict[str, float] = {}
+            for memory_id, score in sorted(found[name], key=lambda hit: -hit[1]):
+                if memory_id not in best:
+                    best[memory_id] = score
+                    if len(best) >= k:
+                        break
+            results[name] = list(best.items())
         if merge:
             merged = sorted(
                 (hit for name, hits in results.items() if name != "*" for hit in hits), key=lambda hit: -hit[1]
@@ -188,7 +231,8 @@ class VectorIndex:
             results["*"] = merged[: max(pools.values())]
         return results
 
-    def _top(self, scores: Vector, mask: NDArray[np.bool_] | None, k: int) -> list[tuple[str, float]]:
+    @staticmethod
+    def _top(block: _Block, scores: Vector, mask: NDArray[np.bool_] | None, k: int) -> list[tuple[str, float]]:
         n = scores.shape[0]
         if k <= 0:
             return []
@@ -199,7 +243,7 @@ class VectorIndex:
         order = order[np.isfinite(masked[order])]
         best: dict[str, float] = {}
         for i in order.tolist():
-            memory_id = self._keys[i][0]
+            memory_id = block.keys[i][0]
             if memory_id not in best:
                 best[memory_id] = float(masked[i])
                 if len(best) >= k:

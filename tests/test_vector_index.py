@@ -1,0 +1,52 @@
+"""The in-memory vector index with per-project blocks gives exactly the brute-force answer, scoped or not."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from memmy.store.vectors import VectorIndex, VectorMeta
+
+
+def _unit(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
+    m = rng.standard_normal((n, dim)).astype(np.float32)
+    return m / np.linalg.norm(m, axis=1, keepdims=True)
+
+
+def test_blocks_match_brute_force_under_every_filter_and_after_moves_and_removals() -> None:
+    rng = np.random.default_rng(3)
+    dim, n = 16, 600
+    vectors = _unit(rng, n, dim)
+    projects = [None, "alpha", "beta", "gamma"]
+    layers = ["L1", "L2", "L3"]
+    meta = {
+        f"m{i}": VectorMeta(layer=layers[i % 3], project_id=projects[i % 4], source=("codex", "claude")[i % 2])
+        for i in range(n)
+    }
+    index = VectorIndex(dim, capacity=8)  # small blocks: growth is exercised too
+    index.bulk_load((f"m{i}", "vec", vectors[i], meta[f"m{i}"]) for i in range(n))
+    for i in range(0, n, 7):  # removals (swap-with-last inside a block)
+        index.remove(f"m{i}")
+        del meta[f"m{i}"]
+    for i in range(1, n, 11):  # a memory that changes scope moves to the other block
+        if f"m{i}" in meta:
+            meta[f"m{i}"] = VectorMeta(layer=meta[f"m{i}"].layer, project_id="beta", source=meta[f"m{i}"].source)
+            index.upsert(f"m{i}", "vec", vectors[i], meta[f"m{i}"])
+    assert len(index) == len(meta)
+    query = _unit(rng, 1, dim)[0]
+    for project in (None, "alpha", "beta", "nowhere"):
+        for source in (None, "codex"):
+            for layer in (None, "L2"):
+                want = sorted(
+                    (
+                        (mid, float(vectors[int(mid[1:])] @ query))
+                        for mid, m in meta.items()
+                        if (project is None or m.project_id in (None, project))
+                        and (source is None or m.source == source)
+                        and (layer is None or m.layer == layer)
+                    ),
+                    key=lambda hit: -hit[1],
+                )[:10]
+                got = index.search(query, 10, layers=[layer] if layer else None, project_id=project, source=source)
+                assert [g[0] for g in got] == [w[0] for w in want]
+                assert np.allclose([g[1] for g in got], [w[1] for w in want], atol=1e-5)
+    assert index.vector("m1") is not None and index.contains("m1") and not index.contains("m0")
