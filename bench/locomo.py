@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from model_check import require_local_model
+
 from memmy.config import load_config
 from memmy.service import MemoryService
 from memmy.service.namespace import Namespace
@@ -156,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         samples = samples[: args.samples]
     home = args.home or Path(tempfile.mkdtemp(prefix="memmy-locomo-"))
     config = load_config(args.config, env={"HOME": str(home), "MEMMY_HOME": str(home / ".memmy")})
+    require_local_model(config.embedding.provider)
     service = MemoryService.open(config)
     service.indexer.load_index()
     scores = Scores()
