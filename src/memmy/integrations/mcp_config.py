@@ -100,14 +100,18 @@ def _toml_edit(path: Path, text: str | None, entry: dict[str, Any] | None) -> st
                 table[key] = inline
             else:
                 table[key] = value
+        table.add(tomlkit.nl())  # a blank line before whatever table follows
         servers[SERVER_NAME] = table
-        return tomlkit.dumps(doc)
+        result = tomlkit.dumps(doc)
+        return result[:-1] if result.endswith("\n\n") and not (text or "").endswith("\n\n") else result
     if servers is None or SERVER_NAME not in servers:
         return text
     del servers[SERVER_NAME]
     if not servers:
         del doc["mcp_servers"]
     result = tomlkit.dumps(doc)
+    if result.endswith("\n\n"):  # the blank line memmy put before its table
+        result = result.rstrip("\n") + "\n"
     return result if result.strip() else None
 
 
