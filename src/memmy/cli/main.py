@@ -189,6 +189,15 @@ def search(
         }
     )
     result = obj.call("POST", "/memory/search", body)
+    if scope is None and "scope:project" in (result.get("status") or []):
+        # Inside a repository the daemon searched this project only; a person at the CLI expects everything,
+        # this project first. So the other projects' hits follow, and the output says where they come from.
+        pooled = obj.call("POST", "/memory/search", {**body, "scope": "pooled", "verbose": None})
+        here = {hit["id"] for hit in result.get("hits") or []}
+        others = [hit for hit in pooled.get("hits") or [] if hit["id"] not in here]
+        room = max(0, limit - len(here))
+        result = {**result, "hits": (result.get("hits") or []) + others[:room], "otherProjectHits": len(others)}
+        result["projectHits"] = len(here)
     human = format_hits(result)
     if verbose and result.get("debug"):
         human += "\n" + format_debug(result["debug"])
@@ -303,6 +312,18 @@ def raw(obj: CliContext, method: str, path: str, body: str | None) -> None:
         except (json.JSONDecodeError, OSError) as exc:
             raise click.BadParameter(f"--body is not valid JSON: {exc}") from None
     emit_json(obj.call(method.upper(), path, payload))
+
+
+@cli.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the shell completion script, e.g. ``eval "$(memmy-memory completion bash)"`` in ~/.bashrc."""
+    from click.shell_completion import get_completion_class
+
+    completer = get_completion_class(shell)
+    if completer is None:  # pragma: no cover - the three choices are all built into click
+        raise click.UsageError(f"no completion for {shell}")
+    click.echo(completer(cli, {}, "memmy-memory", "_MEMMY_MEMORY_COMPLETE").source())
 
 
 cli.add_command(init)

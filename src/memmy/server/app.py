@@ -19,6 +19,7 @@ from starlette.routing import Route
 from memmy.domain import stable_hash
 from memmy.errors import Conflict, InvalidArgument, MemmyError, http_status_for
 from memmy.mcp.http import McpHttpEndpoint
+from memmy.server.docs_page import docs_page
 from memmy.server.middleware import GuardMiddleware, error_body, json_dumps
 from memmy.server.openapi import openapi_document
 from memmy.service import MemoryService
@@ -288,7 +289,7 @@ class Api:
     async def index(self, request: Request) -> Response:
         return HTMLResponse(
             "<!doctype html><meta charset=utf-8><title>memmy</title><h1>memmy memory service</h1>"
-            "<p>API: <a href=/api/v1/openapi.json>/api/v1/openapi.json</a> · health: "
+            "<p>API: <a href=/docs>/docs</a> (<a href=/api/v1/openapi.json>openapi.json</a>) · health: "
             "<a href=/api/v1/health>/api/v1/health</a></p>"
         )
 
@@ -300,6 +301,7 @@ def create_app(service: MemoryService, shutdown: Callable[[], None] | None = Non
         Route("/", api.index, methods=["GET"]),
         Route("/api/v1/health", api.health, methods=["GET"]),
         Route("/api/v1/openapi.json", api.openapi, methods=["GET"]),
+        Route("/docs", docs_page, methods=["GET"]),
         Route("/api/v1/sessions/open", api.open_session, methods=["POST"]),
         Route("/api/v1/sessions/{session_id}/close", api.close_session, methods=["POST"]),
         Route("/api/v1/turns/start", api.start_turn, methods=["POST"]),
