@@ -133,3 +133,10 @@ def test_docs_page_is_served_from_packaged_assets(daemon: Daemon) -> None:
     page = response.text
     assert "/api/v1/memory/search" in page and '"openapi"' in page and "<script>" in page
     assert "http://" not in page.split("<script id=\"openapi\"")[0]  # no CDN assets
+
+
+def test_import_json_writes_progress_to_stderr_when_not_a_terminal(daemon: Daemon) -> None:
+    result = run(daemon, "import", "--dry-run", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["state"] == "done"  # stdout: only the final status
+    assert "import import_" in result.stderr and "messages" in result.stderr
