@@ -209,3 +209,14 @@ def test_legacy_interpreter_hooks_are_flagged(isolated_home: Path) -> None:
     text = (home / ".codex" / "hooks.json").read_text()
     assert gone not in text and "memmy-hook codex Stop" in text
     assert check_installed(home, {"MEMMY_HOME": str(home / ".memmy")}) == []
+
+
+def test_opencode_jsonc_with_comments_is_left_alone_with_a_note(isolated_home: Path) -> None:
+    root = isolated_home / ".config" / "opencode"
+    root.mkdir(parents=True)
+    jsonc = '{\n  // my theme\n  "theme": "tokyonight"\n}\n'
+    (root / "opencode.jsonc").write_text(jsonc)
+    result = run_cli(isolated_home, "init", "--agent", "opencode", "--no-model")
+    assert result.exit_code == 0, result.output
+    assert (root / "opencode.jsonc").read_text() == jsonc and (root / "plugins" / "memmy-memory.js").exists()
+    assert "has comments" in result.output and '"type": "local"' in result.output

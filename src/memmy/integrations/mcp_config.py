@@ -5,7 +5,7 @@
 | Claude Code | ``~/.claude.json`` (user scope; ``$CLAUDE_CONFIG_DIR/.claude.json``) | ``mcpServers.memmy`` |
 | Codex | ``$CODEX_HOME/config.toml`` (``~/.codex``) | ``[mcp_servers.memmy]`` |
 | Cursor | ``~/.cursor/mcp.json`` (global) | ``mcpServers.memmy`` |
-| OpenCode | ``<config dir>/opencode.json`` (global) | ``mcp.memmy`` (``type: local``) |
+| OpenCode | ``<config dir>/opencode.json`` (global; ``opencode.jsonc`` when only it exists) | ``mcp.memmy`` |
 | Hermes | ``$HERMES_HOME/config.yaml`` (``~/.hermes``) | ``mcp_servers.memmy`` |
 
 Edits keep the user's layout: JSON in its own indentation, escaping and final newline (key order is kept), TOML
@@ -33,6 +33,10 @@ from memmy.integrations.json_style import dump_like
 from memmy.integrations.plan import FileChange, Plan, load_json_object, read_text
 
 SERVER_NAME = "memmy"
+
+
+class ManualStep(ValueError):
+    """memmy will not rewrite this file (e.g. JSONC with comments); the message says what to add by hand."""
 
 
 def server_args(agent: str) -> list[str]:
@@ -244,7 +248,7 @@ def _opencode_edit(path: Path, text: str | None, ctx: InstallContext | None) -> 
     if path.suffix == ".jsonc" and text and _has_comments(text):
         if entry is None:
             return text
-        raise ValueError(
+        raise ManualStep(
             f"{path} has comments, which memmy does not rewrite: add this under \"mcp\" yourself, then run init "
             f'again: "memmy": {dump_like(entry, None).strip()}'
         )
@@ -274,11 +278,14 @@ def with_mcp(plan: Plan, ctx: InstallContext, install: bool) -> Plan:
     if target is None:
         return plan
     path = target.path(ctx.env)
-    for index, existing in enumerate(plan.changes):
-        if existing.path == path:
-            plan.changes[index] = target.change(ctx, install, existing)
-            return plan
-    plan.changes.append(target.change(ctx, install))
+    try:
+        for index, existing in enumerate(plan.changes):
+            if existing.path == path:
+                plan.changes[index] = target.change(ctx, install, existing)
+                return plan
+        plan.changes.append(target.change(ctx, install))
+    except ManualStep as exc:  # everything else is still installed; the note says what to do
+        plan.notes.append(str(exc))
     return plan
 
 
