@@ -111,7 +111,8 @@ def test_mcp_registered_everywhere_styles_kept_tools_listed_and_original_bytes_b
     assert "# Hermes config, hand written" in hermes and "# a foreign server" in hermes and "# main model" in hermes
     parsed = yaml.safe_load(hermes)
     assert parsed["mcp_servers"]["time"]["command"] == "uvx" and parsed["toolsets"] == ["hermes-cli"]
-    assert "\n    memmy:\n        command: " in hermes  # the file's own 4-space indentation
+    assert "- mcp-server-time\n    memmy:\n        command: " in hermes  # own 4-space indent, no stray blank
+    assert hermes.count("\n\n") == HERMES_YAML.count("\n\n") and "\n\ntoolsets:" in hermes  # blank lines stay put
 
     for agent in AGENTS.split(","):
         entry = registered(agent, {"HOME": str(home), "MEMMY_HOME": str(home / ".memmy")})

@@ -26,6 +26,7 @@ from typing import Any
 
 import tomlkit
 from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 
 from memmy.integrations.base import InstallContext, home_of
@@ -133,6 +134,42 @@ def _yaml_layout(text: str) -> tuple[int, int, int]:
     return mapping, offset + 2, offset
 
 
+def _last_leaf(node: Any) -> tuple[Any, Any] | None:
+    """(container, key) of the last scalar under ``node`` in document order, where ruamel keeps trailing blanks."""
+    while isinstance(node, CommentedMap | CommentedSeq) and len(node):
+        key = list(node)[-1] if isinstance(node, CommentedMap) else len(node) - 1
+        child = node[key]
+        if isinstance(child, CommentedMap | CommentedSeq) and len(child):
+            node = child
+            continue
+        return node, key
+    return None
+
+
+def _move_blank_lines(source: Any, target: Any) -> None:
+    """Move the blank lines that trail ``source`` (an entry) to the end of ``target`` (the entry now after it)."""
+    src, dst = _last_leaf(source), _last_leaf(target)
+    if src is None or dst is None:
+        return
+    container, key = src
+    slot = 0 if isinstance(container, CommentedSeq) else 2
+    tokens = container.ca.items.get(key)
+    token = tokens[slot] if tokens and len(tokens) > slot else None
+    if token is None or getattr(token, "value", "x").strip():
+        return  # nothing, or a real comment: leave it where the user put it
+    tokens[slot] = None
+    holder, leaf = dst
+    holder.ca.items.setdefault(leaf, [None, None, None, None])[0 if isinstance(holder, CommentedSeq) else 2] = token
+
+
+def _commented(value: Any) -> Any:
+    if isinstance(value, dict):
+        return CommentedMap((k, _commented(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return CommentedSeq(_commented(v) for v in value)
+    return value
+
+
 def _yaml_edit(path: Path, text: str | None, entry: dict[str, Any] | None) -> str | None:
     yaml = YAML()
     yaml.preserve_quotes = True
@@ -146,19 +183,27 @@ def _yaml_edit(path: Path, text: str | None, entry: dict[str, Any] | None) -> st
     if doc is None:
         if entry is None:
             return text
-        from ruamel.yaml.comments import CommentedMap
-
         doc = CommentedMap()
     if not isinstance(doc, dict):
         raise ValueError(f"{path}: expected a YAML mapping at the top level")
     servers = doc.get("mcp_servers")
     if entry is not None:
         if not isinstance(servers, dict):
-            doc["mcp_servers"] = servers = {}
-        servers[SERVER_NAME] = entry
+            doc["mcp_servers"] = servers = CommentedMap()
+        # The blank lines that end the block move with the last entry (or stay with memmy's when it is rewritten).
+        if SERVER_NAME in servers:
+            previous = servers[SERVER_NAME]
+        else:
+            previous = servers[list(servers)[-1]] if servers else None
+        servers[SERVER_NAME] = _commented(entry)
+        if previous is not None:
+            _move_blank_lines(previous, servers[SERVER_NAME])
     else:
         if not isinstance(servers, dict) or SERVER_NAME not in servers:
             return text
+        keys = list(servers)
+        if keys[-1] == SERVER_NAME and len(keys) > 1:
+            _move_blank_lines(servers[SERVER_NAME], servers[keys[-2]])
         del servers[SERVER_NAME]
         if not servers:
             del doc["mcp_servers"]
