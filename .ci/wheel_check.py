@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -64,6 +65,7 @@ def main() -> int:
     parser.add_argument("--wheel", type=Path, help="check this wheel instead of building one")
     parser.add_argument("--python", default=sys.executable, help="interpreter for the build and the fresh venv")
     args = parser.parse_args()
+    begun = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="memmy-wheel-check-"))
     wheel = args.wheel
     if wheel is None:
@@ -73,7 +75,9 @@ def main() -> int:
     venv = work / "venv"
     run([args.python, "-m", "venv", str(venv)])
     bin_dir = venv / "bin"
+    started = time.monotonic()
     run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet", str(wheel)])
+    step(f"pip install of the wheel took {time.monotonic() - started:.1f} s")
     installed = run([str(bin_dir / "python"), "-m", "pip", "list", "--format=json"]).stdout
     names = sorted(p["name"].lower() for p in json.loads(installed))
     bad = [n for n in names if any(n.startswith(f) for f in FORBIDDEN)]
@@ -120,7 +124,8 @@ def main() -> int:
         output = server.communicate(timeout=30)[0]
         if server.returncode not in (0, -15):
             sys.stdout.write(output.decode(errors="replace"))
-    step("OK")
+    shutil.rmtree(work, ignore_errors=True)
+    step(f"OK in {time.monotonic() - begun:.0f} s")
     return 0
 
 
