@@ -192,7 +192,7 @@ def search(
     if scope is None and "scope:project" in (result.get("status") or []):
         # Inside a repository the daemon searched this project only; a person at the CLI expects everything,
         # this project first. So the other projects' hits follow, and the output says where they come from.
-        pooled = obj.call("POST", "/memory/search", {**body, "scope": "pooled", "verbose": None})
+        pooled = obj.call("POST", "/memory/search", strip_none({**body, "scope": "pooled", "verbose": None}))
         here = {hit["id"] for hit in result.get("hits") or []}
         others = [hit for hit in pooled.get("hits") or [] if hit["id"] not in here]
         room = max(0, limit - len(here))
