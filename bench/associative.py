@@ -233,13 +233,16 @@ def run(data: dict[str, Any]) -> dict[str, Any]:
     home = tempfile.mkdtemp(prefix="memmy-assoc-")
     os.environ["HOME"] = home
     os.environ["MEMMY_HOME"] = str(Path(home) / ".memmy")
+    from model_check import require_local_model
     from starlette.testclient import TestClient
 
     from memmy.config import load_config
     from memmy.server.app import create_app
     from memmy.service import MemoryService
 
-    service = MemoryService.open(load_config())
+    config = load_config()
+    require_local_model(config.embedding.provider)
+    service = MemoryService.open(config)
     service.indexer.load_index()
     client = TestClient(create_app(service))
     started = time.perf_counter()

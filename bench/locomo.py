@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from model_check import require_local_model
 
 from memmy.config import load_config
 from memmy.service import MemoryService
@@ -301,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         samples = samples[: args.samples]
     home = args.home or Path(tempfile.mkdtemp(prefix="memmy-locomo-"))
     config = load_config(args.config, env={"HOME": str(home), "MEMMY_HOME": str(home / ".memmy")})
+    require_local_model(config.embedding.provider)
     service = MemoryService.open(config)
     started = time.perf_counter()
     if not args.reuse:

@@ -57,6 +57,7 @@ from memmy.service.namespace import Namespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus import make_queries, read_data_file, unique_memories  # noqa: E402
+from model_check import require_local_model  # noqa: E402
 
 PROGRESS_EVERY = 5000
 ENV_PREFIXES = ("MEMMY_", "MEMORY_SERVICE_")
@@ -174,6 +175,7 @@ def bench_env(home: Path) -> dict[str, str]:
 def open_service(home: Path, db_path: Path, embedder: LocalMiniLMEmbedder) -> MemoryService:
     """An in-process service over ``db_path`` with the given embedder and its vector index loaded."""
     config = load_config(env=bench_env(home), db_override=db_path)
+    require_local_model(config.embedding.provider)
     service = MemoryService.open(config, embedder=embedder)
     service.indexer.load_index()
     return service

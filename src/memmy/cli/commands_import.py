@@ -22,7 +22,7 @@ from rich.table import Table
 
 from memmy.cli.client import ClientError
 from memmy.cli.context import CliContext, pass_ctx, strip_none
-from memmy.cli.output import emit_json, fail
+from memmy.cli.output import emit_json, fail, make_console
 from memmy.sources.adapters import ADAPTERS
 from memmy.sources.model import ScanStats
 from memmy.sources.recipe import FORMATS, Recipe, RecipeAdapter, discover_installation, normalise_name, recipes_dir
@@ -113,10 +113,52 @@ def start_and_follow(obj: CliContext, body: dict[str, Any], console: Console, sh
         raise SystemExit(143 if isinstance(interrupt, Terminated) else 130) from None
 
 
-def follow(obj: CliContext, job_id: str, console: Console, show: bool) -> dict[str, Any]:
-    """Stream the job's server-sent events, redrawing the progress table; return the final status."""
+def progress_line(status: dict[str, Any]) -> str:
+    """One plain progress line (for a log or a pipe, where a live table cannot redraw)."""
+    totals = status.get("totals") or {}
+    parts = [
+        f"import {status.get('jobId', '')}: {status.get('state')}",
+        f"messages {totals.get('messagesScanned', 0)}",
+        f"added {totals.get('turnsAdded', 0)}",
+        f"existing {totals.get('turnsExisting', 0)}",
+        f"waiting {totals.get('turnsWaiting', 0)}",
+        f"failed {totals.get('failed', 0)}",
+    ]
+    return ", ".join(parts)
+
+
+def _follow_plain(obj: CliContext, job_id: str, console: Console, status: dict[str, Any]) -> dict[str, Any]:
+    """Progress as lines (at most one a second, plus the last) when the console is not a terminal."""
     client = obj.client()
+    last, shown_at = "", 0.0
+    try:
+        with client.stream_events(f"/sources/scan/{job_id}/events") as events:
+            for event in events:
+                status = event
+                line = progress_line(status)
+                final = status["state"] in FINAL_STATES
+                if line != last and (final or time.monotonic() - shown_at >= 1.0):
+                    console.print(line, soft_wrap=True, highlight=False, markup=False)
+                    last, shown_at = line, time.monotonic()
+                if final:
+                    break
+    except (httpx.HTTPError, ClientError):
+        status = obj.call("GET", f"/sources/scan/{job_id}")
+    finally:
+        client.close()
+    return status
+
+
+def follow(obj: CliContext, job_id: str, console: Console, show: bool) -> dict[str, Any]:
+    """Stream the job's server-sent events, redrawing the progress table; return the final status.
+
+    When the console is not a terminal (a pipe, a log, ``--json`` with stderr redirected) progress is printed
+    as plain lines instead, since a live table cannot redraw there.
+    """
     status: dict[str, Any] = obj.call("GET", f"/sources/scan/{job_id}")
+    if not console.is_terminal and (obj.as_json or show):
+        return _follow_plain(obj, job_id, console, status)
+    client = obj.client()
     title = f"import {job_id}"
     try:
         with Live(progress_table(status, title), console=console, refresh_per_second=4, transient=not show) as live:
@@ -160,7 +202,7 @@ def import_history(
             "stopOnDisconnect": True,  # if this command dies, its import stops instead of blocking the next one
         }
     )
-    console = Console(stderr=obj.as_json)
+    console = make_console(stderr=obj.as_json)
     status = start_and_follow(obj, body, console, show=not obj.as_json)
     if obj.as_json:
         emit_json(status)
@@ -207,7 +249,7 @@ def list_sources(obj: CliContext) -> None:
         table.add_column(column)
     for row in result["sources"]:
         table.add_row(row["source"], "\n".join(row["paths"]), row["lastSyncAt"] or "never", str(row["importedTurns"]))
-    Console().print(table)
+    make_console().print(table)
     for error in result.get("recipeErrors") or []:
         click.echo(f"warning: {error}", err=True)
 
@@ -307,7 +349,7 @@ def add_source(
     if no_import:
         return
     started = obj.call("POST", "/sources/scan", {"sources": [source_id]})
-    status = follow(obj, started["jobId"], Console(), show=True)
+    status = follow(obj, started["jobId"], make_console(), show=True)
     click.echo(f"Added {status['totals']['turnsAdded']} turns from {source_id}.")
 
 

@@ -243,9 +243,12 @@ def history(obj: CliContext, memory_id: str) -> None:
     obj.output(result, "\n".join(lines))
 
 
-@click.group("tombstones")
-def tombstones() -> None:
-    """Forgotten values: list them, or restore one so it may come back."""
+@click.group("tombstones", invoke_without_command=True)
+@click.pass_context
+def tombstones(ctx: click.Context) -> None:
+    """Forgotten values: list them (the default), or restore one so it may come back."""
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(tombstones_list)
 
 
 @tombstones.command("list")

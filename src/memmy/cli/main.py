@@ -22,6 +22,7 @@ from memmy.cli.commands_evolve import episodes, feedback, jobs, worker
 from memmy.cli.commands_import import import_history, sources
 from memmy.cli.commands_keys import COMMANDS as KEY_COMMANDS
 from memmy.cli.commands_mcp import mcp
+from memmy.cli.commands_model import fetch_for_local_provider, model
 from memmy.cli.commands_resume import resume
 from memmy.cli.commands_service import service
 from memmy.cli.commands_session import session, turn
@@ -31,8 +32,22 @@ from memmy.config import load_config
 from memmy.errors import MemmyError
 from memmy.integrations.registry import INSTALLERS
 
+JSON_FLAGS = ("--json", "-j")
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class JsonAnywhereGroup(click.Group):
+    """The root group: ``--json`` / ``-j`` is accepted before or after any subcommand (``search foo --json``)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """Move every ``--json`` / ``-j`` before a ``--`` separator to the front, where the group reads it."""
+        cut = args.index("--") if "--" in args else len(args)
+        head, tail = args[:cut], args[cut:]
+        if any(arg in JSON_FLAGS for arg in head):
+            args = ["--json", *(arg for arg in head if arg not in JSON_FLAGS), *tail]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=JsonAnywhereGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "-v", "--version", prog_name="memmy-memory")
 @click.option("--url", envvar=None, help="Daemon URL (default: config storage.endpoint or http://127.0.0.1:18960).")
 @click.option("--token", help="Bearer token (default: MEMMY_MEMORY_TOKEN or config storage.token).")
@@ -76,6 +91,9 @@ def serve(obj: CliContext, host: str | None, port: int | None, db_path: str | No
 
     try:
         config = load_config(obj.config_path, db_override=db_path)
+        warning = fetch_for_local_provider(config.embedding.provider)
+        if warning:  # the service still runs (full-text recall); vectors wait for the weights
+            click.echo(f"warning: {warning}", err=True)
         run_server(config, host=host, port=port, log_level=log_level)
     except MemmyError as exc:
         fail(exc.message)
@@ -172,6 +190,15 @@ def search(
         }
     )
     result = obj.call("POST", "/memory/search", body)
+    if scope is None and "scope:project" in (result.get("status") or []):
+        # Inside a repository the daemon searched this project only; a person at the CLI expects everything,
+        # this project first. So the other projects' hits follow, and the output says where they come from.
+        pooled = obj.call("POST", "/memory/search", strip_none({**body, "scope": "pooled", "verbose": None}))
+        here = {hit["id"] for hit in result.get("hits") or []}
+        others = [hit for hit in pooled.get("hits") or [] if hit["id"] not in here]
+        room = max(0, limit - len(here))
+        result = {**result, "hits": (result.get("hits") or []) + others[:room], "otherProjectHits": len(others)}
+        result["projectHits"] = len(here)
     human = format_hits(result)
     if verbose and result.get("debug"):
         human += "\n" + format_debug(result["debug"])
@@ -288,6 +315,18 @@ def raw(obj: CliContext, method: str, path: str, body: str | None) -> None:
     emit_json(obj.call(method.upper(), path, payload))
 
 
+@cli.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the shell completion script, e.g. ``eval "$(memmy-memory completion bash)"`` in ~/.bashrc."""
+    from click.shell_completion import get_completion_class
+
+    completer = get_completion_class(shell)
+    if completer is None:  # pragma: no cover - the three choices are all built into click
+        raise click.UsageError(f"no completion for {shell}")
+    click.echo(completer(cli, {}, "memmy-memory", "_MEMMY_MEMORY_COMPLETE").source())
+
+
 cli.add_command(init)
 cli.add_command(service)
 cli.add_command(remove)
@@ -296,6 +335,7 @@ cli.add_command(turn)
 cli.add_command(import_history)
 cli.add_command(sources)
 cli.add_command(mcp)
+cli.add_command(model)
 cli.add_command(resume)
 cli.add_command(dream)
 cli.add_command(doctor)

@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import json
+import re
+import sys
 from typing import Any
 
 import click
+from rich.console import Console
 
 BODY_DROP_PREFIXES = ("RawTurn:", "TraceStep:", "Alpha:", "Value:", "Priority:")
+
+
+def make_console(stderr: bool = False) -> Console:
+    """A rich console that never cuts ids or paths: at a terminal its width, elsewhere (pipes, logs) unbounded."""
+    stream = sys.stderr if stderr else sys.stdout
+    if stream.isatty():
+        return Console(stderr=stderr)
+    return Console(stderr=stderr, width=100_000, no_color=True, force_terminal=False)
 
 
 def emit_json(value: Any) -> None:
@@ -21,15 +32,33 @@ def fail(message: str, code: int = 1) -> None:
     raise SystemExit(code)
 
 
+_ENVELOPE = re.compile(r"\b(?:RawTurn|TraceStep|Alpha|Value|Priority): \S+\s*")
+_LABELS = re.compile(r"(?:^|(?<=\s))(?:Summary|User|Assistant):\s*")
+
+
+def clean_snippet(text: str, width: int = 200) -> str:
+    """A hit's preview without memmy's capture envelope (``RawTurn: raw_… TraceStep: 0 User: …``)."""
+    cleaned = " ".join(_LABELS.sub("", _ENVELOPE.sub("", text)).split())
+    return cleaned if len(cleaned) <= width else cleaned[: width - 1] + "…"
+
+
 def format_hits(result: dict[str, Any]) -> str:
-    """Numbered hits with layer, score, id and a snippet."""
+    """Numbered hits with layer, score, full id and a clean snippet; other projects' hits marked as such."""
     hits = result.get("hits") or []
+    here = result.get("projectHits")
+    others = result.get("otherProjectHits") or 0
     if not hits:
         return "No matching memories."
     lines = []
     for number, hit in enumerate(hits, start=1):
+        if here is not None and number == here + 1:
+            lines.append(f"-- from other projects ({others}; --scope project for this one only) --")
         lines.append(f"{number}. [{hit['memoryLayer']}] {hit['title']}  (score {hit['score']}, {hit['id']})")
-        lines.append(f"   {hit['snippet'][:200]}")
+        lines.append(f"   {clean_snippet(hit['snippet'])}")
+    if here is not None:
+        shown = len(hits) - here
+        more = f", {others - shown} more not shown (--limit)" if others > shown else ""
+        lines.append(f"{here} in this project, {others} in other projects{more}.")
     return "\n".join(lines)
 
 
@@ -51,8 +80,30 @@ def format_debug(debug: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def format_episode(detail: dict[str, Any]) -> str:
+    """An episode (``get episode_…``): header lines, then each raw turn."""
+    lines = [
+        f"id: {detail['id']}",
+        "kind: episode",
+        f"title: {detail.get('title') or ''}",
+        f"session: {detail.get('sessionId')}",
+        f"status: {detail.get('status')}  turns: {detail.get('turnCount')}  reward: {detail.get('rTask')}",
+        f"opened: {detail.get('openedAt')}  closed: {detail.get('closedAt') or '-'}",
+    ]
+    refs = detail.get("refs") or {}
+    for label, key in (("traces", "traceMemoryIds"), ("policies", "policyMemoryIds"), ("skills", "skillMemoryIds")):
+        if refs.get(key):
+            lines.append(f"{label}: {', '.join(refs[key])}")
+    for number, turn in enumerate(refs.get("rawTurns") or [], start=1):
+        lines += ["", f"Turn {number} ({turn.get('rawTurnId')}):", "User:", turn.get("userText") or ""]
+        lines += ["Assistant:", turn.get("assistantText") or ""]
+    return "\n".join(lines)
+
+
 def format_memory(detail: dict[str, Any]) -> str:
     """Compact text of one memory: header lines, a blank line, then the body (or the raw turn)."""
+    if detail.get("kind") == "episode" or "memoryLayer" not in detail:
+        return format_episode(detail) if detail.get("kind") == "episode" else json.dumps(detail, indent=2)
     lines = [
         f"id: {detail['id']}",
         f"kind: {detail['kind']}",

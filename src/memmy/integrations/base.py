@@ -16,6 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Protocol
 
+from memmy.integrations.launcher import CLI_SHIM, HOOK_SHIM, shim_dir
 from memmy.integrations.plan import FileChange, Plan, change, dump_json, read_text, remove_block, upsert_block
 
 HOOK_MODULE = "memmy.hook"
@@ -49,9 +50,22 @@ class InstallContext:
             config_path=config_path,
         )
 
+    @property
+    def memmy_home(self) -> Path:
+        """``$MEMMY_HOME`` or ``~/.memmy``."""
+        return Path(self.env["MEMMY_HOME"]).expanduser() if self.env.get("MEMMY_HOME") else self.home / ".memmy"
+
+    @property
+    def cli_launcher(self) -> str:
+        """The stable ``memmy-memory`` launcher (``$MEMMY_HOME/bin/memmy-memory``) MCP registrations run."""
+        return str(shim_dir(self.memmy_home) / CLI_SHIM)
+
     def hook_command(self, agent: str, event: str) -> str:
-        """The shell command an agent runs: ``'<python>' -m memmy.hook <agent> <event>`` (quoted)."""
-        return f"{shlex.quote(self.python)} -m {HOOK_MODULE} {agent} {event}"
+        """The shell command an agent runs: ``'$MEMMY_HOME/bin/memmy-hook' <agent> <event>`` (quoted).
+
+        The launcher, not a checkout's interpreter, so moving the install never breaks the agent's hooks.
+        """
+        return f"{shlex.quote(str(shim_dir(self.memmy_home) / HOOK_SHIM))} {agent} {event}"
 
 
 class Installer(Protocol):

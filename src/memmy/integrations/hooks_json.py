@@ -1,7 +1,8 @@
 """Merging memmy's hook entries into an agent's JSON hook config (Claude Code, Codex, Cursor shapes).
 
-memmy's entries are recognised by their command (``-m memmy.hook``), so removal deletes exactly them and
-installing twice changes nothing. Every other key and hook is kept as it was.
+memmy's entries are recognised by their command (the ``memmy-hook`` launcher, or ``-m memmy.hook`` in entries
+written by older versions), so removal deletes exactly them, installing twice changes nothing and re-running
+``init`` replaces an old entry. Every other key and hook is kept as it was.
 """
 
 from __future__ import annotations
@@ -10,13 +11,20 @@ import copy
 from typing import Any
 
 from memmy.integrations.base import HOOK_MODULE
+from memmy.integrations.launcher import HOOK_SHIM
 
 MARK = f"-m {HOOK_MODULE} "
+SHIM_MARK = f"/{HOOK_SHIM}"
 
 
 def is_memmy_command(command: Any) -> bool:
-    """True for a hook command that runs memmy's hook runtime."""
-    return isinstance(command, str) and MARK in command
+    """True for a hook command that runs memmy's hook runtime (through the launcher or an interpreter)."""
+    if not isinstance(command, str):
+        return False
+    if MARK in command:
+        return True
+    head = command.split(" ", 1)[0].strip("'\"")
+    return head.endswith(SHIM_MARK)
 
 
 def _strip_grouped(entries: list[Any]) -> list[Any]:

@@ -24,6 +24,7 @@ from memmy.domain import stable_hash
 from memmy.errors import Conflict, InvalidArgument, MemmyError, StorageFullError, http_status_for, storage_failure
 from memmy.mcp.http import McpHttpEndpoint
 from memmy.server.bodies import parse_body
+from memmy.server.docs_page import docs_page
 from memmy.server.middleware import GuardMiddleware, error_body, json_dumps
 from memmy.server.openapi import openapi_document
 from memmy.service import MemoryService
@@ -333,7 +334,7 @@ class Api:
     async def index(self, request: Request) -> Response:
         return HTMLResponse(
             "<!doctype html><meta charset=utf-8><title>memmy</title><h1>memmy memory service</h1>"
-            "<p>API: <a href=/api/v1/openapi.json>/api/v1/openapi.json</a> · health: "
+            "<p>API: <a href=/docs>/docs</a> (<a href=/api/v1/openapi.json>openapi.json</a>) · health: "
             "<a href=/api/v1/health>/api/v1/health</a></p>"
         )
 
@@ -385,6 +386,7 @@ def create_app(service: MemoryService, shutdown: Callable[[], None] | None = Non
     """Build the ASGI app for a service (the daemon's composition root calls this)."""
     api = Api(service, shutdown)
     routes = [Route(path, getattr(api, name), methods=[method]) for path, method, name, _body in ROUTE_TABLE]
+    routes.append(Route("/docs", docs_page, methods=["GET"]))  # the browsable API page (same guard)
 
     async def not_found(request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500

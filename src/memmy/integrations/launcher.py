@@ -1,0 +1,80 @@
+"""Stable launchers in ``$MEMMY_HOME/bin``: what hooks, MCP registrations and the service unit call.
+
+Agents keep a command line for years; a checkout's ``.venv/bin/python3`` does not live that long. So every
+installed piece calls one of two small POSIX shell shims, and only the shims name the interpreter:
+
+- ``memmy-hook <agent> <event>`` runs ``python -m memmy.hook`` and fails open (exit 0 with a note on stderr)
+  when no install is found, so a broken install never blocks an agent's prompt;
+- ``memmy-memory ...`` runs the CLI (``python -m memmy``), e.g. ``memmy-memory --source codex mcp``.
+
+Each shim tries the interpreter recorded by the last ``init``, then any ``memmy-memory`` on ``PATH`` (a pipx or
+``uv tool`` install), so moving or reinstalling memmy keeps working, and re-running ``init`` rewrites the
+recorded interpreter.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from memmy.integrations.plan import FileChange, change
+
+HOOK_SHIM = "memmy-hook"
+CLI_SHIM = "memmy-memory"
+SHIM_MODE = 0o755
+PYTHON_LINE = "MEMMY_PYTHON="
+
+_SHIM = """#!/bin/sh
+# memmy launcher written by `memmy-memory init` (do not edit: re-run init after moving or reinstalling memmy).
+# Agents' hooks, MCP registrations and the service call this file; only this file names the interpreter.
+{python_line}
+if [ -x "$MEMMY_PYTHON" ]; then exec "$MEMMY_PYTHON" -m {module} "$@"; fi
+# The recorded install is gone: use a memmy-memory found on PATH (pipx, uv tool, pip --user), if any.
+self_dir=$(CDPATH= cd -- "$(dirname -- "$0")" && pwd)
+old_ifs=$IFS; IFS=:
+for dir in $PATH; do
+  [ -n "$dir" ] && [ "$dir" != "$self_dir" ] && [ -x "$dir/memmy-memory" ] || continue
+  candidate=$(sed -n '1s/^#![ ]*//p' "$dir/memmy-memory")
+  case $candidate in
+    */bin/sh|*/bin/bash|'') candidate=$(sed -n "s/^'''exec' '\\([^']*\\)'.*/\\1/p" "$dir/memmy-memory" | head -n 1) ;;
+  esac
+  if [ -x "$candidate" ]; then IFS=$old_ifs; exec "$candidate" -m {module} "$@"; fi
+done
+IFS=$old_ifs
+echo "memmy: no memmy install found (recorded: $MEMMY_PYTHON); reinstall memmy, then run: memmy-memory init" >&2
+exit {missing_exit}
+"""
+
+
+def shim_dir(memmy_home: Path) -> Path:
+    """``$MEMMY_HOME/bin``."""
+    return memmy_home / "bin"
+
+
+def shim_text(python: str, module: str, fail_open: bool) -> str:
+    """One launcher script recording ``python``; ``fail_open`` exits 0 when no install is found."""
+    return _SHIM.format(
+        python_line=f"{PYTHON_LINE}{shlex.quote(python)}", module=module, missing_exit=0 if fail_open else 127
+    )
+
+
+def shim_changes(memmy_home: Path, python: str, install: bool) -> list[FileChange]:
+    """Write (or delete) both launchers."""
+    directory = shim_dir(memmy_home)
+    return [
+        change(directory / HOOK_SHIM, shim_text(python, "memmy.hook", True) if install else None, SHIM_MODE),
+        change(directory / CLI_SHIM, shim_text(python, "memmy", False) if install else None, SHIM_MODE),
+    ]
+
+
+def recorded_python(shim: Path) -> str | None:
+    """The interpreter a launcher records, or None when the file is missing or not a memmy launcher."""
+    try:
+        text = shim.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(PYTHON_LINE):
+            parts = shlex.split(line[len(PYTHON_LINE) :])
+            return parts[0] if parts else None
+    return None
