@@ -20,8 +20,7 @@ from starlette.routing import Route
 
 from memmy import __version__
 from memmy.config import store_id
-from memmy.domain import stable_hash
-from memmy.errors import Conflict, InvalidArgument, MemmyError, StorageFullError, http_status_for, storage_failure
+from memmy.errors import Conflict, MemmyError, StorageFullError, http_status_for, storage_failure
 from memmy.mcp.http import McpHttpEndpoint
 from memmy.server.bodies import parse_body
 from memmy.server.docs_page import docs_page

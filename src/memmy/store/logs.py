@@ -254,6 +254,7 @@ class LogRepository:
                     utc_now(),
                 ),
             )
+        return event_id
 
     def recall_stats(self) -> tuple[int, float, float]:
         """(number of recall events, mean hits per event, mean relevance of the best hit)."""
