@@ -281,3 +281,10 @@ def test_hook_state_files_never_hold_a_secret(isolated_home: Path) -> None:
         assert needle not in saved and "[REDACTED:" in saved, kind
     state.save({"sessionId": "s", "turnId": "t", "query": "why is the build slow?"})
     assert state.load()["query"] == "why is the build slow?"
+
+
+def test_every_built_in_kind_has_a_tested_example() -> None:
+    from memmy.redact.rules import RULES
+    from tests.test_redact import SECRETS
+
+    assert {rule.kind for rule in RULES} <= set(KINDS) | set(SECRETS)
