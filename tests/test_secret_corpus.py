@@ -268,3 +268,23 @@ def test_config_rules_apply_to_service_writes_and_reload(isolated_home: Path, em
     config_file.write_text("memmyMemory:\n  redaction:\n    allowlist: ['[']\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="redaction.allowlist"):
         MemoryService.open(load_config(), embedder=embedder)
+
+
+def test_hook_state_files_never_hold_a_secret(isolated_home: Path) -> None:
+    from memmy.hook.runtime import TurnStates
+
+    corpus = make_corpus(4242)
+    state = TurnStates("claude_code", "session-1", None)
+    for kind, text, needle in corpus[:40]:
+        state.save({"sessionId": "s", "turnId": "t", "query": f"please use {text}", "answer": text})
+        saved = state.latest.path.read_text(encoding="utf-8")
+        assert needle not in saved and "[REDACTED:" in saved, kind
+    state.save({"sessionId": "s", "turnId": "t", "query": "why is the build slow?"})
+    assert state.load()["query"] == "why is the build slow?"
+
+
+def test_every_built_in_kind_has_a_tested_example() -> None:
+    from memmy.redact.rules import RULES
+    from tests.test_redact import SECRETS
+
+    assert {rule.kind for rule in RULES} <= set(KINDS) | set(SECRETS)

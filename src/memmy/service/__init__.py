@@ -157,6 +157,7 @@ class MemoryService:
     @classmethod
     def open(cls, config: MemmyConfig, embedder: Embedder | None = None) -> MemoryService:
         """Open the configured store (migrating it if needed) and build the service."""
+        build_redactor(config)  # a bad redaction rule is refused before the store is opened
         return cls(config, Database(config.storage.sqlite_path), embedder)
 
     def start_background(self) -> None:
