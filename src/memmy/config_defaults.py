@@ -50,7 +50,8 @@ def default_tree() -> dict[str, Any]:
             "maxBodyBytes": MAX_BODY_BYTES,
         },
         "summary": _llm_defaults(512, 45_000, 3, False),
-        "evolution": _llm_defaults(4096, 180_000, 2, True),
+        # evolution.review: "off" | "required" (new L2/L3/Skills wait in the panel's review queue until approved).
+        "evolution": {**_llm_defaults(4096, 180_000, 2, True), "review": "off"},
         # Daily cap on LLM use (UTC day, 0 = unlimited); past it evolution and recall fall back to heuristics.
         "llmBudget": {
             "dailyCalls": 2000,
@@ -65,6 +66,8 @@ def default_tree() -> dict[str, Any]:
             "timeoutMs": 60_000,
             "maxRetries": 2,
         },
+        # Audit rows are kept forever unless retentionDays > 0; a prune is itself audited (never silent).
+        "audit": {"retentionDays": 0},
         "dream": {
             "enabled": False,
             "intervalHours": 24,

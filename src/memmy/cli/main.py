@@ -16,6 +16,7 @@ import click
 
 from memmy import __version__
 from memmy.cli.commands_agents import init, remove
+from memmy.cli.commands_data import COMMANDS as DATA_COMMANDS
 from memmy.cli.commands_dream import dream
 from memmy.cli.commands_evolve import episodes, feedback, jobs, worker
 from memmy.cli.commands_import import import_history, sources
@@ -301,7 +302,7 @@ cli.add_command(feedback)
 cli.add_command(episodes)
 cli.add_command(jobs)
 cli.add_command(worker)
-for _command in KEY_COMMANDS:
+for _command in (*KEY_COMMANDS, *DATA_COMMANDS):
     cli.add_command(_command)
 
 

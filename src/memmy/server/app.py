@@ -184,7 +184,8 @@ class Api:
         return await self.json_call(request, self.service.restore_tombstone, lambda b: (tombstone_id, b, ns))
 
     async def dream_run(self, request: Request) -> Response:
-        return await self.json_call(request, self.service.dream_run, lambda b: (b,))
+        ns = self.namespace(request)
+        return await self.json_call(request, self.service.dream_run, lambda b: (b, ns))
 
     async def dream_log(self, request: Request) -> Response:
         return await self.call(request, self.service.dream_log, dict(request.query_params))
@@ -195,7 +196,8 @@ class Api:
 
     async def dream_restore(self, request: Request) -> Response:
         dream_id = request.path_params["dream_id"]
-        return await self.json_call(request, self.service.dream_restore, lambda b: (dream_id, b))
+        ns = self.namespace(request)
+        return await self.json_call(request, self.service.dream_restore, lambda b: (dream_id, b, ns))
 
     async def processing_status(self, request: Request) -> Response:
         return await self.json_call(request, self.service.processing_status, lambda b: (b,))
@@ -219,7 +221,8 @@ class Api:
         return await self.call(request, self.service.panel.tasks, dict(request.query_params))
 
     async def reload_config(self, request: Request) -> Response:
-        return await self.json_call(request, self.service.reload_config, lambda b: (b,))
+        ns = self.namespace(request)
+        return await self.json_call(request, self.service.reload_config, lambda b: (b, ns))
 
     async def worker_run(self, request: Request) -> Response:
         limit = request.query_params.get("limit")
@@ -273,6 +276,28 @@ class Api:
                 version, status = await run_in_threadpool(self.service.imports.wait_for_change, job_id, version, 1.0)
 
         return StreamingResponse(stream(), media_type="text/event-stream", headers={"cache-control": "no-cache"})
+
+    async def logs_page(self, request: Request) -> Response:
+        return await self.call(request, self.service.logs_page, dict(request.query_params))
+
+    async def review_queue(self, request: Request) -> Response:
+        return await self.call(request, self.service.review_queue, dict(request.query_params))
+
+    async def review_item(self, request: Request) -> Response:
+        ns, memory_id = self.namespace(request), request.path_params["memory_id"]
+        return await self.json_call(request, self.service.review_item, lambda b: (memory_id, b, ns))
+
+    async def export_store(self, request: Request) -> Response:
+        ns = self.namespace(request)
+        return await self.json_call(request, self.service.export_store, lambda b: (b, ns))
+
+    async def import_store(self, request: Request) -> Response:
+        ns = self.namespace(request)
+        return await self.json_call(request, self.service.import_store, lambda b: (b, ns))
+
+    async def wipe_store(self, request: Request) -> Response:
+        ns = self.namespace(request)
+        return await self.json_call(request, self.service.wipe_store, lambda b: (b, ns))
 
     async def shutdown(self, request: Request) -> Response:
         if self.shutdown_callback is None:
@@ -335,6 +360,12 @@ def create_app(service: MemoryService, shutdown: Callable[[], None] | None = Non
         Route("/api/v1/sources/scan/{job_id}", api.scan_status, methods=["GET"]),
         Route("/api/v1/sources/scan/{job_id}/events", api.scan_events, methods=["GET"]),
         Route("/api/v1/sources/scan/{job_id}/{action:str}", api.scan_control, methods=["POST"]),
+        Route("/api/v1/logs", api.logs_page, methods=["GET"]),
+        Route("/api/v1/review", api.review_queue, methods=["GET"]),
+        Route("/api/v1/review/{memory_id}", api.review_item, methods=["POST"]),
+        Route("/api/v1/admin/export", api.export_store, methods=["POST"]),
+        Route("/api/v1/admin/import", api.import_store, methods=["POST"]),
+        Route("/api/v1/admin/wipe", api.wipe_store, methods=["POST"]),
     ]
 
     async def not_found(request: Request, exc: Exception) -> Response:

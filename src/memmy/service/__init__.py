@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from memmy import __version__
@@ -11,10 +12,13 @@ from memmy.config import MemmyConfig, load_config, reload_requires_restart
 from memmy.embed import Embedder, build_embedder
 from memmy.errors import ConfigError, InvalidArgument
 from memmy.indexing import Indexer
+from memmy.service.data import DataOps
 from memmy.service.dream import DreamOps
 from memmy.service.episodes import EpisodeOps
 from memmy.service.evolution import ModelSlots
 from memmy.service.evolution_wiring import build_evolution
+from memmy.service.evolve_support import LayerWriter
+from memmy.service.governance import GovernanceOps
 from memmy.service.imports import ImportOps
 from memmy.service.keygraph import KeyOps
 from memmy.service.memories import MemoryOps
@@ -76,7 +80,16 @@ ROUTE_NAMES = (
     "GET /api/v1/dream/log",
     "GET /api/v1/dream/:id",
     "POST /api/v1/dream/:id/restore",
+    "GET /api/v1/logs",
+    "GET /api/v1/review",
+    "POST /api/v1/review/:id",
+    "POST /api/v1/admin/export",
+    "POST /api/v1/admin/import",
+    "POST /api/v1/admin/wipe",
 )
+#: Key-graph operations that change what agents are told: each writes an audit row.
+AUDITED_KEY_OPS = ("correct", "forget", "dismiss", "confirm_memory")
+CLI_NS = Namespace(source="cli")
 
 
 def embedder_factory(config: MemmyConfig) -> Callable[[], Embedder]:
@@ -142,6 +155,12 @@ class MemoryService:
         self.keys = KeyOps(config, db, self.memories, self.logs, self.indexer, self.memory_ops)
         self.validity = ValidityOps(db, self.memories, self.logs)
         self.dreams = DreamOps(lambda: self.config, db, self.memories, self.indexer)
+        self.governance = GovernanceOps(lambda: self.config, db, self.logs, self.memories, self.indexer)
+        self.data = DataOps(db, lambda: self.config.home, self.indexer.load_index)
+        for group in self.evolution_groups:  # the review queue's gate sits in every evolution writer
+            writer = getattr(group, "writer", None)
+            if isinstance(writer, LayerWriter):
+                writer.review_required = self.governance.review_required
 
     @classmethod
     def open(cls, config: MemmyConfig, embedder: Embedder | None = None) -> MemoryService:
@@ -161,6 +180,7 @@ class MemoryService:
         self.episode_ops.close_idle()
         self.jobs.prune_finished()
         self.dreams.run_if_due()
+        self.governance.prune_if_due()
 
     def close(self) -> None:
         """Stop background work and close the store."""
@@ -187,6 +207,9 @@ class MemoryService:
     def give_feedback(self, body: Any, ns: Namespace) -> dict[str, Any]:
         """Explicit feedback on a memory or an episode; the reward and guidance follow asynchronously."""
         result = self.episode_ops.give_feedback(body, ns.user_id)
+        fields = body if isinstance(body, dict) else {}
+        target = fields.get("id") or fields.get("memoryId") or fields.get("episodeId") or ""
+        self.governance.record("feedback", "feedback", str(target), ns, after=body)
         self.worker.wake()
         return result
 
@@ -235,13 +258,17 @@ class MemoryService:
     # -- key graph and tombstones -----------------------------------------------------------------
     def keys_call(self, op: str, body: Any, ns: Namespace) -> Any:
         """One key-graph tool (``POST /api/v1/keys/<op>``) with keymem's arguments and result."""
-        return self.keys.call(op, body, ns)
+        result = self.keys.call(op, body, ns)
+        if op in AUDITED_KEY_OPS:
+            target = body.get("memory_id") if isinstance(body, dict) else None
+            self.governance.record(f"memory.{op}", "memory", str(target or ""), ns, after=result, meta={"args": body})
+        return result
 
     def list_tombstones(self, params: dict[str, Any]) -> dict[str, Any]:
         """Forgotten values."""
         return self.validity.list_tombstones(params)
 
-    def restore_tombstone(self, tombstone_id: str, body: Any, ns: Namespace) -> dict[str, Any]:
+    def restore_tombstone(self, tombstone_id: str, body: Any, ns: Namespace) -> dict[str, Any]:  # audited inside
         """Allow a forgotten value again."""
         return self.validity.restore(tombstone_id, body, ns)
 
@@ -348,9 +375,14 @@ class MemoryService:
             "serverTime": utc_now(),
         }
 
-    def reload_config(self, body: Any) -> dict[str, Any]:
+    def reload_config(self, body: Any, ns: Namespace = CLI_NS) -> dict[str, Any]:
         """Re-read config.yaml; apply retrieval/evolution/model settings now, report storage changes."""
         body = require_object(body)
+        result = self._reload_config(body)
+        self.governance.record("config.reload", "config", str(self.config.path), ns, meta=result)
+        return result
+
+    def _reload_config(self, body: dict[str, Any]) -> dict[str, Any]:
         old = self.config
         try:
             new = load_config(old.path, db_override=old.db_override)
@@ -435,9 +467,12 @@ class MemoryService:
         }
 
     # -- dream ------------------------------------------------------------------------------------
-    def dream_run(self, body: Any) -> dict[str, Any]:
+    def dream_run(self, body: Any, ns: Namespace = CLI_NS) -> dict[str, Any]:
         """One Dream pass now (``{"dryRun": true}`` only reports what it would change)."""
-        return self.dreams.run(body)
+        result = self.dreams.run(body)
+        if not (isinstance(body, dict) and body.get("dryRun")):
+            self.governance.record("dream.run", "dream", str(result.get("id") or ""), ns, meta=_brief(result))
+        return result
 
     def dream_log(self, params: dict[str, Any]) -> dict[str, Any]:
         """Past Dream passes, newest first, with counts per action."""
@@ -447,6 +482,55 @@ class MemoryService:
         """One Dream pass and its changes (full rows with ``verbose``)."""
         return self.dreams.get(dream_id, params)
 
-    def dream_restore(self, dream_id: str, body: Any) -> dict[str, Any]:
+    def dream_restore(self, dream_id: str, body: Any, ns: Namespace = CLI_NS) -> dict[str, Any]:
         """Undo a Dream pass byte for byte (``{"force": true}`` overwrites later edits)."""
-        return self.dreams.restore(dream_id, body)
+        result = self.dreams.restore(dream_id, body)
+        self.governance.record("dream.restore", "dream", dream_id, ns, meta=_brief(result))
+        return result
+
+    # -- data ownership and governance ------------------------------------------------------------
+    def export_store(self, body: Any, ns: Namespace = CLI_NS) -> dict[str, Any]:
+        """Write a consistent export archive (``{"out": path, "raw": true}``); audited."""
+        body = require_object(body)
+        out = opt_str(body, "out")
+        result = self.data.export(Path(out).expanduser() if out else None, include_raw=opt_bool(body, "raw", True))
+        self.governance.record("store.export", "store", result["path"], ns, meta={"counts": result["counts"]})
+        return result
+
+    def import_store(self, body: Any, ns: Namespace = CLI_NS) -> dict[str, Any]:
+        """Merge an export archive (``{"path", "onConflict": skip|replace|error, "dryRun"}``); audited."""
+        body = require_object(body)
+        path = opt_str(body, "path")
+        if not path:
+            raise InvalidArgument("path: expected the export archive to import")
+        dry_run = opt_bool(body, "dryRun", False)
+        result = self.data.import_store(Path(path).expanduser(), opt_str(body, "onConflict") or "skip", dry_run)
+        if not dry_run:
+            self.governance.record("store.import", "store", path, ns, meta=_brief(result))
+        return result
+
+    def wipe_store(self, body: Any, ns: Namespace = CLI_NS) -> dict[str, Any]:
+        """Remove all memories and history (``{"confirm": true, "backup": true}``); config and tokens stay."""
+        body = require_object(body)
+        if body.get("confirm") is not True:
+            raise InvalidArgument('confirm: send {"confirm": true} to wipe the store')
+        result = self.data.wipe(backup=opt_bool(body, "backup", True))
+        self.governance.record("store.wipe", "store", str(self.db.path), ns, meta=result)
+        return result
+
+    def logs_page(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Audit, API, change or recall log rows (``?kind=``)."""
+        return self.governance.logs_page(params)
+
+    def review_queue(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Derived items waiting for (or past) review."""
+        return self.governance.review_queue(params)
+
+    def review_item(self, memory_id: str, body: Any, ns: Namespace = CLI_NS) -> dict[str, Any]:
+        """Approve, edit-then-approve or reject one pending item."""
+        return self.governance.review(memory_id, body, ns)
+
+
+def _brief(result: dict[str, Any]) -> dict[str, Any]:
+    """A result without its bulky lists, for an audit row's meta."""
+    return {k: v for k, v in result.items() if not isinstance(v, list) or len(v) <= 20}

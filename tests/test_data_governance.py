@@ -1,0 +1,189 @@
+"""Data ownership and governance: export/import/wipe, correct of any memory, the review queue, audit rows."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from memmy.config import load_config
+from memmy.embed import Embedder
+from memmy.errors import Conflict
+from memmy.service import MemoryService
+from memmy.service.evolve_support import LayerWrite, LayerWriter
+from memmy.service.namespace import Namespace
+
+PANEL = Namespace(source="panel")
+
+
+def _data_checksums(manifest: dict[str, object]) -> dict[str, object]:
+    tables = manifest["tables"]
+    assert isinstance(tables, dict)
+    return {name: info for name, info in tables.items() if name not in ("audit_logs", "api_logs")}
+
+
+def _populate(service: MemoryService) -> list[str]:
+    ids = []
+    for text in ("Use pnpm, not npm, in the web repo.", "数据库迁移前先备份。", "Deploys go through make release."):
+        ids.append(service.add_memory({"content": text}, Namespace(source="codex"))["id"])
+    agent = Namespace(source="claude_code")
+    sid = service.open_session({}, agent)["sessionId"]
+    started = service.start_turn({"sessionId": sid, "query": "how do we deploy?"}, agent)
+    service.complete_turn(
+        started["turnId"], {"sessionId": sid, "query": "how do we deploy?", "answer": "Run make release."}, agent
+    )
+    service.run_worker({})
+    return ids
+
+
+def test_export_wipe_import_gives_an_equal_export(service: MemoryService, tmp_path: Path) -> None:
+    ids = _populate(service)
+    first = service.export_store({"out": str(tmp_path / "one.zip")}, PANEL)
+    assert first["counts"]["memories"] >= 3
+    with zipfile.ZipFile(first["path"]) as archive:
+        manifest = json.loads(archive.read("manifest.json"))
+        assert manifest["format"] == "memmy-export/1"
+        assert {"memories", "raw_turns", "memory_vector_entries"} <= set(archive.namelist()) | {
+            n.removeprefix("tables/").removesuffix(".jsonl") for n in archive.namelist()
+        }
+
+    wiped = service.wipe_store({"confirm": True}, PANEL)
+    assert wiped["removed"]["memories"] >= 3
+    assert wiped["backup"] and Path(wiped["backup"]).is_file()
+    assert service.panel.items({})["total"] == 0
+
+    dry = service.import_store({"path": first["path"], "dryRun": True}, PANEL)
+    assert dry["tables"]["memories"] == {"rows": 4, "new": 4, "conflicts": 0, "ignored": 0}
+    assert service.memories.get(ids[0]) is None  # a dry run writes nothing
+
+    service.import_store({"path": first["path"]}, PANEL)
+    again = service.export_store({"out": str(tmp_path / "two.zip")}, PANEL)
+    assert _data_checksums(again["manifest"]) == _data_checksums(first["manifest"])
+    hits = service.search({"query": "pnpm"}, Namespace())["hits"]
+    assert [h["id"] for h in hits][:1] == [ids[0]]
+
+    with pytest.raises(Conflict, match="already exist"):
+        service.import_store({"path": first["path"], "onConflict": "error"}, PANEL)
+    skipped = service.import_store({"path": first["path"], "onConflict": "skip"}, PANEL)
+    assert skipped["added"] == 0 and skipped["conflicts"] > 0
+
+    actions = [row["action"] for row in service.logs_page({"kind": "audit", "limit": 50})["items"]]
+    assert {"store.export", "store.wipe", "store.import"} <= set(actions)
+    wipe_row = next(r for r in service.logs_page({"kind": "audit"})["items"] if r["action"] == "store.wipe")
+    assert wipe_row["actor"]["source"] == "panel"
+
+
+def test_export_without_raw_turns(service: MemoryService, tmp_path: Path) -> None:
+    _populate(service)
+    result = service.export_store({"out": str(tmp_path / "noraw.zip"), "raw": False})
+    assert "raw_turns" not in result["counts"]
+    assert result["manifest"]["raw"] is False
+
+
+def test_correct_works_on_a_memory_made_by_add(service: MemoryService) -> None:
+    made = service.add_memory({"content": "The staging database is on port 5433."}, Namespace(source="cursor"))
+    result = service.keys_call(
+        "correct", {"memory_id": made["id"], "content": "The staging database is on port 6543."}, PANEL
+    )
+    assert result["superseded"] == made["id"]
+    chain = service.memory_history(result["new_id"])["chain"]
+    assert [c["id"] for c in chain][-2:] == [made["id"], result["new_id"]]
+    service.run_worker({})
+    hits = service.search({"query": "staging database port"}, Namespace())["hits"]
+    assert [h["id"] for h in hits][:1] == [result["new_id"]]
+    audit = service.logs_page({"kind": "audit", "action": "memory.correct"})["items"]
+    assert audit and audit[0]["targetId"] == made["id"] and audit[0]["actor"]["source"] == "panel"
+
+
+def _review_service(home: Path, embedder: Embedder) -> MemoryService:
+    config_file = home / ".memmy" / "config.yaml"
+    config_file.parent.mkdir(parents=True, exist_ok=True)
+    config_file.write_text(yaml.safe_dump({"memmyMemory": {"evolution": {"review": "required"}}}))
+    svc = MemoryService.open(load_config(), embedder=embedder)
+    svc.indexer.load_index()
+    return svc
+
+
+def _writer(svc: MemoryService) -> LayerWriter:
+    writers = [g.writer for g in svc.evolution_groups if isinstance(getattr(g, "writer", None), LayerWriter)]
+    assert writers
+    return writers[0]
+
+
+def test_review_queue_holds_new_policies_until_approved(isolated_home: Path, embedder: Embedder) -> None:
+    svc = _review_service(isolated_home, embedder)
+    try:
+        write = LayerWrite(
+            layer="L2",
+            key="policy:pytest-xdist",
+            title="Run the test suite with pytest -n auto",
+            content="When running the Python test suite, use pytest -n auto to parallelise the tests.",
+            tags=["policy"],
+            properties={"policy": {"status": "active"}},
+        )
+        memory = _writer(svc).upsert(write)
+        assert memory.status == "resolving"
+        queue = svc.review_queue({})["items"]
+        assert [item["id"] for item in queue] == [memory.id]
+        svc.run_worker({})
+        sid = svc.open_session({}, Namespace())["sessionId"]
+        turn = svc.start_turn({"sessionId": sid, "query": "how should I run the python test suite?"}, Namespace())
+        assert memory.id not in json.dumps(turn)
+
+        # Evolution re-deriving it cannot activate it behind the reviewer's back.
+        again = _writer(svc).upsert(write)
+        assert again.status == "resolving"
+
+        approved = svc.review_item(
+            memory.id,
+            {"decision": "approve", "content": write.content + " Keep -p no:cacheprovider off."},
+            PANEL,
+        )
+        assert approved["status"] == "activated" and approved["review"]["edited"] is True
+        svc.run_worker({})
+        turn = svc.start_turn({"sessionId": sid, "query": "how should I run the python test suite?"}, Namespace())
+        assert memory.id in json.dumps(turn)
+
+        rejected = _writer(svc).upsert(
+            LayerWrite(
+                layer="L3",
+                key="world:bad",
+                title="A wrong world model",
+                content="The repo has no tests.",
+                tags=[],
+                properties={},
+            )
+        )
+        svc.review_item(rejected.id, {"decision": "reject", "reason": "wrong"}, PANEL)
+        proposed_again = _writer(svc).upsert(
+            LayerWrite(layer="L3", key="world:bad", title="t", content="The repo has no tests.", tags=[], properties={})
+        )
+        assert proposed_again.id == rejected.id and proposed_again.status == "archived"
+        assert svc.review_queue({})["items"] == []
+        actions = {row["action"] for row in svc.logs_page({"kind": "audit"})["items"]}
+        assert {"review.approve", "review.reject"} <= actions
+    finally:
+        svc.close()
+
+
+def test_feedback_dream_and_reload_are_audited(service: MemoryService) -> None:
+    made = service.add_memory({"content": "Prefer ripgrep over grep."}, Namespace())
+    service.give_feedback({"id": made["id"], "polarity": "negative"}, PANEL)
+    service.dream_run({}, PANEL)
+    service.reload_config({}, PANEL)
+    service.delete_memory(made["id"], {}, PANEL)
+    actions = {row["action"] for row in service.logs_page({"kind": "audit"})["items"]}
+    assert {"feedback", "dream.run", "config.reload", "memory.delete"} <= actions
+
+
+def test_audit_retention_prunes_only_when_configured_and_says_so(service: MemoryService) -> None:
+    service.logs.audit("memory.delete", "trace", "x", user_id=None, actor={"source": "cli"})
+    assert service.governance.prune_if_due() == 0  # retentionDays 0: kept forever
+    service.db.conn.execute("UPDATE audit_logs SET created_at = '2000-01-01T00:00:00.000Z'")
+    service.config.tree["audit"] = {"retentionDays": 30}
+    assert service.governance.prune_if_due() == 1
+    rows = service.logs_page({"kind": "audit"})["items"]
+    assert [r["action"] for r in rows] == ["audit.prune"] and rows[0]["meta"]["removed"] == 1
