@@ -36,7 +36,8 @@ ALLOWED: dict[str, set[str]] = {
         "config_defaults",
         "__init__",
     },
-    "server": {"service", "domain", "errors", "config", "config_defaults", "store", "__init__", "mcp"},
+    "server": {"service", "domain", "errors", "config", "config_defaults", "store", "__init__", "mcp", "panel"},
+    "panel": {"service", "domain", "errors", "config", "config_defaults", "__init__"},
     "cli": {
         "service",
         "server",

@@ -19,6 +19,7 @@ from starlette.routing import Route
 from memmy.domain import stable_hash
 from memmy.errors import Conflict, InvalidArgument, MemmyError, http_status_for
 from memmy.mcp.http import McpHttpEndpoint
+from memmy.panel import Panel
 from memmy.server.middleware import GuardMiddleware, error_body, json_dumps
 from memmy.server.openapi import openapi_document
 from memmy.service import MemoryService
@@ -382,14 +383,24 @@ def create_app(service: MemoryService, shutdown: Callable[[], None] | None = Non
 
     mcp_http = McpHttpEndpoint(token=lambda: service.config.storage.token)
     routes.append(mcp_http.route("/mcp"))
+    panel = Panel(service)  # /panel/*: its own cookie session + CSRF instead of the bearer token
+
+    async def panel_sign_in(request: Request) -> Response:
+        """``POST /api/v1/panel/sign-in`` (needs the API token): a one-time link that signs a browser in."""
+        base = f"{request.url.scheme}://{request.headers.get('host', request.url.netloc)}"
+        return json_response({"url": f"{base}/panel/login?code={panel.auth.new_link_code()}", "expiresInS": 600})
+
+    routes.append(Route("/api/v1/panel/sign-in", panel_sign_in, methods=["POST"]))
+
     app = Starlette(
-        routes=routes,
+        routes=[*routes, *panel.routes()],
         lifespan=mcp_http.lifespan,
         exception_handlers={404: not_found, 405: not_found},
         middleware=[
             Middleware(
                 GuardMiddleware,
                 token_getter=lambda: service.config.storage.token,
+                session_paths=("/panel",),
                 max_body_bytes=service.config.server.max_body_bytes,
             )
         ],

@@ -73,10 +73,18 @@ def origin_allowed(origin: str | None) -> bool:
 class GuardMiddleware:
     """Request id, origin check, token check and body cap, before any route runs."""
 
-    def __init__(self, app: ASGIApp, token_getter: Callable[[], str], max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        token_getter: Callable[[], str],
+        max_body_bytes: int,
+        session_paths: tuple[str, ...] = (),
+    ) -> None:
         self.app = app
         self.token_getter = token_getter
         self.max_body_bytes = max_body_bytes
+        #: Path prefixes whose routes check their own session (the panel's cookie + CSRF) instead of the token.
+        self.session_paths = session_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -92,7 +100,8 @@ class GuardMiddleware:
             return
         path = scope.get("path", "")
         expected = self.token_getter()
-        if expected and path not in ANONYMOUS_PATHS and scope.get("method") != "OPTIONS":
+        own_session = any(path == p or path.startswith(p + "/") for p in self.session_paths)
+        if expected and path not in ANONYMOUS_PATHS and not own_session and scope.get("method") != "OPTIONS":
             presented = request_token(scope) or ""
             if not hmac.compare_digest(presented.encode(), expected.encode()):
                 await send_error(send, 401, "unauthorized", "invalid memory service token", request_id)

@@ -86,6 +86,7 @@ ROUTE_NAMES = (
     "POST /api/v1/admin/export",
     "POST /api/v1/admin/import",
     "POST /api/v1/admin/wipe",
+    "POST /api/v1/panel/sign-in",
 )
 #: Key-graph operations that change what agents are told: each writes an audit row.
 AUDITED_KEY_OPS = ("correct", "forget", "dismiss", "confirm_memory")

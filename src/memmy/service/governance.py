@@ -154,7 +154,9 @@ class GovernanceOps:
         for row in rows:
             memory = self.memories.get(row["id"])
             if memory is not None:
-                items.append({**memory_item(memory), "review": memory.properties.get("review")})
+                items.append(
+                    {**memory_item(memory), "content": memory.content, "review": memory.properties.get("review")}
+                )
         return {"state": state, "required": self.review_required(), "items": items, "serverTime": utc_now()}
 
     def _pending(self, memory_id: str) -> Memory:
@@ -204,3 +206,75 @@ class GovernanceOps:
         else:
             self.indexer.unindex(memory.id)
         return {"id": memory.id, "status": memory.status, "review": review, "auditId": audit_id, "serverTime": now}
+
+    # -- status changes and analytics for the panel ------------------------------------------------
+    def set_status(self, memory_id: str, status: str, ns: Namespace) -> dict[str, Any]:
+        """Archive or re-activate a memory (L2/L3/Skill archive/activate in the panel); audited."""
+        if status not in ("activated", "archived"):
+            raise InvalidArgument("status: expected 'activated' or 'archived'")
+        memory = self.memories.get(memory_id)
+        if memory is None:
+            raise NotFound(f"memory {memory_id} not found")
+        if memory.superseded_by:
+            raise Conflict(f"memory {memory_id} was replaced by {memory.superseded_by}; change that version")
+        review = memory.properties.get("review") or {}
+        if status == "activated" and review.get("state") in ("pending", "rejected"):
+            raise Conflict(f"memory {memory_id} is {review['state']} in the review queue; decide it there")
+        before = memory.snapshot()
+        memory.status = status
+        memory.version += 1
+        memory.updated_at = utc_now()
+        with self.db.transaction():
+            self.memories.update(memory, before, "activate" if status == "activated" else "archive", ns.source)
+            audit_id = self.record(
+                "memory.activate" if status == "activated" else "memory.archive",
+                memory.kind,
+                memory.id,
+                ns,
+                before=before,
+                after=memory.snapshot(),
+            )
+        if status == "activated":
+            text = embedding_text(memory.layer, memory.title, memory.content, memory.properties)
+            self.indexer.enqueue(memory.id, memory.layer, text[:3000])
+        else:
+            self.indexer.unindex(memory.id)
+        return {"id": memory.id, "status": status, "auditId": audit_id, "serverTime": utc_now()}
+
+    def analytics(self, days: int = 30) -> dict[str, Any]:
+        """Injections per day (events, injected tokens), hit rate, top projects and agents."""
+        start = (datetime.now(UTC) - timedelta(days=days - 1)).date().isoformat()
+        per_day = self.db.query(
+            "SELECT substr(created_at, 1, 10) AS day, COUNT(*) AS events, "
+            "SUM(CASE WHEN json_array_length(injected_memory_ids_json) > 0 THEN 1 ELSE 0 END) AS hits, "
+            "SUM(COALESCE(json_extract(request_json, '$.tokens'), 0)) AS tokens "
+            "FROM recall_events WHERE created_at >= ? GROUP BY day ORDER BY day",
+            (start,),
+        )
+        events = sum(int(r["events"]) for r in per_day)
+        hits = sum(int(r["hits"] or 0) for r in per_day)
+        projects = self.db.query(
+            "SELECT COALESCE(project_id, '(none)') AS project, COUNT(*) AS n FROM memories "
+            "WHERE status != 'deleted' GROUP BY project ORDER BY n DESC LIMIT 10"
+        )
+        agents = self.db.query(
+            "SELECT source_agent, COUNT(*) AS n FROM memories WHERE status != 'deleted' "
+            "GROUP BY source_agent ORDER BY n DESC LIMIT 10"
+        )
+        today = datetime.now(UTC).date().isoformat()
+        today_row = next((r for r in per_day if r["day"] == today), None)
+        return {
+            "injectionsPerDay": [
+                {"date": r["day"], "events": int(r["events"]), "hits": int(r["hits"] or 0), "tokens": int(r["tokens"])}
+                for r in per_day
+            ],
+            "hitRate": round(hits / events, 4) if events else 0.0,
+            "recallEvents": events,
+            "injectedToday": {
+                "events": int(today_row["hits"] or 0) if today_row else 0,
+                "tokens": int(today_row["tokens"]) if today_row else 0,
+            },
+            "topProjects": [{"project": r["project"], "count": int(r["n"])} for r in projects],
+            "topAgents": [{"agent": r["source_agent"], "count": int(r["n"])} for r in agents],
+            "serverTime": utc_now(),
+        }

@@ -296,6 +296,14 @@ class AuditLog:
         )
         return [self._audit(r) for r in rows]
 
+    def audits_of(self, target_id: str, limit: int = 50) -> list[dict[str, Any]]:
+        """Audit rows about one target, newest first."""
+        rows = self.db.query(
+            "SELECT rowid AS n, * FROM audit_logs WHERE target_id = ? ORDER BY created_at DESC LIMIT ?",
+            (target_id, limit),
+        )
+        return [self._audit(r) for r in rows]
+
     @staticmethod
     def _audit(r: sqlite3.Row) -> dict[str, Any]:
         return {
