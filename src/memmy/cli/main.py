@@ -22,6 +22,7 @@ from memmy.cli.commands_evolve import episodes, feedback, jobs, worker
 from memmy.cli.commands_import import import_history, sources
 from memmy.cli.commands_keys import COMMANDS as KEY_COMMANDS
 from memmy.cli.commands_mcp import mcp
+from memmy.cli.commands_panel import panel
 from memmy.cli.commands_resume import resume
 from memmy.cli.commands_service import service
 from memmy.cli.commands_session import session, turn
@@ -302,7 +303,7 @@ cli.add_command(feedback)
 cli.add_command(episodes)
 cli.add_command(jobs)
 cli.add_command(worker)
-for _command in (*KEY_COMMANDS, *DATA_COMMANDS):
+for _command in (*KEY_COMMANDS, *DATA_COMMANDS, panel):
     cli.add_command(_command)
 
 
