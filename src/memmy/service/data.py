@@ -254,9 +254,12 @@ class DataOps:
                 new = len(inserts) + len(renumbered) - (conflicts if on_conflict == "replace" and serial is None else 0)
                 report[table.name] = {"rows": len(table.rows), "new": new, "conflicts": conflicts, "ignored": 0}
                 plans.append((table.name, inserts + renumbered))
-            total_conflicts = sum(r["conflicts"] for r in report.values())
+            # Log rows that already exist are the same rows (kept through a wipe): never a reason to refuse.
+            total_conflicts = sum(r["conflicts"] for n, r in report.items() if n not in LOG_TABLES)
             if on_conflict == "error" and total_conflicts and not dry_run:
-                per_table = ", ".join(f"{n}: {r['conflicts']}" for n, r in report.items() if r["conflicts"])
+                per_table = ", ".join(
+                    f"{n}: {r['conflicts']}" for n, r in report.items() if r["conflicts"] and n not in LOG_TABLES
+                )
                 raise Conflict(
                     f"{total_conflicts} rows of {path.name} already exist ({per_table}); "
                     "use --on-conflict skip or replace"

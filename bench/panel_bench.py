@@ -1,0 +1,138 @@
+"""Panel benchmark: how long each /panel page takes to answer over a store of N memories (target: ≤ 150 ms at 100k).
+
+    python bench/panel_bench.py --n 10000                 # build a 10k store in a temporary HOME, then time pages
+    python bench/panel_bench.py --db /path/memory.sqlite  # time pages over a copy of an existing store (e.g. 100k)
+    python bench/panel_bench.py --db FILE --repeat 20
+
+Every page is requested ``--repeat`` times through the real ASGI app (Starlette TestClient: routing, the session
+check, the service reads and the Jinja2 rendering, no network), after one warm-up request. As a baseline from the
+same run and machine it also times ``GET /api/v1/health``. It prints a Markdown table (median, p95, max per page)
+and the 1-minute load average, since other processes on the machine slow every figure down.
+
+An existing store is copied to a temporary directory first: the search page writes recall events, and the panel's
+actions must never touch the original.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from starlette.testclient import TestClient
+
+from memmy.config import load_config
+from memmy.server.app import create_app
+from memmy.service import MemoryService
+from memmy.service.namespace import Namespace
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from corpus import unique_memories  # noqa: E402
+
+BASE = "http://127.0.0.1:18960"
+PAGES = (
+    "/panel",
+    "/panel/memories",
+    "/panel/memories?q=deploy+database+migration",
+    "/panel/memories?layer=L1&status=activated&page=3",
+    "/panel/memories/{memory_id}",
+    "/panel/tasks",
+    "/panel/experiences",
+    "/panel/world-models",
+    "/panel/skills",
+    "/panel/review",
+    "/panel/recalls",
+    "/panel/analytics",
+    "/panel/logs",
+    "/panel/logs?kind=api",
+    "/panel/logs?kind=changes",
+    "/panel/logs?kind=dreams",
+    "/panel/agents",
+    "/panel/settings",
+)
+
+
+def build(service: MemoryService, n: int) -> None:
+    """Add ``n`` synthetic memories and embed them (progress on stderr)."""
+    started = time.perf_counter()
+    ns = Namespace(source="bench")
+    for i, body in enumerate(itertools.islice(unique_memories(7), n)):
+        service.add_memory(body, ns)
+        if (i + 1) % 1000 == 0:
+            print(f"added {i + 1}/{n}", file=sys.stderr)
+    while True:
+        ok, bad = service.indexer.run_once(256)
+        if ok == 0 and bad == 0:
+            break
+    print(f"built {n} memories in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=10_000, help="memories to build when no --db is given")
+    parser.add_argument("--db", type=Path, help="an existing memory store to copy and measure")
+    parser.add_argument("--repeat", type=int, default=10)
+    args = parser.parse_args()
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+    with tempfile.TemporaryDirectory(prefix="memmy-panel-bench-") as tmp:
+        home = Path(tmp) / "home"
+        home.mkdir()
+        os.environ["HOME"] = str(home)
+        os.environ["MEMMY_HOME"] = str(home / ".memmy")
+        db_override = None
+        if args.db:
+            db_override = Path(tmp) / "memory.sqlite"
+            with sqlite3.connect(f"file:{args.db}?mode=ro", uri=True) as source:
+                target = sqlite3.connect(db_override)
+                source.backup(target)
+                target.close()
+        service = MemoryService.open(load_config(db_override=db_override))
+        try:
+            service.indexer.load_index()
+            if not args.db:
+                build(service, args.n)
+            total = service.panel.items({"pageSize": "1"})["total"]
+            memory_id = service.panel.items({"pageSize": "1", "page": "2"})["items"][0]["id"]
+            app = create_app(service)
+            with TestClient(app, base_url=BASE, follow_redirects=False) as client:
+                link = client.post("/api/v1/panel/sign-in").json()["url"].removeprefix(BASE)
+                client.get(link)
+                rows = []
+                for path in ("/api/v1/health", *PAGES):
+                    url = path.format(memory_id=memory_id)
+                    client.get(url)  # warm-up
+                    times = []
+                    for _ in range(args.repeat):
+                        started = time.perf_counter()
+                        answer = client.get(url)
+                        times.append((time.perf_counter() - started) * 1000)
+                        assert answer.status_code == 200, (url, answer.status_code)
+                    times.sort()
+                    p95 = times[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
+                    rows.append((path, statistics.median(times), p95, times[-1]))
+        finally:
+            service.close()
+        print(
+            f"\nPanel pages over {total} memories ({'copy of ' + str(args.db) if args.db else 'built here'}), "
+            f"{args.repeat} requests each after a warm-up; load average {os.getloadavg()[0]:.2f}\n"
+        )
+        print("| page | median ms | p95 ms | max ms |")
+        print("|---|---:|---:|---:|")
+        for path, median, p95, worst in rows:
+            label = f"{path} (baseline)" if path.startswith("/api") else path
+            print(f"| `{label}` | {median:.1f} | {p95:.1f} | {worst:.1f} |")
+        slow = [r for r in rows if not r[0].startswith("/api") and r[2] > 150]
+        print(f"\npages over 150 ms at p95: {', '.join(r[0] for r in slow) if slow else 'none'}")
+        shutil.rmtree(home, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
