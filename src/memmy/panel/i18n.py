@@ -131,6 +131,7 @@ TEXTS: dict[str, tuple[str, str]] = {
         "审核未开启：在 config.yaml 中设置 `evolution.review: required`，新的 L2/L3/技能将在此等待审核。",
     ),
     "rejected": ("Rejected", "已拒绝"),
+    "approved": ("Approved", "已批准"),
     "prev": ("Previous", "上一页"),
     "next": ("Next", "下一页"),
     "total": ("total", "共"),
