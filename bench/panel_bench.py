@@ -3,6 +3,13 @@
     python bench/panel_bench.py --n 10000                 # build a 10k store in a temporary HOME, then time pages
     python bench/panel_bench.py --db /path/memory.sqlite  # time pages over a copy of an existing store (e.g. 100k)
     python bench/panel_bench.py --db FILE --repeat 20
+    python bench/panel_bench.py --synthetic 100000        # 100k rows written directly, random unit vectors
+
+``--synthetic`` skips the embedding model while building (writing 100k memories through the service and embedding
+them takes over an hour on two shared cores): rows go straight into the store in one transaction (2% L2 policies,
+creation times spread over a year, full-text rows included) with random unit vectors stamped with the local
+model's fingerprint, so the vector index holds N vectors and exact search costs what it costs with real ones; the
+search page's query is still embedded by the real model. Recall *quality* is meaningless in that mode, timing is not.
 
 Every page is requested ``--repeat`` times through the real ASGI app (Starlette TestClient: routing, the session
 check, the service reads and the Jinja2 rendering, no network), after one warm-up request. As a baseline from the
@@ -24,11 +31,16 @@ import statistics
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 from starlette.testclient import TestClient
 
 from memmy.config import load_config
+from memmy.domain import ID_PREFIX_BY_LAYER, Memory, new_id
+from memmy.indexing import FIELD_BY_LAYER
 from memmy.server.app import create_app
 from memmy.service import MemoryService
 from memmy.service.namespace import Namespace
@@ -74,10 +86,47 @@ def build(service: MemoryService, n: int) -> None:
     print(f"built {n} memories in {time.perf_counter() - started:.0f} s", file=sys.stderr)
 
 
+def build_synthetic(service: MemoryService, n: int) -> None:
+    """Write ``n`` memories and random unit vectors directly (see the module docstring)."""
+    started = time.perf_counter()
+    fingerprint = service.indexer.embedder.fingerprint
+    rng = np.random.default_rng(7)
+    now = datetime.now(UTC)
+    with service.db.transaction():
+        for i, body in enumerate(itertools.islice(unique_memories(7), n)):
+            layer = "L2" if i % 50 == 0 else "L1"
+            stamp = (now - timedelta(minutes=int(rng.integers(0, 525_600)))).isoformat(timespec="milliseconds")
+            stamp = stamp.replace("+00:00", "Z")
+            memory = Memory(
+                id=new_id(ID_PREFIX_BY_LAYER[layer]),
+                layer=layer,  # type: ignore[arg-type]
+                content=body["content"],
+                title=body["content"][:80] if layer == "L2" else "",
+                tags=list(body.get("tags") or []),
+                source_agent=str(body.get("source") or "bench"),
+                project_id=f"/home/u/proj{i % 40}",
+                created_at=stamp,
+                updated_at=stamp,
+                valid_from=stamp,
+            )
+            service.memories.insert(memory, source="bench")
+            vector = rng.standard_normal(fingerprint.dim).astype(np.float32)
+            vector /= np.linalg.norm(vector)
+            service.vectors.upsert(memory.id, FIELD_BY_LAYER[layer], fingerprint.provider, fingerprint.model, vector)
+            if (i + 1) % 10_000 == 0:
+                print(f"wrote {i + 1}/{n}", file=sys.stderr)
+    service.indexer.load_index()
+    ns = Namespace(source="bench")
+    for query in ("deploy the web app", "数据库迁移", "fix the flaky test", "which package manager"):
+        service.search({"query": query}, ns)
+    print(f"wrote {n} memories in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=10_000, help="memories to build when no --db is given")
     parser.add_argument("--db", type=Path, help="an existing memory store to copy and measure")
+    parser.add_argument("--synthetic", type=int, help="write this many memories directly, with random vectors")
     parser.add_argument("--repeat", type=int, default=10)
     args = parser.parse_args()
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -97,7 +146,9 @@ def main() -> None:
         service = MemoryService.open(load_config(db_override=db_override))
         try:
             service.indexer.load_index()
-            if not args.db:
+            if args.synthetic:
+                build_synthetic(service, args.synthetic)
+            elif not args.db:
                 build(service, args.n)
             total = service.panel.items({"pageSize": "1"})["total"]
             memory_id = service.panel.items({"pageSize": "1", "page": "2"})["items"][0]["id"]
@@ -106,13 +157,20 @@ def main() -> None:
                 link = client.post("/api/v1/panel/sign-in").json()["url"].removeprefix(BASE)
                 client.get(link)
                 rows = []
-                for path in ("/api/v1/health", *PAGES):
+                search = {"query": "deploy database migration", "scope": "pooled", "limit": 20, "verbose": True}
+                for path in ("/api/v1/health", "POST /api/v1/memory/search", *PAGES):
                     url = path.format(memory_id=memory_id)
-                    client.get(url)  # warm-up
+
+                    def request(url: str = url) -> Any:
+                        if url.startswith("POST "):
+                            return client.post(url.removeprefix("POST "), json=search)
+                        return client.get(url)
+
+                    request()  # warm-up
                     times = []
                     for _ in range(args.repeat):
                         started = time.perf_counter()
-                        answer = client.get(url)
+                        answer = request()
                         times.append((time.perf_counter() - started) * 1000)
                         assert answer.status_code == 200, (url, answer.status_code)
                     times.sort()
@@ -120,16 +178,17 @@ def main() -> None:
                     rows.append((path, statistics.median(times), p95, times[-1]))
         finally:
             service.close()
+        origin = f"copy of {args.db}" if args.db else "synthetic, random vectors" if args.synthetic else "built here"
         print(
-            f"\nPanel pages over {total} memories ({'copy of ' + str(args.db) if args.db else 'built here'}), "
+            f"\nPanel pages over {total} memories ({origin}), "
             f"{args.repeat} requests each after a warm-up; load average {os.getloadavg()[0]:.2f}\n"
         )
         print("| page | median ms | p95 ms | max ms |")
         print("|---|---:|---:|---:|")
         for path, median, p95, worst in rows:
-            label = f"{path} (baseline)" if path.startswith("/api") else path
+            label = f"{path} (baseline)" if "/api/" in path else path
             print(f"| `{label}` | {median:.1f} | {p95:.1f} | {worst:.1f} |")
-        slow = [r for r in rows if not r[0].startswith("/api") and r[2] > 150]
+        slow = [r for r in rows if "/api/" not in r[0] and r[2] > 150]
         print(f"\npages over 150 ms at p95: {', '.join(r[0] for r in slow) if slow else 'none'}")
         shutil.rmtree(home, ignore_errors=True)
 

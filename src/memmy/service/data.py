@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import io
 import json
 import sqlite3
 import zipfile
@@ -173,15 +172,17 @@ class DataOps:
         tables: dict[str, dict[str, Any]] = {}
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
             for table, columns, rows in self._snapshot_rows(include_raw):
-                buffer = io.BytesIO()
+                digest = hashlib.sha256()
                 count = 0
-                for row in rows:
-                    record = {c: _encode(v) for c, v in zip(columns, row, strict=True)}
-                    buffer.write(json.dumps(record, ensure_ascii=False, sort_keys=True).encode("utf-8") + b"\n")
-                    count += 1
-                data = buffer.getvalue()
-                archive.writestr(f"tables/{table}.jsonl", data)
-                tables[table] = {"rows": count, "sha256": hashlib.sha256(data).hexdigest()}
+                # Streamed row by row: a 100k store never sits in memory as one blob.
+                with archive.open(f"tables/{table}.jsonl", "w", force_zip64=True) as handle:
+                    for row in rows:
+                        record = {c: _encode(v) for c, v in zip(columns, row, strict=True)}
+                        line = json.dumps(record, ensure_ascii=False, sort_keys=True).encode("utf-8") + b"\n"
+                        handle.write(line)
+                        digest.update(line)
+                        count += 1
+                tables[table] = {"rows": count, "sha256": digest.hexdigest()}
             manifest = {
                 "format": FORMAT,
                 "schemaVersion": SCHEMA_VERSION,
