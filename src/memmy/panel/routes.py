@@ -16,7 +16,7 @@ from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Re
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from memmy.errors import MemmyError
+from memmy.errors import InvalidArgument, MemmyError
 from memmy.panel import pages
 from memmy.panel.auth import PanelAuth, PanelSession, host_allowed
 from memmy.panel.i18n import pick_language, translator
@@ -191,7 +191,7 @@ class Panel:
                 {"id": memory_id, "polarity": form.get("polarity", "negative"), "note": form.get("note", "")}, ns
             )
             return "feedback recorded"
-        raise MemmyError(f"unknown action {verb}")
+        raise InvalidArgument(f"unknown action {verb}")
 
     def _restore_tombstone(self, request: Request, form: dict[str, str]) -> str:
         self.service.restore_tombstone(request.path_params["tombstone_id"], {"reason": "panel"}, self.ns)
@@ -255,7 +255,7 @@ class Panel:
 
     def _wipe(self, request: Request, form: dict[str, str]) -> str:
         if form.get("confirm") != "1":
-            raise MemmyError("tick the confirmation box to wipe the store")
+            raise InvalidArgument("tick the confirmation box to wipe the store")
         result = self.service.wipe_store({"confirm": True, "backup": form.get("noBackup") != "1"}, self.ns)
         return f"removed {sum(result['removed'].values())} rows; backup: {result['backup'] or 'none'}"
 
