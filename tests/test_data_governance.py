@@ -6,15 +6,19 @@ import json
 import zipfile
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
+from click.testing import CliRunner, Result
 
+from memmy.cli.main import cli
 from memmy.config import load_config
 from memmy.embed import Embedder
 from memmy.errors import Conflict
 from memmy.service import MemoryService
 from memmy.service.evolve_support import LayerWrite, LayerWriter
 from memmy.service.namespace import Namespace
+from tests.conftest import Daemon
 
 PANEL = Namespace(source="panel")
 
@@ -187,3 +191,47 @@ def test_audit_retention_prunes_only_when_configured_and_says_so(service: Memory
     assert service.governance.prune_if_due() == 1
     rows = service.logs_page({"kind": "audit"})["items"]
     assert [r["action"] for r in rows] == ["audit.prune"] and rows[0]["meta"]["removed"] == 1
+
+
+def _cli(daemon: Daemon, *args: str, input_text: str | None = None) -> Result:
+    base = ["--url", daemon.url, "--token", daemon.token or ""]
+    return CliRunner().invoke(cli, [*base, *args], input=input_text, catch_exceptions=False)
+
+
+def test_cli_export_wipe_import_logs_and_panel_link(daemon: Daemon, tmp_path: Path) -> None:
+    with daemon.client() as client:
+        client.post("/api/v1/memory/add", json={"content": "Run make lint before pushing."}).raise_for_status()
+    daemon.drain()
+    archive = tmp_path / "backup.zip"
+    exported = _cli(daemon, "export", "--out", str(archive))
+    assert exported.exit_code == 0 and f"to {archive}" in exported.output and archive.is_file()
+
+    dry = _cli(daemon, "import-store", str(archive), "--dry-run")
+    assert dry.exit_code == 0 and dry.output.startswith("Dry run: would add 0 rows")
+
+    declined = _cli(daemon, "wipe", input_text="n\n")
+    assert declined.exit_code == 1 and "Aborted" in declined.output
+    wiped = _cli(daemon, "wipe", "--yes", "--no-backup")
+    assert wiped.exit_code == 0 and "memories" in wiped.output and "No backup was written." in wiped.output
+
+    restored = _cli(daemon, "import-store", str(archive), "--on-conflict", "error")
+    assert restored.exit_code == 0 and "memories" in restored.output
+    refused = _cli(daemon, "import-store", str(archive), "--on-conflict", "error")
+    assert refused.exit_code == 1 and "already exist" in refused.output
+
+    audit = _cli(daemon, "logs")
+    assert audit.exit_code == 0
+    lines = [line for line in audit.output.splitlines() if "store." in line]
+    assert [line.split()[1] for line in lines][-3:] == ["store.export", "store.wipe", "store.import"]
+    assert all(line.split()[2] == "cli" for line in lines)
+    assert "create" in _cli(daemon, "logs", "--changes").output
+
+    link = _cli(daemon, "panel", "--no-open").output.splitlines()[-1]
+    assert link.startswith(f"{daemon.url}/panel/login?code=")
+    with httpx.Client(follow_redirects=False) as browser:
+        signed_in = browser.get(link)
+        assert signed_in.status_code == 303 and "HttpOnly" in signed_in.headers["set-cookie"]
+        assert browser.get(f"{daemon.url}/panel").status_code == 200
+        assert browser.get(link).status_code == 401
+    with httpx.Client() as anonymous:
+        assert anonymous.post(f"{daemon.url}/api/v1/panel/sign-in").status_code == 401  # needs the API token
