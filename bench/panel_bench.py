@@ -128,6 +128,7 @@ def main() -> None:
     parser.add_argument("--db", type=Path, help="an existing memory store to copy and measure")
     parser.add_argument("--synthetic", type=int, help="write this many memories directly, with random vectors")
     parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--keep", type=Path, help="with --synthetic: build into this file, or reuse it if it exists")
     args = parser.parse_args()
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
@@ -137,7 +138,11 @@ def main() -> None:
         os.environ["HOME"] = str(home)
         os.environ["MEMMY_HOME"] = str(home / ".memmy")
         db_override = None
-        if args.db:
+        reuse = bool(args.keep and args.keep.exists())
+        if args.keep and not reuse:
+            db_override = args.keep
+        if args.db or reuse:
+            args.db = args.db or args.keep
             db_override = Path(tmp) / "memory.sqlite"
             with sqlite3.connect(f"file:{args.db}?mode=ro", uri=True) as source:
                 target = sqlite3.connect(db_override)
@@ -146,7 +151,7 @@ def main() -> None:
         service = MemoryService.open(load_config(db_override=db_override))
         try:
             service.indexer.load_index()
-            if args.synthetic:
+            if args.synthetic and not reuse:
                 build_synthetic(service, args.synthetic)
             elif not args.db:
                 build(service, args.n)

@@ -6,8 +6,10 @@ from typing import Any
 
 from memmy.errors import MemmyError
 from memmy.service import MemoryService
+from memmy.service.memories import memory_item
 from memmy.service.namespace import Namespace
 
+LAYERS = ("L1", "L2", "L3", "Skill")
 LAYER_PAGES = {"experiences": "L2", "world-models": "L3", "skills": "Skill"}
 SECRET_WORDS = ("key", "token", "secret", "password")
 
@@ -35,34 +37,66 @@ def bar_chart(points: list[tuple[str, float]], height: int = 80) -> dict[str, An
 
 
 def overview(service: MemoryService) -> dict[str, Any]:
-    """Counts, today's injections, sources, queues and warnings."""
-    data = service.panel.overview()
+    """Counts per layer and status, today's injections, sources, queues and warnings."""
+    reads = service.governance.reads
+    counts = reads.counts()
+    by_source = reads.by_source()
+    total = sum(n for _, n in by_source) or 1
     health = service.health()
     analytics = service.governance.analytics(days=1)
     sources = service.imports.sources()["sources"]
     jobs = health["evolution"]["jobs"]
     warnings = []
-    if health["embeddingQueue"]["failed"]:
-        warnings.append(
-            f"{health['embeddingQueue']['failed']} embeddings failed (memmy-memory worker run retries them)"
-        )
+    failed = health["embeddingQueue"]["failed"]
+    if failed:
+        warnings.append(f"{failed} embeddings failed (memmy-memory worker run retries them)")
     if jobs.get("failed"):
         warnings.append(f"{jobs['failed']} evolution jobs failed (see memmy-memory jobs --status failed)")
     if health["evolution"]["workerLastError"]:
         warnings.append(f"evolution worker: {health['evolution']['workerLastError']}")
     if health["models"]["embedding"]["lastError"]:
         warnings.append(f"embedding: {health['models']['embedding']['lastError']}")
-    review = service.review_queue({"limit": 1000})
-    if review["items"]:
-        warnings.append(f"{len(review['items'])} items wait in the review queue")
+    pending = reads.pending_review()
+    if pending:
+        warnings.append(f"{len(pending)} items wait in the review queue")
     return {
-        "counts": data["counts"],
-        "sourceDistribution": data["sourceDistribution"],
+        "counts": counts,
+        "live": {layer: counts.get(layer, {}).get("activated", 0) for layer in LAYERS},
+        "sourceDistribution": [
+            {"source": name, "count": n, "percentage": round(100 * n / total, 1)} for name, n in by_source
+        ],
         "health": health,
         "injectedToday": analytics["injectedToday"],
         "sources": sources,
         "warnings": warnings,
         "jobs": jobs,
+    }
+
+
+def _paged(service: MemoryService, params: dict[str, str], layers: tuple[str, ...]) -> dict[str, Any]:
+    """A newest-first page (25) in one status, from the panel's index-friendly reads."""
+    size = 25
+    try:
+        page = max(1, int(params.get("page") or 1))
+    except ValueError:
+        page = 1
+    status = params.get("status") or "activated"
+    memories, total = service.governance.reads.page(
+        layers=layers,
+        status=status,
+        source_agent=params.get("sourceAgent") or None,
+        offset=(page - 1) * size,
+        limit=size,
+    )
+    pages = max(1, -(-total // size))
+    return {
+        "items": [memory_item(m) for m in memories],
+        "page": page,
+        "total": total,
+        "totalPages": pages,
+        "hasNext": page < pages,
+        "hasPrev": page > 1,
+        "memories": memories,
     }
 
 
@@ -87,7 +121,8 @@ def memories(service: MemoryService, params: dict[str, str]) -> dict[str, Any]:
             "injected": found["injectedContext"],
         }
     else:
-        result["page"] = service.panel.items({**filters, "pageSize": "25"})
+        layers = (params["layer"],) if params.get("layer") in LAYERS else ()
+        result["page"] = _paged(service, params, layers)
     result["tombstones"] = service.list_tombstones({"limit": "20"})["tombstones"] if not query else []
     return result
 
@@ -105,15 +140,13 @@ def memory(service: MemoryService, memory_id: str) -> dict[str, Any]:
 
 
 def layer_page(service: MemoryService, layer: str, params: dict[str, str]) -> dict[str, Any]:
-    """Experiences (L2), world models (L3) or skills: live and archived, with their evidence."""
-    status = params.get("status") or ""
-    page = service.panel.items({"layer": layer, "status": status, "pageSize": "50", "page": params.get("page", "1")})
-    items = []
-    for item in page["items"]:
-        full = service.memories.get(item["id"])
-        props = full.properties if full is not None else {}
-        items.append({**item, "content": full.content if full else "", "props": props})
-    return {"layer": layer, "status": status, "page": page, "items": items}
+    """Experiences (L2), world models (L3) or skills in one status, with their evidence."""
+    page = _paged(service, params, (layer,))
+    items = [
+        {**item, "content": memory.content, "props": memory.properties}
+        for item, memory in zip(page["items"], page["memories"], strict=True)
+    ]
+    return {"layer": layer, "status": params.get("status") or "activated", "page": page, "items": items}
 
 
 def tasks(service: MemoryService, params: dict[str, str]) -> dict[str, Any]:
@@ -128,14 +161,11 @@ def recalls(service: MemoryService, params: dict[str, str]) -> dict[str, Any]:
 
 
 def analytics(service: MemoryService) -> dict[str, Any]:
-    """Memories and injections over time, hit rate, tokens, top projects and agents."""
-    data = service.panel.analysis()
+    """Memories and injections over time, hit rate, tokens, latency, top projects and agents."""
     extra = service.governance.analytics(days=30)
-    writes = sorted(data["dailyMemoryWrites"].items())
     return {
-        "a": data,
         "x": extra,
-        "writes": bar_chart([(d, float(n)) for d, n in writes]),
+        "writes": bar_chart([(p["date"], float(p["count"])) for p in extra["memoriesPerDay"]]),
         "tokens": bar_chart([(p["date"], float(p["tokens"])) for p in extra["injectionsPerDay"]]),
     }
 

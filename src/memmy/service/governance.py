@@ -21,6 +21,7 @@ from memmy.service.validate import opt_int, opt_str, require_object
 from memmy.store.db import Database, utc_now
 from memmy.store.logs import AuditLog, LogRepository
 from memmy.store.memories import MemoryRepository
+from memmy.store.panel_reads import PanelReads
 
 REVIEWED_LAYERS = ("L2", "L3", "Skill")
 LOG_KINDS = ("audit", "api", "changes", "recalls")
@@ -46,6 +47,7 @@ class GovernanceOps:
         self.db = db
         self.logs = logs
         self.audit_log = AuditLog(db)
+        self.reads = PanelReads(db)
         self.memories = memories
         self.indexer = indexer
 
@@ -145,14 +147,19 @@ class GovernanceOps:
         params = require_object(params)
         state = opt_str(params, "state") or "pending"
         limit = opt_int(params, "limit", 100, minimum=1, maximum=1000)
-        rows = self.db.query(
-            "SELECT id FROM memories WHERE memory_layer IN ('L2','L3','Skill') AND status != 'deleted' "
-            "AND json_extract(properties_json, '$.review.state') = ? ORDER BY updated_at DESC LIMIT ?",
-            (state, limit),
-        )
+        if state == "pending":
+            ids = self.reads.pending_review(limit)
+        else:
+            rows = self.db.query(
+                "SELECT id FROM memories WHERE source_agent = 'memmy-evolution' "
+                "AND memory_layer IN ('L2','L3','Skill') AND json_extract(properties_json, '$.review.state') = ? "
+                "ORDER BY updated_at DESC LIMIT ?",
+                (state, limit),
+            )
+            ids = [str(row["id"]) for row in rows]
         items = []
-        for row in rows:
-            memory = self.memories.get(row["id"])
+        for memory_id in ids:
+            memory = self.memories.get(memory_id)
             if memory is not None:
                 items.append(
                     {**memory_item(memory), "content": memory.content, "review": memory.properties.get("review")}
@@ -261,6 +268,8 @@ class GovernanceOps:
             "SELECT source_agent, COUNT(*) AS n FROM memories WHERE status != 'deleted' "
             "GROUP BY source_agent ORDER BY n DESC LIMIT 10"
         )
+        created = self.reads.daily_created(start)
+        latencies = [v for values in self.logs.tool_latencies().values() for v in values]
         today = datetime.now(UTC).date().isoformat()
         today_row = next((r for r in per_day if r["day"] == today), None)
         return {
@@ -274,6 +283,12 @@ class GovernanceOps:
                 "events": int(today_row["hits"] or 0) if today_row else 0,
                 "tokens": int(today_row["tokens"]) if today_row else 0,
             },
+            "memoriesPerDay": [
+                {"date": day, "count": sum(layers.values()), "layers": layers}
+                for day, layers in sorted(created.items())
+            ],
+            "avgApiLatencyMs": round(sum(latencies) / len(latencies), 2) if latencies else 0.0,
+            "p95ApiLatencyMs": round(sorted(latencies)[int(0.95 * (len(latencies) - 1))], 2) if latencies else 0.0,
             "topProjects": [{"project": r["project"], "count": int(r["n"])} for r in projects],
             "topAgents": [{"agent": r["source_agent"], "count": int(r["n"])} for r in agents],
             "serverTime": utc_now(),
