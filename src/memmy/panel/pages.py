@@ -130,13 +130,42 @@ def memories(service: MemoryService, params: dict[str, str]) -> dict[str, Any]:
 def memory(service: MemoryService, memory_id: str) -> dict[str, Any]:
     """One memory: text, provenance, versions, validity, the recalls it appeared in, its audit rows."""
     detail = service.get_memory(memory_id)
-    try:
-        chain = service.memory_history(memory_id)["chain"]
-    except MemmyError:
-        chain = []
+    chain = version_chain(service, memory_id)
     recalls = service.governance.audit_log.recalls_of(memory_id, limit=20)
     audits = service.governance.audit_log.audits_of(memory_id)
     return {"m": detail, "chain": chain, "recalls": recalls, "audits": audits}
+
+
+def version_chain(service: MemoryService, memory_id: str, limit: int = 50) -> list[dict[str, Any]]:
+    """Oldest -> newest versions, walked by ``properties.supersedes`` and ``superseded_by`` (no table scan)."""
+    start = service.memories.get(memory_id, include_deleted=True)
+    if start is None:
+        return []
+    chain = [start]
+    seen = {start.id}
+    while len(chain) < limit:
+        back = chain[0].properties.get("supersedes")
+        older = service.memories.get(back, include_deleted=True) if isinstance(back, str) else None
+        if older is None or older.id in seen:
+            break
+        chain.insert(0, older)
+        seen.add(older.id)
+    while len(chain) < limit and chain[-1].superseded_by:
+        newer = service.memories.get(chain[-1].superseded_by, include_deleted=True)
+        if newer is None or newer.id in seen:
+            break
+        chain.append(newer)
+        seen.add(newer.id)
+    return [
+        {
+            "id": m.id,
+            "content": m.content,
+            "validFrom": m.valid_from,
+            "validTo": m.valid_to,
+            "current": m.status == "activated" and not m.superseded_by,
+        }
+        for m in chain
+    ]
 
 
 def layer_page(service: MemoryService, layer: str, params: dict[str, str]) -> dict[str, Any]:
