@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from memmy.errors import MemmyError
@@ -43,7 +44,7 @@ def overview(service: MemoryService) -> dict[str, Any]:
     by_source = reads.by_source()
     total = sum(n for _, n in by_source) or 1
     health = service.health()
-    analytics = service.governance.analytics(days=1)
+    today = reads.injected_today(datetime.now(UTC).date().isoformat())
     sources = service.imports.sources()["sources"]
     jobs = health["evolution"]["jobs"]
     warnings = []
@@ -66,7 +67,7 @@ def overview(service: MemoryService) -> dict[str, Any]:
             {"source": name, "count": n, "percentage": round(100 * n / total, 1)} for name, n in by_source
         ],
         "health": health,
-        "injectedToday": analytics["injectedToday"],
+        "injectedToday": today,
         "sources": sources,
         "warnings": warnings,
         "jobs": jobs,

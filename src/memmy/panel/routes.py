@@ -138,7 +138,9 @@ class Panel:
             try:
                 result = await run_in_threadpool(fn, request, form)
             except MemmyError as exc:
+                self.service.governance.reads.invalidate()
                 return RedirectResponse(f"{target}{'&' if '?' in target else '?'}err={quote(exc.message)}", 303)
+            self.service.governance.reads.invalidate()  # the panel's own change shows at once
             if isinstance(result, Response):
                 return result
             message = result if isinstance(result, str) else "done"

@@ -25,6 +25,7 @@ from memmy.store.panel_reads import PanelReads
 
 REVIEWED_LAYERS = ("L2", "L3", "Skill")
 LOG_KINDS = ("audit", "api", "changes", "recalls")
+ANALYTICS_TTL_S = 60.0
 
 
 def actor_of(ns: Namespace) -> dict[str, Any]:
@@ -249,7 +250,10 @@ class GovernanceOps:
         return {"id": memory.id, "status": status, "auditId": audit_id, "serverTime": utc_now()}
 
     def analytics(self, days: int = 30) -> dict[str, Any]:
-        """Injections per day (events, injected tokens), hit rate, top projects and agents."""
+        """Injections and memories per day, hit rate, latency, top projects and agents (cached for a minute)."""
+        return self.reads.cached(f"analytics:{days}", ANALYTICS_TTL_S, lambda: self._analytics(days))
+
+    def _analytics(self, days: int) -> dict[str, Any]:
         start = (datetime.now(UTC) - timedelta(days=days - 1)).date().isoformat()
         per_day = self.db.query(
             "SELECT substr(created_at, 1, 10) AS day, COUNT(*) AS events, "
