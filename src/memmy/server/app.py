@@ -315,7 +315,8 @@ class Api:
         return HTMLResponse(
             "<!doctype html><meta charset=utf-8><title>memmy</title><h1>memmy memory service</h1>"
             "<p>API: <a href=/api/v1/openapi.json>/api/v1/openapi.json</a> · health: "
-            "<a href=/api/v1/health>/api/v1/health</a></p>"
+            "<a href=/api/v1/health>/api/v1/health</a> · Memory panel: <a href=/panel>/panel</a> "
+            "(sign in with <code>memmy-memory panel</code>)</p>"
         )
 
 
