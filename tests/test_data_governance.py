@@ -45,7 +45,7 @@ def _populate(service: MemoryService) -> list[str]:
 
 def test_export_wipe_import_gives_an_equal_export(service: MemoryService, tmp_path: Path) -> None:
     ids = _populate(service)
-    first = service.export_store({"out": str(tmp_path / "one.zip")}, PANEL)
+    first = service.ownership.export({"out": str(tmp_path / "one.zip")}, PANEL)
     assert first["counts"]["memories"] >= 3
     with zipfile.ZipFile(first["path"]) as archive:
         manifest = json.loads(archive.read("manifest.json"))
@@ -54,35 +54,35 @@ def test_export_wipe_import_gives_an_equal_export(service: MemoryService, tmp_pa
             n.removeprefix("tables/").removesuffix(".jsonl") for n in archive.namelist()
         }
 
-    wiped = service.wipe_store({"confirm": True}, PANEL)
+    wiped = service.ownership.wipe({"confirm": True}, PANEL)
     assert wiped["removed"]["memories"] >= 3
     assert wiped["backup"] and Path(wiped["backup"]).is_file()
     assert service.panel.items({})["total"] == 0
 
-    dry = service.import_store({"path": first["path"], "dryRun": True}, PANEL)
+    dry = service.ownership.import_({"path": first["path"], "dryRun": True}, PANEL)
     assert dry["tables"]["memories"] == {"rows": 4, "new": 4, "conflicts": 0, "ignored": 0}
     assert service.memories.get(ids[0]) is None  # a dry run writes nothing
 
-    service.import_store({"path": first["path"]}, PANEL)
-    again = service.export_store({"out": str(tmp_path / "two.zip")}, PANEL)
+    service.ownership.import_({"path": first["path"]}, PANEL)
+    again = service.ownership.export({"out": str(tmp_path / "two.zip")}, PANEL)
     assert _data_checksums(again["manifest"]) == _data_checksums(first["manifest"])
     hits = service.search({"query": "pnpm"}, Namespace())["hits"]
     assert [h["id"] for h in hits][:1] == [ids[0]]
 
     with pytest.raises(Conflict, match="already exist"):
-        service.import_store({"path": first["path"], "onConflict": "error"}, PANEL)
-    skipped = service.import_store({"path": first["path"], "onConflict": "skip"}, PANEL)
+        service.ownership.import_({"path": first["path"], "onConflict": "error"}, PANEL)
+    skipped = service.ownership.import_({"path": first["path"], "onConflict": "skip"}, PANEL)
     assert skipped["added"] == 0 and skipped["conflicts"] > 0
 
-    actions = [row["action"] for row in service.logs_page({"kind": "audit", "limit": 50})["items"]]
+    actions = [row["action"] for row in service.governance.logs_page({"kind": "audit", "limit": 50})["items"]]
     assert {"store.export", "store.wipe", "store.import"} <= set(actions)
-    wipe_row = next(r for r in service.logs_page({"kind": "audit"})["items"] if r["action"] == "store.wipe")
+    wipe_row = next(r for r in service.governance.logs_page({"kind": "audit"})["items"] if r["action"] == "store.wipe")
     assert wipe_row["actor"]["source"] == "panel"
 
 
 def test_export_without_raw_turns(service: MemoryService, tmp_path: Path) -> None:
     _populate(service)
-    result = service.export_store({"out": str(tmp_path / "noraw.zip"), "raw": False})
+    result = service.ownership.export({"out": str(tmp_path / "noraw.zip"), "raw": False}, PANEL)
     assert "raw_turns" not in result["counts"]
     assert result["manifest"]["raw"] is False
 
@@ -98,7 +98,7 @@ def test_correct_works_on_a_memory_made_by_add(service: MemoryService) -> None:
     service.run_worker({})
     hits = service.search({"query": "staging database port"}, Namespace())["hits"]
     assert [h["id"] for h in hits][:1] == [result["new_id"]]
-    audit = service.logs_page({"kind": "audit", "action": "memory.correct"})["items"]
+    audit = service.governance.logs_page({"kind": "audit", "action": "memory.correct"})["items"]
     assert audit and audit[0]["targetId"] == made["id"] and audit[0]["actor"]["source"] == "panel"
 
 
@@ -130,7 +130,7 @@ def test_review_queue_holds_new_policies_until_approved(isolated_home: Path, emb
         )
         memory = _writer(svc).upsert(write)
         assert memory.status == "resolving"
-        queue = svc.review_queue({})["items"]
+        queue = svc.governance.review_queue({})["items"]
         assert [item["id"] for item in queue] == [memory.id]
         svc.run_worker({})
         sid = svc.open_session({}, Namespace())["sessionId"]
@@ -141,7 +141,7 @@ def test_review_queue_holds_new_policies_until_approved(isolated_home: Path, emb
         again = _writer(svc).upsert(write)
         assert again.status == "resolving"
 
-        approved = svc.review_item(
+        approved = svc.governance.review(
             memory.id,
             {"decision": "approve", "content": write.content + " Keep -p no:cacheprovider off."},
             PANEL,
@@ -161,13 +161,13 @@ def test_review_queue_holds_new_policies_until_approved(isolated_home: Path, emb
                 properties={},
             )
         )
-        svc.review_item(rejected.id, {"decision": "reject", "reason": "wrong"}, PANEL)
+        svc.governance.review(rejected.id, {"decision": "reject", "reason": "wrong"}, PANEL)
         proposed_again = _writer(svc).upsert(
             LayerWrite(layer="L3", key="world:bad", title="t", content="The repo has no tests.", tags=[], properties={})
         )
         assert proposed_again.id == rejected.id and proposed_again.status == "archived"
-        assert svc.review_queue({})["items"] == []
-        actions = {row["action"] for row in svc.logs_page({"kind": "audit"})["items"]}
+        assert svc.governance.review_queue({})["items"] == []
+        actions = {row["action"] for row in svc.governance.logs_page({"kind": "audit"})["items"]}
         assert {"review.approve", "review.reject"} <= actions
     finally:
         svc.close()
@@ -179,7 +179,7 @@ def test_feedback_dream_and_reload_are_audited(service: MemoryService) -> None:
     service.dream_run({}, PANEL)
     service.reload_config({}, PANEL)
     service.delete_memory(made["id"], {}, PANEL)
-    actions = {row["action"] for row in service.logs_page({"kind": "audit"})["items"]}
+    actions = {row["action"] for row in service.governance.logs_page({"kind": "audit"})["items"]}
     assert {"feedback", "dream.run", "config.reload", "memory.delete"} <= actions
 
 
@@ -189,7 +189,7 @@ def test_audit_retention_prunes_only_when_configured_and_says_so(service: Memory
     service.db.conn.execute("UPDATE audit_logs SET created_at = '2000-01-01T00:00:00.000Z'")
     service.config.tree["audit"] = {"retentionDays": 30}
     assert service.governance.prune_if_due() == 1
-    rows = service.logs_page({"kind": "audit"})["items"]
+    rows = service.governance.logs_page({"kind": "audit"})["items"]
     assert [r["action"] for r in rows] == ["audit.prune"] and rows[0]["meta"]["removed"] == 1
 
 

@@ -205,7 +205,7 @@ def logs(service: MemoryService, params: dict[str, str]) -> dict[str, Any]:
     kind = params.get("kind") or "audit"
     if kind == "dreams":
         return {"kind": kind, "dreams": service.dream_log({"limit": "50"}).get("dreams", [])}
-    return {"kind": kind, "log": service.logs_page({"kind": kind, "limit": "100"})}
+    return {"kind": kind, "log": service.governance.logs_page({"kind": kind, "limit": "100"})}
 
 
 def agents(service: MemoryService, params: dict[str, str]) -> dict[str, Any]:

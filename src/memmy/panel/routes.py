@@ -205,7 +205,7 @@ class Panel:
             body["content"] = form["content"]
         if form.get("reason"):
             body["reason"] = form["reason"]
-        result = self.service.review_item(request.path_params["memory_id"], body, self.ns)
+        result = self.service.governance.review(request.path_params["memory_id"], body, self.ns)
         return f"{result['id']}: {result['review']['state']}"
 
     def _recall_wrong(self, request: Request, form: dict[str, str]) -> str:
@@ -239,12 +239,12 @@ class Panel:
         return "reloaded; changed: " + (", ".join(result["changed"]) or "nothing")
 
     def _export(self, request: Request, form: dict[str, str]) -> Response:
-        result = self.service.export_store({"raw": form.get("noRaw") != "1"}, self.ns)
+        result = self.service.ownership.export({"raw": form.get("noRaw") != "1"}, self.ns)
         path = Path(result["path"])
         return FileResponse(path, filename=path.name, media_type="application/zip")
 
     def _import(self, request: Request, form: dict[str, str]) -> str:
-        result = self.service.import_store(
+        result = self.service.ownership.import_(
             {
                 "path": form.get("path", ""),
                 "onConflict": form.get("onConflict", "skip"),
@@ -258,7 +258,7 @@ class Panel:
     def _wipe(self, request: Request, form: dict[str, str]) -> str:
         if form.get("confirm") != "1":
             raise InvalidArgument("tick the confirmation box to wipe the store")
-        result = self.service.wipe_store({"confirm": True, "backup": form.get("noBackup") != "1"}, self.ns)
+        result = self.service.ownership.wipe({"confirm": True, "backup": form.get("noBackup") != "1"}, self.ns)
         return f"removed {sum(result['removed'].values())} rows; backup: {result['backup'] or 'none'}"
 
     # -- sync progress stream ---------------------------------------------------------------------
@@ -304,7 +304,7 @@ class Panel:
             ("/panel/skills", layer("skills"), "layer.html"),
             (
                 "/panel/review",
-                lambda r: {"queue": svc.review_queue({"state": r.query_params.get("state", "pending")})},
+                lambda r: {"queue": svc.governance.review_queue({"state": r.query_params.get("state", "pending")})},
                 "review.html",
             ),
             ("/panel/recalls", lambda r: pages.recalls(svc, q(r)), "recalls.html"),

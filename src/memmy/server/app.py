@@ -279,26 +279,26 @@ class Api:
         return StreamingResponse(stream(), media_type="text/event-stream", headers={"cache-control": "no-cache"})
 
     async def logs_page(self, request: Request) -> Response:
-        return await self.call(request, self.service.logs_page, dict(request.query_params))
+        return await self.call(request, self.service.governance.logs_page, dict(request.query_params))
 
     async def review_queue(self, request: Request) -> Response:
-        return await self.call(request, self.service.review_queue, dict(request.query_params))
+        return await self.call(request, self.service.governance.review_queue, dict(request.query_params))
 
     async def review_item(self, request: Request) -> Response:
         ns, memory_id = self.namespace(request), request.path_params["memory_id"]
-        return await self.json_call(request, self.service.review_item, lambda b: (memory_id, b, ns))
+        return await self.json_call(request, self.service.governance.review, lambda b: (memory_id, b, ns))
 
     async def export_store(self, request: Request) -> Response:
         ns = self.namespace(request)
-        return await self.json_call(request, self.service.export_store, lambda b: (b, ns))
+        return await self.json_call(request, self.service.ownership.export, lambda b: (b, ns))
 
     async def import_store(self, request: Request) -> Response:
         ns = self.namespace(request)
-        return await self.json_call(request, self.service.import_store, lambda b: (b, ns))
+        return await self.json_call(request, self.service.ownership.import_, lambda b: (b, ns))
 
     async def wipe_store(self, request: Request) -> Response:
         ns = self.namespace(request)
-        return await self.json_call(request, self.service.wipe_store, lambda b: (b, ns))
+        return await self.json_call(request, self.service.ownership.wipe, lambda b: (b, ns))
 
     async def shutdown(self, request: Request) -> Response:
         if self.shutdown_callback is None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from memmy import __version__
@@ -12,13 +11,13 @@ from memmy.config import MemmyConfig, load_config, reload_requires_restart
 from memmy.embed import Embedder, build_embedder
 from memmy.errors import ConfigError, InvalidArgument
 from memmy.indexing import Indexer
-from memmy.service.data import DataOps
+from memmy.service.data import DataOps, StoreOwnership
 from memmy.service.dream import DreamOps
 from memmy.service.episodes import EpisodeOps
 from memmy.service.evolution import ModelSlots
 from memmy.service.evolution_wiring import build_evolution
 from memmy.service.evolve_support import LayerWriter
-from memmy.service.governance import GovernanceOps
+from memmy.service.governance import GovernanceOps, brief
 from memmy.service.imports import ImportOps
 from memmy.service.keygraph import KeyOps
 from memmy.service.memories import MemoryOps
@@ -158,6 +157,7 @@ class MemoryService:
         self.dreams = DreamOps(lambda: self.config, db, self.memories, self.indexer)
         self.governance = GovernanceOps(lambda: self.config, db, self.logs, self.memories, self.indexer)
         self.data = DataOps(db, lambda: self.config.home, self.indexer.load_index)
+        self.ownership = StoreOwnership(self.data, self.governance, db.path)  # export / import / wipe, audited
         for group in self.evolution_groups:  # the review queue's gate sits in every evolution writer
             writer = getattr(group, "writer", None)
             if isinstance(writer, LayerWriter):
@@ -472,7 +472,7 @@ class MemoryService:
         """One Dream pass now (``{"dryRun": true}`` only reports what it would change)."""
         result = self.dreams.run(body)
         if not (isinstance(body, dict) and body.get("dryRun")):
-            self.governance.record("dream.run", "dream", str(result.get("id") or ""), ns, meta=_brief(result))
+            self.governance.record("dream.run", "dream", str(result.get("id") or ""), ns, meta=brief(result))
         return result
 
     def dream_log(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -486,52 +486,5 @@ class MemoryService:
     def dream_restore(self, dream_id: str, body: Any, ns: Namespace = CLI_NS) -> dict[str, Any]:
         """Undo a Dream pass byte for byte (``{"force": true}`` overwrites later edits)."""
         result = self.dreams.restore(dream_id, body)
-        self.governance.record("dream.restore", "dream", dream_id, ns, meta=_brief(result))
+        self.governance.record("dream.restore", "dream", dream_id, ns, meta=brief(result))
         return result
-
-    # -- data ownership and governance ------------------------------------------------------------
-    def export_store(self, body: Any, ns: Namespace = CLI_NS) -> dict[str, Any]:
-        """Write a consistent export archive (``{"out": path, "raw": true}``); audited."""
-        body = require_object(body)
-        out = opt_str(body, "out")
-        result = self.data.export(Path(out).expanduser() if out else None, include_raw=opt_bool(body, "raw", True))
-        self.governance.record("store.export", "store", result["path"], ns, meta={"counts": result["counts"]})
-        return result
-
-    def import_store(self, body: Any, ns: Namespace = CLI_NS) -> dict[str, Any]:
-        """Merge an export archive (``{"path", "onConflict": skip|replace|error, "dryRun"}``); audited."""
-        body = require_object(body)
-        path = opt_str(body, "path")
-        if not path:
-            raise InvalidArgument("path: expected the export archive to import")
-        dry_run = opt_bool(body, "dryRun", False)
-        result = self.data.import_store(Path(path).expanduser(), opt_str(body, "onConflict") or "skip", dry_run)
-        if not dry_run:
-            self.governance.record("store.import", "store", path, ns, meta=_brief(result))
-        return result
-
-    def wipe_store(self, body: Any, ns: Namespace = CLI_NS) -> dict[str, Any]:
-        """Remove all memories and history (``{"confirm": true, "backup": true}``); config and tokens stay."""
-        body = require_object(body)
-        if body.get("confirm") is not True:
-            raise InvalidArgument('confirm: send {"confirm": true} to wipe the store')
-        result = self.data.wipe(backup=opt_bool(body, "backup", True))
-        self.governance.record("store.wipe", "store", str(self.db.path), ns, meta=result)
-        return result
-
-    def logs_page(self, params: dict[str, Any]) -> dict[str, Any]:
-        """Audit, API, change or recall log rows (``?kind=``)."""
-        return self.governance.logs_page(params)
-
-    def review_queue(self, params: dict[str, Any]) -> dict[str, Any]:
-        """Derived items waiting for (or past) review."""
-        return self.governance.review_queue(params)
-
-    def review_item(self, memory_id: str, body: Any, ns: Namespace = CLI_NS) -> dict[str, Any]:
-        """Approve, edit-then-approve or reject one pending item."""
-        return self.governance.review(memory_id, body, ns)
-
-
-def _brief(result: dict[str, Any]) -> dict[str, Any]:
-    """A result without its bulky lists, for an audit row's meta."""
-    return {k: v for k, v in result.items() if not isinstance(v, list) or len(v) <= 20}

@@ -22,6 +22,9 @@ from typing import Any
 
 from memmy import __version__
 from memmy.errors import Conflict, InvalidArgument, NotFound
+from memmy.service.governance import GovernanceOps, brief
+from memmy.service.namespace import Namespace
+from memmy.service.validate import opt_bool, opt_str, require_object
 from memmy.store.db import Database, utc_now
 from memmy.store.schema import SCHEMA_VERSION
 from memmy.store.text import fts_row
@@ -330,3 +333,41 @@ class DataOps:
             "kept": ["config.yaml", "tokens", "audit_logs", "api_logs"],
             "serverTime": utc_now(),
         }
+
+
+class StoreOwnership:
+    """The API/CLI/panel entry points for export, import and wipe: validate the body, run, write the audit row."""
+
+    def __init__(self, data: DataOps, governance: GovernanceOps, db_path: Path) -> None:
+        self.data = data
+        self.governance = governance
+        self.db_path = db_path
+
+    def export(self, body: Any, ns: Namespace) -> dict[str, Any]:
+        """Write a consistent export archive (``{"out": path, "raw": true}``); audited."""
+        body = require_object(body)
+        out = opt_str(body, "out")
+        result = self.data.export(Path(out).expanduser() if out else None, include_raw=opt_bool(body, "raw", True))
+        self.governance.record("store.export", "store", result["path"], ns, meta={"counts": result["counts"]})
+        return result
+
+    def import_(self, body: Any, ns: Namespace) -> dict[str, Any]:
+        """Merge an export archive (``{"path", "onConflict": skip|replace|error, "dryRun"}``); audited."""
+        body = require_object(body)
+        path = opt_str(body, "path")
+        if not path:
+            raise InvalidArgument("path: expected the export archive to import")
+        dry_run = opt_bool(body, "dryRun", False)
+        result = self.data.import_store(Path(path).expanduser(), opt_str(body, "onConflict") or "skip", dry_run)
+        if not dry_run:
+            self.governance.record("store.import", "store", path, ns, meta=brief(result))
+        return result
+
+    def wipe(self, body: Any, ns: Namespace) -> dict[str, Any]:
+        """Remove all memories and history (``{"confirm": true, "backup": true}``); config and tokens stay."""
+        body = require_object(body)
+        if body.get("confirm") is not True:
+            raise InvalidArgument('confirm: send {"confirm": true} to wipe the store')
+        result = self.data.wipe(backup=opt_bool(body, "backup", True))
+        self.governance.record("store.wipe", "store", str(self.db_path), ns, meta=result)
+        return result

@@ -28,6 +28,11 @@ LOG_KINDS = ("audit", "api", "changes", "recalls")
 ANALYTICS_TTL_S = 60.0
 
 
+def brief(result: dict[str, Any]) -> dict[str, Any]:
+    """A result without its bulky lists, for an audit row's meta."""
+    return {k: v for k, v in result.items() if not isinstance(v, list) or len(v) <= 20}
+
+
 def actor_of(ns: Namespace) -> dict[str, Any]:
     """The audit ``actor``: which agent (or ``cli`` / ``panel``) and user."""
     return {"source": ns.source, "userId": ns.user_id}
