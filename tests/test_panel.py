@@ -204,3 +204,18 @@ def test_recall_mark_wrong_gives_negative_feedback(client: TestClient, service: 
     assert answer.status_code == 303 and "err=" not in answer.headers["location"]
     rows = service.db.query("SELECT polarity FROM feedback")
     assert [r["polarity"] for r in rows] == ["negative"]
+
+
+def test_memories_filter_by_layer_status_agent_and_project(client: TestClient, service: MemoryService) -> None:
+    web = service.add_memory({"content": "The web app uses pnpm.", "workspacePath": "/tmp"}, Namespace(source="codex"))
+    other = service.add_memory({"content": "The API uses uv."}, Namespace(source="cursor", project_id="/srv/api"))
+    gone = service.add_memory({"content": "An outdated fact."}, Namespace(source="codex"))
+    service.delete_memory(gone["id"], {}, Namespace())
+    sign_in(client)
+    by_agent = client.get("/panel/memories", params={"sourceAgent": "cursor"}).text
+    assert other["id"] in by_agent and web["id"] not in by_agent
+    by_project = client.get("/panel/memories", params={"projectId": "/srv/api"}).text
+    assert other["id"] in by_project and web["id"] not in by_project and "1 total" in by_project
+    deleted = client.get("/panel/memories", params={"status": "deleted"}).text
+    assert gone["id"] in deleted and web["id"] not in deleted
+    assert web["id"] not in client.get("/panel/memories", params={"layer": "L2"}).text

@@ -86,6 +86,7 @@ def _paged(service: MemoryService, params: dict[str, str], layers: tuple[str, ..
         layers=layers,
         status=status,
         source_agent=params.get("sourceAgent") or None,
+        project_id=params.get("projectId") or None,
         offset=(page - 1) * size,
         limit=size,
     )
@@ -104,7 +105,7 @@ def _paged(service: MemoryService, params: dict[str, str], layers: tuple[str, ..
 def memories(service: MemoryService, params: dict[str, str]) -> dict[str, Any]:
     """Search with the verbose evidence, or a filtered page of memories."""
     query = (params.get("q") or "").strip()
-    filters = {k: params[k] for k in ("layer", "status", "sourceAgent", "page") if params.get(k)}
+    filters = {k: params[k] for k in ("layer", "status", "sourceAgent", "projectId", "page") if params.get(k)}
     result: dict[str, Any] = {"q": query, "filters": filters, "search": None, "page": None}
     if query:
         body: dict[str, Any] = {"query": query, "verbose": True, "limit": 20, "scope": "pooled"}

@@ -99,6 +99,7 @@ class PanelReads:
         layers: tuple[str, ...] = (),
         status: str = "activated",
         source_agent: str | None = None,
+        project_id: str | None = None,
         offset: int = 0,
         limit: int = 25,
     ) -> tuple[list[Memory], int]:
@@ -110,10 +111,16 @@ class PanelReads:
         streams: list[list[Memory]] = []
         total = 0
         for layer in layers:
-            if source_agent:
+            if project_id:
+                both = " AND source_agent = ?" if source_agent else ""
                 keys: list[tuple[str, list[Any]]] = [
-                    ("source_agent = ? AND memory_layer = ? AND status = ?", [source_agent, layer, status])
+                    (
+                        f"project_id = ? AND memory_layer = ? AND status = ?{both}",
+                        [project_id, layer, status, *([source_agent] if source_agent else [])],
+                    )
                 ]
+            elif source_agent:
+                keys = [("source_agent = ? AND memory_layer = ? AND status = ?", [source_agent, layer, status])]
             else:
                 keys = [
                     ("user_id = ? AND memory_layer = ? AND status = ?", [user, layer, status]) for user in self.users()
@@ -125,7 +132,7 @@ class PanelReads:
                     [*params, *extra, wanted],
                 )
                 streams.append([row_to_memory(r) for r in rows])
-                if source_agent:
+                if source_agent or project_id:
                     counted = self.db.query_one(f"SELECT COUNT(*) FROM memories WHERE {where}", params)
                     total += int(counted[0]) if counted else 0
                 else:
