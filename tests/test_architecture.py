@@ -37,7 +37,7 @@ ALLOWED: dict[str, set[str]] = {
         "__init__",
     },
     "server": {"service", "domain", "errors", "config", "config_defaults", "store", "__init__", "mcp", "panel"},
-    "panel": {"service", "domain", "errors", "config", "config_defaults", "__init__"},
+    "panel": {"service", "domain", "errors", "config", "config_defaults", "integrations", "__init__"},
     "cli": {
         "service",
         "server",

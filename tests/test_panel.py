@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import zipfile
 from collections.abc import Iterator
@@ -219,3 +220,25 @@ def test_memories_filter_by_layer_status_agent_and_project(client: TestClient, s
     deleted = client.get("/panel/memories", params={"status": "deleted"}).text
     assert gone["id"] in deleted and web["id"] not in deleted
     assert web["id"] not in client.get("/panel/memories", params={"layer": "L2"}).text
+
+
+def test_install_and_remove_an_integration_from_the_panel(
+    client: TestClient, service: MemoryService, isolated_home: Path
+) -> None:
+    (isolated_home / ".claude").mkdir()
+    csrf = sign_in(client)
+    page = client.get("/panel/agents").text
+    assert 'action="/panel/integrations/claude_code/install"' in page
+    assert 'action="/panel/integrations/codex/install"' not in page  # not detected here
+    done = client.post("/panel/integrations/claude_code/install", data={"csrf": csrf})
+    assert done.status_code == 303 and "err=" not in done.headers["location"], done.headers["location"]
+    skill = isolated_home / ".claude" / "skills" / "memmy-memory" / "SKILL.md"
+    settings = json.loads((isolated_home / ".claude" / "settings.json").read_text())
+    assert skill.is_file() and "memmy.hook" in json.dumps(settings)
+    assert 'action="/panel/integrations/claude_code/remove"' in client.get("/panel/agents").text
+    removed = client.post("/panel/integrations/claude_code/remove", data={"csrf": csrf})
+    assert "err=" not in removed.headers["location"] and not skill.exists()
+    refused = client.post("/panel/integrations/codex/install", data={"csrf": csrf})
+    assert "err=" in refused.headers["location"]
+    actions = [row["action"] for row in service.governance.logs_page({"kind": "audit"})["items"]]
+    assert actions[:2] == ["integration.remove", "integration.install"]

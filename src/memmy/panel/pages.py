@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from memmy.errors import MemmyError
+from memmy.panel import integrations
 from memmy.service import MemoryService
 from memmy.service.memories import memory_item
 from memmy.service.namespace import Namespace
@@ -218,7 +219,7 @@ def agents(service: MemoryService, params: dict[str, str]) -> dict[str, Any]:
             job = service.imports.status(job_id)
         except MemmyError:
             job = None
-    return {"sources": service.imports.sources(), "job": job, "jobId": job_id}
+    return {"sources": service.imports.sources(), "job": job, "jobId": job_id, "integrations": integrations.agents()}
 
 
 def settings(service: MemoryService) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from memmy.errors import InvalidArgument, MemmyError
-from memmy.panel import pages
+from memmy.panel import integrations, pages
 from memmy.panel.auth import PanelAuth, PanelSession, host_allowed
 from memmy.panel.i18n import pick_language, translator
 from memmy.service import MemoryService
@@ -234,6 +234,17 @@ class Panel:
         self.service.imports.control(request.path_params["job_id"], request.path_params["verb"])
         return str(request.path_params["verb"])
 
+    def _integration(self, request: Request, form: dict[str, str]) -> str:
+        agent, verb = request.path_params["agent"], request.path_params["verb"]
+        if verb not in ("install", "remove"):
+            raise InvalidArgument(f"unknown action {verb}")
+        try:
+            files = integrations.change(self.service.config, agent, verb == "install")
+        except (OSError, ValueError) as exc:
+            raise InvalidArgument(str(exc)) from None
+        self.service.governance.record(f"integration.{verb}", "agent", agent, self.ns, meta={"files": files})
+        return f"{agent}: {verb} done ({len(files)} file(s) changed)"
+
     def _reload(self, request: Request, form: dict[str, str]) -> str:
         result = self.service.reload_config({"reason": "panel"}, self.ns)
         return "reloaded; changed: " + (", ".join(result["changed"]) or "nothing")
@@ -322,6 +333,7 @@ class Panel:
             ("/panel/dreams/{dream_id}/restore", self._dream_restore, "/panel/logs?kind=dreams"),
             ("/panel/sync", self._sync, "/panel/agents"),
             ("/panel/sync/{job_id}/{verb}", self._sync_control, "/panel/agents"),
+            ("/panel/integrations/{agent}/{verb}", self._integration, "/panel/agents"),
             ("/panel/settings/reload", self._reload, "/panel/settings"),
             ("/panel/settings/export", self._export, "/panel/settings"),
             ("/panel/settings/import", self._import, "/panel/settings"),
