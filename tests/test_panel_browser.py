@@ -183,7 +183,7 @@ def test_the_panel_in_a_browser(browser: Browser, panel_daemon: Daemon, embedder
 
     # Sync the fixture home's Codex history with live progress.
     page.goto(f"{daemon.url}/panel/agents")
-    assert "codex" in page.locator("main table").inner_text()
+    assert "codex" in page.locator("main table").first.inner_text()
     page.locator("#sync-all").click()
     page.wait_for_url("**/panel/agents?job=*")
     page.wait_for_selector("#sync-progress[data-finished]", timeout=60_000)
