@@ -38,7 +38,8 @@ ALLOWED: dict[str, set[str]] = {
         "redact",
         "__init__",
     },
-    "server": {"service", "domain", "errors", "config", "config_defaults", "store", "__init__", "mcp"},
+    "server": {"service", "domain", "errors", "config", "config_defaults", "store", "__init__", "mcp", "panel"},
+    "panel": {"service", "domain", "errors", "config", "config_defaults", "integrations", "__init__"},
     "cli": {
         "service",
         "server",

@@ -56,7 +56,8 @@ def default_tree() -> dict[str, Any]:
             "allowedOrigins": [],
         },
         "summary": _llm_defaults(512, 45_000, 3, False),
-        "evolution": _llm_defaults(4096, 180_000, 2, True),
+        # evolution.review: "off" | "required" (new L2/L3/Skills wait in the panel's review queue until approved).
+        "evolution": {**_llm_defaults(4096, 180_000, 2, True), "review": "off"},
         # Daily cap on LLM use (UTC day, 0 = unlimited); past it evolution and recall fall back to heuristics.
         "llmBudget": {
             "dailyCalls": 2000,
@@ -76,6 +77,8 @@ def default_tree() -> dict[str, Any]:
             "extraPatterns": [],
             "allowlist": [],
         },
+        # Audit rows are kept forever unless retentionDays > 0; a prune is itself audited (never silent).
+        "audit": {"retentionDays": 0},
         "dream": {
             "enabled": False,
             "intervalHours": 24,

@@ -16,6 +16,7 @@ import click
 
 from memmy import __version__
 from memmy.cli.commands_agents import init, remove
+from memmy.cli.commands_data import COMMANDS as DATA_COMMANDS
 from memmy.cli.commands_doctor import doctor
 from memmy.cli.commands_dream import dream
 from memmy.cli.commands_evolve import episodes, feedback, jobs, worker
@@ -23,6 +24,7 @@ from memmy.cli.commands_import import import_history, sources
 from memmy.cli.commands_keys import COMMANDS as KEY_COMMANDS
 from memmy.cli.commands_mcp import mcp
 from memmy.cli.commands_model import fetch_for_local_provider, model
+from memmy.cli.commands_panel import panel
 from memmy.cli.commands_resume import resume
 from memmy.cli.commands_service import service
 from memmy.cli.commands_session import session, turn
@@ -343,7 +345,7 @@ cli.add_command(feedback)
 cli.add_command(episodes)
 cli.add_command(jobs)
 cli.add_command(worker)
-for _command in KEY_COMMANDS:
+for _command in (*KEY_COMMANDS, *DATA_COMMANDS, panel):
     cli.add_command(_command)
 
 

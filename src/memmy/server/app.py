@@ -22,6 +22,7 @@ from memmy import __version__
 from memmy.config import store_id
 from memmy.errors import Conflict, MemmyError, StorageFullError, http_status_for, storage_failure
 from memmy.mcp.http import McpHttpEndpoint
+from memmy.panel import Panel
 from memmy.server.bodies import parse_body
 from memmy.server.docs_page import docs_page
 from memmy.server.middleware import GuardMiddleware, error_body, json_dumps
@@ -224,7 +225,8 @@ class Api:
         return await self.json_call(request, self.service.restore_tombstone, lambda b: (tombstone_id, b, ns))
 
     async def dream_run(self, request: Request) -> Response:
-        return await self.json_call(request, self.service.dream_run, lambda b: (b,))
+        ns = self.namespace(request)
+        return await self.json_call(request, self.service.dream_run, lambda b: (b, ns))
 
     async def dream_log(self, request: Request) -> Response:
         return await self.call(request, self.service.dream_log, dict(request.query_params))
@@ -235,7 +237,8 @@ class Api:
 
     async def dream_restore(self, request: Request) -> Response:
         dream_id = request.path_params["dream_id"]
-        return await self.json_call(request, self.service.dream_restore, lambda b: (dream_id, b))
+        ns = self.namespace(request)
+        return await self.json_call(request, self.service.dream_restore, lambda b: (dream_id, b, ns))
 
     async def processing_status(self, request: Request) -> Response:
         return await self.json_call(request, self.service.processing_status, lambda b: (b,))
@@ -259,7 +262,8 @@ class Api:
         return await self.call(request, self.service.panel.tasks, dict(request.query_params))
 
     async def reload_config(self, request: Request) -> Response:
-        return await self.json_call(request, self.service.reload_config, lambda b: (b,))
+        ns = self.namespace(request)
+        return await self.json_call(request, self.service.reload_config, lambda b: (b, ns))
 
     async def worker_run(self, request: Request) -> Response:
         limit = request.query_params.get("limit")
@@ -319,6 +323,28 @@ class Api:
 
         return StreamingResponse(stream(), media_type="text/event-stream", headers={"cache-control": "no-cache"})
 
+    async def logs_page(self, request: Request) -> Response:
+        return await self.call(request, self.service.governance.logs_page, dict(request.query_params))
+
+    async def review_queue(self, request: Request) -> Response:
+        return await self.call(request, self.service.governance.review_queue, dict(request.query_params))
+
+    async def review_item(self, request: Request) -> Response:
+        ns, memory_id = self.namespace(request), request.path_params["memory_id"]
+        return await self.json_call(request, self.service.governance.review, lambda b: (memory_id, b, ns))
+
+    async def export_store(self, request: Request) -> Response:
+        ns = self.namespace(request)
+        return await self.json_call(request, self.service.ownership.export, lambda b: (b, ns))
+
+    async def import_store(self, request: Request) -> Response:
+        ns = self.namespace(request)
+        return await self.json_call(request, self.service.ownership.import_, lambda b: (b, ns))
+
+    async def wipe_store(self, request: Request) -> Response:
+        ns = self.namespace(request)
+        return await self.json_call(request, self.service.ownership.wipe, lambda b: (b, ns))
+
     async def shutdown(self, request: Request) -> Response:
         if self.shutdown_callback is None:
             return error_response(request, Conflict("this service is not managed by `memmy-memory serve`"))
@@ -334,7 +360,8 @@ class Api:
         return HTMLResponse(
             "<!doctype html><meta charset=utf-8><title>memmy</title><h1>memmy memory service</h1>"
             "<p>API: <a href=/docs>/docs</a> (<a href=/api/v1/openapi.json>openapi.json</a>) · health: "
-            "<a href=/api/v1/health>/api/v1/health</a></p>"
+            "<a href=/api/v1/health>/api/v1/health</a> · Memory panel: <a href=/panel>/panel</a> "
+            "(sign in with <code>memmy-memory panel</code>)</p>"
         )
 
 
@@ -378,6 +405,12 @@ ROUTE_TABLE: tuple[tuple[str, str, str, bool], ...] = (
     ("/api/v1/sources/scan/{job_id}", "GET", "scan_status", False),
     ("/api/v1/sources/scan/{job_id}/events", "GET", "scan_events", False),
     ("/api/v1/sources/scan/{job_id}/{action:str}", "POST", "scan_control", False),
+    ("/api/v1/logs", "GET", "logs_page", False),
+    ("/api/v1/review", "GET", "review_queue", False),
+    ("/api/v1/review/{memory_id}", "POST", "review_item", True),
+    ("/api/v1/admin/export", "POST", "export_store", True),
+    ("/api/v1/admin/import", "POST", "import_store", True),
+    ("/api/v1/admin/wipe", "POST", "wipe_store", True),
 )
 
 
@@ -405,14 +438,24 @@ def create_app(service: MemoryService, shutdown: Callable[[], None] | None = Non
 
     mcp_http = McpHttpEndpoint(token=token)
     routes.append(mcp_http.route("/mcp"))
+    panel = Panel(service)  # /panel/*: its own cookie session + CSRF instead of the bearer token
+
+    async def panel_sign_in(request: Request) -> Response:
+        """``POST /api/v1/panel/sign-in`` (needs the API token): a one-time link that signs a browser in."""
+        base = f"{request.url.scheme}://{request.headers.get('host', request.url.netloc)}"
+        return json_response({"url": f"{base}/panel/login?code={panel.auth.new_link_code()}", "expiresInS": 600})
+
+    routes.append(Route("/api/v1/panel/sign-in", panel_sign_in, methods=["POST"]))
+
     app = Starlette(
-        routes=routes,
+        routes=[*routes, *panel.routes()],
         lifespan=mcp_http.lifespan,
         exception_handlers={404: not_found, 405: not_found},
         middleware=[
             Middleware(
                 GuardMiddleware,
                 token_getter=token,
+                session_paths=("/panel",),
                 max_body_bytes=service.config.server.max_body_bytes,
                 allowed_origins=lambda: service.config.server.allowed_origins,
             )

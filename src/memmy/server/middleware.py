@@ -148,11 +148,14 @@ class GuardMiddleware:
         token_getter: Callable[[], str],
         max_body_bytes: int,
         allowed_origins: Callable[[], tuple[str, ...]] = tuple,
+        session_paths: tuple[str, ...] = (),
     ) -> None:
         self.app = app
         self.token_getter = token_getter
         self.max_body_bytes = max_body_bytes
         self.allowed_origins = allowed_origins
+        #: Path prefixes whose routes check their own session (the panel's cookie + CSRF) instead of the token.
+        self.session_paths = session_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -189,7 +192,9 @@ class GuardMiddleware:
         )
         state["authenticated"] = authenticated
         anonymous_ok = path in ANONYMOUS_PATHS and presented is None
-        if not authenticated and not anonymous_ok:
+        # The panel's routes check their own session (HttpOnly cookie + CSRF token) instead of the bearer token.
+        own_session = any(path == p or path.startswith(p + "/") for p in self.session_paths)
+        if not authenticated and not anonymous_ok and not own_session:
             await send_error(send, 401, "unauthorized", "invalid memory service token", request_id)
             return
         declared = _header(scope, b"content-length")
@@ -204,7 +209,8 @@ class GuardMiddleware:
             return
         method = str(scope.get("method", "")).upper()
         content_type = _header(scope, b"content-type")
-        if method in BODY_METHODS and (content_type is not None or _has_body(scope)):
+        # The panel posts HTML forms (its own CSRF token guards them); every other body must be JSON.
+        if method in BODY_METHODS and not own_session and (content_type is not None or _has_body(scope)):
             if _media_type(content_type) != "application/json":
                 await send_error(
                     send,

@@ -12,10 +12,13 @@ from memmy.embed import Embedder, build_embedder
 from memmy.errors import ConfigError, InvalidArgument
 from memmy.indexing import Indexer
 from memmy.redact import RedactionConfigError, Redactor
+from memmy.service.data import DataOps, StoreOwnership
 from memmy.service.dream import DreamOps
 from memmy.service.episodes import EpisodeOps
 from memmy.service.evolution import ModelSlots
 from memmy.service.evolution_wiring import build_evolution
+from memmy.service.evolve_support import LayerWriter
+from memmy.service.governance import GovernanceOps, brief
 from memmy.service.imports import ImportOps
 from memmy.service.keygraph import KeyOps
 from memmy.service.memories import MemoryOps
@@ -77,7 +80,17 @@ ROUTE_NAMES = (
     "GET /api/v1/dream/log",
     "GET /api/v1/dream/:id",
     "POST /api/v1/dream/:id/restore",
+    "GET /api/v1/logs",
+    "GET /api/v1/review",
+    "POST /api/v1/review/:id",
+    "POST /api/v1/admin/export",
+    "POST /api/v1/admin/import",
+    "POST /api/v1/admin/wipe",
+    "POST /api/v1/panel/sign-in",
 )
+#: Key-graph operations that change what agents are told: each writes an audit row.
+AUDITED_KEY_OPS = ("correct", "forget", "dismiss", "confirm_memory")
+CLI_NS = Namespace(source="cli")
 
 
 def build_redactor(config: MemmyConfig) -> Redactor:
@@ -153,6 +166,13 @@ class MemoryService:
         self.keys = KeyOps(config, db, self.memories, self.logs, self.indexer, self.memory_ops)
         self.validity = ValidityOps(db, self.memories, self.logs)
         self.dreams = DreamOps(lambda: self.config, db, self.memories, self.indexer)
+        self.governance = GovernanceOps(lambda: self.config, db, self.logs, self.memories, self.indexer)
+        self.data = DataOps(db, lambda: self.config.home, self.indexer.load_index)
+        self.ownership = StoreOwnership(self.data, self.governance, db.path)  # export / import / wipe, audited
+        for group in self.evolution_groups:  # the review queue's gate sits in every evolution writer
+            writer = getattr(group, "writer", None)
+            if isinstance(writer, LayerWriter):
+                writer.review_required = self.governance.review_required
 
     @classmethod
     def open(cls, config: MemmyConfig, embedder: Embedder | None = None) -> MemoryService:
@@ -173,6 +193,7 @@ class MemoryService:
         self.episode_ops.close_idle()
         self.jobs.prune_finished()
         self.dreams.run_if_due()
+        self.governance.prune_if_due()
 
     def close(self) -> None:
         """Stop background work and close the store."""
@@ -203,7 +224,11 @@ class MemoryService:
     # -- evolution --------------------------------------------------------------------------------
     def give_feedback(self, body: Any, ns: Namespace) -> dict[str, Any]:
         """Explicit feedback on a memory or an episode; the reward and guidance follow asynchronously."""
-        result = self.episode_ops.give_feedback(self.redact(body), ns.user_id)
+        body = self.redact(body)
+        result = self.episode_ops.give_feedback(body, ns.user_id)
+        fields = body if isinstance(body, dict) else {}
+        target = fields.get("id") or fields.get("memoryId") or fields.get("episodeId") or ""
+        self.governance.record("feedback", "feedback", str(target), ns, after=body)
         self.worker.wake()
         return result
 
@@ -252,13 +277,18 @@ class MemoryService:
     # -- key graph and tombstones -----------------------------------------------------------------
     def keys_call(self, op: str, body: Any, ns: Namespace) -> Any:
         """One key-graph tool (``POST /api/v1/keys/<op>``) with keymem's arguments and result."""
-        return self.keys.call(op, self.redact(body), ns)
+        body = self.redact(body)
+        result = self.keys.call(op, body, ns)
+        if op in AUDITED_KEY_OPS:
+            target = body.get("memory_id") if isinstance(body, dict) else None
+            self.governance.record(f"memory.{op}", "memory", str(target or ""), ns, after=result, meta={"args": body})
+        return result
 
     def list_tombstones(self, params: dict[str, Any]) -> dict[str, Any]:
         """Forgotten values."""
         return self.validity.list_tombstones(params)
 
-    def restore_tombstone(self, tombstone_id: str, body: Any, ns: Namespace) -> dict[str, Any]:
+    def restore_tombstone(self, tombstone_id: str, body: Any, ns: Namespace) -> dict[str, Any]:  # audited inside
         """Allow a forgotten value again."""
         return self.validity.restore(tombstone_id, self.redact(body), ns)
 
@@ -365,9 +395,14 @@ class MemoryService:
             "serverTime": utc_now(),
         }
 
-    def reload_config(self, body: Any) -> dict[str, Any]:
+    def reload_config(self, body: Any, ns: Namespace = CLI_NS) -> dict[str, Any]:
         """Re-read config.yaml; apply retrieval/evolution/model settings now, report storage changes."""
         body = require_object(body)
+        result = self._reload_config(body)
+        self.governance.record("config.reload", "config", str(self.config.path), ns, meta=result)
+        return result
+
+    def _reload_config(self, body: dict[str, Any]) -> dict[str, Any]:
         old = self.config
         try:
             new = load_config(old.path, db_override=old.db_override)
@@ -457,9 +492,12 @@ class MemoryService:
         }
 
     # -- dream ------------------------------------------------------------------------------------
-    def dream_run(self, body: Any) -> dict[str, Any]:
+    def dream_run(self, body: Any, ns: Namespace = CLI_NS) -> dict[str, Any]:
         """One Dream pass now (``{"dryRun": true}`` only reports what it would change)."""
-        return self.dreams.run(body)
+        result = self.dreams.run(body)
+        if not (isinstance(body, dict) and body.get("dryRun")):
+            self.governance.record("dream.run", "dream", str(result.get("id") or ""), ns, meta=brief(result))
+        return result
 
     def dream_log(self, params: dict[str, Any]) -> dict[str, Any]:
         """Past Dream passes, newest first, with counts per action."""
@@ -469,6 +507,8 @@ class MemoryService:
         """One Dream pass and its changes (full rows with ``verbose``)."""
         return self.dreams.get(dream_id, params)
 
-    def dream_restore(self, dream_id: str, body: Any) -> dict[str, Any]:
+    def dream_restore(self, dream_id: str, body: Any, ns: Namespace = CLI_NS) -> dict[str, Any]:
         """Undo a Dream pass byte for byte (``{"force": true}`` overwrites later edits)."""
-        return self.dreams.restore(dream_id, body)
+        result = self.dreams.restore(dream_id, body)
+        self.governance.record("dream.restore", "dream", dream_id, ns, meta=brief(result))
+        return result

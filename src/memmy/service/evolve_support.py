@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -93,6 +94,9 @@ def policy_view(memory: Memory, indexer: Indexer | None = None) -> PolicyView:
     )
 
 
+REVIEWED_LAYERS = ("L2", "L3", "Skill")
+
+
 @dataclass
 class LayerWrite:
     """A memory to create or update by (layer, key) when a handler's apply phase runs."""
@@ -115,6 +119,20 @@ class LayerWriter:
     def __init__(self, memories: MemoryRepository, indexer: Indexer) -> None:
         self.memories = memories
         self.indexer = indexer
+        #: ``evolution.review: required``: the facade sets this; new L2/L3/Skills then wait for approval.
+        self.review_required: Callable[[], bool] = lambda: False
+
+    def _reviewed(self, layer: str, status: str, current: dict[str, Any] | None, props: dict[str, Any]) -> str:
+        """The review queue's gate: pending items stay unrecalled, rejected ones stay archived (not re-proposed)."""
+        state = (current or {}).get("state") if layer in REVIEWED_LAYERS else "off"
+        if state is None and current is None and layer in REVIEWED_LAYERS and self.review_required():
+            state = "pending"
+        if state == "rejected":
+            return "archived"
+        if state == "pending":
+            props["review"] = {**(current or {}), "state": "pending", "proposedStatus": status}
+            return "resolving" if status == "activated" else status
+        return status
 
     def evidence_projects(self, properties: dict[str, Any], depth: int = 0) -> set[str | None]:
         """The projects of a derived memory's evidence: source episodes and traces (L2), source policies (L3,
@@ -164,6 +182,9 @@ class LayerWriter:
             write.project_id = scope.project_id
         if write.embedding_text:
             props["embeddingText"] = write.embedding_text
+        status = self._reviewed(
+            write.layer, write.status, existing.properties.get("review") if existing is not None else None, props
+        )
         if existing is None:
             memory = Memory(
                 id=f"{PREFIX_BY_LAYER[write.layer]}_{new_id('x')[2:]}",
@@ -171,7 +192,7 @@ class LayerWriter:
                 content=write.content,
                 title=write.title[:200],
                 tags=write.tags,
-                status=write.status,
+                status=status,
                 user_id=write.user_id,
                 project_id=write.project_id,
                 source_agent=EVOLUTION_SOURCE,
@@ -189,7 +210,7 @@ class LayerWriter:
             memory.content, memory.title = write.content, write.title[:200]
             memory.tags = sorted(set(memory.tags) | set(write.tags))
             memory.properties = {**memory.properties, **props}
-            memory.status = write.status
+            memory.status = status
             memory.content_hash = content_hash(write.content)
             memory.version += 1
             memory.updated_at = now
@@ -234,6 +255,10 @@ class LayerWriter:
             scope = self.scope_of(memory.layer, memory.title, memory.content, memory.properties)
             if scope is not None:
                 memory.properties["scope"] = scope.to_json()
+        if status is not None:
+            review: dict[str, Any] = {}
+            status = self._reviewed(memory.layer, status, memory.properties.get("review"), review)
+            memory.properties.update(review)
         changed_status = status is not None and status != memory.status
         if status is not None:
             memory.status = status

@@ -31,6 +31,7 @@ from memmy.service.keyargs import (
 )
 from memmy.service.keycore import MAX_WEIGHT, MIN_WEIGHT, KeyCore
 from memmy.service.namespace import Namespace
+from memmy.service.revise import revise
 from memmy.store.db import utc_now
 from memmy.store.tombstones import value_hash
 from memmy.store.vectors import Vector
@@ -332,8 +333,8 @@ class KeyWriter(KeyCore):
         if explicit_keys is None:
             rows = self.keys.keys([k for k, _ in self.keys.links_of_memory(old.id)])
             explicit_keys = [[row.canonical] for row in rows.values()]
-            if not explicit_keys:
-                raise InvalidArgument(f"keys: memory {old.id} has no keys to keep; pass keys")
+            if not explicit_keys:  # a memory made by add, import or evolution: a plain versioned correction
+                return revise(self.db, self.memories, self.indexer, old, args.get("content"), ns.source)
         merged = {
             "content": args.get("content"),
             "keys": [s[0] for s in explicit_keys],

@@ -337,6 +337,9 @@ class RecallOps:
                 "source": ns.source,
                 "topScore": round(selected[0].relevance, 4) if selected else None,
                 "dropped": outcome.dropped,
+                "injectedText": rendered.markdown,
+                "tokens": rendered.token_estimate,
+                "latencyMs": timings["total"],
             },
         )
         return SearchResult(

@@ -112,7 +112,8 @@ class ImportStateRepository:
     def imported_counts(self) -> dict[str, int]:
         """Imported memories per source (memory keys ``memory.add:agent-source:<src>:turn:...``)."""
         rows = self.db.query(
-            "SELECT source_agent, COUNT(*) FROM memories WHERE memory_key LIKE 'memory.add:agent-source:%' "
-            "AND status != 'deleted' GROUP BY source_agent"
+            # A key range (not LIKE, which is case-insensitive) so the memory_key index answers it.
+            "SELECT source_agent, COUNT(*) FROM memories WHERE memory_key >= 'memory.add:agent-source:' "
+            "AND memory_key < 'memory.add:agent-source;' AND status != 'deleted' GROUP BY source_agent"
         )
         return {row[0]: int(row[1]) for row in rows}

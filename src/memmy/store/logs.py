@@ -279,3 +279,157 @@ class LogRepository:
                 "ON CONFLICT(key) DO UPDATE SET value_json = excluded.value_json, updated_at = excluded.updated_at",
                 (key, stable_json(value), utc_now()),
             )
+
+
+def _row_json(value: str | None) -> Any:
+    return json.loads(value) if value else None
+
+
+class AuditLog:
+    """Reads of the audit, change and recall logs for ``memmy-memory logs`` and the panel; explicit pruning only."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def audits(
+        self, *, action: str | None = None, since_id: str | None = None, limit: int = 100, offset: int = 0
+    ) -> tuple[list[dict[str, Any]], int]:
+        """Audit rows newest first (``action`` may end in ``*`` for a prefix); with the total count."""
+        where: list[str] = ["1=1"]
+        params: list[Any] = []
+        if action:
+            if action.endswith("*"):
+                where.append("action LIKE ?")
+                params.append(action[:-1] + "%")
+            else:
+                where.append("action = ?")
+                params.append(action)
+        clause = " AND ".join(where)
+        total = self.db.query_one(f"SELECT COUNT(*) FROM audit_logs WHERE {clause}", params)
+        rows = self.db.query(
+            f"SELECT rowid AS n, * FROM audit_logs WHERE {clause} "
+            "ORDER BY created_at DESC, rowid DESC LIMIT ? OFFSET ?",
+            [*params, limit, offset],
+        )
+        return [self._audit(r) for r in rows], int(total[0]) if total else 0
+
+    def audits_after(self, rowid: int, limit: int = 500) -> list[dict[str, Any]]:
+        """Audit rows written after ``rowid``, oldest first (``logs --follow``)."""
+        rows = self.db.query(
+            "SELECT rowid AS n, * FROM audit_logs WHERE rowid > ? ORDER BY rowid LIMIT ?", (rowid, limit)
+        )
+        return [self._audit(r) for r in rows]
+
+    def audits_of(self, target_id: str, limit: int = 50) -> list[dict[str, Any]]:
+        """Audit rows about one target, newest first."""
+        rows = self.db.query(
+            "SELECT rowid AS n, * FROM audit_logs WHERE target_id = ? ORDER BY created_at DESC LIMIT ?",
+            (target_id, limit),
+        )
+        return [self._audit(r) for r in rows]
+
+    @staticmethod
+    def _audit(r: sqlite3.Row) -> dict[str, Any]:
+        return {
+            "n": r["n"],
+            "id": r["id"],
+            "action": r["action"],
+            "actor": _row_json(r["actor_json"]) or {},
+            "targetKind": r["target_kind"],
+            "targetId": r["target_id"],
+            "userId": r["user_id"],
+            "before": _row_json(r["before_json"]),
+            "after": _row_json(r["after_json"]),
+            "meta": _row_json(r["meta_json"]) or {},
+            "createdAt": r["created_at"],
+        }
+
+    def changes(self, *, after_seq: int = 0, limit: int = 100, newest_first: bool = True) -> list[dict[str, Any]]:
+        """Memory change-log rows (newest first, or oldest first after ``after_seq`` for ``--follow``)."""
+        if newest_first:
+            rows = self.db.query(
+                "SELECT seq, memory_id, kind, change_type, version, source, created_at FROM memory_change_log "
+                "ORDER BY seq DESC LIMIT ?",
+                (limit,),
+            )
+        else:
+            rows = self.db.query(
+                "SELECT seq, memory_id, kind, change_type, version, source, created_at FROM memory_change_log "
+                "WHERE seq > ? ORDER BY seq LIMIT ?",
+                (after_seq, limit),
+            )
+        return [
+            {
+                "seq": r["seq"],
+                "memoryId": r["memory_id"],
+                "kind": r["kind"],
+                "changeType": r["change_type"],
+                "version": r["version"],
+                "source": r["source"],
+                "createdAt": r["created_at"],
+            }
+            for r in rows
+        ]
+
+    def api_after(self, row_id: int, limit: int = 500) -> list[dict[str, Any]]:
+        """API log rows after ``row_id``, oldest first (``logs --api --follow``)."""
+        rows = self.db.query(
+            "SELECT id, tool_name, source_agent, duration_ms, success, called_at FROM api_logs WHERE id > ? "
+            "ORDER BY id LIMIT ?",
+            (row_id, limit),
+        )
+        return [
+            {
+                "id": r["id"],
+                "toolName": r["tool_name"],
+                "sourceAgent": r["source_agent"],
+                "durationMs": r["duration_ms"],
+                "success": bool(r["success"]),
+                "calledAt": r["called_at"],
+            }
+            for r in rows
+        ]
+
+    def recalls(self, limit: int = 50, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+        """Recall events (turn start and search) newest first, with what they injected."""
+        total = self.db.query_one("SELECT COUNT(*) FROM recall_events")
+        rows = self.db.query(
+            "SELECT * FROM recall_events ORDER BY created_at DESC, rowid DESC LIMIT ? OFFSET ?", (limit, offset)
+        )
+        return [self._recall(r) for r in rows], int(total[0]) if total else 0
+
+    def recall(self, event_id: str) -> dict[str, Any] | None:
+        """One recall event by id."""
+        row = self.db.query_one("SELECT * FROM recall_events WHERE id = ?", (event_id,))
+        return self._recall(row) if row is not None else None
+
+    def recalls_of(self, memory_id: str, limit: int = 50) -> list[dict[str, Any]]:
+        """Recall events that injected or hit one memory, newest first."""
+        pattern = f'%"{memory_id}"%'
+        rows = self.db.query(
+            "SELECT * FROM recall_events WHERE injected_memory_ids_json LIKE ? OR hit_memory_ids_json LIKE ? "
+            "ORDER BY created_at DESC LIMIT ?",
+            (pattern, pattern, limit),
+        )
+        return [self._recall(r) for r in rows]
+
+    @staticmethod
+    def _recall(r: sqlite3.Row) -> dict[str, Any]:
+        return {
+            "id": r["id"],
+            "sessionId": r["session_id"],
+            "turnId": r["turn_id"],
+            "query": r["query"],
+            "layers": _row_json(r["layers_json"]) or [],
+            "candidateIds": _row_json(r["candidate_memory_ids_json"]) or [],
+            "injectedIds": _row_json(r["injected_memory_ids_json"]) or [],
+            "hitIds": _row_json(r["hit_memory_ids_json"]) or [],
+            "request": _row_json(r["request_json"]) or {},
+            "createdAt": r["created_at"],
+        }
+
+    def prune_audits(self, before: str) -> int:
+        """Delete audit rows older than ``before`` (ISO time); return how many (the caller audits the prune)."""
+        with self.db.transaction() as conn:
+            cursor = conn.execute("DELETE FROM audit_logs WHERE created_at < ?", (before,))
+        return int(cursor.rowcount or 0)

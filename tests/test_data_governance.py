@@ -1,0 +1,237 @@
+"""Data ownership and governance: export/import/wipe, correct of any memory, the review queue, audit rows."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from click.testing import CliRunner, Result
+
+from memmy.cli.main import cli
+from memmy.config import load_config
+from memmy.embed import Embedder
+from memmy.errors import Conflict
+from memmy.service import MemoryService
+from memmy.service.evolve_support import LayerWrite, LayerWriter
+from memmy.service.namespace import Namespace
+from tests.conftest import Daemon
+
+PANEL = Namespace(source="panel")
+
+
+def _data_checksums(manifest: dict[str, object]) -> dict[str, object]:
+    tables = manifest["tables"]
+    assert isinstance(tables, dict)
+    return {name: info for name, info in tables.items() if name not in ("audit_logs", "api_logs")}
+
+
+def _populate(service: MemoryService) -> list[str]:
+    ids = []
+    for text in ("Use pnpm, not npm, in the web repo.", "数据库迁移前先备份。", "Deploys go through make release."):
+        ids.append(service.add_memory({"content": text}, Namespace(source="codex"))["id"])
+    agent = Namespace(source="claude_code")
+    sid = service.open_session({}, agent)["sessionId"]
+    started = service.start_turn({"sessionId": sid, "query": "how do we deploy?"}, agent)
+    service.complete_turn(
+        started["turnId"], {"sessionId": sid, "query": "how do we deploy?", "answer": "Run make release."}, agent
+    )
+    service.run_worker({})
+    return ids
+
+
+def test_export_wipe_import_gives_an_equal_export(service: MemoryService, tmp_path: Path) -> None:
+    ids = _populate(service)
+    first = service.ownership.export({"out": str(tmp_path / "one.zip")}, PANEL)
+    assert first["counts"]["memories"] >= 3
+    with zipfile.ZipFile(first["path"]) as archive:
+        manifest = json.loads(archive.read("manifest.json"))
+        assert manifest["format"] == "memmy-export/1"
+        assert {"memories", "raw_turns", "memory_vector_entries"} <= set(archive.namelist()) | {
+            n.removeprefix("tables/").removesuffix(".jsonl") for n in archive.namelist()
+        }
+
+    wiped = service.ownership.wipe({"confirm": True}, PANEL)
+    assert wiped["removed"]["memories"] >= 3
+    assert wiped["backup"] and Path(wiped["backup"]).is_file()
+    assert service.panel.items({})["total"] == 0
+
+    dry = service.ownership.import_({"path": first["path"], "dryRun": True}, PANEL)
+    assert dry["tables"]["memories"] == {"rows": 4, "new": 4, "conflicts": 0, "ignored": 0}
+    assert service.memories.get(ids[0]) is None  # a dry run writes nothing
+
+    service.ownership.import_({"path": first["path"]}, PANEL)
+    again = service.ownership.export({"out": str(tmp_path / "two.zip")}, PANEL)
+    assert _data_checksums(again["manifest"]) == _data_checksums(first["manifest"])
+    hits = service.search({"query": "pnpm"}, Namespace())["hits"]
+    assert [h["id"] for h in hits][:1] == [ids[0]]
+
+    with pytest.raises(Conflict, match="already exist"):
+        service.ownership.import_({"path": first["path"], "onConflict": "error"}, PANEL)
+    skipped = service.ownership.import_({"path": first["path"], "onConflict": "skip"}, PANEL)
+    assert skipped["added"] == 0 and skipped["conflicts"] > 0
+
+    actions = [row["action"] for row in service.governance.logs_page({"kind": "audit", "limit": 50})["items"]]
+    assert {"store.export", "store.wipe", "store.import"} <= set(actions)
+    wipe_row = next(r for r in service.governance.logs_page({"kind": "audit"})["items"] if r["action"] == "store.wipe")
+    assert wipe_row["actor"]["source"] == "panel"
+
+
+def test_export_without_raw_turns(service: MemoryService, tmp_path: Path) -> None:
+    _populate(service)
+    result = service.ownership.export({"out": str(tmp_path / "noraw.zip"), "raw": False}, PANEL)
+    assert "raw_turns" not in result["counts"]
+    assert result["manifest"]["raw"] is False
+
+
+def test_correct_works_on_a_memory_made_by_add(service: MemoryService) -> None:
+    made = service.add_memory({"content": "The staging database is on port 5433."}, Namespace(source="cursor"))
+    result = service.keys_call(
+        "correct", {"memory_id": made["id"], "content": "The staging database is on port 6543."}, PANEL
+    )
+    assert result["superseded"] == made["id"]
+    chain = service.memory_history(result["new_id"])["chain"]
+    assert [c["id"] for c in chain][-2:] == [made["id"], result["new_id"]]
+    service.run_worker({})
+    hits = service.search({"query": "staging database port"}, Namespace())["hits"]
+    assert [h["id"] for h in hits][:1] == [result["new_id"]]
+    audit = service.governance.logs_page({"kind": "audit", "action": "memory.correct"})["items"]
+    assert audit and audit[0]["targetId"] == made["id"] and audit[0]["actor"]["source"] == "panel"
+
+
+def _review_service(home: Path, embedder: Embedder) -> MemoryService:
+    config_file = home / ".memmy" / "config.yaml"
+    config_file.parent.mkdir(parents=True, exist_ok=True)
+    config_file.write_text(yaml.safe_dump({"memmyMemory": {"evolution": {"review": "required"}}}))
+    svc = MemoryService.open(load_config(), embedder=embedder)
+    svc.indexer.load_index()
+    return svc
+
+
+def _writer(svc: MemoryService) -> LayerWriter:
+    writers = [g.writer for g in svc.evolution_groups if isinstance(getattr(g, "writer", None), LayerWriter)]
+    assert writers
+    return writers[0]
+
+
+def test_review_queue_holds_new_policies_until_approved(isolated_home: Path, embedder: Embedder) -> None:
+    svc = _review_service(isolated_home, embedder)
+    try:
+        write = LayerWrite(
+            layer="L2",
+            key="policy:pytest-xdist",
+            title="Run the test suite with pytest -n auto",
+            content="When running the Python test suite, use pytest -n auto to parallelise the tests.",
+            tags=["policy"],
+            properties={"policy": {"status": "active"}},
+        )
+        memory = _writer(svc).upsert(write)
+        assert memory.status == "resolving"
+        queue = svc.governance.review_queue({})["items"]
+        assert [item["id"] for item in queue] == [memory.id]
+        svc.run_worker({})
+        sid = svc.open_session({}, Namespace())["sessionId"]
+        turn = svc.start_turn({"sessionId": sid, "query": "how should I run the python test suite?"}, Namespace())
+        assert memory.id not in json.dumps(turn)
+
+        # Evolution re-deriving it cannot activate it behind the reviewer's back.
+        again = _writer(svc).upsert(write)
+        assert again.status == "resolving"
+
+        approved = svc.governance.review(
+            memory.id,
+            {"decision": "approve", "content": write.content + " Keep -p no:cacheprovider off."},
+            PANEL,
+        )
+        assert approved["status"] == "activated" and approved["review"]["edited"] is True
+        svc.run_worker({})
+        turn = svc.start_turn({"sessionId": sid, "query": "how should I run the python test suite?"}, Namespace())
+        assert memory.id in json.dumps(turn)
+
+        rejected = _writer(svc).upsert(
+            LayerWrite(
+                layer="L3",
+                key="world:bad",
+                title="A wrong world model",
+                content="The repo has no tests.",
+                tags=[],
+                properties={},
+            )
+        )
+        svc.governance.review(rejected.id, {"decision": "reject", "reason": "wrong"}, PANEL)
+        proposed_again = _writer(svc).upsert(
+            LayerWrite(layer="L3", key="world:bad", title="t", content="The repo has no tests.", tags=[], properties={})
+        )
+        assert proposed_again.id == rejected.id and proposed_again.status == "archived"
+        assert svc.governance.review_queue({})["items"] == []
+        actions = {row["action"] for row in svc.governance.logs_page({"kind": "audit"})["items"]}
+        assert {"review.approve", "review.reject"} <= actions
+    finally:
+        svc.close()
+
+
+def test_feedback_dream_and_reload_are_audited(service: MemoryService) -> None:
+    made = service.add_memory({"content": "Prefer ripgrep over grep."}, Namespace())
+    service.give_feedback({"id": made["id"], "polarity": "negative"}, PANEL)
+    service.dream_run({}, PANEL)
+    service.reload_config({}, PANEL)
+    service.delete_memory(made["id"], {}, PANEL)
+    actions = {row["action"] for row in service.governance.logs_page({"kind": "audit"})["items"]}
+    assert {"feedback", "dream.run", "config.reload", "memory.delete"} <= actions
+
+
+def test_audit_retention_prunes_only_when_configured_and_says_so(service: MemoryService) -> None:
+    service.logs.audit("memory.delete", "trace", "x", user_id=None, actor={"source": "cli"})
+    assert service.governance.prune_if_due() == 0  # retentionDays 0: kept forever
+    service.db.conn.execute("UPDATE audit_logs SET created_at = '2000-01-01T00:00:00.000Z'")
+    service.config.tree["audit"] = {"retentionDays": 30}
+    assert service.governance.prune_if_due() == 1
+    rows = service.governance.logs_page({"kind": "audit"})["items"]
+    assert [r["action"] for r in rows] == ["audit.prune"] and rows[0]["meta"]["removed"] == 1
+
+
+def _cli(daemon: Daemon, *args: str, input_text: str | None = None) -> Result:
+    base = ["--url", daemon.url, "--token", daemon.token or ""]
+    return CliRunner().invoke(cli, [*base, *args], input=input_text, catch_exceptions=False)
+
+
+def test_cli_export_wipe_import_logs_and_panel_link(daemon: Daemon, tmp_path: Path) -> None:
+    with daemon.client() as client:
+        client.post("/api/v1/memory/add", json={"content": "Run make lint before pushing."}).raise_for_status()
+    daemon.drain()
+    archive = tmp_path / "backup.zip"
+    exported = _cli(daemon, "export", "--out", str(archive))
+    assert exported.exit_code == 0 and f"to {archive}" in exported.output and archive.is_file()
+
+    dry = _cli(daemon, "import-store", str(archive), "--dry-run")
+    assert dry.exit_code == 0 and dry.output.startswith("Dry run: would add 0 rows")
+
+    declined = _cli(daemon, "wipe", input_text="n\n")
+    assert declined.exit_code == 1 and "Aborted" in declined.output
+    wiped = _cli(daemon, "wipe", "--yes", "--no-backup")
+    assert wiped.exit_code == 0 and "memories" in wiped.output and "No backup was written." in wiped.output
+
+    restored = _cli(daemon, "import-store", str(archive), "--on-conflict", "error")
+    assert restored.exit_code == 0 and "memories" in restored.output
+    refused = _cli(daemon, "import-store", str(archive), "--on-conflict", "error")
+    assert refused.exit_code == 1 and "already exist" in refused.output
+
+    audit = _cli(daemon, "logs")
+    assert audit.exit_code == 0
+    lines = [line for line in audit.output.splitlines() if "store." in line]
+    assert [line.split()[1] for line in lines][-3:] == ["store.export", "store.wipe", "store.import"]
+    assert all(line.split()[2] == "cli" for line in lines)
+    assert "create" in _cli(daemon, "logs", "--changes").output
+
+    link = _cli(daemon, "panel", "--no-open").output.splitlines()[-1]
+    assert link.startswith(f"{daemon.url}/panel/login?code=")
+    with httpx.Client(follow_redirects=False) as browser:
+        signed_in = browser.get(link)
+        assert signed_in.status_code == 303 and "HttpOnly" in signed_in.headers["set-cookie"]
+        assert browser.get(f"{daemon.url}/panel").status_code == 200
+        assert browser.get(link).status_code == 401
+    with httpx.Client() as anonymous:
+        assert anonymous.post(f"{daemon.url}/api/v1/panel/sign-in").status_code == 401  # needs the API token
