@@ -169,7 +169,7 @@ class Daemon:
 
     def config_token(self) -> str | None:
         """The token ``serve`` created in this home's config.yaml (None with ``server.auth: none``)."""
-        path = self.home / ".memmy" / "config.yaml"
+        path = Path(self.extra_env.get("MEMMY_CONFIG") or self.home / ".memmy" / "config.yaml")
         if not path.exists():
             return None
         tree = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("memmyMemory") or {}

@@ -3,6 +3,7 @@ server error and no answer the document does not describe."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -83,7 +84,7 @@ def _explore(operation: Any, mode: GenerationMode, url: str, failures: list[str]
     @settings(
         max_examples=EXAMPLES_PER_OPERATION,
         deadline=None,
-        derandomize=True,
+        derandomize=os.environ.get("OPENAPI_FUZZ_RANDOM") != "1",
         database=None,
         phases=[Phase.explicit, Phase.generate],
         suppress_health_check=list(HealthCheck),

@@ -8,13 +8,21 @@ from memmy import __version__
 
 _STR = {"type": "string"}
 #: Text the service requires to hold more than whitespace.
-_TEXT = {"type": "string", "pattern": "\\S"}
+#: (Python's ``str.strip()`` whitespace, spelled out: regex engines disagree on ``\\s``.)
+_NOT_BLANK = "[^\\x09-\\x0d\\x1c-\\x20\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]"
+_TEXT = {"type": "string", "pattern": _NOT_BLANK}
 #: A caller-chosen id: up to 200 characters, no NUL or line breaks, not blank.
-_SID = {"type": "string", "maxLength": 200, "pattern": "^[^\x00\n\r]*[^\x00\n\r\\s][^\x00\n\r]*$"}
+_SID = {"type": "string", "maxLength": 200, "pattern": _NOT_BLANK, "not": {"pattern": "[\\x00\\n\\r]"}}
 #: Ids in paths (the daemon's own ids look like ``trace_0a1b…``).
 _PATH_ID = {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,200}$"}
 _STR_LIST = {"type": "array", "items": _STR}
-_LAYERS = {"oneOf": [{"type": "array", "items": {"enum": ["L1", "L2", "L3", "Skill"]}}, _STR]}
+_LAYER_NAMES = "(L1|L2|L3|Skill)"
+_LAYERS = {
+    "oneOf": [
+        {"type": "array", "items": {"enum": ["L1", "L2", "L3", "Skill"]}},
+        {"type": "string", "pattern": f"^{_LAYER_NAMES}(,{_LAYER_NAMES})*$", "description": "comma-separated"},
+    ]
+}
 _ERROR = {
     "type": "object",
     "properties": {
@@ -28,6 +36,13 @@ _ERROR = {
 }
 _IDEMPOTENCY = {"adapterId": _STR, "requestId": _STR}
 _SCOPE = {"enum": ["auto", "pooled", "project", "agent"], "default": "auto"}
+#: scope=project needs a project: the body's workspacePath (or an x-memmy-project-id header).
+_PROJECT_SCOPE = {
+    "anyOf": [
+        {"properties": {"scope": {"enum": ["auto", "pooled", "agent"]}}},
+        {"properties": {"workspacePath": {"type": "string", "pattern": "^/"}}, "required": ["workspacePath"]},
+    ]
+}
 _CHANNELS = {"type": "array", "items": {"enum": ["vec", "fts", "pattern", "structural"]}}
 SOURCE_NAMES = ("claude_code", "codex", "cursor", "hermes", "openclaw", "opencode", "pi", "qwenwork", "workbuddy")
 MODE_NAMES = ("turn_start", "search", "tool_driven", "sub_agent", "skill_invoke", "decision_repair", "world_model")
@@ -50,6 +65,7 @@ _BODIES: dict[str, dict[str, Any]] = {
             **_IDEMPOTENCY,
         },
         "required": ["sessionId", "query"],
+        **_PROJECT_SCOPE,
     },
     "complete_turn": {
         "properties": {
@@ -86,6 +102,7 @@ _BODIES: dict[str, dict[str, Any]] = {
             **_IDEMPOTENCY,
         },
         "required": ["query"],
+        **_PROJECT_SCOPE,
     },
     "add": {
         "properties": {
@@ -131,6 +148,8 @@ _BODIES: dict[str, dict[str, Any]] = {
     },
 }
 
+#: A key needs a letter or digit (Latin, Cyrillic, kana, CJK or Hangul): edge punctuation and blanks are dropped.
+_KEY_CHAR = "[0-9A-Za-z\\u00c0-\\u024f\\u0400-\\u04ff\\u3040-\\u30ff\\u4e00-\\u9fff\\uac00-\\ud7af]"
 _KEY_ID = {**_TEXT, "description": "a key id (key_...)"}
 _MEMORY_ID = {**_TEXT, "description": "a memory id"}
 _NS = {"type": "string", "description": "keymem namespace (default 'default')"}
@@ -139,7 +158,7 @@ _KEY_TYPES = {"type": "object", "additionalProperties": {"enum": ["concept", "na
 _KEYS = {
     "type": "array",
     # a key needs one character besides blanks, edge punctuation and the alias bar
-    "items": {"type": "string", "maxLength": 100, "pattern": "[^\\s\"'`.,;:!?()\\[\\]{}<>|]"},
+    "items": {"type": "string", "maxLength": 100, "pattern": _KEY_CHAR},
     "minItems": 1,
     "maxItems": 32,
     "description": "atomic concept keys; 'apple|사과' declares 사과 an alias of apple",
