@@ -133,7 +133,7 @@ def infra_session(client: httpx.Client, lang: Lang, workspace: str) -> list[str]
     fixed = turn(
         client,
         sid,
-        f"{lang.tests_retry.split(':')[0]}: {lock}",
+        f"{re.split('[:：]', lang.tests_retry)[0]}: {lock}",
         "No CI run held the lock; force-unlocked it and the plan ran.",
         [
             call("terraform force-unlock 6f1c2d9e", "Terraform state has been successfully unlocked!"),
@@ -185,8 +185,9 @@ def test_a_week_in_two_projects_teaches_only_what_is_true(fresh_daemon: Daemon, 
         drain(client)
 
         policies = memories(client, "L2")
-        avoidance = [p for p in policies if p["properties"]["policy"]["type"] == "failure_avoidance"]
-        assert avoidance
+        guarding = ("failure_avoidance", "repair_instruction")  # a repair keyed like the failure may take it over
+        avoidance = [p for p in policies if p["properties"]["policy"]["type"] in guarding]
+        assert avoidance, [(p["properties"]["policy"]["type"], p["title"], p["status"]) for p in policies]
         for policy in avoidance:
             body = policy["properties"]["policy"]
             text = " ".join(body.get("preference") or []) + body.get("procedure", "")

@@ -81,7 +81,8 @@ def topical(query: str, memory_text: str, similarity: float = 0.0) -> bool:
     found = wanted & content_keywords(memory_text)
     if len(found) >= (1 if len(wanted) <= 2 else max(2, math.ceil(len(wanted) / 3))):
         return True
-    return bool(found) and similarity >= STRONG_SIMILARITY
+    # MiniLM cannot judge Chinese by meaning: its similarity only counts for text without CJK
+    return bool(found) and similarity >= STRONG_SIMILARITY and not _CJK_RUN.search(query)
 
 
 def overlap(new: set[str], context: set[str]) -> float:

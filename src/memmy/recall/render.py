@@ -326,11 +326,12 @@ def item_text(memory: Memory, source: str) -> str:
         return memory.content
     if memory.layer == "L2":
         policy = memory.properties.get("policy") or {}
-        avoid = "; ".join(_lines(policy.get("anti_pattern"), 2))
-        prefer = "; ".join(_lines(policy.get("preference"), 2))
+        avoid, prefer = _lines(policy.get("anti_pattern"), 2), _lines(policy.get("preference"), 2)
         if policy.get("type") in ("failure_avoidance", "repair_instruction") and (avoid or prefer):
-            text = f"Avoid: {avoid}." if avoid else ""
-            return f"{text} Instead: {prefer}".strip() if prefer else text
+            # the first Avoid line and what to do instead come first, so that shortening keeps the pair
+            parts = [f"Avoid: {avoid[0]}." if avoid else "", f"Instead: {prefer[0]}." if prefer else ""]
+            parts += [f"Also avoid: {line}." for line in avoid[1:]] + [f"Or: {line}." for line in prefer[1:]]
+            return " ".join(p for p in parts if p)
         trigger = str(policy.get("trigger") or memory.title)
         procedure = str(policy.get("procedure") or memory.content)
         check = str(policy.get("verification") or "")
@@ -409,4 +410,5 @@ def render_budgeted(items: list[RenderItem], *, mode: str = "turn_start", token_
         blocks = [b for b in blocks if not b.startswith(BUDGETED_GUIDANCE)]
         sections.remove("Decision guidance")
         markdown = "\n\n".join(blocks)
+    markdown = neutralize_tags(markdown)  # as in render_context: no stored text can close or forge the wrapper
     return RenderedContext(markdown, sections, estimate_tokens(markdown))

@@ -141,7 +141,8 @@ class EpisodeOps:
             )
         else:
             if latest is not None and latest.status != "closed":
-                self._record_implicit(latest, text, session_id, user_id, project_id)
+                # the message that starts a new task may thank for the last one, but it gives no guidance on it
+                self._record_implicit(latest, text, session_id, user_id, project_id, starts_task=True)
                 self.close(latest.id, "topic_boundary" if in_window else "idle_timeout")
             meta: dict[str, Any] = {"initialUserText": text[:800], "relation": relation.relation}
             if latest is not None:
@@ -198,6 +199,7 @@ class EpisodeOps:
         project_id: str | None,
         *,
         revision: bool = False,
+        starts_task: bool = False,
     ) -> None:
         """Feedback read from the reply itself; a revision ("that's wrong, redo") is negative with magnitude 1.
 
@@ -207,7 +209,7 @@ class EpisodeOps:
         payload: dict[str, Any]
         if revision:
             polarity, magnitude, payload = "negative", 1.0, {"kind": "revision"}
-        elif verdict is None or verdict.polarity == "neutral":
+        elif verdict is None or verdict.polarity == "neutral" or (starts_task and verdict.shape == "guidance"):
             return
         else:
             polarity, magnitude = verdict.polarity, abs(verdict.magnitude)

@@ -29,6 +29,7 @@ from memmy.evolve.failure import (
 )
 from memmy.evolve.model import PolicyDraft, PolicyView, TraceView
 from memmy.evolve.policy import best_association, compute_stats, induce_llm, policy_body, policy_key
+from memmy.evolve.topics import content_keywords
 from memmy.indexing import Indexer
 from memmy.service.evolution import ModelSlots
 from memmy.service.evolve_support import LayerWrite, LayerWriter, parse_iso, policy_view, trace_view
@@ -498,6 +499,9 @@ class PolicyEvolution:
                 continue
             section = "policy" if memory.layer == "L2" else "skill"
             payload = memory.properties.get(section) or {}
+            own = " ".join(str(payload.get(k) or "") for k in ("title", "name", "trigger", "procedure", "summary"))
+            if not content_keywords(" ".join(prefer + avoid)) & content_keywords(f"{memory.title} {own}"):
+                continue  # pairing by evidence: guidance about something else does not join this policy
             merged_prefer = _merge_lines(list(payload.get("preference") or []), prefer)
             merged_avoid = _merge_lines(list(payload.get("anti_pattern") or []), avoid)
             self.writer.patch_properties(memory, section, {"preference": merged_prefer, "anti_pattern": merged_avoid})
