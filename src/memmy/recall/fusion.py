@@ -77,6 +77,9 @@ def select(
     """
     if not candidates:
         return []
+    # The hook's injected text renders each result alone (recall/render.py), so on turn start a window would
+    # only hide its neighbours: windows apply to searches until the renderer shows them.
+    window = 0 if request.mode == "turn_start" else settings.context_window
     pool = sorted(candidates, key=lambda c: (-c.relevance, -c.rrf, c.memory.id))
     selected: list[Candidate] = []
     covered: set[str] = set()
@@ -91,8 +94,8 @@ def select(
         episode = episode_of(cand)
         if episode:
             episodes.add(episode)
-        if settings.context_window > 0 and cand.memory.layer == "L1" and not cand.rollup_of:
-            cand.window = neighbours(cand.memory, settings.context_window, request.scope)
+        if window > 0 and cand.memory.layer == "L1" and not cand.rollup_of:
+            cand.window = neighbours(cand.memory, window, request.scope)
             covered.update(m.id for m in cand.window)
 
     if settings.smart_seed:
