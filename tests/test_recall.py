@@ -322,7 +322,9 @@ def test_diagnostics_and_logs(make_service) -> None:  # type: ignore[no-untyped-
     result = search(service, "lint before push")
     debug = result["debug"]
     assert target in debug["candidateMemoryIds"] and debug["sourceMemoryIds"] == [target]
-    assert {"embed", "channels", "load", "fuse", "select", "total"} <= set(debug["timingsMs"])
+    assert {"embed", "vector", "keyword", "keyword_wait", "channels", "load", "fuse", "select", "total"} <= set(
+        debug["timingsMs"]
+    )
     assert result["hits"][0]["channels"] and debug["channels"][0]["relevance"] > 0
     assert service.logs.recall_stats()[0] >= 1
     logs, _ = service.logs.api_logs(["memory_search"], None, [], 10, 0)

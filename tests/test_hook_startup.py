@@ -1,0 +1,87 @@
+"""The hook starts lean (no urllib/email/http.client/hashlib/typing/pathlib) and its raw-socket HTTP client
+speaks enough HTTP/1.1 to a real server: JSON bodies, chunked replies, error statuses, the bearer token."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from memmy.hook.runtime import Client, HTTPError, http_request, short_hash
+
+HEAVY = ("urllib", "email", "http", "hashlib", "typing", "pathlib", "threading")
+
+
+def test_the_hook_runtime_does_not_import_the_slow_modules() -> None:
+    code = f"import sys; import memmy.hook.runtime; print([m for m in sys.modules if m.split('.')[0] in {HEAVY!r}])"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_short_hash_is_the_sha256_prefix_it_always_was() -> None:
+    import hashlib
+
+    assert short_hash("claude_code", "s1") == hashlib.sha256(b"claude_code\x00s1").hexdigest()[:20]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    seen: list[dict[str, str]] = []
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _reply(self, status: int, body: bytes, chunked: bool = False) -> None:
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        if chunked:
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+            for part in (body[:5], body[5:]):
+                self.wfile.write(f"{len(part):x}\r\n".encode() + part + b"\r\n")
+            self.wfile.write(b"0\r\n\r\n")
+        else:
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        length = int(self.headers.get("content-length", "0"))
+        payload = json.loads(self.rfile.read(length) or b"{}")
+        _Handler.seen.append({k.lower(): v for k, v in self.headers.items()})
+        if self.path == "/base/api/v1/missing":
+            self._reply(404, b'{"error": "no"}')
+        else:
+            self._reply(200, json.dumps({"echo": payload, "path": self.path}).encode(), chunked=self.path.endswith("c"))
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/base"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_raw_client_round_trips_json_chunked_replies_errors_and_the_token(server: str) -> None:
+    import time
+
+    client = Client(server, "tok-123", "claude_code", "/work/repo", time.monotonic() + 10)
+    answer = client.call("POST", "/api/v1/turns/start", {"query": "数据库 migration"})
+    assert answer == {"echo": {"query": "数据库 migration"}, "path": "/base/api/v1/turns/start"}
+    assert client.call("POST", "/api/v1/c", {"n": 1})["echo"] == {"n": 1}  # chunked transfer encoding
+    headers = _Handler.seen[-1]
+    assert headers["authorization"] == "Bearer tok-123"
+    assert headers["x-memmy-source"] == "claude_code" and headers["x-memmy-workspace-path"] == "/work/repo"
+    with pytest.raises(HTTPError) as err:
+        client.call("POST", "/api/v1/missing", {})
+    assert err.value.code == 404
+    status, body = http_request(server, "POST", "/api/v1/x", {}, b"{}", 5)
+    assert status == 200 and json.loads(body)["path"] == "/base/api/v1/x"
