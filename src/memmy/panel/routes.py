@@ -205,7 +205,7 @@ class Panel:
             body["content"] = form["content"]
         if form.get("reason"):
             body["reason"] = form["reason"]
-        result = self.service.governance.review(request.path_params["memory_id"], body, self.ns)
+        result = self.service.governance.review(request.path_params["memory_id"], self.service.redact(body), self.ns)
         return f"{result['id']}: {result['review']['state']}"
 
     def _recall_wrong(self, request: Request, form: dict[str, str]) -> str:

@@ -331,7 +331,8 @@ class Api:
 
     async def review_item(self, request: Request) -> Response:
         ns, memory_id = self.namespace(request), request.path_params["memory_id"]
-        return await self.json_call(request, self.service.governance.review, lambda b: (memory_id, b, ns))
+        review = self.service.governance.review
+        return await self.json_call(request, review, lambda b: (memory_id, self.service.redact(b), ns))
 
     async def export_store(self, request: Request) -> Response:
         ns = self.namespace(request)

@@ -272,6 +272,32 @@ KEY_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 _BODIES.update({f"keys.{name}": schema for name, (_summary, schema) in KEY_TOOLS.items()})
 _BODIES["restore"] = {"properties": {"reason": _STR}}
+_BODIES["review"] = {
+    "properties": {
+        "decision": {"enum": ["approve", "reject"]},
+        "content": {"type": "string", "description": "approve with this text instead (edit, then approve)"},
+        "reason": {"type": "string"},
+    },
+    "required": ["decision"],
+}
+_BODIES["export"] = {
+    "properties": {
+        "out": {"type": "string", "description": "archive path on the daemon's machine (default: under the data dir)"},
+        "raw": {"type": "boolean", "default": True, "description": "false leaves raw turns out"},
+    }
+}
+_BODIES["import_store"] = {
+    "properties": {
+        "path": {"type": "string", "description": "an archive made by export"},
+        "onConflict": {"enum": ["skip", "replace", "error"], "default": "skip"},
+        "dryRun": {"type": "boolean"},
+    },
+    "required": ["path"],
+}
+_BODIES["wipe"] = {
+    "properties": {"confirm": {"const": True}, "backup": {"type": "boolean", "default": True}},
+    "required": ["confirm"],
+}
 _BODIES["dream.run"] = {"properties": {"dryRun": {"type": "boolean", "description": "report, write nothing"}}}
 _BODIES["dream.restore"] = {
     "properties": {"force": {"type": "boolean", "description": "overwrite memories edited after the dream"}}
@@ -332,6 +358,12 @@ ROUTES: tuple[tuple[str, str, str, str | None, bool], ...] = (
     ("post", "/api/v1/dream/{id}/restore", "Undo a Dream pass byte for byte", "dream.restore", False),
     ("post", "/api/v1/feedback", "Explicit feedback on a memory or episode (reward, guidance)", "feedback", False),
     ("get", "/api/v1/episodes", "Recent episodes (status, limit)", None, False),
+    ("get", "/api/v1/logs", "Audit, API, change and recall logs (kind, limit, offset)", None, False),
+    ("get", "/api/v1/review", "The review queue of induced L2/L3/Skills (state)", None, False),
+    ("post", "/api/v1/review/{id}", "Approve (optionally edited) or reject a review item", "review", False),
+    ("post", "/api/v1/admin/export", "Export the store to one archive (manifest + checksums)", "export", False),
+    ("post", "/api/v1/admin/import", "Import an exported archive", "import_store", False),
+    ("post", "/api/v1/admin/wipe", "Remove every memory (config and tokens stay; a backup first)", "wipe", False),
     ("get", "/api/v1/evolution/jobs", "Evolution jobs (status, type, episodeId, limit) and counts", None, False),
     *(
         ("post", f"/api/v1/keys/{name}", f"Key graph: {summary}", f"keys.{name}", False)
