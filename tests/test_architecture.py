@@ -54,6 +54,7 @@ ALLOWED: dict[str, set[str]] = {
     "integrations": {"__init__"},
     "hook": set(),
     "mcp": {"__init__", "hook", "sources"},
+    "agent": {"errors", "domain", "config", "config_defaults", "cli", "hook", "sources", "__init__"},
     "__init__": set(),
 }
 
