@@ -231,3 +231,24 @@ def run_model_stub(brain: Brain = echo_brain, delay_s: float = 0.0) -> Iterator[
     finally:
         server.shutdown()
         server.server_close()
+
+
+def write_agent_config(
+    home: Any, stub: ModelStub, kind: str = "openai", extra: str = "", approval: str = "allow", memory: bool = True
+) -> Any:
+    """Write ``$MEMMY_HOME/config.yaml`` pointing the agent at ``stub`` (``home`` is the test HOME)."""
+    from pathlib import Path
+
+    url = stub.anthropic_url if kind == "anthropic" else stub.openai_url
+    memmy_home = Path(home) / ".memmy"
+    memmy_home.mkdir(parents=True, exist_ok=True)
+    path = memmy_home / "config.yaml"
+    path.write_text(
+        f"agents:\n  defaults: {{provider: {kind}, model: stub-model, maxRetries: 0, timeoutS: 20, "
+        f"memory: {str(memory).lower()}}}\n"
+        f"  presets:\n    fast: {{provider: {kind}, model: stub-fast}}\n"
+        f"providers:\n  {kind}: {{apiBase: '{url}', apiKey: sk-test-key}}\n"
+        f"tools:\n  exec: {{approval: {approval}, timeout: 5}}\n{extra}",
+        encoding="utf-8",
+    )
+    return path
