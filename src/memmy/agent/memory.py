@@ -5,6 +5,7 @@ down, slow or refusing turns memory off for that call and records why, never the
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -52,6 +53,14 @@ def resolve_settings(config_file: str | None = None) -> ClientSettings:
     except MemmyError:
         config = None
     return ClientSettings.resolve(url=None, token=None, user_id=None, source=SOURCE, config=config)
+
+
+def _redact_value(value: Any) -> Any:
+    """Redact secrets anywhere inside a JSON value (tool inputs)."""
+    try:
+        return json.loads(redact(json.dumps(value, ensure_ascii=False)))
+    except ValueError:
+        return redact(str(value))
 
 
 class MemoryBridge:
@@ -196,7 +205,7 @@ class MemoryBridge:
         calls = [
             {
                 **call,
-                "input": call.get("input"),
+                "input": _redact_value(call.get("input")),
                 "output": redact(str(call.get("output") or "")),
                 "error": redact(str(call["error"])) if call.get("error") else None,
             }
