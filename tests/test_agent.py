@@ -50,7 +50,9 @@ def tool_brain(body: dict[str, Any]) -> Reply:
     return Reply(text="echo: " + text[-300:])
 
 
-def one_turn(text: str, session: str = "cli:direct", project: str | None = None, **kw: Any) -> tuple[TurnResult, list[TurnEvent]]:
+def one_turn(
+    text: str, session: str = "cli:direct", project: str | None = None, **kw: Any
+) -> tuple[TurnResult, list[TurnEvent]]:
     events: list[TurnEvent] = []
 
     async def main() -> TurnResult:
@@ -146,7 +148,10 @@ def test_memory_injected_in_a_later_session_and_captured_turns_searchable(isolat
     env = {**os.environ, "MEMMY_MEMORY_URL": daemon.url, "MEMMY_MEMORY_TOKEN": str(daemon.token)}
     found = subprocess.run(
         [MEMMY_MEMORY, "search", "zeppelin blue-green", "--scope", "pooled"],
-        capture_output=True, text=True, env=env, timeout=60,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
     )
     assert found.returncode == 0 and "blue-green" in found.stdout and "8443" in found.stdout
 

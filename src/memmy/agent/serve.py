@@ -1,7 +1,8 @@
 """``memmy serve``: an OpenAI-compatible API (``GET /health``, ``GET /v1/models``, ``POST /v1/chat/completions``)
 on 127.0.0.1:18990 with a bearer token. Each request is answered by the configured provider with memory recalled
-for the last user message (injected as history) and the exchange captured afterwards; memory is scoped by the
-``x-memmy-session-key`` / ``x-memmy-user`` headers or the body's ``user`` field. Tools are passed through: tool
+for the last user message (injected as history) and the exchange captured afterwards. The body's ``user`` field
+(or ``x-memmy-user``) stamps the memory's user id; one memory session per conversation (``x-memmy-session-key``,
+else the user plus the conversation's first message). Tools are passed through: tool
 calls go back to the client, as with any Chat Completions endpoint."""
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from starlette.routing import Route
 
 from memmy import __version__
 from memmy.agent.config import AgentConfig, ModelChoice
-from memmy.agent.memory import MemoryBridge, Recall, resolve_settings
+from memmy.agent.memory import MemoryBridge, Recall, resolve_settings, short_hash
 from memmy.agent.providers import Completion, Provider, ProviderError, build_provider
 
 SOURCE = "memmy_serve"
@@ -116,7 +117,10 @@ class ServeApp:
         if choice is None:
             return _error(503, "no model configured: run `memmy onboard`", "server_error")
         user = request.headers.get("x-memmy-user") or (body.get("user") if isinstance(body.get("user"), str) else None)
-        scope = request.headers.get("x-memmy-session-key") or user or "default"
+        # One memory session per conversation: the client's key, else the user plus the conversation's first
+        # user message (a client resends the whole history, so that stays the same across its requests).
+        first_user = next((_text(m.get("content")) for m in messages if m.get("role") == "user"), "")
+        scope = request.headers.get("x-memmy-session-key") or f"{user or 'default'}:{short_hash(first_user)}"
         messages = [dict(m) for m in messages]
         recall: Recall | None = None
         last = messages[-1]
