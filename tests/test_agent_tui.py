@@ -150,3 +150,35 @@ def test_quit_and_exit_words_leave_the_app(isolated_home: Path) -> None:
                 assert app.return_code == 0 and not app.is_running
 
             run(body, isolated_home)
+
+
+def test_tab_appends_to_the_running_turn(isolated_home: Path) -> None:
+    with run_model_stub(slow_brain) as stub:
+        write_agent_config(isolated_home, stub, memory=False)
+
+        async def body(app: MemmyApp, pilot: Any) -> None:
+            await pilot.press(*"slow start", "enter")
+            await until(lambda: app.running, pilot)
+            await pilot.press(*"and mind the tests", "tab")
+            assert "appended to the running turn" in log_text(app)
+            await until(lambda: "echo: and mind the tests" in log_text(app) and not app.running, pilot)
+
+        run(body, isolated_home)
+        assert "and mind the tests" in str(stub.requests[-1]["body"]["messages"])
+    roles = [m["role"] for m in SessionStore(isolated_home / ".memmy").load().messages]
+    assert roles == ["user", "assistant", "user", "assistant"]
+
+
+def test_ctrl_c_stops_the_turn_and_exits(isolated_home: Path) -> None:
+    with run_model_stub(slow_brain) as stub:
+        write_agent_config(isolated_home, stub, memory=False)
+
+        async def body(app: MemmyApp, pilot: Any) -> None:
+            await pilot.press(*"slow and long", "enter")
+            await until(lambda: app.running, pilot)
+            await pilot.press("ctrl+c")
+            await pilot.pause()
+            assert app.return_code == 0 and not app.running
+
+        run(body, isolated_home)
+    assert SessionStore(isolated_home / ".memmy").load().messages[0]["content"] == "slow and long"

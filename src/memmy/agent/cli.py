@@ -75,6 +75,14 @@ def cli(
         return
     name, path = session_choice(session, standalone, project)
     config = _config(ctx)
+    if config.default is None:
+        if not sys.stdin.isatty():
+            click.echo("memmy: " + "; ".join(config.problems), err=True)
+            ctx.exit(EXIT_CONFIG)
+        click.echo("memmy: no model configured yet; starting `memmy onboard`", err=True)
+        if run_onboard(config_file, False) != 0:
+            ctx.exit(EXIT_CONFIG)
+        config = _config(ctx)
     from memmy.agent.tui.app import MemmyApp
 
     app = MemmyApp(config, session_name=name, project=path, memory=not no_memory, config_file=config_file)

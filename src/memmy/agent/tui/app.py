@@ -4,6 +4,7 @@ completes a slash command, ``/`` opens the filtered command menu, Ctrl+C stops t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import Any, ClassVar
 
@@ -15,7 +16,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, OptionList, Static
 from textual.widgets.option_list import Option
-from textual.worker import Worker
+from textual.worker import Worker, WorkerCancelled, WorkerFailed
 
 from memmy.agent.commands import EXIT_WORDS, archive_and_reset, run_command, visible_commands
 from memmy.agent.config import DEFAULT_SESSION, AgentConfig
@@ -317,7 +318,8 @@ class MemmyApp(App[int]):
         """Ctrl+C / exit words: stop this TUI's turn (it is recorded as cancelled) and exit."""
         if self.running and self.turn is not None:
             self.turn.cancel()
-            await self.workers.wait_for_complete([self.turn])
+            with contextlib.suppress(WorkerCancelled, WorkerFailed):
+                await self.turn.wait()
         self.exit(0)
 
     def action_tab(self) -> None:
