@@ -24,13 +24,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from corpus import make_queries, unique_memories  # noqa: E402
 from service_bench import Daemon, bench_env  # noqa: E402
+from tests.agent_stubs import run_model_stub  # noqa: E402
 
 from memmy.agent.config import load_agent_config  # noqa: E402
 from memmy.agent.loop import Agent  # noqa: E402
 from memmy.agent.memory import MemoryBridge, resolve_settings  # noqa: E402
 from memmy.agent.sessions import Session, SessionStore  # noqa: E402
 from memmy.agent.tools import ToolBox  # noqa: E402
-from tests.agent_stubs import run_model_stub  # noqa: E402
 
 
 def percentile(values: list[float], q: float) -> float:
