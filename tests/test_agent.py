@@ -277,3 +277,16 @@ def test_onboard_defaults_status_and_sessions_list(isolated_home: Path) -> None:
     listed = memmy("sessions", "list")
     assert "cli:work" in listed.stdout and "1 turns" in listed.stdout
     assert memmy("--session", "a", "--standalone").returncode == 2  # mutually exclusive
+
+
+def test_onboard_menu_tests_the_connection_before_saving(isolated_home: Path) -> None:
+    with run_model_stub() as stub:
+        answers = f"1\nstub-model\n{stub.openai_url}\nsk-typed-key\nallow\n"
+        done = memmy("onboard", stdin=answers)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "ok: 1 models listed" in done.stdout
+    config = load_agent_config()
+    assert config.default is not None and config.default.api_base == stub.openai_url
+    assert config.default.api_key == "sk-typed-key" and config.tools.exec_approval == "allow"
+    refused = memmy("onboard", stdin=f"1\nstub-model\n{stub.openai_url}\nsk\nask\nn\n")  # stub gone: not saved
+    assert refused.returncode == 1 and "failed: cannot reach openai" in refused.stdout
