@@ -1,4 +1,5 @@
-"""A tiny stdio MCP server for the agent tests (the SDK's own ``MCPServer``): ``shout`` and ``hidden``."""
+"""A tiny MCP server for the agent tests (the SDK's own ``MCPServer``): ``shout`` and ``hidden``; stdio by
+default, ``sse PORT`` or ``streamable-http PORT`` to serve over HTTP."""
 
 from __future__ import annotations
 
@@ -20,4 +21,9 @@ def hidden(text: str) -> str:
 
 
 if __name__ == "__main__":
-    server.run("stdio")
+    import sys
+
+    if len(sys.argv) > 2:  # mcp_echo_server.py sse|streamable-http PORT
+        server.run(sys.argv[1], host="127.0.0.1", port=int(sys.argv[2]))  # type: ignore[call-overload]
+    else:
+        server.run("stdio")

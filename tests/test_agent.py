@@ -290,3 +290,30 @@ def test_onboard_menu_tests_the_connection_before_saving(isolated_home: Path) ->
     assert config.default.api_key == "sk-typed-key" and config.tools.exec_approval == "allow"
     refused = memmy("onboard", stdin=f"1\nstub-model\n{stub.openai_url}\nsk\nask\nn\n")  # stub gone: not saved
     assert refused.returncode == 1 and "failed: cannot reach openai" in refused.stdout
+
+
+@pytest.mark.parametrize(
+    ("transport", "kind", "path"), [("sse", "sse", "/sse"), ("streamable-http", "streamableHttp", "/mcp")]
+)
+def test_mcp_server_over_http(isolated_home: Path, transport: str, kind: str, path: str) -> None:
+    from tests.conftest import free_port
+
+    port = free_port()
+    server = subprocess.Popen([sys.executable, ECHO_SERVER, transport, str(port)], stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket_ok = __import__("socket").create_connection(("127.0.0.1", port), timeout=0.5)
+                socket_ok.close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        extra = f"  mcpServers:\n    echo: {{type: {kind}, url: 'http://127.0.0.1:{port}{path}', toolTimeout: 20}}\n"
+        with run_model_stub(tool_brain) as stub:
+            write_agent_config(isolated_home, stub, extra=extra, memory=False)
+            result, _ = one_turn("shout it")
+    finally:
+        server.terminate()
+        server.wait(10)
+    assert result.answer == "tool said: QUIET WORDS!"

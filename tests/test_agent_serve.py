@@ -134,6 +134,11 @@ def test_memory_recalled_and_captured_per_user(isolated_home: Path, daemon: Daem
             messages=[{"role": "user", "content": "The falcon service keeps its sessions in redis on port 6380"}],
             user="alice",
         )
+        with daemon.client() as http:  # the capture runs after the answer: wait until it is stored
+            deadline = time.monotonic() + 30
+            while not http.get("/api/v1/panel/tasks", params={"q": "falcon service keeps"}).json()["tasks"]:
+                assert time.monotonic() < deadline, "the first exchange was never captured"
+                time.sleep(0.05)
         daemon.drain()
         raw = client.chat.completions.with_raw_response.create(
             model="stub-model",

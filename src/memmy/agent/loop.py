@@ -84,6 +84,7 @@ class Agent:
         self.last_recall: Recall | None = None
         self.last_usage: dict[str, int] = {}
         self.running = False
+        self._captures: set[asyncio.Task[bool]] = set()
         self._provider: Provider | None = None
         choice = config.model(session.preset) or config.default
         self.choice: ModelChoice | None = choice
@@ -279,11 +280,21 @@ class Agent:
         self.store.save(self.session)
         result.elapsed_ms = (time.perf_counter() - started) * 1000
         if self.memory is not None and recall is not None:
+            # Capture runs off the turn's critical path: the answer is out, the next turn need not wait.
             answer = result.answer or (f"[{result.status}] {result.error}" if result.error else "")
-            await self.memory.complete_turn(
-                recall, answer, result.status, result.tool_calls, str(self.workspace), result.usage or None
+            capture = asyncio.create_task(
+                self.memory.complete_turn(
+                    recall, answer, result.status, result.tool_calls, str(self.workspace), result.usage or None
+                )
             )
+            self._captures.add(capture)
+            capture.add_done_callback(self._captures.discard)
         self.emit(TurnEvent("done", result.answer, {"status": result.status, "error": result.error}))
+
+    async def flush(self) -> None:
+        """Wait for the captures still in flight (before exit, or when a caller needs them stored)."""
+        while self._captures:
+            await asyncio.gather(*list(self._captures), return_exceptions=True)
 
 
 def _parse_args(arguments: str) -> Any:

@@ -25,7 +25,8 @@ class Runtime:
     agent: Agent
 
     async def close(self) -> None:
-        """Close MCP servers and the memory client."""
+        """Finish captures in flight, close MCP servers and the memory client."""
+        await self.agent.flush()
         await self.hub.close()
         if self.memory is not None:
             await self.memory.aclose()

@@ -56,6 +56,7 @@ class ServeApp:
         self.config = config
         self.memory = memory
         self._providers: dict[ModelChoice, Provider] = {}
+        self._captures: set[asyncio.Task[bool]] = set()
 
     def choose(self, requested: Any) -> ModelChoice | None:
         """A preset by name, the default model, or the default provider with the requested model id."""
@@ -225,14 +226,18 @@ class ServeApp:
         return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
 
     async def _capture(self, recall: Recall | None, done: Completion | None, error: str | None) -> None:
+        """Capture the exchange in the background (the answer never waits for it)."""
         if recall is None:
             return
         if done is None:
-            await self.memory.complete_turn(recall, f"[failed] {error}", "failed", [])
-            return
-        calls = [{"id": c.id, "name": c.name, "input": c.arguments, "output": ""} for c in done.tool_calls]
-        answer = done.text or ("requested tools: " + ", ".join(c.name for c in done.tool_calls))
-        await self.memory.complete_turn(recall, answer, "succeeded", calls, None, done.usage or None)
+            work = self.memory.complete_turn(recall, f"[failed] {error}", "failed", [])
+        else:
+            calls = [{"id": c.id, "name": c.name, "input": c.arguments, "output": ""} for c in done.tool_calls]
+            answer = done.text or ("requested tools: " + ", ".join(c.name for c in done.tool_calls))
+            work = self.memory.complete_turn(recall, answer, "succeeded", calls, None, done.usage or None)
+        task = asyncio.create_task(work)
+        self._captures.add(task)
+        task.add_done_callback(self._captures.discard)
 
 
 def _finish(done: Completion) -> str:
