@@ -20,7 +20,10 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -41,14 +44,32 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
 
 
-async def run_turns(home: Path, queries: list[str]) -> tuple[list[float], list[float], int]:
-    """Time each query with memory on and off (alternating order); return (on_ms, off_ms, turns with memory)."""
+@dataclass
+class Figures:
+    """Per-turn wall times and CPU times (ms) with memory on and off."""
+
+    on: list[float] = field(default_factory=list)
+    off: list[float] = field(default_factory=list)
+    cpu_on: list[float] = field(default_factory=list)  # this process + the daemon, turn and its capture
+    cpu_off: list[float] = field(default_factory=list)
+    recall: list[float] = field(default_factory=list)  # turns/start round trip seen by the agent
+    injected: int = 0
+
+
+def cpu_ms(daemon: psutil.Process) -> float:
+    """CPU seconds (user + system) of this process and the daemon so far, in ms."""
+    mine = time.process_time()
+    theirs = daemon.cpu_times()
+    return (mine + theirs.user + theirs.system) * 1000
+
+
+async def run_turns(home: Path, queries: list[str], daemon_pid: int) -> Figures:
+    """Time each query with memory on and off (alternating order)."""
+    figures = Figures()
+    daemon = psutil.Process(daemon_pid)
     config = load_agent_config()
     store = SessionStore(home / "bench-sessions")
     bridge = MemoryBridge(resolve_settings())
-    on: list[float] = []
-    off: list[float] = []
-    injected = 0
     try:
         for number, query in enumerate(queries):
             order = (True, False) if number % 2 == 0 else (False, True)
@@ -56,18 +77,23 @@ async def run_turns(home: Path, queries: list[str]) -> tuple[list[float], list[f
                 session = Session(name=f"bench-{number}-{memory_on}")
                 tools = ToolBox(config.tools, config.workspace, memory=bridge if memory_on else None)
                 agent = Agent(config, session, store, tools, bridge if memory_on else None)
+                cpu_before = cpu_ms(daemon)
                 began = time.perf_counter()
                 result = await agent.run_turn(query)
                 elapsed = (time.perf_counter() - began) * 1000  # the answer is complete here
                 await agent.flush()  # capture (off the critical path) finishes before the next turn starts
+                cpu = cpu_ms(daemon) - cpu_before
                 assert result.status == "succeeded", result.error
-                (on if memory_on else off).append(elapsed)
+                (figures.on if memory_on else figures.off).append(elapsed)
+                (figures.cpu_on if memory_on else figures.cpu_off).append(cpu)
                 if memory_on:
                     assert bridge.error is None, bridge.error
-                    injected += bool(result.recall and result.recall.markdown)
+                    assert result.recall is not None
+                    figures.recall.append(result.recall.elapsed_ms)
+                    figures.injected += bool(result.recall.markdown)
     finally:
         await bridge.aclose()
-    return on, off, injected
+    return figures
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,17 +120,25 @@ def main(argv: list[str] | None = None) -> int:
                 encoding="utf-8",
             )
             queries = [q for _, q in make_queries(args.runs + 4, 11)]
-            asyncio.run(run_turns(home, queries[:4]))  # warm-up: connections, first recall
-            on, off, injected = asyncio.run(run_turns(home, queries[4:]))
+            asyncio.run(run_turns(home, queries[:4], daemon.pid))  # warm-up: connections, first recall
+            figures = asyncio.run(run_turns(home, queries[4:], daemon.pid))
     finally:
         daemon.stop()
+    on, off, injected = figures.on, figures.off, figures.injected
     added = [a - b for a, b in zip(on, off, strict=True)]
+    cpu_added = [a - b for a, b in zip(figures.cpu_on, figures.cpu_off, strict=True)]
     print(f"agent turn on the local fake provider, {len(on)} prompts, {args.n} memories in the daemon:")
     print(f"  memory off (baseline): p50 {percentile(off, 0.5):6.1f} ms   p95 {percentile(off, 0.95):6.1f} ms")
     print(f"  memory on:             p50 {percentile(on, 0.5):6.1f} ms   p95 {percentile(on, 0.95):6.1f} ms")
     print(
         f"  added by memory:       p50 {percentile(on, 0.5) - percentile(off, 0.5):6.1f} ms "
         f"(paired p50 {statistics.median(added):.1f} ms, p95 {percentile(added, 0.95):.1f} ms)"
+    )
+    print(f"  turns/start round trip seen by the agent: p50 {percentile(figures.recall, 0.5):.1f} ms")
+    print(
+        f"  CPU per turn (agent + daemon, incl. capture and its embedding): off p50 "
+        f"{percentile(figures.cpu_off, 0.5):.1f} ms, on p50 {percentile(figures.cpu_on, 0.5):.1f} ms, "
+        f"added on average {statistics.fmean(cpu_added):.1f} ms (background embedding may land in the next turn)"
     )
     print(f"  turns with injected memory: {injected}/{len(on)}")
     print(f"  load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}  (cpus: {os.cpu_count()})")
