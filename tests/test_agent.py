@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -154,6 +155,33 @@ def test_memory_injected_in_a_later_session_and_captured_turns_searchable(isolat
         timeout=60,
     )
     assert found.returncode == 0 and "blue-green" in found.stdout and "8443" in found.stdout
+
+
+def test_memory_tools_add_search_and_get(isolated_home: Path, daemon: Daemon) -> None:
+    extra = f"memmyMemory:\n  storage: {{endpoint: '{daemon.url}', token: '{daemon.token}'}}\n"
+
+    def brain(body: dict[str, Any]) -> Reply:
+        results = tool_results(body)
+        text = last_user_text(body)
+        if "<current_user_request>" in text:  # look at the request, not at what memory recalled around it
+            text = text.split("<current_user_request>")[1]
+        if results:
+            return Reply(text="memory said: " + results[-1])
+        if "store this fact" in text:
+            return Reply(tool_calls=[("memmy_memory_add", json.dumps({"content": "The kiwi cluster runs on arm64"}))])
+        if "find the kiwi" in text:
+            return Reply(tool_calls=[("memmy_memory_search", json.dumps({"query": "kiwi cluster architecture"}))])
+        memory_id = re.search(r"get (\w+)", text)
+        return Reply(tool_calls=[("memmy_memory_get", json.dumps({"id": memory_id.group(1) if memory_id else ""}))])
+
+    with run_model_stub(brain) as stub:
+        write_agent_config(isolated_home, stub, extra=extra)
+        added, _ = one_turn("store this fact", "cli:tools")
+        memory_id = added.answer.removeprefix("memory said: stored memory ")
+        daemon.drain()
+        found, _ = one_turn("find the kiwi fact", "cli:tools-2")
+        got, _ = one_turn(f"get {memory_id}", "cli:tools-3")
+    assert memory_id and "arm64" in found.answer and "arm64" in got.answer
 
 
 def test_secrets_in_tool_output_are_redacted_before_capture(isolated_home: Path, daemon: Daemon) -> None:

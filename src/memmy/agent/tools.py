@@ -262,7 +262,8 @@ class ToolBox:
                 raise ToolError("query: expected a non-empty string")
             limit = args.get("limit", 8)
             result = await memory.search(query, int(limit) if isinstance(limit, int) else 8, base)
-            return str(result.get("markdown") or "") or json.dumps(result.get("hits", []))[:8000] or "(nothing found)"
+            markdown = result.get("injectedContext") if isinstance(result, dict) else None
+            return str(markdown or "").strip() or "(nothing found)"
 
         async def get(args: dict[str, Any]) -> str:
             return json.dumps(await memory.get(str(args.get("id") or "")), ensure_ascii=False)[:8000]
