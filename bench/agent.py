@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -108,7 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with daemon.client() as client:
             for body in itertools.islice(unique_memories(7), args.n):
-                client.post("/api/v1/memory/add", json=body).raise_for_status()
+                try:
+                    client.post("/api/v1/memory/add", json=body).raise_for_status()
+                except httpx.RemoteProtocolError:  # a keep-alive connection closed under us: send it again
+                    client.post("/api/v1/memory/add", json=body).raise_for_status()
             daemon.drain(client)
         os.environ.update(bench_env(home))
         os.environ["MEMMY_MEMORY_URL"] = daemon.url
