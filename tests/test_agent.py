@@ -68,6 +68,8 @@ def one_turn(
 
 
 def memmy(*args: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    if stdin is None:
+        return subprocess.run([MEMMY, *args], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
     return subprocess.run([MEMMY, *args], input=stdin, capture_output=True, text=True, timeout=timeout)
 
 
@@ -230,7 +232,7 @@ def test_provider_down(isolated_home: Path) -> None:
         write_agent_config(isolated_home, stub, memory=False)
     done = memmy("agent", "--message", "anyone there?")  # the stub is gone: connection refused
     assert done.returncode == 1 and "cannot reach openai" in done.stderr
-    assert memmy("agent").returncode == 2  # no message at all
+    assert memmy("agent", stdin="").returncode == 2  # no message at all
 
 
 def test_malformed_tool_call_is_answered_and_the_turn_goes_on(isolated_home: Path, tmp_path: Path) -> None:
