@@ -182,3 +182,31 @@ def test_ctrl_c_stops_the_turn_and_exits(isolated_home: Path) -> None:
 
         run(body, isolated_home)
     assert SessionStore(isolated_home / ".memmy").load().messages[0]["content"] == "slow and long"
+
+
+def test_shell_asks_for_approval_in_the_tui(isolated_home: Path, tmp_path: Path) -> None:
+    import json
+
+    from memmy.agent.tui.app import ApproveScreen
+    from tests.agent_stubs import tool_results
+
+    def brain(body: dict[str, Any]) -> Reply:
+        results = tool_results(body)
+        if results:
+            return Reply(text="result: " + results[-1])
+        name = "allowed" if "allow" in last_user_text(body) else "denied"
+        return Reply(tool_calls=[("exec", json.dumps({"command": f"touch {tmp_path / name}"}))])
+
+    with run_model_stub(brain) as stub:
+        write_agent_config(isolated_home, stub, approval="ask", memory=False)
+
+        async def body(app: MemmyApp, pilot: Any) -> None:
+            for text, key in (("please allow", "y"), ("please deny", "n")):
+                await pilot.press(*text, "enter")
+                await until(lambda: isinstance(app.screen, ApproveScreen), pilot)
+                await pilot.press(key)
+                await until(lambda: not app.running, pilot)
+            assert "did not approve" in log_text(app)
+
+        run(body, isolated_home)
+    assert (tmp_path / "allowed").exists() and not (tmp_path / "denied").exists()
