@@ -58,6 +58,7 @@ ALLOWED: dict[str, set[str]] = {
     "integrations": {"__init__"},
     "hook": {"redact"},
     "mcp": {"__init__", "hook", "sources", "redact"},
+    "agent": {"errors", "domain", "config", "config_defaults", "cli", "hook", "sources", "redact", "__init__"},
     "__init__": set(),
 }
 

@@ -19,6 +19,7 @@ from memmy.errors import ConfigError
 from memmy.server.app import create_app
 from memmy.service import MemoryService
 from memmy.store.db import ServerLock
+from memmy.store.integrity import preflight
 
 log = logging.getLogger("memmy.server")
 
@@ -111,6 +112,7 @@ def serve(config: MemmyConfig, host: str | None = None, port: int | None = None,
     )
     for warning in config.warnings:
         log.warning("%s", warning)
+    preflight(Path(config.storage.sqlite_path))  # a broken store file is refused before anything is written
     config = _with_token(config)
     ensure_port_free(host, port)
     lock = ServerLock(Path(config.storage.sqlite_path))

@@ -1,0 +1,304 @@
+"""The agent loop: one turn = memory turn start, streamed model calls with tool calls until the model answers,
+memory turn complete. Compaction summarises old messages when the conversation nears the model's window.
+Provider failures end the turn with a clear message and keep the session; cancellation (Ctrl-C, ``/stop``)
+ends it as ``cancelled`` without losing anything."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memmy.agent.config import AgentConfig, ModelChoice
+from memmy.agent.memory import MemoryBridge, Recall
+from memmy.agent.providers import Completion, Provider, ProviderError, build_provider
+from memmy.agent.sessions import Session, SessionStore
+from memmy.agent.tools import ToolBox
+from memmy.sources.redact import redact
+
+SUMMARY_PROMPT = (
+    "Summarise the conversation below for your own later use: the user's goals, decisions, facts learned, files "
+    "touched, open questions. Be concise; keep exact names, paths and numbers."
+)
+KEEP_RECENT = 6
+
+
+@dataclass
+class TurnEvent:
+    """Something the front end may show: memory, text, tool_call, tool_result, notice, error, compaction, done."""
+
+    kind: str
+    text: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+Emit = Callable[[TurnEvent], None]
+
+
+@dataclass
+class TurnResult:
+    """How a turn ended."""
+
+    answer: str = ""
+    status: str = "succeeded"  # succeeded | failed | cancelled
+    error: str | None = None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    usage: dict[str, int] = field(default_factory=dict)
+    recall: Recall | None = None
+    elapsed_ms: float = 0.0
+
+
+def estimate_tokens(messages: list[dict[str, Any]]) -> int:
+    """About four characters a token, over contents and tool calls."""
+    chars = 0
+    for message in messages:
+        chars += len(str(message.get("content") or ""))
+        for call in message.get("tool_calls") or []:
+            chars += len(json.dumps(call))
+    return chars // 4 + 4 * len(messages)
+
+
+class Agent:
+    """One session's agent: model, tools, memory, and the turn loop."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        session: Session,
+        store: SessionStore,
+        tools: ToolBox,
+        memory: MemoryBridge | None = None,
+        emit: Emit | None = None,
+    ) -> None:
+        self.config = config
+        self.session = session
+        self.store = store
+        self.tools = tools
+        self.memory = memory
+        self.emit: Emit = emit or (lambda event: None)
+        self.appended: list[str] = []
+        self.last_recall: Recall | None = None
+        self.last_usage: dict[str, int] = {}
+        self.running = False
+        self._captures: set[asyncio.Task[bool]] = set()
+        self._provider: Provider | None = None
+        choice = config.model(session.preset) or config.default
+        self.choice: ModelChoice | None = choice
+
+    @property
+    def workspace(self) -> Path:
+        """Where file tools and the shell work: the session's project, else the workspace."""
+        return Path(self.session.project) if self.session.project else self.config.workspace
+
+    @property
+    def provider(self) -> Provider:
+        """The provider for the current model (built lazily)."""
+        if self.choice is None:
+            raise ProviderError("no model configured: run `memmy onboard` (or set agents.defaults)", "config")
+        if self._provider is None or self._provider.choice != self.choice:
+            self._provider = build_provider(self.choice)
+        return self._provider
+
+    def use_preset(self, name: str) -> ModelChoice:
+        """Switch to a named preset (``/model fast``); raises KeyError for an unknown one."""
+        choice = self.config.model(name)
+        if choice is None:
+            raise KeyError(name)
+        self.choice = choice
+        self.session.preset = name
+        self.store.save(self.session)
+        return choice
+
+    def system_prompt(self) -> str:
+        """The system message: who the agent is, where it works, the active goal."""
+        lines = [
+            self.config.system_prompt
+            or "You are memmy, a capable terminal agent with long-term memory shared with the user's other agents.",
+            f"Working directory: {self.workspace}",
+            "Use tools when they help; keep answers short and concrete.",
+        ]
+        goal = self.session.goal
+        if goal and goal.get("status") == "active":
+            lines.append(f"Persistent goal (keep working towards it): {goal.get('text')}")
+        return "\n".join(lines)
+
+    def _view(self, user_index: int, recall: Recall | None) -> list[dict[str, Any]]:
+        messages = [dict(m) for m in self.session.messages]
+        if recall is not None and 0 <= user_index < len(messages):
+            messages[user_index]["content"] = recall.wrapped(str(messages[user_index]["content"]))
+        return [{"role": "system", "content": self.system_prompt()}, *messages]
+
+    async def compact(self, force: bool = False) -> str | None:
+        """Summarise older messages when the conversation nears the window (or when forced); the summary."""
+        if self.choice is None:
+            return None
+        messages = self.session.messages
+        limit = int(self.choice.context_window * self.config.compact_ratio)
+        if not force and estimate_tokens(messages) < limit:
+            return None
+        starts = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+        cut = next((i for i in reversed(starts) if len(messages) - i >= KEEP_RECENT), None)
+        if cut is None or cut == 0:
+            cut = starts[-1] if starts and starts[-1] > 0 else None
+        if cut is None:
+            return None
+        head = messages[:cut]
+        transcript = "\n".join(f"{m.get('role')}: {str(m.get('content') or '')[:4000]}" for m in head)
+        try:
+            done = await self.provider.stream(
+                [{"role": "system", "content": SUMMARY_PROMPT}, {"role": "user", "content": transcript}], []
+            )
+            summary = done.text.strip()
+        except ProviderError as exc:
+            self.emit(TurnEvent("notice", f"compaction summary failed ({exc}); keeping the first lines instead"))
+            summary = ""
+        if not summary:
+            summary = "\n".join(f"- {m.get('role')}: {str(m.get('content') or '')[:200]}" for m in head[-20:])
+        record = {"at": time.time(), "replaced": len(head), "summary": summary}
+        self.session.compactions.append(record)
+        self.session.messages = [
+            {"role": "user", "content": f"[Summary of the earlier conversation]\n{summary}"},
+            {"role": "assistant", "content": "Understood; I have the summary of our earlier conversation."},
+            *messages[cut:],
+        ]
+        self.store.save(self.session)
+        self.emit(TurnEvent("compaction", summary, record))
+        return summary
+
+    async def run_turn(self, text: str) -> TurnResult:
+        """Run one turn to its end; cancellation propagates after the turn is recorded as cancelled."""
+        started = time.perf_counter()
+        result = TurnResult()
+        self.running = True
+        self.appended = []
+        try:
+            await self.compact()
+        except asyncio.CancelledError:
+            self.running = False
+            raise
+        self.session.messages.append({"role": "user", "content": text})
+        user_index = len(self.session.messages) - 1
+        self.store.save(self.session)
+        recall: Recall | None = None
+        if self.memory is not None:
+            recall = await self.memory.start_turn(self.session.key, text, str(self.workspace))
+            warning = self.memory.take_warning()
+            if warning:
+                self.emit(TurnEvent("notice", warning))
+        self.last_recall = result.recall = recall
+        if recall is not None:
+            self.emit(TurnEvent("memory", recall.markdown, {"ids": recall.memory_ids, "status": recall.status}))
+        try:
+            await self._iterate(user_index, recall, result)
+        except asyncio.CancelledError:
+            result.status = "cancelled"
+            result.error = "stopped by the user"
+            self._close_dangling_calls()
+            await self._finish(result, recall, started)
+            raise
+        except ProviderError as exc:
+            result.status, result.error = "failed", str(exc)
+            self.emit(TurnEvent("error", str(exc), {"kind": exc.kind}))
+        await self._finish(result, recall, started)
+        return result
+
+    async def _iterate(self, user_index: int, recall: Recall | None, result: TurnResult) -> None:
+        for _ in range(max(1, self.config.max_tool_iterations)):
+            done: Completion = await self.provider.stream(
+                self._view(user_index, recall), self.tools.specs(), lambda delta: self.emit(TurnEvent("text", delta))
+            )
+            self._count(done.usage, result)
+            message: dict[str, Any] = {"role": "assistant", "content": done.text}
+            if done.tool_calls:
+                message["tool_calls"] = [call.as_message() for call in done.tool_calls]
+            self.session.messages.append(message)
+            self.store.save(self.session)
+            if done.text:
+                result.answer = done.text
+            if not done.tool_calls:
+                if self.appended:  # Tab-appended input that arrived after the model's last call
+                    self._take_appended()
+                    continue
+                return
+            for call in done.tool_calls:
+                self.emit(TurnEvent("tool_call", call.name, {"id": call.id, "arguments": call.arguments}))
+                output, ok = await self.tools.call(call.name, call.arguments)
+                self.emit(TurnEvent("tool_result", output, {"id": call.id, "name": call.name, "ok": ok}))
+                self.session.messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
+                result.tool_calls.append(
+                    {
+                        "id": call.id,
+                        "name": call.name,
+                        "input": _parse_args(call.arguments),
+                        "output": output if ok else "",
+                        "error": None if ok else output,
+                        "success": ok,
+                    }
+                )
+            self.store.save(self.session)
+            self._take_appended()
+        result.status = "failed"
+        result.error = (
+            f"stopped after {self.config.max_tool_iterations} tool rounds (agents.defaults.maxToolIterations)"
+        )
+        self.emit(TurnEvent("error", result.error, {"kind": "tool_loop"}))
+
+    def _take_appended(self) -> None:
+        for extra in self.appended:
+            self.session.messages.append({"role": "user", "content": extra})
+            self.emit(TurnEvent("notice", f"appended to the running turn: {extra}"))
+        self.appended = []
+
+    def _count(self, usage: dict[str, int], result: TurnResult) -> None:
+        for key, value in usage.items():
+            result.usage[key] = result.usage.get(key, 0) + value
+            self.session.usage[key] = self.session.usage.get(key, 0) + value
+        self.last_usage = dict(usage)
+        goal = self.session.goal
+        if goal and goal.get("status") == "active":
+            goal["used"] = int(goal.get("used", 0)) + sum(usage.values())
+            if goal.get("budget") and goal["used"] >= int(goal["budget"]):
+                goal["status"] = "paused"
+                self.emit(TurnEvent("notice", f"goal paused: its budget of {goal['budget']} tokens is spent"))
+
+    def _close_dangling_calls(self) -> None:
+        """After a cancel, answer every tool call that has no result so the conversation stays valid."""
+        answered = {m.get("tool_call_id") for m in self.session.messages if m.get("role") == "tool"}
+        for message in list(self.session.messages):
+            for call in message.get("tool_calls") or []:
+                if call["id"] not in answered:
+                    self.session.messages.append(
+                        {"role": "tool", "tool_call_id": call["id"], "content": "cancelled by the user"}
+                    )
+
+    async def _finish(self, result: TurnResult, recall: Recall | None, started: float) -> None:
+        self.running = False
+        self.store.save(self.session)
+        result.elapsed_ms = (time.perf_counter() - started) * 1000
+        if self.memory is not None and recall is not None:
+            # Capture runs off the turn's critical path: the answer is out, the next turn need not wait.
+            answer = result.answer or (f"[{result.status}] {result.error}" if result.error else "")
+            capture = asyncio.create_task(
+                self.memory.complete_turn(
+                    recall, answer, result.status, result.tool_calls, str(self.workspace), result.usage or None
+                )
+            )
+            self._captures.add(capture)
+            capture.add_done_callback(self._captures.discard)
+        self.emit(TurnEvent("done", result.answer, {"status": result.status, "error": result.error}))
+
+    async def flush(self) -> None:
+        """Wait for the captures still in flight (before exit, or when a caller needs them stored)."""
+        while self._captures:
+            await asyncio.gather(*list(self._captures), return_exceptions=True)
+
+
+def _parse_args(arguments: str) -> Any:
+    try:
+        return json.loads(arguments or "{}")
+    except ValueError:
+        return {"raw": redact(arguments[:2000])}

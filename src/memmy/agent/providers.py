@@ -1,0 +1,248 @@
+"""Model providers through their official SDKs: OpenAI Chat Completions (and every compatible endpoint) and
+Anthropic Messages. Both stream; both return one :class:`Completion` in the OpenAI message shape the loop uses.
+SDK errors become a :class:`ProviderError` whose message says what happened and what to do."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import anthropic
+import openai
+
+from memmy.agent.config import ModelChoice
+from memmy.errors import MemmyError
+
+TextSink = Callable[[str], None]
+
+
+class ProviderError(MemmyError):
+    """A model call that failed; ``kind`` is unreachable, timeout, rate_limited, auth, bad_request or error."""
+
+    def __init__(self, message: str, kind: str = "error") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass
+class ToolCall:
+    """One tool call the model asked for; ``arguments`` is the raw JSON text it sent."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def as_message(self) -> dict[str, Any]:
+        """The OpenAI ``tool_calls`` entry."""
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+
+@dataclass
+class Completion:
+    """A finished model answer."""
+
+    text: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: dict[str, int] = field(default_factory=dict)
+    finish_reason: str = "stop"
+
+
+class Provider(Protocol):
+    """What the loop needs from a model."""
+
+    choice: ModelChoice
+
+    async def stream(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], on_text: TextSink | None = None
+    ) -> Completion:
+        """Send the conversation, stream text to ``on_text``, return the whole answer."""
+        ...
+
+
+def _status_message(choice: ModelChoice, exc: Exception) -> ProviderError:
+    where = f"{choice.provider} ({choice.api_base or 'default endpoint'})"
+    if isinstance(exc, openai.APITimeoutError | anthropic.APITimeoutError):
+        return ProviderError(f"{where} did not answer within {choice.timeout_s:g} s; try again", "timeout")
+    if isinstance(exc, openai.APIConnectionError | anthropic.APIConnectionError):
+        return ProviderError(f"cannot reach {where}: is it running and is apiBase right?", "unreachable")
+    if isinstance(exc, openai.RateLimitError | anthropic.RateLimitError):
+        return ProviderError(f"{where} is rate limiting requests (HTTP 429); wait a moment and retry", "rate_limited")
+    if isinstance(exc, openai.AuthenticationError | anthropic.AuthenticationError):
+        return ProviderError(
+            f"{where} refused the API key (HTTP 401); check providers.{choice.provider}.apiKey", "auth"
+        )
+    if isinstance(exc, openai.APIStatusError | anthropic.APIStatusError):
+        detail = str(getattr(exc, "message", "") or exc)[:300]
+        kind = "bad_request" if exc.status_code < 500 else "error"
+        return ProviderError(f"{where} answered HTTP {exc.status_code}: {detail}", kind)
+    if isinstance(exc, openai.APIError | anthropic.APIError):
+        return ProviderError(f"{where} sent an answer memmy could not read: {str(exc)[:300]}", "error")
+    return ProviderError(f"{where} failed: {type(exc).__name__}: {str(exc)[:300]}", "error")
+
+
+class OpenAIProvider:
+    """Chat Completions through ``openai.AsyncOpenAI`` (OpenAI, DeepSeek, Ollama, vLLM, any base URL)."""
+
+    def __init__(self, choice: ModelChoice) -> None:
+        self.choice = choice
+        self.client = openai.AsyncOpenAI(
+            api_key=choice.api_key or "not-needed",
+            base_url=choice.api_base or None,
+            timeout=choice.timeout_s,
+            max_retries=choice.max_retries,
+        )
+
+    async def stream(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], on_text: TextSink | None = None
+    ) -> Completion:
+        """Stream one answer; tool-call fragments are joined by index."""
+        kwargs: dict[str, Any] = {"model": self.choice.model, "messages": messages, "stream": True}
+        kwargs["stream_options"] = {"include_usage": True}
+        if tools:
+            kwargs["tools"] = tools
+        if self.choice.provider == "openai":
+            kwargs["max_completion_tokens"] = self.choice.max_tokens
+        else:
+            kwargs["max_tokens"] = self.choice.max_tokens
+        done = Completion()
+        parts: list[str] = []
+        calls: dict[int, dict[str, str]] = {}
+        try:
+            response = await self.client.chat.completions.create(**kwargs)
+            async for chunk in response:
+                if chunk.usage is not None:
+                    done.usage = {
+                        "prompt_tokens": chunk.usage.prompt_tokens or 0,
+                        "completion_tokens": chunk.usage.completion_tokens or 0,
+                    }
+                for choice in chunk.choices or []:
+                    delta = choice.delta
+                    if delta is not None and delta.content:
+                        parts.append(delta.content)
+                        if on_text is not None:
+                            on_text(delta.content)
+                    for fragment in (delta.tool_calls if delta is not None else None) or []:
+                        slot = calls.setdefault(fragment.index, {"id": "", "name": "", "arguments": ""})
+                        if fragment.id:
+                            slot["id"] = fragment.id
+                        if fragment.function is not None:
+                            slot["name"] += fragment.function.name or ""
+                            slot["arguments"] += fragment.function.arguments or ""
+                    if choice.finish_reason:
+                        done.finish_reason = choice.finish_reason
+        except openai.OpenAIError as exc:
+            raise _status_message(self.choice, exc) from None
+        done.text = "".join(parts)
+        done.tool_calls = [
+            ToolCall(slot["id"] or f"call_{index}", slot["name"], slot["arguments"])
+            for index, slot in sorted(calls.items())
+        ]
+        return done
+
+
+def to_anthropic(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """OpenAI-shaped messages -> (system text, Anthropic messages with tool_use / tool_result blocks)."""
+    system: list[str] = []
+    out: list[dict[str, Any]] = []
+
+    def push(role: str, blocks: list[dict[str, Any]]) -> None:
+        if out and out[-1]["role"] == role:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": role, "content": blocks})
+
+    for message in messages:
+        role = message.get("role")
+        content = message.get("content") or ""
+        if role == "system":
+            system.append(str(content))
+        elif role == "tool":
+            block = {"type": "tool_result", "tool_use_id": message.get("tool_call_id", ""), "content": str(content)}
+            push("user", [block])
+        elif role == "assistant":
+            blocks: list[dict[str, Any]] = [{"type": "text", "text": str(content)}] if content else []
+            for call in message.get("tool_calls") or []:
+                try:
+                    args = json.loads(call["function"]["arguments"] or "{}")
+                except ValueError:
+                    args = {}
+                blocks.append({"type": "tool_use", "id": call["id"], "name": call["function"]["name"], "input": args})
+            if blocks:
+                push("assistant", blocks)
+        else:
+            push("user", [{"type": "text", "text": str(content)}])
+    return "\n\n".join(system), out
+
+
+class AnthropicProvider:
+    """Messages through ``anthropic.AsyncAnthropic``, streamed from the raw events."""
+
+    def __init__(self, choice: ModelChoice) -> None:
+        self.choice = choice
+        self.client = anthropic.AsyncAnthropic(
+            api_key=choice.api_key or "not-needed",
+            base_url=choice.api_base or None,
+            timeout=choice.timeout_s,
+            max_retries=choice.max_retries,
+        )
+
+    async def stream(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], on_text: TextSink | None = None
+    ) -> Completion:
+        """Stream one answer; ``tool_use`` blocks become tool calls."""
+        system, converted = to_anthropic(messages)
+        kwargs: dict[str, Any] = {
+            "model": self.choice.model,
+            "messages": converted,
+            "max_tokens": self.choice.max_tokens,
+            "stream": True,
+        }
+        if system:
+            kwargs["system"] = system
+        if tools:
+            kwargs["tools"] = [
+                {
+                    "name": t["function"]["name"],
+                    "description": t["function"].get("description", ""),
+                    "input_schema": t["function"].get("parameters") or {"type": "object", "properties": {}},
+                }
+                for t in tools
+            ]
+        done = Completion()
+        parts: list[str] = []
+        blocks: dict[int, dict[str, str]] = {}
+        try:
+            events = await self.client.messages.create(**kwargs)
+            async for event in events:
+                kind = event.type
+                if kind == "message_start":
+                    done.usage["prompt_tokens"] = event.message.usage.input_tokens or 0
+                elif kind == "content_block_start" and event.content_block.type == "tool_use":
+                    block = event.content_block
+                    blocks[event.index] = {"id": block.id, "name": block.name, "arguments": ""}
+                elif kind == "content_block_delta":
+                    delta = event.delta
+                    if delta.type == "text_delta":
+                        parts.append(delta.text)
+                        if on_text is not None:
+                            on_text(delta.text)
+                    elif delta.type == "input_json_delta" and event.index in blocks:
+                        blocks[event.index]["arguments"] += delta.partial_json
+                elif kind == "message_delta":
+                    done.usage["completion_tokens"] = event.usage.output_tokens or 0
+                    if event.delta.stop_reason:
+                        done.finish_reason = "tool_calls" if event.delta.stop_reason == "tool_use" else "stop"
+        except anthropic.AnthropicError as exc:
+            raise _status_message(self.choice, exc) from None
+        done.text = "".join(parts)
+        done.tool_calls = [ToolCall(b["id"], b["name"], b["arguments"] or "{}") for _, b in sorted(blocks.items())]
+        return done
+
+
+def build_provider(choice: ModelChoice) -> Provider:
+    """The provider object for a resolved model."""
+    if choice.kind == "anthropic":
+        return AnthropicProvider(choice)
+    return OpenAIProvider(choice)

@@ -1,0 +1,61 @@
+"""Wiring: config -> memory bridge, tool box (+ MCP servers), session and :class:`Agent`; one place for the CLI,
+the TUI and ``memmy serve`` to build the same agent."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from memmy.agent.config import DEFAULT_SESSION, AgentConfig
+from memmy.agent.loop import Agent, Emit
+from memmy.agent.mcp_tools import McpHub
+from memmy.agent.memory import MemoryBridge, resolve_settings
+from memmy.agent.sessions import SessionStore
+from memmy.agent.tools import Approver, ToolBox
+
+
+@dataclass
+class Runtime:
+    """Everything one agent process holds open."""
+
+    config: AgentConfig
+    store: SessionStore
+    memory: MemoryBridge | None
+    hub: McpHub
+    agent: Agent
+
+    async def close(self) -> None:
+        """Finish captures in flight, close MCP servers and the memory client."""
+        await self.agent.flush()
+        await self.hub.close()
+        if self.memory is not None:
+            await self.memory.aclose()
+
+
+def open_memory(config: AgentConfig, enabled: bool = True, config_file: str | None = None) -> MemoryBridge:
+    """The memory client with the CLI's URL/token resolution."""
+    return MemoryBridge(resolve_settings(config_file), enabled=enabled and config.memory_enabled)
+
+
+async def open_runtime(
+    config: AgentConfig,
+    session_name: str = DEFAULT_SESSION,
+    project: str | None = None,
+    *,
+    approve: Approver | None = None,
+    emit: Emit | None = None,
+    memory: bool = True,
+    config_file: str | None = None,
+) -> Runtime:
+    """Load (or create) the session, connect memory and MCP servers, build the agent."""
+    store = SessionStore(config.home)
+    session = store.load(session_name, str(Path(project).resolve()) if project else None)
+    bridge = open_memory(config, memory, config_file)
+    base = Path(session.project) if session.project else config.workspace
+    base.mkdir(parents=True, exist_ok=True)
+    tools = ToolBox(config.tools, base, memory=bridge, approve=approve)
+    hub = McpHub(config.tools.mcp_servers)
+    await hub.start()
+    hub.install(tools)
+    agent = Agent(config, session, store, tools, bridge, emit)
+    return Runtime(config, store, bridge, hub, agent)

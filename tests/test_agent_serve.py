@@ -1,0 +1,155 @@
+"""``memmy serve`` used through the official ``openai`` SDK with ``base_url`` set: models, chat completions
+streaming and not, tools passed through, bearer token, provider errors, and memory recalled and captured
+through a real daemon."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import uvicorn
+
+from memmy.agent.config import load_agent_config
+from memmy.agent.serve import create_app
+from tests.agent_stubs import ModelStub, Reply, last_user_text, run_model_stub, write_agent_config
+from tests.conftest import Daemon, free_port
+
+TOKEN = "serve-test-token"
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
+
+def brain(body: dict[str, Any]) -> Reply:
+    text = last_user_text(body)
+    if body.get("tools") and "weather" in text:
+        return Reply(tool_calls=[("get_weather", json.dumps({"city": "Oslo"}))])
+    if "busy" in text:
+        return Reply(status=429)
+    return Reply(text="echo: " + text[-200:])
+
+
+@contextmanager
+def serving(home: Path, stub: ModelStub, extra: str = "", memory: bool = False) -> Iterator[str]:
+    write_agent_config(home, stub, extra=extra, memory=memory)
+    config = replace(load_agent_config(), serve_token=TOKEN)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(config), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def sdk(base: str, key: str = TOKEN) -> openai.OpenAI:
+    return openai.OpenAI(base_url=base + "/v1", api_key=key, max_retries=0, timeout=30)
+
+
+def test_models_health_and_token(isolated_home: Path) -> None:
+    with run_model_stub(brain) as stub, serving(isolated_home, stub) as base:
+        health = httpx.get(base + "/health").json()
+        assert health["status"] == "ok" and health["memory"] == "off"
+        assert [m.id for m in sdk(base).models.list()] == ["stub-model", "fast"]
+        with pytest.raises(openai.AuthenticationError):
+            sdk(base, "wrong").models.list()
+        with pytest.raises(openai.AuthenticationError):
+            sdk(base, "wrong").chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}])
+        bad = httpx.post(base + "/v1/chat/completions", headers={"authorization": f"Bearer {TOKEN}"}, json={})
+        assert bad.status_code == 400 and "messages" in bad.json()["error"]["message"]
+
+
+def test_chat_completions_streaming_and_not(isolated_home: Path) -> None:
+    with run_model_stub(brain) as stub, serving(isolated_home, stub) as base:
+        client = sdk(base)
+        whole = client.chat.completions.create(
+            model="stub-model", messages=[{"role": "user", "content": "say hello to the team"}]
+        )
+        assert whole.choices[0].message.content == "echo: say hello to the team"
+        assert whole.choices[0].finish_reason == "stop" and whole.usage and whole.usage.total_tokens == 18
+        stream = client.chat.completions.create(
+            model="fast",
+            messages=[{"role": "user", "content": "stream these words now"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        chunks = list(stream)
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert text == "echo: stream these words now" and len([c for c in chunks if c.choices]) > 3
+        assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 7
+        assert stub.requests[-1]["body"]["model"] == "stub-fast"  # the preset named by `model`
+
+
+def test_tools_are_passed_through(isolated_home: Path) -> None:
+    with run_model_stub(brain) as stub, serving(isolated_home, stub) as base:
+        client = sdk(base)
+        messages: list[Any] = [{"role": "user", "content": "what is the weather in Oslo?"}]
+        whole = client.chat.completions.create(model="stub-model", messages=messages, tools=[WEATHER_TOOL])
+        call = whole.choices[0].message.tool_calls[0]  # type: ignore[index]
+        assert whole.choices[0].finish_reason == "tool_calls" and call.function.name == "get_weather"
+        assert json.loads(call.function.arguments) == {"city": "Oslo"}
+        assert stub.requests[-1]["body"]["tools"][0]["function"]["name"] == "get_weather"
+        stream = client.chat.completions.create(
+            model="stub-model", messages=messages, tools=[WEATHER_TOOL], stream=True
+        )
+        calls = [tc for c in stream if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
+        assert calls and calls[0].function and calls[0].function.name == "get_weather"
+
+
+def test_provider_errors_reach_the_client(isolated_home: Path) -> None:
+    with run_model_stub(brain) as stub, serving(isolated_home, stub) as base:
+        with pytest.raises(openai.RateLimitError, match="rate limiting"):
+            sdk(base).chat.completions.create(model="stub-model", messages=[{"role": "user", "content": "busy?"}])
+        with pytest.raises(openai.RateLimitError):
+            sdk(base).chat.completions.create(
+                model="stub-model", messages=[{"role": "user", "content": "busy?"}], stream=True
+            )
+
+
+def test_memory_recalled_and_captured_per_user(isolated_home: Path, daemon: Daemon) -> None:
+    extra = f"memmyMemory:\n  storage: {{endpoint: '{daemon.url}', token: '{daemon.token}'}}\n"
+    with run_model_stub(brain) as stub, serving(isolated_home, stub, extra, memory=True) as base:
+        client = sdk(base)
+        client.chat.completions.create(
+            model="stub-model",
+            messages=[{"role": "user", "content": "The falcon service keeps its sessions in redis on port 6380"}],
+            user="alice",
+        )
+        with daemon.client() as http:  # the capture runs after the answer: wait until it is stored
+            deadline = time.monotonic() + 30
+            while not http.get("/api/v1/panel/tasks", params={"q": "falcon service keeps"}).json()["tasks"]:
+                assert time.monotonic() < deadline, "the first exchange was never captured"
+                time.sleep(0.05)
+        daemon.drain()
+        raw = client.chat.completions.with_raw_response.create(
+            model="stub-model",
+            messages=[{"role": "user", "content": "where does the falcon service keep sessions?"}],
+            user="alice",
+            stream=False,
+        )
+        assert raw.headers["x-memmy-memory"] == "on" and raw.headers["x-memmy-memory-ids"]
+        sent = stub.requests[-1]["body"]["messages"][-1]["content"]
+        assert "<memmy_memory_context" in sent and "redis on port 6380" in sent
+    with daemon.client() as http:
+        tasks = http.get("/api/v1/panel/tasks", params={"q": "falcon service"}).json()["tasks"]
+    turns = [t for task in tasks for t in task["turns"]]
+    assert any("where does the falcon service" in json.dumps(t) for t in turns)
