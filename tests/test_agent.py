@@ -34,6 +34,8 @@ def tool_brain(body: dict[str, Any]) -> Reply:
     if results:
         return Reply(text="tool said: " + results[-1])
     text = last_user_text(body)
+    if "<current_user_request>" in text:  # react to the request, not to recalled memory ("Past exchange" holds "hang")
+        text = text.split("<current_user_request>")[1]
     if "read notes" in text:
         return Reply(tool_calls=[("read_file", json.dumps({"path": "notes.txt"}))])
     if "shell echo" in text:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import plistlib
 import subprocess
-import time
 from pathlib import Path
 
 import httpx
@@ -74,10 +73,7 @@ def test_search_covers_every_project_with_this_one_first(
     monkeypatch.chdir(blog)
     near = run(daemon, "add", "Blog deploys need the image cache purged first")
     assert near.exit_code == 0, near.output
-    for _ in range(100):
-        if httpx.get(f"{daemon.url}/api/v1/health").json()["embeddingQueue"]["pending"] == 0:
-            break
-        time.sleep(0.05)
+    daemon.drain()
     found = run(daemon, "search", "deploys need first")
     assert found.exit_code == 0, found.output
     lines = found.output.splitlines()

@@ -97,12 +97,13 @@ def test_cli_reports_a_failed_file_in_the_table_and_exit_code(fresh_daemon: Daem
     broken.mkdir(parents=True)  # opening it fails the way an unreadable session file does
     fresh_daemon.start()
     runner = CliRunner()
-    result = runner.invoke(cli, ["--url", fresh_daemon.url, "import", "--source", "hermes"])
+    auth = ["--url", fresh_daemon.url, "--token", str(fresh_daemon.token)]
+    result = runner.invoke(cli, [*auth, "import", "--source", "hermes"])
     assert result.exit_code == 1, result.output
     words = " ".join(result.output.split())
     assert "1 failed)" in words and "20260301_unreadable.jsonl: Is a directory" in words
     broken.rmdir()
-    again = runner.invoke(cli, ["--url", fresh_daemon.url, "--json", "import", "--source", "hermes"])
+    again = runner.invoke(cli, [*auth, "--json", "import", "--source", "hermes"])
     assert again.exit_code == 0, again.output
     status = json.loads(again.output[again.output.index("{") :])
     assert status["totals"]["failed"] == 0 and status["sources"][0]["watermarkAdvanced"] is True

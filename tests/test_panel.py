@@ -128,7 +128,7 @@ def test_edit_makes_a_new_version(client: TestClient, service: MemoryService) ->
 
 def test_foreign_host_and_origin_are_refused(client: TestClient, service: MemoryService) -> None:
     csrf = sign_in(client)
-    assert client.get("/panel", headers={"host": "evil.example:18960"}).status_code == 403
+    assert client.get("/panel", headers={"host": "evil.example:18960"}).status_code == 421  # the guard: DNS rebinding
     made = service.add_memory({"content": "Keep me."}, Namespace())
     answer = client.post(
         f"/panel/memories/{made['id']}/delete", data={"csrf": csrf}, headers={"origin": "https://evil.example"}
@@ -234,7 +234,7 @@ def test_install_and_remove_an_integration_from_the_panel(
     assert done.status_code == 303 and "err=" not in done.headers["location"], done.headers["location"]
     skill = isolated_home / ".claude" / "skills" / "memmy-memory" / "SKILL.md"
     settings = json.loads((isolated_home / ".claude" / "settings.json").read_text())
-    assert skill.is_file() and "memmy.hook" in json.dumps(settings)
+    assert skill.is_file() and "memmy-hook" in json.dumps(settings)
     assert 'action="/panel/integrations/claude_code/remove"' in client.get("/panel/agents").text
     removed = client.post("/panel/integrations/claude_code/remove", data={"csrf": csrf})
     assert "err=" not in removed.headers["location"] and not skill.exists()

@@ -277,7 +277,7 @@ def test_hook_state_files_never_hold_a_secret(isolated_home: Path) -> None:
     state = TurnStates("claude_code", "session-1", None)
     for kind, text, needle in corpus[:40]:
         state.save({"sessionId": "s", "turnId": "t", "query": f"please use {text}", "answer": text})
-        saved = state.latest.path.read_text(encoding="utf-8")
+        saved = Path(state.latest.path).read_text(encoding="utf-8")
         assert needle not in saved and "[REDACTED:" in saved, kind
     state.save({"sessionId": "s", "turnId": "t", "query": "why is the build slow?"})
     assert state.load()["query"] == "why is the build slow?"

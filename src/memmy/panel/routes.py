@@ -88,7 +88,7 @@ class Panel:
                 "content-security-policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; "
                 "script-src 'self'; frame-ancestors 'none'; form-action 'self'",
                 "x-frame-options": "DENY",
-                "referrer-policy": "no-referrer",
+                "referrer-policy": "same-origin",  # no-referrer makes Chrome post forms with Origin: null
                 "cache-control": "no-store",
             },
         )

@@ -94,8 +94,8 @@ class Api:
             if isinstance(exc, StorageFullError):
                 self.storage_fault = exc.message
             return error_response(request, exc)
-        except (sqlite3.Error, OSError) as exc:
-            failure = storage_failure(exc)
+        except (sqlite3.Error, OSError, StorageFullError) as exc:  # the store raises StorageFullError itself
+            failure = exc if isinstance(exc, StorageFullError) else storage_failure(exc)
             if failure is None:
                 raise
             self.storage_fault = failure.message
@@ -117,10 +117,7 @@ class Api:
                     raise Conflict("idempotency key reused with different request body")
                 return {**stored[1], "duplicate": True}
             response = fn(*args)
-            try:  # the write is committed: failing to remember the answer must not turn it into an error
-                self.service.logs.store_idempotent_response(key, request_hash, response)
-            except sqlite3.Error as exc:
-                log.warning("could not record idempotency key %s: %s", key, exc)
+            self.service.logs.store_idempotent_response(key, request_hash, response)  # same transaction
             return response
 
     async def json_call(
@@ -162,8 +159,8 @@ class Api:
                     "ON CONFLICT(key) DO UPDATE SET value_json = excluded.value_json, updated_at = excluded.updated_at",
                     (json.dumps(time.time()), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())),
                 )
-        except (sqlite3.Error, OSError) as exc:
-            failure = storage_failure(exc)
+        except (sqlite3.Error, OSError, StorageFullError) as exc:  # the store raises StorageFullError itself
+            failure = exc if isinstance(exc, StorageFullError) else storage_failure(exc)
             return failure.message if failure is not None else f"the store cannot write: {exc}"
         self.storage_fault = None
         return None
