@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -223,3 +224,21 @@ def fresh_daemon(tmp_path: Path) -> Iterator[Daemon]:
     yield proc
     if proc.process and proc.process.poll() is None:
         proc.stop(signal.SIGKILL)
+
+
+@contextmanager
+def small_tmpfs(tmp_path: Path, size_mib: int) -> Iterator[Path]:
+    """A tmpfs of ``size_mib`` MiB for disk-full tests; skips the test, with the reason, where none can be mounted."""
+    mount = tmp_path / "small-disk"
+    mount.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root; the disk-full case is not run here")
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_mib}m", "tmpfs", str(mount)], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import stat
-import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +17,7 @@ from click.testing import CliRunner
 
 from memmy.cli.main import cli
 from memmy.server.app import ROUTE_TABLE
-from tests.conftest import Daemon, free_port
+from tests.conftest import Daemon, free_port, small_tmpfs
 
 #: Values for the path parameters of the route table (ids that do not exist: the answer is 404, never 5xx).
 PATH_VALUES = {
@@ -236,17 +234,8 @@ def test_surrogates_never_cost_a_turn(daemon: Daemon) -> None:
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 24 MiB tmpfs (root only); skipped where it cannot be mounted."""
-    mount = tmp_path / "small-disk"
-    mount.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root; the disk-full case is not run here")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mount)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
-    try:
+    with small_tmpfs(tmp_path, 24) as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def _fill(disk: Path) -> Path:

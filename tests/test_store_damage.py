@@ -23,7 +23,7 @@ from memmy.service import MemoryService
 from memmy.service.namespace import Namespace
 from memmy.store.db import Database
 from memmy.store.integrity import check_store
-from tests.conftest import Daemon, free_port
+from tests.conftest import Daemon, free_port, small_tmpfs
 
 MARKER = "zanzibarquokka"
 
@@ -208,17 +208,8 @@ def test_doctor_refuses_to_repair_a_served_store(sample_store: Path, tmp_path: P
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 6 MiB tmpfs (skipped, with the reason, where this test may not mount one)."""
-    mount = tmp_path / "small-disk"
-    mount.mkdir()
-    result = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mount)], capture_output=True, text=True, check=False
-    )
-    if result.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here ({result.stderr.strip() or result.returncode}); needs root")
-    try:
+    with small_tmpfs(tmp_path, 6) as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def fill(disk: Path, leave_bytes: int) -> Path:
