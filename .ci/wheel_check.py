@@ -54,10 +54,20 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def get_json(url: str) -> dict[str, object]:
-    """GET a JSON document."""
-    with urllib.request.urlopen(url, timeout=5) as response:
+def get_json(url: str, token: str | None = None) -> dict[str, object]:
+    """GET a JSON document (with the service token when given: health details and /docs need it)."""
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=5) as response:
         return json.loads(response.read())  # type: ignore[no-any-return]
+
+
+def service_token(home: Path) -> str | None:
+    """The token ``init`` created in this HOME's config.yaml (authenticated by default)."""
+    import yaml
+
+    tree = yaml.safe_load((home / ".memmy" / "config.yaml").read_text(encoding="utf-8")) or {}
+    token = ((tree.get("memmyMemory") or {}).get("storage") or {}).get("token")
+    return str(token) if token else None
 
 
 def main() -> int:
@@ -95,6 +105,7 @@ def main() -> int:
     started = time.monotonic()
     run([cli, "init", "--no-agents"], env=env, cwd=home)
     step(f"init (with the model download) took {time.monotonic() - started:.1f} s")
+    token = service_token(home)
     server = subprocess.Popen(
         [cli, "serve", "--port", str(port)], env=env, cwd=home, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
@@ -112,7 +123,7 @@ def main() -> int:
         for text in (TARGET, *DISTRACTORS):
             ids[text] = json.loads(run([cli, "add", text, "--json"], env=env, cwd=home).stdout)["id"]
         for _ in range(600):
-            queue = get_json(f"{base}/health")["embeddingQueue"]
+            queue = get_json(f"{base}/health", token)["embeddingQueue"]
             if isinstance(queue, dict) and not queue.get("pending"):
                 break
             time.sleep(0.1)
@@ -120,7 +131,8 @@ def main() -> int:
         if not hits or hits[0]["id"] != ids[TARGET]:
             raise SystemExit(f"[wheel-check] FAILED: {PARAPHRASE!r} did not find {TARGET!r} first: {hits}")
         step(f"found by meaning: {PARAPHRASE!r} -> {hits[0]['id']} (score {hits[0]['score']})")
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/docs", timeout=5) as response:
+        docs = urllib.request.Request(f"http://127.0.0.1:{port}/docs", headers={"authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(docs, timeout=5) as response:
             page = response.read().decode()
         if "/api/v1/memory/search" not in page:
             raise SystemExit("[wheel-check] FAILED: /docs does not list the API (packaged assets missing?)")
