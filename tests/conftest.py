@@ -22,6 +22,8 @@ import yaml
 from memmy.config import load_config
 from memmy.embed import Embedder, build_embedder
 from memmy.service import MemoryService
+from memmy.service.imports import ImportOps
+from memmy.sources.adapters import ADAPTERS
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 _ENV_PREFIXES = ("MEMMY_", "MEMORY_SERVICE_")
@@ -242,3 +244,21 @@ def small_tmpfs(tmp_path: Path, size_mib: int) -> Iterator[Path]:
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.fixture
+def importer_service(isolated_home: Path, embedder: Embedder) -> Iterator[MemoryService]:
+    """An in-process service whose importer reads only Claude Code history under the isolated HOME."""
+    service = MemoryService.open(load_config(), embedder=embedder)
+    service.indexer.load_index()
+    service.imports = ImportOps(
+        service.config,
+        service.db,
+        service.memories,
+        service.sessions,
+        service.indexer,
+        adapters={"claude_code": ADAPTERS["claude_code"]},
+        env={"HOME": str(isolated_home)},
+    )
+    yield service
+    service.close()

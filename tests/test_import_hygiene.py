@@ -4,37 +4,15 @@ keeps the others, fails the CLI's exit code and is retried on the next run."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from memmy.cli.main import cli
-from memmy.config import load_config
-from memmy.embed import Embedder
 from memmy.service import MemoryService
-from memmy.service.imports import ImportOps
-from memmy.sources.adapters import ADAPTERS
 from tests.claude_transcripts import Transcript
 from tests.conftest import Daemon
-
-
-@pytest.fixture
-def importer_service(isolated_home: Path, embedder: Embedder) -> Iterator[MemoryService]:
-    service = MemoryService.open(load_config(), embedder=embedder)
-    service.indexer.load_index()
-    service.imports = ImportOps(
-        service.config,
-        service.db,
-        service.memories,
-        service.sessions,
-        service.indexer,
-        adapters={"claude_code": ADAPTERS["claude_code"]},
-        env={"HOME": str(isolated_home)},
-    )
-    yield service
-    service.close()
 
 
 def test_lone_surrogate_in_a_transcript_keeps_the_conversation(

@@ -3,7 +3,6 @@ write path: memory/add, turn capture, history import, remember; restore lets the
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -12,13 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from memmy.cli.main import cli
-from memmy.config import load_config
-from memmy.embed import Embedder
 from memmy.recall.freshness import freshness_factor, validity_payload
 from memmy.service import MemoryService
-from memmy.service.imports import ImportOps
 from memmy.service.namespace import Namespace
-from memmy.sources.adapters import ADAPTERS
 from tests.claude_transcripts import Transcript
 from tests.conftest import Daemon
 
@@ -37,22 +32,6 @@ def memory_count(service: MemoryService) -> int:
 def ago(days: float) -> str:
     return (datetime.now(UTC) - timedelta(days=days)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
-
-@pytest.fixture
-def importer_service(isolated_home: Path, embedder: Embedder) -> Iterator[MemoryService]:
-    service = MemoryService.open(load_config(), embedder=embedder)
-    service.indexer.load_index()
-    service.imports = ImportOps(
-        service.config,
-        service.db,
-        service.memories,
-        service.sessions,
-        service.indexer,
-        adapters={"claude_code": ADAPTERS["claude_code"]},
-        env={"HOME": str(isolated_home)},
-    )
-    yield service
-    service.close()
 
 
 def test_correct_closes_the_old_version_and_keeps_the_chain(service: MemoryService) -> None:
