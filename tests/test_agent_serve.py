@@ -76,6 +76,9 @@ def test_models_health_and_token(isolated_home: Path) -> None:
             sdk(base, "wrong").chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}])
         bad = httpx.post(base + "/v1/chat/completions", headers={"authorization": f"Bearer {TOKEN}"}, json={})
         assert bad.status_code == 400 and "messages" in bad.json()["error"]["message"]
+        auth = {"authorization": f"Bearer {TOKEN}", "content-type": "application/json"}
+        deep = httpx.post(base + "/v1/chat/completions", headers=auth, content=b"[" * 100_000)
+        assert deep.status_code == 400 and "not valid JSON" in deep.json()["error"]["message"]
 
 
 def test_chat_completions_streaming_and_not(isolated_home: Path) -> None:

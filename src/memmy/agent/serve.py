@@ -104,7 +104,7 @@ class ServeApp:
             return _error(401, "missing or wrong bearer token (serve.token)", "authentication_error")
         try:
             body = await request.json()
-        except ValueError:
+        except (ValueError, RecursionError):  # malformed, or nested deeper than the parser allows
             return _error(400, "the body is not valid JSON")
         if not isinstance(body, dict):
             return _error(400, "the body must be a JSON object")
