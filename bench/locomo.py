@@ -43,8 +43,8 @@ import numpy as np
 from model_check import require_local_model
 
 from memmy.config import load_config
+from memmy.namespace import Namespace
 from memmy.service import MemoryService
-from memmy.service.namespace import Namespace
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "bench" / "locomo-dev.json"
 PIPELINES: dict[str, list[str] | None] = {"full": None, "fts": ["fts"], "vector": ["vec"]}

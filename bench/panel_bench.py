@@ -43,9 +43,9 @@ from starlette.testclient import TestClient
 from memmy.config import load_config
 from memmy.domain import ID_PREFIX_BY_LAYER, Memory, new_id
 from memmy.indexing import FIELD_BY_LAYER
+from memmy.namespace import Namespace
 from memmy.server.app import create_app
 from memmy.service import MemoryService
-from memmy.service.namespace import Namespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus import unique_memories  # noqa: E402

@@ -65,8 +65,8 @@ import numpy as np
 import memmy.recall.pipeline as pipeline_module
 from memmy.embed import LocalMiniLMEmbedder, OnnxMiniLMEmbedder
 from memmy.embed.onnx_minilm import onnxruntime_available
+from memmy.namespace import Namespace
 from memmy.service import MemoryService
-from memmy.service.namespace import Namespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus import ERRORS, MODULES, PROJECTS, make_queries, read_data_file, unique_memories  # noqa: E402

@@ -15,9 +15,9 @@ from memmy.cli.main import cli
 from memmy.config import load_config
 from memmy.embed import Embedder
 from memmy.errors import Conflict
+from memmy.jobs.writer import LayerWrite, LayerWriter
+from memmy.namespace import Namespace
 from memmy.service import MemoryService
-from memmy.service.evolve_support import LayerWrite, LayerWriter
-from memmy.service.namespace import Namespace
 from tests.conftest import Daemon
 
 PANEL = Namespace(source="panel")

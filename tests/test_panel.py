@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
+from memmy.jobs.writer import LayerWrite, LayerWriter
+from memmy.namespace import Namespace
 from memmy.server.app import create_app
 from memmy.service import MemoryService
-from memmy.service.evolve_support import LayerWrite, LayerWriter
-from memmy.service.namespace import Namespace
 
 BASE = "http://127.0.0.1:18960"
 PAGES = (

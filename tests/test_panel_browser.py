@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from memmy.cli.main import cli
 from memmy.embed import Embedder
 from memmy.indexing import Indexer
-from memmy.service.evolve_support import LayerWrite, LayerWriter
+from memmy.jobs.writer import LayerWrite, LayerWriter
 from memmy.store.db import Database
 from memmy.store.memories import MemoryRepository
 from memmy.store.queue import EmbeddingQueue

@@ -13,8 +13,8 @@ import pytest
 
 from memmy.domain import Memory, content_hash
 from memmy.errors import StoreError
+from memmy.namespace import Namespace
 from memmy.service import MemoryService
-from memmy.service.namespace import Namespace
 from memmy.store.db import Database, ServerLock, utc_now
 from memmy.store.memories import MemoryFilter, MemoryRepository
 from memmy.store.schema import MIGRATION_001, MIGRATIONS, SCHEMA_VERSION

@@ -19,8 +19,8 @@ import pytest
 from memmy.config import load_config
 from memmy.embed import Embedder
 from memmy.errors import StorageFullError
+from memmy.namespace import Namespace
 from memmy.service import MemoryService
-from memmy.service.namespace import Namespace
 from memmy.store.db import Database
 from memmy.store.integrity import check_store
 from tests.conftest import Daemon, free_port, small_tmpfs

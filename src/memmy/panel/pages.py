@@ -6,10 +6,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from memmy.errors import MemmyError
+from memmy.namespace import Namespace
 from memmy.panel import integrations
 from memmy.service import MemoryService
 from memmy.service.memories import memory_item
-from memmy.service.namespace import Namespace
 
 LAYERS = ("L1", "L2", "L3", "Skill")
 LAYER_PAGES = {"experiences": "L2", "world-models": "L3", "skills": "Skill"}

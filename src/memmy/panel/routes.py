@@ -17,11 +17,11 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from memmy.errors import InvalidArgument, MemmyError
+from memmy.namespace import Namespace
 from memmy.panel import integrations, pages
 from memmy.panel.auth import PanelAuth, PanelSession, host_allowed
 from memmy.panel.i18n import pick_language, translator
 from memmy.service import MemoryService
-from memmy.service.namespace import Namespace
 
 NAV = (
     ("overview", "/panel"),

@@ -22,6 +22,7 @@ from memmy import __version__
 from memmy.config import store_id
 from memmy.errors import Conflict, MemmyError, StorageFullError, http_status_for, storage_failure
 from memmy.mcp.http import McpHttpEndpoint
+from memmy.namespace import Namespace
 from memmy.panel import Panel
 from memmy.server.bodies import parse_body
 from memmy.server.docs_page import docs_page
@@ -29,7 +30,6 @@ from memmy.server.middleware import GuardMiddleware, error_body, json_dumps
 from memmy.server.openapi import openapi_document
 from memmy.service import MemoryService
 from memmy.service.idempotency import idempotency_key
-from memmy.service.namespace import Namespace
 
 log = logging.getLogger("memmy.server")
 

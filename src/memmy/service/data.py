@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from memmy import __version__
+from memmy.commands.validate import opt_bool, opt_str, require_object
 from memmy.errors import Conflict, InvalidArgument, NotFound
+from memmy.namespace import Namespace
 from memmy.service.governance import GovernanceOps, brief
-from memmy.service.namespace import Namespace
-from memmy.service.validate import opt_bool, opt_str, require_object
 from memmy.store.db import Database, utc_now
 from memmy.store.schema import SCHEMA_VERSION
 from memmy.store.text import fts_row

@@ -11,13 +11,13 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from memmy.commands.validate import opt_int, opt_str, require_object
 from memmy.config import MemmyConfig
 from memmy.domain import Memory, content_hash, summarise
 from memmy.errors import Conflict, InvalidArgument, NotFound
 from memmy.indexing import Indexer, embedding_text
+from memmy.namespace import Namespace
 from memmy.service.memories import memory_item
-from memmy.service.namespace import Namespace
-from memmy.service.validate import opt_int, opt_str, require_object
 from memmy.store.db import Database, utc_now
 from memmy.store.logs import AuditLog, LogRepository
 from memmy.store.memories import MemoryRepository
