@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import zipfile
@@ -9,6 +10,7 @@ from collections.abc import Iterator
 from io import BytesIO
 from pathlib import Path
 
+import httpx
 import pytest
 from starlette.testclient import TestClient
 
@@ -16,6 +18,7 @@ from memmy.jobs.writer import LayerWrite, LayerWriter
 from memmy.namespace import Namespace
 from memmy.server.app import create_app
 from memmy.service import MemoryService
+from tests.conftest import Daemon, free_port
 
 BASE = "http://127.0.0.1:18960"
 PAGES = (
@@ -242,3 +245,32 @@ def test_install_and_remove_an_integration_from_the_panel(
     assert "err=" in refused.headers["location"]
     actions = [row["action"] for row in service.governance.logs_page({"kind": "audit"})["items"]]
     assert actions[:2] == ["integration.remove", "integration.install"]
+
+
+def test_a_session_survives_a_daemon_restart_and_sign_out_revokes_it(tmp_path: Path) -> None:
+    home = tmp_path / "restart-home"
+    home.mkdir()
+    daemon = Daemon(home=home, port=free_port(), token="panel-restart-token")
+    daemon.start()
+    try:
+        with daemon.client() as api:
+            link = api.post("/api/v1/panel/sign-in").json()["url"]
+        browser = httpx.Client(base_url=daemon.url, follow_redirects=False, timeout=30)
+        assert browser.get(link.removeprefix(daemon.url)).status_code == 303
+        cookie = browser.cookies["memmy_panel"]
+        stored = (home / ".memmy" / "panel-sessions.json").read_text()
+        assert cookie not in stored and hashlib.sha256(cookie.encode()).hexdigest() in stored
+        assert (home / ".memmy" / "panel-sessions.json").stat().st_mode & 0o777 == 0o600
+        csrf = csrf_of(browser.get("/panel").text)
+
+        daemon.stop()
+        daemon.start()
+        again = browser.get("/panel")
+        assert again.status_code == 200 and csrf_of(again.text) == csrf  # still signed in, same CSRF token
+        assert browser.post("/panel/logout", data={"csrf": csrf}).status_code == 303
+        browser.cookies.set("memmy_panel", cookie, path="/panel")  # a copy of the cookie kept elsewhere
+        assert browser.get("/panel").status_code == 401
+        assert hashlib.sha256(cookie.encode()).hexdigest() not in (home / ".memmy" / "panel-sessions.json").read_text()
+        browser.close()
+    finally:
+        daemon.stop()

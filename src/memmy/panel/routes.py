@@ -19,7 +19,7 @@ from starlette.staticfiles import StaticFiles
 from memmy.errors import InvalidArgument, MemmyError
 from memmy.namespace import Namespace
 from memmy.panel import integrations, pages
-from memmy.panel.auth import PanelAuth, PanelSession, host_allowed
+from memmy.panel.auth import SESSIONS_FILE, PanelAuth, PanelSession, host_allowed
 from memmy.panel.i18n import pick_language, translator
 from memmy.service import MemoryService
 
@@ -53,7 +53,7 @@ class Panel:
 
     def __init__(self, service: MemoryService, auth: PanelAuth | None = None) -> None:
         self.service = service
-        self.auth = auth or PanelAuth()
+        self.auth = auth or PanelAuth(service.config.home / SESSIONS_FILE)
         self.env = Environment(
             loader=PackageLoader("memmy.panel", "templates"), autoescape=select_autoescape(["html"]), enable_async=False
         )
