@@ -16,6 +16,7 @@ from starlette.testclient import TestClient
 
 from memmy.jobs.writer import LayerWrite, LayerWriter
 from memmy.namespace import Namespace
+from memmy.panel import routes as panel_routes
 from memmy.server.app import create_app
 from memmy.service import MemoryService
 from tests.conftest import Daemon, free_port
@@ -181,9 +182,22 @@ def test_settings_export_import_and_wipe(client: TestClient, service: MemoryServ
     wiped = client.post("/panel/settings/wipe", data={"csrf": csrf, "confirm": "1"})
     assert "msg=" in wiped.headers["location"] and service.memories.get(made["id"]) is None
 
-    imported = client.post("/panel/settings/import", data={"csrf": csrf, "path": str(archive_path)})
-    assert "msg=" in imported.headers["location"]
+    dry = client.post(
+        "/panel/settings/import",
+        data={"csrf": csrf, "dryRun": "1"},
+        files={"archive": ("download.zip", archive_path.read_bytes(), "application/zip")},
+    )
+    assert "msg=" in dry.headers["location"] and "would%20add" in dry.headers["location"]
+    assert service.memories.get(made["id"]) is None
+    imported = client.post(
+        "/panel/settings/import",
+        data={"csrf": csrf, "onConflict": "skip"},
+        files={"archive": ("download.zip", archive_path.read_bytes(), "application/zip")},
+    )
+    assert "msg=" in imported.headers["location"], imported.headers["location"]
     assert service.memories.get(made["id"]) is not None
+    audit = service.governance.logs_page({"kind": "audit", "action": "store.import"})["items"]
+    assert audit[0]["targetId"] == "upload:download.zip"
     settings = client.get("/panel/settings").text
     assert str(service.config.storage.sqlite_path) in settings
 
@@ -274,3 +288,77 @@ def test_a_session_survives_a_daemon_restart_and_sign_out_revokes_it(tmp_path: P
         browser.close()
     finally:
         daemon.stop()
+
+
+def test_import_upload_refuses_bad_files_and_changes_nothing(
+    client: TestClient, service: MemoryService, tmp_path: Path
+) -> None:
+    made = service.add_memory({"content": "Keep this memory through a bad import."}, Namespace())
+    csrf = sign_in(client)
+    before = service.governance.reads.counts()
+
+    def upload(name: str, data: bytes, token: str = csrf) -> str:
+        answer = client.post("/panel/settings/import", data={"csrf": token}, files={"archive": (name, data, "x/y")})
+        assert answer.status_code in (303, 403)
+        return str(answer.headers.get("location", answer.status_code))
+
+    assert "not%20a%20memmy%20export" in upload("notes.txt", b"plain text, not an archive")
+    assert "notes.txt" in upload("notes.txt", b"plain text") and "memmy-upload-" not in upload("n.txt", b"x")
+    damaged = BytesIO()
+    with zipfile.ZipFile(damaged, "w") as archive:
+        archive.writestr(
+            "manifest.json",
+            json.dumps(
+                {
+                    "format": "memmy-export/1",
+                    "schemaVersion": 1,
+                    "tables": {"memories": {"rows": 1, "sha256": "0" * 64}},
+                }
+            ),
+        )
+        archive.writestr("tables/memories.jsonl", '{"id": "mem_x"}\n')
+    assert "checksum" in upload("damaged.zip", damaged.getvalue())
+    assert (
+        "choose%20an%20export%20archive"
+        in client.post(
+            "/panel/settings/import", data={"csrf": csrf}, files={"archive": ("", b"", "application/zip")}
+        ).headers["location"]
+    )
+    assert upload("x.zip", b"x", token="wrong") == "403"
+    assert service.governance.reads.counts() == before and service.memories.get(made["id"]) is not None
+    assert not service.governance.logs_page({"kind": "audit", "action": "store.import"})["items"]
+
+
+def test_import_upload_over_the_size_limit_is_refused(service: MemoryService, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(panel_routes, "MAX_UPLOAD_BYTES", 4096)
+    with TestClient(create_app(service), base_url=BASE, follow_redirects=False) as small:
+        csrf = sign_in(small)
+        fits = small.post("/panel/settings/import", data={"csrf": csrf}, files={"archive": ("a.zip", b"x" * 100)})
+        assert fits.status_code == 303  # reached the panel (and was refused there: not an archive)
+        big = small.post("/panel/settings/import", data={"csrf": csrf}, files={"archive": ("a.zip", b"x" * 8192)})
+        assert big.status_code == 413 and "limit 4096 bytes" in big.text
+        json_limit = service.config.server.max_body_bytes  # other routes keep the JSON body limit
+        other = small.post(
+            "/api/v1/memory/add",
+            content=b"{" + b" " * (json_limit + 1) + b"}",
+            headers={"content-type": "application/json"},
+        )
+        assert other.status_code == 413
+
+
+def test_memories_filter_by_date(client: TestClient, service: MemoryService) -> None:
+    old = service.add_memory({"content": "An old note about the billing service."}, Namespace())
+    new = service.add_memory({"content": "A new note about the search service."}, Namespace())
+    with service.db.transaction() as conn:
+        conn.execute("UPDATE memories SET updated_at = ? WHERE id = ?", ("2025-01-15T10:00:00.000Z", old["id"]))
+    service.governance.reads.invalidate()
+    sign_in(client)
+    january = client.get("/panel/memories", params={"from": "2025-01-01", "to": "2025-01-31"}).text
+    assert old["id"] in january and new["id"] not in january and "1 total" in january
+    assert 'name="from" value="2025-01-01"' in january
+    since = client.get("/panel/memories", params={"from": "2025-02-01"}).text
+    assert new["id"] in since and old["id"] not in since
+    one_day = client.get("/panel/memories", params={"from": "2025-01-15", "to": "2025-01-15"}).text
+    assert old["id"] in one_day
+    bad = client.get("/panel/memories", params={"from": "last tuesday"})
+    assert bad.status_code == 400 and "expected a date" in bad.text

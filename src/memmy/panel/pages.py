@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-from memmy.errors import MemmyError
+from memmy.errors import InvalidArgument, MemmyError
 from memmy.namespace import Namespace
 from memmy.panel import integrations
 from memmy.service import MemoryService
@@ -75,6 +75,26 @@ def overview(service: MemoryService) -> dict[str, Any]:
     }
 
 
+def date_range(params: dict[str, str]) -> tuple[str | None, str | None]:
+    """``from`` / ``to`` (``YYYY-MM-DD``, both inclusive, UTC) as ``[start, end)`` timestamps for ``updated_at``."""
+    bounds: list[str | None] = []
+    for name, shift in (("from", 0), ("to", 1)):
+        raw = (params.get(name) or "").strip()
+        if not raw:
+            bounds.append(None)
+            continue
+        try:
+            day = date.fromisoformat(raw)
+        except ValueError:
+            raise InvalidArgument(f"{name}: expected a date like 2026-12-03, got {raw!r}") from None
+        bounds.append((day + timedelta(days=shift)).isoformat())
+    return bounds[0], bounds[1]
+
+
+def _in_range(stamp: str, start: str | None, end: str | None) -> bool:
+    return (start is None or stamp >= start) and (end is None or stamp < end)
+
+
 def _paged(service: MemoryService, params: dict[str, str], layers: tuple[str, ...]) -> dict[str, Any]:
     """A newest-first page (25) in one status, from the panel's index-friendly reads."""
     size = 25
@@ -83,11 +103,14 @@ def _paged(service: MemoryService, params: dict[str, str], layers: tuple[str, ..
     except ValueError:
         page = 1
     status = params.get("status") or "activated"
+    changed_from, changed_before = date_range(params)
     memories, total = service.governance.reads.page(
         layers=layers,
         status=status,
         source_agent=params.get("sourceAgent") or None,
         project_id=params.get("projectId") or None,
+        changed_from=changed_from,
+        changed_before=changed_before,
         offset=(page - 1) * size,
         limit=size,
     )
@@ -106,7 +129,9 @@ def _paged(service: MemoryService, params: dict[str, str], layers: tuple[str, ..
 def memories(service: MemoryService, params: dict[str, str]) -> dict[str, Any]:
     """Search with the verbose evidence, or a filtered page of memories."""
     query = (params.get("q") or "").strip()
-    filters = {k: params[k] for k in ("layer", "status", "sourceAgent", "projectId", "page") if params.get(k)}
+    filters = {
+        k: params[k] for k in ("layer", "status", "sourceAgent", "projectId", "from", "to", "page") if params.get(k)
+    }
     result: dict[str, Any] = {"q": query, "filters": filters, "search": None, "page": None}
     if query:
         body: dict[str, Any] = {"query": query, "verbose": True, "limit": 20, "scope": "pooled"}
@@ -114,8 +139,9 @@ def memories(service: MemoryService, params: dict[str, str]) -> dict[str, Any]:
             body["layers"] = [params["layer"]]
         found = service.search(body, _panel_ns(service))
         debug = found.get("debug") or {}
+        start, end = date_range(params)
         result["search"] = {
-            "hits": found["hits"],
+            "hits": [h for h in found["hits"] if _in_range(str(h.get("updatedAt") or ""), start, end)],
             "status": found["status"],
             "channels": {c["id"]: c for c in debug.get("channels", [])},
             "dropped": debug.get("dropped", [])[:30],

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -11,6 +13,7 @@ from urllib.parse import parse_qs, quote
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import UploadFile
 from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Mount, Route
@@ -37,8 +40,33 @@ NAV = (
     ("agents", "/panel/agents"),
     ("settings", "/panel/settings"),
 )
+#: The largest archive the Settings page accepts as an upload (the daemon's JSON body limit is far lower).
+MAX_UPLOAD_BYTES = 1024 * 1024 * 1024
+UPLOAD_PATHS = ("/panel/settings/import",)
 PageHandler = Callable[[Request, PanelSession], Awaitable[Response]]
 ActionHandler = Callable[[Request, dict[str, str]], Any]
+
+
+async def read_form(request: Request) -> tuple[dict[str, str], dict[str, UploadFile]]:
+    """A POST's fields (urlencoded or multipart, last value wins) and, for multipart, its uploaded files."""
+    if request.headers.get("content-type", "").lower().startswith("multipart/form-data"):
+        parsed = await request.form(max_files=1, max_fields=50)
+        form: dict[str, str] = {}
+        uploads: dict[str, UploadFile] = {}
+        for key, value in parsed.multi_items():
+            if isinstance(value, UploadFile):
+                uploads[key] = value
+            else:
+                form[key] = value
+        return form, uploads
+    raw = (await request.body()).decode("utf-8", "replace")
+    return {k: v[-1] for k, v in parse_qs(raw, keep_blank_values=True).items()}, {}
+
+
+async def close_uploads(uploads: dict[str, UploadFile]) -> None:
+    """Release the spooled upload files."""
+    for upload in uploads.values():
+        await upload.close()
 
 
 def _safe_next(value: str | None, default: str = "/panel") -> str:
@@ -128,18 +156,21 @@ class Panel:
             session = self.auth.session(request)
             if session is None:
                 return self._refuse(request, 401, "")
-            raw = (await request.body()).decode("utf-8", "replace")
-            form = {k: v[-1] for k, v in parse_qs(raw, keep_blank_values=True).items()}
+            form, uploads = await read_form(request)
             if not self.auth.csrf_ok(session, form.get("csrf") or request.headers.get("x-csrf-token")):
+                await close_uploads(uploads)
                 return self.render(
                     request, "error.html", session, http_status=403, problem="missing or wrong CSRF token"
                 )
+            request.state.uploads = uploads
             target = _safe_next(form.get("next"), default_next)
             try:
                 result = await run_in_threadpool(fn, request, form)
             except MemmyError as exc:
                 self.service.governance.reads.invalidate()
                 return RedirectResponse(f"{target}{'&' if '?' in target else '?'}err={quote(exc.message)}", 303)
+            finally:
+                await close_uploads(uploads)
             self.service.governance.reads.invalidate()  # the panel's own change shows at once
             if isinstance(result, Response):
                 return result
@@ -255,16 +286,30 @@ class Panel:
         return FileResponse(path, filename=path.name, media_type="application/zip")
 
     def _import(self, request: Request, form: dict[str, str]) -> str:
-        result = self.service.ownership.import_(
-            {
-                "path": form.get("path", ""),
-                "onConflict": form.get("onConflict", "skip"),
-                "dryRun": form.get("dryRun") == "1",
-            },
-            self.ns,
-        )
+        """Import an archive uploaded from the browser (multipart): spooled to a private temporary file first."""
+        upload: UploadFile | None = getattr(request.state, "uploads", {}).get("archive")
+        if upload is None or not upload.filename:
+            raise InvalidArgument("choose an export archive (.zip) to import")
+        name = Path(upload.filename).name
+        with tempfile.TemporaryDirectory(prefix="memmy-upload-") as tmp:
+            path = Path(tmp) / (name or "upload.zip")
+            with path.open("wb") as handle:
+                upload.file.seek(0)
+                shutil.copyfileobj(upload.file, handle, 1024 * 1024)
+            try:
+                result = self.service.ownership.import_(
+                    {
+                        "path": str(path),
+                        "onConflict": form.get("onConflict", "skip"),
+                        "dryRun": form.get("dryRun") == "1",
+                        "label": f"upload:{name}",
+                    },
+                    self.ns,
+                )
+            except MemmyError as exc:  # name the file the user chose, not the temporary copy
+                raise InvalidArgument(exc.message.replace(str(path), name)) from None
         verb = "would add" if result["dryRun"] else "added"
-        return f"{verb} {result['added']} rows, {result['conflicts']} already present"
+        return f"{name}: {verb} {result['added']} rows, {result['conflicts']} already present"
 
     def _wipe(self, request: Request, form: dict[str, str]) -> str:
         if form.get("confirm") != "1":

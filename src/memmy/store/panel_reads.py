@@ -100,14 +100,28 @@ class PanelReads:
         status: str = "activated",
         source_agent: str | None = None,
         project_id: str | None = None,
+        changed_from: str | None = None,
+        changed_before: str | None = None,
         offset: int = 0,
         limit: int = 25,
     ) -> tuple[list[Memory], int]:
-        """Newest-first page of memories in one status; merged from per-(user, layer) index walks."""
+        """Newest-first page of memories in one status; merged from per-(user, layer) index walks.
+
+        ``changed_from`` / ``changed_before`` (ISO timestamps or dates) keep memories last changed in
+        ``[changed_from, changed_before)``: a range on the ``updated_at`` column the indexes already order by.
+        """
         layers = layers or LAYERS
         wanted = offset + limit
         now = utc_now()
         live = " AND (valid_to IS NULL OR valid_to > ?)" if status == "activated" else ""
+        dated = ""
+        date_params: list[Any] = []
+        if changed_from:
+            dated += " AND updated_at >= ?"
+            date_params.append(changed_from)
+        if changed_before:
+            dated += " AND updated_at < ?"
+            date_params.append(changed_before)
         streams: list[list[Memory]] = []
         total = 0
         for layer in layers:
@@ -128,12 +142,14 @@ class PanelReads:
             for where, params in keys:
                 extra = [now] if live else []
                 rows = self.db.query(
-                    f"SELECT {_COLUMNS} FROM memories m WHERE {where}{live} ORDER BY updated_at DESC LIMIT ?",
-                    [*params, *extra, wanted],
+                    f"SELECT {_COLUMNS} FROM memories m WHERE {where}{dated}{live} ORDER BY updated_at DESC LIMIT ?",
+                    [*params, *date_params, *extra, wanted],
                 )
                 streams.append([row_to_memory(r) for r in rows])
-                if source_agent or project_id:
-                    counted = self.db.query_one(f"SELECT COUNT(*) FROM memories WHERE {where}", params)
+                if source_agent or project_id or dated:
+                    counted = self.db.query_one(
+                        f"SELECT COUNT(*) FROM memories WHERE {where}{dated}", [*params, *date_params]
+                    )
                     total += int(counted[0]) if counted else 0
                 else:
                     total += self.grouped_counts().get((params[0], layer, status), 0)
