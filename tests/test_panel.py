@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import time
 import zipfile
 from collections.abc import Iterator
 from io import BytesIO
@@ -101,8 +103,15 @@ def test_search_open_delete_with_csrf(client: TestClient, service: MemoryService
     made = service.add_memory({"content": "The staging database listens on port 6543."}, Namespace())
     service.run_worker({})
     csrf = sign_in(client)
-    results = client.get("/panel/memories", params={"q": "staging database port"})
+    shell = client.get("/panel/memories", params={"q": "staging database port", "evidence": "1"})
+    assert shell.status_code == 200 and made["id"] not in shell.text  # the page answers before the search runs
+    src = re.search(r'id="search-results" data-src="([^"]+)"', shell.text)
+    assert src and "evidence=1" in src.group(1)
+    results = client.get(src.group(1).replace("&amp;", "&"), headers={"x-panel-fragment": "1"})
     assert made["id"] in results.text and "rrf=" in results.text  # the verbose evidence
+    assert "<nav" not in results.text  # only the fragment
+    plain = client.get("/panel/memories/results", params={"q": "staging database port"})
+    assert made["id"] in plain.text and "rrf=" not in plain.text and "<nav" in plain.text  # no script: a full page
     page = client.get(f"/panel/memories/{made['id']}")
     assert "port 6543" in page.text and "Provenance" in page.text
 
@@ -113,7 +122,7 @@ def test_search_open_delete_with_csrf(client: TestClient, service: MemoryService
     done = client.post(f"/panel/memories/{made['id']}/delete", data={"csrf": csrf, "next": "/panel/memories"})
     assert done.status_code == 303 and done.headers["location"].startswith("/panel/memories?msg=")
     assert service.memories.get(made["id"]) is None
-    assert made["id"] not in client.get("/panel/memories", params={"q": "staging database port"}).text
+    assert made["id"] not in client.get("/panel/memories/results", params={"q": "staging database port"}).text
     audit = client.get("/panel/logs").text
     assert "memory.delete" in audit and "panel" in audit
 
@@ -362,3 +371,42 @@ def test_memories_filter_by_date(client: TestClient, service: MemoryService) -> 
     assert old["id"] in one_day
     bad = client.get("/panel/memories", params={"from": "last tuesday"})
     assert bad.status_code == 400 and "expected a date" in bad.text
+    service.run_worker({})
+    found = client.get("/panel/memories/results", params={"q": "note about the service", "to": "2025-01-31"}).text
+    hits = re.findall(r'<a href="/panel/memories/([^"]+)">', found)
+    assert old["id"] in hits and new["id"] not in hits  # the date filter applies to search results too
+
+
+def test_overview_warns_about_broken_quiet_and_misdirected_hooks(
+    client: TestClient, service: MemoryService, isolated_home: Path
+) -> None:
+    (isolated_home / ".claude").mkdir()
+    csrf = sign_in(client)
+    assert "err=" not in client.post("/panel/integrations/claude_code/install", data={"csrf": csrf}).headers["location"]
+
+    def warnings() -> str:
+        service.governance.reads.invalidate()
+        html = client.get("/panel").text
+        return html.split('<ul class="warn">', 1)[1].split("</ul>", 1)[0] if '<ul class="warn">' in html else ""
+
+    assert "claude_code" not in warnings()  # just installed, pointing at this daemon: nothing to say
+    settings_file = isolated_home / ".claude" / "settings.json"
+    ten_days_ago = time.time() - 10 * 86400
+    os.utime(settings_file, (ten_days_ago, ten_days_ago))
+    quiet = warnings()
+    assert "claude_code: memmy is installed but claude_code has not called the daemon since it was installed" in quiet
+    assert "memmy-memory remove --agent claude_code" in quiet
+    service.open_session({}, Namespace(source="claude_code"))
+    assert "has not called" not in warnings()
+
+    hook_json = isolated_home / ".memmy" / "hook.json"
+    settings = json.loads(hook_json.read_text())
+    hook_json.write_text(json.dumps({**settings, "endpoint": "http://127.0.0.1:1"}))
+    assert "sends hooks to http://127.0.0.1:1" in warnings()
+    assert f"fix: memmy-memory init --endpoint {BASE}" in warnings()
+
+    command = json.dumps(json.loads(settings_file.read_text())["hooks"])
+    launcher = Path(re.search(r'"command": "([^" ]+)', command).group(1))  # type: ignore[union-attr]
+    launcher.unlink()
+    broken = warnings()
+    assert f"the memmy launcher {launcher} is missing" in broken and "fix: memmy-memory init" in broken

@@ -156,6 +156,7 @@ def test_the_panel_in_a_browser(browser: Browser, panel_daemon: Daemon, embedder
     page.keyboard.type("staging database port")
     page.keyboard.press("Enter")
     page.wait_for_url("**/panel/memories?q=*")
+    page.wait_for_selector("#search-results[data-loaded]")  # the results arrive after the page
     shot(page, "search")
     page.locator(f"a[href='/panel/memories/{doomed}']").first.click()
     page.wait_for_url(f"**/panel/memories/{doomed}")
@@ -165,6 +166,7 @@ def test_the_panel_in_a_browser(browser: Browser, panel_daemon: Daemon, embedder
     page.locator(f"form[action='/panel/memories/{doomed}/delete'] button").click()
     page.wait_for_url("**/panel/memories?msg=*")
     page.goto(f"{daemon.url}/panel/memories?q=staging+database+port")
+    page.wait_for_selector("#search-results[data-loaded]")
     assert doomed not in page.content()
     assert keep not in page.content()  # unrelated memory not surfaced either
 

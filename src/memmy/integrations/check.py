@@ -91,6 +91,16 @@ def _hook_commands(installer: JsonHookInstaller, env: Mapping[str, str]) -> tupl
     return path, commands
 
 
+def installed_hook_files(env: Mapping[str, str]) -> dict[str, Path]:
+    """Agents whose hooks file holds a memmy hook command (Claude Code, Codex, Cursor), and that file."""
+    found: dict[str, Path] = {}
+    for installer in (CLAUDE_CODE, CODEX, CURSOR):
+        path, commands = _hook_commands(installer, env)
+        if commands:
+            found[installer.name] = path
+    return found
+
+
 def check_installed(home: Path, env: Mapping[str, str] | None = None) -> list[Finding]:
     """Every installed memmy hook, MCP registration and service unit whose program is missing or fragile.
 

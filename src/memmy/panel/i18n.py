@@ -71,6 +71,8 @@ TEXTS: dict[str, tuple[str, str]] = {
     "running": ("running", "运行中"),
     "stopped": ("stopped", "已停止"),
     "evidence": ("Evidence", "依据"),
+    "searching": ("Searching…", "正在搜索…"),
+    "show_results": ("Show the results", "显示结果"),
     "channels": ("Channels", "通道"),
     "dropped": ("Dropped", "被丢弃"),
     "score": ("Score", "得分"),

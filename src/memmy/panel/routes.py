@@ -124,8 +124,13 @@ class Panel:
     def _refuse(self, request: Request, status: int, message: str) -> Response:
         return self.render(request, "signin.html", None, http_status=status, problem=message)
 
-    def page(self, fn: Callable[[Request], dict[str, Any]], template: str) -> Callable[[Request], Awaitable[Response]]:
-        """A GET page: host check, session check, data in the thread pool, render."""
+    def page(
+        self, fn: Callable[[Request], dict[str, Any]], template: str, fragment: str | None = None
+    ) -> Callable[[Request], Awaitable[Response]]:
+        """A GET page: host check, session check, data in the thread pool, render.
+
+        With ``fragment``, a request carrying ``x-panel-fragment: 1`` (panel.js) gets only that partial template.
+        """
 
         async def handler(request: Request) -> Response:
             if not host_allowed(request):
@@ -143,7 +148,8 @@ class Panel:
                     http_status=404 if exc.code == "not_found" else 400,
                     problem=exc.message,
                 )
-            return self.render(request, template, session, **data)
+            partial = fragment if fragment and request.headers.get("x-panel-fragment") == "1" else None
+            return self.render(request, partial or template, session, **data)
 
         return handler
 
@@ -351,8 +357,9 @@ class Panel:
             return lambda r: {**pages.layer_page(svc, pages.LAYER_PAGES[name], q(r)), "page_key": name}
 
         get = [
-            ("/panel", lambda r: pages.overview(svc), "overview.html"),
+            ("/panel", lambda r: pages.overview(svc, str(r.base_url)), "overview.html"),
             ("/panel/memories", lambda r: pages.memories(svc, q(r)), "memories.html"),
+            ("/panel/memories/results", lambda r: pages.memories(svc, q(r), run_search=True), "memories.html"),
             ("/panel/memories/{memory_id}", lambda r: pages.memory(svc, r.path_params["memory_id"]), "memory.html"),
             ("/panel/tasks", lambda r: pages.tasks(svc, q(r)), "tasks.html"),
             ("/panel/experiences", layer("experiences"), "layer.html"),
@@ -390,6 +397,9 @@ class Panel:
             Route("/panel/sync/{job_id}/events", self.sync_events, methods=["GET"]),
             Mount("/panel/static", StaticFiles(packages=[("memmy.panel", "static")]), name="panel-static"),
         ]
-        routes += [Route(path, self.page(fn, template), methods=["GET"]) for path, fn, template in get]
+        fragments = {"/panel/memories/results": "search_results.html"}
+        routes += [
+            Route(path, self.page(fn, template, fragments.get(path)), methods=["GET"]) for path, fn, template in get
+        ]
         routes += [Route(path, self.action(fn, nxt), methods=["POST"]) for path, fn, nxt in post]
         return routes

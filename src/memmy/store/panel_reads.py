@@ -84,6 +84,15 @@ class PanelReads:
 
         return self.cached("sources", COUNTS_TTL_S, compute)
 
+    def last_seen_by_source(self) -> dict[str, str]:
+        """Each agent's newest session activity (hooks, plugins and MCP open sessions; imports do not), cached."""
+
+        def compute() -> dict[str, str]:
+            rows = self.db.query("SELECT source, MAX(last_seen_at) FROM sessions GROUP BY source")
+            return {str(r[0]): str(r[1]) for r in rows if r[1]}
+
+        return self.cached("last_seen", COUNTS_TTL_S, compute)
+
     def injected_today(self, today: str) -> dict[str, int]:
         """Recall events since ``today`` (ISO date) that injected something, and their injected tokens."""
         row = self.db.query_one(
