@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import threading
+import time
 import zipfile
 from pathlib import Path
 
@@ -235,3 +240,80 @@ def test_cli_export_wipe_import_logs_and_panel_link(daemon: Daemon, tmp_path: Pa
         assert browser.get(link).status_code == 401
     with httpx.Client() as anonymous:
         assert anonymous.post(f"{daemon.url}/api/v1/panel/sign-in").status_code == 401  # needs the API token
+
+
+def test_every_governance_action_writes_an_audit_row(isolated_home: Path, embedder: Embedder, tmp_path: Path) -> None:
+    svc = _review_service(isolated_home, embedder)
+    try:
+        fact = svc.add_memory({"content": "The release branch is called main."}, Namespace())
+        doomed = svc.add_memory({"content": "The build server is ci-old.example."}, Namespace())
+        svc.keys_call("correct", {"memory_id": fact["id"], "content": "The release branch is called trunk."}, PANEL)
+        forgotten = svc.keys_call("forget", {"memory_id": doomed["id"], "reason": "moved"}, PANEL)
+        svc.restore_tombstone(forgotten["tombstone_id"], {"reason": "back"}, PANEL)
+        svc.give_feedback({"id": fact["id"], "polarity": "positive"}, PANEL)
+        pending = [
+            _writer(svc).upsert(LayerWrite("L2", f"policy:{n}", f"Policy {n}", f"Always do {n} first.", [], {}))
+            for n in ("lint", "format")
+        ]
+        svc.governance.review(pending[0].id, {"decision": "approve"}, PANEL)
+        svc.governance.review(pending[1].id, {"decision": "reject"}, PANEL)
+        dream = svc.dream_run({}, PANEL)
+        svc.dream_restore(str(dream["id"]), {"force": True}, PANEL)
+        svc.reload_config({}, PANEL)
+        archive = tmp_path / "all.zip"
+        svc.ownership.export({"out": str(archive)}, PANEL)
+        svc.ownership.wipe({"confirm": True, "backup": False}, PANEL)
+        svc.ownership.import_({"path": str(archive)}, PANEL)
+        svc.delete_memory(fact["id"], {}, PANEL)
+
+        rows = svc.governance.logs_page({"kind": "audit", "limit": "200"})["items"]
+        expected = {
+            "memory.correct",
+            "memory.forget",
+            "tombstone.restore",
+            "feedback",
+            "review.approve",
+            "review.reject",
+            "dream.run",
+            "dream.restore",
+            "config.reload",
+            "store.export",
+            "store.wipe",
+            "store.import",
+            "memory.delete",
+        }
+        by_action = {row["action"]: row for row in rows}
+        assert expected <= set(by_action), expected - set(by_action)
+        for action in expected:  # who, what and when on every row
+            row = by_action[action]
+            assert row["actor"]["source"] == "panel" and row["createdAt"] and row["targetKind"], row
+    finally:
+        svc.close()
+
+
+def test_logs_follow_prints_new_audit_rows(daemon: Daemon) -> None:
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "memmy", "--url", daemon.url, "--token", daemon.token or "", "logs", "--follow"],
+        env=daemon.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    watchdog = threading.Timer(60, follower.kill)  # never hang the suite if the row does not come
+    watchdog.start()
+    try:
+        assert follower.stdout is not None
+        with daemon.client() as client:
+            made = client.post("/api/v1/memory/add", json={"content": "Follow me into the audit log."}).json()
+            time.sleep(1.5)  # let the follower print the existing rows and start polling
+            client.request("DELETE", f"/api/v1/memory/{made['id']}").raise_for_status()
+        seen = []
+        for line in follower.stdout:
+            seen.append(line)
+            if "memory.delete" in line and made["id"] in line:
+                break
+        assert any(made["id"] in line for line in seen)
+    finally:
+        watchdog.cancel()
+        follower.send_signal(signal.SIGINT)
+        follower.wait(timeout=30)
