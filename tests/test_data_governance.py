@@ -317,3 +317,55 @@ def test_logs_follow_prints_new_audit_rows(daemon: Daemon) -> None:
         watchdog.cancel()
         follower.send_signal(signal.SIGINT)
         follower.wait(timeout=30)
+
+
+def test_doctor_checks_config_daemon_token_hooks_vectors_and_model(
+    daemon: Daemon, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in daemon.env().items():  # the CLI runs in-process: give it the daemon's home and token
+        if name in ("HOME", "MEMMY_HOME", "MEMMY_MEMORY_TOKEN"):
+            monkeypatch.setenv(name, value)
+    with daemon.client() as client:
+        client.post("/api/v1/memory/add", json={"content": "Doctor: the docs live in docs/."}).raise_for_status()
+    daemon.drain()
+    healthy = _cli(daemon, "--json", "doctor")
+    assert healthy.exit_code == 0, healthy.output
+    assert json.loads(healthy.output)["findings"] == []
+
+    wrong_token = CliRunner().invoke(cli, ["--url", daemon.url, "--token", "not-the-token", "doctor"])
+    assert wrong_token.exit_code == 1 and "token_refused" in wrong_token.output
+    assert "fix: put the daemon's token in" in wrong_token.output
+
+    down = CliRunner().invoke(cli, ["--url", "http://127.0.0.1:9", "--token", "x", "doctor"])
+    assert "daemon_down" in down.output and "fix: memmy-memory serve" in down.output
+
+    hook_json = daemon.home / ".memmy" / "hook.json"
+    hook_json.write_text(json.dumps({"endpoint": "http://127.0.0.1:9", "token": daemon.token}))
+    try:
+        misdirected = _cli(daemon, "doctor")
+        assert misdirected.exit_code == 1 and "sends hooks to http://127.0.0.1:9" in misdirected.output
+        assert f"fix: memmy-memory init --endpoint {daemon.url}" in misdirected.output
+    finally:
+        hook_json.unlink()
+
+    bad_config = tmp_path / "bad.yaml"
+    bad_config.write_text("memmyMemory:\n  server:\n    port: not-a-port\n")
+    invalid = CliRunner().invoke(cli, ["--config", str(bad_config), "doctor"])
+    assert invalid.exit_code == 1 and "config_invalid" in invalid.output and f"fix: edit {bad_config}" in invalid.output
+
+
+def test_doctor_reports_missing_vectors_and_a_missing_model(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service.add_memory({"content": "Not embedded yet: the worker has not run."}, Namespace())
+    db = Path(service.config.storage.sqlite_path)
+    result = CliRunner().invoke(cli, ["--url", "http://127.0.0.1:9", "doctor", "--db", str(db)])
+    assert "vectors_missing" in result.output and "1 live memories" in result.output
+    assert "fix: memmy-memory worker run" in result.output
+    monkeypatch.setenv("MEMMY_MODEL_DIR", str(db.parent / "no-model-here"))
+    missing = CliRunner().invoke(cli, ["--url", "http://127.0.0.1:9", "doctor", "--db", str(db)])
+    assert (
+        missing.exit_code == 1
+        and "model_missing" in missing.output
+        and "fix: memmy-memory model fetch" in missing.output
+    )

@@ -185,7 +185,7 @@ def test_doctor_reports_and_repairs_fts_offline(sample_store: Path, tmp_path: Pa
     repaired = doctor(tmp_path, db, "--repair")
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr
     assert "rebuilt the full-text index" in repaired.stdout and "300 memories indexed" in repaired.stdout
-    again = doctor(tmp_path, db, json_output=True)
+    again = doctor(tmp_path, db, "--offline", json_output=True)  # the store's checks only (no daemon here)
     assert again.returncode == 0
     assert json.loads(again.stdout)["findings"] == []
     store = Database(db)

@@ -3,18 +3,16 @@ and the Overview's warnings about installed hooks and plugins that are broken, p
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from memmy.config import MemmyConfig
 from memmy.integrations.agents.hooked import hook_settings_change
 from memmy.integrations.base import InstallContext
-from memmy.integrations.check import check_installed, installed_hook_files
+from memmy.integrations.check import check_hook_settings, check_installed, installed_hook_files
 from memmy.integrations.launcher import shim_changes
 from memmy.integrations.plan import Plan
 from memmy.integrations.registry import INSTALLERS
@@ -67,18 +65,6 @@ def change(config: MemmyConfig, agent: str, install: bool) -> list[str]:
 
 #: An installed hook or plugin that has not called the daemon for this long is reported on the Overview.
 STALE_AFTER_DAYS = 7
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
-def _same_daemon(endpoint: str, daemon_url: str) -> bool:
-    """Does ``endpoint`` reach the daemon at ``daemon_url`` (any loopback name, same port)?"""
-    try:
-        want, got = urlsplit(daemon_url), urlsplit(endpoint)
-        want_port, got_port = want.port or 80, got.port or (443 if got.scheme == "https" else 80)
-    except ValueError:
-        return False
-    same_host = got.hostname == want.hostname or (got.hostname in LOOPBACK and want.hostname in LOOPBACK)
-    return same_host and got_port == want_port
 
 
 def _age_days(stamp: str | float, now: float) -> float:
@@ -97,25 +83,10 @@ def hook_warnings(config: MemmyConfig, daemon_url: str, last_seen: dict[str, str
     warnings = [
         f"{f.agent}: {f.message} ({f.path}); fix: {f.fix}" for f in check_installed(home, env) if f.agent != "service"
     ]
-    hook_json = config.home / "hook.json"
-    try:
-        settings = json.loads(hook_json.read_text(encoding="utf-8")) if hook_json.is_file() else None
-    except (OSError, ValueError):
-        settings = None
-        warnings.append(f"hooks: {hook_json} is unreadable, so hooks fall back to defaults; fix: memmy-memory init")
-    if isinstance(settings, dict):
-        endpoint = str(settings.get("endpoint") or "")
-        if endpoint and not _same_daemon(endpoint, daemon_url):
-            warnings.append(
-                f"hooks: {hook_json} sends hooks to {endpoint}, but this daemon answers at {daemon_url}; "
-                f"fix: memmy-memory init --endpoint {daemon_url.rstrip('/')}"
-            )
-        token = config.storage.token
-        if token and not config.server.auth_disabled and settings.get("token") != token:
-            warnings.append(
-                f"hooks: {hook_json} holds another token than this daemon's, so hook calls are refused (401); "
-                "fix: memmy-memory init"
-            )
+    token = "" if config.server.auth_disabled else config.storage.token
+    warnings += [
+        f"{f.agent}: {f.path} {f.message}; fix: {f.fix}" for f in check_hook_settings(config.home, daemon_url, token)
+    ]
     now = time.time()
     installed: dict[str, float] = {name: path.stat().st_mtime for name, path in installed_hook_files(env).items()}
     for row in agents():
