@@ -157,6 +157,11 @@ def test_the_panel_in_a_browser(browser: Browser, panel_daemon: Daemon, embedder
     page.keyboard.press("Enter")
     page.wait_for_url("**/panel/memories?q=*")
     page.wait_for_selector("#search-results[data-loaded]")  # the results arrive after the page
+    page.check("input[name='evidence']")  # the --verbose evidence, on request
+    page.locator("form.filters button[type='submit']").click()
+    page.wait_for_url("**/panel/memories?*evidence=1*")
+    page.wait_for_selector("#search-results[data-loaded]")
+    assert "rrf=" in page.locator("#search-results").inner_text()
     shot(page, "search")
     page.locator(f"a[href='/panel/memories/{doomed}']").first.click()
     page.wait_for_url(f"**/panel/memories/{doomed}")
@@ -229,6 +234,14 @@ def test_the_panel_in_a_browser(browser: Browser, panel_daemon: Daemon, embedder
 
     assert data_tables(first) == data_tables(second)
     assert data_tables(first)["memories"]["rows"] >= 3
+
+    # The Settings page imports an archive uploaded from the browser (here a dry run: everything is present).
+    page.goto(f"{daemon.url}/panel/settings")
+    page.set_input_files("input[name='archive']", str(first))
+    page.check("input[name='dryRun']")
+    page.locator("form[action='/panel/settings/import'] button[type='submit']").click()
+    page.wait_for_url("**/panel/settings?msg=*")
+    assert "first.zip: would add 0 rows" in page.locator("p.flash.ok").inner_text()
     audit = cli_run(daemon, "logs", "--audit")
     for action in ("store.export", "store.wipe", "store.import", "review.approve", "memory.delete"):
         assert action in audit
