@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import re
+import threading
 import time
 import zipfile
 from collections.abc import Iterator
@@ -410,3 +411,38 @@ def test_overview_warns_about_broken_quiet_and_misdirected_hooks(
     launcher.unlink()
     broken = warnings()
     assert f"the memmy launcher {launcher} is missing" in broken and "fix: memmy-memory init" in broken
+
+
+def test_overview_warns_when_the_store_cannot_write(client: TestClient, service: MemoryService) -> None:
+    sign_in(client)
+    assert "the store is degraded" not in client.get("/panel").text
+    service.db.last_write_error = "database or disk is full"
+    service.db._probe = None  # the probe's answer is cached for a moment
+    try:
+        assert "the store is degraded: database or disk is full" in client.get("/panel").text
+    finally:
+        service.db.last_write_error = None
+
+
+def test_expensive_aggregates_refresh_behind_the_request(service: MemoryService) -> None:
+    reads = service.governance.reads
+    computed: list[int] = []
+    release = threading.Event()
+
+    def compute() -> int:
+        if computed:
+            release.wait(30)  # the refresh is slow; requests meanwhile get the previous value
+        computed.append(len(computed) + 1)
+        return len(computed)
+
+    assert reads.cached("test", 0.0, compute, refresh_behind=True) == 1  # nothing cached: computed in the request
+    assert reads.cached("test", 0.0, compute, refresh_behind=True) == 1  # expired: the old value, refresh started
+    assert reads.cached("test", 0.0, compute, refresh_behind=True) == 1  # one refresh at a time
+    release.set()
+    for _ in range(3000):
+        if reads.cached("test", 3600.0, compute, refresh_behind=True) == 2:
+            break
+        threading.Event().wait(0.01)
+    assert computed == [1, 2]
+    reads.invalidate()
+    assert reads.cached("test", 3600.0, compute, refresh_behind=True) == 3  # after invalidate: computed again

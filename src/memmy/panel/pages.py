@@ -53,6 +53,9 @@ def overview(service: MemoryService, daemon_url: str = "http://127.0.0.1:18960")
     sources = service.imports.sources()["sources"]
     jobs = health["evolution"]["jobs"]
     warnings = []
+    fault = service.db.write_probe()  # cached briefly; a failed write stands until a write succeeds
+    if fault:
+        warnings.append(f"the store is degraded: {fault} (memmy-memory doctor names the fix)")
     failed = health["embeddingQueue"]["failed"]
     if failed:
         warnings.append(f"{failed} embeddings failed (memmy-memory worker run retries them)")

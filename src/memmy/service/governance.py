@@ -255,8 +255,11 @@ class GovernanceOps:
         return {"id": memory.id, "status": status, "auditId": audit_id, "serverTime": utc_now()}
 
     def analytics(self, days: int = 30) -> dict[str, Any]:
-        """Injections and memories per day, hit rate, latency, top projects and agents (cached for a minute)."""
-        return self.reads.cached(f"analytics:{days}", ANALYTICS_TTL_S, lambda: self._analytics(days))
+        """Injections and memories per day, hit rate, latency, top projects and agents (cached for a minute and
+        refreshed behind the request after that)."""
+        return self.reads.cached(
+            f"analytics:{days}", ANALYTICS_TTL_S, lambda: self._analytics(days), refresh_behind=True
+        )
 
     def _analytics(self, days: int) -> dict[str, Any]:
         start = (datetime.now(UTC) - timedelta(days=days - 1)).date().isoformat()

@@ -3,12 +3,14 @@
 The general ``MemoryRepository.page`` counts and sorts the whole visible set; the panel instead walks the
 ``(user_id, memory_layer, status, updated_at)`` and ``(source_agent, memory_layer, status)`` indexes. Counting
 100k index entries still takes tens of milliseconds, so the per-(user, layer, status) counts are computed in one
-covering-index pass and kept for ``COUNTS_TTL_S`` seconds: the panel's totals may lag that long behind writes.
+covering-index pass and kept for ``COUNTS_TTL_S`` seconds, then refreshed behind the next request: the panel's
+totals may lag that long (plus one refresh) behind agents' writes; the panel's own changes clear the cache.
 """
 
 from __future__ import annotations
 
 import heapq
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +23,7 @@ from memmy.store.memories import _COLUMNS, row_to_memory
 LAYERS = ("L1", "L2", "L3", "Skill")
 STATUSES = ("activated", "resolving", "archived", "deleted")
 COUNTS_TTL_S = 10.0
+log = logging.getLogger("memmy.panel")
 T = TypeVar("T")
 
 
@@ -31,18 +34,42 @@ class PanelReads:
         self.db = db
         self._lock = threading.Lock()
         self._cache: dict[str, tuple[float, Any]] = {}
+        self._refreshing: set[str] = set()
 
-    def cached(self, key: str, ttl_s: float, compute: Callable[[], T]) -> T:
-        """``compute()`` at most once per ``ttl_s`` seconds for ``key``."""
+    def cached(self, key: str, ttl_s: float, compute: Callable[[], T], refresh_behind: bool = False) -> T:
+        """``compute()`` at most once per ``ttl_s`` seconds for ``key``.
+
+        With ``refresh_behind`` an expired value is still answered while one background thread computes the next
+        (so only the first request after a start or an ``invalidate`` waits for an expensive aggregate).
+        """
         now = time.monotonic()
         with self._lock:
             hit = self._cache.get(key)
             if hit is not None and now - hit[0] < ttl_s:
                 return hit[1]  # type: ignore[no-any-return]
+            if hit is not None and refresh_behind:
+                if key not in self._refreshing:
+                    self._refreshing.add(key)
+                    threading.Thread(target=self._refresh, args=(key, compute), daemon=True).start()
+                return hit[1]  # type: ignore[no-any-return]
         value = compute()
         with self._lock:
             self._cache[key] = (now, value)
         return value
+
+    def _refresh(self, key: str, compute: Callable[[], Any]) -> None:
+        started = time.monotonic()
+        try:
+            value = compute()
+        except Exception:  # noqa: BLE001 - the next request computes it again (e.g. the store was closed)
+            log.debug("panel cache refresh of %s failed", key, exc_info=True)
+        else:
+            with self._lock:
+                if key in self._cache:  # not invalidated meanwhile
+                    self._cache[key] = (started, value)
+        finally:
+            with self._lock:
+                self._refreshing.discard(key)
 
     def invalidate(self) -> None:
         """Drop cached counts (after the panel itself changed something)."""
@@ -58,7 +85,7 @@ class PanelReads:
             )
             return {(str(u), str(layer), str(st)): int(n) for u, layer, st, n in rows}
 
-        return self.cached("counts", COUNTS_TTL_S, compute)
+        return self.cached("counts", COUNTS_TTL_S, compute, refresh_behind=True)
 
     def users(self) -> list[str]:
         """Every user namespace in the store."""
