@@ -446,3 +446,42 @@ def test_expensive_aggregates_refresh_behind_the_request(service: MemoryService)
     assert computed == [1, 2]
     reads.invalidate()
     assert reads.cached("test", 3600.0, compute, refresh_behind=True) == 3  # after invalidate: computed again
+
+
+def test_add_another_agent_from_the_panel(client: TestClient, service: MemoryService, isolated_home: Path) -> None:
+    sessions = isolated_home / ".kimi" / "sessions"
+    sessions.mkdir(parents=True)
+    lines = [
+        {"id": "m1", "session": "s1", "who": "human", "msg": {"text": "add a retry to the uploader"}, "ts": 1780305834},
+        {"id": "m2", "session": "s1", "who": "ai", "msg": {"text": "Added a retry to upload()."}, "ts": 1780305840},
+        {"id": "m3", "session": "s1", "who": "human", "msg": {"text": "now log the attempts"}, "ts": 1780305900},
+    ]
+    (sessions / "s1.jsonl").write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    csrf = sign_in(client)
+    assert 'action="/panel/agents/add"' in client.get("/panel/agents").text
+    form = {
+        "csrf": csrf,
+        "name": "Kimi Code",
+        "history": str(sessions),
+        "format": "jsonl",
+        "fields": "role=who, content=msg.text, createdAt=ts, conversationId=session, messageId=id",
+        "roleMap": "human=user\nai=assistant",
+    }
+    wrong = client.post("/panel/agents/add", data={**form, "fields": "content=nothing.here"})
+    assert "no%20messages%20could%20be%20read" in wrong.headers["location"]
+    assert not (isolated_home / ".memmy" / "sources" / "kimicode.json").exists()
+    assert "built%20in" in client.post("/panel/agents/add", data={**form, "name": "codex"}).headers["location"]
+
+    added = client.post("/panel/agents/add", data=form)
+    assert added.status_code == 303 and added.headers["location"].startswith("/panel/agents?job=")
+    job_id = added.headers["location"].split("job=", 1)[1]
+    version, status = -1, service.imports.status(job_id)
+    for _ in range(60):  # a minute at most
+        if status["state"] in ("done", "stopped", "failed"):
+            break
+        version, status = service.imports.wait_for_change(job_id, version, 1.0)
+    assert status["state"] == "done" and status["totals"]["turnsAdded"] == 1, status
+    assert (isolated_home / ".memmy" / "sources" / "kimicode.json").is_file()
+    assert "kimicode" in client.get("/panel/agents").text
+    audit = service.governance.logs_page({"kind": "audit", "action": "source.add"})["items"]
+    assert audit[0]["targetId"] == "kimicode" and audit[0]["actor"]["source"] == "panel"

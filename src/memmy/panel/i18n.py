@@ -34,6 +34,19 @@ TEXTS: dict[str, tuple[str, str]] = {
     "agent": ("Agent", "智能体"),
     "project": ("Project", "项目"),
     "changed_from": ("Changed from", "修改于（起）"),
+    "add_agent": ("Add another agent", "添加其他智能体"),
+    "add_agent_help": (
+        "For an agent memmy has no reader for: where its history lives and which fields hold the messages "
+        "(what `memmy-memory sources add` takes, see docs/import.md). The history is read once to check the recipe, "
+        "then imported with live progress.",
+        "用于 memmy 没有内置读取器的智能体：历史记录的位置，以及消息所在的字段（与 `memmy-memory sources add` 相同，"
+        "见 docs/import.md）。先读取一次以检查配方，然后导入并显示实时进度。",
+    ),
+    "history_path": ("History (absolute path)", "历史记录（绝对路径）"),
+    "format": ("Format", "格式"),
+    "field_map": ("Fields (FIELD=path)", "字段（字段=路径）"),
+    "role_map": ("Roles (raw=role)", "角色（原始=角色）"),
+    "records_path": ("JSON records path", "JSON 记录路径"),
     "changed_to": ("to", "至"),
     "any": ("any", "全部"),
     "filter": ("Filter", "筛选"),

@@ -24,7 +24,7 @@ from memmy.namespace import Namespace
 from memmy.panel import integrations, pages
 from memmy.panel.auth import SESSIONS_FILE, PanelAuth, PanelSession, host_allowed
 from memmy.panel.i18n import pick_language, translator
-from memmy.service import MemoryService
+from memmy.service import MemoryService, custom_sources
 
 NAV = (
     ("overview", "/panel"),
@@ -267,6 +267,13 @@ class Panel:
         job = self.service.imports.start(body)
         return RedirectResponse(f"/panel/agents?job={quote(job['jobId'])}", 303)
 
+    def _add_agent(self, request: Request, form: dict[str, str]) -> Response:
+        """Save a recipe for another agent (as ``memmy-memory sources add`` does) and import it with live progress."""
+        added = custom_sources.add_recipe(self.service.config.home, form)
+        self.service.governance.record("source.add", "source", added["source"], self.ns, meta=added)
+        job = self.service.imports.start({"sources": [added["source"]], "confirm": True})
+        return RedirectResponse(f"/panel/agents?job={quote(job['jobId'])}", 303)
+
     def _sync_control(self, request: Request, form: dict[str, str]) -> str:
         self.service.imports.control(request.path_params["job_id"], request.path_params["verb"])
         return str(request.path_params["verb"])
@@ -385,6 +392,7 @@ class Panel:
             ("/panel/dreams/{dream_id}/restore", self._dream_restore, "/panel/logs?kind=dreams"),
             ("/panel/sync", self._sync, "/panel/agents"),
             ("/panel/sync/{job_id}/{verb}", self._sync_control, "/panel/agents"),
+            ("/panel/agents/add", self._add_agent, "/panel/agents"),
             ("/panel/integrations/{agent}/{verb}", self._integration, "/panel/agents"),
             ("/panel/settings/reload", self._reload, "/panel/settings"),
             ("/panel/settings/export", self._export, "/panel/settings"),
