@@ -212,6 +212,12 @@ def test_the_panel_in_a_browser(browser: Browser, panel_daemon: Daemon, embedder
         assert page.locator("h1").count() == 1
         shot(page, name)
 
+    # Mark an injected memory wrong from the Recalls page (one form per event, a button per memory).
+    page.goto(f"{daemon.url}/panel/recalls")
+    page.locator("button[name='memory']").first.click()
+    page.wait_for_url("**/panel/recalls?msg=*")
+    assert "negative feedback recorded" in page.locator("p.flash.ok").inner_text()
+
     dark = sign_in(
         browser, daemon, color_scheme="dark", locale="zh-CN", extra_http_headers={"accept-language": "zh-CN"}
     )
