@@ -485,3 +485,15 @@ def test_add_another_agent_from_the_panel(client: TestClient, service: MemorySer
     assert "kimicode" in client.get("/panel/agents").text
     audit = service.governance.logs_page({"kind": "audit", "action": "source.add"})["items"]
     assert audit[0]["targetId"] == "kimicode" and audit[0]["actor"]["source"] == "panel"
+
+
+def test_analytics_top_projects_counts_live_memories_per_project(service: MemoryService) -> None:
+    api = Namespace(source="cursor", project_id="/srv/api")
+    service.add_memory({"content": "The API uses uv for dependencies."}, api)
+    service.add_memory({"content": "The API listens on port 8080."}, api)
+    gone = service.add_memory({"content": "The API used pip once."}, api)
+    service.delete_memory(gone["id"], {}, Namespace())
+    service.add_memory({"content": "Prefer short commit messages."}, Namespace(source="codex"))
+    top = service.governance.analytics()["topProjects"]
+    assert top[0] == {"project": "/srv/api", "count": 2}  # deleted ones not counted
+    assert sum(row["count"] for row in top) == 3

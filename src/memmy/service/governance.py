@@ -272,10 +272,11 @@ class GovernanceOps:
         )
         events = sum(int(r["events"]) for r in per_day)
         hits = sum(int(r["hits"] or 0) for r in per_day)
-        projects = self.db.query(
-            "SELECT COALESCE(project_id, '(none)') AS project, COUNT(*) AS n FROM memories "
-            "WHERE status != 'deleted' GROUP BY project ORDER BY n DESC LIMIT 10"
+        # Grouped by the bare column: SQLite walks the (project_id, ...) index in order, no temporary b-tree.
+        per_project = self.db.query(
+            "SELECT project_id, COUNT(*) AS n FROM memories WHERE status != 'deleted' GROUP BY project_id"
         )
+        projects = sorted(((r["project_id"] or "(none)", int(r["n"])) for r in per_project), key=lambda p: -p[1])
         agents = self.db.query(
             "SELECT source_agent, COUNT(*) AS n FROM memories WHERE status != 'deleted' "
             "GROUP BY source_agent ORDER BY n DESC LIMIT 10"
@@ -301,7 +302,7 @@ class GovernanceOps:
             ],
             "avgApiLatencyMs": round(sum(latencies) / len(latencies), 2) if latencies else 0.0,
             "p95ApiLatencyMs": round(sorted(latencies)[int(0.95 * (len(latencies) - 1))], 2) if latencies else 0.0,
-            "topProjects": [{"project": r["project"], "count": int(r["n"])} for r in projects],
+            "topProjects": [{"project": project, "count": n} for project, n in projects[:10]],
             "topAgents": [{"agent": r["source_agent"], "count": int(r["n"])} for r in agents],
             "serverTime": utc_now(),
         }
