@@ -121,13 +121,18 @@ class PanelReads:
         return self.cached("last_seen", COUNTS_TTL_S, compute)
 
     def injected_today(self, today: str) -> dict[str, int]:
-        """Recall events since ``today`` (ISO date) that injected something, and their injected tokens."""
-        row = self.db.query_one(
-            "SELECT COUNT(*), SUM(COALESCE(json_extract(request_json, '$.tokens'), 0)) FROM recall_events "
-            "WHERE created_at >= ? AND json_array_length(injected_memory_ids_json) > 0",
-            (today,),
-        )
-        return {"events": int(row[0] or 0) if row else 0, "tokens": int(row[1] or 0) if row else 0}
+        """Recall events since ``today`` (ISO date) that injected something, and their injected tokens (cached like
+        the counts: ``recall_events`` has no index on its time, so this reads the whole table)."""
+
+        def compute() -> dict[str, int]:
+            row = self.db.query_one(
+                "SELECT COUNT(*), SUM(COALESCE(json_extract(request_json, '$.tokens'), 0)) FROM recall_events "
+                "WHERE created_at >= ? AND json_array_length(injected_memory_ids_json) > 0",
+                (today,),
+            )
+            return {"events": int(row[0] or 0) if row else 0, "tokens": int(row[1] or 0) if row else 0}
+
+        return self.cached(f"injected:{today}", COUNTS_TTL_S, compute, refresh_behind=True)
 
     def page(
         self,
