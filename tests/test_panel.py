@@ -497,3 +497,19 @@ def test_analytics_top_projects_counts_live_memories_per_project(service: Memory
     top = service.governance.analytics()["topProjects"]
     assert top[0] == {"project": "/srv/api", "count": 2}  # deleted ones not counted
     assert sum(row["count"] for row in top) == 3
+
+
+def test_time_ordered_panel_reads_walk_an_index(service: MemoryService) -> None:
+    def plan(sql: str, params: tuple[str, ...] = ()) -> str:
+        return " | ".join(str(row[3]) for row in service.db.query("EXPLAIN QUERY PLAN " + sql, params))
+
+    recalls = plan("SELECT * FROM recall_events ORDER BY created_at DESC, rowid DESC LIMIT 10 OFFSET 0")
+    assert "idx_recall_events_created" in recalls and "TEMP B-TREE" not in recalls  # the Recalls page
+    today = plan("SELECT COUNT(*) FROM recall_events WHERE created_at >= ?", ("2026-12-03",))
+    assert "idx_recall_events_created" in today  # today's injections on the Overview
+    per_day = plan(
+        "SELECT substr(created_at, 1, 10) AS day, memory_layer, COUNT(*) FROM memories WHERE created_at >= ? "
+        "GROUP BY day, memory_layer",
+        ("2026-11-03",),
+    )
+    assert "COVERING INDEX idx_memories_created_layer" in per_day  # memories per day in Analytics

@@ -100,6 +100,7 @@ def test_migrates_a_previous_version_file_with_backup(tmp_path: Path) -> None:
         "004_key_graph_validity_tombstones",
         "005_dreams",
         "006_evolution_indexes",
+        "007_panel_time_indexes",
     )
     backup = db.migration.backup_path
     assert backup is not None and backup.exists()
