@@ -121,8 +121,8 @@ class PanelReads:
         return self.cached("last_seen", COUNTS_TTL_S, compute)
 
     def injected_today(self, today: str) -> dict[str, int]:
-        """Recall events since ``today`` (ISO date) that injected something, and their injected tokens (cached like
-        the counts: ``recall_events`` has no index on its time, so this reads the whole table)."""
+        """Recall events since ``today`` (ISO date) that injected something, and their injected tokens (a range on
+        ``idx_recall_events_created``; cached like the counts)."""
 
         def compute() -> dict[str, int]:
             row = self.db.query_one(
