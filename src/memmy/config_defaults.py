@@ -197,7 +197,7 @@ def default_tree() -> dict[str, Any]:
                 "weightPriority": 0.4,
                 "mmrLambda": 0.7,
                 "contextWindow": 1,
-                "queryExpansion": "prf",
+                "queryExpansion": "off",
                 "rrfConstant": 60,
                 "relativeThresholdFloor": 0.2,
                 "minSkillEta": 0.1,

@@ -82,7 +82,7 @@ class RecallSettings:
     multi_channel_bypass: bool
     read_only_profile: str
     context_window: int = 1
-    query_expansion: str = "prf"
+    query_expansion: str = "off"
 
     @classmethod
     def from_config(cls, algorithm: dict[str, Any]) -> RecallSettings:
@@ -107,7 +107,7 @@ class RecallSettings:
             multi_channel_bypass=bool(r["multiChannelBypass"]),
             read_only_profile=str(r["readOnlyInjectionProfile"]),
             context_window=max(0, int(r.get("contextWindow", 1))),
-            query_expansion=str(r.get("queryExpansion", "prf")),
+            query_expansion=str(r.get("queryExpansion", "off")),
         )
 
     def pool(self, layer: str) -> int:
