@@ -230,6 +230,14 @@ class VectorIndex:
                 scores = block.matrix[:n] @ query
                 for name, k in pools.items():
                     mask = self._mask(block, n, None if name == "*" else [name], source)
+                    if mask is not None:
+                        # A layer a block does not hold (no Skill rows in a project, say) costs no top-k pass,
+                        # and a mask that keeps every row is no mask.
+                        kept = int(np.count_nonzero(mask))
+                        if kept == 0:
+                            continue
+                        if kept == n:
+                            mask = None
                     found[name].extend(self._top(block, scores, mask, k))
         results: dict[str, list[tuple[str, float]]] = {}
         for name, k in pools.items():
