@@ -67,8 +67,9 @@ def main(argv: list[str] | None = None) -> int:
         shim.chmod(0o755)
         argv_hook = [str(shim), "claude_code", "UserPromptSubmit"]
         argv_site = [sys.executable, "-m", "memmy.hook", "claude_code", "UserPromptSubmit"]
+        argv_no_site = [sys.executable, "-S", "-m", "memmy.hook", "claude_code", "UserPromptSubmit"]
         queries = [q for _, q in make_queries(args.runs, 11)]
-        times, injected, baseline, imports, with_site = [], 0, [], [], []
+        times, injected, baseline, imports, with_site, no_site = [], 0, [], [], [], []
         fast_env = {**env, "PYTHONPATH": package_dir()}
         import_argv = [sys.executable, "-S", "-c", "import memmy.hook.runtime"]
         load_before = os.getloadavg()
@@ -91,6 +92,12 @@ def main(argv: list[str] | None = None) -> int:
             began = time.perf_counter()
             subprocess.run(argv_site, input=json.dumps(payload), capture_output=True, text=True, env=env, timeout=30)
             with_site.append((time.perf_counter() - began) * 1000)
+            payload["session_id"] = f"bench-nosite-{number}"
+            began = time.perf_counter()
+            subprocess.run(
+                argv_no_site, input=json.dumps(payload), capture_output=True, text=True, env=fast_env, timeout=30
+            )
+            no_site.append((time.perf_counter() - began) * 1000)
             # Interleaved, so the baselines see the same machine load as the hook runs.
             began = time.perf_counter()
             subprocess.run([sys.executable, "-c", "pass"], env=env, check=True)
@@ -107,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"  hook (memmy-hook launcher, -S) p50 {hook_p50:6.1f} ms   p95 {hook_p95:6.1f} ms   "
         f"max {max(times):6.1f} ms   mean {statistics.fmean(times):6.1f} ms"
+    )
+    print(
+        f"  python -S -m memmy.hook (no launcher)  p50 {percentile(no_site, 0.5):6.1f} ms   "
+        f"p95 {percentile(no_site, 0.95):6.1f} ms"
     )
     print(
         f"  python -m memmy.hook (with site)  p50 {percentile(with_site, 0.5):6.1f} ms   "
