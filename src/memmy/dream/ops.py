@@ -37,7 +37,7 @@ class DreamOps:
         self.memories = store.memories
         self.indexer = indexer
         self.repo = store.dreams
-        self.planner = DreamPlanner(settings, self.repo, indexer)
+        self.planner = DreamPlanner(settings, store, indexer)
         self._running = threading.Lock()
 
     @property

@@ -24,7 +24,8 @@ import numpy as np
 from memmy.config import MemmyConfig
 from memmy.domain import content_hash, summarise
 from memmy.indexing import Indexer
-from memmy.store.dreams import ACTIONS, LIVE_STATUSES, DreamRepository, Row
+from memmy.store.dreams import ACTIONS, LIVE_STATUSES, Row
+from memmy.store.unit import Store
 
 LAYERS = ("L1", "L2")
 STALE_PRIORITY = 0.05
@@ -152,9 +153,10 @@ def count_actions(actions: list[str]) -> dict[str, int]:
 class DreamPlanner:
     """Computes a pass from the store and the in-memory vector index."""
 
-    def __init__(self, config: Callable[[], MemmyConfig], repo: DreamRepository, indexer: Indexer) -> None:
+    def __init__(self, config: Callable[[], MemmyConfig], store: Store, indexer: Indexer) -> None:
         self._config = config
-        self.repo = repo
+        self.store = store
+        self.repo = store.dreams
         self.indexer = indexer
 
     def _injected(self, ids: list[str]) -> set[str]:
@@ -162,7 +164,7 @@ class DreamPlanner:
         if not ids:
             return set()
         marks = ",".join("?" * len(ids))
-        rows = self.repo.db.query(
+        rows = self.store.query(
             "SELECT DISTINCT j.value FROM recall_events r, json_each(r.injected_memory_ids_json) j "
             f"WHERE j.value IN ({marks})",
             ids,

@@ -82,12 +82,12 @@ class MemoryService(Configured):
 
     def __init__(self, parts: Components) -> None:
         """Hold what :func:`~memmy.service.bootstrap.bootstrap` built (``MemoryService.open`` does both)."""
-        self.parts = parts
         self.settings = parts.settings
         self.store = parts.store
         self.redactor = parts.redactor
         self.indexer = parts.indexer
         self.models = parts.models
+        self.model_slots = parts.model_slots
         self.memory_ops = parts.memory_ops
         self.recall_ops = parts.recall_ops
         self.episode_ops = parts.episode_ops
@@ -410,7 +410,7 @@ class MemoryService(Configured):
         for ops in (self.turn_ops, self.imports):  # these two still hold a config of their own
             ops.config = self.config
         self.models.replace_with(build_model_clients(self.config, self.store))
-        self.parts.model_slots.summary, self.parts.model_slots.evolution = self.models.summary, self.models.evolution
+        self.model_slots.summary, self.model_slots.evolution = self.models.summary, self.models.evolution
         if embedding_changed:
             self.indexer.replace_embedder(embedder_factory(self.config))
         retried = self.queue.retry_failed() if opt_bool(body, "restartFailedProcessing", True) else 0
