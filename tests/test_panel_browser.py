@@ -109,7 +109,7 @@ def pending_policy(daemon: Daemon, embedder: Embedder) -> str:
         db = Database(Path(client.get("/api/v1/health").json()["storage"]["path"]))
     try:
         store = Store(db)
-        indexer = Indexer(lambda: embedder, store.memories, store.vectors, store.queue, 32, store.keys)
+        indexer = Indexer(lambda: embedder, store, 32)
         writer = LayerWriter(store, indexer)
         writer.review_required = lambda: True
         memory = writer.upsert(
