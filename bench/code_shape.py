@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -50,6 +51,25 @@ def _body_any_params(tree: ast.AST) -> int:
     return count
 
 
+#: A config setting read by string key: ``config.algorithm[...]``, ``config.algo(...)``, ``config.tree[...]``,
+#: ``config.tree.get(...)``, and a string subscript on a section dict taken from them (``retrieval["x"]``).
+_CONFIG_READ = re.compile(r"config(\(\))?\.(algorithm\[|algo\(|tree\[|tree\.get\()")
+_SECTION_READ = re.compile(
+    r"\b(retrieval|capture|reward_cfg|fb_cfg|feedback_cfg|l2|cfg|self\._l2|tree|section)"
+    r"(\[\"[A-Za-z0-9]+\"\]|\.get\(\"[A-Za-z0-9]+\")"
+)
+#: A transaction or raw read the service layer opens itself on the connection, not through the Store.
+_RAW_DB = re.compile(r"\bdb\.(transaction|savepoint|query|query_one|conn)\b")
+_SERVICE_LAYER = ("service", "keys", "jobs", "dream")
+
+
+def _config_reads(rel: Path, text: str) -> int:
+    if rel.parts[0] in ("config.py", "config_defaults.py") or "config" not in text:
+        return 0
+    lines = [line for line in text.splitlines() if "import" not in line]
+    return sum(len(_CONFIG_READ.findall(line)) + len(_SECTION_READ.findall(line)) for line in lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--src", default="src/memmy")
@@ -62,6 +82,8 @@ def main() -> None:
     body_any: Counter[str] = Counter()
     functions: list[tuple[str, int]] = []
     inits: list[tuple[str, int]] = []
+    config_reads: Counter[str] = Counter()
+    raw_db = store_tx = 0
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root)
         package = rel.parts[0] if len(rel.parts) > 1 else "(top)"
@@ -73,6 +95,10 @@ def main() -> None:
         body_any[package] += _body_any_params(tree)
         functions += [(f"{rel}:{name}", size) for name, size in _functions(tree)]
         inits += [(f"{rel}:{name}", size) for name, size in _init_params(tree)]
+        config_reads[str(rel)] = _config_reads(rel, text)
+        if rel.parts[0] in _SERVICE_LAYER:
+            raw_db += len(_RAW_DB.findall(text))
+            store_tx += text.count("store.transaction(") + text.count("store.savepoint(")
     print(f"{'package':<14}{'modules':>8}{'lines':>8}{'untyped body params':>21}")
     for package in sorted(lines):
         print(f"{package:<14}{modules[package]:>8}{lines[package]:>8}{body_any[package]:>21}")
@@ -87,6 +113,12 @@ def main() -> None:
     service_inits = [size for name, size in inits if name.startswith("service/")]
     if service_inits:
         print(f"\nservice/ constructors: {len(service_inits)}, max {max(service_inits)} parameters")
+    print(f"\nconfig settings read by string key: {sum(config_reads.values())}")
+    for name, n in config_reads.most_common():
+        if n:
+            print(f"  {n:>4}  {name}")
+    print(f"\nservice layer (service/ keys/ jobs/ dream/): {raw_db} transactions or reads on the raw connection")
+    print(f"  (db.transaction / savepoint / query / conn), {store_tx} through store.transaction / savepoint")
 
 
 if __name__ == "__main__":

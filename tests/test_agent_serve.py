@@ -17,6 +17,7 @@ import httpx
 import openai
 import pytest
 import uvicorn
+from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMessageFunctionToolCall
 
 from memmy.agent.config import load_agent_config
 from memmy.agent.serve import create_app
@@ -24,7 +25,7 @@ from tests.agent_stubs import ModelStub, Reply, last_user_text, run_model_stub, 
 from tests.conftest import Daemon, free_port
 
 TOKEN = "serve-test-token"
-WEATHER_TOOL = {
+WEATHER_TOOL: ChatCompletionFunctionToolParam = {
     "type": "function",
     "function": {
         "name": "get_weather",
@@ -108,6 +109,7 @@ def test_tools_are_passed_through(isolated_home: Path) -> None:
         messages: list[Any] = [{"role": "user", "content": "what is the weather in Oslo?"}]
         whole = client.chat.completions.create(model="stub-model", messages=messages, tools=[WEATHER_TOOL])
         call = whole.choices[0].message.tool_calls[0]  # type: ignore[index]
+        assert isinstance(call, ChatCompletionMessageFunctionToolCall)
         assert whole.choices[0].finish_reason == "tool_calls" and call.function.name == "get_weather"
         assert json.loads(call.function.arguments) == {"city": "Oslo"}
         assert stub.requests[-1]["body"]["tools"][0]["function"]["name"] == "get_weather"

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from textual.widgets import OptionList, Static
+from textual.widgets import Input, OptionList, Static
 
 from memmy.agent.config import load_agent_config
 from memmy.agent.sessions import SessionStore
@@ -91,11 +91,11 @@ def test_slash_menu_filters_completes_and_runs(isolated_home: Path) -> None:
             await pilot.press("backspace", "backspace", "h", "i")
             assert [menu.get_option_at_index(i).id for i in range(menu.option_count)] == ["/history"]
             await pilot.press("backspace", "backspace", "g", "enter")  # Enter on a prefix completes
-            assert app.query_one("#prompt").value == "/goal" and not menu.display
+            assert app.query_one("#prompt", Input).value == "/goal" and not menu.display
             await pilot.press(*" ship the parser", "enter")
             assert "goal set: ship the parser" in log_text(app)
             await pilot.press("/", "m", "tab")  # Tab completes the selected entry
-            assert app.query_one("#prompt").value == "/model"
+            assert app.query_one("#prompt", Input).value == "/model"
             await pilot.press(*" fast", "enter")
             assert "now using stub-fast" in log_text(app)
             await pilot.press("/", "escape")

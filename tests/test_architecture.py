@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "memmy"
@@ -128,3 +129,36 @@ def test_no_god_modules() -> None:
         if (n := len(p.read_text(encoding="utf-8").splitlines())) > 1000
     }
     assert too_long == {}
+
+
+DOC = PACKAGE.parents[1] / "docs" / "architecture.md"
+
+
+def documented_layering(text: str) -> dict[str, set[str]]:
+    """The ``| Package | May import |`` table of docs/architecture.md as ``{component: allowed}``.
+
+    A row may name several packages; a note in parentheses is ignored; "nothing from memmy" is the empty set.
+    """
+    section = text.split("| Package | May import |", 1)[1]
+    table: dict[str, set[str]] = {}
+    for line in section.splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        names = re.findall(r"`([^`]+)`", re.sub(r"\([^)]*\)", "", cells[0]))
+        allowed = set(re.findall(r"`([^`]+)`", re.sub(r"\([^)]*\)", "", cells[1])))
+        for name in names:
+            table[name] = allowed
+    return table
+
+
+def test_the_documented_layering_table_is_the_enforced_one() -> None:
+    documented = documented_layering(DOC.read_text(encoding="utf-8"))
+    assert documented == ALLOWED
+
+
+def test_every_component_is_in_the_documented_package_list() -> None:
+    packages = DOC.read_text(encoding="utf-8").split("## Packages", 1)[1].split("\n## ", 1)[0]
+    documented = {name for name in ALLOWED if f"`memmy/{name}/`" in packages or f"memmy/{name}.py" in packages}
+    missing = set(ALLOWED) - documented - {"__init__", "__main__"}
+    assert missing == set()

@@ -27,7 +27,7 @@ def plugin_root() -> Path:
     market = json.loads(MARKETPLACE.read_text())
     (entry,) = market["plugins"]
     assert entry["name"] == "memmy-memory" and entry["version"] == __version__
-    return (ROOT / entry["source"]).resolve()
+    return (ROOT / str(entry["source"])).resolve()
 
 
 def test_marketplace_plugin_matches_what_init_installs() -> None:

@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -192,7 +193,7 @@ def test_audit_retention_prunes_only_when_configured_and_says_so(service: Memory
     service.logs.audit("memory.delete", "trace", "x", user_id=None, actor={"source": "cli"})
     assert service.governance.prune_if_due() == 0  # retentionDays 0: kept forever
     service.db.conn.execute("UPDATE audit_logs SET created_at = '2000-01-01T00:00:00.000Z'")
-    service.config.tree["audit"] = {"retentionDays": 30}
+    service.settings.current = replace(service.config, tree={**service.config.tree, "audit": {"retentionDays": 30}})
     assert service.governance.prune_if_due() == 1
     rows = service.governance.logs_page({"kind": "audit"})["items"]
     assert [r["action"] for r in rows] == ["audit.prune"] and rows[0]["meta"]["removed"] == 1

@@ -9,6 +9,7 @@ import stat
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -94,7 +95,7 @@ def default_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]
 
 @pytest.mark.parametrize(("method", "path"), PROTECTED)
 def test_auth_matrix_from_the_route_table(default_daemon: Daemon, method: str, path: str) -> None:
-    body = {} if method in ("POST", "DELETE") else None
+    body: dict[str, Any] | None = {} if method in ("POST", "DELETE") else None
     url = default_daemon.url + path
     for headers in ({}, {"authorization": "Bearer wrong"}, {"x-api-key": "wrong"}, {"authorization": "Basic x"}):
         response = httpx.request(method, url, json=body, headers=headers, timeout=30)

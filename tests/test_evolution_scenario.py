@@ -89,7 +89,7 @@ def run_episode(client: httpx.Client, script: Script, package: str) -> dict[str,
         ],
     }
     client.post(f"/api/v1/turns/{second['turnId']}/complete", json=fixing).raise_for_status()
-    closed = client.post(f"/api/v1/sessions/{session_id}/close", json={}).json()
+    closed: dict[str, Any] = client.post(f"/api/v1/sessions/{session_id}/close", json={}).json()
     assert closed["closedEpisodeIds"] == [first["episodeId"]]
     return closed
 

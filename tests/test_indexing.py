@@ -97,6 +97,7 @@ def test_embedding_failure_never_fails_the_write(isolated_home: Path) -> None:
         state = service.queue.states([added["id"]])[added["id"]]
         assert state["state"] == "embedding_pending" and state["attemptCount"] == 1
         row = service.db.query_one("SELECT status, attempts, next_attempt_at, last_error FROM embedding_retry_queue")
+        assert row is not None
         assert row["status"] == "pending" and row["attempts"] == 1 and "503" in row["last_error"]
         # Exhaust the attempts: the memory ends up `failed` with a retry action, and stays searchable.
         service.db.conn.execute("UPDATE embedding_retry_queue SET attempts = max_attempts - 1, next_attempt_at = 0")
@@ -115,5 +116,6 @@ def test_other_layers_use_the_vec_field(embedder: Embedder, isolated_home: Path,
     row = service.db.query_one(
         "SELECT vector_field, embedding_dim FROM memory_vector_entries WHERE memory_id=?", (memory_id,)
     )
+    assert row is not None
     assert row["vector_field"] == "vec" and row["embedding_dim"] == 384
     service.close()

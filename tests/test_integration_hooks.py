@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from memmy.cli.main import cli
 from tests.conftest import Daemon, HangingServer, refused_endpoint
 
-CLAUDE_SETTINGS = {
+CLAUDE_SETTINGS: dict[str, Any] = {
     "model": "opus",
     "permissions": {"allow": ["Bash(npm test)"]},
     "hooks": {
@@ -28,8 +28,10 @@ CLAUDE_SETTINGS = {
         "UserPromptSubmit": [{"matcher": "", "hooks": [{"type": "command", "command": "~/bin/log-prompt.sh"}]}],
     },
 }
-CODEX_HOOKS = {"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "notify-send done", "timeout": 5}]}]}}
-CURSOR_HOOKS = {"version": 1, "hooks": {"afterFileEdit": [{"command": "./format.sh"}]}}
+CODEX_HOOKS: dict[str, Any] = {
+    "hooks": {"Stop": [{"hooks": [{"type": "command", "command": "notify-send done", "timeout": 5}]}]}
+}
+CURSOR_HOOKS: dict[str, Any] = {"version": 1, "hooks": {"afterFileEdit": [{"command": "./format.sh"}]}}
 
 
 def seed(home: Path) -> dict[str, Path]:

@@ -77,7 +77,10 @@ def seed(home: Path, plugins: dict[str, Any]) -> Path:
     return root
 
 
-FOREIGN = {"allow": ["voice-call"], "entries": {"voice-call": {"enabled": True, "config": {"provider": "twilio"}}}}
+FOREIGN: dict[str, Any] = {
+    "allow": ["voice-call"],
+    "entries": {"voice-call": {"enabled": True, "config": {"provider": "twilio"}}},
+}
 
 
 def test_install_merges_every_foreign_key_and_removal_restores_bytes(isolated_home: Path) -> None:
@@ -111,7 +114,7 @@ def test_install_merges_every_foreign_key_and_removal_restores_bytes(isolated_ho
 
 
 def test_memory_slot_held_by_another_plugin_is_kept_unless_confirmed(isolated_home: Path) -> None:
-    plugins = {
+    plugins: dict[str, Any] = {
         "enabled": False,
         "slots": {"memory": "memory-lancedb"},
         "deny": ["memmy-memory", "shell-exec"],

@@ -19,6 +19,7 @@ from memmy.jobs.worker import Apply, EvolutionWorker
 from memmy.store.db import Database
 from memmy.store.jobs import JobRecord, JobRepository, backoff_seconds, to_store_time, utc_after
 from memmy.store.queue import LEASE_MS, backoff_ms
+from memmy.store.unit import Store
 
 SIDE_TABLE = "CREATE TABLE IF NOT EXISTS side_effects (job_id TEXT NOT NULL, note TEXT)"
 
@@ -218,7 +219,7 @@ def test_drain_runs_two_phases_and_enqueues_follow_ups(db: Database, jobs: JobRe
 
         return apply
 
-    worker = EvolutionWorker(db, jobs, {"reward": reward, "l2_association": lambda job: None})
+    worker = EvolutionWorker(Store(db), {"reward": reward, "l2_association": lambda job: None})
     job, _ = jobs.enqueue("reward", target_memory_id="mem_1")
     report = worker.drain()
     assert (report.leased, report.succeeded, report.failed) == (2, 2, 0)
@@ -246,7 +247,7 @@ def test_handler_exception_is_scrubbed_and_rolled_back(db: Database, jobs: JobRe
     def phase_one_fails(job: JobRecord) -> Apply | None:
         raise ValueError("model answered garbage, key sk-abcdefgh12345")
 
-    worker = EvolutionWorker(db, jobs, {"reward": leaky, "reflection": phase_one_fails})
+    worker = EvolutionWorker(Store(db), {"reward": leaky, "reflection": phase_one_fails})
     job, _ = jobs.enqueue("reward")
     other, _ = jobs.enqueue("reflection")
     report = worker.drain()
@@ -262,7 +263,7 @@ def test_handler_exception_is_scrubbed_and_rolled_back(db: Database, jobs: JobRe
 
 
 def test_unknown_job_type_is_dead_lettered_at_once(db: Database, jobs: JobRepository) -> None:
-    worker = EvolutionWorker(db, jobs, {})
+    worker = EvolutionWorker(Store(db), {})
     job, _ = jobs.enqueue("mystery_job", max_attempts=5)
     report = worker.drain()
     assert report.failed == 1 and report.jobs[0]["status"] == "dead_letter"
@@ -275,7 +276,7 @@ def test_unknown_job_type_is_dead_lettered_at_once(db: Database, jobs: JobReposi
 
 
 def test_drain_limit_and_lost_lease(db: Database, jobs: JobRepository) -> None:
-    worker = EvolutionWorker(db, jobs, {"reward": writer(db)})
+    worker = EvolutionWorker(Store(db), {"reward": writer(db)})
     for _ in range(5):
         jobs.enqueue("reward")
     assert worker.drain(limit=3).succeeded == 3
@@ -297,8 +298,8 @@ def test_concurrent_drains_run_each_job_exactly_once(db: Database, jobs: JobRepo
         time.sleep(0.002)  # let the other thread lease in between
         return writer(db)(job)
 
-    workers = [EvolutionWorker(db, jobs, {"reward": handler}) for _ in range(2)]
-    shared = EvolutionWorker(db, jobs, {"reward": handler})
+    workers = [EvolutionWorker(Store(db), {"reward": handler}) for _ in range(2)]
+    shared = EvolutionWorker(Store(db), {"reward": handler})
     for _ in range(60):
         jobs.enqueue("reward")
     totals: list[int] = []
@@ -345,7 +346,7 @@ def test_background_thread_start_wake_stop(db: Database, jobs: JobRepository) ->
         cycles.append(1)
         raise RuntimeError("periodic hook bug")  # must be logged, not kill the thread
 
-    worker = EvolutionWorker(db, jobs, {"reward": handler}, startup_delay_s=30, on_cycle=on_cycle)
+    worker = EvolutionWorker(Store(db), {"reward": handler}, startup_delay_s=30, on_cycle=on_cycle)
     jobs.enqueue("reward")
     worker.start()
     try:
@@ -382,7 +383,7 @@ CHILD = textwrap.dedent(
     from pathlib import Path
     from memmy.jobs.worker import EvolutionWorker
     from memmy.store.db import Database
-    from memmy.store.jobs import JobRepository
+    from memmy.store.unit import Store
 
     db = Database(Path(sys.argv[1]))
     flag = Path(sys.argv[2])
@@ -394,7 +395,7 @@ CHILD = textwrap.dedent(
             time.sleep(120)
         return apply
 
-    EvolutionWorker(db, JobRepository(db), {"reward": handler}).drain(1)
+    EvolutionWorker(Store(db), {"reward": handler}).drain(1)
     """
 )
 
@@ -425,7 +426,7 @@ def test_crash_inside_apply_rolls_back_and_the_job_runs_once_after_restart(tmp_p
 
     # Daemon restart: leases of the dead process are released, and the job runs once.
     assert jobs.release_all_leases() == 1
-    report = EvolutionWorker(db, jobs, {"reward": writer(db, "restarted")}).drain()
+    report = EvolutionWorker(Store(db), {"reward": writer(db, "restarted")}).drain()
     assert report.succeeded == 1 and report.jobs[0]["jobId"] == job.id
     assert side_effects(db) == [job.id]
     done = jobs.get(job.id)

@@ -35,6 +35,7 @@ def test_client_helpers_cut_on_code_points(tmp_path: Path) -> None:
     source = load_template(CLIENT_TEMPLATE).replace("import.meta.url", '"file:///nonexistent/"')
     script = tmp_path / "driver.mjs"
     script.write_text(source + "\n" + DRIVER, encoding="utf-8")
+    assert NODE is not None
     done = subprocess.run([NODE, str(script)], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)

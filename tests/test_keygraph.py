@@ -29,7 +29,7 @@ def call(service: MemoryService, op: str, **body: Any) -> Any:
 
 def key_id(service: MemoryService, concept: str) -> str:
     keys = call(service, "browse_keys", limit=500)["keys"]
-    return next(k["key_id"] for k in keys if k["concept"] == concept)
+    return str(next(k["key_id"] for k in keys if k["concept"] == concept))
 
 
 def weights(service: MemoryService, memory_id: str) -> dict[str, float]:

@@ -21,6 +21,7 @@ from memmy.service import MemoryService
 from memmy.service.models import build_model_clients
 from memmy.store.db import Database
 from memmy.store.llm_usage import LLMUsageRepository
+from memmy.store.unit import Store
 from tests.llm_stub import run_chat_stub
 
 KEY = "sk-test1234567890abcdef"
@@ -278,8 +279,8 @@ def test_budget_config_and_env_overrides(isolated_home: Path, monkeypatch: pytes
 
 
 def test_build_model_clients_and_usage_report(isolated_home: Path, tmp_path: Path) -> None:
-    db = Database(tmp_path / "m.sqlite")
-    assert build_model_clients(load_config(), db).summary is None
+    store = Store(Database(tmp_path / "m.sqlite"))
+    assert build_model_clients(load_config(), store).summary is None
     with run_chat_stub(ok, usage={"total_tokens": 100}) as stub:
         write_config(
             isolated_home,
@@ -289,7 +290,7 @@ def test_build_model_clients_and_usage_report(isolated_home: Path, tmp_path: Pat
                 "llmBudget": {"dailyCalls": 3, "dailyTokens": 0},
             },
         )
-        models = build_model_clients(load_config(), db)
+        models = build_model_clients(load_config(), store)
         assert models.evolution is None and models.summary is not None
         assert models.summary_timeout_s == 45.0
         models.summary.complete_json("s", "u", timeout_s=5)
@@ -299,7 +300,7 @@ def test_build_model_clients_and_usage_report(isolated_home: Path, tmp_path: Pat
     assert report["remaining"] == {"calls": 2, "tokens": None} and not report["exhausted"]
     assert report["configured"] == {"summary": True, "evolution": False}
     assert report["resetsAt"].endswith("T00:00:00Z") and report["slots"]["summary"]["calls"] == 1
-    db.close()
+    store.close()
 
 
 def test_recall_llm_steps_spend_from_the_budget(isolated_home: Path, embedder: Embedder) -> None:

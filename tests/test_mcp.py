@@ -25,7 +25,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolResult
+from mcp_types import CallToolResult, TextContent
 from starlette.applications import Starlette
 
 from memmy.cli.client import ClientSettings
@@ -100,7 +100,7 @@ def with_client(server: Any, body: Callable[[Client], Awaitable[T]], mode: str =
     """
 
     async def main() -> T:
-        async with Client(server, read_timeout_seconds=120, mode=mode) as client:  # type: ignore[arg-type]
+        async with Client(server, read_timeout_seconds=120, mode=mode) as client:
             return await body(client)
 
     return anyio.run(main)
@@ -528,7 +528,9 @@ def test_http_endpoint_mounted_in_the_daemon_app(
                 await client.call_tool("memmy_memory_get", {"id": "raw_0123"}), "raw turn ids are internal", "HTTP 400"
             )
             out["counts"] = (before, await anyio.to_thread.run_sync(overview_counts, api))
-            out["prompt"] = (await client.get_prompt("memory_system_prompt")).messages[0].content.text
+            content = (await client.get_prompt("memory_system_prompt")).messages[0].content
+            assert isinstance(content, TextContent)
+            out["prompt"] = content.text
             return out
 
         identity = {"x-memmy-source": "cursor", "x-memmy-workspace-path": str(tmp_path)}

@@ -10,6 +10,7 @@ import threading
 import time
 import zipfile
 from collections.abc import Iterator
+from dataclasses import replace
 from io import BytesIO
 from pathlib import Path
 
@@ -152,7 +153,8 @@ def test_foreign_host_and_origin_are_refused(client: TestClient, service: Memory
 
 
 def test_review_queue_approve_from_the_panel(client: TestClient, service: MemoryService) -> None:
-    service.config.tree["evolution"]["review"] = "required"
+    config = service.config  # the shared settings: one swap reaches every ops group, as a reload does
+    service.settings.current = replace(config, evolution=replace(config.evolution, review="required"))
     writer = next(g.writer for g in service.evolution_groups if isinstance(getattr(g, "writer", None), LayerWriter))
     pending = writer.upsert(
         LayerWrite(

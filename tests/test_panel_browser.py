@@ -23,9 +23,7 @@ from memmy.embed import Embedder
 from memmy.indexing import Indexer
 from memmy.jobs.writer import LayerWrite, LayerWriter
 from memmy.store.db import Database
-from memmy.store.memories import MemoryRepository
-from memmy.store.queue import EmbeddingQueue
-from memmy.store.vectors import VectorRepository
+from memmy.store.unit import Store
 from tests.agent_homes import fixture_home
 from tests.conftest import Daemon, free_port
 
@@ -110,9 +108,9 @@ def pending_policy(daemon: Daemon, embedder: Embedder) -> str:
     with daemon.client() as client:
         db = Database(Path(client.get("/api/v1/health").json()["storage"]["path"]))
     try:
-        memories = MemoryRepository(db)
-        indexer = Indexer(lambda: embedder, memories, VectorRepository(db), EmbeddingQueue(db), 32)
-        writer = LayerWriter(memories, indexer)
+        store = Store(db)
+        indexer = Indexer(lambda: embedder, store, 32)
+        writer = LayerWriter(store, indexer)
         writer.review_required = lambda: True
         memory = writer.upsert(
             LayerWrite(

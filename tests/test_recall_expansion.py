@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from memmy.service.namespace import Namespace
 
 from memmy.config import load_config
 from memmy.domain import Memory
 from memmy.embed import Embedder
+from memmy.namespace import Namespace
 from memmy.recall.expansion import expansion_terms
 from memmy.recall.pipeline import Candidate
 from memmy.service import MemoryService

@@ -165,7 +165,7 @@ def _remember_over_mcp(url: str, token: str, corpus: Corpus) -> None:
         transport = streamable_http_client(
             f"{url}/mcp", http_client=httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=120)
         )
-        async with Client(transport, read_timeout_seconds=120) as client:  # type: ignore[arg-type]
+        async with Client(transport, read_timeout_seconds=120) as client:
             for kind, text, _ in corpus:
                 result = await client.call_tool(
                     "remember", {"content": f"remember: {text}", "keys": [kind, "credentials"]}

@@ -95,7 +95,7 @@ def test_a_skill_is_rebuilt_only_when_something_new_arrived(offline: MemoryServi
     policy = offline.memories.get(policy_id)
     assert policy is not None
     stats = policy.properties["policy"]
-    LayerWriter(offline.memories, offline.indexer).patch_properties(
+    LayerWriter(offline.store, offline.indexer).patch_properties(
         policy, "policy", {"statsRuns": int(stats.get("statsRuns") or 0) + 1}
     )
     crystallize_again(offline, policy_id)
@@ -130,7 +130,7 @@ def test_with_an_llm_an_unchanged_skill_costs_no_call_and_world_models_are_super
         slot = f"    provider: openai_compatible\n    endpoint: {stub.url}\n    model: stub-model\n"
         svc = make_service(isolated_home, embedder, f"  summary:\n{slot}  evolution:\n{slot}")
         try:
-            legacy = LayerWriter(svc.memories, svc.indexer).upsert(
+            legacy = LayerWriter(svc.store, svc.indexer).upsert(
                 LayerWrite(
                     layer="L3",
                     key="world:legacy-python-notes",

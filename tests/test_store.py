@@ -8,10 +8,11 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from memmy.domain import Memory, content_hash
+from memmy.domain import Layer, Memory, content_hash
 from memmy.errors import StoreError
 from memmy.namespace import Namespace
 from memmy.service import MemoryService
@@ -46,27 +47,27 @@ EXPECTED_TABLES = {
 }
 
 
-def make_memory(content: str, layer: str = "L1", **extra: object) -> Memory:
+def make_memory(content: str, layer: Layer = "L1", **extra: Any) -> Memory:
     now = utc_now()
     return Memory(
         id=f"m_{content_hash(content)[:12]}",
         layer=layer,
-        content=content,  # type: ignore[arg-type]
+        content=content,
         content_hash=content_hash(content),
         created_at=now,
         updated_at=now,
         valid_from=now,
         **extra,
-    )  # type: ignore[arg-type]
+    )
 
 
 def test_fresh_database_has_every_table_and_pragmas(tmp_path: Path) -> None:
     db = Database(tmp_path / "m.sqlite")
     names = {r[0] for r in db.query("SELECT name FROM sqlite_master WHERE type IN ('table')")}
     assert EXPECTED_TABLES <= names
-    assert db.query_one("PRAGMA journal_mode")[0] == "wal"
-    assert db.query_one("PRAGMA foreign_keys")[0] == 1
-    assert db.query_one("PRAGMA busy_timeout")[0] == 5000
+    assert db.query("PRAGMA journal_mode")[0][0] == "wal"
+    assert db.query("PRAGMA foreign_keys")[0][0] == 1
+    assert db.query("PRAGMA busy_timeout")[0][0] == 5000
     columns = {r[1] for r in db.query("PRAGMA table_info(memories)")}
     assert {"user_id", "project_id", "source_agent", "session_id", "valid_from", "valid_to"} <= columns
     vector_columns = {r[1] for r in db.query("PRAGMA table_info(memory_vector_entries)")}

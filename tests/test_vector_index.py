@@ -9,7 +9,8 @@ from memmy.store.vectors import VectorIndex, VectorMeta
 
 def _unit(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
     m = rng.standard_normal((n, dim)).astype(np.float32)
-    return m / np.linalg.norm(m, axis=1, keepdims=True)
+    unit: np.ndarray = m / np.linalg.norm(m, axis=1, keepdims=True)
+    return unit
 
 
 def test_blocks_match_brute_force_under_every_filter_and_after_moves_and_removals() -> None:

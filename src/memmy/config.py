@@ -10,16 +10,18 @@ checked against the type of its default, so a bad file fails with the file, the 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import os
 import re
 import secrets
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -96,6 +98,7 @@ class LLMSettings:
     timeout_ms: int
     max_retries: int
     enable_thinking: bool
+    review: str = "off"
 
     @property
     def configured(self) -> bool:
@@ -156,6 +159,213 @@ class ServerSettings:
 
 
 @dataclass(frozen=True)
+class AlgorithmFlags:
+    """The three switches at the top of ``algorithm``."""
+
+    enable_memory_add: bool
+    enable_memory_search: bool
+    enable_query_rewrite: bool
+
+
+@dataclass(frozen=True)
+class CaptureSettings:
+    """``algorithm.capture``: trace limits and the reflection batching."""
+
+    max_text_chars: int
+    max_tool_output_chars: int
+    synth_reflection: bool
+    embed_after_capture: bool
+    alpha_scoring: bool
+    batch_threshold: int
+    reflection_context_mode: str
+    long_episode_reflect_mode: str
+    downstream_step_count: int
+    task_context_max_chars: int
+    reflection_batch_window_size: int
+    reflection_batch_window_overlap: int
+    degraded_batch_window_size: int
+    degraded_batch_window_overlap: int
+    primary_max_retries: int
+    degraded_max_retries: int
+    state_max_chars: int
+    thinking_max_chars: int
+    action_max_chars: int
+    tool_input_max_chars: int
+    tool_output_max_chars: int
+    tool_error_max_chars: int
+    outcome_max_chars: int
+    reflection_max_chars: int
+
+
+@dataclass(frozen=True)
+class RewardSettings:
+    """``algorithm.reward``: task scoring and back-propagation."""
+
+    llm_scoring: bool
+    gamma: float
+    lambda_: float
+    delta: float
+    tau_softmax: float
+    decay_half_life_days: float
+    implicit_threshold: float
+    feedback_window_sec: float
+    summary_max_chars: int
+    min_exchanges_for_completion: int
+    min_content_chars_for_completion: int
+    tool_heavy_ratio: float
+    min_assistant_chars_for_tool_heavy: int
+
+
+@dataclass(frozen=True)
+class FeedbackSettings:
+    """``algorithm.feedback``: failure bursts and decision repair."""
+
+    failure_threshold: int
+    failure_window: int
+    value_delta: float
+    min_low_value_threshold: float
+    use_llm: bool
+    attach_to_policy: bool
+    cooldown_ms: float
+    trace_char_cap: int
+    evidence_limit: int
+
+
+@dataclass(frozen=True)
+class L2InductionSettings:
+    """``algorithm.l2Induction``: association and induction of L2 policies."""
+
+    use_llm: bool
+    min_episodes_for_induction: int
+    min_similarity: float
+    candidate_ttl_days: float
+    min_trace_value: float
+    min_gain: float
+    archive_gain: float
+    trace_char_cap: int
+    tau_softmax: float
+    gain_ema_alpha: float
+
+
+@dataclass(frozen=True)
+class L3AbstractionSettings:
+    """``algorithm.l3Abstraction``: world models from policies."""
+
+    use_llm: bool
+    min_policies: int
+    min_policy_gain: float
+    min_policy_support: int
+    cluster_min_similarity: float
+    policy_char_cap: int
+    trace_char_cap: int
+    cooldown_days: int
+    confidence_delta: float
+    min_confidence_for_retrieval: float
+
+
+@dataclass(frozen=True)
+class SkillSettings:
+    """``algorithm.skill``: skill crystallisation and its lifecycle."""
+
+    use_llm: bool
+    min_eta_for_retrieval: float
+    min_support: int
+    min_gain: float
+    candidate_trials: int
+    cooldown_ms: int
+    trace_char_cap: int
+    evidence_limit: int
+    eta_delta: float
+    archive_eta: float
+    repair_candidate_min_eta: float
+    output_language_mode: str
+    outcome_r_task_success_threshold: float
+    outcome_r_task_failure_threshold: float
+    failure_episode_max_ratio: float
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    """``algorithm.session``: how follow-up turns join an episode."""
+
+    follow_up_mode: str
+    merge_max_gap_ms: int
+
+
+@dataclass(frozen=True)
+class RetrievalSettings:
+    """``algorithm.retrieval``: recall tiers, fusion, filters and injection."""
+
+    tier1_top_k: int
+    tier2_top_k: int
+    tier3_top_k: int
+    candidate_pool_factor: int
+    weight_cosine: float
+    weight_priority: float
+    mmr_lambda: float
+    context_window: int
+    rrf_constant: int
+    relative_threshold_floor: float
+    min_skill_eta: float
+    min_trace_sim: float
+    episode_goal_min_sim: float
+    tag_filter: str
+    keyword_top_k: int
+    skill_eta_blend: float
+    smart_seed: bool
+    smart_seed_ratio: float
+    multi_channel_bypass: bool
+    skill_injection_mode: str
+    skill_summary_chars: int
+    llm_filter_enabled: bool
+    llm_filter_max_keep: int
+    llm_filter_fallback_max_keep: int
+    llm_filter_min_candidates: int
+    llm_filter_candidate_body_chars: int
+    read_only_injection_profile: str
+    default_scope: str
+    llm_query_extract: bool
+    llm_in_hook_path: bool
+    llm_timeout_ms: int
+    injection_semantic_gate: bool
+    injection_token_budget: int
+
+
+@dataclass(frozen=True)
+class DreamSettings:
+    """``dream``: the consolidation pass."""
+
+    enabled: bool
+    interval_hours: float
+    lookback_days: float
+    duplicate_similarity: float
+    stale_days: float
+    max_changes: int
+
+
+@dataclass(frozen=True)
+class AuditSettings:
+    """``audit``: audit row retention (0 = keep forever)."""
+
+    retention_days: int
+
+
+_SectionT = TypeVar("_SectionT")
+_SCALARS: dict[str, Callable[[Any], Any]] = {"int": int, "float": float, "bool": bool, "str": str}
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.rstrip("_").split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def section_of(cls: type[_SectionT], values: Mapping[str, Any]) -> _SectionT:
+    """One typed section from its (validated, default-filled) subtree: field ``tier1_top_k`` reads ``tier1TopK``."""
+    kwargs = {f.name: _SCALARS[str(f.type)](values[_camel(f.name)]) for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    return cls(**kwargs)
+
+
+@dataclass(frozen=True)
 class MemmyConfig:
     """The effective configuration: typed views plus the merged tree for algorithm settings."""
 
@@ -191,11 +401,98 @@ class MemmyConfig:
         """One algorithm setting, e.g. ``algo("retrieval", "tier1TopK")``."""
         return self.tree["algorithm"][section][key]
 
+    @cached_property
+    def flags(self) -> AlgorithmFlags:
+        """``algorithm.enableMemoryAdd`` / ``enableMemorySearch`` / ``enableQueryRewrite``."""
+        return section_of(AlgorithmFlags, self.tree["algorithm"])
+
+    @cached_property
+    def capture(self) -> CaptureSettings:
+        """``algorithm.capture``."""
+        return section_of(CaptureSettings, self.tree["algorithm"]["capture"])
+
+    @cached_property
+    def reward(self) -> RewardSettings:
+        """``algorithm.reward``."""
+        return section_of(RewardSettings, self.tree["algorithm"]["reward"])
+
+    @cached_property
+    def feedback(self) -> FeedbackSettings:
+        """``algorithm.feedback``."""
+        return section_of(FeedbackSettings, self.tree["algorithm"]["feedback"])
+
+    @cached_property
+    def l2_induction(self) -> L2InductionSettings:
+        """``algorithm.l2Induction``."""
+        return section_of(L2InductionSettings, self.tree["algorithm"]["l2Induction"])
+
+    @cached_property
+    def l3_abstraction(self) -> L3AbstractionSettings:
+        """``algorithm.l3Abstraction``."""
+        return section_of(L3AbstractionSettings, self.tree["algorithm"]["l3Abstraction"])
+
+    @cached_property
+    def skill(self) -> SkillSettings:
+        """``algorithm.skill``."""
+        return section_of(SkillSettings, self.tree["algorithm"]["skill"])
+
+    @cached_property
+    def session(self) -> SessionSettings:
+        """``algorithm.session``."""
+        return section_of(SessionSettings, self.tree["algorithm"]["session"])
+
+    @cached_property
+    def retrieval(self) -> RetrievalSettings:
+        """``algorithm.retrieval``."""
+        return section_of(RetrievalSettings, self.tree["algorithm"]["retrieval"])
+
+    @cached_property
+    def dream(self) -> DreamSettings:
+        """``dream``."""
+        return section_of(DreamSettings, self.tree["dream"])
+
+    @cached_property
+    def audit(self) -> AuditSettings:
+        """``audit``."""
+        return section_of(AuditSettings, self.tree["audit"])
+
+    @property
+    def active_profile(self) -> str:
+        """``activeProfile`` (``byok`` or ``account``)."""
+        return str(self.tree.get("activeProfile", "byok"))
+
     @property
     def llm_budget(self) -> LLMBudgetSettings:
         """The ``llmBudget`` section (read from the tree, so a config reload applies it)."""
         budget = self.tree.get("llmBudget") or {}
         return LLMBudgetSettings(int(budget.get("dailyCalls", 0)), int(budget.get("dailyTokens", 0)))
+
+
+class Settings:
+    """The effective configuration, shared by reference.
+
+    The composition root builds one and hands it to every ops group; ``reload_config`` swaps :attr:`current`,
+    so every holder sees the new settings at once. Calling it returns the current config.
+    """
+
+    def __init__(self, config: MemmyConfig) -> None:
+        """Hold ``config`` as the current configuration."""
+        self.current = config
+
+    def __call__(self) -> MemmyConfig:
+        """The current configuration."""
+        return self.current
+
+
+class Configured:
+    """Mixin for an ops group that reads the live configuration through ``self.settings``."""
+
+    settings: Settings
+
+    @property
+    def config(self) -> MemmyConfig:
+        """The current configuration (a reload is seen at once)."""
+        return self.settings.current
 
 
 def memmy_home(env: Mapping[str, str] | None = None) -> Path:
@@ -377,6 +674,7 @@ def _llm(tree: Mapping[str, Any]) -> LLMSettings:
         timeout_ms=int(tree["timeoutMs"]),
         max_retries=int(tree["maxRetries"]),
         enable_thinking=bool(tree["enableThinking"]),
+        review=str(tree.get("review") or "off"),
     )
 
 

@@ -24,10 +24,9 @@ import numpy as np
 from memmy.embed import Embedder
 from memmy.errors import MemmyError
 from memmy.store.db import utc_now
-from memmy.store.keys import KeyRepository
-from memmy.store.memories import MemoryRepository
-from memmy.store.queue import EmbeddingQueue, QueueItem
-from memmy.store.vectors import Vector, VectorIndex, VectorRepository, meta_of
+from memmy.store.queue import QueueItem
+from memmy.store.unit import Store
+from memmy.store.vectors import Vector, VectorIndex, meta_of
 
 log = logging.getLogger("memmy.indexing")
 
@@ -129,20 +128,17 @@ class Indexer:
     def __init__(
         self,
         embedder_factory: Callable[[], Embedder],
-        memories: MemoryRepository,
-        vectors: VectorRepository,
-        queue: EmbeddingQueue,
+        store: Store,
         batch_size: int = 32,
-        keys: KeyRepository | None = None,
     ) -> None:
         self._embedder_factory = embedder_factory
         self._embedder: Embedder | None = None
-        self.memories = memories
-        self.vectors = vectors
-        self.queue = queue
+        self.memories = store.memories
+        self.vectors = store.vectors
+        self.queue = store.queue
         self.batch_size = batch_size
         self.index: VectorIndex | None = None
-        self.keys = keys if keys is not None else KeyRepository(memories.db)
+        self.keys = store.keys
         self.key_index: KeyVectorIndex | None = None
         self._keys_dirty = True
         self.reembed = ReembedProgress()

@@ -146,7 +146,7 @@ def init(
         storage["token"] = token
     updates: dict[str, Any] = {
         "version": 1,
-        "activeProfile": current.tree.get("activeProfile", "byok"),
+        "activeProfile": current.active_profile,
         "storage": storage,
     }
     port = _loopback_port(endpoint or obj.url)

@@ -11,20 +11,19 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from memmy.commands.validate import opt_bool, opt_int, require_object
-from memmy.config import MemmyConfig
+from memmy.config import DreamSettings, Settings
 from memmy.domain import new_id
-from memmy.dream.plan import DreamPlanner, DreamSettings, Planned, change_json, count_actions, iso
+from memmy.dream.plan import DreamPlanner, Planned, change_json, count_actions, iso
 from memmy.errors import Conflict, Forbidden, InvalidArgument, MemmyError, NotFound
 from memmy.indexing import Indexer
-from memmy.store.db import Database, utc_now
-from memmy.store.dreams import DreamChange, DreamRecord, DreamRepository, Row
+from memmy.store.db import utc_now
+from memmy.store.dreams import DreamChange, DreamRecord, Row
 from memmy.store.logs import append_change
-from memmy.store.memories import MemoryRepository
+from memmy.store.unit import Store
 
 log = logging.getLogger("memmy.dream")
 
@@ -32,28 +31,22 @@ log = logging.getLogger("memmy.dream")
 class DreamOps:
     """``dream run | log | show | restore`` and the scheduled run."""
 
-    def __init__(
-        self,
-        config: Callable[[], MemmyConfig],
-        db: Database,
-        memories: MemoryRepository,
-        indexer: Indexer,
-    ) -> None:
-        self._config = config
-        self.db = db
-        self.memories = memories
+    def __init__(self, settings: Settings, store: Store, indexer: Indexer) -> None:
+        self._config = settings
+        self.store = store
+        self.memories = store.memories
         self.indexer = indexer
-        self.repo = DreamRepository(db)
-        self.planner = DreamPlanner(config, self.repo, indexer)
+        self.repo = store.dreams
+        self.planner = DreamPlanner(settings, store, indexer)
         self._running = threading.Lock()
 
     @property
     def settings(self) -> DreamSettings:
         """The current settings (read on every call: config reloads apply at once)."""
-        return DreamSettings.of(self._config())
+        return self._config().dream
 
     def _check_writable(self) -> None:
-        if not self._config().algorithm["enableMemoryAdd"]:
+        if not self._config().flags.enable_memory_add:
             raise Forbidden("memory writes are disabled (algorithm.enableMemoryAdd: false)")
 
     # -- run ----------------------------------------------------------------------------------------
@@ -84,7 +77,7 @@ class DreamOps:
             applied, archived = self._apply(dream_id, plan, stats)
         except Exception as exc:
             message = exc.message if isinstance(exc, MemmyError) else f"{type(exc).__name__}: {exc}"
-            with self.db.transaction() as conn:
+            with self.store.transaction() as conn:
                 self.repo.finish(conn, dream_id, "failed", {}, utc_now(), message)
             log.exception("dream %s failed", dream_id)
             raise
@@ -129,7 +122,7 @@ class DreamOps:
         """Run a scheduled pass when ``dream.enabled`` and the last pass began ``intervalHours`` ago or more;
         returns the new dream id, or None when nothing was due (the evolution worker calls this)."""
         settings = self.settings
-        if not settings.enabled or not self._config().algorithm["enableMemoryAdd"]:
+        if not settings.enabled or not self._config().flags.enable_memory_add:
             return None
         moment = now or datetime.now(UTC)
         last = self.repo.last_started_at()
@@ -149,7 +142,7 @@ class DreamOps:
         source = f"dream:{dream_id}"
         applied: list[DreamChange] = []
         archived: list[str] = []
-        with self.db.transaction() as conn:
+        with self.store.transaction() as conn:
             expected: dict[str, Row] = {}
             for planned in plan:
                 expected[planned.memory_id] = planned.before
@@ -260,7 +253,7 @@ class DreamOps:
             raise Conflict(f"dream {record.id} is {record.status}; only a succeeded dream can be restored")
         changes = self.repo.changes(record.id)
         source = f"dream-restore:{record.id}"
-        with self.db.transaction() as conn:
+        with self.store.transaction() as conn:
             final = {c.memory_id: c.after for c in changes}  # the row each memory was left in
             current = self.repo.memory_rows(sorted(final))
             modified: list[str] = []

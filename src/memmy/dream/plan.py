@@ -24,7 +24,8 @@ import numpy as np
 from memmy.config import MemmyConfig
 from memmy.domain import content_hash, summarise
 from memmy.indexing import Indexer
-from memmy.store.dreams import ACTIONS, LIVE_STATUSES, DreamRepository, Row
+from memmy.store.dreams import ACTIONS, LIVE_STATUSES, Row
+from memmy.store.unit import Store
 
 LAYERS = ("L1", "L2")
 STALE_PRIORITY = 0.05
@@ -87,31 +88,6 @@ def rank(row: Row) -> tuple[Any, ...]:
 
 
 POLICY_GRACE_DAYS = 7  # Dream never archives a policy younger than this, nor one never injected
-
-
-@dataclass(frozen=True)
-class DreamSettings:
-    """The ``dream`` section of config.yaml."""
-
-    enabled: bool
-    interval_hours: float
-    lookback_days: float
-    duplicate_similarity: float
-    stale_days: float
-    max_changes: int
-
-    @classmethod
-    def of(cls, config: MemmyConfig) -> DreamSettings:
-        """Read the settings (defaults fill what the file leaves out)."""
-        tree = config.tree.get("dream") or {}
-        return cls(
-            enabled=bool(tree.get("enabled", False)),
-            interval_hours=float(tree.get("intervalHours", 24)),
-            lookback_days=float(tree.get("lookbackDays", 14)),
-            duplicate_similarity=float(tree.get("duplicateSimilarity", 0.95)),
-            stale_days=float(tree.get("staleDays", 90)),
-            max_changes=int(tree.get("maxChanges", 500)),
-        )
 
 
 @dataclass
@@ -177,9 +153,10 @@ def count_actions(actions: list[str]) -> dict[str, int]:
 class DreamPlanner:
     """Computes a pass from the store and the in-memory vector index."""
 
-    def __init__(self, config: Callable[[], MemmyConfig], repo: DreamRepository, indexer: Indexer) -> None:
+    def __init__(self, config: Callable[[], MemmyConfig], store: Store, indexer: Indexer) -> None:
         self._config = config
-        self.repo = repo
+        self.store = store
+        self.repo = store.dreams
         self.indexer = indexer
 
     def _injected(self, ids: list[str]) -> set[str]:
@@ -187,7 +164,7 @@ class DreamPlanner:
         if not ids:
             return set()
         marks = ",".join("?" * len(ids))
-        rows = self.repo.db.query(
+        rows = self.store.query(
             "SELECT DISTINCT j.value FROM recall_events r, json_each(r.injected_memory_ids_json) j "
             f"WHERE j.value IN ({marks})",
             ids,
@@ -196,7 +173,7 @@ class DreamPlanner:
 
     def plan(self, moment: datetime) -> tuple[list[Planned], dict[str, Any]]:
         """Compute a pass without writing: contradicted first, then duplicates, then stale items."""
-        settings = DreamSettings.of(self._config())
+        settings = self._config().dream
         limit = settings.max_changes
         plan: list[Planned] = []
         taken: set[str] = set()
@@ -226,7 +203,7 @@ class DreamPlanner:
         stale_cutoff = iso(moment - timedelta(days=settings.stale_days))
         stale = self.repo.stale_traces(stale_cutoff, STALE_PRIORITY, limit + 1)
         recalled = self.repo.recalled([r["id"] for r in stale])
-        archive_gain = float(self._config().algo("l2Induction", "archiveGain"))
+        archive_gain = self._config().l2_induction.archive_gain
         for row in stale:
             if row["id"] in taken or row["id"] in recalled:
                 continue

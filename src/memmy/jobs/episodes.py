@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from memmy.commands.validate import opt_float, opt_str, require_object
-from memmy.config import MemmyConfig
+from memmy.config import Configured, Settings
 from memmy.errors import InvalidArgument, NotFound
 from memmy.evolve.episodes import (
     EPISODE_IDLE_TIMEOUT,
@@ -22,29 +22,22 @@ from memmy.evolve.episodes import (
 )
 from memmy.jobs.writer import iso, parse_iso
 from memmy.store.db import utc_now
-from memmy.store.episodes import EpisodeRecord, EpisodeRepository, FeedbackRecord, FeedbackRepository
-from memmy.store.jobs import JobRepository
-from memmy.store.memories import MemoryRepository
+from memmy.store.episodes import EpisodeRecord, FeedbackRecord
+from memmy.store.unit import Store
 
 _CONTEXT_TAG_STOP = frozenset({"trace", "turn", "memory", "openclaw", "codex", "hermes"})
 
 
-class EpisodeOps:
+class EpisodeOps(Configured):
     """Episode boundaries (heuristic on the hook path), closing, finalizing and feedback."""
 
-    def __init__(
-        self,
-        config: MemmyConfig,
-        episodes: EpisodeRepository,
-        feedback: FeedbackRepository,
-        memories: MemoryRepository,
-        jobs: JobRepository,
-    ) -> None:
-        self.config = config
-        self.episodes = episodes
-        self.feedback = feedback
-        self.memories = memories
-        self.jobs = jobs
+    def __init__(self, settings: Settings, store: Store) -> None:
+        self.settings = settings
+        self.store = store
+        self.episodes = store.episodes
+        self.feedback = store.feedback
+        self.memories = store.memories
+        self.jobs = store.jobs
         self.embed: Callable[[str], Any] | None = None  # set by the service: the query embedder (topic shifts)
         self._vectors: dict[str, Any] = {}
 
@@ -108,7 +101,7 @@ class EpisodeOps:
 
         One transaction: two agents starting turns in the same session at once cannot both open a new episode.
         """
-        with self.episodes.db.transaction():
+        with self.store.transaction():
             return self._route(session_id, raw_turn_id, text, user_id, project_id, now or datetime.now(UTC))
 
     def _route(
@@ -249,7 +242,7 @@ class EpisodeOps:
     # -- closing ----------------------------------------------------------------------------------
     def close(self, episode_id: str, reason: str) -> bool:
         """Close an episode and queue its reflection → reward → evolution pipeline (one transaction)."""
-        with self.episodes.db.transaction():
+        with self.store.transaction():
             if not self.episodes.close(episode_id, reason):
                 return False
             self.finalize(episode_id)
@@ -260,7 +253,7 @@ class EpisodeOps:
         episode = self.episodes.get(episode_id)
         if episode is None or not episode.l1_memory_ids:
             return
-        if self.config.algorithm["capture"]["synthReflection"]:
+        if self.config.capture.synth_reflection:
             self.jobs.enqueue(
                 "reflection",
                 dedupe_key=f"reflection:{episode_id}",
@@ -272,7 +265,7 @@ class EpisodeOps:
 
     def enqueue_reward(self, episode_id: str, delay_s: float | None = None) -> None:
         """Queue the reward after the feedback window (explicit feedback may still arrive)."""
-        window = float(self.config.algorithm["reward"]["feedbackWindowSec"]) if delay_s is None else delay_s
+        window = self.config.reward.feedback_window_sec if delay_s is None else delay_s
         run_after = iso(datetime.now(UTC) + timedelta(seconds=window)) if window > 0 else None
         episode = self.episodes.get(episode_id)
         feedback_count = len(episode.feedback_ids) if episode is not None else 0

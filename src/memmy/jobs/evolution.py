@@ -13,7 +13,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from memmy.config import MemmyConfig
+from memmy.config import Configured, Settings
 from memmy.evolve.episodes import EpisodeContext, classify_relation_llm
 from memmy.evolve.failure import context_hash, is_failure, tool_failure_burst, value_divergence
 from memmy.evolve.model import TraceView
@@ -23,12 +23,10 @@ from memmy.indexing import Indexer
 from memmy.jobs.episodes import EpisodeOps
 from memmy.jobs.writer import LayerWriter, iso, parse_iso, trace_view
 from memmy.llm.client import JsonLLM, LLMError
-from memmy.store.db import Database, utc_now
-from memmy.store.episodes import EpisodeRecord, EpisodeRepository, FeedbackRepository
-from memmy.store.evolution import EvolutionRepository
-from memmy.store.jobs import JobRecord, JobRepository
-from memmy.store.memories import MemoryRepository
-from memmy.store.queue import EmbeddingQueue
+from memmy.store.db import utc_now
+from memmy.store.episodes import EpisodeRecord
+from memmy.store.jobs import JobRecord
+from memmy.store.unit import Store
 
 Apply = Callable[[], None]
 
@@ -48,35 +46,24 @@ class ModelSlots:
         self.evolution = evolution
 
 
-class EpisodeEvolution:
+class EpisodeEvolution(Configured):
     """Handlers: trace_summary, episode_idle_close, reflection, reward."""
 
     def __init__(
-        self,
-        config: MemmyConfig,
-        db: Database,
-        memories: MemoryRepository,
-        episodes: EpisodeRepository,
-        feedback: FeedbackRepository,
-        evolution: EvolutionRepository,
-        jobs: JobRepository,
-        queue: EmbeddingQueue,
-        indexer: Indexer,
-        episode_ops: EpisodeOps,
-        models: ModelSlots,
+        self, settings: Settings, store: Store, indexer: Indexer, episode_ops: EpisodeOps, models: ModelSlots
     ) -> None:
-        self.config = config
-        self.db = db
-        self.memories = memories
-        self.episodes = episodes
-        self.feedback = feedback
-        self.evolution = evolution
-        self.jobs = jobs
-        self.queue = queue
+        self.settings = settings
+        self.store = store
+        self.memories = store.memories
+        self.episodes = store.episodes
+        self.feedback = store.feedback
+        self.evolution = store.evolution
+        self.jobs = store.jobs
+        self.queue = store.queue
         self.indexer = indexer
         self.episode_ops = episode_ops
         self.models = models
-        self.writer = LayerWriter(memories, indexer)
+        self.writer = LayerWriter(store, indexer)
 
     def handlers(self) -> dict[str, Callable[[JobRecord], Apply | None]]:
         """Job type → handler."""
@@ -99,7 +86,7 @@ class EpisodeEvolution:
         raw_turn_id = str(job.payload.get("rawTurnId") or "")
         if llm is None or episode is None or raw_turn_id not in episode.raw_turn_ids[1:]:
             return None
-        row = self.db.query_one("SELECT user_text, created_at FROM raw_turns WHERE id = ?", (raw_turn_id,))
+        row = self.store.query_one("SELECT user_text, created_at FROM raw_turns WHERE id = ?", (raw_turn_id,))
         if row is None or not row["user_text"]:
             return None
         first, latest, answer = self.episodes.texts_before(episode.id, raw_turn_id)
@@ -203,18 +190,18 @@ class EpisodeEvolution:
         if episode is None:
             return None
         traces = self.episode_traces(episode)
-        capture = self.config.algorithm["capture"]
-        llm = self.models.evolution if capture["alphaScoring"] else None
+        capture = self.config.capture
+        llm = self.models.evolution if capture.alpha_scoring else None
         task = str(episode.meta.get("initialUserText") or (traces[0].user_text if traces else ""))
         reflections = reflect_batch(
             traces,
-            task[: int(capture["taskContextMaxChars"])],
+            task[: capture.task_context_max_chars],
             llm,
-            window=int(capture["reflectionBatchWindowSize"]),
-            overlap=int(capture["reflectionBatchWindowOverlap"]),
-            degraded_window=int(capture["degradedBatchWindowSize"]),
-            primary_retries=int(capture["primaryMaxRetries"]),
-            degraded_retries=int(capture["degradedMaxRetries"]),
+            window=capture.reflection_batch_window_size,
+            overlap=capture.reflection_batch_window_overlap,
+            degraded_window=capture.degraded_batch_window_size,
+            primary_retries=capture.primary_max_retries,
+            degraded_retries=capture.degraded_max_retries,
             timeout_s=self.config.evolution.timeout_ms / 1000,
         )
         reflections = [_credit_failed_step(r, t) for r, t in zip(reflections, traces, strict=False)]
@@ -247,7 +234,7 @@ class EpisodeEvolution:
         traces = self.episode_traces(episode)
         if not traces:
             return None
-        reward_cfg = self.config.algorithm["reward"]
+        reward_cfg = self.config.reward
         # implicit feedback is about the turn it answers: "it still fails" after a failed step is not a verdict on
         # an episode that went on to succeed, so only explicit feedback and replies to the final step count
         final = next((t.id for t in reversed(traces) if not is_social_step(t)), traces[-1].id)
@@ -270,12 +257,12 @@ class EpisodeEvolution:
                     self.evolution.resolve_trial(trial_id, "unknown", "unknown")
 
             return apply_skip
-        llm = self.models.summary if reward_cfg["llmScoring"] else None
+        llm = self.models.summary if reward_cfg.llm_scoring else None
         score = score_episode(
             turns,
             feedback,
             llm,
-            llm_scoring=bool(reward_cfg["llmScoring"]),
+            llm_scoring=reward_cfg.llm_scoring,
             mission=str(episode.meta.get("initialUserText") or ""),
             timeout_s=self.config.summary.timeout_ms / 1000,
         )
@@ -283,21 +270,21 @@ class EpisodeEvolution:
         rewards = backpropagate(
             traces,
             score.r_human,
-            gamma=float(reward_cfg["gamma"]),
-            lambda_=float(reward_cfg["lambda"]),
-            delta=float(reward_cfg["delta"]),
-            half_life_days=float(reward_cfg["decayHalfLifeDays"]),
+            gamma=reward_cfg.gamma,
+            lambda_=reward_cfg.lambda_,
+            delta=reward_cfg.delta,
+            half_life_days=reward_cfg.decay_half_life_days,
             now=now,
         )
         values = {r.trace_id: r for r in rewards}
         scored = [replace(t, value=values[t.id].value, alpha=values[t.id].alpha) for t in traces if t.id in values]
-        l2 = self.config.algorithm["l2Induction"]
-        fb_cfg = self.config.algorithm["feedback"]
-        pooled = [t for t in scored if t.value >= float(l2["minTraceValue"])]
+        l2 = self.config.l2_induction
+        fb_cfg = self.config.feedback
+        pooled = [t for t in scored if t.value >= l2.min_trace_value]
         failed = [t for t in scored if is_failure(t)]
-        burst = tool_failure_burst(scored, int(fb_cfg["failureThreshold"]), int(fb_cfg["failureWindow"]))
+        burst = tool_failure_burst(scored, fb_cfg.failure_threshold, fb_cfg.failure_window)
         divergent = self._divergent_signatures(
-            scored, float(fb_cfg["valueDelta"]), float(fb_cfg["minLowValueThreshold"])
+            scored, fb_cfg.value_delta, fb_cfg.min_low_value_threshold
         )
         detail: dict[str, Any] = {
             "rHuman": score.r_human,
@@ -310,10 +297,10 @@ class EpisodeEvolution:
             "traceCount": len(traces),
             "traceIds": [t.id for t in traces],
         }
-        ttl = float(l2["candidateTtlDays"])
+        ttl = l2.candidate_ttl_days
         trials = self.evolution.pending_trials(episode.id)
-        success_at = float(self.config.algorithm["skill"]["outcomeRTaskSuccessThreshold"])
-        failure_at = float(self.config.algorithm["skill"]["outcomeRTaskFailureThreshold"])
+        success_at = self.config.skill.outcome_r_task_success_threshold
+        failure_at = self.config.skill.outcome_r_task_failure_threshold
 
         def apply() -> None:
             for item in rewards:
@@ -402,7 +389,7 @@ class EpisodeEvolution:
         found = []
         for signature in signatures:
             # only ids and values are needed: read those two, not 200 full rows (this runs for every reward)
-            rows = self.db.query(
+            rows = self.store.query(
                 "SELECT id, json_extract(properties_json, '$.trace.value') FROM memories WHERE memory_layer = 'L1' "
                 "AND json_extract(properties_json, '$.trace.signature') = ? AND status = 'activated' "
                 "ORDER BY updated_at DESC LIMIT 200",

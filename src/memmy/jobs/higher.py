@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from memmy.config import MemmyConfig
+from memmy.config import Configured, Settings
 from memmy.domain import Memory
 from memmy.evolve.model import PolicyView, SkillDraft, WorldModelDraft
 from memmy.evolve.skill import (
@@ -27,10 +27,9 @@ from memmy.evolve.world import bucket_policies, domain_key, eligible_policies, w
 from memmy.indexing import Indexer
 from memmy.jobs.evolution import ModelSlots
 from memmy.jobs.writer import LayerWrite, LayerWriter, policy_view, trace_view
-from memmy.store.episodes import EpisodeRepository
-from memmy.store.evolution import EvolutionRepository
 from memmy.store.jobs import JobRecord
 from memmy.store.memories import MemoryRepository
+from memmy.store.unit import Store
 
 Apply = Callable[[], None]
 
@@ -91,25 +90,17 @@ def _supersedable(memory: Memory, domain: str, policies: list[PolicyView]) -> bo
     return bool(shared) or (bool(other) and other.split("|")[0] == domain.split("|")[0])
 
 
-class HigherEvolution:
+class HigherEvolution(Configured):
     """Handlers: l3_abstraction, skill_crystallization, skill_trial_resolve."""
 
-    def __init__(
-        self,
-        config: MemmyConfig,
-        memories: MemoryRepository,
-        episodes: EpisodeRepository,
-        evolution: EvolutionRepository,
-        indexer: Indexer,
-        models: ModelSlots,
-    ) -> None:
-        self.config = config
-        self.memories = memories
-        self.episodes = episodes
-        self.evolution = evolution
+    def __init__(self, settings: Settings, store: Store, indexer: Indexer, models: ModelSlots) -> None:
+        self.settings = settings
+        self.memories = store.memories
+        self.episodes = store.episodes
+        self.evolution = store.evolution
         self.indexer = indexer
         self.models = models
-        self.writer = LayerWriter(memories, indexer)
+        self.writer = LayerWriter(store, indexer)
 
     def handlers(self) -> dict[str, Callable[[JobRecord], Apply | None]]:
         """Job type → handler."""
@@ -122,9 +113,9 @@ class HigherEvolution:
     # -- L3 ---------------------------------------------------------------------------------------
     def abstraction(self, job: JobRecord) -> Apply | None:
         """Summarise each domain bucket of active policies into a declarative world-model note."""
-        cfg = self.config.algorithm["l3Abstraction"]
+        cfg = self.config.l3_abstraction
         views = [policy_view(m, self.indexer) for m in self.memories.by_layer("L2", ("activated",))]
-        eligible = eligible_policies(views, float(cfg["minPolicyGain"]), int(cfg["minPolicySupport"]))
+        eligible = eligible_policies(views, cfg.min_policy_gain, cfg.min_policy_support)
         # failure-avoidance guidance is knowledge about the environment too (what fails there)
         eligible += [
             v for v in views if v.experience_type != "success_pattern" and v.status == "active" and v not in eligible
@@ -134,21 +125,21 @@ class HigherEvolution:
         if seed is not None and seed.layer == "L2":
             seed_domain = domain_key(policy_view(seed))
             buckets = {k: v for k, v in buckets.items() if k == seed_domain} or buckets
-        llm = self.models.evolution if cfg["useLlm"] else None
+        llm = self.models.evolution if cfg.use_llm else None
         stored = self.memories.by_layer("L3", ("activated",))
         retired = self._superseded_keys()
         drafts: list[WorldModelDraft] = []
         for domain, policies in buckets.items():
             if world_key(domain) in retired:
                 continue  # its knowledge lives on in the note that superseded it
-            if len(policies) < int(cfg["minPolicies"]):
+            if len(policies) < cfg.min_policies:
                 continue
             draft = world_model_llm(
                 domain,
                 policies,
                 llm,
                 timeout_s=self.config.evolution.timeout_ms / 1000,
-                cluster_min_similarity=float(cfg["clusterMinSimilarity"]),
+                cluster_min_similarity=cfg.cluster_min_similarity,
                 existing=[(m.id, m.title) for m in stored if _supersedable(m, domain, policies)],
             )
             if draft is not None:
@@ -195,18 +186,18 @@ class HigherEvolution:
 
         An existing Skill is rebuilt only when its policy changed or new evidence arrived (level L1/L2); at
         level L0 only its eta drifts toward the policy's gain, and no model is called."""
-        cfg = self.config.algorithm["skill"]
+        cfg = self.config.skill
         memory = self.memories.get(job.target_memory_id or "")
         if memory is None or memory.layer != "L2":
             return None
         policy = policy_view(memory, self.indexer)
-        if not skill_eligible(policy, float(cfg["minGain"]), int(cfg["minSupport"])):
+        if not skill_eligible(policy, cfg.min_gain, cfg.min_support):
             return None
         traces = [
             trace_view(m, self.indexer) for m in self.memories.get_many(self.evolution.traces_of(policy.id)).values()
         ]
-        evidence, counter = select_evidence(policy, traces, int(cfg["evidenceLimit"]))
-        llm = self.models.evolution if cfg["useLlm"] else None
+        evidence, counter = select_evidence(policy, traces, cfg.evidence_limit)
+        llm = self.models.evolution if cfg.use_llm else None
         existing = self.memories.find_by_key("Skill", skill_key(policy.id))
         previous = dict((existing.properties.get("skill") or {}) if existing else {})
         fingerprint = policy_fingerprint(policy)
@@ -281,13 +272,13 @@ class HigherEvolution:
 
     def _skill_status(self, skill: Memory, eta: float, trials: int) -> str:
         """The skill's next lifecycle status for a new eta and trial count (config thresholds applied)."""
-        cfg = self.config.algorithm["skill"]
+        cfg = self.config.skill
         return skill_status(
             eta,
             trials,
             str((skill.properties.get("skill") or {}).get("status") or "candidate"),
-            candidate_trials=int(cfg["candidateTrials"]),
-            min_eta=float(cfg["minEtaForRetrieval"]),
+            candidate_trials=cfg.candidate_trials,
+            min_eta=cfg.min_eta_for_retrieval,
             repair_origin="repair_candidate" in skill.tags,
         )
 

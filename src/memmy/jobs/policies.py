@@ -11,7 +11,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from memmy.config import MemmyConfig
+from memmy.config import Configured, L2InductionSettings, Settings
 from memmy.domain import Memory
 from memmy.evolve.episodes import is_guidance
 from memmy.evolve.failure import (
@@ -33,10 +33,8 @@ from memmy.evolve.topics import content_keywords
 from memmy.indexing import Indexer
 from memmy.jobs.evolution import ModelSlots
 from memmy.jobs.writer import LayerWrite, LayerWriter, parse_iso, policy_view, trace_view
-from memmy.store.episodes import EpisodeRepository, FeedbackRepository
-from memmy.store.evolution import EvolutionRepository
-from memmy.store.jobs import JobRecord, JobRepository
-from memmy.store.memories import MemoryRepository
+from memmy.store.jobs import JobRecord
+from memmy.store.unit import Store
 
 Apply = Callable[[], None]
 GUIDANCE_CAP = 6
@@ -85,29 +83,20 @@ def _memory_status(policy_status: str) -> str:
     return {"active": "activated", "archived": "archived"}.get(policy_status, "resolving")
 
 
-class PolicyEvolution:
+class PolicyEvolution(Configured):
     """Handlers: l2_association, l2_induction, failure_experience, decision_repair, policy_feedback."""
 
-    def __init__(
-        self,
-        config: MemmyConfig,
-        memories: MemoryRepository,
-        episodes: EpisodeRepository,
-        feedback: FeedbackRepository,
-        evolution: EvolutionRepository,
-        jobs: JobRepository,
-        indexer: Indexer,
-        models: ModelSlots,
-    ) -> None:
-        self.config = config
-        self.memories = memories
-        self.episodes = episodes
-        self.feedback = feedback
-        self.evolution = evolution
-        self.jobs = jobs
+    def __init__(self, settings: Settings, store: Store, indexer: Indexer, models: ModelSlots) -> None:
+        self.settings = settings
+        self.store = store
+        self.memories = store.memories
+        self.episodes = store.episodes
+        self.feedback = store.feedback
+        self.evolution = store.evolution
+        self.jobs = store.jobs
         self.indexer = indexer
         self.models = models
-        self.writer = LayerWriter(memories, indexer)
+        self.writer = LayerWriter(store, indexer)
 
     def handlers(self) -> dict[str, Callable[[JobRecord], Apply | None]]:
         """Job type → handler."""
@@ -133,15 +122,16 @@ class PolicyEvolution:
         return apply
 
     @property
-    def _l2(self) -> dict[str, Any]:
-        return dict(self.config.algorithm["l2Induction"])
+    def _l2(self) -> L2InductionSettings:
+        return self.config.l2_induction
 
     @property
     def _timeout_s(self) -> float:
         return self.config.evolution.timeout_ms / 1000
 
     def _llm_for(self, section: str) -> Any:
-        return self.models.evolution if self.config.algorithm[section]["useLlm"] else None
+        use_llm = {"l2Induction": self.config.l2_induction.use_llm, "feedback": self.config.feedback.use_llm}
+        return self.models.evolution if use_llm[section] else None
 
     def _success_policies(self) -> list[PolicyView]:
         views = [policy_view(m, self.indexer) for m in self.memories.by_layer("L2")]
@@ -166,10 +156,10 @@ class PolicyEvolution:
             self.evolution.support_of(policy_id),
             float(policy["gain"]) if policy.get("statsRuns") else None,
             str(policy.get("status") or "candidate"),
-            tau=float(l2["tauSoftmax"]),
-            ema_alpha=float(l2["gainEmaAlpha"]),
-            min_gain=float(l2["minGain"]),
-            archive_gain=float(l2["archiveGain"]),
+            tau=l2.tau_softmax,
+            ema_alpha=l2.gain_ema_alpha,
+            min_gain=l2.min_gain,
+            archive_gain=l2.archive_gain,
         )
         was = policy.get("status")
         patch = {
@@ -211,7 +201,7 @@ class PolicyEvolution:
         if memory.project_id is not None:  # a trace supports only its own project's (or a global) policy
             projects = {m.id: m.project_id for m in self.memories.get_many([p.id for p in success]).values()}
             success = [p for p in success if projects.get(p.id) in (memory.project_id, None)]
-        best = best_association(trace, success, float(self._l2["minSimilarity"]))
+        best = best_association(trace, success, self._l2.min_similarity)
         if best is None:
             return None
         policy, _score, cos, relation = best
@@ -234,7 +224,7 @@ class PolicyEvolution:
             if episode_signatures is None or cand.signature in episode_signatures:
                 groups.setdefault(cand.signature, []).append(cand)
         plans: list[tuple[str, list[Any], list[TraceView], str | None, PolicyDraft | None]] = []
-        min_episodes = int(self._l2["minEpisodesForInduction"])
+        min_episodes = self._l2.min_episodes_for_induction
         llm = self._llm_for("l2Induction")
         success = self._success_policies()
         policy_projects = {m.id: m.project_id for m in self.memories.get_many([p.id for p in success]).values()}
@@ -255,7 +245,7 @@ class PolicyEvolution:
                     plans.append((keyed, cands, traces, existing.id if existing else None, None))
                     continue
                 local = [p for p in success if policy_projects.get(p.id) in (project, None)]
-                similar = [best_association(t, local, float(self._l2["minSimilarity"])) for t in traces]
+                similar = [best_association(t, local, self._l2.min_similarity) for t in traces]
                 match = next((s for s in similar if s is not None), None)
                 if match is not None:
                     plans.append((keyed, cands, traces, match[0].id, None))
@@ -433,7 +423,7 @@ class PolicyEvolution:
             ctx = context_hash("feedback", (episode.user_id or "") if episode else "", signature)
             if target is not None and target.layer in ("L2", "Skill"):  # feedback on guidance itself
                 ctx = context_hash("feedback", target.id)
-        cooldown = timedelta(milliseconds=float(self.config.algorithm["feedback"]["cooldownMs"]))
+        cooldown = timedelta(milliseconds=self.config.feedback.cooldown_ms)
         last = parse_iso(self.evolution.last_repair_at(ctx))
         if last is not None and datetime.now(UTC) - last < cooldown:
             return None
@@ -483,7 +473,7 @@ class PolicyEvolution:
     def _same_signature(self, signature: str, limit: int = 50) -> list[TraceView]:
         if not signature:
             return []
-        rows = self.memories.db.query(
+        rows = self.store.query(
             "SELECT id FROM memories WHERE memory_layer = 'L1' AND status = 'activated' "
             "AND json_extract(properties_json, '$.trace.signature') = ? ORDER BY updated_at DESC LIMIT ?",
             (signature, limit),
@@ -565,9 +555,9 @@ class PolicyEvolution:
                 policy = current.properties.get("policy") or {}
                 gain = 0.6 * float(policy.get("gain") or 0.0) + 0.4 * 0.3 * sign * magnitude
                 status = str(policy.get("status") or "candidate")
-                if gain < float(self._l2["archiveGain"]) and status != "archived":
+                if gain < self._l2.archive_gain and status != "archived":
                     status = "archived"
-                elif status == "candidate" and (gain >= float(self._l2["minGain"]) or sign > 0):
+                elif status == "candidate" and (gain >= self._l2.min_gain or sign > 0):
                     status = "active"
                 self.writer.patch_properties(
                     current, "policy", {"gain": round(gain, 6), "status": status}, status=_memory_status(status)
@@ -576,7 +566,7 @@ class PolicyEvolution:
                 skill = current.properties.get("skill") or {}
                 eta = min(1.0, max(0.0, float(skill.get("eta") or 0.5) + 0.1 * sign * magnitude))
                 status = str(skill.get("status") or "candidate")
-                if eta < float(self.config.algorithm["skill"]["archiveEta"]):
+                if eta < self.config.skill.archive_eta:
                     status = "archived"
                 self.writer.patch_properties(
                     current,

@@ -23,8 +23,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from memmy.llm.client import scrub
-from memmy.store.db import Database
-from memmy.store.jobs import JobRecord, JobRepository
+from memmy.store.jobs import JobRecord
+from memmy.store.unit import Store
 
 log = logging.getLogger("memmy.worker")
 
@@ -71,8 +71,7 @@ class EvolutionWorker:
 
     def __init__(
         self,
-        db: Database,
-        jobs: JobRepository,
+        store: Store,
         handlers: dict[str, Handler],
         *,
         startup_delay_s: float = 5.0,
@@ -82,8 +81,8 @@ class EvolutionWorker:
         lease_seconds: float = 60.0,
         max_sleep_s: float = 60.0,
     ) -> None:
-        self.db = db
-        self.jobs = jobs
+        self.store = store
+        self.jobs = store.jobs
         self.startup_delay_s = startup_delay_s
         self.batch = batch
         self.max_cycles = max_cycles
@@ -177,7 +176,7 @@ class EvolutionWorker:
             return self._fail(job, error, permanent=True), error
         try:
             apply = handler(job)
-            with self.db.transaction():
+            with self.store.transaction():
                 if not self.jobs.holds_lease(job):
                     raise _LeaseLost
                 if apply is not None:

@@ -12,7 +12,7 @@ from memmy.evolve.model import PolicyView, TraceView
 from memmy.evolve.scope import DerivedScope, derived_scope
 from memmy.indexing import Indexer
 from memmy.store.db import utc_now
-from memmy.store.memories import MemoryRepository
+from memmy.store.unit import Store
 
 EVOLUTION_SOURCE = "memmy-evolution"
 PREFIX_BY_LAYER = {"L2": "policy", "L3": "world", "Skill": "skill"}
@@ -116,8 +116,9 @@ class LayerWrite:
 class LayerWriter:
     """Create or update evolution memories by key, keep the vector index in step, log every change."""
 
-    def __init__(self, memories: MemoryRepository, indexer: Indexer) -> None:
-        self.memories = memories
+    def __init__(self, store: Store, indexer: Indexer) -> None:
+        self.store = store
+        self.memories = store.memories
         self.indexer = indexer
         #: ``evolution.review: required``: the facade sets this; new L2/L3/Skills then wait for approval.
         self.review_required: Callable[[], bool] = lambda: False
@@ -146,7 +147,7 @@ class LayerWriter:
         found: set[str | None] = set()
         if episode_ids:
             marks = ",".join("?" * len(episode_ids))
-            rows = self.memories.db.query(f"SELECT project_id FROM episodes WHERE id IN ({marks})", episode_ids)
+            rows = self.store.query(f"SELECT project_id FROM episodes WHERE id IN ({marks})", episode_ids)
             found |= {row[0] for row in rows}
         for memory in self.memories.get_many(memory_ids).values():
             scope = memory.properties.get("scope")
@@ -275,6 +276,6 @@ class LayerWriter:
         if memory.project_id == project_id:
             return False
         memory.project_id = project_id
-        with self.memories.db.transaction() as conn:
+        with self.store.transaction() as conn:
             conn.execute("UPDATE memories SET project_id = ? WHERE id = ?", (project_id, memory.id))
         return True

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from memmy.config import MemmyConfig
+from memmy.config import Configured, Settings
 from memmy.domain import Memory
 from memmy.errors import InvalidArgument, NotFound
 from memmy.indexing import Indexer
@@ -18,11 +18,10 @@ from memmy.keys.args import KeyThresholds, thresholds_for
 from memmy.namespace import Namespace
 from memmy.recall.freshness import memory_freshness, validity_payload
 from memmy.recall.query import prepare_query
-from memmy.store.db import Database, utc_now
+from memmy.store.db import utc_now
 from memmy.store.keys import KeyRepository, KeyRow, KeyState
-from memmy.store.logs import LogRepository
-from memmy.store.memories import MemoryFilter, MemoryRepository
-from memmy.store.tombstones import TombstoneRepository
+from memmy.store.memories import MemoryFilter
+from memmy.store.unit import Store
 from memmy.store.vectors import Vector
 
 HUB_MIN_LINKS = 3
@@ -74,26 +73,18 @@ class RankedMemory:
 #: passes its own delete so the key graph shares the audited path without importing the service layer.
 DeleteMemory = Callable[[str, str, Namespace], dict[str, Any]]
 
-class KeyCore:
+class KeyCore(Configured):
     """State and helpers shared by the key-graph reads and writes."""
 
-    def __init__(
-        self,
-        config: MemmyConfig,
-        db: Database,
-        memories: MemoryRepository,
-        logs: LogRepository,
-        indexer: Indexer,
-        delete_memory: DeleteMemory,
-    ) -> None:
-        self.config = config
-        self.db = db
-        self.memories = memories
-        self.logs = logs
+    def __init__(self, settings: Settings, store: Store, indexer: Indexer, delete_memory: DeleteMemory) -> None:
+        self.settings = settings
+        self.store = store
+        self.memories = store.memories
+        self.logs = store.logs
         self.indexer = indexer
         self.delete_memory = delete_memory
         self.keys: KeyRepository = indexer.keys
-        self.tombstones = TombstoneRepository(db)
+        self.tombstones = store.tombstones
         self._thresholds: tuple[str, KeyThresholds] | None = None
 
     # -- thresholds -------------------------------------------------------------------------------

@@ -271,7 +271,7 @@ class KeyOps(KeyWriter):
         namespace_of(args)
         reinforced = None
         learned = None
-        with self.db.transaction():
+        with self.store.transaction():
             if key is not None:
                 before = self.keys.weight(key.id, memory.id)
                 if before is not None:

@@ -13,15 +13,13 @@ from typing import Any
 from memmy.domain import ID_PREFIX_BY_LAYER, Memory, content_hash, new_id, summarise
 from memmy.errors import Conflict, InvalidArgument
 from memmy.indexing import Indexer, embedding_text
-from memmy.store.db import Database, utc_now
-from memmy.store.memories import MemoryRepository
+from memmy.store.db import utc_now
+from memmy.store.unit import Store
 
 MAX_CHARS = 20_000
 
 
-def revise(
-    db: Database, memories: MemoryRepository, indexer: Indexer, old: Memory, content: Any, source: str
-) -> dict[str, Any]:
+def revise(store: Store, indexer: Indexer, old: Memory, content: Any, source: str) -> dict[str, Any]:
     """Write ``content`` as the next version of ``old``; return ``{"new_id", "superseded"}``."""
     if not isinstance(content, str) or not content.strip():
         raise InvalidArgument("content: expected the corrected text")
@@ -57,9 +55,9 @@ def revise(
     old.version += 1
     if old.layer != "L1":
         old.status = "archived"  # evolution scans live policies/models/skills by status
-    with db.transaction():
-        memories.update(old, before, "supersede", source)
-        memories.insert(new, source=source)
+    with store.transaction():
+        store.memories.update(old, before, "supersede", source)
+        store.memories.insert(new, source=source)
     indexer.unindex(old.id)
     if new.status == "activated":
         indexer.enqueue(new.id, new.layer, embedding_text(new.layer, new.title, new.content, new.properties))

@@ -96,7 +96,7 @@ class KeyWriter(KeyCore):
         )
 
     def _check_writable(self) -> None:
-        if not self.config.algorithm["enableMemoryAdd"]:
+        if not self.config.flags.enable_memory_add:
             raise Forbidden("memory writes are disabled (algorithm.enableMemoryAdd: false)")
 
     # -- key resolution ---------------------------------------------------------------------------
@@ -219,7 +219,7 @@ class KeyWriter(KeyCore):
         if len(items_raw) > 500:
             raise InvalidArgument("items: at most 500 items per batch")
         items = [self.parse_item(raw, f"items[{i}].") for i, raw in enumerate(items_raw)]
-        with self.db.transaction():
+        with self.store.transaction():
             results = [self._write(item, ns, tool="remember_batch") for item in items]
         return [
             {k: v for k, v in r.items() if k in ("saved", "deduplicated", "tombstoned", "tombstone_id")}
@@ -242,7 +242,7 @@ class KeyWriter(KeyCore):
         source = {"tool": tool, "saved_at": now, "host_agent": ns.source, **item.source}
         if ns.session_key:
             source.setdefault("host_session", ns.session_key)
-        with self.db.transaction():
+        with self.store.transaction():
             duplicate = None if supersedes else self._duplicate(ns.user_id, digest, item.namespace)
             resolution = self._resolve(item.groups, item.key_types, ns.user_id, vectors)
             if duplicate is not None:
@@ -334,7 +334,7 @@ class KeyWriter(KeyCore):
             rows = self.keys.keys([k for k, _ in self.keys.links_of_memory(old.id)])
             explicit_keys = [[row.canonical] for row in rows.values()]
             if not explicit_keys:  # a memory made by add, import or evolution: a plain versioned correction
-                return revise(self.db, self.memories, self.indexer, old, args.get("content"), ns.source)
+                return revise(self.store, self.indexer, old, args.get("content"), ns.source)
         merged = {
             "content": args.get("content"),
             "keys": [s[0] for s in explicit_keys],
@@ -347,7 +347,7 @@ class KeyWriter(KeyCore):
         }
         item = self.parse_item(merged)
         item.groups = explicit_keys
-        with self.db.transaction():
+        with self.store.transaction():
             result = self._write(item, ns, tool="correct", supersedes=old)
             new_id_ = result.get("saved")
             if new_id_ is None:
@@ -388,7 +388,7 @@ class KeyWriter(KeyCore):
         memory.version += 1
         state = self.keys.state(memory.id)
         depth = min(1.0, (state.depth if state else 0.0) + CONFIRM_DEPTH_STEP)
-        with self.db.transaction():
+        with self.store.transaction():
             self.memories.update(memory, before, "confirm", ns.source)
             if state is not None:
                 self.keys.set_depth(memory.id, depth)
@@ -411,7 +411,7 @@ class KeyWriter(KeyCore):
         if before is None:
             raise InvalidArgument(f"key_id: key {key.id} ({key.canonical}) is not linked to memory {memory.id}")
         after = max(MIN_WEIGHT, min(MAX_WEIGHT, before * DISMISS_FACTOR))
-        with self.db.transaction():
+        with self.store.transaction():
             self.keys.set_weight(key.id, memory.id, after)
             cancelled = self.keys.drop_candidates(key.id)
         return {
@@ -439,7 +439,7 @@ class KeyWriter(KeyCore):
         body_of(body)
         ids = self.keys.expired_ids(ns.user_id, utc_now())
         started = time.perf_counter()
-        with self.db.transaction():
+        with self.store.transaction():
             for memory_id in ids:
                 memory = self.memories.get(memory_id)
                 if memory is None:

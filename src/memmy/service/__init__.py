@@ -3,33 +3,17 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 from memmy import __version__
 from memmy.commands.validate import opt_bool, opt_int, opt_list, opt_str, require_object
-from memmy.config import MemmyConfig, load_config, reload_requires_restart
-from memmy.dream.ops import DreamOps
-from memmy.embed import Embedder, build_embedder
+from memmy.config import Configured, MemmyConfig, load_config, reload_requires_restart
+from memmy.embed import Embedder
 from memmy.errors import ConfigError, InvalidArgument
-from memmy.indexing import Indexer
-from memmy.jobs.episodes import EpisodeOps
-from memmy.jobs.evolution import ModelSlots
-from memmy.jobs.worker import EvolutionWorker
-from memmy.jobs.writer import LayerWriter
-from memmy.keys.graph import KeyOps
 from memmy.namespace import Namespace
-from memmy.redact import RedactionConfigError, Redactor
-from memmy.service.bootstrap import build_evolution
-from memmy.service.data import DataOps, StoreOwnership
-from memmy.service.governance import GovernanceOps, brief
-from memmy.service.imports import ImportOps
-from memmy.service.memories import MemoryOps
+from memmy.service.bootstrap import Components, bootstrap, build_redactor, embedder_factory
+from memmy.service.governance import brief
 from memmy.service.models import build_model_clients
-from memmy.service.panel import PanelOps
-from memmy.service.recall import RecallOps
-from memmy.service.turns import TurnOps
-from memmy.service.validity import ValidityOps
 from memmy.store.db import Database, utc_now
 from memmy.store.episodes import EpisodeRepository, FeedbackRepository
 from memmy.store.evolution import EvolutionRepository
@@ -93,99 +77,88 @@ AUDITED_KEY_OPS = ("correct", "forget", "dismiss", "confirm_memory")
 CLI_NS = Namespace(source="cli")
 
 
-def build_redactor(config: MemmyConfig) -> Redactor:
-    """The built-in secret rules plus the config's ``redaction.extraPatterns`` and ``redaction.allowlist``."""
-    try:
-        return Redactor.from_config(config.tree.get("redaction"))
-    except RedactionConfigError as exc:
-        raise ConfigError(f"{config.path}: {exc}") from None
+class MemoryService(Configured):
+    """The object the edges (server, CLI, MCP, panel) hold: the parts :func:`bootstrap` built, and the use cases."""
 
-
-def embedder_factory(config: MemmyConfig) -> Callable[[], Embedder]:
-    """A zero-argument factory for the configured embedder (created lazily, off the start-up path)."""
-    settings = config.embedding
-
-    def factory() -> Embedder:
-        return build_embedder(
-            settings.provider,
-            model=settings.model,
-            endpoint=settings.endpoint or None,
-            api_key=settings.api_key or None,
-            batch_size=settings.batch_size,
-            timeout_ms=settings.timeout_ms,
-            max_retries=settings.max_retries,
-            cache_dir=config.home / "models",
-        )
-
-    return factory
-
-
-class MemoryService:
-    """The facade. Holds the store, repositories, indexer and the operation groups."""
-
-    def __init__(self, config: MemmyConfig, db: Database, embedder: Embedder | None = None) -> None:
-        self.config = config
-        self.redactor = build_redactor(config)
-        self.db = db
+    def __init__(self, parts: Components) -> None:
+        """Hold what :func:`~memmy.service.bootstrap.bootstrap` built (``MemoryService.open`` does both)."""
+        self.settings = parts.settings
+        self.store = parts.store
+        self.redactor = parts.redactor
+        self.indexer = parts.indexer
+        self.models = parts.models
+        self.model_slots = parts.model_slots
+        self.memory_ops = parts.memory_ops
+        self.recall_ops = parts.recall_ops
+        self.episode_ops = parts.episode_ops
+        self.worker = parts.worker
+        self.evolution_groups = parts.evolution_groups
+        self.turn_ops = parts.turn_ops
+        self.panel = parts.panel
+        self.imports = parts.imports
+        self.keys = parts.keys
+        self.validity = parts.validity
+        self.dreams = parts.dreams
+        self.governance = parts.governance
+        self.data = parts.data
+        self.ownership = parts.ownership
         self.started = time.monotonic()
-        self.memories = MemoryRepository(db)
-        self.logs = LogRepository(db)
-        self.sessions = SessionRepository(db)
-        self.queue = EmbeddingQueue(db)
-        self.vectors = VectorRepository(db)
-        factory = (lambda: embedder) if embedder is not None else embedder_factory(config)
-        self.indexer = Indexer(factory, self.memories, self.vectors, self.queue, config.embedding.batch_size)
-        self.memory_ops = MemoryOps(config, db, self.memories, self.logs, self.queue, self.sessions, self.indexer)
-        self.models = build_model_clients(config, db)
-        self.recall_ops = RecallOps(config, self.memories, self.logs, self.indexer, self.models)
-        self.episodes = EpisodeRepository(db)
-        self.feedback = FeedbackRepository(db)
-        self.evolution = EvolutionRepository(db)
-        self.jobs = JobRepository(db)
-        self.model_slots = ModelSlots(self.models.summary, self.models.evolution)
-        self.episode_ops = EpisodeOps(config, self.episodes, self.feedback, self.memories, self.jobs)
-        self.worker = EvolutionWorker(db, self.jobs, {}, on_cycle=self._periodic)
-        self.evolution_groups = build_evolution(self)
-        for group in self.evolution_groups:
-            for job_type, handler in group.handlers().items():
-                self.worker.register(job_type, handler)
-        self.turn_ops = TurnOps(
-            config,
-            db,
-            self.sessions,
-            self.logs,
-            self.memory_ops,
-            self.recall_ops,
-            self.episode_ops,
-            self.jobs,
-            self.evolution,
-            self.worker.wake,
-        )
-        self.panel = PanelOps(self.memories, self.logs, self.sessions, self.queue, self.episodes)
-        self.imports = ImportOps(config, db, self.memories, self.sessions, self.indexer, self.redactor)
-        self.keys = KeyOps(
-            config,
-            db,
-            self.memories,
-            self.logs,
-            self.indexer,
-            lambda memory_id, reason, ns: self.memory_ops.delete(memory_id, {"reason": reason}, ns),
-        )
-        self.validity = ValidityOps(db, self.memories, self.logs)
-        self.dreams = DreamOps(lambda: self.config, db, self.memories, self.indexer)
-        self.governance = GovernanceOps(lambda: self.config, db, self.logs, self.memories, self.indexer)
-        self.data = DataOps(db, lambda: self.config.home, self.indexer.load_index)
-        self.ownership = StoreOwnership(self.data, self.governance, db.path)  # export / import / wipe, audited
-        for group in self.evolution_groups:  # the review queue's gate sits in every evolution writer
-            writer = getattr(group, "writer", None)
-            if isinstance(writer, LayerWriter):
-                writer.review_required = self.governance.review_required
 
     @classmethod
     def open(cls, config: MemmyConfig, embedder: Embedder | None = None) -> MemoryService:
         """Open the configured store (migrating it if needed) and build the service."""
-        build_redactor(config)  # a bad redaction rule is refused before the store is opened
-        return cls(config, Database(config.storage.sqlite_path), embedder)
+        return cls(bootstrap(config, embedder))
+
+    # Repositories, for tests and tools that read the store directly (all owned by ``self.store``).
+    @property
+    def db(self) -> Database:
+        """The SQLite connection under the store."""
+        return self.store.db
+
+    @property
+    def memories(self) -> MemoryRepository:
+        """``store.memories``."""
+        return self.store.memories
+
+    @property
+    def logs(self) -> LogRepository:
+        """``store.logs``."""
+        return self.store.logs
+
+    @property
+    def sessions(self) -> SessionRepository:
+        """``store.sessions``."""
+        return self.store.sessions
+
+    @property
+    def queue(self) -> EmbeddingQueue:
+        """``store.queue``."""
+        return self.store.queue
+
+    @property
+    def vectors(self) -> VectorRepository:
+        """``store.vectors``."""
+        return self.store.vectors
+
+    @property
+    def episodes(self) -> EpisodeRepository:
+        """``store.episodes``."""
+        return self.store.episodes
+
+    @property
+    def feedback(self) -> FeedbackRepository:
+        """``store.feedback``."""
+        return self.store.feedback
+
+    @property
+    def evolution(self) -> EvolutionRepository:
+        """``store.evolution``."""
+        return self.store.evolution
+
+    @property
+    def jobs(self) -> JobRepository:
+        """``store.jobs``."""
+        return self.store.jobs
 
     def start_background(self) -> None:
         """Load the vector index, start the embedding and evolution workers (the daemon calls this under its lock)."""
@@ -194,13 +167,6 @@ class MemoryService:
         self.indexer.load_index()
         self.indexer.start()
         self.worker.start()
-
-    def _periodic(self) -> None:
-        """Work the evolution worker does about once a minute: close idle episodes, prune old jobs, scheduled Dream."""
-        self.episode_ops.close_idle()
-        self.jobs.prune_finished()
-        self.dreams.run_if_due()
-        self.governance.prune_if_due()
 
     def close(self) -> None:
         """Stop background work and close the store."""
@@ -211,7 +177,7 @@ class MemoryService:
         self.worker.stop()
         self.indexer.stop()
         self.recall_ops.engine.close()  # its read-only connection first, so the checkpoint can truncate the WAL
-        self.db.close()
+        self.store.close()
 
     def redact(self, body: Any) -> Any:
         """The request body with every secret replaced, before any write, log or job sees it."""
@@ -334,7 +300,7 @@ class MemoryService:
             "version": __version__,
             "uptimeMs": int((time.monotonic() - self.started) * 1000),
             "mode": "local",
-            "activeProfile": self.config.tree.get("activeProfile", "byok"),
+            "activeProfile": self.config.active_profile,
             "storage": {
                 "backend": "sqlite",
                 "backendId": "sqlite-local",
@@ -426,7 +392,7 @@ class MemoryService:
         effective_tree = dict(new.tree)
         effective_tree["storage"] = old.tree["storage"]
         effective_tree["server"] = old.tree["server"]
-        self.config = MemmyConfig(
+        self.settings.current = MemmyConfig(  # every ops group holds ``settings``: this one swap reaches all of them
             path=new.path,
             home=new.home,
             exists=new.exists,
@@ -441,18 +407,15 @@ class MemoryService:
         )
         self.redactor = self.imports.redactor = redactor
         self.indexer.batch_size = new.embedding.batch_size
-        for ops in (self.memory_ops, self.turn_ops, self.recall_ops, self.imports, self.keys, self.episode_ops):
+        for ops in (self.turn_ops, self.imports):  # these two still hold a config of their own
             ops.config = self.config
-        for group in self.evolution_groups:
-            group.config = self.config
-        self.models = build_model_clients(self.config, self.db)
-        self.recall_ops.models = self.models
+        self.models.replace_with(build_model_clients(self.config, self.store))
         self.model_slots.summary, self.model_slots.evolution = self.models.summary, self.models.evolution
         if embedding_changed:
             self.indexer.replace_embedder(embedder_factory(self.config))
         retried = self.queue.retry_failed() if opt_bool(body, "restartFailedProcessing", True) else 0
         return {
-            "activeProfile": self.config.tree.get("activeProfile"),
+            "activeProfile": self.config.active_profile,
             "changed": changed,
             "requiresRestart": requires_restart,
             "restartedFailedProcessing": retried,

@@ -22,12 +22,14 @@ from typing import Any
 
 from memmy import __version__
 from memmy.commands.validate import opt_bool, opt_str, require_object
+from memmy.config import Settings
 from memmy.errors import Conflict, InvalidArgument, NotFound
 from memmy.namespace import Namespace
 from memmy.service.governance import GovernanceOps, brief
-from memmy.store.db import Database, utc_now
+from memmy.store.db import utc_now
 from memmy.store.schema import SCHEMA_VERSION
 from memmy.store.text import fts_row
+from memmy.store.unit import Store
 
 FORMAT = "memmy-export/1"
 #: Tables that are derived or transient: rebuilt or refilled by the daemon, never exported or imported.
@@ -142,19 +144,19 @@ def read_archive(path: Path) -> tuple[dict[str, Any], list[ArchiveTable]]:
 class DataOps:
     """Export, import and wipe over the service's one database."""
 
-    def __init__(self, db: Database, data_home: Callable[[], Path], after_restore: Callable[[], None]) -> None:
-        self.db = db
-        self.data_home = data_home
+    def __init__(self, settings: Settings, store: Store, after_restore: Callable[[], None]) -> None:
+        self.settings = settings
+        self.store = store
         self.after_restore = after_restore
 
     # -- export -----------------------------------------------------------------------------------
     def default_export_path(self, prefix: str = "memmy-export") -> Path:
         """``<memmy home>/exports/<prefix>-<UTC time>.zip``."""
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
-        return self.data_home() / "exports" / f"{prefix}-{stamp}.zip"
+        return self.settings.current.home / "exports" / f"{prefix}-{stamp}.zip"
 
     def _snapshot_rows(self, include_raw: bool) -> Iterator[tuple[str, list[str], Iterator[sqlite3.Row]]]:
-        conn = sqlite3.connect(f"file:{self.db.path}?mode=ro", uri=True, isolation_level=None)
+        conn = sqlite3.connect(f"file:{self.store.path}?mode=ro", uri=True, isolation_level=None)
         try:
             conn.execute("BEGIN")  # one read transaction: every table from the same snapshot
             for table in data_tables(conn):
@@ -192,7 +194,7 @@ class DataOps:
                 "memmyVersion": __version__,
                 "createdAt": utc_now(),
                 "raw": include_raw,
-                "source": str(self.db.path),
+                "source": str(self.store.path),
                 "tables": tables,
             }
             archive.writestr("manifest.json", json.dumps(manifest, indent=2, sort_keys=True))
@@ -216,7 +218,7 @@ class DataOps:
             raise InvalidArgument(f"onConflict: expected one of {', '.join(CONFLICT_MODES)}, got {on_conflict!r}")
         manifest, tables = read_archive(path)
         report: dict[str, dict[str, int]] = {}
-        with self.db.transaction() as conn:
+        with self.store.transaction() as conn:
             existing_tables = set(data_tables(conn)) | LOG_TABLES
             plans: list[tuple[str, list[dict[str, Any]]]] = []
             for table in tables:
@@ -314,7 +316,7 @@ class DataOps:
         """
         backup_info = self.export(self.default_export_path("memmy-before-wipe")) if backup else None
         removed: dict[str, int] = {}
-        with self.db.transaction() as conn:
+        with self.store.transaction() as conn:
             conn.execute("PRAGMA defer_foreign_keys = ON")
             for table in reversed(data_tables(conn)):
                 if table in LOG_TABLES:

@@ -7,21 +7,18 @@ Audit rows are kept forever unless ``audit.retentionDays`` is set; pruning is ex
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from memmy.commands.validate import opt_int, opt_str, require_object
-from memmy.config import MemmyConfig
+from memmy.config import Configured, Settings
 from memmy.domain import Memory, content_hash, summarise
 from memmy.errors import Conflict, InvalidArgument, NotFound
 from memmy.indexing import Indexer, embedding_text
 from memmy.namespace import Namespace
 from memmy.service.memories import memory_item
-from memmy.store.db import Database, utc_now
-from memmy.store.logs import AuditLog, LogRepository
-from memmy.store.memories import MemoryRepository
-from memmy.store.panel_reads import PanelReads
+from memmy.store.db import utc_now
+from memmy.store.unit import Store
 
 REVIEWED_LAYERS = ("L2", "L3", "Skill")
 LOG_KINDS = ("audit", "api", "changes", "recalls")
@@ -38,23 +35,16 @@ def actor_of(ns: Namespace) -> dict[str, Any]:
     return {"source": ns.source, "userId": ns.user_id}
 
 
-class GovernanceOps:
+class GovernanceOps(Configured):
     """Audit rows, log pages and the review queue over the service's store."""
 
-    def __init__(
-        self,
-        config: Callable[[], MemmyConfig],
-        db: Database,
-        logs: LogRepository,
-        memories: MemoryRepository,
-        indexer: Indexer,
-    ) -> None:
-        self.config = config
-        self.db = db
-        self.logs = logs
-        self.audit_log = AuditLog(db)
-        self.reads = PanelReads(db)
-        self.memories = memories
+    def __init__(self, settings: Settings, store: Store, indexer: Indexer) -> None:
+        self.settings = settings
+        self.store = store
+        self.logs = store.logs
+        self.audit_log = store.audit
+        self.reads = store.panel_reads
+        self.memories = store.memories
         self.indexer = indexer
 
     # -- audit ------------------------------------------------------------------------------------
@@ -83,8 +73,7 @@ class GovernanceOps:
 
     def retention_days(self) -> int:
         """``audit.retentionDays`` (0 = keep forever)."""
-        section = self.config().tree.get("audit") or {}
-        return int(section.get("retentionDays") or 0) if isinstance(section, dict) else 0
+        return self.config.audit.retention_days
 
     def prune_if_due(self) -> int:
         """Apply the configured retention (the evolution worker calls this periodically); the prune is audited."""
@@ -145,8 +134,7 @@ class GovernanceOps:
     # -- review queue -----------------------------------------------------------------------------
     def review_required(self) -> bool:
         """``evolution.review: required`` in config."""
-        section = self.config().tree.get("evolution") or {}
-        return isinstance(section, dict) and str(section.get("review") or "off") == "required"
+        return self.config.evolution.review == "required"
 
     def review_queue(self, params: dict[str, Any]) -> dict[str, Any]:
         """Derived items (L2/L3/Skill) by review state (``?state=pending|approved|rejected``), newest first."""
@@ -156,7 +144,7 @@ class GovernanceOps:
         if state == "pending":
             ids = self.reads.pending_review(limit)
         else:
-            rows = self.db.query(
+            rows = self.store.query(
                 "SELECT id FROM memories WHERE source_agent = 'memmy-evolution' "
                 "AND memory_layer IN ('L2','L3','Skill') AND json_extract(properties_json, '$.review.state') = ? "
                 "ORDER BY updated_at DESC LIMIT ?",
@@ -208,7 +196,7 @@ class GovernanceOps:
         memory.status = "activated" if decision == "approve" else "archived"
         memory.version += 1
         memory.updated_at = now
-        with self.db.transaction():
+        with self.store.transaction():
             self.memories.update(memory, before, f"review.{decision}", ns.source)
             audit_id = self.record(
                 f"review.{decision}", memory.kind, memory.id, ns, before=before, after=memory.snapshot(), meta=review
@@ -237,7 +225,7 @@ class GovernanceOps:
         memory.status = status
         memory.version += 1
         memory.updated_at = utc_now()
-        with self.db.transaction():
+        with self.store.transaction():
             self.memories.update(memory, before, "activate" if status == "activated" else "archive", ns.source)
             audit_id = self.record(
                 "memory.activate" if status == "activated" else "memory.archive",
@@ -263,7 +251,7 @@ class GovernanceOps:
 
     def _analytics(self, days: int) -> dict[str, Any]:
         start = (datetime.now(UTC) - timedelta(days=days - 1)).date().isoformat()
-        per_day = self.db.query(
+        per_day = self.store.query(
             "SELECT substr(created_at, 1, 10) AS day, COUNT(*) AS events, "
             "SUM(CASE WHEN json_array_length(injected_memory_ids_json) > 0 THEN 1 ELSE 0 END) AS hits, "
             "SUM(COALESCE(json_extract(request_json, '$.tokens'), 0)) AS tokens "
@@ -273,11 +261,11 @@ class GovernanceOps:
         events = sum(int(r["events"]) for r in per_day)
         hits = sum(int(r["hits"] or 0) for r in per_day)
         # Grouped by the bare column: SQLite walks the (project_id, ...) index in order, no temporary b-tree.
-        per_project = self.db.query(
+        per_project = self.store.query(
             "SELECT project_id, COUNT(*) AS n FROM memories WHERE status != 'deleted' GROUP BY project_id"
         )
         projects = sorted(((r["project_id"] or "(none)", int(r["n"])) for r in per_project), key=lambda p: -p[1])
-        agents = self.db.query(
+        agents = self.store.query(
             "SELECT source_agent, COUNT(*) AS n FROM memories WHERE status != 'deleted' "
             "GROUP BY source_agent ORDER BY n DESC LIMIT 10"
         )

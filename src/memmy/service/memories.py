@@ -16,18 +16,16 @@ from memmy.commands.validate import (
     req_str,
     require_object,
 )
-from memmy.config import MemmyConfig
+from memmy.config import Configured, Settings
 from memmy.domain import ID_PREFIX_BY_LAYER, KIND_BY_LAYER, Memory, content_hash, new_id, sha256_hex, summarise
 from memmy.errors import Conflict, Forbidden, InvalidArgument, NotFound
 from memmy.indexing import Indexer, embedding_text
 from memmy.namespace import Namespace
 from memmy.recall.freshness import validity_payload
-from memmy.store.db import Database, utc_now
-from memmy.store.logs import LogRepository
-from memmy.store.memories import MemoryRepository
-from memmy.store.queue import EmbeddingQueue
-from memmy.store.sessions import SessionRepository, raw_turn_dict
-from memmy.store.tombstones import TombstoneRepository, value_hash
+from memmy.store.db import utc_now
+from memmy.store.sessions import raw_turn_dict
+from memmy.store.tombstones import value_hash
+from memmy.store.unit import Store
 
 MAX_CONTENT_CHARS = 200_000
 
@@ -63,34 +61,25 @@ def memory_item(memory: Memory, processing: dict[str, Any] | None = None) -> dic
     return item
 
 
-class MemoryOps:
+class MemoryOps(Configured):
     """Add, read, delete and search memories."""
 
-    def __init__(
-        self,
-        config: MemmyConfig,
-        db: Database,
-        memories: MemoryRepository,
-        logs: LogRepository,
-        queue: EmbeddingQueue,
-        sessions: SessionRepository,
-        indexer: Indexer,
-    ) -> None:
-        self.config = config
-        self.db = db
-        self.memories = memories
-        self.logs = logs
-        self.queue = queue
-        self.sessions = sessions
+    def __init__(self, settings: Settings, store: Store, indexer: Indexer) -> None:
+        self.settings = settings
+        self.store = store
+        self.memories = store.memories
+        self.logs = store.logs
+        self.queue = store.queue
+        self.sessions = store.sessions
         self.indexer = indexer
-        self.tombstones = TombstoneRepository(db)
+        self.tombstones = store.tombstones
 
     # -- writes -----------------------------------------------------------------------------------
     def add(self, body: Any, ns: Namespace) -> dict[str, Any]:
         """Write one memory (L1 by default); identical content in the same layer is merged, not duplicated."""
         started = time.perf_counter()
         body = require_object(body)
-        if not self.config.algorithm["enableMemoryAdd"]:
+        if not self.config.flags.enable_memory_add:
             raise Forbidden("memory writes are disabled (algorithm.enableMemoryAdd: false)")
         content = req_str(body, "content", max_len=MAX_CONTENT_CHARS)
         content = sanitize_text(content, unwrap_request=False)
@@ -138,7 +127,7 @@ class MemoryOps:
             updated_at=now,
             valid_from=created_at,
         )
-        with self.db.transaction():
+        with self.store.transaction():
             self.memories.insert(memory, source=ns.source)
             if defer:
                 self.queue.set_state(memory.id, "ready_text_only")
@@ -220,7 +209,7 @@ class MemoryOps:
     def delete(self, memory_id: str, body: Any, ns: Namespace) -> dict[str, Any]:
         """Soft-delete: status ``deleted``, removed from FTS and vectors, audited; excluded from every read."""
         body = require_object(body)
-        if not self.config.algorithm["enableMemoryAdd"]:
+        if not self.config.flags.enable_memory_add:
             raise Forbidden("memory writes are disabled (algorithm.enableMemoryAdd: false)")
         memory = self._require(memory_id)
         reason = opt_str(body, "reason") or "user request"
@@ -230,7 +219,7 @@ class MemoryOps:
         memory.deleted_at = now
         memory.updated_at = now
         memory.version += 1
-        with self.db.transaction():
+        with self.store.transaction():
             self.memories.update(memory, before, "delete", ns.source)
             self.indexer.forget(memory_id)
             tombstone_id = self.tombstones.add(
@@ -267,14 +256,14 @@ class MemoryOps:
 
     def archive(self, memory_id: str, ns: Namespace, reason: str | None = None) -> dict[str, Any]:
         """Archive a memory: kept, but no longer recalled; audited."""
-        if not self.config.algorithm["enableMemoryAdd"]:
+        if not self.config.flags.enable_memory_add:
             raise Forbidden("memory writes are disabled (algorithm.enableMemoryAdd: false)")
         memory = self._require(memory_id)
         before = memory.snapshot()
         memory.status = "archived"
         memory.updated_at = utc_now()
         memory.version += 1
-        with self.db.transaction():
+        with self.store.transaction():
             self.memories.update(memory, before, "archive", ns.source)
             self.indexer.unindex(memory_id)
             audit_id = self.logs.audit(

@@ -6,14 +6,14 @@ hands the slots to whoever needs a :class:`~memmy.llm.client.JsonLLM`; ``None`` 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from memmy.config import LLMSettings, MemmyConfig
 from memmy.llm.budget import BudgetedLLM, CircuitBreakerLLM, DailyBudget
 from memmy.llm.client import JsonLLM, LLMEndpoint, OpenAICompatibleLLM, resolve_endpoint
-from memmy.store.db import Database
 from memmy.store.llm_usage import LLMUsageRepository
+from memmy.store.unit import Store
 
 SLOTS = ("summary", "evolution")
 
@@ -52,6 +52,11 @@ class ModelClients:
     summary_timeout_s: float = 45.0
     evolution_timeout_s: float = 180.0
 
+    def replace_with(self, other: ModelClients) -> None:
+        """Take ``other``'s clients and limits in place (a config reload), so every holder sees them at once."""
+        for item in fields(self):
+            setattr(self, item.name, getattr(other, item.name))
+
     def usage_report(self) -> dict[str, Any]:
         """Today's LLM use against the daily limits, for the health route (limits of 0 = unlimited)."""
         status = self.budget.status()
@@ -70,9 +75,9 @@ class ModelClients:
         }
 
 
-def build_model_clients(config: MemmyConfig, db: Database) -> ModelClients:
+def build_model_clients(config: MemmyConfig, store: Store) -> ModelClients:
     """Budgeted clients for the configured slots, both counting against the same meter and limits."""
-    usage = LLMUsageRepository(db)
+    usage = store.llm_usage
     limits = config.llm_budget
     budget = DailyBudget(usage, limits.daily_calls, limits.daily_tokens)
 

@@ -10,11 +10,10 @@ from memmy.commands.validate import layer_of
 from memmy.errors import InvalidArgument
 from memmy.service.memories import memory_item
 from memmy.store.db import utc_now
-from memmy.store.episodes import EpisodeRecord, EpisodeRepository
-from memmy.store.logs import LogRepository
-from memmy.store.memories import MemoryFilter, MemoryRepository
-from memmy.store.queue import EmbeddingQueue
-from memmy.store.sessions import SessionRepository, raw_turn_dict
+from memmy.store.episodes import EpisodeRecord
+from memmy.store.memories import MemoryFilter
+from memmy.store.sessions import raw_turn_dict
+from memmy.store.unit import Store
 
 PAGE_SIZE = 20
 MAX_PAGE_SIZE = 100
@@ -47,19 +46,12 @@ def _percentile(values: list[float], q: float) -> float:
 class PanelOps:
     """Aggregates for the web panel and the CLI status command."""
 
-    def __init__(
-        self,
-        memories: MemoryRepository,
-        logs: LogRepository,
-        sessions: SessionRepository,
-        queue: EmbeddingQueue,
-        episodes: EpisodeRepository,
-    ) -> None:
-        self.memories = memories
-        self.logs = logs
-        self.sessions = sessions
-        self.queue = queue
-        self.episodes = episodes
+    def __init__(self, store: Store) -> None:
+        self.memories = store.memories
+        self.logs = store.logs
+        self.sessions = store.sessions
+        self.queue = store.queue
+        self.episodes = store.episodes
 
     def overview(self) -> dict[str, Any]:
         """Counts per layer, source distribution and 371 days of daily activity."""

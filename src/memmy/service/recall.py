@@ -19,7 +19,7 @@ from memmy.commands.validate import (
     req_str,
     require_object,
 )
-from memmy.config import MemmyConfig
+from memmy.config import Configured, Settings
 from memmy.domain import sha256_hex
 from memmy.errors import InvalidArgument
 from memmy.evolve.scope import visible_in
@@ -38,11 +38,11 @@ from memmy.recall.pipeline import (
 )
 from memmy.recall.query import PreparedQuery, prepare_query
 from memmy.recall.render import RenderItem, render_context, snippet
-from memmy.service.models import ModelClients, build_model_clients
+from memmy.service.models import ModelClients
 from memmy.store.db import utc_now
-from memmy.store.logs import LogRepository
-from memmy.store.memories import MemoryFilter, MemoryRepository
+from memmy.store.memories import MemoryFilter
 from memmy.store.text import CJK_RUN, cjk_bigrams
+from memmy.store.unit import Store
 
 SCOPES = ("auto", "pooled", "project", "agent")
 
@@ -181,43 +181,21 @@ def recall_reason(candidate: Candidate, query: PreparedQuery) -> str:
     return "; ".join(parts)
 
 
-class RecallOps:
+class RecallOps(Configured):
     """Runs recalls for ``memory/search`` and ``turns/start``.
 
-    LLM steps use ``models`` (budgeted clients). Without a shared ``models`` RecallOps builds its own from the
-    config and rebuilds them whenever ``config`` is replaced (reload); a passed-in ``models`` is the caller's
-    to replace.
+    LLM steps use ``models`` (budgeted clients, shared with the facade, which refreshes them on reload).
     """
 
-    def __init__(
-        self,
-        config: MemmyConfig,
-        memories: MemoryRepository,
-        logs: LogRepository,
-        indexer: Indexer,
-        models: ModelClients | None = None,
-    ) -> None:
-        self._db = memories.db
-        self._own_models = models is None
-        self.models = models if models is not None else build_model_clients(config, self._db)
-        self._config = config
-        self.logs = logs
-        self.engine = RecallEngine(memories, lambda: indexer.index, indexer.embed_query)
-
-    @property
-    def config(self) -> MemmyConfig:
-        """The effective configuration."""
-        return self._config
-
-    @config.setter
-    def config(self, value: MemmyConfig) -> None:
-        self._config = value
-        if self._own_models:
-            self.models = build_model_clients(value, self._db)
+    def __init__(self, settings: Settings, store: Store, indexer: Indexer, models: ModelClients) -> None:
+        self.settings = settings
+        self.models = models
+        self.logs = store.logs
+        self.engine = RecallEngine(store.memories, lambda: indexer.index, indexer.embed_query)
 
     def scope_filter(self, body: dict[str, Any], ns: Namespace) -> tuple[str, MemoryFilter]:
         """Resolve the scope (auto -> project inside a repository, else pooled) into a filter."""
-        scope = body.get("scope") or self.config.algo("retrieval", "defaultScope")
+        scope = body.get("scope") or self.config.retrieval.default_scope
         if scope not in SCOPES:
             raise InvalidArgument(f"scope: expected one of {', '.join(SCOPES)}, got {scope!r}")
         if scope == "auto":
@@ -246,20 +224,20 @@ class RecallOps:
     ) -> SearchResult:
         """Prepare the query, run the pipeline (+ optional LLM steps), render and log one recall."""
         started = time.perf_counter()
-        retrieval = self.config.algorithm["retrieval"]
+        retrieval = self.config.retrieval
         scope, flt = self.scope_filter(body, ns)
         status: list[str] = [f"scope:{scope}"]
         hints = body.get("contextHints") if isinstance(body.get("contextHints"), dict) else None
         prepared = prepare_query(query, hints)
-        hook_path = mode == "turn_start" and not retrieval["llmInHookPath"]
-        timeout_s = int(retrieval["llmTimeoutMs"]) / 1000
+        hook_path = mode == "turn_start" and not retrieval.llm_in_hook_path
+        timeout_s = retrieval.llm_timeout_ms / 1000
         evolution_llm = None if hook_path else self.models.evolution
         filter_llm = None if hook_path else (self.models.summary or evolution_llm)
-        if evolution_llm is not None and retrieval["llmQueryExtract"]:
+        if evolution_llm is not None and retrieval.llm_query_extract:
             prepared, extract_status = extract_query(evolution_llm, prepared, timeout_s)
             status.append(extract_status)
         channels = self._channels(body)
-        resolved = resolve_layers(mode, layers, self.config.domain, str(retrieval["readOnlyInjectionProfile"]))
+        resolved = resolve_layers(mode, layers, self.config.domain, retrieval.read_only_injection_profile)
         settings = RecallSettings.from_config(self.config.algorithm)
         tags = frozenset(opt_tags(body))
         request = RecallRequest(prepared, mode, resolved, limit, flt, exclude_ids, channels, self.config.domain, tags)
@@ -268,22 +246,22 @@ class RecallOps:
         status.extend(outcome.status)
         if flt.project_id is not None:  # derived memory resting on other projects stays there (evolve/scope.py)
             selected = [c for c in selected if visible_in(c.memory.properties, flt.project_id)]
-        if mode == "turn_start" and retrieval["injectionSemanticGate"] and "vector:unavailable" not in status:
+        if mode == "turn_start" and retrieval.injection_semantic_gate and "vector:unavailable" not in status:
             index = self.engine.index()
             selected, gated = semantic_gate(
                 selected,
-                float(retrieval["minTraceSim"]),
+                retrieval.min_trace_sim,
                 lambda mid: index is not None and index.contains(mid),
                 prepared,
             )
             if gated:
                 status.append(f"semantic_gate:dropped:{gated}")
-        if mode == "turn_start" and retrieval["injectionSemanticGate"]:  # what the agent reads must be on topic
+        if mode == "turn_start" and retrieval.injection_semantic_gate:  # what the agent reads must be on topic
             before = len(selected)
             selected = [c for c in selected if topical(query, _topic_text(c), c.channels.get("vec", 0.0))]
             if len(selected) < before:
                 status.append(f"topic_gate:dropped:{before - len(selected)}")
-        if evolution_llm is not None and self.config.algorithm["enableQueryRewrite"]:
+        if evolution_llm is not None and self.config.flags.enable_query_rewrite:
             rewrites = rewrite_queries(evolution_llm, query, timeout_s)
             if rewrites:
                 extra = [
@@ -293,15 +271,16 @@ class RecallOps:
                 selected = merge_by_rrf([selected, *extra], limit)
                 status.append(f"query_rewrite:{len(rewrites)}")
         selected, filter_status = relevance_filter(
-            filter_llm, query, selected, retrieval, timeout_s, apply_fallback_cap=mode == "turn_start"
+            filter_llm, query, selected, self.config.algorithm["retrieval"], timeout_s,
+            apply_fallback_cap=mode == "turn_start",
         )
         status.append(filter_status)
         rendered = render_context(
             [RenderItem(c.memory, c.source, recall_reason(c, prepared), c.relevance) for c in selected],
             mode=mode,
-            skill_mode=str(retrieval["skillInjectionMode"]),
-            skill_summary_chars=int(retrieval["skillSummaryChars"]),
-            token_budget=int(retrieval["injectionTokenBudget"]) if mode != "search" else 0,
+            skill_mode=retrieval.skill_injection_mode,
+            skill_summary_chars=retrieval.skill_summary_chars,
+            token_budget=retrieval.injection_token_budget if mode != "search" else 0,
         )
         timings = dict(outcome.timings_ms)
         timings["total"] = round((time.perf_counter() - started) * 1000, 3)
@@ -379,7 +358,7 @@ class RecallOps:
         mode = opt_str(body, "mode") or "search"
         if mode not in MODE_LAYERS:
             raise InvalidArgument(f"mode: expected one of {', '.join(MODE_LAYERS)}, got {mode!r}")
-        if not self.config.algorithm["enableMemorySearch"]:
+        if not self.config.flags.enable_memory_search:
             return {
                 "injectedContext": "",
                 "hits": [],

@@ -9,10 +9,8 @@ from memmy.commands.validate import opt_int, opt_str, require_object
 from memmy.errors import InvalidArgument, NotFound
 from memmy.namespace import Namespace
 from memmy.recall.freshness import validity_payload
-from memmy.store.db import Database, utc_now
-from memmy.store.logs import LogRepository
-from memmy.store.memories import MemoryRepository
-from memmy.store.tombstones import TombstoneRepository
+from memmy.store.db import utc_now
+from memmy.store.unit import Store
 
 MAX_CHAIN = 1000
 
@@ -20,11 +18,11 @@ MAX_CHAIN = 1000
 class ValidityOps:
     """``GET /memory/<id>/history`` and ``/tombstones``."""
 
-    def __init__(self, db: Database, memories: MemoryRepository, logs: LogRepository) -> None:
-        self.db = db
-        self.memories = memories
-        self.logs = logs
-        self.tombstones = TombstoneRepository(db)
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.memories = store.memories
+        self.logs = store.logs
+        self.tombstones = store.tombstones
 
     def history(self, memory_id: str) -> dict[str, Any]:
         """The whole version chain of a memory, oldest -> newest, each with its validity interval."""
@@ -36,7 +34,7 @@ class ValidityOps:
         chain = [start]
         seen = {start.id}
         while len(chain) < MAX_CHAIN:  # walk back: who was superseded by the oldest one we have?
-            row = self.db.query_one("SELECT id FROM memories WHERE superseded_by = ? LIMIT 1", (chain[0].id,))
+            row = self.store.query_one("SELECT id FROM memories WHERE superseded_by = ? LIMIT 1", (chain[0].id,))
             older = self.memories.get(row["id"], include_deleted=True) if row else None
             if older is None or older.id in seen:
                 break
