@@ -329,6 +329,7 @@ class RetrievalSettings:
     llm_timeout_ms: int
     injection_semantic_gate: bool
     injection_token_budget: int
+    query_expansion: str
 
 
 @dataclass(frozen=True)
