@@ -3,13 +3,14 @@
 Prints turns/s for the text import (redaction, turn grouping, SQLite + FTS writes) and for embedding the
 imported turns afterwards, plus peak RSS. The issue's target is >= 1,000 turns/s before embeddings.
 
-Run:  python bench/import_bench.py --turns 20000
+Run:  python bench/import.py --turns 20000 [--skip-embeddings]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import resource
 import sys
@@ -189,19 +190,22 @@ def main(argv: list[str] | None = None) -> int:
     service.imports = ImportOps(
         service.config,
         service.db,
-        service.memories,
-        service.sessions,
-        service.indexer,
+        service.trace_writer,
         adapters={k: ADAPTERS[k] for k in ("claude_code", "codex")},
         env=env,
     )
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     result = service.imports.run_sync({"mode": "full", "confirm": True})
-    text_s = time.perf_counter() - started
+    text_s, cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
     totals = result["totals"]
+    added = max(1, totals["turnsAdded"])
     print(
         f"\nimport (text: redaction, grouping, SQLite + FTS, queueing): {totals['turnsAdded']} turns "
         f"from {totals['messagesScanned']} messages in {text_s:.1f} s = {totals['turnsAdded'] / text_s:,.0f} turns/s"
+    )
+    print(
+        f"CPU: {cpu_s:.1f} s = {cpu_s / added * 1000:.2f} CPU-s per 1,000 turns "
+        f"(= {added / cpu_s:,.0f} turns per CPU-second; load average {os.getloadavg()[0]:.2f})"
     )
     print(f"skipped: {totals['skipped'] or 'none'}   failed: {totals['failed']}")
     if not args.skip_embeddings:

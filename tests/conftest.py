@@ -254,9 +254,7 @@ def importer_service(isolated_home: Path, embedder: Embedder) -> Iterator[Memory
     service.imports = ImportOps(
         service.config,
         service.db,
-        service.memories,
-        service.sessions,
-        service.indexer,
+        service.trace_writer,
         adapters={"claude_code": ADAPTERS["claude_code"]},
         env={"HOME": str(isolated_home)},
     )

@@ -27,6 +27,7 @@ ALLOWED: dict[str, set[str]] = {
     "keys": {"domain", "errors", "store", "embed", "capture", "recall", "indexing", "config", "namespace", "commands"},
     "jobs": {"domain", "errors", "llm", "store", "capture", "evolve", "indexing", "config", "namespace", "commands"},
     "dream": {"domain", "errors", "store", "indexing", "config", "namespace", "commands"},
+    "traces": {"domain", "errors", "store", "capture", "indexing", "redact", "config"},
     "service": {
         "domain",
         "errors",
@@ -46,6 +47,7 @@ ALLOWED: dict[str, set[str]] = {
         "keys",
         "jobs",
         "dream",
+        "traces",
         "__init__",
     },
     "server": {

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from memmy import __version__
+from memmy.commands.turns import CloseSession, CompleteTurn, OpenSession, StartTurn
 from memmy.commands.validate import opt_bool, opt_int, opt_list, opt_str, require_object
 from memmy.config import MemmyConfig, load_config, reload_requires_restart
 from memmy.dream.ops import DreamOps
@@ -40,6 +42,7 @@ from memmy.store.queue import EmbeddingQueue
 from memmy.store.schema import SCHEMA_VERSION
 from memmy.store.sessions import SessionRepository
 from memmy.store.vectors import VectorRepository
+from memmy.traces.writer import TraceWriter
 
 ROUTE_NAMES = (
     "GET /api/v1/health",
@@ -149,12 +152,15 @@ class MemoryService:
         for group in self.evolution_groups:
             for job_type, handler in group.handlers().items():
                 self.worker.register(job_type, handler)
+        self.trace_writer = TraceWriter(
+            config, db, self.memories, self.sessions, self.indexer, self.jobs, self.redactor
+        )
         self.turn_ops = TurnOps(
             config,
             db,
             self.sessions,
             self.logs,
-            self.memory_ops,
+            self.trace_writer,
             self.recall_ops,
             self.episode_ops,
             self.jobs,
@@ -162,7 +168,7 @@ class MemoryService:
             self.worker.wake,
         )
         self.panel = PanelOps(self.memories, self.logs, self.sessions, self.queue, self.episodes)
-        self.imports = ImportOps(config, db, self.memories, self.sessions, self.indexer, self.redactor)
+        self.imports = ImportOps(config, db, self.trace_writer, self.redactor)
         self.keys = KeyOps(
             config,
             db,
@@ -300,21 +306,22 @@ class MemoryService:
         return self.validity.restore(tombstone_id, self.redact(body), ns)
 
     # -- sessions and turns -----------------------------------------------------------------------
-    def open_session(self, body: Any, ns: Namespace) -> dict[str, Any]:
+    def open_session(self, command: OpenSession, ns: Namespace) -> dict[str, Any]:
         """Open or resume a session."""
-        return self.turn_ops.open_session(self.redact(body), ns)
+        redacted = self.redactor.redact(command.workspace_path) if command.workspace_path else None
+        return self.turn_ops.open_session(replace(command, workspace_path=redacted), ns)
 
-    def close_session(self, session_id: str) -> dict[str, Any]:
+    def close_session(self, command: CloseSession) -> dict[str, Any]:
         """Close a session."""
-        return self.turn_ops.close_session(session_id)
+        return self.turn_ops.close_session(command)
 
-    def start_turn(self, body: Any, ns: Namespace) -> dict[str, Any]:
+    def start_turn(self, command: StartTurn, ns: Namespace) -> dict[str, Any]:
         """Turn start: recall context."""
-        return self.turn_ops.start_turn(self.redact(body), ns)
+        return self.turn_ops.start_turn(command.redacted(self.redactor), ns)
 
-    def complete_turn(self, turn_id: str, body: Any, ns: Namespace) -> dict[str, Any]:
-        """Turn complete: capture."""
-        return self.turn_ops.complete_turn(turn_id, self.redact(body), ns)
+    def complete_turn(self, command: CompleteTurn, ns: Namespace) -> dict[str, Any]:
+        """Turn complete: capture (the trace writer redacts the turn)."""
+        return self.turn_ops.complete_turn(command, ns)
 
     # -- admin ------------------------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
@@ -439,7 +446,8 @@ class MemoryService:
             warnings=new.warnings,
             db_override=old.db_override,
         )
-        self.redactor = self.imports.redactor = redactor
+        self.redactor = self.imports.redactor = self.trace_writer.redactor = redactor
+        self.trace_writer.config = self.config
         self.indexer.batch_size = new.embedding.batch_size
         for ops in (self.memory_ops, self.turn_ops, self.recall_ops, self.imports, self.keys, self.episode_ops):
             ops.config = self.config
