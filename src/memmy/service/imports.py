@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,23 +71,17 @@ class ServiceTurnSink:
         """One transaction around many turns (far fewer commits); each turn still has its own savepoint."""
         return self.writer.db.transaction()
 
-    def turn_state(self, source: str, turn_id: str) -> TurnState:
-        """new | exists | tombstoned (forgotten by the user). A turn deleted and then restored (tombstone
-        removed) is new again; a turn a hook captured live is the same turn (it exists)."""
-        key = import_key(source, turn_id)
-        if self.writer.tombstones.match(self.config.user_id, None, key) is not None:
-            return "tombstoned"
-        row = self.writer.db.query_one("SELECT status FROM memories WHERE memory_key = ?", (key,))
-        return "exists" if row is not None and row["status"] != "deleted" else "new"
+    def turn_states(self, source: str, turn_ids: Sequence[str]) -> list[TurnState]:
+        """new | exists | tombstoned (forgotten by the user) for each turn, in two queries. A turn deleted and then
+        restored (tombstone removed) is new again; a turn a hook captured live is the same turn (it exists)."""
+        keys = [import_key(source, turn_id) for turn_id in turn_ids]
+        _hashes, forgotten = self.writer.tombstones.matched(self.config.user_id, [], keys)
+        stored = self.writer.memories.live_keys(keys)
+        return ["tombstoned" if k in forgotten else "exists" if k in stored else "new" for k in keys]
 
-    def write_turn(self, turn: ImportedTurn) -> str | None:
-        """Store one turn (recallable once its vector is ready); None when its value was forgotten."""
-        prepared = self.writer.prepare(captured_import(turn, self.config.user_id))
-        if prepared.tombstone is not None:
-            return None
-        with self.writer.db.savepoint("import_turn"):  # inside the importer's batch: a failing turn undoes itself
-            written = self.writer.write(prepared)
-        return written.memory.id
+    def write_turns(self, turns: Sequence[ImportedTurn]) -> list[str | None]:
+        """Store new turns (recallable once their vectors are ready); None for a turn whose value was forgotten."""
+        return self.writer.write_imported([captured_import(turn, self.config.user_id) for turn in turns])
 
 
 class ClientBoundControl(JobControl):

@@ -6,20 +6,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memmy.domain import sha256_hex
+from memmy.transcripts.turns import host_turn_id
 
 
 def session_of_conversation(source: str, conversation_id: str) -> str:
     """The memmy session that holds a host conversation's imported turns."""
     return "import_" + sha256_hex(f"{source}:{conversation_id}")[:20]
-
-
-def host_turn_id(source: str, conversation_id: str, first_message_id: str) -> str:
-    """A turn's stable id from its host: ``<source>:`` + sha256(source::conversation::first user message id)[:24].
-
-    The importer and the hooks compute it from the same transcript reader, so both name a turn alike.
-    """
-    digest = sha256_hex(f"{source}::{conversation_id}::{first_message_id}")[:24]
-    return f"{source}:{digest}"
 
 
 def host_turn_key(source: str, turn_id: str) -> str:

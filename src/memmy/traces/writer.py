@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -88,6 +89,16 @@ class TraceWriter:
 
     def prepare(self, turn: CapturedTurn) -> PreparedTrace:
         """Redact the turn, build its trace step and look up its tombstone and an earlier copy of it."""
+        prepared = self._build(turn)
+        turn = prepared.turn
+        prepared.tombstone = self.tombstones.match(turn.user_id, value_hash(prepared.step.content), turn.memory_key)
+        if turn.host is not None:
+            held = self.memories.find_by_key("L1", turn.memory_key)
+            prepared.duplicate = held if held is not None and held.id != turn.memory_id else None
+        return prepared
+
+    def _build(self, turn: CapturedTurn) -> PreparedTrace:
+        """Redact the turn, normalise its tool calls and build its trace step (no store access)."""
         turn = self.redact(turn)
         capture = self.config.algorithm["capture"]
         tool_calls = normalize_tool_calls(turn.tool_calls, turn.tool_results)
@@ -101,12 +112,7 @@ class TraceWriter:
             max_text_chars=int(capture["maxTextChars"]),
             max_tool_output_chars=int(capture["maxToolOutputChars"]),
         )
-        tombstone = self.tombstones.match(turn.user_id, value_hash(step.content), turn.memory_key)
-        duplicate = None
-        if turn.host is not None:
-            held = self.memories.find_by_key("L1", turn.memory_key)
-            duplicate = held if held is not None and held.id != turn.memory_id else None
-        return PreparedTrace(turn, tool_calls, step, tombstone, duplicate)
+        return PreparedTrace(turn, tool_calls, step)
 
     # -- writing ----------------------------------------------------------------------------------
     def write(self, prepared: PreparedTrace, episode_id: str | None = None) -> WrittenTrace:
@@ -145,6 +151,44 @@ class TraceWriter:
         if turn.imported:
             self._import_sessions.add(turn.session_id)
         return WrittenTrace(memory, jobs)
+
+    def write_imported(self, turns: Sequence[CapturedTurn]) -> list[str | None]:
+        """Store many imported turns of one source in a few statements; each one's memory id, None when forgotten.
+
+        The caller checked that none of them is stored yet (or it was deleted and may come back); the batch joins
+        the caller's transaction, so a failure undoes the whole batch.
+        """
+        built = [self._build(turn) for turn in turns]
+        if not built:
+            return []
+        user_id = built[0].turn.user_id
+        hashes, keys = self.tombstones.matched(
+            user_id, [value_hash(p.step.content) for p in built], [p.turn.memory_key for p in built]
+        )
+        kept = [p for p in built if p.turn.memory_key not in keys and value_hash(p.step.content) not in hashes]
+        with self.db.transaction():
+            for first in {p.turn.session_id: p.turn for p in kept}.values():
+                self._ensure_import_session(first)
+            self.sessions.upsert_raw_turns(
+                [(p.turn.raw_turn_id, p.turn.session_id, p.turn.turn_id, self._raw_fields(p, None)) for p in kept]
+            )
+            memories = [self._memory(p, None) for p in kept]
+            previous = self.memories.get_any([m.id for m in memories])
+            labels = {f"import:{m.info['importSource']}" for m in memories}
+            for label in sorted(labels):
+                fresh = [m for m in memories if m.id not in previous and f"import:{m.info['importSource']}" == label]
+                self.memories.insert_many(fresh, label)
+            for memory in memories:
+                if memory.id in previous:  # deleted earlier and its tombstone restored since: it comes back
+                    before = previous[memory.id]
+                    memory.version, memory.created_at = before.version + 1, before.created_at
+                    label = f"import:{memory.info['importSource']}"
+                    self.memories.update(memory, before.snapshot(), "restore", label)
+            texts = [p.step.embedding_text for p in kept]
+            self.indexer.enqueue_many([(m.id, "L1", text) for m, text in zip(memories, texts, strict=True)])
+        self._import_sessions.update(p.turn.session_id for p in kept)
+        written = {p.turn.memory_id for p in kept}
+        return [p.turn.memory_id if p.turn.memory_id in written else None for p in built]
 
     def _ensure_import_session(self, turn: CapturedTurn) -> None:
         """Imported turns live in one closed session per host conversation."""
