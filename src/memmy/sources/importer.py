@@ -285,6 +285,7 @@ class Importer:
         since = options.since or (None if full or watermark is None else watermark.cursor)
         initial = watermark is None and not full and options.since is None
         stats = ScanStats()
+        waiting = self.state.waiting(adapter.name)  # read again whatever the cursor: their answer may come late
         newest_seen: str | None = None
         pending: list[tuple[Conversation, list[ImportedTurn]]] = []
         for conversation in adapter.conversations(self.env, stats):
@@ -294,7 +295,7 @@ class Importer:
             part.messages_scanned += len(conversation.messages)
             last = conversation.last_created_at
             newest_seen = max(filter(None, [newest_seen, last]))
-            if since and last < since:
+            if since and last < since and conversation.conversation_id not in waiting:
                 part.skipped["before_watermark"] += 1
                 continue
             try:
@@ -312,7 +313,8 @@ class Importer:
         part.errors.extend(stats.errors)
         part.failed += len(stats.errors)  # an unreadable file is a conversation not imported
         summary = part.to_json()
-        clean = not (stats.errors or part.failed or part.turns_waiting or control.stopped or options.dry_run)
+        # A conversation that ends unanswered does not hold the cursor back (it is remembered as waiting instead).
+        clean = not (stats.errors or part.failed or control.stopped or options.dry_run)
         if clean:
             self.state.advance_watermark(adapter.name, options.mode, baseline, newest_seen, summary)
             part.watermark_advanced = True
@@ -411,8 +413,11 @@ class Importer:
                 return
             batch = turns[start : start + BATCH_TURNS]
             waiting = self._import_batch(source, conversation, batch, last_turn, options, part) or waiting
-        if not options.dry_run and not waiting and part.failed == failed_before:
-            self.state.save_checkpoint(source, conversation.conversation_id, checkpoint, conversation.origin)
+        if not options.dry_run and part.failed == failed_before:
+            if waiting:
+                self.state.mark_waiting(source, conversation.conversation_id, conversation.origin)
+            else:
+                self.state.save_checkpoint(source, conversation.conversation_id, checkpoint, conversation.origin)
 
     def _import_batch(
         self,
