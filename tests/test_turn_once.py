@@ -4,6 +4,8 @@ history importer from the same transcripts, are stored once (the README's order:
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -177,3 +179,13 @@ def test_a_turn_imported_before_its_stop_hook_ran_is_not_stored_twice(installed:
     assert code == 0 and out == ""
     traces = captured(daemon, "claude_code")
     assert len(traces) == 1, traces
+
+
+def test_the_hooks_transcript_reader_is_standard_library_only() -> None:
+    code = (
+        "import sys; before = set(sys.modules); import memmy.hook.transcripts; "
+        "new = {m.split('.')[0] for m in set(sys.modules) - before}; "
+        "print(sorted(new - set(sys.stdlib_module_names) - {'memmy'}))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

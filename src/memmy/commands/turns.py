@@ -26,10 +26,14 @@ _STATUS_ALIASES = {
 
 
 class Redacts(Protocol):
-    """Anything with ``redact(text)`` (the service's configured redactor)."""
+    """Anything with ``redact(text)`` and ``redact_json(value)`` (the service's configured redactor)."""
 
     def redact(self, text: str | None) -> str:
         """The text with secrets replaced."""
+        ...
+
+    def redact_json(self, value: Any) -> Any:
+        """A copy of a JSON value with secrets replaced."""
         ...
 
 
@@ -128,7 +132,7 @@ class StartTurn:
             self,
             query=redactor.redact(self.query),
             workspace_path=redactor.redact(self.workspace_path) if self.workspace_path else None,
-            recall_options={**self.recall_options, "query": redactor.redact(self.query)},
+            recall_options=redactor.redact_json(self.recall_options),
         )
 
 
