@@ -1,8 +1,9 @@
 """The import engine: adapters -> redaction -> turns -> idempotent writes, with checkpoints and watermarks.
 
-One complete turn becomes one L1 memory, written through a :class:`TurnSink` (the service). The run is
-safe to kill at any point: every turn is written in its own transaction under a stable key, checkpoints
-move after a conversation is done, and the per-source watermark only advances after a clean run.
+One complete turn becomes one L1 memory, written through a :class:`TurnSink` (the service) in batches of
+``BATCH_TURNS``. The run is safe to kill at any point: each batch is one transaction and every turn has a stable
+key, checkpoints move after a conversation is done (a conversation ending unanswered is marked waiting and read
+again next time), and the per-source watermark only advances after a clean run.
 """
 
 from __future__ import annotations
