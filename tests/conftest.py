@@ -252,11 +252,9 @@ def importer_service(isolated_home: Path, embedder: Embedder) -> Iterator[Memory
     service = MemoryService.open(load_config(), embedder=embedder)
     service.indexer.load_index()
     service.imports = ImportOps(
-        service.config,
-        service.db,
-        service.memories,
-        service.sessions,
-        service.indexer,
+        service.settings,
+        service.store,
+        service.trace_writer,
         adapters={"claude_code": ADAPTERS["claude_code"]},
         env={"HOME": str(isolated_home)},
     )

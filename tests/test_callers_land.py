@@ -20,6 +20,7 @@ import psutil
 import pytest
 from mcp import Client
 
+from memmy.commands.turns import OpenSession, StartTurn
 from memmy.config import load_config
 from memmy.namespace import Namespace
 from memmy.service import MemoryService
@@ -206,9 +207,9 @@ def test_turn_start_idempotency_commits_with_the_turn(fresh_daemon: Daemon) -> N
 
 def test_turn_start_records_its_key_in_the_service(service: MemoryService) -> None:
     ns = Namespace.from_headers({}, service.config.user_id)
-    session = service.open_session({"source": "codex"}, ns)["sessionId"]
+    session = service.open_session(OpenSession.from_json({"source": "codex"}), ns)["sessionId"]
     body = {"sessionId": session, "turnId": "t9", "query": "fix the flaky test", "adapterId": "a", "requestId": "q"}
-    answer = service.start_turn(body, ns)
+    answer = service.start_turn(StartTurn.from_json(body), ns)
     stored = service.logs.idempotent_response("turn.start:a:q")
     assert stored is not None and stored[1]["contextPacketId"] == answer["contextPacketId"]
     assert service.turn_ops.sessions.get_raw_turn(session, "t9") is not None

@@ -18,6 +18,7 @@ import yaml
 from click.testing import CliRunner, Result
 
 from memmy.cli.main import cli
+from memmy.commands.turns import CompleteTurn, OpenSession, StartTurn
 from memmy.config import load_config
 from memmy.embed import Embedder
 from memmy.errors import Conflict
@@ -40,10 +41,13 @@ def _populate(service: MemoryService) -> list[str]:
     for text in ("Use pnpm, not npm, in the web repo.", "数据库迁移前先备份。", "Deploys go through make release."):
         ids.append(service.add_memory({"content": text}, Namespace(source="codex"))["id"])
     agent = Namespace(source="claude_code")
-    sid = service.open_session({}, agent)["sessionId"]
-    started = service.start_turn({"sessionId": sid, "query": "how do we deploy?"}, agent)
+    sid = service.open_session(OpenSession.from_json({}), agent)["sessionId"]
+    started = service.start_turn(StartTurn.from_json({"sessionId": sid, "query": "how do we deploy?"}), agent)
     service.complete_turn(
-        started["turnId"], {"sessionId": sid, "query": "how do we deploy?", "answer": "Run make release."}, agent
+        CompleteTurn.from_json(
+            {"sessionId": sid, "query": "how do we deploy?", "answer": "Run make release."}, started["turnId"]
+        ),
+        agent,
     )
     service.run_worker({})
     return ids
@@ -139,8 +143,10 @@ def test_review_queue_holds_new_policies_until_approved(isolated_home: Path, emb
         queue = svc.governance.review_queue({})["items"]
         assert [item["id"] for item in queue] == [memory.id]
         svc.run_worker({})
-        sid = svc.open_session({}, Namespace())["sessionId"]
-        turn = svc.start_turn({"sessionId": sid, "query": "how should I run the python test suite?"}, Namespace())
+        sid = svc.open_session(OpenSession.from_json({}), Namespace())["sessionId"]
+        turn = svc.start_turn(
+            StartTurn.from_json({"sessionId": sid, "query": "how should I run the python test suite?"}), Namespace()
+        )
         assert memory.id not in json.dumps(turn)
 
         # Evolution re-deriving it cannot activate it behind the reviewer's back.
@@ -154,7 +160,9 @@ def test_review_queue_holds_new_policies_until_approved(isolated_home: Path, emb
         )
         assert approved["status"] == "activated" and approved["review"]["edited"] is True
         svc.run_worker({})
-        turn = svc.start_turn({"sessionId": sid, "query": "how should I run the python test suite?"}, Namespace())
+        turn = svc.start_turn(
+            StartTurn.from_json({"sessionId": sid, "query": "how should I run the python test suite?"}), Namespace()
+        )
         assert memory.id in json.dumps(turn)
 
         rejected = _writer(svc).upsert(

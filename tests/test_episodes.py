@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from memmy.cli.main import cli
+from memmy.commands.turns import CloseSession, CompleteTurn, OpenSession, StartTurn
 from memmy.config import load_config
 from memmy.embed import Embedder
 from memmy.namespace import Namespace
@@ -42,9 +43,10 @@ def svc(isolated_home: Path, embedder: Embedder) -> Iterator[MemoryService]:
 
 def turn(svc: MemoryService, session_id: str, query: str, answer: str, **extra: Any) -> dict[str, Any]:
     """turn start + turn complete; returns the start response with the completion under ``complete``."""
-    started = svc.start_turn({"sessionId": session_id, "query": query}, NS)
+    started = svc.start_turn(StartTurn.from_json({"sessionId": session_id, "query": query}), NS)
     done = svc.complete_turn(
-        started["turnId"], {"sessionId": session_id, "query": query, "answer": answer, **extra}, NS
+        CompleteTurn.from_json({"sessionId": session_id, "query": query, "answer": answer, **extra}, started["turnId"]),
+        NS,
     )
     return {**started, "complete": done}
 
@@ -58,7 +60,7 @@ def drain(svc: MemoryService) -> None:
 
 
 def test_follow_ups_share_an_episode_and_a_new_topic_closes_it(svc: MemoryService) -> None:
-    sid = svc.open_session({}, NS)["sessionId"]
+    sid = svc.open_session(OpenSession.from_json({}), NS)["sessionId"]
     first = turn(svc, sid, "Set up an nginx reverse proxy for the app", "Added a server block proxying to :8000.")
     second = turn(svc, sid, "then add gzip compression too", "Enabled gzip for text and JSON responses.")
     assert second["episodeId"] == first["episodeId"] == first["complete"]["episodeId"]
@@ -82,9 +84,9 @@ def test_follow_ups_share_an_episode_and_a_new_topic_closes_it(svc: MemoryServic
 
 
 def test_a_revision_stays_in_the_episode_and_counts_as_negative_feedback(svc: MemoryService) -> None:
-    sid = svc.open_session({}, NS)["sessionId"]
+    sid = svc.open_session(OpenSession.from_json({}), NS)["sessionId"]
     first = turn(svc, sid, "Write a function that parses ISO dates in Python", "def parse(s): return s.split('-')")
-    revision = svc.start_turn({"sessionId": sid, "query": "不对，重新写，要处理时区"}, NS)
+    revision = svc.start_turn(StartTurn.from_json({"sessionId": sid, "query": "不对，重新写，要处理时区"}), NS)
     assert revision["episodeId"] == first["episodeId"] and revision["episodeRelation"] == "revision"
     feedback = svc.feedback.for_episode(first["episodeId"])
     assert [(f.channel, f.polarity, f.magnitude) for f in feedback] == [("implicit", "negative", 1.0)]
@@ -94,14 +96,14 @@ def test_a_revision_stays_in_the_episode_and_counts_as_negative_feedback(svc: Me
 
 
 def test_implicit_praise_is_recorded_and_lifts_the_reward(svc: MemoryService) -> None:
-    sid = svc.open_session({}, NS)["sessionId"]
+    sid = svc.open_session(OpenSession.from_json({}), NS)["sessionId"]
     first = turn(
         svc, sid, "Rename the config loader module and update the imports", "Renamed it and updated 14 imports."
     )
     turn(svc, sid, "perfect, thanks", "You're welcome.")
     feedback = svc.feedback.for_episode(first["episodeId"])
     assert [(f.channel, f.polarity) for f in feedback] == [("implicit", "positive")]
-    svc.close_session(sid)
+    svc.close_session(CloseSession(sid))
     drain(svc)
     episode = svc.episodes.get(first["episodeId"])
     assert episode is not None and episode.r_task is not None and episode.r_task > 0
@@ -109,9 +111,9 @@ def test_implicit_praise_is_recorded_and_lifts_the_reward(svc: MemoryService) ->
 
 
 def test_trivial_episodes_are_not_rewarded(svc: MemoryService) -> None:
-    sid = svc.open_session({}, NS)["sessionId"]
+    sid = svc.open_session(OpenSession.from_json({}), NS)["sessionId"]
     first = turn(svc, sid, "hello", "hi")
-    svc.close_session(sid)
+    svc.close_session(CloseSession(sid))
     drain(svc)
     episode = svc.episodes.get(first["episodeId"])
     assert episode is not None and episode.reward_detail is not None and episode.reward_detail["skipped"] is True
@@ -120,7 +122,7 @@ def test_trivial_episodes_are_not_rewarded(svc: MemoryService) -> None:
 
 
 def test_idle_episodes_are_closed_and_finalised(svc: MemoryService) -> None:
-    sid = svc.open_session({}, NS)["sessionId"]
+    sid = svc.open_session(OpenSession.from_json({}), NS)["sessionId"]
     first = turn(svc, sid, "Profile the slow report endpoint", "The N+1 query in reports.py is the cause.")
     with svc.db.transaction() as conn:
         conn.execute("UPDATE episodes SET updated_at = '2020-01-01T00:00:00.000Z' WHERE id = ?", (first["episodeId"],))
@@ -131,9 +133,9 @@ def test_idle_episodes_are_closed_and_finalised(svc: MemoryService) -> None:
 
 
 def test_explicit_feedback_validates_and_rerewards_a_closed_episode(svc: MemoryService) -> None:
-    sid = svc.open_session({}, NS)["sessionId"]
+    sid = svc.open_session(OpenSession.from_json({}), NS)["sessionId"]
     first = turn(svc, sid, "Bump the API client to v2 and fix the call sites", "Updated 6 call sites; tests pass.")
-    svc.close_session(sid)
+    svc.close_session(CloseSession(sid))
     drain(svc)
     before = svc.episodes.get(first["episodeId"])
     assert before is not None and before.r_task is not None
@@ -161,7 +163,7 @@ def test_the_llm_relation_check_splits_an_episode_off_the_hook_path(isolated_hom
         slot = f"    provider: openai_compatible\n    endpoint: {stub.url}\n    model: m\n"
         service = make_service(isolated_home, embedder, f"  evolution:\n{slot}")
         try:
-            sid = service.open_session({}, NS)["sessionId"]
+            sid = service.open_session(OpenSession.from_json({}), NS)["sessionId"]
             first = turn(service, sid, "Set up an nginx reverse proxy for the app", "Added a server block.")
             # "also ..." keeps the turn in the task on the hook path; the model, later, says it is another task
             second = turn(service, sid, "Also write a haiku about autumn leaves", "Leaves drift on cold wind...")
@@ -204,7 +206,7 @@ def test_feedback_episodes_and_jobs_from_the_cli(daemon: Daemon) -> None:
 
 
 def test_feedback_on_a_policy_moves_its_gain_and_attaches_the_note_to_it(svc: MemoryService) -> None:
-    sid = svc.open_session({}, NS)["sessionId"]
+    sid = svc.open_session(OpenSession.from_json({}), NS)["sessionId"]
     turn(
         svc,
         sid,
@@ -215,7 +217,7 @@ def test_feedback_on_a_policy_moves_its_gain_and_attaches_the_note_to_it(svc: Me
             {"name": "bash", "input": {"command": "ruff check ."}, "output": "All checks passed!", "success": True},
         ],
     )
-    svc.close_session(sid)
+    svc.close_session(CloseSession(sid))
     drain(svc)
     policies = [m for m in svc.memories.by_layer("L2") if m.properties["policy"]["type"] == "success_pattern"]
     assert len(policies) == 1

@@ -18,6 +18,7 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
+from memmy.commands.turns import OpenSession
 from memmy.jobs.writer import LayerWrite, LayerWriter
 from memmy.namespace import Namespace
 from memmy.panel import routes as panel_routes
@@ -399,7 +400,7 @@ def test_overview_warns_about_broken_quiet_and_misdirected_hooks(
     quiet = warnings()
     assert "claude_code: memmy is installed but claude_code has not called the daemon since it was installed" in quiet
     assert "memmy-memory remove --agent claude_code" in quiet
-    service.open_session({}, Namespace(source="claude_code"))
+    service.open_session(OpenSession.from_json({}), Namespace(source="claude_code"))
     assert "has not called" not in warnings()
 
     hook_json = isolated_home / ".memmy" / "hook.json"

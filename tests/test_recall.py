@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from memmy.capture.sanitize import wrap_for_agent
+from memmy.commands.turns import CompleteTurn, OpenSession, StartTurn
 from memmy.config import load_config
 from memmy.embed import Embedder
 from memmy.namespace import Namespace
@@ -97,22 +98,30 @@ def test_must_not_retrieve(make_service, tmp_path: Path) -> None:  # type: ignor
 
 def test_turn_start_excludes_the_sessions_own_recent_turns(make_service) -> None:  # type: ignore[no-untyped-def]
     service = make_service()
-    session = service.open_session({}, NS)["sessionId"]
-    start = service.start_turn({"sessionId": session, "query": "fix the flaky redis lock test"}, NS)
+    session = service.open_session(OpenSession.from_json({}), NS)["sessionId"]
+    start = service.start_turn(
+        StartTurn.from_json({"sessionId": session, "query": "fix the flaky redis lock test"}), NS
+    )
     done = service.complete_turn(
-        start["turnId"],
-        {
-            "sessionId": session,
-            "query": "fix the flaky redis lock test",
-            "answer": "The redis lock test was flaky because of a 1s TTL; raised it to 5s.",
-        },
+        CompleteTurn.from_json(
+            {
+                "sessionId": session,
+                "query": "fix the flaky redis lock test",
+                "answer": "The redis lock test was flaky because of a 1s TTL; raised it to 5s.",
+            },
+            start["turnId"],
+        ),
         NS,
     )
     service.indexer.drain()
-    again = service.start_turn({"sessionId": session, "query": "the redis lock test is flaky again"}, NS)
+    again = service.start_turn(
+        StartTurn.from_json({"sessionId": session, "query": "the redis lock test is flaky again"}), NS
+    )
     assert done["l1MemoryId"] not in again["sourceMemoryIds"]
-    other = service.open_session({}, NS)["sessionId"]
-    elsewhere = service.start_turn({"sessionId": other, "query": "the redis lock test is flaky again"}, NS)
+    other = service.open_session(OpenSession.from_json({}), NS)["sessionId"]
+    elsewhere = service.start_turn(
+        StartTurn.from_json({"sessionId": other, "query": "the redis lock test is flaky again"}), NS
+    )
     assert done["l1MemoryId"] in elsewhere["sourceMemoryIds"]
 
 
@@ -125,8 +134,10 @@ def test_injected_wrapper_echoed_back_is_never_searched_or_stored(make_service) 
     result = search(service, echoed)
     assert secret not in ids(result)
     assert not {"stripe", "roadmap", "quarterly"} & set(result["debug"]["query"]["keywords"])
-    session = service.open_session({}, NS)["sessionId"]
-    done = service.complete_turn("t1", {"sessionId": session, "query": echoed, "answer": "4"}, NS)
+    session = service.open_session(OpenSession.from_json({}), NS)["sessionId"]
+    done = service.complete_turn(
+        CompleteTurn.from_json({"sessionId": session, "query": echoed, "answer": "4"}, "t1"), NS
+    )
     stored = service.get_memory(done["l1MemoryId"])
     assert "Stripe" not in stored["content"] and "memmy_memory_context" not in stored["content"]
 
@@ -184,16 +195,28 @@ def test_modes_layers_and_research_profile(make_service) -> None:  # type: ignor
 def test_intent_gate_on_the_first_turn_only(make_service) -> None:  # type: ignore[no-untyped-def]
     service = make_service()
     add(service, "hello world program prints hello")
-    session = service.open_session({}, NS)["sessionId"]
-    first = service.start_turn({"sessionId": session, "query": "hello!"}, NS)
+    session = service.open_session(OpenSession.from_json({}), NS)["sessionId"]
+    first = service.start_turn(StartTurn.from_json({"sessionId": session, "query": "hello!"}), NS)
     assert "intent:chitchat:retrieval_skipped" in first["status"] and first["sourceMemoryIds"] == []
-    service.complete_turn(first["turnId"], {"sessionId": session, "query": "hello!", "answer": "Hi!"}, NS)
-    second = service.start_turn({"sessionId": session, "query": "hello"}, NS)
+    service.complete_turn(
+        CompleteTurn.from_json({"sessionId": session, "query": "hello!", "answer": "Hi!"}, first["turnId"]), NS
+    )
+    second = service.start_turn(StartTurn.from_json({"sessionId": session, "query": "hello"}), NS)
     assert not any(s.startswith("intent:") for s in second["status"])
-    meta = service.start_turn({"sessionId": service.open_session({}, NS)["sessionId"], "query": "你是谁？"}, NS)
+    meta = service.start_turn(
+        StartTurn.from_json(
+            {"sessionId": service.open_session(OpenSession.from_json({}), NS)["sessionId"], "query": "你是谁？"}
+        ),
+        NS,
+    )
     assert "intent:meta:retrieval_skipped" in meta["status"]
     task = service.start_turn(
-        {"sessionId": service.open_session({}, NS)["sessionId"], "query": "do you remember the hello world program?"},
+        StartTurn.from_json(
+            {
+                "sessionId": service.open_session(OpenSession.from_json({}), NS)["sessionId"],
+                "query": "do you remember the hello world program?",
+            }
+        ),
         NS,
     )
     assert not any(s.startswith("intent:") for s in task["status"]) and task["sourceMemoryIds"]
@@ -262,8 +285,10 @@ def test_llm_filter_statuses_and_fallbacks(make_service) -> None:  # type: ignor
         assert stub.requests and "CANDIDATES:" in stub.requests[0]["body"]["messages"][1]["content"]
         # turn_start is the hook path: no LLM call unless llmInHookPath is on; the no-LLM cap applies.
         calls = len(stub.requests)
-        session = service.open_session({}, NS)["sessionId"]
-        start = service.start_turn({"sessionId": session, "query": "kafka consumer rebalancing"}, NS)
+        session = service.open_session(OpenSession.from_json({}), NS)["sessionId"]
+        start = service.start_turn(
+            StartTurn.from_json({"sessionId": session, "query": "kafka consumer rebalancing"}), NS
+        )
         assert "llm_filter:no_llm" in start["status"] and len(stub.requests) == calls
 
     with run_chat_stub(lambda s, u: "not json at all") as stub:
@@ -344,13 +369,17 @@ def test_turn_start_stays_silent_on_word_overlap_alone(make_service) -> None:  #
     ):
         add(service, text)
     service.indexer.drain()
-    session = service.open_session({}, NS)["sessionId"]
-    off_topic = service.start_turn({"sessionId": session, "query": "help me plan a vacation to the lakes"}, NS)
+    session = service.open_session(OpenSession.from_json({}), NS)["sessionId"]
+    off_topic = service.start_turn(
+        StartTurn.from_json({"sessionId": session, "query": "help me plan a vacation to the lakes"}), NS
+    )
     assert off_topic["sourceMemoryIds"] == []
     assert any(s.startswith("semantic_gate:dropped:") for s in off_topic["status"])
     search = service.search({"query": "help me plan a vacation to the lakes"}, NS)  # explicit search still shows it
     assert search["sourceMemoryIds"]
-    relevant = service.start_turn({"sessionId": session, "query": "what is our release plan for billing-api?"}, NS)
+    relevant = service.start_turn(
+        StartTurn.from_json({"sessionId": session, "query": "what is our release plan for billing-api?"}), NS
+    )
     assert relevant["sourceMemoryIds"][0] == plan
 
 
@@ -359,10 +388,12 @@ def test_turn_start_silence_for_chinese_prompts(make_service) -> None:  # type: 
     deploy = add(service, "部署到生产环境之前必须先跑数据库迁移脚本")
     add(service, "用户偏好：代码评审意见要简短，直接指出问题")
     service.indexer.drain()
-    session = service.open_session({}, NS)["sessionId"]
-    off_topic = service.start_turn({"sessionId": session, "query": "帮我推荐一部周末看的电影"}, NS)
+    session = service.open_session(OpenSession.from_json({}), NS)["sessionId"]
+    off_topic = service.start_turn(StartTurn.from_json({"sessionId": session, "query": "帮我推荐一部周末看的电影"}), NS)
     assert off_topic["sourceMemoryIds"] == []
-    on_topic = service.start_turn({"sessionId": session, "query": "部署生产环境之前要做什么？"}, NS)
+    on_topic = service.start_turn(
+        StartTurn.from_json({"sessionId": session, "query": "部署生产环境之前要做什么？"}), NS
+    )
     assert on_topic["sourceMemoryIds"] == [deploy]
 
 
@@ -393,4 +424,3 @@ def test_a_turn_hit_brings_its_neighbours_as_one_result(make_service) -> None:  
     for i, text in enumerate(turns):
         add(alone, text, sessionId="chat-1", createdAt=f"2026-01-05T10:00:0{i}Z")
     assert all("window" not in h for h in search(alone, "espresso grinder in the office kitchen")["hits"])
-

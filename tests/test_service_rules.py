@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from memmy.commands.turns import CloseSession, CompleteTurn, OpenSession, StartTurn
 from memmy.config import load_config
 from memmy.embed import Embedder
 from memmy.errors import Conflict, Forbidden
@@ -33,32 +34,42 @@ def test_header_source_is_normalised_like_the_body() -> None:
 
 def test_requested_session_id_wins_over_host_key(service: MemoryService) -> None:
     keyed = Namespace(source="codex", session_key="host-1")
-    first = service.open_session({}, keyed)["sessionId"]
-    again = service.open_session({}, keyed)
+    first = service.open_session(OpenSession.from_json({}), keyed)["sessionId"]
+    again = service.open_session(OpenSession.from_json({}), keyed)
     assert again["sessionId"] == first and again["resumed"] is True
-    wanted = service.open_session({"sessionId": "session_mine"}, keyed)
+    wanted = service.open_session(OpenSession.from_json({"sessionId": "session_mine"}), keyed)
     assert wanted["sessionId"] == "session_mine" and wanted["resumed"] is False
 
 
 def test_completion_after_close_only_for_started_turns(service: MemoryService) -> None:
-    session = service.open_session({}, NS)["sessionId"]
-    started = service.start_turn({"sessionId": session, "query": "rename the package"}, NS)
-    service.close_session(session)
+    session = service.open_session(OpenSession.from_json({}), NS)["sessionId"]
+    started = service.start_turn(StartTurn.from_json({"sessionId": session, "query": "rename the package"}), NS)
+    service.close_session(CloseSession(session))
     late = service.complete_turn(
-        started["turnId"], {"sessionId": session, "query": "rename the package", "answer": "Renamed to memmy."}, NS
+        CompleteTurn.from_json(
+            {"sessionId": session, "query": "rename the package", "answer": "Renamed to memmy."}, started["turnId"]
+        ),
+        NS,
     )
     assert late["captured"] is True
     with pytest.raises(Conflict, match="never started"):
-        service.complete_turn("turn_unknown", {"sessionId": session, "query": "q", "answer": "a"}, NS)
+        service.complete_turn(
+            CompleteTurn.from_json({"sessionId": session, "query": "q", "answer": "a"}, "turn_unknown"), NS
+        )
 
 
 def test_completion_keeps_the_ids_turn_start_injected(service: MemoryService) -> None:
     target = service.add_memory({"content": "The package is published with twine upload"}, NS)["id"]
-    session = service.open_session({}, NS)["sessionId"]
-    started = service.start_turn({"sessionId": session, "query": "how is the package published?"}, NS)
+    session = service.open_session(OpenSession.from_json({}), NS)["sessionId"]
+    started = service.start_turn(
+        StartTurn.from_json({"sessionId": session, "query": "how is the package published?"}), NS
+    )
     assert started["sourceMemoryIds"] == [target]
     done = service.complete_turn(
-        started["turnId"], {"sessionId": session, "query": "how is the package published?", "answer": "With twine."}, NS
+        CompleteTurn.from_json(
+            {"sessionId": session, "query": "how is the package published?", "answer": "With twine."}, started["turnId"]
+        ),
+        NS,
     )
     raw = service.get_memory(done["l1MemoryId"])["refs"]["rawTurn"]
     assert raw["sourceMemoryIds"] == [target]
@@ -68,8 +79,10 @@ def test_write_gate_covers_capture_and_archive(isolated_home: Path, embedder: Em
     write_config(isolated_home, {"algorithm": {"enableMemoryAdd": False}})
     service = MemoryService.open(load_config(), embedder=embedder)
     try:
-        session = service.open_session({}, NS)["sessionId"]
-        done = service.complete_turn("t1", {"sessionId": session, "query": "q", "answer": "a"}, NS)
+        session = service.open_session(OpenSession.from_json({}), NS)["sessionId"]
+        done = service.complete_turn(
+            CompleteTurn.from_json({"sessionId": session, "query": "q", "answer": "a"}, "t1"), NS
+        )
         assert done["captured"] is False and done["l1MemoryId"] is None
         assert service.panel.items({})["total"] == 0
         with pytest.raises(Forbidden):
@@ -78,7 +91,7 @@ def test_write_gate_covers_capture_and_archive(isolated_home: Path, embedder: Em
             service.archive_memory("trace_x", {}, NS)
         with pytest.raises(Forbidden, match="only --dry-run"):
             service.imports.start({})
-        started = service.start_turn({"sessionId": session, "query": "anything stored?"}, NS)
+        started = service.start_turn(StartTurn.from_json({"sessionId": session, "query": "anything stored?"}), NS)
         assert service.sessions.get_raw_turn(session, started["turnId"]) is None
     finally:
         service.close()

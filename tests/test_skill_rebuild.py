@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from memmy.commands.turns import CloseSession, CompleteTurn, OpenSession, StartTurn
 from memmy.domain import Memory
 from memmy.embed import Embedder
 from memmy.evolve.skill import SKILL_CRYSTALLIZE_PROMPT
@@ -31,8 +32,8 @@ NS = Namespace(source="codex")
 
 def run_episode(svc: MemoryService, script: Script, package: str) -> None:
     """The scenario's episode (fail with ModuleNotFoundError, then fix), in-process."""
-    session_id = svc.open_session({"workspacePath": "/work/billing"}, NS)["sessionId"]
-    first = svc.start_turn({"sessionId": session_id, "query": script.task}, NS)
+    session_id = svc.open_session(OpenSession.from_json({"workspacePath": "/work/billing"}), NS)["sessionId"]
+    first = svc.start_turn(StartTurn.from_json({"sessionId": session_id, "query": script.task}), NS)
     failing_call = {
         "name": "bash",
         "input": {"command": "pytest tests/"},
@@ -41,21 +42,25 @@ def run_episode(svc: MemoryService, script: Script, package: str) -> None:
         "success": False,
     }
     svc.complete_turn(
-        first["turnId"],
-        {"sessionId": session_id, "query": script.task, "answer": script.fail_answer, "toolCalls": [failing_call]},
+        CompleteTurn.from_json(
+            {"sessionId": session_id, "query": script.task, "answer": script.fail_answer, "toolCalls": [failing_call]},
+            first["turnId"],
+        ),
         NS,
     )
-    second = svc.start_turn({"sessionId": session_id, "query": script.followup}, NS)
+    second = svc.start_turn(StartTurn.from_json({"sessionId": session_id, "query": script.followup}), NS)
     fixing = [
         {"name": "bash", "input": {"command": f"pip install {package}"}, "output": f"Successfully installed {package}"},
         {"name": "bash", "input": {"command": "pytest tests/"}, "output": "12 passed in 0.52s", "success": True},
     ]
     svc.complete_turn(
-        second["turnId"],
-        {"sessionId": session_id, "query": script.followup, "answer": script.success_answer, "toolCalls": fixing},
+        CompleteTurn.from_json(
+            {"sessionId": session_id, "query": script.followup, "answer": script.success_answer, "toolCalls": fixing},
+            second["turnId"],
+        ),
         NS,
     )
-    svc.close_session(session_id)
+    svc.close_session(CloseSession(session_id))
 
 
 def the_skill(svc: MemoryService) -> Memory:

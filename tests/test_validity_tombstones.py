@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from memmy.cli.main import cli
+from memmy.commands.turns import CompleteTurn, OpenSession
 from memmy.namespace import Namespace
 from memmy.recall.freshness import freshness_factor, validity_payload
 from memmy.service import MemoryService
@@ -31,7 +32,6 @@ def memory_count(service: MemoryService) -> int:
 
 def ago(days: float) -> str:
     return (datetime.now(UTC) - timedelta(days=days)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
 
 
 def test_correct_closes_the_old_version_and_keeps_the_chain(service: MemoryService) -> None:
@@ -136,15 +136,15 @@ def test_forgotten_content_is_refused_by_memory_add_and_remember(service: Memory
 
 
 def test_turn_capture_of_a_forgotten_turn_writes_nothing(service: MemoryService) -> None:
-    session = service.open_session({"source": "codex"}, NS)["sessionId"]
+    session = service.open_session(OpenSession.from_json({"source": "codex"}), NS)["sessionId"]
     body = {"sessionId": session, "query": "what port does the API use", "answer": "It listens on 8080."}
-    first = service.complete_turn("turn-1", body, NS)
+    first = service.complete_turn(CompleteTurn.from_json(body, "turn-1"), NS)
     service.delete_memory(first["l1MemoryId"], {}, NS)
     count = memory_count(service)
-    again = service.complete_turn("turn-1", body, NS)
+    again = service.complete_turn(CompleteTurn.from_json(body, "turn-1"), NS)
     assert again["tombstoned"] is True and again["captured"] is False and again["l1MemoryId"] is None
-    other_session = service.open_session({"source": "codex"}, NS)["sessionId"]
-    copy = service.complete_turn("turn-9", {**body, "sessionId": other_session}, NS)
+    other_session = service.open_session(OpenSession.from_json({"source": "codex"}), NS)["sessionId"]
+    copy = service.complete_turn(CompleteTurn.from_json({**body, "sessionId": other_session}, "turn-9"), NS)
     assert copy["tombstoned"] is True  # the same content under another key: refused by the content hash
     assert memory_count(service) == count
 

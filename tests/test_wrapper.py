@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from memmy.capture.sanitize import sanitize_text, wrap_for_agent
+from memmy.commands.turns import OpenSession, StartTurn
 from memmy.domain import Memory
 from memmy.hook.runtime import packet
 from memmy.namespace import Namespace
@@ -93,8 +94,8 @@ def test_memories_added_with_payloads_recall_inside_one_wrapper(service: MemoryS
         stored = service.get_memory(result["id"])["content"]
         assert stored.startswith("deploy checklist note") and find_tags(stored) == []
     service.indexer.drain()
-    session = service.open_session({}, NS)["sessionId"]
-    turn = service.start_turn({"sessionId": session, "query": "deploy checklist note"}, NS)
+    session = service.open_session(OpenSession.from_json({}), NS)["sessionId"]
+    turn = service.start_turn(StartTurn.from_json({"sessionId": session, "query": "deploy checklist note"}), NS)
     markdown = turn["injectedContext"]["markdown"]
     assert "deploy checklist note" in markdown and find_tags(markdown) == []
     assert _wrapped_tags(packet(markdown, "deploy checklist note")) == EXPECTED

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -200,6 +200,11 @@ class Indexer:
     def enqueue(self, memory_id: str, layer: str, text: str) -> None:
         """Queue one memory for embedding and wake the worker."""
         self.queue.enqueue(KIND_BY_LAYER[layer], memory_id, FIELD_BY_LAYER[layer], text)
+        self._wake.set()
+
+    def enqueue_many(self, items: Sequence[tuple[str, str, str]]) -> None:
+        """Queue many ``(memory id, layer, text)`` for embedding at once and wake the worker."""
+        self.queue.enqueue_many([(KIND_BY_LAYER[lay], mid, FIELD_BY_LAYER[lay], text) for mid, lay, text in items])
         self._wake.set()
 
     def unindex(self, memory_id: str) -> None:

@@ -20,41 +20,57 @@ TRUNCATION_MARK = "\n\n…[truncated]…\n\n"
 MEMMY_TOOLS = frozenset({"memmy_memory_search", "memmy_memory_get"})
 RESERVED_TAGS = frozenset({"trace", "turn", "memmy", "openclaw"})
 _TAG_RE = re.compile(r"^[a-z0-9][a-z0-9+]*$")
-_KEYWORD_TAGS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (tag, re.compile(pattern, re.IGNORECASE))
-    for tag, pattern in (
-        ("docker", r"\bdocker(file)?\b|docker-compose"),
-        ("kubernetes", r"\bkubernetes\b|\bkubectl\b|\bk8s\b"),
-        ("pip", r"\bpip3?\b"),
-        ("npm", r"\bnpm\b|\bpnpm\b|\byarn\b"),
-        ("database", r"\bdatabase\b|数据库"),
-        ("sql", r"\bsql(ite)?\b|\bpostgres(ql)?\b|\bmysql\b"),
-        ("shell", r"\bbash\b|\bshell\b|\bzsh\b"),
-        ("git", r"\bgit\b"),
-        ("python", r"\bpython3?\b|\.py\b|\bpytest\b"),
-        ("typescript", r"\btypescript\b|\.tsx?\b"),
-        ("javascript", r"\bjavascript\b|\.jsx?\b|\bnode(js)?\b"),
-        ("rust", r"\brust\b|\bcargo\b"),
-        ("plugin", r"\bplugin\b|插件"),
-        ("http", r"\bhttps?\b|\bapi\b"),
-        ("network", r"\bnetwork\b|\bdns\b|\btimeout\b|网络"),
-        ("auth", r"\bauth\w*\b|\btoken\b|\blogin\b|认证|登录"),
-        ("test", r"\btests?\b|\bpytest\b|\bvitest\b|\bjest\b|测试"),
-        ("error", r"\berror\b|\bexception\b|\btraceback\b|报错|错误"),
+#: Keyword rules: (tag, pattern, needles). A pattern runs only when one of its needles (literal words every match
+#: contains, case-folded) is in the text, so a turn pays for the few rules that can match, not for all 18.
+_KEYWORD_TAGS: tuple[tuple[str, re.Pattern[str], tuple[str, ...]], ...] = tuple(
+    (tag, re.compile(pattern, re.IGNORECASE), needles)
+    for tag, pattern, needles in (
+        ("docker", r"\bdocker(file)?\b|docker-compose", ("docker",)),
+        ("kubernetes", r"\bkubernetes\b|\bkubectl\b|\bk8s\b", ("kubernetes", "kubectl", "k8s")),
+        ("pip", r"\bpip3?\b", ("pip",)),
+        ("npm", r"\bnpm\b|\bpnpm\b|\byarn\b", ("npm", "yarn")),
+        ("database", r"\bdatabase\b|数据库", ("database", "数据库")),
+        ("sql", r"\bsql(ite)?\b|\bpostgres(ql)?\b|\bmysql\b", ("sql", "postgres")),
+        ("shell", r"\bbash\b|\bshell\b|\bzsh\b", ("bash", "shell", "zsh")),
+        ("git", r"\bgit\b", ("git",)),
+        ("python", r"\bpython3?\b|\.py\b|\bpytest\b", ("py",)),
+        ("typescript", r"\btypescript\b|\.tsx?\b", ("typescript", ".ts")),
+        ("javascript", r"\bjavascript\b|\.jsx?\b|\bnode(js)?\b", ("javascript", ".js", "node")),
+        ("rust", r"\brust\b|\bcargo\b", ("rust", "cargo")),
+        ("plugin", r"\bplugin\b|插件", ("plugin", "插件")),
+        ("http", r"\bhttps?\b|\bapi\b", ("http", "api")),
+        ("network", r"\bnetwork\b|\bdns\b|\btimeout\b|网络", ("network", "dns", "timeout", "网络")),
+        ("auth", r"\bauth\w*\b|\btoken\b|\blogin\b|认证|登录", ("auth", "token", "login", "认证", "登录")),
+        ("test", r"\btests?\b|\bpytest\b|\bvitest\b|\bjest\b|测试", ("test", "jest", "测试")),
+        (
+            "error",
+            r"\berror\b|\bexception\b|\btraceback\b|报错|错误",
+            ("error", "exception", "traceback", "报错", "错误"),
+        ),
     )
 )
-_ERROR_PATTERNS: tuple[re.Pattern[str], ...] = (
-    re.compile(r"\b[A-Z][A-Za-z]*(?:Error|Exception)\b:?[^\n]{0,120}"),
-    re.compile(r"\b(?:error|fatal):[^\n]{0,140}", re.IGNORECASE),
-    re.compile(
-        r"[^\n]{0,80}\b(?:not found|no such file(?: or directory)?|permission denied|command not found)\b[^\n]{0,40}",
-        re.IGNORECASE,
+#: Error-fragment patterns with their needles: (pattern, needles, needles are case-folded); () runs always.
+_ERROR_PATTERNS: tuple[tuple[re.Pattern[str], tuple[str, ...], bool], ...] = (
+    (re.compile(r"\b[A-Z][A-Za-z]*(?:Error|Exception)\b:?[^\n]{0,120}"), ("Error", "Exception"), False),
+    (re.compile(r"\b(?:error|fatal):[^\n]{0,140}", re.IGNORECASE), ("error:", "fatal:"), True),
+    (
+        re.compile(
+            r"[^\n]{0,80}\b(?:not found|no such file(?: or directory)?|permission denied|command not found)\b"
+            r"[^\n]{0,40}",
+            re.IGNORECASE,
+        ),
+        ("not found", "no such file", "permission denied"),
+        True,
     ),
-    re.compile(r"[^\n]{0,60}\b(?:is required|must be|cannot|failed to)\b[^\n]{0,80}", re.IGNORECASE),
-    re.compile(r"\bexit (?:code|status) \d+\b", re.IGNORECASE),
-    re.compile(r"\b[45]\d\d [A-Z][a-zA-Z]+(?: [A-Z][a-zA-Z]+)*"),
-    re.compile(r"\b[A-Z][A-Z0-9]+(?:_[A-Z0-9]+)+\b"),
-    re.compile(r"\bE[A-Z]{3,}\b[^\n]{0,80}"),
+    (
+        re.compile(r"[^\n]{0,60}\b(?:is required|must be|cannot|failed to)\b[^\n]{0,80}", re.IGNORECASE),
+        ("is required", "must be", "cannot", "failed to"),
+        True,
+    ),
+    (re.compile(r"\bexit (?:code|status) \d+\b", re.IGNORECASE), ("exit code", "exit status"), True),
+    (re.compile(r"\b[45]\d\d [A-Z][a-zA-Z]+(?: [A-Z][a-zA-Z]+)*"), (), False),
+    (re.compile(r"\b[A-Z][A-Z0-9]+(?:_[A-Z0-9]+)+\b"), ("_",), False),
+    (re.compile(r"\bE[A-Z]{3,}\b[^\n]{0,80}"), ("E",), False),
 )
 _ERR_CODE = re.compile(r"\b[A-Z][A-Z0-9_]{2,}_[A-Z0-9_]+\b")
 _EXIT_CODE = re.compile(r"\bexit (?:code|status)[: ]+(\d+)", re.IGNORECASE)
@@ -150,8 +166,9 @@ def derive_tags(text: str, tool_calls: list[dict[str, Any]], extra: list[str]) -
         found.add(head)
         for code in _ERR_CODE.findall(call.get("error") or ""):
             found.update(part.lower() for part in code.split("_"))
-    for tag, pattern in _KEYWORD_TAGS:
-        if pattern.search(text):
+    folded = text.casefold()
+    for tag, pattern, needles in _KEYWORD_TAGS:
+        if any(n in folded for n in needles) and pattern.search(text):
             found.add(tag)
     for tag in extra:
         found.add(tag.lower())
@@ -162,7 +179,10 @@ def derive_tags(text: str, tool_calls: list[dict[str, Any]], extra: list[str]) -
 def error_signatures(text: str, limit: int = 4) -> list[str]:
     """Rank error-looking fragments (6-160 chars) by shape and frequency; keep the top ``limit``."""
     counts: Counter[str] = Counter()
-    for pattern in _ERROR_PATTERNS:
+    folded = text.casefold()
+    for pattern, needles, fold in _ERROR_PATTERNS:
+        if needles and not any(n in (folded if fold else text) for n in needles):
+            continue
         for match in pattern.finditer(text):
             fragment = " ".join(match.group(0).split())
             if 6 <= len(fragment) <= 160:

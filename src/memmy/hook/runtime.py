@@ -411,7 +411,7 @@ def stop_status(payload: dict[str, Any]) -> str:
 
 def on_stop(agent: str, event: str, payload: dict[str, Any], client: Client, state: TurnStates) -> str:
     """Complete the turn with answer, status and tool trace (payload first, transcript second)."""
-    from memmy.hook.transcripts import claude_last_turn, codex_last_turn  # only stop events read transcripts
+    from memmy.hook.transcripts import claude_last_turn, codex_last_turn, host_identity  # only stop events
 
     current = state.load()
     transcript_path = first(payload, "transcript_path", "transcriptPath")
@@ -441,6 +441,7 @@ def on_stop(agent: str, event: str, payload: dict[str, Any], client: Client, sta
             "source": agent,
             "adapterId": f"memmy-{agent}-hook",
             "requestId": f"{agent}-complete:{turn_id}:{short_hash(answer)}",
+            **host_identity(from_transcript, query),  # the importer's ids of this turn: it is stored once
         },
     )
     state.clear(turn_id)

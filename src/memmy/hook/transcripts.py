@@ -1,119 +1,116 @@
-"""Read the last turn (request, answer, tool trace) from Claude Code and Codex transcripts. Standard library only."""
+"""Read the last turn (request, answer, tool trace, host identity) from Claude Code and Codex transcripts.
+
+The records are read with the history importer's own readers (``memmy.transcripts``), from the tail of the live
+file, so the turn carries the ids the importer will give it later: the conversation id and the id of the user
+message that opened it. Standard library only.
+"""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+import os
+from collections.abc import Iterator
 from typing import Any
+
+from memmy.hook.runtime import sanitize
+from memmy.transcripts.claude_code import ClaudeTranscriptReader
+from memmy.transcripts.codex import read_rollout, rollout_id_of, rollout_messages
+from memmy.transcripts.model import ScanStats, SourceMessage, parse_jsonl_line
+from memmy.transcripts.turns import group_messages
 
 MAX_TAIL_BYTES = 4 * 1024 * 1024
 
 
-def _tail_lines(path: str | None) -> list[dict[str, Any]]:
-    if not path:
-        return []
+def _tail_records(path: str, *, with_first_line: bool = False) -> list[tuple[int, dict[str, Any]]]:
+    """``(line number, record)`` of the file's last ``MAX_TAIL_BYTES`` (numbered as in the whole file).
+
+    ``with_first_line`` adds line 1 when the tail does not reach it (a Codex rollout names its thread there).
+    """
     try:
-        file = Path(path)
-        size = file.stat().st_size
-        with file.open("rb") as handle:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            first_number, head = 1, b""
             if size > MAX_TAIL_BYTES:
                 handle.seek(size - MAX_TAIL_BYTES)
                 handle.readline()  # drop the partial first line
+                start = handle.tell()
+                handle.seek(0)
+                head = handle.read(start)
+                first_number = head.count(b"\n") + 1
             raw = handle.read()
     except OSError:
         return []
-    lines = []
-    for line in raw.splitlines():
-        try:
-            obj = json.loads(line)
-        except (ValueError, UnicodeDecodeError):
+    records = list(_numbered(raw, first_number))
+    if with_first_line and first_number > 1:
+        records[:0] = list(_numbered(head.split(b"\n", 1)[0], 1))
+    return records
+
+
+def _numbered(raw: bytes, first_number: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    stats = ScanStats()
+    for offset, line in enumerate(raw.split(b"\n")):
+        record = parse_jsonl_line(line, stats, complete=True)
+        if record is not None:
+            yield first_number + offset, record
+
+
+def _same_request(a: str, b: str) -> bool:
+    """Whether the transcript's turn is the one the hook started (same request text, whitespace aside)."""
+    return " ".join(a.split())[:500] == " ".join(b.split())[:500]
+
+
+def last_turn(messages: list[SourceMessage], conversation_id: str) -> dict[str, Any]:
+    """``{query, answer, toolCalls, hostConversationId, hostMessageId}`` of the last turn, ``{}`` when none."""
+    turns, _orphans = group_messages(messages, sanitize)
+    if not turns:
+        return {}
+    turn = turns[-1]
+    answers = [m.content for m in turn if m.role == "assistant" and m.content.strip()]
+    calls: dict[str, dict[str, Any]] = {}
+    ordered: list[dict[str, Any]] = []
+    for message in turn:
+        if message.role != "tool":
             continue
-        if isinstance(obj, dict):
-            lines.append(obj)
-    return lines
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(
-            str(part.get("text", ""))
-            for part in content
-            if isinstance(part, dict) and part.get("type") in ("text", "input_text", "output_text")
-        ).strip()
-    return ""
+        call = calls.get(message.tool_call_id or "") if message.tool_call_id else None
+        if call is None:
+            call = {"id": message.tool_call_id, "name": message.tool_name or "tool", "input": message.tool_input}
+            ordered.append(call)
+            if message.tool_call_id:
+                calls[message.tool_call_id] = call
+        if message.tool_output is not None:
+            call["output"] = message.tool_output
+        if message.tool_error is not None:
+            call["error"] = message.tool_error
+    return {
+        "query": turn[0].content,
+        "answer": answers[-1] if answers else "",
+        "toolCalls": ordered,
+        "hostConversationId": conversation_id,
+        "hostMessageId": turn[0].message_id,
+    }
 
 
 def claude_last_turn(path: str | None) -> dict[str, Any]:
-    """``{query, answer, toolCalls}`` of the last human turn in a Claude Code transcript."""
-    lines = [ln for ln in _tail_lines(path) if ln.get("type") in ("user", "assistant") and not ln.get("isSidechain")]
-    start = None
-    for index in range(len(lines) - 1, -1, -1):
-        message = lines[index].get("message") or {}
-        if lines[index]["type"] == "user" and _text(message.get("content")):
-            start = index
-            break
-    if start is None:
+    """The last human turn of a Claude Code transcript (conversation id: the file name, as the importer's)."""
+    if not path:
         return {}
-    query = _text((lines[start].get("message") or {}).get("content"))
-    answer_parts: list[str] = []
-    calls: dict[str, dict[str, Any]] = {}
-    for line in lines[start + 1 :]:
-        content = (line.get("message") or {}).get("content")
-        if not isinstance(content, list):
-            if line["type"] == "assistant" and isinstance(content, str):
-                answer_parts.append(content)
-            continue
-        for part in content:
-            if not isinstance(part, dict):
-                continue
-            if part.get("type") == "text" and line["type"] == "assistant":
-                answer_parts.append(str(part.get("text", "")))
-            elif part.get("type") == "tool_use":
-                calls[str(part.get("id"))] = {
-                    "id": part.get("id"),
-                    "name": part.get("name"),
-                    "input": part.get("input"),
-                }
-            elif part.get("type") == "tool_result":
-                call = calls.setdefault(str(part.get("tool_use_id")), {"id": part.get("tool_use_id"), "name": "tool"})
-                output = _text(part.get("content")) or json.dumps(part.get("content"))[:4000]
-                call["error" if part.get("is_error") else "output"] = output
-    return {"query": query, "answer": answer_parts[-1] if answer_parts else "", "toolCalls": list(calls.values())}
+    conversation_id = os.path.splitext(os.path.basename(path))[0]
+    reader = ClaudeTranscriptReader(conversation_id, ScanStats())
+    return last_turn(reader.read(_tail_records(path)), conversation_id)
 
 
 def codex_last_turn(path: str | None) -> dict[str, Any]:
-    """``{query, answer, toolCalls}`` of the last turn in a Codex rollout (envelope or bare lines)."""
-    items = []
-    for line in _tail_lines(path):
-        payload = line.get("payload") if line.get("type") == "response_item" else (line if "role" in line else None)
-        if isinstance(payload, dict):
-            items.append(payload)
-    start = None
-    for index in range(len(items) - 1, -1, -1):
-        item = items[index]
-        text = _text(item.get("content"))
-        if item.get("type") == "message" and item.get("role") == "user" and text and not text.startswith("<"):
-            start = index
-            break
-    if start is None:
+    """The last turn of a Codex rollout (envelope or bare lines; conversation id: the thread id of line 1)."""
+    if not path:
         return {}
-    query = _text(items[start].get("content"))
-    answer = ""
-    calls: dict[str, dict[str, Any]] = {}
-    for item in items[start + 1 :]:
-        kind = item.get("type")
-        if kind == "message" and item.get("role") == "assistant":
-            answer = _text(item.get("content")) or answer
-        elif kind in ("function_call", "custom_tool_call"):
-            calls[str(item.get("call_id"))] = {
-                "id": item.get("call_id"),
-                "name": item.get("name"),
-                "input": item.get("arguments") or item.get("input"),
-            }
-        elif kind in ("function_call_output", "custom_tool_call_output"):
-            call = calls.setdefault(str(item.get("call_id")), {"id": item.get("call_id"), "name": "tool"})
-            output = item.get("output")
-            call["output"] = output if isinstance(output, str) else json.dumps(output)[:4000]
-    return {"query": query, "answer": answer, "toolCalls": list(calls.values())}
+    from pathlib import Path  # only Codex needs it, for the rollout id in the file name
+
+    stats = ScanStats()
+    state = read_rollout(rollout_id_of(Path(path)), _tail_records(path, with_first_line=True), stats)
+    return last_turn(rollout_messages(state, stats), state.conversation_id or state.rollout_id)
+
+
+def host_identity(found: dict[str, Any], query: str) -> dict[str, str]:
+    """The turn's host ids for the completion request, only when the transcript's last turn is this very turn."""
+    if found.get("hostMessageId") and _same_request(str(found.get("query") or ""), query):
+        return {"hostConversationId": str(found["hostConversationId"]), "hostMessageId": str(found["hostMessageId"])}
+    return {}

@@ -19,6 +19,7 @@ from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from memmy import __version__
+from memmy.commands.turns import CloseSession, CompleteTurn, OpenSession, StartTurn
 from memmy.config import store_id
 from memmy.errors import Conflict, MemmyError, StorageFullError, http_status_for, storage_failure
 from memmy.mcp.http import McpHttpEndpoint
@@ -131,9 +132,10 @@ class Api:
         """Parse the JSON body, then :meth:`call` with the arguments built from it."""
         try:
             body = await read_json(request)
+            args = make_args(body)  # typed requests are parsed here: bad input is a 400 envelope
         except MemmyError as exc:
             return error_response(request, exc)
-        return await self.call(request, fn, *make_args(body), idempotency_op=op, body=body)
+        return await self.call(request, fn, *args, idempotency_op=op, body=body)
 
     # -- handlers ---------------------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
@@ -168,22 +170,32 @@ class Api:
 
     async def open_session(self, request: Request) -> Response:
         ns = self.namespace(request)
-        return await self.json_call(request, self.service.open_session, lambda b: (b, ns), "sessions.create")
+        return await self.json_call(
+            request, self.service.open_session, lambda b: (OpenSession.from_json(b), ns), "sessions.create"
+        )
 
     async def close_session(self, request: Request) -> Response:
         session_id = request.path_params["session_id"]
         return await self.json_call(
-            request, self.service.close_session, lambda b: (session_id,), f"sessions.close:{session_id}"
+            request,
+            self.service.close_session,
+            lambda b: (CloseSession.from_json(b, session_id),),
+            f"sessions.close:{session_id}",
         )
 
     async def start_turn(self, request: Request) -> Response:
         ns = self.namespace(request)
-        return await self.json_call(request, self.service.start_turn, lambda b: (b, ns), "turn.start")
+        return await self.json_call(
+            request, self.service.start_turn, lambda b: (StartTurn.from_json(b), ns), "turn.start"
+        )
 
     async def complete_turn(self, request: Request) -> Response:
         ns, turn_id = self.namespace(request), request.path_params["turn_id"]
         return await self.json_call(
-            request, self.service.complete_turn, lambda b: (turn_id, b, ns), f"turn.complete:{turn_id}"
+            request,
+            self.service.complete_turn,
+            lambda b: (CompleteTurn.from_json(b, turn_id), ns),
+            f"turn.complete:{turn_id}",
         )
 
     async def search(self, request: Request) -> Response:

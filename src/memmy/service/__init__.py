@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 from memmy import __version__
+from memmy.commands.turns import CloseSession, CompleteTurn, OpenSession, StartTurn
 from memmy.commands.validate import opt_bool, opt_int, opt_list, opt_str, require_object
 from memmy.config import Configured, MemmyConfig, load_config, reload_requires_restart
 from memmy.embed import Embedder
@@ -93,6 +95,7 @@ class MemoryService(Configured):
         self.episode_ops = parts.episode_ops
         self.worker = parts.worker
         self.evolution_groups = parts.evolution_groups
+        self.trace_writer = parts.trace_writer
         self.turn_ops = parts.turn_ops
         self.panel = parts.panel
         self.imports = parts.imports
@@ -266,21 +269,22 @@ class MemoryService(Configured):
         return self.validity.restore(tombstone_id, self.redact(body), ns)
 
     # -- sessions and turns -----------------------------------------------------------------------
-    def open_session(self, body: Any, ns: Namespace) -> dict[str, Any]:
+    def open_session(self, command: OpenSession, ns: Namespace) -> dict[str, Any]:
         """Open or resume a session."""
-        return self.turn_ops.open_session(self.redact(body), ns)
+        redacted = self.redactor.redact(command.workspace_path) if command.workspace_path else None
+        return self.turn_ops.open_session(replace(command, workspace_path=redacted), ns)
 
-    def close_session(self, session_id: str) -> dict[str, Any]:
+    def close_session(self, command: CloseSession) -> dict[str, Any]:
         """Close a session."""
-        return self.turn_ops.close_session(session_id)
+        return self.turn_ops.close_session(command)
 
-    def start_turn(self, body: Any, ns: Namespace) -> dict[str, Any]:
+    def start_turn(self, command: StartTurn, ns: Namespace) -> dict[str, Any]:
         """Turn start: recall context."""
-        return self.turn_ops.start_turn(self.redact(body), ns)
+        return self.turn_ops.start_turn(command.redacted(self.redactor), ns)
 
-    def complete_turn(self, turn_id: str, body: Any, ns: Namespace) -> dict[str, Any]:
-        """Turn complete: capture."""
-        return self.turn_ops.complete_turn(turn_id, self.redact(body), ns)
+    def complete_turn(self, command: CompleteTurn, ns: Namespace) -> dict[str, Any]:
+        """Turn complete: capture (the trace writer redacts the turn)."""
+        return self.turn_ops.complete_turn(command, ns)
 
     # -- admin ------------------------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
@@ -405,10 +409,8 @@ class MemoryService(Configured):
             warnings=new.warnings,
             db_override=old.db_override,
         )
-        self.redactor = self.imports.redactor = redactor
+        self.redactor = self.imports.redactor = self.trace_writer.redactor = redactor
         self.indexer.batch_size = new.embedding.batch_size
-        for ops in (self.turn_ops, self.imports):  # these two still hold a config of their own
-            ops.config = self.config
         self.models.replace_with(build_model_clients(self.config, self.store))
         self.model_slots.summary, self.model_slots.evolution = self.models.summary, self.models.evolution
         if embedding_changed:

@@ -33,6 +33,7 @@ from memmy.service.recall import RecallOps
 from memmy.service.turns import TurnOps
 from memmy.service.validity import ValidityOps
 from memmy.store.unit import Store
+from memmy.traces.writer import TraceWriter
 
 EvolutionGroup = EpisodeEvolution | PolicyEvolution | HigherEvolution
 
@@ -79,6 +80,7 @@ class Components:
     episode_ops: EpisodeOps
     worker: EvolutionWorker
     evolution_groups: list[EvolutionGroup]
+    trace_writer: TraceWriter
     turn_ops: TurnOps
     panel: PanelOps
     imports: ImportOps
@@ -131,20 +133,9 @@ def bootstrap(config: MemmyConfig, embedder: Embedder | None = None, store: Stor
         handlers.update(group.handlers())
         group.writer.review_required = governance.review_required  # the review queue's gate in every writer
     worker = EvolutionWorker(store, handlers, on_cycle=_periodic(episode_ops, store, dreams, governance))
-    # TurnOps and ImportOps keep their own constructors (the turn path is rebuilt separately).
-    turn_ops = TurnOps(
-        config,
-        store.db,
-        store.sessions,
-        store.logs,
-        memory_ops,
-        recall_ops,
-        episode_ops,
-        store.jobs,
-        store.evolution,
-        worker.wake,
-    )
-    imports = ImportOps(config, store.db, store.memories, store.sessions, indexer, redactor)
+    trace_writer = TraceWriter(settings, store, indexer, redactor)  # one path for a turn, live or imported
+    turn_ops = TurnOps(settings, store, trace_writer, recall_ops, episode_ops, worker.wake)
+    imports = ImportOps(settings, store, trace_writer, redactor)
     keys = KeyOps(
         settings,
         store,
@@ -164,6 +155,7 @@ def bootstrap(config: MemmyConfig, embedder: Embedder | None = None, store: Stor
         episode_ops=episode_ops,
         worker=worker,
         evolution_groups=groups,
+        trace_writer=trace_writer,
         turn_ops=turn_ops,
         panel=PanelOps(store),
         imports=imports,

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
-from memmy.capture.trace import build_trace_step, normalize_tool_calls
 from memmy.commands.validate import opt_bool, opt_int, opt_iso_time, opt_list, opt_str, require_object
-from memmy.config import MemmyConfig
-from memmy.domain import Memory, content_hash, new_id, sha256_hex
+from memmy.config import Configured, Settings
+from memmy.domain import new_id
 from memmy.errors import Conflict, Forbidden, InvalidArgument, NotFound
-from memmy.indexing import Indexer
 from memmy.namespace import normalise_source
 from memmy.redact import DEFAULT_REDACTOR, Redactor
 from memmy.sources.adapters import ADAPTERS
@@ -24,11 +21,10 @@ from memmy.sources.importer import Importer, ImportOptions, ImportProgress, JobC
 from memmy.sources.model import SourceAdapter
 from memmy.sources.recipe import load_recipes
 from memmy.sources.turns import ImportedTurn
-from memmy.store.db import Database, utc_now
-from memmy.store.imports import ImportStateRepository
-from memmy.store.memories import MemoryRepository
-from memmy.store.sessions import SessionRepository
-from memmy.store.tombstones import TombstoneRepository, value_hash
+from memmy.store.db import utc_now
+from memmy.store.unit import Store
+from memmy.traces.turn import CapturedTurn, HostTurn, host_turn_key, session_of_conversation
+from memmy.traces.writer import TraceWriter
 
 #: A job started with ``stopOnDisconnect`` and followed by nobody for this long is abandoned (its client died).
 FOLLOW_GRACE_S = 10.0
@@ -38,142 +34,54 @@ FINAL_STATES = ("done", "stopped", "failed")
 
 
 def import_key(source: str, turn_id: str) -> str:
-    """The memory key of an imported turn (stable across syncs)."""
-    return f"memory.add:agent-source:{source}:turn:{turn_id}"
+    """The memory key of an imported turn (stable across syncs, and the key a hook gives the same turn)."""
+    return host_turn_key(source, turn_id)
 
 
-class ServiceTurnSink:
-    """Writes imported turns as L1 memories (with their raw turn), each in one transaction."""
+def captured_import(turn: ImportedTurn, user_id: str) -> CapturedTurn:
+    """The typed turn an imported (already redacted) transcript turn becomes."""
+    return CapturedTurn(
+        session_id=session_of_conversation(turn.source, turn.conversation_id),
+        turn_id=turn.turn_id,
+        user_id=user_id,
+        project_id=turn.git_root or turn.workspace_path,
+        source=normalise_source(turn.source),
+        user_text=turn.user_text,
+        assistant_text=turn.assistant_text,
+        tool_calls=turn.tool_calls(),
+        tags=[turn.source.replace("_", "")],
+        host=HostTurn(turn.source, turn.conversation_id, turn.first_user.message_id),
+        conversation_id=turn.conversation_id,
+        workspace_path=turn.workspace_path,
+        created_at=turn.created_at,
+        source_message_ids=[m.message_id for m in turn.messages],
+        imported=True,
+        redacted=True,
+    )
 
-    def __init__(
-        self,
-        config: MemmyConfig,
-        db: Database,
-        memories: MemoryRepository,
-        sessions: SessionRepository,
-        indexer: Indexer,
-    ) -> None:
-        self.config = config
-        self.db = db
-        self.memories = memories
-        self.sessions = sessions
-        self.indexer = indexer
-        self.tombstones = TombstoneRepository(db)
-        self._sessions: set[str] = set()
+
+class ServiceTurnSink(Configured):
+    """Writes imported turns through the trace writer, many to a transaction."""
+
+    def __init__(self, settings: Settings, writer: TraceWriter) -> None:
+        self.settings = settings
+        self.writer = writer
 
     def batch(self) -> AbstractContextManager[Any]:
         """One transaction around many turns (far fewer commits); each turn still has its own savepoint."""
-        return self.db.transaction()
+        return self.writer.db.transaction()
 
-    def turn_state(self, source: str, turn_id: str) -> TurnState:
-        """new | exists | tombstoned (forgotten by the user). A turn deleted and then restored (tombstone
-        removed) is new again."""
-        key = import_key(source, turn_id)
-        if self.tombstones.match(self.config.user_id, None, key) is not None:
-            return "tombstoned"
-        row = self.db.query_one("SELECT status FROM memories WHERE memory_key = ?", (key,))
-        return "exists" if row is not None and row["status"] != "deleted" else "new"
+    def turn_states(self, source: str, turn_ids: Sequence[str]) -> list[TurnState]:
+        """new | exists | tombstoned (forgotten by the user) for each turn, in two queries. A turn deleted and then
+        restored (tombstone removed) is new again; a turn a hook captured live is the same turn (it exists)."""
+        keys = [import_key(source, turn_id) for turn_id in turn_ids]
+        _hashes, forgotten = self.writer.tombstones.matched(self.config.user_id, [], keys)
+        stored = self.writer.memories.live_keys(keys)
+        return ["tombstoned" if k in forgotten else "exists" if k in stored else "new" for k in keys]
 
-    def write_turn(self, turn: ImportedTurn) -> str | None:
-        """Store one turn (recallable once its vector is ready); None when its value was forgotten."""
-        capture = self.config.algorithm["capture"]
-        session_id = "import_" + sha256_hex(f"{turn.source}:{turn.conversation_id}")[:20]
-        raw_turn_id = "raw_" + sha256_hex(f"{session_id}:{turn.turn_id}")[:20]
-        tool_calls = normalize_tool_calls(turn.tool_calls(), [])
-        step = build_trace_step(
-            user_text=turn.user_text,
-            assistant_text=turn.assistant_text,
-            tool_calls=tool_calls,
-            raw_turn_id=raw_turn_id,
-            reasoning=None,
-            request_tags=[turn.source.replace("_", "")],
-            max_text_chars=int(capture["maxTextChars"]),
-            max_tool_output_chars=int(capture["maxToolOutputChars"]),
-        )
-        project = turn.git_root or turn.workspace_path
-        memory_id = "trace_" + sha256_hex(f"L1:{session_id}:{turn.turn_id}:0")[:20]
-        digest = content_hash(step.content)
-        value = value_hash(step.content)
-        if self.tombstones.match(self.config.user_id, value, import_key(turn.source, turn.turn_id)) is not None:
-            return None
-        now = utc_now()
-        memory = Memory(
-            id=memory_id,
-            layer="L1",
-            content=step.content,
-            title=step.summary,
-            tags=step.tags,
-            user_id=self.config.user_id,
-            project_id=project,
-            source_agent=normalise_source(turn.source),
-            session_id=session_id,
-            turn_id=turn.turn_id,
-            conversation_id=turn.conversation_id,
-            memory_key=import_key(turn.source, turn.turn_id),
-            content_hash=digest,
-            info={"importPending": 1, "importSource": turn.source, "conversationId": turn.conversation_id},
-            properties={
-                "summary": step.summary,
-                "embeddingText": step.embedding_text,
-                "trace": {
-                    "key": f"trace:{session_id}:{turn.turn_id}:0",
-                    "turn_id": turn.turn_id,
-                    "raw_turn_id": raw_turn_id,
-                    "step_index": 0,
-                    "userText": step.user_text,
-                    "agentText": step.agent_text,
-                    "tool_calls": step.tool_calls,
-                    "summary": step.summary,
-                    "tags": step.tags,
-                    "signature": step.signature,
-                    "error_signatures": step.error_signatures,
-                    "status": "succeeded",
-                },
-                "value": 0,
-                "alpha": 0,
-                "priority": 0.5,
-                "sourceMessageIds": [m.message_id for m in turn.messages],
-            },
-            created_at=turn.created_at,
-            updated_at=now,
-            valid_from=turn.created_at,
-        )
-        with self.db.savepoint("import_turn"):  # inside the importer's batch: a failing turn undoes only itself
-            if session_id not in self._sessions and self.sessions.get(session_id) is None:
-                self.sessions.create(
-                    session_id,
-                    user_id=self.config.user_id,
-                    project_id=project,
-                    source=memory.source_agent,
-                    profile_id="import",
-                    workspace_path=turn.workspace_path,
-                    host_session_key=None,
-                    meta={"conversationId": turn.conversation_id, "imported": True},
-                )
-                self.sessions.close(session_id)
-            self.sessions.upsert_raw_turn(
-                raw_turn_id,
-                session_id,
-                turn.turn_id,
-                {
-                    "user_id": self.config.user_id,
-                    "conversation_id": turn.conversation_id,
-                    "user_text": step.user_text,
-                    "assistant_text": step.agent_text,
-                    "tool_calls_json": json.dumps(tool_calls, ensure_ascii=False, default=str),
-                    "status": "succeeded",
-                },
-            )
-            previous = self.memories.get(memory_id, include_deleted=True)
-            if previous is None:
-                self.memories.insert(memory, source=f"import:{turn.source}")
-            else:  # deleted earlier and its tombstone restored since: the same turn comes back
-                memory.version = previous.version + 1
-                memory.created_at = previous.created_at
-                self.memories.update(memory, previous.snapshot(), "restore", f"import:{turn.source}")
-            self.indexer.enqueue(memory_id, "L1", step.embedding_text)
-        self._sessions.add(session_id)  # only once the savepoint holding the session row was released
-        return memory_id
+    def write_turns(self, turns: Sequence[ImportedTurn]) -> list[str | None]:
+        """Store new turns (recallable once their vectors are ready); None for a turn whose value was forgotten."""
+        return self.writer.write_imported([captured_import(turn, self.config.user_id) for turn in turns])
 
 
 class ClientBoundControl(JobControl):
@@ -235,27 +143,25 @@ class ImportJob:
         return {"jobId": self.id, **self.progress.to_json(), "state": state}
 
 
-class ImportOps:
+class ImportOps(Configured):
     """Sources listing and import jobs."""
 
     def __init__(
         self,
-        config: MemmyConfig,
-        db: Database,
-        memories: MemoryRepository,
-        sessions: SessionRepository,
-        indexer: Indexer,
+        settings: Settings,
+        store: Store,
+        writer: TraceWriter,
         redactor: Redactor = DEFAULT_REDACTOR,
         adapters: Mapping[str, SourceAdapter] | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
-        self.config = config
+        self.settings = settings
         self.redactor = redactor
         self.builtin = dict(adapters or ADAPTERS)
         self.adapters: dict[str, SourceAdapter] = dict(self.builtin)
         self.env = dict(os.environ if env is None else env)
-        self.state = ImportStateRepository(db)
-        self.sink = ServiceTurnSink(config, db, memories, sessions, indexer)
+        self.state = store.imports
+        self.sink = ServiceTurnSink(settings, writer)
         self.jobs: dict[str, ImportJob] = {}
         self._lock = threading.Lock()
         self._follow_lock = threading.Lock()

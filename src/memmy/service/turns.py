@@ -7,90 +7,53 @@ from collections.abc import Callable
 from typing import Any
 
 from memmy.capture.sanitize import sanitize_text
-from memmy.capture.trace import build_trace_step, normalize_tool_calls
-from memmy.commands.validate import layers_of, opt_int, opt_list, opt_str, opt_tags, req_str, require_object
-from memmy.config import MemmyConfig
-from memmy.domain import Memory, content_hash, new_id, sha256_hex
-from memmy.errors import Conflict, InvalidArgument, NotFound
+from memmy.commands.turns import CloseSession, CompleteTurn, OpenSession, StartTurn, normalize_status
+from memmy.config import Configured, Settings
+from memmy.domain import new_id, sha256_hex
+from memmy.errors import Conflict, NotFound
 from memmy.jobs.episodes import EpisodeOps
 from memmy.namespace import Namespace
 from memmy.recall.intent import classify_intent, should_skip
 from memmy.service.idempotency import idempotency_key
-from memmy.service.memories import MemoryOps
 from memmy.service.recall import RecallOps
-from memmy.store.db import Database, utc_now
-from memmy.store.evolution import EvolutionRepository
-from memmy.store.jobs import JobRepository
-from memmy.store.logs import LogRepository
-from memmy.store.sessions import SessionRepository
-from memmy.store.tombstones import value_hash
+from memmy.store.db import utc_now
+from memmy.store.unit import Store
+from memmy.traces.turn import CapturedTurn, HostTurn, raw_turn_id_of
+from memmy.traces.writer import TraceWriter
 
-_STATUS_ALIASES = {
-    "ok": "succeeded",
-    "success": "succeeded",
-    "succeeded": "succeeded",
-    "error": "failed",
-    "failed": "failed",
-    "failure": "failed",
-    "timeout": "failed",
-    "killed": "failed",
-    "cancelled": "cancelled",
-    "canceled": "cancelled",
-    "reset": "cancelled",
-    "deleted": "cancelled",
-}
 RECENT_TURNS_EXCLUDED = 8
+__all__ = ["RECENT_TURNS_EXCLUDED", "TurnOps", "normalize_status"]
 
 
-def normalize_status(value: Any) -> str:
-    """Map host status words onto succeeded | failed | cancelled."""
-    if value is None or value == "":
-        return "succeeded"
-    if not isinstance(value, str) or value.strip().lower() not in _STATUS_ALIASES:
-        raise InvalidArgument(f"status: expected succeeded, failed or cancelled, got {value!r}")
-    return _STATUS_ALIASES[value.strip().lower()]
-
-
-def _safe_id(value: str, name: str) -> str:
-    if len(value) > 200 or any(ch in value for ch in "\x00\n\r"):
-        raise InvalidArgument(f"{name}: expected a short id without control characters")
-    return value
-
-
-class TurnOps:
+class TurnOps(Configured):
     """Session lifecycle and turn capture."""
 
     def __init__(
         self,
-        config: MemmyConfig,
-        db: Database,
-        sessions: SessionRepository,
-        logs: LogRepository,
-        memory_ops: MemoryOps,
+        settings: Settings,
+        store: Store,
+        writer: TraceWriter,
         recall_ops: RecallOps,
         episode_ops: EpisodeOps,
-        jobs: JobRepository,
-        evolution: EvolutionRepository,
         wake_worker: Callable[[], None],
     ) -> None:
-        self.config = config
-        self.db = db
-        self.sessions = sessions
-        self.logs = logs
-        self.memory_ops = memory_ops
+        self.settings = settings
+        self.store = store
+        self.db = store.db
+        self.sessions = store.sessions
+        self.logs = store.logs
+        self.writer = writer
         self.recall_ops = recall_ops
         self.episode_ops = episode_ops
-        self.jobs = jobs
-        self.evolution = evolution
+        self.jobs = store.jobs
+        self.evolution = store.evolution
         self.wake_worker = wake_worker
 
-    def open_session(self, body: Any, ns: Namespace) -> dict[str, Any]:
+    def open_session(self, command: OpenSession, ns: Namespace) -> dict[str, Any]:
         """Open (or resume) a session for an agent."""
-        body = require_object(body)
-        ns = ns.with_body(body.get("source"), body.get("workspacePath"))
-        session_id = opt_str(body, "sessionId")
+        ns = ns.with_body(command.source, command.workspace_path)
+        session_id = command.session_id
         if session_id:
-            _safe_id(session_id, "sessionId")
             row = self.sessions.get(session_id)
             if row is not None:
                 if row["status"] != "open":
@@ -115,8 +78,9 @@ class TurnOps:
         )
         return {"sessionId": new_session, "status": "open", "resumed": False, "serverTime": utc_now()}
 
-    def close_session(self, session_id: str) -> dict[str, Any]:
+    def close_session(self, command: CloseSession) -> dict[str, Any]:
         """Close a session (and its open episodes)."""
+        session_id = command.session_id
         row = self.sessions.get(session_id)
         if row is None:
             raise NotFound(f"session {session_id} not found")
@@ -138,22 +102,20 @@ class TurnOps:
             raise NotFound(f"session {session_id} not found; open one with POST /api/v1/sessions/open")
         return row
 
-    def start_turn(self, body: Any, ns: Namespace) -> dict[str, Any]:
+    def start_turn(self, command: StartTurn, ns: Namespace) -> dict[str, Any]:
         """Record a turn start and return recalled context for the agent's prompt."""
-        body = require_object(body)
-        session_id = _safe_id(req_str(body, "sessionId"), "sessionId")
+        session_id = command.session_id
         row = self._open_session_row(session_id)
         if row["status"] != "open":
             raise Conflict(f"session {session_id} is not open")
-        ns = ns.with_body(body.get("source") or row["source"], body.get("workspacePath") or row["workspace_path"])
-        query = sanitize_text(req_str(body, "query", max_len=200_000))
-        turn_id = _safe_id(opt_str(body, "turnId") or new_id("turn"), "turnId")
-        limit = opt_int(body, "limit", 10, minimum=1, maximum=50)
+        ns = ns.with_body(command.source or row["source"], command.workspace_path or row["workspace_path"])
+        query = sanitize_text(command.query)
+        turn_id = command.turn_id or new_id("turn")
+        limit, layers, body = command.limit, command.layers, command.recall_options
         recent = self.sessions.recent_raw_turn_ids(session_id, RECENT_TURNS_EXCLUDED)
-        excluded = self.memory_ops.memories.trace_ids_of_raw_turns(session_id, recent)
+        excluded = self.writer.memories.trace_ids_of_raw_turns(session_id, recent)
         status: list[str] = []
         intent = classify_intent(query) if not recent else "task"
-        layers = layers_of(body)
         if should_skip(intent):
             markdown, sections, tokens, hits, source_ids, event_id = "", [], 0, [], [], None
             status.append(f"intent:{intent}:retrieval_skipped")
@@ -175,7 +137,7 @@ class TurnOps:
         else:
             markdown, sections, tokens, hits, source_ids, event_id = "", [], 0, [], [], None
             status.append("memory_search:disabled" if query else "query:empty")
-        raw_turn_id = "raw_" + sha256_hex(f"{session_id}:{turn_id}")[:20]
+        raw_turn_id = raw_turn_id_of(session_id, turn_id)
         context_packet_id = "ctx_" + sha256_hex(f"{session_id}::{turn_id}:{event_id}")[:20]
         episode_id: str | None = None
         relation_name: str | None = None
@@ -255,218 +217,79 @@ class TurnOps:
             },
         )
 
-    def complete_turn(self, turn_id: str, body: Any, ns: Namespace) -> dict[str, Any]:
+    def complete_turn(self, command: CompleteTurn, ns: Namespace) -> dict[str, Any]:
         """Store the raw turn and its L1 trace (tool trace kept, injected context stripped)."""
-        body = require_object(body)
-        turn_id = _safe_id(turn_id, "turnId")
-        session_id = _safe_id(req_str(body, "sessionId"), "sessionId")
+        turn_id, session_id = command.turn_id, command.session_id
         row = self._open_session_row(session_id)
         started_turn = self.sessions.get_raw_turn(session_id, turn_id)
         if row["status"] != "open" and started_turn is None:
             raise Conflict(f"session {session_id} is closed and turn {turn_id} was never started in it")
-        ns = ns.with_body(body.get("source") or row["source"], body.get("workspacePath") or row["workspace_path"])
-        query = sanitize_text(req_str(body, "query", max_len=2_000_000))
-        answer = sanitize_text(req_str(body, "answer", max_len=2_000_000))
-        status = normalize_status(body.get("status"))
-        reasoning = opt_str(body, "reasoningSummary")
-        tool_calls = normalize_tool_calls(opt_list(body, "toolCalls"), opt_list(body, "toolResults"))
-        source_ids = [i for i in opt_list(body, "sourceMemoryIds") if isinstance(i, str)]
-        if not source_ids and started_turn is not None:
-            source_ids = json.loads(started_turn["source_memory_ids_json"] or "[]")  # what turn start injected
-        tags = opt_tags(body)
-        usage = body.get("usage")
-        if usage is not None and not isinstance(usage, dict):
-            raise InvalidArgument("usage: expected an object")
+        ns = ns.with_body(command.source or row["source"], command.workspace_path or row["workspace_path"])
+        reply = {"turnId": turn_id, "sessionId": session_id, "status": command.status}
         if not self.config.algorithm["enableMemoryAdd"]:
             # Writes are disabled: answer the hook normally (it must never fail) but store nothing.
-            return {
-                "turnId": turn_id,
-                "sessionId": session_id,
-                "episodeId": None,
-                "rawTurnId": None,
-                "l1MemoryId": None,
-                "status": status,
-                "captured": False,
-                "scheduledEvolution": False,
-                "jobs": [],
-                "changeSeq": self.logs.latest_change_seq(),
-                "serverTime": utc_now(),
-            }
-        capture = self.config.algorithm["capture"]
-        raw_turn_id = "raw_" + sha256_hex(f"{session_id}:{turn_id}")[:20]
-        step = build_trace_step(
-            user_text=query,
-            assistant_text=answer,
-            tool_calls=tool_calls,
-            raw_turn_id=raw_turn_id,
-            reasoning=reasoning,
-            request_tags=tags,
-            max_text_chars=int(capture["maxTextChars"]),
-            max_tool_output_chars=int(capture["maxToolOutputChars"]),
-        )
-        l1_id = "trace_" + sha256_hex(f"L1:{session_id}:{turn_id}:0")[:20]
-        tombstone = self.memory_ops.tombstones.match(
-            ns.user_id, value_hash(step.content), f"trace:{session_id}:{turn_id}:0"
-        )
-        if tombstone is not None:  # the user forgot exactly this turn: store nothing of it again
-            return {
-                "turnId": turn_id,
-                "sessionId": session_id,
-                "episodeId": None,
-                "rawTurnId": None,
-                "l1MemoryId": None,
-                "status": status,
-                "captured": False,
-                "tombstoned": True,
-                "tombstoneId": tombstone.id,
-                "scheduledEvolution": False,
-                "jobs": [],
-                "changeSeq": self.logs.latest_change_seq(),
-                "serverTime": utc_now(),
-            }
-        episode_id = self._episode_for_completion(started_turn, body, session_id, raw_turn_id, query, ns)
-        now = utc_now()
-        trace_props = {
-            "key": f"trace:{session_id}:{turn_id}:0",
-            "episode_id": episode_id,
-            "turn_id": turn_id,
-            "raw_turn_id": raw_turn_id,
-            "step_index": 0,
-            "sub_step_total": 1,
-            "userText": step.user_text,
-            "agentText": step.agent_text,
-            "tool_calls": step.tool_calls,
-            "agent_thinking": reasoning,
-            "summary": step.summary,
-            "tags": step.tags,
-            "signature": step.signature,
-            "error_signatures": step.error_signatures,
-            "status": status,
-            "value": 0,
-            "alpha": 0,
-            "priority": 0.5,
-        }
+            return self._not_captured(reply)
+        prepared = self.writer.prepare(captured_turn(command, ns, started_turn))
+        if prepared.tombstone is not None:  # the user forgot exactly this turn: store nothing of it again
+            return self._not_captured({**reply, "tombstoned": True, "tombstoneId": prepared.tombstone.id})
+        turn = prepared.turn
+        episode_id = self._episode_for_completion(started_turn, command.episode_id, turn, ns)
         with self.db.transaction():
-            self.sessions.upsert_raw_turn(
-                raw_turn_id,
-                session_id,
-                turn_id,
-                {
-                    "episode_id": episode_id,
-                    "user_id": ns.user_id,
-                    "user_text": query,
-                    "assistant_text": answer,
-                    "reasoning_summary": reasoning,
-                    "tool_calls_json": json.dumps(tool_calls, ensure_ascii=False, default=str),
-                    "tool_results_json": json.dumps(opt_list(body, "toolResults"), ensure_ascii=False, default=str),
-                    "source_memory_ids_json": json.dumps(source_ids),
-                    "usage_json": json.dumps(usage) if usage is not None else None,
-                    "status": status,
-                },
-            )
-            existing = self.memory_ops.memories.get(l1_id, include_deleted=True)
-            properties = {
-                "summary": step.summary,
-                "trace": trace_props,
-                "embeddingText": step.embedding_text,
-                "value": 0,
-                "alpha": 0,
-                "priority": 0.5,
-                "sourceMemoryIds": source_ids,
-            }
-            if existing is None:
-                memory = Memory(
-                    id=l1_id,
-                    layer="L1",
-                    content=step.content,
-                    title=step.summary,
-                    tags=step.tags,
-                    user_id=ns.user_id,
-                    project_id=ns.project_id,
-                    source_agent=ns.source,
-                    session_id=session_id,
-                    turn_id=turn_id,
-                    memory_key=f"trace:{session_id}:{turn_id}:0",
-                    content_hash=content_hash(step.content),
-                    properties=properties,
-                    created_at=now,
-                    updated_at=now,
-                    valid_from=now,
-                )
-                self.memory_ops.memories.insert(memory, source=ns.source)
-            else:  # (a deleted trace only gets here once its tombstone was restored: it comes back)
-                before = existing.snapshot()
-                if existing.status == "deleted":
-                    existing.status, existing.deleted_at = "activated", None
-                existing.content = step.content
-                existing.title = step.summary
-                existing.tags = step.tags
-                existing.properties = properties
-                existing.content_hash = content_hash(step.content)
-                existing.version += 1
-                existing.updated_at = now
-                self.memory_ops.memories.update(existing, before, "update", ns.source)
-                memory = existing
-            jobs: list[dict[str, Any]] = []
-            if memory.status != "deleted":
-                jobs.extend(self._schedule_processing(memory, step.embedding_text))
+            written = self.writer.write(prepared, episode_id)
             first_completion = started_turn is None or started_turn["status"] == "started"
-            jobs.extend(self._schedule_episode_work(episode_id, l1_id, raw_turn_id, tool_calls, first_completion))
+            jobs = written.jobs + self._schedule_episode_work(
+                episode_id, written.memory.id, turn.raw_turn_id, prepared.tool_calls, first_completion
+            )
         self.sessions.touch(session_id)
         self.wake_worker()
+        l1_id = written.memory.id
         self.logs.api_call(
             "memory_add", ns.source, {"turnId": turn_id, "layer": "L1"}, {"id": l1_id}, 0.0, True, ns.user_id
         )
+        extra = {"deduplicated": True} if written.deduplicated else {}
         return {
-            "turnId": turn_id,
-            "sessionId": session_id,
+            **reply,
             "episodeId": episode_id,
-            "rawTurnId": raw_turn_id,
+            "rawTurnId": turn.raw_turn_id,
             "l1MemoryId": l1_id,
-            "status": status,
             "captured": True,
+            **extra,
             "scheduledEvolution": bool(jobs),
             "jobs": jobs,
             "changeSeq": self.logs.latest_change_seq(),
             "serverTime": utc_now(),
         }
 
+    def _not_captured(self, reply: dict[str, Any]) -> dict[str, Any]:
+        """The answer for a completion that stores nothing (writes off, or a forgotten turn)."""
+        return {
+            **reply,
+            "episodeId": None,
+            "rawTurnId": None,
+            "l1MemoryId": None,
+            "captured": False,
+            "scheduledEvolution": False,
+            "jobs": [],
+            "changeSeq": self.logs.latest_change_seq(),
+            "serverTime": utc_now(),
+        }
+
     # -- capture helpers --------------------------------------------------------------------------
     def _episode_for_completion(
-        self, started_turn: Any, body: dict[str, Any], session_id: str, raw_turn_id: str, query: str, ns: Namespace
+        self, started_turn: Any, wanted: str | None, turn: CapturedTurn, ns: Namespace
     ) -> str:
         """The turn's episode: the one chosen at turn start, the caller's, or the heuristic's."""
         if started_turn is not None and started_turn["episode_id"]:
             return str(started_turn["episode_id"])
-        wanted = opt_str(body, "episodeId")
         if wanted:
             episode = self.episode_ops.episodes.get(wanted)
-            if episode is not None and episode.session_id == session_id:
-                self.episode_ops.episodes.add_ids(wanted, "raw_turn_ids_json", [raw_turn_id])
+            if episode is not None and episode.session_id == turn.session_id:
+                self.episode_ops.episodes.add_ids(wanted, "raw_turn_ids_json", [turn.raw_turn_id])
                 return wanted
         episode_id, _relation = self.episode_ops.route_turn(
-            session_id, raw_turn_id, query, user_id=ns.user_id, project_id=ns.project_id
+            turn.session_id, turn.raw_turn_id, turn.user_text, user_id=ns.user_id, project_id=ns.project_id
         )
         return episode_id
-
-    def _schedule_processing(self, memory: Memory, embedding_text: str) -> list[dict[str, Any]]:
-        """summary_pending → trace_summary job (summary model configured), else straight to embedding."""
-        capture = self.config.algorithm["capture"]
-        if self.config.summary.configured:
-            self.memory_ops.queue.set_state(memory.id, "summary_pending", "summary")
-            job, _created = self.jobs.enqueue(
-                "trace_summary",
-                dedupe_key=f"trace_summary:{memory.id}:{memory.content_hash}",
-                target_memory_id=memory.id,
-            )
-            return [{"jobId": job.id, "jobType": "trace_summary", "status": job.status, "targetMemoryId": memory.id}]
-        if not capture["embedAfterCapture"]:
-            self.memory_ops.queue.set_state(memory.id, "ready_text_only")
-            return []
-        self.memory_ops.indexer.enqueue(memory.id, "L1", embedding_text)
-        return [
-            {"jobId": f"embed:{memory.id}", "jobType": "embedding", "status": "queued", "targetMemoryId": memory.id}
-        ]
 
     def _schedule_episode_work(
         self,
@@ -494,7 +317,7 @@ class TurnOps:
             feedback_cfg = self.config.algorithm["feedback"]
             episode = episodes.get(episode_id)
             window = (episode.l1_memory_ids if episode else [])[-int(feedback_cfg["failureWindow"]) :]
-            recent = self.memory_ops.memories.get_many(window)
+            recent = self.writer.memories.get_many(window)
             for tool in failed_tools:
                 failures = successes = 0
                 for memory in recent.values():
@@ -516,3 +339,32 @@ class TurnOps:
                         {"jobId": job.id, "jobType": job.job_type, "status": job.status, "targetMemoryId": None}
                     )
         return scheduled
+
+
+def captured_turn(command: CompleteTurn, ns: Namespace, started_turn: Any) -> CapturedTurn:
+    """The typed turn a hook's completion request describes (texts stripped of injected context)."""
+    source_ids = command.source_memory_ids
+    if not source_ids and started_turn is not None:
+        source_ids = json.loads(started_turn["source_memory_ids_json"] or "[]")  # what turn start injected
+    host = None
+    if command.host_conversation_id and command.host_message_id:
+        host = HostTurn(ns.source, command.host_conversation_id, command.host_message_id)
+    return CapturedTurn(
+        session_id=command.session_id,
+        turn_id=command.turn_id,
+        user_id=ns.user_id,
+        project_id=ns.project_id,
+        source=ns.source,
+        user_text=sanitize_text(command.query),
+        assistant_text=sanitize_text(command.answer),
+        tool_calls=command.tool_calls,
+        tool_results=command.tool_results,
+        status=command.status,
+        reasoning=command.reasoning_summary,
+        tags=command.tags,
+        source_memory_ids=source_ids,
+        usage=command.usage,
+        host=host,
+        conversation_id=command.host_conversation_id,
+        workspace_path=ns.workspace_path,
+    )

@@ -1,8 +1,9 @@
 """The import engine: adapters -> redaction -> turns -> idempotent writes, with checkpoints and watermarks.
 
-One complete turn becomes one L1 memory, written through a :class:`TurnSink` (the service). The run is
-safe to kill at any point: every turn is written in its own transaction under a stable key, checkpoints
-move after a conversation is done, and the per-source watermark only advances after a clean run.
+One complete turn becomes one L1 memory, written through a :class:`TurnSink` (the service) in batches of
+``BATCH_TURNS``. The run is safe to kill at any point: each batch is one transaction and every turn has a stable
+key, checkpoints move after a conversation is done (a conversation ending unanswered is marked waiting and read
+again next time), and the per-source watermark only advances after a clean run.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -24,7 +25,7 @@ from memmy.store.db import utc_now
 from memmy.store.imports import Checkpoint, ImportStateRepository
 
 MAX_TURN_BYTES = 2 * 1024 * 1024
-BATCH_TURNS = 50  # turns per commit: few commits, yet the store is never held for long
+BATCH_TURNS = 50  # turns per transaction and per batched write: few statements, yet the store is never held long
 Mode = Literal["incremental", "full"]
 TurnState = Literal["new", "exists", "tombstoned"]
 
@@ -32,16 +33,16 @@ TurnState = Literal["new", "exists", "tombstoned"]
 class TurnSink(Protocol):
     """Where turns go (implemented by the service)."""
 
-    def turn_state(self, source: str, turn_id: str) -> TurnState:
-        """Whether this turn is new, was imported before, or was forgotten by the user (tombstoned)."""
+    def turn_states(self, source: str, turn_ids: Sequence[str]) -> list[TurnState]:
+        """For each turn: new, imported before (or captured live), or forgotten by the user (tombstoned)."""
         ...
 
-    def write_turn(self, turn: ImportedTurn) -> str | None:
-        """Store one complete, redacted turn as an L1 memory; its id, or None when its value is tombstoned."""
+    def write_turns(self, turns: Sequence[ImportedTurn]) -> list[str | None]:
+        """Store complete, redacted turns as L1 memories; each one's id, or None when its value is tombstoned."""
         ...
 
     def batch(self) -> AbstractContextManager[Any]:
-        """Group several writes into one commit (a failed write must undo only itself)."""
+        """One transaction around a batch of writes (a failed batch is undone whole)."""
         ...
 
 
@@ -285,6 +286,7 @@ class Importer:
         since = options.since or (None if full or watermark is None else watermark.cursor)
         initial = watermark is None and not full and options.since is None
         stats = ScanStats()
+        waiting = self.state.waiting(adapter.name)  # read again whatever the cursor: their answer may come late
         newest_seen: str | None = None
         pending: list[tuple[Conversation, list[ImportedTurn]]] = []
         for conversation in adapter.conversations(self.env, stats):
@@ -294,7 +296,7 @@ class Importer:
             part.messages_scanned += len(conversation.messages)
             last = conversation.last_created_at
             newest_seen = max(filter(None, [newest_seen, last]))
-            if since and last < since:
+            if since and last < since and conversation.conversation_id not in waiting:
                 part.skipped["before_watermark"] += 1
                 continue
             try:
@@ -312,7 +314,8 @@ class Importer:
         part.errors.extend(stats.errors)
         part.failed += len(stats.errors)  # an unreadable file is a conversation not imported
         summary = part.to_json()
-        clean = not (stats.errors or part.failed or part.turns_waiting or control.stopped or options.dry_run)
+        # A conversation that ends unanswered does not hold the cursor back (it is remembered as waiting instead).
+        clean = not (stats.errors or part.failed or control.stopped or options.dry_run)
         if clean:
             self.state.advance_watermark(adapter.name, options.mode, baseline, newest_seen, summary)
             part.watermark_advanced = True
@@ -407,50 +410,70 @@ class Importer:
         failed_before = part.failed
         waiting = False
         for start in range(0, len(turns), BATCH_TURNS):
-            if not control.checkpoint():  # pause waits here, outside any transaction
+            if not control.checkpoint() or control.stopped:  # pause waits here, outside any transaction
                 return
-            with self.sink.batch():
-                for turn in turns[start : start + BATCH_TURNS]:
-                    if control.stopped:
-                        return
-                    waiting = self._import_turn(source, conversation, turn, turn is last_turn, options, part) or waiting
-        if not options.dry_run and not waiting and part.failed == failed_before:
-            self.state.save_checkpoint(source, conversation.conversation_id, checkpoint, conversation.origin)
+            batch = turns[start : start + BATCH_TURNS]
+            waiting = self._import_batch(source, conversation, batch, last_turn, options, part) or waiting
+        if not options.dry_run and part.failed == failed_before:
+            if waiting:
+                self.state.mark_waiting(source, conversation.conversation_id, conversation.origin)
+            else:
+                self.state.save_checkpoint(source, conversation.conversation_id, checkpoint, conversation.origin)
 
-    def _import_turn(
+    def _import_batch(
         self,
         source: str,
         conversation: Conversation,
-        turn: ImportedTurn,
-        is_last: bool,
+        turns: list[ImportedTurn],
+        last_turn: ImportedTurn | None,
         options: ImportOptions,
         part: SourceProgress,
     ) -> bool:
-        """Import one turn; return True when it is the conversation's last turn and still waiting."""
-        if not turn.complete:
-            if is_last:
-                part.turns_waiting += 1
-                return True
-            part.skipped["turn_without_final_answer"] += 1
-            return False
-        if turn_size(turn) > MAX_TURN_BYTES:
-            part.skipped["turn_over_2mib"] += 1
-        elif (state := self.sink.turn_state(source, turn.turn_id)) == "exists":
-            part.turns_existing += 1
-        elif state == "tombstoned":
-            part.skipped["tombstoned"] += 1
-        elif options.dry_run:
-            part.turns_added += 1
-        else:
-            try:
-                if self.sink.write_turn(turn) is None:
-                    part.skipped["tombstoned"] += 1
+        """Import a batch of turns in one transaction; return True when the conversation's last turn is waiting."""
+        waiting = False
+        ready: list[ImportedTurn] = []
+        for turn in turns:
+            if not turn.complete:
+                if turn is last_turn:
+                    part.turns_waiting += 1
+                    waiting = True
                 else:
-                    part.turns_added += 1
-            except Exception as exc:  # noqa: BLE001 - counted as failed; the next sync retries the turn
-                part.failed += 1
-                part.errors.append(self.redactor.redact(f"{conversation.origin}: {type(exc).__name__}: {exc}"))
-        return False
+                    part.skipped["turn_without_final_answer"] += 1
+            elif turn_size(turn) > MAX_TURN_BYTES:
+                part.skipped["turn_over_2mib"] += 1
+            else:
+                ready.append(turn)
+        new: list[ImportedTurn] = []
+        for turn, state in zip(ready, self.sink.turn_states(source, [t.turn_id for t in ready]), strict=True):
+            if state == "exists":
+                part.turns_existing += 1
+            elif state == "tombstoned":
+                part.skipped["tombstoned"] += 1
+            else:
+                new.append(turn)
+        if options.dry_run:
+            part.turns_added += len(new)
+        elif new:
+            self._write(conversation, new, part)
+        return waiting
+
+    def _write(self, conversation: Conversation, turns: list[ImportedTurn], part: SourceProgress) -> None:
+        """Write turns as one batch; when the batch fails, turn by turn, so only a failing turn is lost."""
+        try:
+            with self.sink.batch():
+                results = self.sink.write_turns(turns)
+        except Exception as exc:  # noqa: BLE001 - retried turn by turn; the next sync retries a failed turn
+            if len(turns) > 1:
+                for turn in turns:
+                    self._write(conversation, [turn], part)
+                return
+            part.failed += 1
+            part.errors.append(self.redactor.redact(f"{conversation.origin}: {type(exc).__name__}: {exc}"))
+            return
+        added = sum(1 for r in results if r is not None)
+        part.turns_added += added
+        if added < len(results):
+            part.skipped["tombstoned"] += len(results) - added
 
 
 class ProgressThrottle:

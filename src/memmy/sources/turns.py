@@ -7,10 +7,11 @@ assistant answer. The last turn of a conversation may still be in progress: it w
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from memmy.capture.sanitize import sanitize_text
-from memmy.domain import sha256_hex
 from memmy.sources.model import Conversation, SourceMessage
+from memmy.transcripts.turns import group_messages, host_turn_id
 
 
 @dataclass
@@ -26,11 +27,10 @@ class ImportedTurn:
         """The user message that opened the turn."""
         return self.messages[0]
 
-    @property
+    @cached_property
     def turn_id(self) -> str:
         """Stable id: ``<source>:`` + sha256(source::conversation::first user message id)[:24]."""
-        digest = sha256_hex(f"{self.source}::{self.conversation_id}::{self.first_user.message_id}")[:24]
-        return f"{self.source}:{digest}"
+        return host_turn_id(self.source, self.conversation_id, self.first_user.message_id)
 
     @property
     def created_at(self) -> str:
@@ -98,20 +98,5 @@ def group_turns(conversation: Conversation) -> tuple[list[ImportedTurn], int]:
     memmy's own injected context is stripped from user text first, so a user message that was only a
     recalled-memory wrapper does not open a turn.
     """
-    turns: list[ImportedTurn] = []
-    orphans = 0
-    current: ImportedTurn | None = None
-    for message in conversation.messages:
-        if message.role == "user":
-            text = sanitize_text(message.content)
-            if not text:
-                continue
-            if text != message.content:
-                message = SourceMessage(**{**message.__dict__, "content": text})
-            current = ImportedTurn(conversation.source, conversation.conversation_id, [message])
-            turns.append(current)
-        elif current is None:
-            orphans += 1
-        else:
-            current.messages.append(message)
-    return turns, orphans
+    groups, orphans = group_messages(conversation.messages, sanitize_text)
+    return [ImportedTurn(conversation.source, conversation.conversation_id, group) for group in groups], orphans

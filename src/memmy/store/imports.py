@@ -18,6 +18,10 @@ class Checkpoint:
     content_hash: str | None
 
 
+#: The checkpoint hash of a conversation whose last turn waits for its answer (never a real content hash).
+WAITING = "waiting"
+
+
 @dataclass(frozen=True)
 class Watermark:
     """A source's incremental cursor: the later of the first scan's start and the newest message seen."""
@@ -68,6 +72,17 @@ class ImportStateRepository:
                     utc_now(),
                 ),
             )
+
+    def mark_waiting(self, source: str, conversation_id: str, origin: str) -> None:
+        """Record that a conversation ends with an unanswered turn: later syncs read it again, whatever the cursor."""
+        self.save_checkpoint(source, conversation_id, Checkpoint(None, None, WAITING), origin)
+
+    def waiting(self, source: str) -> set[str]:
+        """Conversations of a source whose last turn was still waiting for its answer."""
+        rows = self.db.query(
+            "SELECT conversation_id FROM source_checkpoints WHERE source = ? AND content_hash = ?", (source, WAITING)
+        )
+        return {row[0] for row in rows}
 
     def watermark(self, source: str) -> Watermark | None:
         """A source's watermark, if it was ever synced cleanly."""

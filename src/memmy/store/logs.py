@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -20,6 +20,32 @@ def _json(value: Any) -> str | None:
     return None if value is None else json.dumps(value, ensure_ascii=False, default=str)
 
 
+_CHANGE_SQL = (
+    "INSERT INTO memory_change_log(memory_id, namespace_id, kind, op, entity_id, user_id, change_type, "
+    "version, before_json, after_json, source, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
+)
+
+
+def change_row(
+    memory: Memory, change_type: str, before: dict[str, Any] | None, after: dict[str, Any] | None, source: str
+) -> tuple[Any, ...]:
+    """The parameters of one memory_change_log row."""
+    return (
+        memory.id,
+        memory.project_id,
+        memory.kind,
+        "delete" if change_type == "delete" else ("insert" if change_type == "create" else "update"),
+        memory.id,
+        memory.user_id,
+        change_type,
+        memory.version,
+        _json(before),
+        _json(after),
+        source,
+        utc_now(),
+    )
+
+
 def append_change(
     conn: sqlite3.Connection,
     memory: Memory,
@@ -29,25 +55,13 @@ def append_change(
     source: str,
 ) -> int:
     """Append one memory_change_log row inside the caller's transaction; return its seq."""
-    cursor = conn.execute(
-        "INSERT INTO memory_change_log(memory_id, namespace_id, kind, op, entity_id, user_id, change_type, "
-        "version, before_json, after_json, source, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-        (
-            memory.id,
-            memory.project_id,
-            memory.kind,
-            "delete" if change_type == "delete" else ("insert" if change_type == "create" else "update"),
-            memory.id,
-            memory.user_id,
-            change_type,
-            memory.version,
-            _json(before),
-            _json(after),
-            source,
-            utc_now(),
-        ),
-    )
+    cursor = conn.execute(_CHANGE_SQL, change_row(memory, change_type, before, after, source))
     return int(cursor.lastrowid or 0)
+
+
+def append_creations(conn: sqlite3.Connection, memories: Sequence[Memory], source: str) -> None:
+    """Append the ``create`` rows of many new memories in one statement, inside the caller's transaction."""
+    conn.executemany(_CHANGE_SQL, [change_row(m, "create", None, m.snapshot(), source) for m in memories])
 
 
 class LogRepository:

@@ -11,7 +11,7 @@ from typing import Any
 
 from memmy.domain import Memory
 from memmy.store.db import Database, utc_now
-from memmy.store.logs import append_change
+from memmy.store.logs import append_change, append_creations
 from memmy.store.text import fts_match_expression, fts_row, phrase_match_expression, query_terms
 
 #: Rows that every normal read must skip: deleted, archived, superseded (valid_to in the past).
@@ -134,9 +134,14 @@ class MemoryRepository:
 
     def insert(self, memory: Memory, source: str) -> None:
         """Insert a new memory, index it and log the creation."""
-        with self.db.transaction() as conn:
-            conn.execute(
-                f"INSERT INTO memories ({_COLUMNS}) VALUES ({','.join('?' * 26)})",
+        self.insert_many([memory], source)
+
+    def insert_many(self, memories: Sequence[Memory], source: str) -> None:
+        """Insert new memories, index them and log their creation: three statements for any number of them."""
+        rows, fts = [], []
+        for memory in memories:
+            tags_json = json.dumps(memory.tags, ensure_ascii=False)
+            rows.append(
                 (
                     memory.id,
                     memory.user_id,
@@ -148,7 +153,7 @@ class MemoryRepository:
                     memory.memory_key,
                     memory.title,
                     memory.content,
-                    json.dumps(memory.tags, ensure_ascii=False),
+                    tags_json,
                     json.dumps(memory.info, ensure_ascii=False),
                     json.dumps(memory.properties, ensure_ascii=False),
                     memory.layer,
@@ -164,10 +169,13 @@ class MemoryRepository:
                     memory.valid_to,
                     memory.superseded_by,
                     memory.visibility,
-                ),
+                )
             )
-            self._index(conn, memory)
-            append_change(conn, memory, "create", None, memory.snapshot(), source)
+            fts.append((memory.id, *fts_row(memory.memory_key, memory.title, memory.content, tags_json)))
+        with self.db.transaction() as conn:
+            conn.executemany(f"INSERT INTO memories ({_COLUMNS}) VALUES ({','.join('?' * 26)})", rows)
+            conn.executemany("INSERT INTO memories_fts(id, identifier, memory_value, tags) VALUES (?,?,?,?)", fts)
+            append_creations(conn, memories, source)
 
     def update(self, memory: Memory, before: dict[str, Any], change_type: str, source: str) -> None:
         """Persist a changed memory, re-index it and log before/after."""
@@ -215,6 +223,28 @@ class MemoryRepository:
         if row is None or (row["status"] == "deleted" and not include_deleted):
             return None
         return row_to_memory(row)
+
+    def get_any(self, ids: Sequence[str]) -> dict[str, Memory]:
+        """Memories by id whatever their status (deleted ones included), keyed by id."""
+        found: dict[str, Memory] = {}
+        for start in range(0, len(ids), 500):
+            chunk = list(ids[start : start + 500])
+            rows = self.db.query(f"SELECT {_COLUMNS} FROM memories WHERE id IN ({','.join('?' * len(chunk))})", chunk)
+            found.update((row["id"], row_to_memory(row)) for row in rows)
+        return found
+
+    def live_keys(self, keys: Sequence[str]) -> set[str]:
+        """Which of these memory keys a memory that is not deleted holds."""
+        found: set[str] = set()
+        for start in range(0, len(keys), 500):
+            chunk = list(keys[start : start + 500])
+            rows = self.db.query(
+                f"SELECT memory_key FROM memories WHERE memory_key IN ({','.join('?' * len(chunk))}) "
+                "AND status != 'deleted'",
+                chunk,
+            )
+            found.update(row[0] for row in rows)
+        return found
 
     def get_many(self, ids: Sequence[str], flt: MemoryFilter | None = None) -> dict[str, Memory]:
         """Fetch visible memories by id (filtered), keyed by id."""

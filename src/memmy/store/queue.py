@@ -8,6 +8,7 @@ background worker embeds due rows in batches. Failures back off exponentially an
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,15 @@ class QueueItem:
     max_attempts: int
 
 
+_STATE_SQL = (
+    "INSERT INTO memory_processing_state(memory_id, state, stage, attempt_count, updated_at) "
+    "VALUES (?,?,?,?,?) ON CONFLICT(memory_id) DO UPDATE SET state=excluded.state, stage=excluded.stage, "
+    "attempt_count=COALESCE(?, attempt_count), error_code=CASE WHEN excluded.state='failed' "
+    "THEN error_code ELSE NULL END, error_message=CASE WHEN excluded.state='failed' THEN error_message "
+    "ELSE NULL END, updated_at=excluded.updated_at"
+)
+
+
 class EmbeddingQueue:
     """Durable queue of texts waiting for an embedding, plus the memory_processing_state rows."""
 
@@ -50,18 +60,25 @@ class EmbeddingQueue:
 
     def enqueue(self, target_kind: str, target_id: str, field: str, text: str, role: str = "document") -> None:
         """Queue (or re-queue) one text; resets attempts when it was already there."""
+        self.enqueue_many([(target_kind, target_id, field, text)], role)
+
+    def enqueue_many(self, items: Sequence[tuple[str, str, str, str]], role: str = "document") -> None:
+        """Queue (or re-queue) texts ``(target kind, target id, field, text)`` in two statements."""
         now = now_ms()
         with self.db.transaction() as conn:
-            conn.execute(
+            conn.executemany(
                 "INSERT INTO embedding_retry_queue(target_kind, target_id, vector_field, source_text, embed_role, "
                 "status, attempts, next_attempt_at, created_at, updated_at) VALUES (?,?,?,?,?,'pending',0,?,?,?) "
                 "ON CONFLICT(target_kind, target_id, vector_field) DO UPDATE SET source_text=excluded.source_text, "
                 "embed_role=excluded.embed_role, status='pending', attempts=0, "
                 "next_attempt_at=excluded.next_attempt_at, "
                 "last_error=NULL, updated_at=excluded.updated_at",
-                (target_kind, target_id, field, text, role, now, now, now),
+                [(kind, target, fld, text, role, now, now, now) for kind, target, fld, text in items],
             )
-            self._set_state(conn, target_id, "embedding_pending", "embedding")
+            stamp = utc_now()
+            conn.executemany(
+                _STATE_SQL, [(target, "embedding_pending", "embedding", 0, stamp, None) for _k, target, _f, _t in items]
+            )
 
     def claim_due(self, limit: int, worker: str, lease_ms: int = LEASE_MS) -> list[QueueItem]:
         """Lease up to ``limit`` due rows (pending, or in_progress with an expired lease)."""
@@ -197,11 +214,4 @@ class EmbeddingQueue:
 
     @staticmethod
     def _set_state(conn: Any, memory_id: str, state: str, stage: str | None, attempts: int | None = None) -> None:
-        conn.execute(
-            "INSERT INTO memory_processing_state(memory_id, state, stage, attempt_count, updated_at) "
-            "VALUES (?,?,?,?,?) ON CONFLICT(memory_id) DO UPDATE SET state=excluded.state, stage=excluded.stage, "
-            "attempt_count=COALESCE(?, attempt_count), error_code=CASE WHEN excluded.state='failed' "
-            "THEN error_code ELSE NULL END, error_message=CASE WHEN excluded.state='failed' THEN error_message "
-            "ELSE NULL END, updated_at=excluded.updated_at",
-            (memory_id, state, stage, attempts or 0, utc_now(), attempts),
-        )
+        conn.execute(_STATE_SQL, (memory_id, state, stage, attempts or 0, utc_now(), attempts))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from typing import Any
 
 from memmy.store.db import Database, utc_now
@@ -134,14 +135,22 @@ class SessionRepository:
 
     def upsert_raw_turn(self, raw_turn_id: str, session_id: str, turn_id: str, fields: dict[str, Any]) -> None:
         """Insert or update a raw turn; ``fields`` maps column names to values (JSON columns pre-encoded)."""
-        columns = ["id", "session_id", "turn_id", "created_at", *fields]
-        values = [raw_turn_id, session_id, turn_id, utc_now(), *fields.values()]
-        update = ",".join(f"{name}=excluded.{name}" for name in fields) or "turn_id=turn_id"
+        self.upsert_raw_turns([(raw_turn_id, session_id, turn_id, fields)])
+
+    def upsert_raw_turns(self, turns: Sequence[tuple[str, str, str, dict[str, Any]]]) -> None:
+        """Insert or update raw turns ``(id, session, turn id, fields)`` whose ``fields`` name the same columns."""
+        if not turns:
+            return
+        names = list(turns[0][3])
+        columns = ["id", "session_id", "turn_id", "created_at", *names]
+        update = ",".join(f"{name}=excluded.{name}" for name in names) or "turn_id=turn_id"
+        now = utc_now()
+        rows = [(raw_id, session, turn, now, *(fields[n] for n in names)) for raw_id, session, turn, fields in turns]
         with self.db.transaction() as conn:
-            conn.execute(
-                f"INSERT INTO raw_turns({','.join(columns)}) VALUES ({','.join('?' * len(values))}) "
+            conn.executemany(
+                f"INSERT INTO raw_turns({','.join(columns)}) VALUES ({','.join('?' * len(columns))}) "
                 f"ON CONFLICT(session_id, turn_id) DO UPDATE SET {update}",
-                values,
+                rows,
             )
 
     def list_recent_turns(self, limit: int, offset: int, text: str | None) -> tuple[list[sqlite3.Row], int]:

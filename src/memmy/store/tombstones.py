@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,6 +112,29 @@ class TombstoneRepository:
             if row is not None:
                 return _row(row)
         return None
+
+    def matched(
+        self, user_id: str, content_hashes: Sequence[str], memory_keys: Sequence[str]
+    ) -> tuple[set[str], set[str]]:
+        """Which of these content hashes (this user's) and memory keys a tombstone forbids: two queries for many."""
+        hashes: set[str] = set()
+        keys: set[str] = set()
+        for start in range(0, max(len(content_hashes), len(memory_keys)), 400):
+            chunk = list(content_hashes[start : start + 400])
+            if chunk:
+                rows = self.db.query(
+                    f"SELECT content_hash FROM tombstones WHERE user_id = ? AND content_hash IN "
+                    f"({','.join('?' * len(chunk))})",
+                    [user_id, *chunk],
+                )
+                hashes.update(row[0] for row in rows)
+            chunk = list(memory_keys[start : start + 400])
+            if chunk:
+                rows = self.db.query(
+                    f"SELECT memory_key FROM tombstones WHERE memory_key IN ({','.join('?' * len(chunk))})", chunk
+                )
+                keys.update(row[0] for row in rows)
+        return hashes, keys
 
     def get(self, tombstone_id: str) -> Tombstone | None:
         """One tombstone by id."""

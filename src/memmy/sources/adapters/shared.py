@@ -10,32 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from memmy.sources.model import Conversation, Role, ScanStats, SourceMessage, git_root_of, home_of
-
-
-def tool_content(
-    name: str,
-    call_id: str | None,
-    tool_input: str | None = None,
-    output: str | None = None,
-    error: str | None = None,
-    status: str | None = None,
-) -> str:
-    """Render a tool call or result as memmy's ``Tool:/Call ID:/Status:/Input:/Output:/Error:`` text.
-
-    The Codex and Cursor adapters share it, so every agent's tool trace reads the same.
-    """
-    parts = [f"Tool: {name}"]
-    if call_id:
-        parts.append(f"Call ID: {call_id}")
-    if status:
-        parts.append(f"Status: {status}")
-    if tool_input is not None:
-        parts.append(f"Input:\n{tool_input}")
-    if output is not None:
-        parts.append(f"Output:\n{output}")
-    if error is not None:
-        parts.append(f"Error:\n{error}")
-    return "\n\n".join(parts)
+from memmy.transcripts.model import tool_content as tool_content
 
 
 def env_dir(env: Mapping[str, str], *names: str) -> Path | None:
