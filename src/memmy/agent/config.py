@@ -15,10 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap
-from ruamel.yaml.error import YAMLError
-
 from memmy.config import config_path, memmy_home, read_config_file
 from memmy.errors import ConfigError
 
@@ -404,6 +400,10 @@ def write_agent_sections(path: Path, updates: Mapping[str, Any]) -> None:
         _merge_into(raw, updates)
         output = json.dumps(raw, indent=2, ensure_ascii=False) + "\n"
     else:
+        from ruamel.yaml import YAML  # only for writes (keeps the agent's start-up light)
+        from ruamel.yaml.comments import CommentedMap
+        from ruamel.yaml.error import YAMLError
+
         round_trip = YAML()
         round_trip.preserve_quotes = True
         round_trip.width = 4096
