@@ -36,6 +36,7 @@ from service_bench import Daemon, bench_env  # noqa: E402
 from tests.agent_stubs import run_model_stub  # noqa: E402
 
 from memmy.agent.config import load_agent_config  # noqa: E402
+from memmy.agent.daemon_link import DaemonLink  # noqa: E402
 from memmy.agent.loop import Agent  # noqa: E402
 from memmy.agent.memory import MemoryBridge, resolve_settings  # noqa: E402
 from memmy.agent.sessions import Session, SessionStore  # noqa: E402
@@ -66,6 +67,26 @@ def cpu_ms(daemon: psutil.Process) -> float:
     mine = time.process_time()
     theirs = daemon.cpu_times()
     return (mine + theirs.user + theirs.system) * 1000
+
+
+async def client_round_trips(url: str, count: int = 100) -> tuple[list[float], list[float]]:
+    """The same cheap daemon request (anonymous ``GET /api/v1/health``) through ``httpx.AsyncClient`` and through
+    the agent's kept-alive ``DaemonLink``, interleaved: what the HTTP client itself costs on the turn path."""
+    via_httpx: list[float] = []
+    via_link: list[float] = []
+    link = DaemonLink(url, {})
+    async with httpx.AsyncClient(base_url=url) as client:
+        for number in range(count + 5):
+            began = time.perf_counter()
+            (await client.get("/api/v1/health")).raise_for_status()
+            middle = time.perf_counter()
+            status, _ = await link.request("GET", "/api/v1/health")
+            assert status == 200
+            if number >= 5:  # the first few open connections and warm up
+                via_httpx.append((middle - began) * 1000)
+                via_link.append((time.perf_counter() - middle) * 1000)
+    await link.aclose()
+    return via_httpx, via_link
 
 
 async def settle(bridge: MemoryBridge, limit_s: float = 5.0) -> None:
@@ -145,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             queries = [q for _, q in make_queries(args.runs + 4, 11)]
             asyncio.run(run_turns(home, queries[:4], daemon.pid))  # warm-up: connections, first recall
             figures = asyncio.run(run_turns(home, queries[4:], daemon.pid))
+            via_httpx, via_link = asyncio.run(client_round_trips(daemon.url))
     finally:
         daemon.stop()
     on, off, injected = figures.on, figures.off, figures.injected
@@ -166,6 +188,10 @@ def main(argv: list[str] | None = None) -> int:
         f"  CPU per turn (agent + daemon, incl. capture and its embedding): off p50 "
         f"{percentile(figures.cpu_off, 0.5):.1f} ms, on p50 {percentile(figures.cpu_on, 0.5):.1f} ms, "
         f"added on average {statistics.fmean(cpu_added):.1f} ms (background embedding may land in the next turn)"
+    )
+    print(
+        f"  HTTP client alone (anonymous GET /api/v1/health, interleaved): httpx.AsyncClient p50 "
+        f"{percentile(via_httpx, 0.5):.1f} ms, kept-alive h11 link p50 {percentile(via_link, 0.5):.1f} ms"
     )
     print(f"  turns with injected memory: {injected}/{len(on)}")
     print(f"  load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}  (cpus: {os.cpu_count()})")
