@@ -75,8 +75,8 @@ def main() -> int:
     config.write_text("memmyMemory:\n  algorithm:\n    reward:\n      feedbackWindowSec: 0\n", encoding="utf-8")
     os.environ.update({"HOME": str(home), "MEMMY_HOME": str(home / ".memmy"), "MEMMY_CONFIG": str(config)})
     from memmy.config import load_config
+    from memmy.namespace import Namespace
     from memmy.service import MemoryService
-    from memmy.service.namespace import Namespace
 
     service = MemoryService.open(load_config())
     service.indexer.load_index()

@@ -512,7 +512,7 @@ class Runner:
 
     def ns(self, project: str, agent: str) -> Any:
         """The caller of a project's session."""
-        from memmy.service.namespace import Namespace, project_root
+        from memmy.namespace import Namespace, project_root
 
         return Namespace(source=agent, workspace_path=self.paths[project], project_id=project_root(self.paths[project]))
 

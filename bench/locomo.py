@@ -43,8 +43,8 @@ import numpy as np
 from model_check import require_local_model
 
 from memmy.config import load_config
+from memmy.namespace import Namespace
 from memmy.service import MemoryService
-from memmy.service.namespace import Namespace
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "bench" / "locomo-dev.json"
 PIPELINES: dict[str, list[str] | None] = {"full": None, "fts": ["fts"], "vector": ["vec"]}
@@ -229,6 +229,7 @@ def evaluate(
     scores: Scores,
     latencies: dict[str, list[float]],
     limit: int,
+    pipelines: Sequence[str] = tuple(PIPELINES),
 ) -> None:
     """Ask every category 1-4 question through each pipeline and baseline and record recall."""
     ns = Namespace(source="locomo", project_id=conv.project)
@@ -239,6 +240,8 @@ def evaluate(
         if category not in (1, 2, 3, 4) or not evidence:
             continue
         for name, channels in PIPELINES.items():
+            if name not in pipelines:
+                continue
             body: dict[str, Any] = {"query": qa["question"], "limit": limit, "scope": "project"}
             if channels is not None:
                 body["channels"] = channels
@@ -268,7 +271,7 @@ def print_table(scores: Scores, latencies: dict[str, list[float]]) -> None:
             row += f" {statistics.fmean(scores.items[name]):>10.2f}" if cat == "all" else ""
             print(row)
         print()
-    for k in TURN_KS:
+    for k in TURN_KS if scores.turn[("full:all", 1)] else ():
         full = statistics.fmean(scores.turn[("full:all", k)])
         best_name = max(BASELINES, key=lambda b: statistics.fmean(scores.turn[(f"{b}:all", k)]))
         best = statistics.fmean(scores.turn[(f"{best_name}:all", k)])
@@ -290,6 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reuse", action="store_true", help="with --home: skip ingest, reuse the stored turns")
     parser.add_argument("--config", type=Path, default=None, help="a config.yaml to tune retrieval settings")
     parser.add_argument("--limit", type=int, default=max(TURN_KS), help="results asked from the pipeline")
+    parser.add_argument(
+        "--pipelines", nargs="+", choices=list(PIPELINES), default=list(PIPELINES), help="memmy rows to run"
+    )
     args = parser.parse_args(argv)
     if not args.data.exists():
         print(f"error: {args.data} not found (pass --data PATH)", file=sys.stderr)
@@ -314,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     scores = Scores()
     latencies: dict[str, list[float]] = defaultdict(list)
     for sample in samples:
-        evaluate(service, sample, load_conversation(service, sample), scores, latencies, args.limit)
+        evaluate(service, sample, load_conversation(service, sample), scores, latencies, args.limit, args.pipelines)
     print(f"LoCoMo evidence recall ({args.data.name}, {len(samples)} conversations, categories 1-4)")
     print("full/fts/vector = memmy memory/search; bm25/cosine/rrf = plain baselines over the same stored turns\n")
     print_table(scores, latencies)

@@ -31,6 +31,13 @@ What it does:
 3. Prints Markdown tables and whether the target (p95 <= 30 ms in-process at 100k) is met. Progress goes to
    stderr. Other processes on the machine (the load average is printed) make every figure pessimistic.
 
+``--fast-build REAL`` builds a store without the service's add path: memories are written directly in one
+transaction (as ``panel_bench.py --synthetic`` does; no redaction, dedup or change log, which recall never reads),
+the first REAL of them are embedded with the real model in batches, and every later memory gets a copy of the
+vector of a randomly chosen embedded memory plus a little noise (cosine ~0.97 to it), so the vector index holds
+N vectors with a realistic cosine distribution and candidate counts, at the cost of embedding only REAL texts.
+The marker records REAL; the report says how many vectors are real.
+
 Time on 2 busy cores: building the stores ~40 min (embedding 100k texts at 35-100/s), each measuring run with
 ``--reuse`` 5-10 min. ``--blas-threads 1`` pins OpenBLAS to one thread (the process re-executes itself with
 ``OPENBLAS_NUM_THREADS`` etc. set, and the daemon inherits them), to compare with numpy's default.
@@ -63,10 +70,13 @@ import httpx
 import numpy as np
 
 import memmy.recall.pipeline as pipeline_module
+from memmy.domain import ID_PREFIX_BY_LAYER, Memory, new_id
 from memmy.embed import LocalMiniLMEmbedder, OnnxMiniLMEmbedder
 from memmy.embed.onnx_minilm import onnxruntime_available
+from memmy.indexing import FIELD_BY_LAYER
+from memmy.namespace import Namespace
 from memmy.service import MemoryService
-from memmy.service.namespace import Namespace
+from memmy.store.memories import MemoryFilter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus import ERRORS, MODULES, PROJECTS, make_queries, read_data_file, unique_memories  # noqa: E402
@@ -84,7 +94,7 @@ TARGET_P95_MS = 30.0
 SOURCE = "claude_code"
 CONTEXT_SHARE = 0.25
 BLAS_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-STAGES = ("embed", "vector", "keyword_wait", "load", "fuse", "select")  # "keyword" overlaps embed+vector
+STAGES = ("embed", "vector", "keyword_wait", "load", "fuse", "expand", "select")  # "keyword" overlaps embed+vector
 CHANNEL_FUNCS = {
     "vec": "vector_channel",
     "fts": "fts_channel",
@@ -154,6 +164,7 @@ class PathResult:
     load: float = 0.0  # 1-minute load average when the phase ended
     rss_mib: float | None = None
     server_stages: list[dict[str, float]] = field(default_factory=list)  # HTTP: debug.timingsMs of a sample
+    floors: dict[str, list[float]] = field(default_factory=dict)  # in-process: each stage's bare floor
 
     def totals(self, kind: str | None = None) -> np.ndarray:
         """Latencies in ms (optionally of one prompt kind)."""
@@ -235,6 +246,8 @@ def build_stores(
         marker = read_marker(home, size)
         if marker is not None and args.reuse and marker.get("corpus") == identity:
             progress(f"store {size:,}: reusing {db} ({marker['count']:,} memories, built {marker['builtAt']})")
+            if marker.get("realVectors", marker["count"]) < marker["count"]:
+                report.notes.append(f"store {size:,}: {marker['realVectors']:,} real vectors, the rest derived")
             report.builds.append(BuildResult(size, f"reused ({marker['buildSeconds']:.0f} s to build)", 0.0))
             bodies_in_store = int(marker["bodies"])
             if data is None:
@@ -263,7 +276,11 @@ def build_stores(
                 break
         service = open_service(env_home, db, embedder)
         try:
-            grow_in_process(service, bodies, f"store {size:,}")
+            if args.fast_build is not None:
+                real = write_direct(service, bodies, args.fast_build, args.seed)
+                report.notes.append(f"store {size:,}: fast build, {real:,} real vectors, the rest derived")
+            else:
+                grow_in_process(service, bodies, f"store {size:,}")
             count = service.memories.count_by_layer().get("L1", 0)
         finally:
             service.close()
@@ -274,12 +291,65 @@ def build_stores(
             "count": count,
             "builtAt": time.strftime("%Y-%m-%d %H:%M"),
             "buildSeconds": seconds,
+            "realVectors": count if args.fast_build is None else min(count, args.fast_build),
         }
         (db.parent / "built.json").write_text(json.dumps(marker, indent=2))
         report.builds.append(BuildResult(size, f"{how} ({count:,} memories)", seconds))
         consumed, previous = consumed + len(bodies), db
         available.append(size)
     return available
+
+
+def write_direct(service: MemoryService, bodies: Sequence[dict[str, Any]], real: int, seed: int) -> int:
+    """Write ``bodies`` as L1 memories in one transaction; embed the first ``real``, derive the rest's vectors."""
+    fingerprint = service.indexer.embedder.fingerprint
+    rng = np.random.default_rng(seed)
+    memories: list[Memory] = []
+    with service.db.transaction():
+        for body in bodies:
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
+            memory = Memory(
+                id=new_id(ID_PREFIX_BY_LAYER["L1"]),
+                layer="L1",
+                content=str(body["content"]),
+                tags=list(body.get("tags") or []),
+                source_agent=str(body.get("source") or SOURCE),
+                project_id=body.get("projectId"),
+                created_at=stamp,
+                updated_at=stamp,
+                valid_from=stamp,
+            )
+            service.memories.insert(memory, source="bench")
+            memories.append(memory)
+    progress(f"fast build: wrote {len(memories):,} memories")
+    embedded: list[np.ndarray] = []
+    started = time.perf_counter()
+    for first in range(0, len(memories), 64):
+        batch = memories[first : first + 64]
+        if first < real:
+            vectors = service.indexer.embedder.embed([m.content for m in batch[: real - first]])
+            embedded.extend(vectors)
+            vectors = np.vstack([vectors, derived_vectors(embedded, len(batch) - len(vectors), rng)])
+        else:
+            vectors = derived_vectors(embedded, len(batch), rng)
+        with service.db.transaction():
+            for memory, vector in zip(batch, vectors, strict=True):
+                field_name = FIELD_BY_LAYER["L1"]
+                service.vectors.upsert(memory.id, field_name, fingerprint.provider, fingerprint.model, vector)
+        if (first // 64) % 80 == 0:
+            rate = min(first + 64, real) / max(time.perf_counter() - started, 1e-9)
+            progress(f"fast build: vectors {first + len(batch):,}/{len(memories):,} ({rate:.0f} real/s)")
+    return min(real, len(memories))
+
+
+def derived_vectors(embedded: Sequence[np.ndarray], count: int, rng: np.random.Generator) -> np.ndarray:
+    """``count`` unit vectors, each a randomly chosen real one plus noise (cosine ~0.97 to it)."""
+    dim = len(embedded[0]) if embedded else 384
+    if count <= 0:
+        return np.zeros((0, dim), dtype=np.float32)
+    picked = np.stack([embedded[int(i)] for i in rng.integers(0, len(embedded), count)])
+    noisy = picked + rng.standard_normal(picked.shape).astype(np.float32) * (0.25 / np.sqrt(dim))
+    return (noisy / np.linalg.norm(noisy, axis=1, keepdims=True)).astype(np.float32)
 
 
 # -- in-process ---------------------------------------------------------------------------------------------
@@ -363,9 +433,51 @@ def in_process(
                 stages = probe.take()
                 stages["turn bookkeeping"] = total - stages.get("recall", 0.0)
                 samples.append(sample_of(kind, total, response, stages))
+        floors = stage_floors(service, embedder, [prompt for _kind, prompt in prompts])
     finally:
         service.close()
-    return PathResult("in-process", size, samples, open_s=open_s, load=os.getloadavg()[0])
+    return PathResult("in-process", size, samples, open_s=open_s, load=os.getloadavg()[0], floors=floors)
+
+
+def stage_floors(
+    service: MemoryService, embedder: LocalMiniLMEmbedder, prompts: Sequence[str]
+) -> dict[str, list[float]]:
+    """What each stage costs at its floor, on the same prompts and store, right after the timed turns.
+
+    embed: the model alone on the prompt (``embed([prompt])``, no cache); vector: one bare float32 matrix-vector
+    product over every indexed row (no masks, no top-k); fts: the bare ``bm25()`` top-N over the FTS table with
+    the same selective terms and window the channel uses (no join, no filter); load: reading the rows of 30
+    memories by id.
+    """
+    from memmy.recall.query import prepare_query
+    from memmy.store.text import fts_match_expression
+
+    index = service.indexer.index
+    matrices = [block.matrix[: len(block.keys)] for block in index._blocks.values()] if index else []  # noqa: SLF001
+    ids = [row["id"] for row in service.db.query("SELECT id FROM memories ORDER BY random() LIMIT 30")]
+    floors: dict[str, list[float]] = {"embed": [], "vector": [], "  fts": [], "load": []}
+    for prompt in prompts:
+        clock = time.perf_counter()
+        vector = embedder.embed([prompt], role="query")[0]
+        floors["embed"].append((time.perf_counter() - clock) * 1000)
+        clock = time.perf_counter()
+        for matrix in matrices:
+            matrix @ vector
+        floors["vector"].append((time.perf_counter() - clock) * 1000)
+        terms = service.memories.selective_terms(prepare_query(prompt).fts_terms)
+        expression = fts_match_expression(terms)
+        clock = time.perf_counter()
+        if expression:
+            service.db.query(
+                "SELECT rowid, bm25(memories_fts, 0.0, 2.0, 1.0, 1.5) AS rank FROM memories_fts "
+                "WHERE memories_fts MATCH ? ORDER BY rank LIMIT ?",
+                [expression, 4 * 120],
+            )
+        floors["  fts"].append((time.perf_counter() - clock) * 1000)
+        clock = time.perf_counter()
+        service.memories.get_many(ids, MemoryFilter())
+        floors["load"].append((time.perf_counter() - clock) * 1000)
+    return floors
 
 
 def sample_of(
@@ -443,22 +555,24 @@ def fmt(value: float) -> str:
 def stage_rows(results: Sequence[PathResult]) -> tuple[list[str], list[list[str]]]:
     """Per-stage p50/p95 table of the in-process runs (one column pair per size)."""
     names: list[str] = ["embed", "vector", "keyword (overlaps embed+vector)", "keyword_wait"]
-    names += [*(f"  {c}" for c in CHANNEL_FUNCS), "load", "fuse", "select"]
+    names += [*(f"  {c}" for c in CHANNEL_FUNCS), "load", "fuse", "expand", "select"]
     names += ["prep+render", "recall log", "turn bookkeeping"]
     headers = ["stage (ms)"]
     for r in results:
-        headers += [f"{r.size:,} p50", f"{r.size:,} p95"]
+        headers += [f"{r.size:,} p50", f"{r.size:,} p95", f"{r.size:,} floor p50"]
     rows = []
     for name in names:
         row = [name]
         for r in results:
             key = name.split(" (")[0]
             values = np.asarray([s.stages.get(key, 0.0) for s in r.samples], dtype=np.float64)
+            floor = r.floors.get(key)
             row += [fmt(float(np.percentile(values, 50))), fmt(float(np.percentile(values, 95)))]
+            row += [fmt(float(np.percentile(floor, 50))) if floor else ""]
         rows.append(row)
     total = ["total turn_start"]
     for r in results:
-        total += [fmt(r.pct(50)), fmt(r.pct(95))]
+        total += [fmt(r.pct(50)), fmt(r.pct(95)), ""]
     rows.append(total)
     return headers, rows
 
@@ -511,7 +625,10 @@ def print_report(
         print("\n## Where the time goes (in-process, per turn; p50/p95 of each stage taken separately)\n")
         print(markdown_table(headers, rows))
         print(
-            "\nembed .. select: RecallOutcome.timings_ms; vec/fts/pattern/structural: time inside each channel "
+            "\nfloor: the stage's bare cost measured in the same run on the same prompts (embed: the model alone; "
+            "vector: one bare float32 matrix-vector product over every row; fts: the bare bm25() top-N, no join or "
+            "filter; load: 30 rows by id). "
+            "embed .. select: RecallOutcome.timings_ms; vec/fts/pattern/structural: time inside each channel "
             "function (vec: all calls of the turn); prep+render: scope, query preparation, no-LLM fallback "
             "cap and markdown rendering; recall log: the api_logs and recall_events rows; turn bookkeeping: "
             "session lookup, the recent-turn exclusion query, the raw_turns row and the session touch."
@@ -596,6 +713,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="set OPENBLAS/OMP/MKL_NUM_THREADS for this process and the daemon (default: numpy's own choice)",
     )
     parser.add_argument("--seed", type=int, default=7, help="seed of the synthetic corpus and prompts (default 7)")
+    parser.add_argument(
+        "--fast-build",
+        type=int,
+        metavar="REAL",
+        help="write memories directly, embed only the first REAL, derive the others' vectors (see above)",
+    )
     parser.add_argument(
         "--engine",
         choices=("onnx", "numpy"),

@@ -52,8 +52,8 @@ import psutil
 
 from memmy.config import load_config
 from memmy.embed import LocalMiniLMEmbedder
+from memmy.namespace import Namespace
 from memmy.service import MemoryService
-from memmy.service.namespace import Namespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus import make_queries, read_data_file, unique_memories  # noqa: E402

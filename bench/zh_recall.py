@@ -25,8 +25,8 @@ from memmy.config import load_config
 from memmy.embed import build_embedder
 from memmy.embed.base import Embedder
 from memmy.errors import EmbeddingError
+from memmy.namespace import Namespace
 from memmy.service import MemoryService
-from memmy.service.namespace import Namespace
 
 DATA = Path(__file__).resolve().parent / "data" / "zh_paraphrase.tsv"
 KS = (1, 5, 10)

@@ -21,8 +21,8 @@ import pytest
 from mcp import Client
 
 from memmy.config import load_config
+from memmy.namespace import Namespace
 from memmy.service import MemoryService
-from memmy.service.namespace import Namespace
 from memmy.store.db import lock_holder_alive
 from tests.claude_transcripts import Transcript
 from tests.conftest import Daemon, free_port

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import threading
+import time
 import zipfile
 from pathlib import Path
 
@@ -15,9 +20,9 @@ from memmy.cli.main import cli
 from memmy.config import load_config
 from memmy.embed import Embedder
 from memmy.errors import Conflict
+from memmy.jobs.writer import LayerWrite, LayerWriter
+from memmy.namespace import Namespace
 from memmy.service import MemoryService
-from memmy.service.evolve_support import LayerWrite, LayerWriter
-from memmy.service.namespace import Namespace
 from tests.conftest import Daemon
 
 PANEL = Namespace(source="panel")
@@ -235,3 +240,132 @@ def test_cli_export_wipe_import_logs_and_panel_link(daemon: Daemon, tmp_path: Pa
         assert browser.get(link).status_code == 401
     with httpx.Client() as anonymous:
         assert anonymous.post(f"{daemon.url}/api/v1/panel/sign-in").status_code == 401  # needs the API token
+
+
+def test_every_governance_action_writes_an_audit_row(isolated_home: Path, embedder: Embedder, tmp_path: Path) -> None:
+    svc = _review_service(isolated_home, embedder)
+    try:
+        fact = svc.add_memory({"content": "The release branch is called main."}, Namespace())
+        doomed = svc.add_memory({"content": "The build server is ci-old.example."}, Namespace())
+        svc.keys_call("correct", {"memory_id": fact["id"], "content": "The release branch is called trunk."}, PANEL)
+        forgotten = svc.keys_call("forget", {"memory_id": doomed["id"], "reason": "moved"}, PANEL)
+        svc.restore_tombstone(forgotten["tombstone_id"], {"reason": "back"}, PANEL)
+        svc.give_feedback({"id": fact["id"], "polarity": "positive"}, PANEL)
+        pending = [
+            _writer(svc).upsert(LayerWrite("L2", f"policy:{n}", f"Policy {n}", f"Always do {n} first.", [], {}))
+            for n in ("lint", "format")
+        ]
+        svc.governance.review(pending[0].id, {"decision": "approve"}, PANEL)
+        svc.governance.review(pending[1].id, {"decision": "reject"}, PANEL)
+        dream = svc.dream_run({}, PANEL)
+        svc.dream_restore(str(dream["id"]), {"force": True}, PANEL)
+        svc.reload_config({}, PANEL)
+        archive = tmp_path / "all.zip"
+        svc.ownership.export({"out": str(archive)}, PANEL)
+        svc.ownership.wipe({"confirm": True, "backup": False}, PANEL)
+        svc.ownership.import_({"path": str(archive)}, PANEL)
+        svc.delete_memory(fact["id"], {}, PANEL)
+
+        rows = svc.governance.logs_page({"kind": "audit", "limit": "200"})["items"]
+        expected = {
+            "memory.correct",
+            "memory.forget",
+            "tombstone.restore",
+            "feedback",
+            "review.approve",
+            "review.reject",
+            "dream.run",
+            "dream.restore",
+            "config.reload",
+            "store.export",
+            "store.wipe",
+            "store.import",
+            "memory.delete",
+        }
+        by_action = {row["action"]: row for row in rows}
+        assert expected <= set(by_action), expected - set(by_action)
+        for action in expected:  # who, what and when on every row
+            row = by_action[action]
+            assert row["actor"]["source"] == "panel" and row["createdAt"] and row["targetKind"], row
+    finally:
+        svc.close()
+
+
+def test_logs_follow_prints_new_audit_rows(daemon: Daemon) -> None:
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "memmy", "--url", daemon.url, "--token", daemon.token or "", "logs", "--follow"],
+        env=daemon.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    watchdog = threading.Timer(60, follower.kill)  # never hang the suite if the row does not come
+    watchdog.start()
+    try:
+        assert follower.stdout is not None
+        with daemon.client() as client:
+            made = client.post("/api/v1/memory/add", json={"content": "Follow me into the audit log."}).json()
+            time.sleep(1.5)  # let the follower print the existing rows and start polling
+            client.request("DELETE", f"/api/v1/memory/{made['id']}").raise_for_status()
+        seen = []
+        for line in follower.stdout:
+            seen.append(line)
+            if "memory.delete" in line and made["id"] in line:
+                break
+        assert any(made["id"] in line for line in seen)
+    finally:
+        watchdog.cancel()
+        follower.send_signal(signal.SIGINT)
+        follower.wait(timeout=30)
+
+
+def test_doctor_checks_config_daemon_token_hooks_vectors_and_model(
+    daemon: Daemon, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in daemon.env().items():  # the CLI runs in-process: give it the daemon's home and token
+        if name in ("HOME", "MEMMY_HOME", "MEMMY_MEMORY_TOKEN"):
+            monkeypatch.setenv(name, value)
+    with daemon.client() as client:
+        client.post("/api/v1/memory/add", json={"content": "Doctor: the docs live in docs/."}).raise_for_status()
+    daemon.drain()
+    healthy = _cli(daemon, "--json", "doctor")
+    assert healthy.exit_code == 0, healthy.output
+    assert json.loads(healthy.output)["findings"] == []
+
+    wrong_token = CliRunner().invoke(cli, ["--url", daemon.url, "--token", "not-the-token", "doctor"])
+    assert wrong_token.exit_code == 1 and "token_refused" in wrong_token.output
+    assert "fix: put the daemon's token in" in wrong_token.output
+
+    down = CliRunner().invoke(cli, ["--url", "http://127.0.0.1:9", "--token", "x", "doctor"])
+    assert "daemon_down" in down.output and "fix: memmy-memory serve" in down.output
+
+    hook_json = daemon.home / ".memmy" / "hook.json"
+    hook_json.write_text(json.dumps({"endpoint": "http://127.0.0.1:9", "token": daemon.token}))
+    try:
+        misdirected = _cli(daemon, "doctor")
+        assert misdirected.exit_code == 1 and "sends hooks to http://127.0.0.1:9" in misdirected.output
+        assert f"fix: memmy-memory init --endpoint {daemon.url}" in misdirected.output
+    finally:
+        hook_json.unlink()
+
+    bad_config = tmp_path / "bad.yaml"
+    bad_config.write_text("memmyMemory:\n  server:\n    port: not-a-port\n")
+    invalid = CliRunner().invoke(cli, ["--config", str(bad_config), "doctor"])
+    assert invalid.exit_code == 1 and "config_invalid" in invalid.output and f"fix: edit {bad_config}" in invalid.output
+
+
+def test_doctor_reports_missing_vectors_and_a_missing_model(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service.add_memory({"content": "Not embedded yet: the worker has not run."}, Namespace())
+    db = Path(service.config.storage.sqlite_path)
+    result = CliRunner().invoke(cli, ["--url", "http://127.0.0.1:9", "doctor", "--db", str(db)])
+    assert "vectors_missing" in result.output and "1 live memories" in result.output
+    assert "fix: memmy-memory worker run" in result.output
+    monkeypatch.setenv("MEMMY_MODEL_DIR", str(db.parent / "no-model-here"))
+    missing = CliRunner().invoke(cli, ["--url", "http://127.0.0.1:9", "doctor", "--db", str(db)])
+    assert (
+        missing.exit_code == 1
+        and "model_missing" in missing.output
+        and "fix: memmy-memory model fetch" in missing.output
+    )

@@ -16,11 +16,11 @@ from click.testing import CliRunner, Result
 from memmy.cli.main import cli
 from memmy.config import load_config
 from memmy.domain import Memory, content_hash, new_id
+from memmy.dream.plan import compatible, iso
 from memmy.embed import Embedder
 from memmy.errors import Conflict, NotFound
+from memmy.namespace import Namespace
 from memmy.service import MemoryService
-from memmy.service.dream_plan import compatible, iso
-from memmy.service.namespace import Namespace
 from memmy.store.memories import MemoryFilter
 from tests.conftest import Daemon
 

@@ -16,8 +16,8 @@ from click.testing import CliRunner
 from memmy.cli.main import cli
 from memmy.config import load_config
 from memmy.embed import Embedder
+from memmy.namespace import Namespace
 from memmy.service import MemoryService
-from memmy.service.namespace import Namespace
 from tests.conftest import Daemon
 from tests.llm_stub import run_chat_stub
 

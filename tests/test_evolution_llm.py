@@ -23,7 +23,7 @@ from memmy.evolve.repair import DECISION_REPAIR_PROMPT
 from memmy.evolve.reward import REWARD_R_HUMAN_PROMPT
 from memmy.evolve.skill import SKILL_CRYSTALLIZE_PROMPT
 from memmy.evolve.world import L3_ABSTRACTION_PROMPT
-from memmy.service.evolution import SUMMARY_PROMPT
+from memmy.jobs.evolution import SUMMARY_PROMPT
 from tests.conftest import Daemon
 from tests.llm_stub import run_chat_stub
 from tests.test_evolution_scenario import ENGLISH, drain, policies, run_episode

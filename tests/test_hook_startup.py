@@ -9,6 +9,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -85,3 +86,44 @@ def test_raw_client_round_trips_json_chunked_replies_errors_and_the_token(server
     assert err.value.code == 404
     status, body = http_request(server, "POST", "/api/v1/x", {}, b"{}", 5)
     assert status == 200 and json.loads(body)["path"] == "/base/api/v1/x"
+
+
+def _run_launcher(tmp_path: Path, package: str) -> tuple[subprocess.CompletedProcess[str], str]:
+    """Run a launcher written for ``package`` whose interpreter records its arguments, then runs Python."""
+    from memmy.integrations.launcher import shim_text
+
+    recorder = tmp_path / "python"
+    recorder.write_text(f'#!/bin/sh\necho "$@" > "{tmp_path}/args"\nexec "{sys.executable}" "$@"\n')
+    recorder.chmod(0o755)
+    shim = tmp_path / "memmy-hook"
+    shim.write_text(shim_text(str(recorder), "memmy.hook", True, package))
+    shim.chmod(0o755)
+    env = {
+        "HOME": str(tmp_path),
+        "MEMMY_HOME": str(tmp_path / ".memmy"),
+        "MEMMY_MEMORY_URL": "http://127.0.0.1:9",  # nothing listens: the hook fails open
+        "PATH": "/usr/bin:/bin",
+    }
+    done = subprocess.run(
+        [str(shim), "claude_code", "UserPromptSubmit"],
+        input=json.dumps({"session_id": "s", "prompt": "how do I fix the flaky test", "cwd": str(tmp_path)}),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    return done, (tmp_path / "args").read_text().strip()
+
+
+def test_the_hook_launcher_starts_python_without_site_and_still_works(tmp_path: Path) -> None:
+    from memmy.integrations.launcher import package_dir
+
+    done, args = _run_launcher(tmp_path, package_dir())
+    assert args == "-S -m memmy.hook claude_code UserPromptSubmit"
+    assert done.returncode == 0 and done.stderr == "", done.stderr  # memmy found without site-packages
+
+
+def test_the_hook_launcher_falls_back_to_a_normal_start_without_the_package_dir(tmp_path: Path) -> None:
+    done, args = _run_launcher(tmp_path, str(tmp_path / "gone"))
+    assert args == "-m memmy.hook claude_code UserPromptSubmit"
+    assert done.returncode == 0 and done.stderr == "", done.stderr

@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from memmy.cli.main import cli
+from memmy.namespace import Namespace
 from memmy.service import MemoryService
-from memmy.service.namespace import Namespace
 from tests.claude_transcripts import Transcript
 from tests.conftest import Daemon
 

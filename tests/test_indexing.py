@@ -9,8 +9,8 @@ import pytest
 
 from memmy.config import load_config
 from memmy.embed import Embedder, build_embedder
+from memmy.namespace import Namespace
 from memmy.service import MemoryService
-from memmy.service.namespace import Namespace
 from memmy.store.vectors import VectorIndex
 from tests.openai_stub import run_openai_stub
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from memmy.service.worker import Apply, EvolutionWorker
+from memmy.jobs.worker import Apply, EvolutionWorker
 from memmy.store.db import Database
 from memmy.store.jobs import JobRecord, JobRepository, backoff_seconds, to_store_time, utc_after
 from memmy.store.queue import LEASE_MS, backoff_ms
@@ -380,7 +380,7 @@ CHILD = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from memmy.service.worker import EvolutionWorker
+    from memmy.jobs.worker import EvolutionWorker
     from memmy.store.db import Database
     from memmy.store.jobs import JobRepository
 

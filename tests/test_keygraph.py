@@ -16,8 +16,8 @@ from numpy.typing import NDArray
 from memmy.cli.main import cli
 from memmy.config import load_config
 from memmy.embed import Embedder, EmbeddingFingerprint
+from memmy.namespace import Namespace
 from memmy.service import MemoryService
-from memmy.service.namespace import Namespace
 from tests.conftest import Daemon
 
 NS = Namespace(source="mcp")

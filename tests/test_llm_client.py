@@ -16,9 +16,9 @@ from memmy.config import load_config
 from memmy.embed import Embedder
 from memmy.llm.budget import BudgetedLLM, CircuitBreakerLLM, CircuitOpen, DailyBudget, LLMBudgetExhausted
 from memmy.llm.client import LLMEndpoint, LLMError, LLMUsage, OpenAICompatibleLLM, parse_json_answer
+from memmy.namespace import Namespace
 from memmy.service import MemoryService
 from memmy.service.models import build_model_clients
-from memmy.service.namespace import Namespace
 from memmy.store.db import Database
 from memmy.store.llm_usage import LLMUsageRepository
 from tests.llm_stub import run_chat_stub

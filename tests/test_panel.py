@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
+import threading
+import time
 import zipfile
 from collections.abc import Iterator
 from io import BytesIO
 from pathlib import Path
 
+import httpx
 import pytest
 from starlette.testclient import TestClient
 
+from memmy.jobs.writer import LayerWrite, LayerWriter
+from memmy.namespace import Namespace
+from memmy.panel import routes as panel_routes
 from memmy.server.app import create_app
 from memmy.service import MemoryService
-from memmy.service.evolve_support import LayerWrite, LayerWriter
-from memmy.service.namespace import Namespace
+from tests.conftest import Daemon, free_port
 
 BASE = "http://127.0.0.1:18960"
 PAGES = (
@@ -97,8 +104,15 @@ def test_search_open_delete_with_csrf(client: TestClient, service: MemoryService
     made = service.add_memory({"content": "The staging database listens on port 6543."}, Namespace())
     service.run_worker({})
     csrf = sign_in(client)
-    results = client.get("/panel/memories", params={"q": "staging database port"})
+    shell = client.get("/panel/memories", params={"q": "staging database port", "evidence": "1"})
+    assert shell.status_code == 200 and made["id"] not in shell.text  # the page answers before the search runs
+    src = re.search(r'id="search-results" data-src="([^"]+)"', shell.text)
+    assert src and "evidence=1" in src.group(1)
+    results = client.get(src.group(1).replace("&amp;", "&"), headers={"x-panel-fragment": "1"})
     assert made["id"] in results.text and "rrf=" in results.text  # the verbose evidence
+    assert "<nav" not in results.text  # only the fragment
+    plain = client.get("/panel/memories/results", params={"q": "staging database port"})
+    assert made["id"] in plain.text and "rrf=" not in plain.text and "<nav" in plain.text  # no script: a full page
     page = client.get(f"/panel/memories/{made['id']}")
     assert "port 6543" in page.text and "Provenance" in page.text
 
@@ -109,7 +123,7 @@ def test_search_open_delete_with_csrf(client: TestClient, service: MemoryService
     done = client.post(f"/panel/memories/{made['id']}/delete", data={"csrf": csrf, "next": "/panel/memories"})
     assert done.status_code == 303 and done.headers["location"].startswith("/panel/memories?msg=")
     assert service.memories.get(made["id"]) is None
-    assert made["id"] not in client.get("/panel/memories", params={"q": "staging database port"}).text
+    assert made["id"] not in client.get("/panel/memories/results", params={"q": "staging database port"}).text
     audit = client.get("/panel/logs").text
     assert "memory.delete" in audit and "panel" in audit
 
@@ -178,9 +192,22 @@ def test_settings_export_import_and_wipe(client: TestClient, service: MemoryServ
     wiped = client.post("/panel/settings/wipe", data={"csrf": csrf, "confirm": "1"})
     assert "msg=" in wiped.headers["location"] and service.memories.get(made["id"]) is None
 
-    imported = client.post("/panel/settings/import", data={"csrf": csrf, "path": str(archive_path)})
-    assert "msg=" in imported.headers["location"]
+    dry = client.post(
+        "/panel/settings/import",
+        data={"csrf": csrf, "dryRun": "1"},
+        files={"archive": ("download.zip", archive_path.read_bytes(), "application/zip")},
+    )
+    assert "msg=" in dry.headers["location"] and "would%20add" in dry.headers["location"]
+    assert service.memories.get(made["id"]) is None
+    imported = client.post(
+        "/panel/settings/import",
+        data={"csrf": csrf, "onConflict": "skip"},
+        files={"archive": ("download.zip", archive_path.read_bytes(), "application/zip")},
+    )
+    assert "msg=" in imported.headers["location"], imported.headers["location"]
     assert service.memories.get(made["id"]) is not None
+    audit = service.governance.logs_page({"kind": "audit", "action": "store.import"})["items"]
+    assert audit[0]["targetId"] == "upload:download.zip"
     settings = client.get("/panel/settings").text
     assert str(service.config.storage.sqlite_path) in settings
 
@@ -242,3 +269,247 @@ def test_install_and_remove_an_integration_from_the_panel(
     assert "err=" in refused.headers["location"]
     actions = [row["action"] for row in service.governance.logs_page({"kind": "audit"})["items"]]
     assert actions[:2] == ["integration.remove", "integration.install"]
+
+
+def test_a_session_survives_a_daemon_restart_and_sign_out_revokes_it(tmp_path: Path) -> None:
+    home = tmp_path / "restart-home"
+    home.mkdir()
+    daemon = Daemon(home=home, port=free_port(), token="panel-restart-token")
+    daemon.start()
+    try:
+        with daemon.client() as api:
+            link = api.post("/api/v1/panel/sign-in").json()["url"]
+        browser = httpx.Client(base_url=daemon.url, follow_redirects=False, timeout=30)
+        assert browser.get(link.removeprefix(daemon.url)).status_code == 303
+        cookie = browser.cookies["memmy_panel"]
+        stored = (home / ".memmy" / "panel-sessions.json").read_text()
+        assert cookie not in stored and hashlib.sha256(cookie.encode()).hexdigest() in stored
+        assert (home / ".memmy" / "panel-sessions.json").stat().st_mode & 0o777 == 0o600
+        csrf = csrf_of(browser.get("/panel").text)
+
+        daemon.stop()
+        daemon.start()
+        again = browser.get("/panel")
+        assert again.status_code == 200 and csrf_of(again.text) == csrf  # still signed in, same CSRF token
+        assert browser.post("/panel/logout", data={"csrf": csrf}).status_code == 303
+        browser.cookies.set("memmy_panel", cookie, path="/panel")  # a copy of the cookie kept elsewhere
+        assert browser.get("/panel").status_code == 401
+        assert hashlib.sha256(cookie.encode()).hexdigest() not in (home / ".memmy" / "panel-sessions.json").read_text()
+        browser.close()
+    finally:
+        daemon.stop()
+
+
+def test_import_upload_refuses_bad_files_and_changes_nothing(
+    client: TestClient, service: MemoryService, tmp_path: Path
+) -> None:
+    made = service.add_memory({"content": "Keep this memory through a bad import."}, Namespace())
+    csrf = sign_in(client)
+    before = service.governance.reads.counts()
+
+    def upload(name: str, data: bytes, token: str = csrf) -> str:
+        answer = client.post("/panel/settings/import", data={"csrf": token}, files={"archive": (name, data, "x/y")})
+        assert answer.status_code in (303, 403)
+        return str(answer.headers.get("location", answer.status_code))
+
+    assert "not%20a%20memmy%20export" in upload("notes.txt", b"plain text, not an archive")
+    assert "notes.txt" in upload("notes.txt", b"plain text") and "memmy-upload-" not in upload("n.txt", b"x")
+    damaged = BytesIO()
+    with zipfile.ZipFile(damaged, "w") as archive:
+        archive.writestr(
+            "manifest.json",
+            json.dumps(
+                {
+                    "format": "memmy-export/1",
+                    "schemaVersion": 1,
+                    "tables": {"memories": {"rows": 1, "sha256": "0" * 64}},
+                }
+            ),
+        )
+        archive.writestr("tables/memories.jsonl", '{"id": "mem_x"}\n')
+    assert "checksum" in upload("damaged.zip", damaged.getvalue())
+    assert (
+        "choose%20an%20export%20archive"
+        in client.post(
+            "/panel/settings/import", data={"csrf": csrf}, files={"archive": ("", b"", "application/zip")}
+        ).headers["location"]
+    )
+    assert upload("x.zip", b"x", token="wrong") == "403"
+    assert service.governance.reads.counts() == before and service.memories.get(made["id"]) is not None
+    assert not service.governance.logs_page({"kind": "audit", "action": "store.import"})["items"]
+
+
+def test_import_upload_over_the_size_limit_is_refused(service: MemoryService, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(panel_routes, "MAX_UPLOAD_BYTES", 4096)
+    with TestClient(create_app(service), base_url=BASE, follow_redirects=False) as small:
+        csrf = sign_in(small)
+        fits = small.post("/panel/settings/import", data={"csrf": csrf}, files={"archive": ("a.zip", b"x" * 100)})
+        assert fits.status_code == 303  # reached the panel (and was refused there: not an archive)
+        big = small.post("/panel/settings/import", data={"csrf": csrf}, files={"archive": ("a.zip", b"x" * 8192)})
+        assert big.status_code == 413 and "limit 4096 bytes" in big.text
+        json_limit = service.config.server.max_body_bytes  # other routes keep the JSON body limit
+        other = small.post(
+            "/api/v1/memory/add",
+            content=b"{" + b" " * (json_limit + 1) + b"}",
+            headers={"content-type": "application/json"},
+        )
+        assert other.status_code == 413
+
+
+def test_memories_filter_by_date(client: TestClient, service: MemoryService) -> None:
+    old = service.add_memory({"content": "An old note about the billing service."}, Namespace())
+    new = service.add_memory({"content": "A new note about the search service."}, Namespace())
+    with service.db.transaction() as conn:
+        conn.execute("UPDATE memories SET updated_at = ? WHERE id = ?", ("2025-01-15T10:00:00.000Z", old["id"]))
+    service.governance.reads.invalidate()
+    sign_in(client)
+    january = client.get("/panel/memories", params={"from": "2025-01-01", "to": "2025-01-31"}).text
+    assert old["id"] in january and new["id"] not in january and "1 total" in january
+    assert 'name="from" value="2025-01-01"' in january
+    since = client.get("/panel/memories", params={"from": "2025-02-01"}).text
+    assert new["id"] in since and old["id"] not in since
+    one_day = client.get("/panel/memories", params={"from": "2025-01-15", "to": "2025-01-15"}).text
+    assert old["id"] in one_day
+    bad = client.get("/panel/memories", params={"from": "last tuesday"})
+    assert bad.status_code == 400 and "expected a date" in bad.text
+    service.run_worker({})
+    found = client.get("/panel/memories/results", params={"q": "note about the service", "to": "2025-01-31"}).text
+    hits = re.findall(r'<a href="/panel/memories/([^"]+)">', found)
+    assert old["id"] in hits and new["id"] not in hits  # the date filter applies to search results too
+
+
+def test_overview_warns_about_broken_quiet_and_misdirected_hooks(
+    client: TestClient, service: MemoryService, isolated_home: Path
+) -> None:
+    (isolated_home / ".claude").mkdir()
+    csrf = sign_in(client)
+    assert "err=" not in client.post("/panel/integrations/claude_code/install", data={"csrf": csrf}).headers["location"]
+
+    def warnings() -> str:
+        service.governance.reads.invalidate()
+        html = client.get("/panel").text
+        return html.split('<ul class="warn">', 1)[1].split("</ul>", 1)[0] if '<ul class="warn">' in html else ""
+
+    assert "claude_code" not in warnings()  # just installed, pointing at this daemon: nothing to say
+    settings_file = isolated_home / ".claude" / "settings.json"
+    ten_days_ago = time.time() - 10 * 86400
+    os.utime(settings_file, (ten_days_ago, ten_days_ago))
+    quiet = warnings()
+    assert "claude_code: memmy is installed but claude_code has not called the daemon since it was installed" in quiet
+    assert "memmy-memory remove --agent claude_code" in quiet
+    service.open_session({}, Namespace(source="claude_code"))
+    assert "has not called" not in warnings()
+
+    hook_json = isolated_home / ".memmy" / "hook.json"
+    settings = json.loads(hook_json.read_text())
+    hook_json.write_text(json.dumps({**settings, "endpoint": "http://127.0.0.1:1"}))
+    assert "sends hooks to http://127.0.0.1:1" in warnings()
+    assert f"fix: memmy-memory init --endpoint {BASE}" in warnings()
+
+    command = json.dumps(json.loads(settings_file.read_text())["hooks"])
+    launcher = Path(re.search(r'"command": "([^" ]+)', command).group(1))  # type: ignore[union-attr]
+    launcher.unlink()
+    broken = warnings()
+    assert f"the memmy launcher {launcher} is missing" in broken and "fix: memmy-memory init" in broken
+
+
+def test_overview_warns_when_the_store_cannot_write(client: TestClient, service: MemoryService) -> None:
+    sign_in(client)
+    assert "the store is degraded" not in client.get("/panel").text
+    service.db.last_write_error = "database or disk is full"
+    service.db._probe = None  # the probe's answer is cached for a moment
+    try:
+        assert "the store is degraded: database or disk is full" in client.get("/panel").text
+    finally:
+        service.db.last_write_error = None
+
+
+def test_expensive_aggregates_refresh_behind_the_request(service: MemoryService) -> None:
+    reads = service.governance.reads
+    computed: list[int] = []
+    release = threading.Event()
+
+    def compute() -> int:
+        if computed:
+            release.wait(30)  # the refresh is slow; requests meanwhile get the previous value
+        computed.append(len(computed) + 1)
+        return len(computed)
+
+    assert reads.cached("test", 0.0, compute, refresh_behind=True) == 1  # nothing cached: computed in the request
+    assert reads.cached("test", 0.0, compute, refresh_behind=True) == 1  # expired: the old value, refresh started
+    assert reads.cached("test", 0.0, compute, refresh_behind=True) == 1  # one refresh at a time
+    release.set()
+    for _ in range(3000):
+        if reads.cached("test", 3600.0, compute, refresh_behind=True) == 2:
+            break
+        threading.Event().wait(0.01)
+    assert computed == [1, 2]
+    reads.invalidate()
+    assert reads.cached("test", 3600.0, compute, refresh_behind=True) == 3  # after invalidate: computed again
+
+
+def test_add_another_agent_from_the_panel(client: TestClient, service: MemoryService, isolated_home: Path) -> None:
+    sessions = isolated_home / ".kimi" / "sessions"
+    sessions.mkdir(parents=True)
+    lines = [
+        {"id": "m1", "session": "s1", "who": "human", "msg": {"text": "add a retry to the uploader"}, "ts": 1780305834},
+        {"id": "m2", "session": "s1", "who": "ai", "msg": {"text": "Added a retry to upload()."}, "ts": 1780305840},
+        {"id": "m3", "session": "s1", "who": "human", "msg": {"text": "now log the attempts"}, "ts": 1780305900},
+    ]
+    (sessions / "s1.jsonl").write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    csrf = sign_in(client)
+    assert 'action="/panel/agents/add"' in client.get("/panel/agents").text
+    form = {
+        "csrf": csrf,
+        "name": "Kimi Code",
+        "history": str(sessions),
+        "format": "jsonl",
+        "fields": "role=who, content=msg.text, createdAt=ts, conversationId=session, messageId=id",
+        "roleMap": "human=user\nai=assistant",
+    }
+    wrong = client.post("/panel/agents/add", data={**form, "fields": "content=nothing.here"})
+    assert "no%20messages%20could%20be%20read" in wrong.headers["location"]
+    assert not (isolated_home / ".memmy" / "sources" / "kimicode.json").exists()
+    assert "built%20in" in client.post("/panel/agents/add", data={**form, "name": "codex"}).headers["location"]
+
+    added = client.post("/panel/agents/add", data=form)
+    assert added.status_code == 303 and added.headers["location"].startswith("/panel/agents?job=")
+    job_id = added.headers["location"].split("job=", 1)[1]
+    version, status = -1, service.imports.status(job_id)
+    for _ in range(60):  # a minute at most
+        if status["state"] in ("done", "stopped", "failed"):
+            break
+        version, status = service.imports.wait_for_change(job_id, version, 1.0)
+    assert status["state"] == "done" and status["totals"]["turnsAdded"] == 1, status
+    assert (isolated_home / ".memmy" / "sources" / "kimicode.json").is_file()
+    assert "kimicode" in client.get("/panel/agents").text
+    audit = service.governance.logs_page({"kind": "audit", "action": "source.add"})["items"]
+    assert audit[0]["targetId"] == "kimicode" and audit[0]["actor"]["source"] == "panel"
+
+
+def test_analytics_top_projects_counts_live_memories_per_project(service: MemoryService) -> None:
+    api = Namespace(source="cursor", project_id="/srv/api")
+    service.add_memory({"content": "The API uses uv for dependencies."}, api)
+    service.add_memory({"content": "The API listens on port 8080."}, api)
+    gone = service.add_memory({"content": "The API used pip once."}, api)
+    service.delete_memory(gone["id"], {}, Namespace())
+    service.add_memory({"content": "Prefer short commit messages."}, Namespace(source="codex"))
+    top = service.governance.analytics()["topProjects"]
+    assert top[0] == {"project": "/srv/api", "count": 2}  # deleted ones not counted
+    assert sum(row["count"] for row in top) == 3
+
+
+def test_time_ordered_panel_reads_walk_an_index(service: MemoryService) -> None:
+    def plan(sql: str, params: tuple[str, ...] = ()) -> str:
+        return " | ".join(str(row[3]) for row in service.db.query("EXPLAIN QUERY PLAN " + sql, params))
+
+    recalls = plan("SELECT * FROM recall_events ORDER BY created_at DESC, rowid DESC LIMIT 10 OFFSET 0")
+    assert "idx_recall_events_created" in recalls and "TEMP B-TREE" not in recalls  # the Recalls page
+    today = plan("SELECT COUNT(*) FROM recall_events WHERE created_at >= ?", ("2026-12-03",))
+    assert "idx_recall_events_created" in today  # today's injections on the Overview
+    per_day = plan(
+        "SELECT substr(created_at, 1, 10) AS day, memory_layer, COUNT(*) FROM memories WHERE created_at >= ? "
+        "GROUP BY day, memory_layer",
+        ("2026-11-03",),
+    )
+    assert "COVERING INDEX idx_memories_created_layer" in per_day  # memories per day in Analytics

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from memmy.cli.main import cli
 from memmy.embed import Embedder
 from memmy.indexing import Indexer
-from memmy.service.evolve_support import LayerWrite, LayerWriter
+from memmy.jobs.writer import LayerWrite, LayerWriter
 from memmy.store.db import Database
 from memmy.store.memories import MemoryRepository
 from memmy.store.queue import EmbeddingQueue
@@ -156,6 +156,12 @@ def test_the_panel_in_a_browser(browser: Browser, panel_daemon: Daemon, embedder
     page.keyboard.type("staging database port")
     page.keyboard.press("Enter")
     page.wait_for_url("**/panel/memories?q=*")
+    page.wait_for_selector("#search-results[data-loaded]")  # the results arrive after the page
+    page.check("input[name='evidence']")  # the --verbose evidence, on request
+    page.locator("form.filters button[type='submit']").click()
+    page.wait_for_url("**/panel/memories?*evidence=1*")
+    page.wait_for_selector("#search-results[data-loaded]")
+    assert "rrf=" in page.locator("#search-results").inner_text()
     shot(page, "search")
     page.locator(f"a[href='/panel/memories/{doomed}']").first.click()
     page.wait_for_url(f"**/panel/memories/{doomed}")
@@ -165,6 +171,7 @@ def test_the_panel_in_a_browser(browser: Browser, panel_daemon: Daemon, embedder
     page.locator(f"form[action='/panel/memories/{doomed}/delete'] button").click()
     page.wait_for_url("**/panel/memories?msg=*")
     page.goto(f"{daemon.url}/panel/memories?q=staging+database+port")
+    page.wait_for_selector("#search-results[data-loaded]")
     assert doomed not in page.content()
     assert keep not in page.content()  # unrelated memory not surfaced either
 
@@ -205,6 +212,12 @@ def test_the_panel_in_a_browser(browser: Browser, panel_daemon: Daemon, embedder
         assert page.locator("h1").count() == 1
         shot(page, name)
 
+    # Mark an injected memory wrong from the Recalls page (one form per event, a button per memory).
+    page.goto(f"{daemon.url}/panel/recalls")
+    page.locator("button[name='memory']").first.click()
+    page.wait_for_url("**/panel/recalls?msg=*")
+    assert "negative feedback recorded" in page.locator("p.flash.ok").inner_text()
+
     dark = sign_in(
         browser, daemon, color_scheme="dark", locale="zh-CN", extra_http_headers={"accept-language": "zh-CN"}
     )
@@ -227,6 +240,14 @@ def test_the_panel_in_a_browser(browser: Browser, panel_daemon: Daemon, embedder
 
     assert data_tables(first) == data_tables(second)
     assert data_tables(first)["memories"]["rows"] >= 3
+
+    # The Settings page imports an archive uploaded from the browser (here a dry run: everything is present).
+    page.goto(f"{daemon.url}/panel/settings")
+    page.set_input_files("input[name='archive']", str(first))
+    page.check("input[name='dryRun']")
+    page.locator("form[action='/panel/settings/import'] button[type='submit']").click()
+    page.wait_for_url("**/panel/settings?msg=*")
+    assert "first.zip: would add 0 rows" in page.locator("p.flash.ok").inner_text()
     audit = cli_run(daemon, "logs", "--audit")
     for action in ("store.export", "store.wipe", "store.import", "review.approve", "memory.delete"):
         assert action in audit

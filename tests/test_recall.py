@@ -14,8 +14,8 @@ import yaml
 from memmy.capture.sanitize import wrap_for_agent
 from memmy.config import load_config
 from memmy.embed import Embedder
+from memmy.namespace import Namespace
 from memmy.service import MemoryService
-from memmy.service.namespace import Namespace
 from tests.llm_stub import run_chat_stub
 
 NS = Namespace(source="claude_code")

@@ -39,7 +39,7 @@ def test_relative_dates_count_from_the_query_time() -> None:
 
 
 def test_a_query_date_lifts_memories_from_that_time(service) -> None:  # type: ignore[no-untyped-def]
-    from memmy.service.namespace import Namespace
+    from memmy.namespace import Namespace
 
     ns = Namespace(source="claude_code")
     october = service.add_memory(

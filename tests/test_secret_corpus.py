@@ -22,9 +22,9 @@ from memmy.config import load_config
 from memmy.embed import Embedder
 from memmy.errors import ConfigError, InvalidArgument
 from memmy.mcp.transcripts import get_conversation
+from memmy.namespace import Namespace
 from memmy.redact import RedactionReport, Redactor, redact
 from memmy.service import MemoryService
-from memmy.service.namespace import Namespace
 from tests.claude_transcripts import Transcript
 from tests.conftest import Daemon
 from tests.secret_corpus import CORPUS, KINDS, make_corpus

@@ -10,10 +10,10 @@ import yaml
 from memmy.config import load_config
 from memmy.embed import Embedder
 from memmy.errors import Conflict, Forbidden
+from memmy.namespace import Namespace
 from memmy.recall.pipeline import MODE_LAYERS
 from memmy.server.openapi import MODE_NAMES
 from memmy.service import MemoryService
-from memmy.service.namespace import Namespace
 
 NS = Namespace(source="codex")
 

@@ -18,9 +18,9 @@ from memmy.domain import Memory
 from memmy.embed import Embedder
 from memmy.evolve.skill import SKILL_CRYSTALLIZE_PROMPT
 from memmy.evolve.world import L3_ABSTRACTION_PROMPT
+from memmy.jobs.writer import LayerWrite, LayerWriter
+from memmy.namespace import Namespace
 from memmy.service import MemoryService
-from memmy.service.evolve_support import LayerWrite, LayerWriter
-from memmy.service.namespace import Namespace
 from tests.llm_stub import run_chat_stub
 from tests.test_episodes import drain, make_service
 from tests.test_evolution_llm import contract_answer

@@ -13,8 +13,8 @@ import pytest
 
 from memmy.domain import Memory, content_hash
 from memmy.errors import StoreError
+from memmy.namespace import Namespace
 from memmy.service import MemoryService
-from memmy.service.namespace import Namespace
 from memmy.store.db import Database, ServerLock, utc_now
 from memmy.store.memories import MemoryFilter, MemoryRepository
 from memmy.store.schema import MIGRATION_001, MIGRATIONS, SCHEMA_VERSION
@@ -100,6 +100,7 @@ def test_migrates_a_previous_version_file_with_backup(tmp_path: Path) -> None:
         "004_key_graph_validity_tombstones",
         "005_dreams",
         "006_evolution_indexes",
+        "007_panel_time_indexes",
     )
     backup = db.migration.backup_path
     assert backup is not None and backup.exists()

@@ -19,8 +19,8 @@ import pytest
 from memmy.config import load_config
 from memmy.embed import Embedder
 from memmy.errors import StorageFullError
+from memmy.namespace import Namespace
 from memmy.service import MemoryService
-from memmy.service.namespace import Namespace
 from memmy.store.db import Database
 from memmy.store.integrity import check_store
 from tests.conftest import Daemon, free_port, small_tmpfs
@@ -185,7 +185,7 @@ def test_doctor_reports_and_repairs_fts_offline(sample_store: Path, tmp_path: Pa
     repaired = doctor(tmp_path, db, "--repair")
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr
     assert "rebuilt the full-text index" in repaired.stdout and "300 memories indexed" in repaired.stdout
-    again = doctor(tmp_path, db, json_output=True)
+    again = doctor(tmp_path, db, "--offline", json_output=True)  # the store's checks only (no daemon here)
     assert again.returncode == 0
     assert json.loads(again.stdout)["findings"] == []
     store = Database(db)

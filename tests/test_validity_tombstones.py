@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from memmy.cli.main import cli
+from memmy.namespace import Namespace
 from memmy.recall.freshness import freshness_factor, validity_payload
 from memmy.service import MemoryService
-from memmy.service.namespace import Namespace
 from tests.claude_transcripts import Transcript
 from tests.conftest import Daemon
 

@@ -7,10 +7,10 @@ import pytest
 from memmy.capture.sanitize import sanitize_text, wrap_for_agent
 from memmy.domain import Memory
 from memmy.hook.runtime import packet
+from memmy.namespace import Namespace
 from memmy.recall.render import RenderItem, render_context
 from memmy.redact.tags import find_tags
 from memmy.service import MemoryService
-from memmy.service.namespace import Namespace
 
 NS = Namespace(source="claude_code")
 

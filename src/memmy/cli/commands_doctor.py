@@ -1,5 +1,6 @@
-"""``memmy-memory doctor``: check the store file offline (no daemon needed) and, with ``--repair``, fix what can
-be fixed in place; one line per finding with the command that fixes it."""
+"""``memmy-memory doctor``: check config, the daemon and its token, installed hooks, the store file (offline, no
+daemon needed), the vector index and the embedding model and, with ``--repair``, fix what can be fixed in place;
+one line per finding with the command that fixes it."""
 
 from __future__ import annotations
 
@@ -25,14 +26,24 @@ def finding_line(finding: Finding) -> str:
 @click.command("doctor")
 @click.option("--repair", "do_repair", is_flag=True, help="Fix what can be fixed in place (the full-text index).")
 @click.option("--db", "db_path", type=click.Path(dir_okay=False), help="SQLite file (default: from config).")
+@click.option("--offline", is_flag=True, help="Only the store file's checks and disk space (no daemon, hooks, model).")
 @pass_ctx
-def doctor(obj: CliContext, do_repair: bool, db_path: str | None) -> None:
-    """Check the store file (damage, full-text index, free disk space); exit 1 when a problem remains."""
+def doctor(obj: CliContext, do_repair: bool, db_path: str | None, offline: bool) -> None:
+    """Check config, daemon and token, installed hooks, the store (integrity, full-text and vector index, disk
+    space) and the embedding model; one line per finding with the command that fixes it; exit 1 on an error."""
     # Imported here so other commands never pay for the service layer at start-up.
+    from memmy.cli import doctor_checks as checks
+    from memmy.cli.client import ClientSettings
     from memmy.service.store_health import check_store, repair
 
     try:
-        path = Path(load_config(obj.config_path, db_override=db_path).storage.sqlite_path)
+        config = load_config(obj.config_path, db_override=db_path)
+    except MemmyError as exc:
+        findings = [checks.config_finding(Path(obj.config_path or "config.yaml"), exc.message)]
+        _report(obj, None, [], findings)
+        return
+    path = Path(config.storage.sqlite_path)
+    try:
         findings = check_store(path)
         repaired: list[str] = []
         if do_repair and any(f.repairable for f in findings):
@@ -41,18 +52,36 @@ def doctor(obj: CliContext, do_repair: bool, db_path: str | None) -> None:
     except MemmyError as exc:
         fail(exc.message)
         return
+    if not offline:
+        if not any(f.code in ("damaged", "missing") for f in findings):
+            findings += checks.vector_findings(path)
+        findings += checks.model_findings(config)
+        settings = ClientSettings.resolve(
+            url=obj.url, token=obj.token, user_id=obj.user_id, source=obj.source, config=config
+        )
+        findings += checks.daemon_findings(settings, config)
+        findings += checks.hook_findings(config, settings.url)
+    _report(obj, path, repaired, findings)
+
+
+def _report(obj: CliContext, path: Path | None, repaired: list[str], findings: list[Finding]) -> None:
     errors = [f for f in findings if f.severity == "error"]
     if obj.as_json:
         findings_json = [f.to_json() for f in findings]
-        emit_json({"path": str(path), "ok": not errors, "repaired": repaired, "findings": findings_json})
+        emit_json(
+            {"path": str(path) if path else None, "ok": not errors, "repaired": repaired, "findings": findings_json}
+        )
     else:
         for line in repaired:
             click.echo(f"repaired {line}")
         for finding in findings:
             click.echo(finding_line(finding))
         if not findings:
-            click.echo(f"ok      store            {path} passed quick_check and the full-text index check")
-        elif any(f.repairable for f in errors) and not do_repair:
+            click.echo(
+                f"ok      all              {path} passed quick_check and the full-text and vector index checks; "
+                "the daemon, hooks and model are in order"
+            )
+        elif any(f.repairable for f in errors):
             click.echo("run `memmy-memory doctor --repair` to fix what can be fixed in place")
     if errors:
         raise SystemExit(1)

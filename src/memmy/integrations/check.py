@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from memmy.integrations.agents.hooked import CLAUDE_CODE, CODEX, CURSOR, JsonHookInstaller
 from memmy.integrations.hooks_json import is_memmy_command
@@ -89,6 +90,65 @@ def _hook_commands(installer: JsonHookInstaller, env: Mapping[str, str]) -> tupl
                 if is_memmy_command(command):
                     commands.append(str(command))
     return path, commands
+
+
+def installed_hook_files(env: Mapping[str, str]) -> dict[str, Path]:
+    """Agents whose hooks file holds a memmy hook command (Claude Code, Codex, Cursor), and that file."""
+    found: dict[str, Path] = {}
+    for installer in (CLAUDE_CODE, CODEX, CURSOR):
+        path, commands = _hook_commands(installer, env)
+        if commands:
+            found[installer.name] = path
+    return found
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def same_endpoint(endpoint: str, daemon_url: str) -> bool:
+    """Does ``endpoint`` reach the daemon at ``daemon_url`` (any loopback name for a loopback host, same port)?"""
+    try:
+        want, got = urlsplit(daemon_url), urlsplit(endpoint)
+        want_port = want.port or (443 if want.scheme == "https" else 80)
+        got_port = got.port or (443 if got.scheme == "https" else 80)
+    except ValueError:
+        return False
+    same_host = got.hostname == want.hostname or (got.hostname in LOOPBACK and want.hostname in LOOPBACK)
+    return same_host and got_port == want_port
+
+
+def check_hook_settings(memmy_home: Path, daemon_url: str, token: str | None) -> list[Finding]:
+    """``<memmy home>/hook.json`` (where hooks find the daemon): unreadable, another endpoint, another token.
+
+    ``token`` is the one the daemon requires (None or empty when it requires none).
+    """
+    path = memmy_home / "hook.json"
+    text = read_text(path)
+    if text is None:
+        return []
+    try:
+        settings = json.loads(text)
+    except ValueError:
+        settings = None
+    if not isinstance(settings, dict):
+        return [Finding("error", "hooks", str(path), "is unreadable, so hooks fall back to the defaults")]
+    findings = []
+    endpoint = str(settings.get("endpoint") or "")
+    if endpoint and not same_endpoint(endpoint, daemon_url):
+        findings.append(
+            Finding(
+                "error",
+                "hooks",
+                str(path),
+                f"sends hooks to {endpoint}, but the daemon answers at {daemon_url}",
+                f"memmy-memory init --endpoint {daemon_url.rstrip('/')}",
+            )
+        )
+    if token and settings.get("token") != token:
+        findings.append(
+            Finding("error", "hooks", str(path), "holds another token than the daemon's, so hook calls get 401")
+        )
+    return findings
 
 
 def check_installed(home: Path, env: Mapping[str, str] | None = None) -> list[Finding]:

@@ -3,8 +3,11 @@
 Agents keep a command line for years; a checkout's ``.venv/bin/python3`` does not live that long. So every
 installed piece calls one of two small POSIX shell shims, and only the shims name the interpreter:
 
-- ``memmy-hook <agent> <event>`` runs ``python -m memmy.hook`` and fails open (exit 0 with a note on stderr)
-  when no install is found, so a broken install never blocks an agent's prompt;
+- ``memmy-hook <agent> <event>`` runs ``python -S -m memmy.hook`` and fails open (exit 0 with a note on stderr)
+  when no install is found, so a broken install never blocks an agent's prompt. The hook runtime imports only
+  the standard library and memmy itself, so the launcher skips ``site`` (``-S``: no site-packages scan, no
+  ``.pth`` files, a few milliseconds of every prompt) and puts the directory that holds the ``memmy`` package
+  on ``PYTHONPATH`` instead; when that directory no longer holds the runtime it falls back to a normal start;
 - ``memmy-memory ...`` runs the CLI (``python -m memmy``), e.g. ``memmy-memory --source codex mcp``.
 
 Each shim tries the interpreter recorded by the last ``init``, then any ``memmy-memory`` on ``PATH`` (a pipx or
@@ -23,12 +26,21 @@ HOOK_SHIM = "memmy-hook"
 CLI_SHIM = "memmy-memory"
 SHIM_MODE = 0o755
 PYTHON_LINE = "MEMMY_PYTHON="
+PACKAGE_LINE = "MEMMY_PACKAGE_DIR="
+#: The hook's fast start: ``-S`` skips ``site`` (the runtime needs nothing from site-packages but memmy itself,
+#: which ``PYTHONPATH`` names), used only while the recorded directory still holds the hook runtime.
+_FAST_HOOK = """{package_line}
+if [ -x "$MEMMY_PYTHON" ] && [ -f "$MEMMY_PACKAGE_DIR/memmy/hook/runtime.py" ]; then
+  PYTHONPATH="$MEMMY_PACKAGE_DIR${{PYTHONPATH:+:$PYTHONPATH}}"; export PYTHONPATH
+  exec "$MEMMY_PYTHON" -S -m {module} "$@"
+fi
+"""
 
 _SHIM = """#!/bin/sh
 # memmy launcher written by `memmy-memory init` (do not edit: re-run init after moving or reinstalling memmy).
 # Agents' hooks, MCP registrations and the service call this file; only this file names the interpreter.
 {python_line}
-if [ -x "$MEMMY_PYTHON" ]; then exec "$MEMMY_PYTHON" -m {module} "$@"; fi
+{fast_path}if [ -x "$MEMMY_PYTHON" ]; then exec "$MEMMY_PYTHON" -m {module} "$@"; fi
 # The recorded install is gone: use a memmy-memory found on PATH (pipx, uv tool, pip --user), if any.
 self_dir=$(CDPATH= cd -- "$(dirname -- "$0")" && pwd)
 old_ifs=$IFS; IFS=:
@@ -51,10 +63,23 @@ def shim_dir(memmy_home: Path) -> Path:
     return memmy_home / "bin"
 
 
-def shim_text(python: str, module: str, fail_open: bool) -> str:
-    """One launcher script recording ``python``; ``fail_open`` exits 0 when no install is found."""
+def package_dir() -> str:
+    """The directory that holds the installed ``memmy`` package (site-packages, or ``src`` of a checkout)."""
+    return str(Path(__file__).resolve().parents[2])
+
+
+def shim_text(python: str, module: str, fail_open: bool, package: str | None = None) -> str:
+    """One launcher script recording ``python``; ``fail_open`` exits 0 when no install is found.
+
+    With ``package`` (the directory holding ``memmy``) the script first tries ``python -S`` with that directory
+    on ``PYTHONPATH``: only for the hook, whose runtime imports nothing outside the standard library and memmy.
+    """
+    fast = _FAST_HOOK.format(package_line=f"{PACKAGE_LINE}{shlex.quote(package)}", module=module) if package else ""
     return _SHIM.format(
-        python_line=f"{PYTHON_LINE}{shlex.quote(python)}", module=module, missing_exit=0 if fail_open else 127
+        python_line=f"{PYTHON_LINE}{shlex.quote(python)}",
+        fast_path=fast,
+        module=module,
+        missing_exit=0 if fail_open else 127,
     )
 
 
@@ -62,7 +87,11 @@ def shim_changes(memmy_home: Path, python: str, install: bool) -> list[FileChang
     """Write (or delete) both launchers."""
     directory = shim_dir(memmy_home)
     return [
-        change(directory / HOOK_SHIM, shim_text(python, "memmy.hook", True) if install else None, SHIM_MODE),
+        change(
+            directory / HOOK_SHIM,
+            shim_text(python, "memmy.hook", True, package_dir()) if install else None,
+            SHIM_MODE,
+        ),
         change(directory / CLI_SHIM, shim_text(python, "memmy", False) if install else None, SHIM_MODE),
     ]
 

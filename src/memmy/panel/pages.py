@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import time
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
+from urllib.parse import urlencode
 
-from memmy.errors import MemmyError
+from memmy.errors import InvalidArgument, MemmyError
+from memmy.namespace import Namespace
 from memmy.panel import integrations
 from memmy.service import MemoryService
 from memmy.service.memories import memory_item
-from memmy.service.namespace import Namespace
 
 LAYERS = ("L1", "L2", "L3", "Skill")
 LAYER_PAGES = {"experiences": "L2", "world-models": "L3", "skills": "Skill"}
 SECRET_WORDS = ("key", "token", "secret", "password")
+RECALLS_PER_PAGE = 10
 
 
 def mask_secrets(tree: Any, name: str = "") -> Any:
@@ -38,8 +41,9 @@ def bar_chart(points: list[tuple[str, float]], height: int = 80) -> dict[str, An
     return {"bars": bars, "width": max(1, len(points) * (width + 2)), "height": height, "barWidth": width}
 
 
-def overview(service: MemoryService) -> dict[str, Any]:
-    """Counts per layer and status, today's injections, sources, queues and warnings."""
+def overview(service: MemoryService, daemon_url: str = "http://127.0.0.1:18960") -> dict[str, Any]:
+    """Counts per layer and status, today's injections, sources, queues and warnings (``daemon_url``: where the
+    browser reached this daemon, which installed hooks must point at too)."""
     reads = service.governance.reads
     counts = reads.counts()
     by_source = reads.by_source()
@@ -49,6 +53,9 @@ def overview(service: MemoryService) -> dict[str, Any]:
     sources = service.imports.sources()["sources"]
     jobs = health["evolution"]["jobs"]
     warnings = []
+    fault = service.db.write_probe()  # cached briefly; a failed write stands until a write succeeds
+    if fault:
+        warnings.append(f"the store is degraded: {fault} (memmy-memory doctor names the fix)")
     failed = health["embeddingQueue"]["failed"]
     if failed:
         warnings.append(f"{failed} embeddings failed (memmy-memory worker run retries them)")
@@ -61,6 +68,11 @@ def overview(service: MemoryService) -> dict[str, Any]:
     pending = reads.pending_review()
     if pending:
         warnings.append(f"{len(pending)} items wait in the review queue")
+    warnings += reads.cached(  # reads agents' config files: kept as briefly as the counts
+        f"hooks:{daemon_url}",
+        10.0,
+        lambda: integrations.hook_warnings(service.config, daemon_url, reads.last_seen_by_source()),
+    )
     return {
         "counts": counts,
         "live": {layer: counts.get(layer, {}).get("activated", 0) for layer in LAYERS},
@@ -75,6 +87,26 @@ def overview(service: MemoryService) -> dict[str, Any]:
     }
 
 
+def date_range(params: dict[str, str]) -> tuple[str | None, str | None]:
+    """``from`` / ``to`` (``YYYY-MM-DD``, both inclusive, UTC) as ``[start, end)`` timestamps for ``updated_at``."""
+    bounds: list[str | None] = []
+    for name, shift in (("from", 0), ("to", 1)):
+        raw = (params.get(name) or "").strip()
+        if not raw:
+            bounds.append(None)
+            continue
+        try:
+            day = date.fromisoformat(raw)
+        except ValueError:
+            raise InvalidArgument(f"{name}: expected a date like 2026-12-03, got {raw!r}") from None
+        bounds.append((day + timedelta(days=shift)).isoformat())
+    return bounds[0], bounds[1]
+
+
+def _in_range(stamp: str, start: str | None, end: str | None) -> bool:
+    return (start is None or stamp >= start) and (end is None or stamp < end)
+
+
 def _paged(service: MemoryService, params: dict[str, str], layers: tuple[str, ...]) -> dict[str, Any]:
     """A newest-first page (25) in one status, from the panel's index-friendly reads."""
     size = 25
@@ -83,11 +115,14 @@ def _paged(service: MemoryService, params: dict[str, str], layers: tuple[str, ..
     except ValueError:
         page = 1
     status = params.get("status") or "activated"
+    changed_from, changed_before = date_range(params)
     memories, total = service.governance.reads.page(
         layers=layers,
         status=status,
         source_agent=params.get("sourceAgent") or None,
         project_id=params.get("projectId") or None,
+        changed_from=changed_from,
+        changed_before=changed_before,
         offset=(page - 1) * size,
         limit=size,
     )
@@ -103,31 +138,62 @@ def _paged(service: MemoryService, params: dict[str, str], layers: tuple[str, ..
     }
 
 
-def memories(service: MemoryService, params: dict[str, str]) -> dict[str, Any]:
-    """Search with the verbose evidence, or a filtered page of memories."""
+FILTERS = ("layer", "status", "sourceAgent", "projectId", "from", "to", "evidence", "page")
+#: At most this many search results on the panel (the engine's own cost grows with k).
+SEARCH_K = 20
+
+
+def memories(service: MemoryService, params: dict[str, str], run_search: bool = False) -> dict[str, Any]:
+    """A filtered page of memories or, for a query, the search page.
+
+    Without ``run_search`` a query only renders the page shell (``deferred``: the results URL, which panel.js
+    fetches at once); ``run_search`` runs the same engine as ``memmy-memory search``, with the ``--verbose``
+    evidence only when ``evidence=1`` was asked for.
+    """
     query = (params.get("q") or "").strip()
-    filters = {k: params[k] for k in ("layer", "status", "sourceAgent", "projectId", "page") if params.get(k)}
-    result: dict[str, Any] = {"q": query, "filters": filters, "search": None, "page": None}
-    if query:
-        body: dict[str, Any] = {"query": query, "verbose": True, "limit": 20, "scope": "pooled"}
-        if params.get("layer"):
-            body["layers"] = [params["layer"]]
-        found = service.search(body, _panel_ns(service))
-        debug = found.get("debug") or {}
-        result["search"] = {
-            "hits": found["hits"],
-            "status": found["status"],
-            "channels": {c["id"]: c for c in debug.get("channels", [])},
-            "dropped": debug.get("dropped", [])[:30],
-            "timings": debug.get("timingsMs", {}),
-            "tokens": debug.get("tokenEstimate"),
-            "injected": found["injectedContext"],
-        }
+    filters = {k: params[k] for k in FILTERS if params.get(k)}
+    result: dict[str, Any] = {"q": query, "filters": filters, "search": None, "page": None, "deferred": ""}
+    start, end = date_range(params)  # a bad date is refused before any work
+    if query and not run_search:
+        result["deferred"] = urlencode({"q": query, **{k: v for k, v in filters.items() if k != "page"}})
+    elif query:
+        result["search"] = search(service, query, params, start, end)
     else:
         layers = (params["layer"],) if params.get("layer") in LAYERS else ()
         result["page"] = _paged(service, params, layers)
     result["tombstones"] = service.list_tombstones({"limit": "20"})["tombstones"] if not query else []
     return result
+
+
+def search(
+    service: MemoryService, query: str, params: dict[str, str], start: str | None, end: str | None
+) -> dict[str, Any]:
+    """The search results, filtered like the list (layer in the engine; agent, project and date on the hits)."""
+    evidence = params.get("evidence") == "1"
+    body: dict[str, Any] = {"query": query, "verbose": evidence, "limit": SEARCH_K, "scope": "pooled"}
+    if params.get("layer"):
+        body["layers"] = [params["layer"]]
+    started = time.perf_counter()
+    found = service.search(body, _panel_ns(service))
+    debug = found.get("debug") or {}
+    agent, project = params.get("sourceAgent"), params.get("projectId")
+    hits = [
+        h
+        for h in found["hits"]
+        if _in_range(str(h.get("updatedAt") or ""), start, end)
+        and (not agent or h.get("sourceAgent") == agent)
+        and (not project or h.get("projectId") == project)
+    ]
+    return {
+        "hits": hits,
+        "status": found["status"],
+        "evidence": evidence,
+        "channels": {c["id"]: c for c in debug.get("channels", [])},
+        "dropped": debug.get("dropped", [])[:30],
+        "tokens": debug.get("tokenEstimate"),
+        "latencyMs": round((time.perf_counter() - started) * 1000, 1),
+        "injected": found["injectedContext"],
+    }
 
 
 def memory(service: MemoryService, memory_id: str) -> dict[str, Any]:
@@ -188,8 +254,19 @@ def tasks(service: MemoryService, params: dict[str, str]) -> dict[str, Any]:
 
 def recalls(service: MemoryService, params: dict[str, str]) -> dict[str, Any]:
     """The last recall events with exactly what they injected."""
-    items, total = service.governance.audit_log.recalls(limit=30, offset=int(params.get("offset") or 0))
-    return {"events": items, "total": total}
+    try:
+        offset = max(0, int(params.get("offset") or 0))
+    except ValueError:
+        offset = 0
+    # Each event carries its injected text and one form per injected memory: 10 a page keeps the page light.
+    items, total = service.governance.audit_log.recalls(limit=RECALLS_PER_PAGE, offset=offset)
+    return {
+        "events": items,
+        "total": total,
+        "offset": offset,
+        "older": offset + RECALLS_PER_PAGE if offset + RECALLS_PER_PAGE < total else None,
+        "newer": max(0, offset - RECALLS_PER_PAGE) if offset else None,
+    }
 
 
 def analytics(service: MemoryService) -> dict[str, Any]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -11,17 +13,18 @@ from urllib.parse import parse_qs, quote
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import UploadFile
 from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from memmy.errors import InvalidArgument, MemmyError
+from memmy.namespace import Namespace
 from memmy.panel import integrations, pages
-from memmy.panel.auth import PanelAuth, PanelSession, host_allowed
+from memmy.panel.auth import SESSIONS_FILE, PanelAuth, PanelSession, host_allowed
 from memmy.panel.i18n import pick_language, translator
-from memmy.service import MemoryService
-from memmy.service.namespace import Namespace
+from memmy.service import MemoryService, custom_sources
 
 NAV = (
     ("overview", "/panel"),
@@ -37,8 +40,33 @@ NAV = (
     ("agents", "/panel/agents"),
     ("settings", "/panel/settings"),
 )
+#: The largest archive the Settings page accepts as an upload (the daemon's JSON body limit is far lower).
+MAX_UPLOAD_BYTES = 1024 * 1024 * 1024
+UPLOAD_PATHS = ("/panel/settings/import",)
 PageHandler = Callable[[Request, PanelSession], Awaitable[Response]]
 ActionHandler = Callable[[Request, dict[str, str]], Any]
+
+
+async def read_form(request: Request) -> tuple[dict[str, str], dict[str, UploadFile]]:
+    """A POST's fields (urlencoded or multipart, last value wins) and, for multipart, its uploaded files."""
+    if request.headers.get("content-type", "").lower().startswith("multipart/form-data"):
+        parsed = await request.form(max_files=1, max_fields=50)
+        form: dict[str, str] = {}
+        uploads: dict[str, UploadFile] = {}
+        for key, value in parsed.multi_items():
+            if isinstance(value, UploadFile):
+                uploads[key] = value
+            else:
+                form[key] = value
+        return form, uploads
+    raw = (await request.body()).decode("utf-8", "replace")
+    return {k: v[-1] for k, v in parse_qs(raw, keep_blank_values=True).items()}, {}
+
+
+async def close_uploads(uploads: dict[str, UploadFile]) -> None:
+    """Release the spooled upload files."""
+    for upload in uploads.values():
+        await upload.close()
 
 
 def _safe_next(value: str | None, default: str = "/panel") -> str:
@@ -53,7 +81,7 @@ class Panel:
 
     def __init__(self, service: MemoryService, auth: PanelAuth | None = None) -> None:
         self.service = service
-        self.auth = auth or PanelAuth()
+        self.auth = auth or PanelAuth(service.config.home / SESSIONS_FILE)
         self.env = Environment(
             loader=PackageLoader("memmy.panel", "templates"), autoescape=select_autoescape(["html"]), enable_async=False
         )
@@ -96,8 +124,13 @@ class Panel:
     def _refuse(self, request: Request, status: int, message: str) -> Response:
         return self.render(request, "signin.html", None, http_status=status, problem=message)
 
-    def page(self, fn: Callable[[Request], dict[str, Any]], template: str) -> Callable[[Request], Awaitable[Response]]:
-        """A GET page: host check, session check, data in the thread pool, render."""
+    def page(
+        self, fn: Callable[[Request], dict[str, Any]], template: str, fragment: str | None = None
+    ) -> Callable[[Request], Awaitable[Response]]:
+        """A GET page: host check, session check, data in the thread pool, render.
+
+        With ``fragment``, a request carrying ``x-panel-fragment: 1`` (panel.js) gets only that partial template.
+        """
 
         async def handler(request: Request) -> Response:
             if not host_allowed(request):
@@ -115,7 +148,8 @@ class Panel:
                     http_status=404 if exc.code == "not_found" else 400,
                     problem=exc.message,
                 )
-            return self.render(request, template, session, **data)
+            partial = fragment if fragment and request.headers.get("x-panel-fragment") == "1" else None
+            return self.render(request, partial or template, session, **data)
 
         return handler
 
@@ -128,18 +162,21 @@ class Panel:
             session = self.auth.session(request)
             if session is None:
                 return self._refuse(request, 401, "")
-            raw = (await request.body()).decode("utf-8", "replace")
-            form = {k: v[-1] for k, v in parse_qs(raw, keep_blank_values=True).items()}
+            form, uploads = await read_form(request)
             if not self.auth.csrf_ok(session, form.get("csrf") or request.headers.get("x-csrf-token")):
+                await close_uploads(uploads)
                 return self.render(
                     request, "error.html", session, http_status=403, problem="missing or wrong CSRF token"
                 )
+            request.state.uploads = uploads
             target = _safe_next(form.get("next"), default_next)
             try:
                 result = await run_in_threadpool(fn, request, form)
             except MemmyError as exc:
                 self.service.governance.reads.invalidate()
                 return RedirectResponse(f"{target}{'&' if '?' in target else '?'}err={quote(exc.message)}", 303)
+            finally:
+                await close_uploads(uploads)
             self.service.governance.reads.invalidate()  # the panel's own change shows at once
             if isinstance(result, Response):
                 return result
@@ -230,6 +267,13 @@ class Panel:
         job = self.service.imports.start(body)
         return RedirectResponse(f"/panel/agents?job={quote(job['jobId'])}", 303)
 
+    def _add_agent(self, request: Request, form: dict[str, str]) -> Response:
+        """Save a recipe for another agent (as ``memmy-memory sources add`` does) and import it with live progress."""
+        added = custom_sources.add_recipe(self.service.config.home, form)
+        self.service.governance.record("source.add", "source", added["source"], self.ns, meta=added)
+        job = self.service.imports.start({"sources": [added["source"]], "confirm": True})
+        return RedirectResponse(f"/panel/agents?job={quote(job['jobId'])}", 303)
+
     def _sync_control(self, request: Request, form: dict[str, str]) -> str:
         self.service.imports.control(request.path_params["job_id"], request.path_params["verb"])
         return str(request.path_params["verb"])
@@ -255,16 +299,30 @@ class Panel:
         return FileResponse(path, filename=path.name, media_type="application/zip")
 
     def _import(self, request: Request, form: dict[str, str]) -> str:
-        result = self.service.ownership.import_(
-            {
-                "path": form.get("path", ""),
-                "onConflict": form.get("onConflict", "skip"),
-                "dryRun": form.get("dryRun") == "1",
-            },
-            self.ns,
-        )
+        """Import an archive uploaded from the browser (multipart): spooled to a private temporary file first."""
+        upload: UploadFile | None = getattr(request.state, "uploads", {}).get("archive")
+        if upload is None or not upload.filename:
+            raise InvalidArgument("choose an export archive (.zip) to import")
+        name = Path(upload.filename).name
+        with tempfile.TemporaryDirectory(prefix="memmy-upload-") as tmp:
+            path = Path(tmp) / (name or "upload.zip")
+            with path.open("wb") as handle:
+                upload.file.seek(0)
+                shutil.copyfileobj(upload.file, handle, 1024 * 1024)
+            try:
+                result = self.service.ownership.import_(
+                    {
+                        "path": str(path),
+                        "onConflict": form.get("onConflict", "skip"),
+                        "dryRun": form.get("dryRun") == "1",
+                        "label": f"upload:{name}",
+                    },
+                    self.ns,
+                )
+            except MemmyError as exc:  # name the file the user chose, not the temporary copy
+                raise InvalidArgument(exc.message.replace(str(path), name)) from None
         verb = "would add" if result["dryRun"] else "added"
-        return f"{verb} {result['added']} rows, {result['conflicts']} already present"
+        return f"{name}: {verb} {result['added']} rows, {result['conflicts']} already present"
 
     def _wipe(self, request: Request, form: dict[str, str]) -> str:
         if form.get("confirm") != "1":
@@ -306,8 +364,9 @@ class Panel:
             return lambda r: {**pages.layer_page(svc, pages.LAYER_PAGES[name], q(r)), "page_key": name}
 
         get = [
-            ("/panel", lambda r: pages.overview(svc), "overview.html"),
+            ("/panel", lambda r: pages.overview(svc, str(r.base_url)), "overview.html"),
             ("/panel/memories", lambda r: pages.memories(svc, q(r)), "memories.html"),
+            ("/panel/memories/results", lambda r: pages.memories(svc, q(r), run_search=True), "memories.html"),
             ("/panel/memories/{memory_id}", lambda r: pages.memory(svc, r.path_params["memory_id"]), "memory.html"),
             ("/panel/tasks", lambda r: pages.tasks(svc, q(r)), "tasks.html"),
             ("/panel/experiences", layer("experiences"), "layer.html"),
@@ -333,6 +392,7 @@ class Panel:
             ("/panel/dreams/{dream_id}/restore", self._dream_restore, "/panel/logs?kind=dreams"),
             ("/panel/sync", self._sync, "/panel/agents"),
             ("/panel/sync/{job_id}/{verb}", self._sync_control, "/panel/agents"),
+            ("/panel/agents/add", self._add_agent, "/panel/agents"),
             ("/panel/integrations/{agent}/{verb}", self._integration, "/panel/agents"),
             ("/panel/settings/reload", self._reload, "/panel/settings"),
             ("/panel/settings/export", self._export, "/panel/settings"),
@@ -345,6 +405,9 @@ class Panel:
             Route("/panel/sync/{job_id}/events", self.sync_events, methods=["GET"]),
             Mount("/panel/static", StaticFiles(packages=[("memmy.panel", "static")]), name="panel-static"),
         ]
-        routes += [Route(path, self.page(fn, template), methods=["GET"]) for path, fn, template in get]
+        fragments = {"/panel/memories/results": "search_results.html"}
+        routes += [
+            Route(path, self.page(fn, template, fragments.get(path)), methods=["GET"]) for path, fn, template in get
+        ]
         routes += [Route(path, self.action(fn, nxt), methods=["POST"]) for path, fn, nxt in post]
         return routes

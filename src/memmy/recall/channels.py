@@ -46,6 +46,22 @@ def vector_channel(
     ]
 
 
+def vector_fill(hits: Sequence[ChannelHit], index: VectorIndex, query_vector: Vector) -> list[ChannelHit]:
+    """The exact cosine of every candidate another channel found but the vector top-k missed.
+
+    A candidate outside the vector channel's pool is not without semantic evidence: its cosine is merely below
+    the pool's cut. Counting it as 0 made fusion punish exactly the lexical hits (a BM25 match with cosine 0.45
+    scored as if unrelated), so the full pipeline ranked below its own FTS channel. The scores are exact (same
+    index, same query vector); the ranks continue after the pool.
+    """
+    in_pool = {h.memory_id for h in hits if h.channel == "vec"}
+    missing = list(dict.fromkeys(h.memory_id for h in hits if h.memory_id not in in_pool))
+    if not missing:
+        return []
+    ranked = sorted(index.similarities(missing, query_vector).items(), key=lambda item: -item[1])
+    return [ChannelHit(mid, "vec", score, len(in_pool) + i) for i, (mid, score) in enumerate(ranked)]
+
+
 def fts_channel(repo: MemoryRepository, terms: Sequence[str], flt: MemoryFilter, limit: int) -> list[ChannelHit]:
     """BM25 over title/key, body and tags (raw BM25 scores; the pipeline normalises them per tier)."""
     hits = repo.fts_search_terms(terms, limit, flt)

@@ -18,7 +18,10 @@ from memmy.store.memories import MemoryFilter
 if TYPE_CHECKING:
     from memmy.recall.pipeline import Candidate, RecallRequest, RecallSettings
 
-KEYWORD_CHANNELS = frozenset({"fts", "pattern", "structural"})
+KEYWORD_CHANNELS = frozenset({"fts", "pattern", "structural", "prf"})
+#: Lexical channels that say less than a graded BM25 match of the user's own words: a short token present
+#: (pattern, ranked by recency) and BM25 of the query widened by pseudo-relevance feedback (prf).
+HALF_WEIGHT = frozenset({"pattern", "prf"})
 
 
 def episode_of(cand: Candidate) -> str:
@@ -48,7 +51,7 @@ def calibrate(candidates: list[Candidate], settings: RecallSettings, dates: Sequ
     for cand in candidates:
         for channel in KEYWORD_CHANNELS:
             if channel in cand.channels:
-                weight = 0.5 if channel == "pattern" else 1.0
+                weight = 0.5 if channel in HALF_WEIGHT else 1.0
                 cand.calibrated[channel] = weight * cand.channels[channel]
         lexical = max((cand.calibrated.get(ch, 0.0) for ch in KEYWORD_CHANNELS), default=0.0)
         families = [lexical, cand.calibrated.get("vec", 0.0)]

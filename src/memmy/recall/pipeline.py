@@ -23,7 +23,15 @@ from typing import Any
 
 from memmy.domain import Memory
 from memmy.errors import StoreError
-from memmy.recall.channels import ChannelHit, fts_channel, pattern_channel, structural_channel, vector_channel
+from memmy.recall.channels import (
+    ChannelHit,
+    fts_channel,
+    pattern_channel,
+    structural_channel,
+    vector_channel,
+    vector_fill,
+)
+from memmy.recall.expansion import expansion_terms, prf_hits
 from memmy.recall.freshness import freshness_factor
 from memmy.recall.fusion import KEYWORD_CHANNELS as FUSION_KEYWORD_CHANNELS
 from memmy.recall.fusion import calibrate, select
@@ -74,6 +82,7 @@ class RecallSettings:
     multi_channel_bypass: bool
     read_only_profile: str
     context_window: int = 1
+    query_expansion: str = "off"
 
     @classmethod
     def from_config(cls, algorithm: dict[str, Any]) -> RecallSettings:
@@ -98,6 +107,7 @@ class RecallSettings:
             multi_channel_bypass=bool(r["multiChannelBypass"]),
             read_only_profile=str(r["readOnlyInjectionProfile"]),
             context_window=max(0, int(r.get("contextWindow", 1))),
+            query_expansion=str(r.get("queryExpansion", "off")),
         )
 
     def pool(self, layer: str) -> int:
@@ -256,15 +266,51 @@ class RecallEngine:
             else self._keyword_channels(request, settings, layers, self.repo)
         )
         hits.extend(keyword_hits)
+        if query_vector is not None and index is not None and "vec" in request.channels:
+            hits.extend(vector_fill(hits, index, query_vector))
         timings["keyword"] = round(keyword_ms, 3)  # its own duration; it overlapped embed and vector
         lap("keyword_wait")
         timings["channels"] = round(timings["vector"] + timings["keyword_wait"], 3)  # the pre-parallel key
 
-        candidate_ids = list(dict.fromkeys(h.memory_id for h in hits if h.memory_id not in request.exclude_ids))
-        memories = self.repo.get_many(candidate_ids, request.scope)
-        candidate_ids = [memory_id for memory_id in candidate_ids if memory_id in memories]
+        memories: dict[str, Memory] = {}
+        candidate_ids = self._load(hits, memories, request)
         lap("load")
+        candidates = self._rank(hits, memories, request, settings, index, dropped)
+        lap("fuse")
+        expand = settings.query_expansion == "prf" and request.mode != "turn_start" and "fts" in request.channels
+        if expand and candidates:
+            # Pseudo-relevance feedback: words the best hits share but the query lacks widen the BM25 query
+            # (recall/expansion.py); its hits are a separate, half-weight lexical channel, then everything is
+            # ranked again. Not on turn_start: a second keyword pass does not fit the per-prompt budget.
+            terms = expansion_terms(candidates, request.query.fts_terms)
+            if terms:
+                status.append(f"query_expansion:prf:{len(terms)}")
+                scope = request.scope
+                layered = MemoryFilter(layers, scope.project_id, scope.source_agent, user_id=scope.user_id)
+                limit = max(settings.keyword_top_k, sum(self._pools(request, settings, layers).values()))
+                vectors = (index, query_vector) if "vec" in request.channels else None
+                hits.extend(prf_hits(self.repo, [*request.query.fts_terms, *terms], layered, limit, hits, vectors))
+                candidate_ids = self._load(hits, memories, request)
+                dropped.clear()
+                candidates = self._rank(hits, memories, request, settings, index, dropped)
+            lap("expand")
 
+        selected = select(candidates, settings, request, dropped, self.repo.neighbours)
+        selected = self._dedup(selected, dropped)
+        lap("select")
+        return RecallOutcome(selected[: request.limit], candidate_ids, dropped, status, timings, layers)
+
+    # -- stages -----------------------------------------------------------------------------------
+    def _rank(
+        self,
+        hits: list[ChannelHit],
+        memories: dict[str, Memory],
+        request: RecallRequest,
+        settings: RecallSettings,
+        index: VectorIndex | None,
+        dropped: list[dict[str, Any]],
+    ) -> list[Candidate]:
+        """Score, calibrate, cap, roll up, weigh and threshold the hits of the loaded ``memories``."""
         candidates = self._score(hits, memories, request, settings, dropped)
         calibrate(candidates, settings, request.query.dates)
         candidates = self._pool_cap(candidates, settings, request.limit)
@@ -278,14 +324,16 @@ class RecallEngine:
         candidates = self._threshold(candidates, settings, dropped)
         if request.query.identifier_like and request.mode != "decision_repair":
             candidates = self._keyword_confirmation(candidates, dropped)
-        lap("fuse")
+        return candidates
 
-        selected = select(candidates, settings, request, dropped, self.repo.neighbours)
-        selected = self._dedup(selected, dropped)
-        lap("select")
-        return RecallOutcome(selected[: request.limit], candidate_ids, dropped, status, timings, layers)
+    def _load(self, hits: list[ChannelHit], memories: dict[str, Memory], request: RecallRequest) -> list[str]:
+        """Load the visible candidates not yet in ``memories``; return every visible candidate id, in order."""
+        candidate_ids = list(dict.fromkeys(h.memory_id for h in hits if h.memory_id not in request.exclude_ids))
+        missing = [memory_id for memory_id in candidate_ids if memory_id not in memories]
+        if missing:
+            memories.update(self.repo.get_many(missing, request.scope))
+        return [memory_id for memory_id in candidate_ids if memory_id in memories]
 
-    # -- stages -----------------------------------------------------------------------------------
     def _pools(self, request: RecallRequest, settings: RecallSettings, layers: tuple[str, ...]) -> dict[str, int]:
         return {layer: max(settings.pool(layer), 3 * request.limit) for layer in layers}
 
@@ -391,7 +439,7 @@ class RecallEngine:
                 ranked.sort(key=_rank_key(channel))
                 top = ranked[0].channels[channel] if ranked else 0.0
                 for position, cand in enumerate(ranked):
-                    if channel == "fts":
+                    if channel in ("fts", "prf"):
                         cand.channels[channel] = cand.channels[channel] / top if top > 0 else 0.0
                     else:
                         cand.channels[channel] = 1.0 / (position + 1)

@@ -22,14 +22,15 @@ from memmy import __version__
 from memmy.config import store_id
 from memmy.errors import Conflict, MemmyError, StorageFullError, http_status_for, storage_failure
 from memmy.mcp.http import McpHttpEndpoint
+from memmy.namespace import Namespace
 from memmy.panel import Panel
+from memmy.panel import routes as panel_routes
 from memmy.server.bodies import parse_body
 from memmy.server.docs_page import docs_page
 from memmy.server.middleware import GuardMiddleware, error_body, json_dumps
 from memmy.server.openapi import openapi_document
 from memmy.service import MemoryService
 from memmy.service.idempotency import idempotency_key
-from memmy.service.namespace import Namespace
 
 log = logging.getLogger("memmy.server")
 
@@ -456,6 +457,7 @@ def create_app(service: MemoryService, shutdown: Callable[[], None] | None = Non
                 session_paths=("/panel",),
                 max_body_bytes=service.config.server.max_body_bytes,
                 allowed_origins=lambda: service.config.server.allowed_origins,
+                upload_limits=dict.fromkeys(panel_routes.UPLOAD_PATHS, panel_routes.MAX_UPLOAD_BYTES),
             )
         ],
     )

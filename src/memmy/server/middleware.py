@@ -88,10 +88,13 @@ class GuardMiddleware:
         max_body_bytes: int,
         allowed_origins: Callable[[], tuple[str, ...]] = tuple,
         session_paths: tuple[str, ...] = (),
+        upload_limits: dict[str, int] | None = None,
     ) -> None:
         self.app = app
         self.token_getter = token_getter
         self.max_body_bytes = max_body_bytes
+        #: Exact paths that accept a larger body (the panel's archive upload) and their own limit.
+        self.upload_limits = upload_limits or {}
         self.allowed_origins = allowed_origins
         #: Path prefixes whose routes check their own session (the panel's cookie + CSRF) instead of the token.
         self.session_paths = session_paths
@@ -122,14 +125,11 @@ class GuardMiddleware:
         if not authenticated and not anonymous_ok and not own_session:
             await send_error(send, 401, "unauthorized", "invalid memory service token", request_id)
             return
+        limit = self.upload_limits.get(path, self.max_body_bytes)
         declared = _header(scope, b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+        if declared is not None and declared.isdigit() and int(declared) > limit:
             await send_error(
-                send,
-                413,
-                "payload_too_large",
-                f"request body is too large (limit {self.max_body_bytes} bytes)",
-                request_id,
+                send, 413, "payload_too_large", f"request body is too large (limit {limit} bytes)", request_id
             )
             return
         method = str(scope.get("method", "")).upper()
@@ -152,7 +152,7 @@ class GuardMiddleware:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_body_bytes:
+                if received > limit:
                     raise BodyTooLarge()
             return message
 
@@ -172,11 +172,7 @@ class GuardMiddleware:
         except BodyTooLarge:
             if not response_started:
                 await send_error(
-                    send,
-                    413,
-                    "payload_too_large",
-                    f"request body is too large (limit {self.max_body_bytes} bytes)",
-                    request_id,
+                    send, 413, "payload_too_large", f"request body is too large (limit {limit} bytes)", request_id
                 )
         except Exception as exc:
             failure = storage_failure(exc)

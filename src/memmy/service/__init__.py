@@ -7,29 +7,29 @@ from collections.abc import Callable
 from typing import Any
 
 from memmy import __version__
+from memmy.commands.validate import opt_bool, opt_int, opt_list, opt_str, require_object
 from memmy.config import MemmyConfig, load_config, reload_requires_restart
+from memmy.dream.ops import DreamOps
 from memmy.embed import Embedder, build_embedder
 from memmy.errors import ConfigError, InvalidArgument
 from memmy.indexing import Indexer
+from memmy.jobs.episodes import EpisodeOps
+from memmy.jobs.evolution import ModelSlots
+from memmy.jobs.worker import EvolutionWorker
+from memmy.jobs.writer import LayerWriter
+from memmy.keys.graph import KeyOps
+from memmy.namespace import Namespace
 from memmy.redact import RedactionConfigError, Redactor
+from memmy.service.bootstrap import build_evolution
 from memmy.service.data import DataOps, StoreOwnership
-from memmy.service.dream import DreamOps
-from memmy.service.episodes import EpisodeOps
-from memmy.service.evolution import ModelSlots
-from memmy.service.evolution_wiring import build_evolution
-from memmy.service.evolve_support import LayerWriter
 from memmy.service.governance import GovernanceOps, brief
 from memmy.service.imports import ImportOps
-from memmy.service.keygraph import KeyOps
 from memmy.service.memories import MemoryOps
 from memmy.service.models import build_model_clients
-from memmy.service.namespace import Namespace
 from memmy.service.panel import PanelOps
 from memmy.service.recall import RecallOps
 from memmy.service.turns import TurnOps
-from memmy.service.validate import opt_bool, opt_int, opt_list, opt_str, require_object
 from memmy.service.validity import ValidityOps
-from memmy.service.worker import EvolutionWorker
 from memmy.store.db import Database, utc_now
 from memmy.store.episodes import EpisodeRepository, FeedbackRepository
 from memmy.store.evolution import EvolutionRepository
@@ -163,7 +163,14 @@ class MemoryService:
         )
         self.panel = PanelOps(self.memories, self.logs, self.sessions, self.queue, self.episodes)
         self.imports = ImportOps(config, db, self.memories, self.sessions, self.indexer, self.redactor)
-        self.keys = KeyOps(config, db, self.memories, self.logs, self.indexer, self.memory_ops)
+        self.keys = KeyOps(
+            config,
+            db,
+            self.memories,
+            self.logs,
+            self.indexer,
+            lambda memory_id, reason, ns: self.memory_ops.delete(memory_id, {"reason": reason}, ns),
+        )
         self.validity = ValidityOps(db, self.memories, self.logs)
         self.dreams = DreamOps(lambda: self.config, db, self.memories, self.indexer)
         self.governance = GovernanceOps(lambda: self.config, db, self.logs, self.memories, self.indexer)

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from memmy import __version__
+from memmy.commands.validate import opt_bool, opt_str, require_object
 from memmy.errors import Conflict, InvalidArgument, NotFound
+from memmy.namespace import Namespace
 from memmy.service.governance import GovernanceOps, brief
-from memmy.service.namespace import Namespace
-from memmy.service.validate import opt_bool, opt_str, require_object
 from memmy.store.db import Database, utc_now
 from memmy.store.schema import SCHEMA_VERSION
 from memmy.store.text import fts_row
@@ -352,7 +352,10 @@ class StoreOwnership:
         return result
 
     def import_(self, body: Any, ns: Namespace) -> dict[str, Any]:
-        """Merge an export archive (``{"path", "onConflict": skip|replace|error, "dryRun"}``); audited."""
+        """Merge an export archive (``{"path", "onConflict": skip|replace|error, "dryRun", "label"?}``); audited.
+
+        ``label`` names the archive in the audit row when ``path`` is a temporary copy (a panel upload).
+        """
         body = require_object(body)
         path = opt_str(body, "path")
         if not path:
@@ -360,7 +363,7 @@ class StoreOwnership:
         dry_run = opt_bool(body, "dryRun", False)
         result = self.data.import_store(Path(path).expanduser(), opt_str(body, "onConflict") or "skip", dry_run)
         if not dry_run:
-            self.governance.record("store.import", "store", path, ns, meta=brief(result))
+            self.governance.record("store.import", "store", opt_str(body, "label") or path, ns, meta=brief(result))
         return result
 
     def wipe(self, body: Any, ns: Namespace) -> dict[str, Any]:

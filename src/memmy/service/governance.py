@@ -11,13 +11,13 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from memmy.commands.validate import opt_int, opt_str, require_object
 from memmy.config import MemmyConfig
 from memmy.domain import Memory, content_hash, summarise
 from memmy.errors import Conflict, InvalidArgument, NotFound
 from memmy.indexing import Indexer, embedding_text
+from memmy.namespace import Namespace
 from memmy.service.memories import memory_item
-from memmy.service.namespace import Namespace
-from memmy.service.validate import opt_int, opt_str, require_object
 from memmy.store.db import Database, utc_now
 from memmy.store.logs import AuditLog, LogRepository
 from memmy.store.memories import MemoryRepository
@@ -255,8 +255,11 @@ class GovernanceOps:
         return {"id": memory.id, "status": status, "auditId": audit_id, "serverTime": utc_now()}
 
     def analytics(self, days: int = 30) -> dict[str, Any]:
-        """Injections and memories per day, hit rate, latency, top projects and agents (cached for a minute)."""
-        return self.reads.cached(f"analytics:{days}", ANALYTICS_TTL_S, lambda: self._analytics(days))
+        """Injections and memories per day, hit rate, latency, top projects and agents (cached for a minute and
+        refreshed behind the request after that)."""
+        return self.reads.cached(
+            f"analytics:{days}", ANALYTICS_TTL_S, lambda: self._analytics(days), refresh_behind=True
+        )
 
     def _analytics(self, days: int) -> dict[str, Any]:
         start = (datetime.now(UTC) - timedelta(days=days - 1)).date().isoformat()
@@ -269,10 +272,11 @@ class GovernanceOps:
         )
         events = sum(int(r["events"]) for r in per_day)
         hits = sum(int(r["hits"] or 0) for r in per_day)
-        projects = self.db.query(
-            "SELECT COALESCE(project_id, '(none)') AS project, COUNT(*) AS n FROM memories "
-            "WHERE status != 'deleted' GROUP BY project ORDER BY n DESC LIMIT 10"
+        # Grouped by the bare column: SQLite walks the (project_id, ...) index in order, no temporary b-tree.
+        per_project = self.db.query(
+            "SELECT project_id, COUNT(*) AS n FROM memories WHERE status != 'deleted' GROUP BY project_id"
         )
+        projects = sorted(((r["project_id"] or "(none)", int(r["n"])) for r in per_project), key=lambda p: -p[1])
         agents = self.db.query(
             "SELECT source_agent, COUNT(*) AS n FROM memories WHERE status != 'deleted' "
             "GROUP BY source_agent ORDER BY n DESC LIMIT 10"
@@ -298,7 +302,7 @@ class GovernanceOps:
             ],
             "avgApiLatencyMs": round(sum(latencies) / len(latencies), 2) if latencies else 0.0,
             "p95ApiLatencyMs": round(sorted(latencies)[int(0.95 * (len(latencies) - 1))], 2) if latencies else 0.0,
-            "topProjects": [{"project": r["project"], "count": int(r["n"])} for r in projects],
+            "topProjects": [{"project": project, "count": n} for project, n in projects[:10]],
             "topAgents": [{"agent": r["source_agent"], "count": int(r["n"])} for r in agents],
             "serverTime": utc_now(),
         }

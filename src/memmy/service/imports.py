@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memmy.capture.trace import build_trace_step, normalize_tool_calls
+from memmy.commands.validate import opt_bool, opt_int, opt_iso_time, opt_list, opt_str, require_object
 from memmy.config import MemmyConfig
 from memmy.domain import Memory, content_hash, new_id, sha256_hex
 from memmy.errors import Conflict, Forbidden, InvalidArgument, NotFound
 from memmy.indexing import Indexer
+from memmy.namespace import normalise_source
 from memmy.redact import DEFAULT_REDACTOR, Redactor
-from memmy.service.namespace import normalise_source
-from memmy.service.validate import opt_bool, opt_int, opt_iso_time, opt_list, opt_str, require_object
 from memmy.sources.adapters import ADAPTERS
 from memmy.sources.importer import Importer, ImportOptions, ImportProgress, JobControl, TurnState
 from memmy.sources.model import SourceAdapter

@@ -6,13 +6,7 @@ import time
 from typing import Any
 
 from memmy.capture.sanitize import sanitize_text
-from memmy.config import MemmyConfig
-from memmy.domain import ID_PREFIX_BY_LAYER, KIND_BY_LAYER, Memory, content_hash, new_id, sha256_hex, summarise
-from memmy.errors import Conflict, Forbidden, InvalidArgument, NotFound
-from memmy.indexing import Indexer, embedding_text
-from memmy.recall.freshness import validity_payload
-from memmy.service.namespace import Namespace
-from memmy.service.validate import (
+from memmy.commands.validate import (
     layer_of,
     opt_bool,
     opt_iso_time,
@@ -22,6 +16,12 @@ from memmy.service.validate import (
     req_str,
     require_object,
 )
+from memmy.config import MemmyConfig
+from memmy.domain import ID_PREFIX_BY_LAYER, KIND_BY_LAYER, Memory, content_hash, new_id, sha256_hex, summarise
+from memmy.errors import Conflict, Forbidden, InvalidArgument, NotFound
+from memmy.indexing import Indexer, embedding_text
+from memmy.namespace import Namespace
+from memmy.recall.freshness import validity_payload
 from memmy.store.db import Database, utc_now
 from memmy.store.logs import LogRepository
 from memmy.store.memories import MemoryRepository

@@ -6,9 +6,9 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from memmy.commands.validate import layer_of
 from memmy.errors import InvalidArgument
 from memmy.service.memories import memory_item
-from memmy.service.validate import layer_of
 from memmy.store.db import utc_now
 from memmy.store.episodes import EpisodeRecord, EpisodeRepository
 from memmy.store.logs import LogRepository

@@ -9,12 +9,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memmy.capture.sanitize import sanitize_text
+from memmy.commands.validate import (
+    layers_of,
+    opt_bool,
+    opt_int,
+    opt_list,
+    opt_str,
+    opt_tags,
+    req_str,
+    require_object,
+)
 from memmy.config import MemmyConfig
 from memmy.domain import sha256_hex
 from memmy.errors import InvalidArgument
 from memmy.evolve.scope import visible_in
 from memmy.evolve.topics import topical
 from memmy.indexing import Indexer
+from memmy.namespace import Namespace
 from memmy.recall.channels import CHANNELS
 from memmy.recall.llm_steps import extract_query, merge_by_rrf, relevance_filter, rewrite_queries
 from memmy.recall.pipeline import (
@@ -28,17 +39,6 @@ from memmy.recall.pipeline import (
 from memmy.recall.query import PreparedQuery, prepare_query
 from memmy.recall.render import RenderItem, render_context, snippet
 from memmy.service.models import ModelClients, build_model_clients
-from memmy.service.namespace import Namespace
-from memmy.service.validate import (
-    layers_of,
-    opt_bool,
-    opt_int,
-    opt_list,
-    opt_str,
-    opt_tags,
-    req_str,
-    require_object,
-)
 from memmy.store.db import utc_now
 from memmy.store.logs import LogRepository
 from memmy.store.memories import MemoryFilter, MemoryRepository

@@ -8,16 +8,16 @@ from typing import Any
 
 from memmy.capture.sanitize import sanitize_text
 from memmy.capture.trace import build_trace_step, normalize_tool_calls
+from memmy.commands.validate import layers_of, opt_int, opt_list, opt_str, opt_tags, req_str, require_object
 from memmy.config import MemmyConfig
 from memmy.domain import Memory, content_hash, new_id, sha256_hex
 from memmy.errors import Conflict, InvalidArgument, NotFound
+from memmy.jobs.episodes import EpisodeOps
+from memmy.namespace import Namespace
 from memmy.recall.intent import classify_intent, should_skip
-from memmy.service.episodes import EpisodeOps
 from memmy.service.idempotency import idempotency_key
 from memmy.service.memories import MemoryOps
-from memmy.service.namespace import Namespace
 from memmy.service.recall import RecallOps
-from memmy.service.validate import layers_of, opt_int, opt_list, opt_str, opt_tags, req_str, require_object
 from memmy.store.db import Database, utc_now
 from memmy.store.evolution import EvolutionRepository
 from memmy.store.jobs import JobRepository

@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from memmy.commands.validate import opt_int, opt_str, require_object
 from memmy.errors import InvalidArgument, NotFound
+from memmy.namespace import Namespace
 from memmy.recall.freshness import validity_payload
-from memmy.service.namespace import Namespace
-from memmy.service.validate import opt_int, opt_str, require_object
 from memmy.store.db import Database, utc_now
 from memmy.store.logs import LogRepository
 from memmy.store.memories import MemoryRepository

@@ -482,7 +482,14 @@ CREATE INDEX IF NOT EXISTS idx_raw_turns_episode_created ON raw_turns(episode_id
 CREATE INDEX IF NOT EXISTS idx_episodes_session_opened ON episodes(session_id, opened_at DESC);
 """
 
-SCHEMA_VERSION: Final = 6
+#: The Memory panel's time-ordered reads: the Recalls page and today's injections (newest recall events), and the
+#: memories created per day in Analytics, each a range on an index instead of a pass over the whole table.
+MIGRATION_007: Final = """
+CREATE INDEX IF NOT EXISTS idx_recall_events_created ON recall_events(created_at);
+CREATE INDEX IF NOT EXISTS idx_memories_created_layer ON memories(created_at, memory_layer);
+"""
+
+SCHEMA_VERSION: Final = 7
 
 
 @dataclass(frozen=True)
@@ -522,4 +529,5 @@ MIGRATIONS: Final = (
     Migration(4, "004_key_graph_validity_tombstones", MIGRATION_004),
     Migration(5, "005_dreams", MIGRATION_005),
     Migration(6, "006_evolution_indexes", MIGRATION_006),
+    Migration(7, "007_panel_time_indexes", MIGRATION_007),
 )

@@ -152,6 +152,22 @@ class VectorIndex:
                     return row
         return None
 
+    def similarities(self, memory_ids: Iterable[str], query: Vector) -> dict[str, float]:
+        """Cosine of ``query`` with each listed memory that has a vector (best field), for candidates that
+        another channel found: their semantic evidence is known exactly, not only when they made the top k."""
+        query = query.astype(np.float32, copy=False)
+        found: dict[str, float] = {}
+        with self._lock:
+            for memory_id in memory_ids:
+                for field in ("vec_summary", "vec", "vec_action"):
+                    pos = self._pos.get((memory_id, field))
+                    if pos is None:
+                        continue
+                    score = float(self._blocks[pos[0]].matrix[pos[1]].astype(np.float32) @ query)
+                    if score > found.get(memory_id, -np.inf):
+                        found[memory_id] = score
+        return found
+
     def _mask(
         self, block: _Block, n: int, layers: Sequence[str] | None, source: str | None
     ) -> NDArray[np.bool_] | None:
@@ -214,6 +230,14 @@ class VectorIndex:
                 scores = block.matrix[:n] @ query
                 for name, k in pools.items():
                     mask = self._mask(block, n, None if name == "*" else [name], source)
+                    if mask is not None:
+                        # A layer a block does not hold (no Skill rows in a project, say) costs no top-k pass,
+                        # and a mask that keeps every row is no mask.
+                        kept = int(np.count_nonzero(mask))
+                        if kept == 0:
+                            continue
+                        if kept == n:
+                            mask = None
                     found[name].extend(self._top(block, scores, mask, k))
         results: dict[str, list[tuple[str, float]]] = {}
         for name, k in pools.items():

@@ -1,4 +1,5 @@
-// memmy panel: the only script. Keyboard shortcut "/" for search, confirmations, and the live sync progress (SSE).
+// memmy panel: the only script. Keyboard shortcut "/" for search, confirmations, search results loaded after
+// the page, and the live sync progress (SSE).
 (function () {
   "use strict";
   document.addEventListener("keydown", function (event) {
@@ -14,6 +15,15 @@
     const question = form.getAttribute("data-confirm");
     if (question && !window.confirm(question)) { event.preventDefault(); }
   });
+  const results = document.getElementById("search-results");
+  if (results && results.getAttribute("data-src") && window.fetch) {
+    // The search page answers at once; its results come from the same engine as a fragment.
+    fetch(results.getAttribute("data-src"), { headers: { "x-panel-fragment": "1" }, credentials: "same-origin" })
+      .then(function (answer) { return answer.ok ? answer.text() : Promise.reject(answer.status); })
+      .then(function (html) { results.innerHTML = html; })
+      .catch(function (why) { results.textContent = "search failed (" + why + ")"; })
+      .finally(function () { results.setAttribute("aria-busy", "false"); results.setAttribute("data-loaded", "1"); });
+  }
   const box = document.getElementById("sync-progress");
   if (box && window.EventSource) {
     const job = box.getAttribute("data-job");

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from memmy.service.evolution import EpisodeEvolution
-from memmy.service.higher import HigherEvolution
-from memmy.service.policies import PolicyEvolution
-from memmy.service.worker import Handler
+from memmy.jobs.evolution import EpisodeEvolution
+from memmy.jobs.higher import HigherEvolution
+from memmy.jobs.policies import PolicyEvolution
+from memmy.jobs.worker import Handler
 
 if TYPE_CHECKING:
     from memmy.service import MemoryService

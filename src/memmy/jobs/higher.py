@@ -1,6 +1,6 @@
 """L3 world models and Skills: abstraction over active policies, crystallisation, trials and eta.
 
-Two-phase handlers like :mod:`memmy.service.evolution`.
+Two-phase handlers like :mod:`memmy.jobs.evolution`.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from memmy.evolve.skill import (
 )
 from memmy.evolve.world import bucket_policies, domain_key, eligible_policies, world_key, world_model_llm
 from memmy.indexing import Indexer
-from memmy.service.evolution import ModelSlots
-from memmy.service.evolve_support import LayerWrite, LayerWriter, policy_view, trace_view
+from memmy.jobs.evolution import ModelSlots
+from memmy.jobs.writer import LayerWrite, LayerWriter, policy_view, trace_view
 from memmy.store.episodes import EpisodeRepository
 from memmy.store.evolution import EvolutionRepository
 from memmy.store.jobs import JobRecord

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from memmy.commands.validate import opt_float, opt_str, require_object
 from memmy.config import MemmyConfig
 from memmy.errors import InvalidArgument, NotFound
 from memmy.evolve.episodes import (
@@ -19,8 +20,7 @@ from memmy.evolve.episodes import (
     classify_relation,
     has_cjk,
 )
-from memmy.service.evolve_support import iso, parse_iso
-from memmy.service.validate import opt_float, opt_str, require_object
+from memmy.jobs.writer import iso, parse_iso
 from memmy.store.db import utc_now
 from memmy.store.episodes import EpisodeRecord, EpisodeRepository, FeedbackRecord, FeedbackRepository
 from memmy.store.jobs import JobRepository

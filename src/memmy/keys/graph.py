@@ -1,5 +1,5 @@
 """The associative key graph (keymem's MCP tools over memmy's store): recall by key clusters, browse,
-read_key, read_memory (Hebbian), related, list, stats, plus the writes of :mod:`memmy.service.keywrite`.
+read_key, read_memory (Hebbian), related, list, stats, plus the writes of :mod:`memmy.keys.write`.
 
 ``POST /api/v1/keys/<op>`` calls :meth:`KeyOps.call` with the tool's arguments; the result is the tool's
 result object. Key-graph memories are ordinary L1 memories, so they also appear in normal recall.
@@ -13,8 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from memmy.errors import NotFound
-from memmy.recall.freshness import validity_payload
-from memmy.service.keyargs import (
+from memmy.keys.args import (
     body_of,
     namespace_of,
     norm_key,
@@ -24,9 +23,10 @@ from memmy.service.keyargs import (
     opt_text,
     req_text,
 )
-from memmy.service.keycore import HEBBIAN_STEP, MAX_WEIGHT, PREVIEW_CHARS, memory_view, specificity
-from memmy.service.keywrite import KeyWriter
-from memmy.service.namespace import Namespace
+from memmy.keys.core import HEBBIAN_STEP, MAX_WEIGHT, PREVIEW_CHARS, memory_view, specificity
+from memmy.keys.write import KeyWriter
+from memmy.namespace import Namespace
+from memmy.recall.freshness import validity_payload
 from memmy.store.db import utc_now
 from memmy.store.memories import MemoryFilter
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,10 +14,10 @@ from memmy.config import MemmyConfig
 from memmy.domain import Memory
 from memmy.errors import InvalidArgument, NotFound
 from memmy.indexing import Indexer
+from memmy.keys.args import KeyThresholds, thresholds_for
+from memmy.namespace import Namespace
 from memmy.recall.freshness import memory_freshness, validity_payload
 from memmy.recall.query import prepare_query
-from memmy.service.keyargs import KeyThresholds, thresholds_for
-from memmy.service.memories import MemoryOps
 from memmy.store.db import Database, utc_now
 from memmy.store.keys import KeyRepository, KeyRow, KeyState
 from memmy.store.logs import LogRepository
@@ -69,6 +70,10 @@ class RankedMemory:
     score: float
 
 
+#: Soft-deletes one memory for ``forget`` (``(memory_id, reason, ns) -> {"tombstoneId": ...}``); the service
+#: passes its own delete so the key graph shares the audited path without importing the service layer.
+DeleteMemory = Callable[[str, str, Namespace], dict[str, Any]]
+
 class KeyCore:
     """State and helpers shared by the key-graph reads and writes."""
 
@@ -79,14 +84,14 @@ class KeyCore:
         memories: MemoryRepository,
         logs: LogRepository,
         indexer: Indexer,
-        memory_ops: MemoryOps,
+        delete_memory: DeleteMemory,
     ) -> None:
         self.config = config
         self.db = db
         self.memories = memories
         self.logs = logs
         self.indexer = indexer
-        self.memory_ops = memory_ops
+        self.delete_memory = delete_memory
         self.keys: KeyRepository = indexer.keys
         self.tombstones = TombstoneRepository(db)
         self._thresholds: tuple[str, KeyThresholds] | None = None

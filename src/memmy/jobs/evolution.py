@@ -1,6 +1,6 @@
 """Episode-level evolution jobs: trace summary, idle close, reflection and reward (with back-propagation).
 
-Every handler is two-phase (see :mod:`memmy.service.worker`): it reads and computes, LLM calls included,
+Every handler is two-phase (see :mod:`memmy.jobs.worker`): it reads and computes, LLM calls included,
 outside any transaction and returns an ``apply`` callable whose writes commit together with the job's
 completion. Without an LLM every step still runs on the heuristics of :mod:`memmy.evolve`.
 """
@@ -20,9 +20,9 @@ from memmy.evolve.model import TraceView
 from memmy.evolve.reflection import Reflection, is_social_step, reflect_batch
 from memmy.evolve.reward import EpisodeTurn, FeedbackItem, backpropagate, score_episode, skip_reason
 from memmy.indexing import Indexer
+from memmy.jobs.episodes import EpisodeOps
+from memmy.jobs.writer import LayerWriter, iso, parse_iso, trace_view
 from memmy.llm.client import JsonLLM, LLMError
-from memmy.service.episodes import EpisodeOps
-from memmy.service.evolve_support import LayerWriter, iso, parse_iso, trace_view
 from memmy.store.db import Database, utc_now
 from memmy.store.episodes import EpisodeRecord, EpisodeRepository, FeedbackRepository
 from memmy.store.evolution import EvolutionRepository

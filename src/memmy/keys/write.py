@@ -12,8 +12,7 @@ from memmy.capture.sanitize import sanitize_text
 from memmy.domain import ID_PREFIX_BY_LAYER, Memory, content_hash, new_id, summarise
 from memmy.errors import Conflict, Forbidden, InvalidArgument
 from memmy.indexing import KeySurface, embedding_text
-from memmy.recall.freshness import DEFAULT_PROFILE, explicit_profile, validity_payload
-from memmy.service.keyargs import (
+from memmy.keys.args import (
     MAX_CONTENT_CHARS,
     body_of,
     decay_profile_of,
@@ -29,9 +28,10 @@ from memmy.service.keyargs import (
     source_of,
     ttl_of,
 )
-from memmy.service.keycore import MAX_WEIGHT, MIN_WEIGHT, KeyCore
-from memmy.service.namespace import Namespace
-from memmy.service.revise import revise
+from memmy.keys.core import MAX_WEIGHT, MIN_WEIGHT, KeyCore
+from memmy.keys.revise import revise
+from memmy.namespace import Namespace
+from memmy.recall.freshness import DEFAULT_PROFILE, explicit_profile, validity_payload
 from memmy.store.db import utc_now
 from memmy.store.tombstones import value_hash
 from memmy.store.vectors import Vector
@@ -430,7 +430,7 @@ class KeyWriter(KeyCore):
         args = body_of(body)
         memory = self.require_memory(args.get("memory_id"), visible=False)
         reason = opt_text(args, "reason") or "forget"
-        result = self.memory_ops.delete(memory.id, {"reason": reason}, ns)
+        result = self.delete_memory(memory.id, reason, ns)
         return {"deleted": True, "memory_id": memory.id, "tombstone_id": result.get("tombstoneId")}
 
     def cleanup_expired(self, body: Any, ns: Namespace) -> dict[str, Any]:

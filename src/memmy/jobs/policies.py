@@ -1,6 +1,6 @@
 """L2 jobs: association, induction and statistics of policies; failure avoidance; decision repair; feedback.
 
-Two-phase handlers like :mod:`memmy.service.evolution`: compute (LLM included) first, write in ``apply``.
+Two-phase handlers like :mod:`memmy.jobs.evolution`: compute (LLM included) first, write in ``apply``.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from memmy.evolve.model import PolicyDraft, PolicyView, TraceView
 from memmy.evolve.policy import best_association, compute_stats, induce_llm, policy_body, policy_key
 from memmy.evolve.topics import content_keywords
 from memmy.indexing import Indexer
-from memmy.service.evolution import ModelSlots
-from memmy.service.evolve_support import LayerWrite, LayerWriter, parse_iso, policy_view, trace_view
+from memmy.jobs.evolution import ModelSlots
+from memmy.jobs.writer import LayerWrite, LayerWriter, parse_iso, policy_view, trace_view
 from memmy.store.episodes import EpisodeRepository, FeedbackRepository
 from memmy.store.evolution import EvolutionRepository
 from memmy.store.jobs import JobRecord, JobRepository

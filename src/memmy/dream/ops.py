@@ -15,12 +15,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from memmy.commands.validate import opt_bool, opt_int, require_object
 from memmy.config import MemmyConfig
 from memmy.domain import new_id
+from memmy.dream.plan import DreamPlanner, DreamSettings, Planned, change_json, count_actions, iso
 from memmy.errors import Conflict, Forbidden, InvalidArgument, MemmyError, NotFound
 from memmy.indexing import Indexer
-from memmy.service.dream_plan import DreamPlanner, DreamSettings, Planned, change_json, count_actions, iso
-from memmy.service.validate import opt_bool, opt_int, require_object
 from memmy.store.db import Database, utc_now
 from memmy.store.dreams import DreamChange, DreamRecord, DreamRepository, Row
 from memmy.store.logs import append_change

@@ -1,0 +1,133 @@
+"""The checks ``memmy-memory doctor`` runs besides the store file's: config, daemon and token, installed hooks and
+their endpoint, the vector index, the embedding model. Each finding names the command that fixes it.
+
+They read files and ask the daemon's health over loopback; nothing is written.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+import httpx
+
+from memmy.cli.client import ClientSettings
+from memmy.config import MemmyConfig
+from memmy.embed import LOCAL_MODEL_ALIASES
+from memmy.embed.weights import find_model_dir
+from memmy.integrations.check import check_hook_settings, check_installed
+from memmy.service.store_health import Finding
+
+
+def config_finding(path: Path, message: str) -> Finding:
+    """An invalid config file (nothing else can be checked against it)."""
+    return Finding("config_invalid", "error", message, f"edit {path} as the message says, then run doctor again")
+
+
+def daemon_findings(settings: ClientSettings, config: MemmyConfig) -> list[Finding]:
+    """Is a daemon answering at the configured endpoint, does it take the configured token, is it ours?"""
+    url = settings.url
+    headers = {"authorization": f"Bearer {settings.token}"} if settings.token else {}
+    try:
+        with httpx.Client(base_url=url, headers=headers, timeout=5.0) as client:
+            health = client.get("/api/v1/health")
+            probe = client.get("/api/v1/logs", params={"kind": "audit", "limit": 1})
+    except httpx.HTTPError as exc:
+        return [
+            Finding(
+                "daemon_down",
+                "warning",
+                f"no memmy daemon answers at {url} ({type(exc).__name__}); agents get no memory until it runs",
+                "memmy-memory serve  # or, installed as a service: memmy-memory service start",
+            )
+        ]
+    if probe.status_code == 401:
+        return [
+            Finding(
+                "token_refused",
+                "error",
+                f"the daemon at {url} refuses the configured token (storage.token in {config.path} or "
+                "MEMMY_MEMORY_TOKEN); CLI and hook calls get 401",
+                f"put the daemon's token in {config.path} (storage.token), or restart the daemon with this config: "
+                "memmy-memory service restart",
+            )
+        ]
+    served = ((health.json() if health.status_code == 200 else {}).get("storage") or {}).get("path")
+    if served and Path(served) != Path(config.storage.sqlite_path):
+        return [
+            Finding(
+                "daemon_other_store",
+                "warning",
+                f"the daemon at {url} serves {served}, not {config.storage.sqlite_path} from {config.path}",
+                "stop that daemon and start yours (memmy-memory serve), or point --url at yours",
+            )
+        ]
+    return []
+
+
+def hook_findings(config: MemmyConfig, url: str, env: dict[str, str] | None = None) -> list[Finding]:
+    """Installed hooks, MCP registrations and the service unit: a missing interpreter or launcher, another endpoint
+    or token than the daemon's."""
+    env = dict(os.environ) if env is None else env
+    home = Path(env.get("HOME") or Path.home())
+    token = "" if config.server.auth_disabled else config.storage.token
+    found = check_installed(home, env) + check_hook_settings(config.home, url, token)
+    return [Finding(f"hook_{f.severity}", f.severity, f"{f.agent}: {f.message} ({f.path})", f.fix) for f in found]
+
+
+def vector_findings(db_path: Path) -> list[Finding]:
+    """Live memories without a vector (search misses them), and vectors made by more than one model."""
+    if not db_path.is_file():
+        return []
+    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=5.0)
+    try:
+        missing = conn.execute(
+            "SELECT COUNT(*) FROM memories m WHERE m.status = 'activated' AND m.superseded_by IS NULL "
+            "AND NOT EXISTS (SELECT 1 FROM memory_vector_entries v WHERE v.memory_id = m.id)"
+        ).fetchone()[0]
+        models = conn.execute(
+            "SELECT embedding_model, embedding_dim, COUNT(*) FROM memory_vector_entries GROUP BY 1, 2"
+        ).fetchall()
+    except sqlite3.DatabaseError:
+        return []  # the store checks report a damaged file
+    finally:
+        conn.close()
+    findings = []
+    if missing:
+        findings.append(
+            Finding(
+                "vectors_missing",
+                "warning",
+                f"{missing} live memories in {db_path} have no vector yet: semantic search cannot find them",
+                "memmy-memory worker run  # with the daemon running; it embeds what is queued",
+            )
+        )
+    if len(models) > 1:
+        seen = ", ".join(f"{model} ({dim} dims): {n}" for model, dim, n in models)
+        findings.append(
+            Finding(
+                "vectors_mixed",
+                "warning",
+                f"the vector index mixes embedding models ({seen}); vectors of another model are not compared",
+                "restart the daemon (memmy-memory service restart, or serve): it re-embeds stale vectors at start",
+            )
+        )
+    return findings
+
+
+def model_findings(config: MemmyConfig) -> list[Finding]:
+    """The configured local embedding model's files are present."""
+    provider = config.embedding.provider.strip().lower()
+    if provider != "local" or config.embedding.model.strip() not in LOCAL_MODEL_ALIASES:
+        return []
+    if find_model_dir() is not None:
+        return []
+    return [
+        Finding(
+            "model_missing",
+            "error",
+            "the local embedding model (all-MiniLM-L6-v2) is not installed: nothing can be embedded or searched",
+            "memmy-memory model fetch",
+        )
+    ]
