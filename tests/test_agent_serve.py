@@ -45,8 +45,11 @@ def brain(body: dict[str, Any]) -> Reply:
 
 
 @contextmanager
-def serving(home: Path, stub: ModelStub, extra: str = "", memory: bool = False) -> Iterator[str]:
-    write_agent_config(home, stub, extra=extra, memory=memory)
+def serving(
+    home: Path, stub: ModelStub, extra: str = "", memory: bool = False, reuse_config: bool = False
+) -> Iterator[str]:
+    if not reuse_config:
+        write_agent_config(home, stub, extra=extra, memory=memory)
     config = replace(load_agent_config(), serve_token=TOKEN)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(config), host="127.0.0.1", port=port, log_level="warning"))
@@ -158,3 +161,99 @@ def test_memory_recalled_and_captured_per_user(isolated_home: Path, daemon: Daem
         tasks = http.get("/api/v1/panel/tasks", params={"q": "falcon service"}).json()["tasks"]
     turns = [t for task in tasks for t in task["turns"]]
     assert any("where does the falcon service" in json.dumps(t) for t in turns)
+
+
+def test_host_origin_and_token_guard(isolated_home: Path) -> None:
+    with run_model_stub(brain) as stub, serving(isolated_home, stub) as base:
+        port = base.rsplit(":", 1)[1]
+        chat = {"model": "stub-model", "messages": [{"role": "user", "content": "hi"}]}
+        auth = {"authorization": f"Bearer {TOKEN}"}
+        # DNS rebinding: a page on evil.example resolved to 127.0.0.1 sends its own Host.
+        for host in (f"evil.example:{port}", "evil.example", f"127.0.0.1:{int(port) + 1}"):
+            rebound = httpx.post(base + "/v1/chat/completions", headers={**auth, "host": host}, json=chat)
+            assert rebound.status_code == 421, host
+            assert "DNS rebinding" in rebound.json()["error"]["message"]
+        assert httpx.get(base + "/health", headers={"host": "evil.example"}).status_code == 421
+        # A browser page elsewhere (or a sandboxed/file:// one) may neither read nor write.
+        for origin in ("https://evil.example", "null", f"http://localhost:{int(port) + 1}"):
+            foreign = httpx.post(base + "/v1/chat/completions", headers={**auth, "origin": origin}, json=chat)
+            assert foreign.status_code == 403, origin
+            assert httpx.get(base + "/v1/models", headers={**auth, "origin": origin}).status_code == 403
+        own = httpx.get(base + "/v1/models", headers={**auth, "origin": f"http://localhost:{port}"})
+        assert own.status_code == 200
+        assert httpx.get(base + "/v1/models", headers={**auth, "host": f"localhost:{port}"}).status_code == 200
+        # No token, a wrong token, a token in the wrong scheme: 401 on every guarded route.
+        for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": TOKEN}):
+            assert httpx.post(base + "/v1/chat/completions", headers=headers, json=chat).status_code == 401
+            assert httpx.get(base + "/v1/models", headers=headers).status_code == 401
+        assert len(stub.requests) == 0  # nothing refused reached the provider
+
+
+def test_allowed_origins_from_config(isolated_home: Path) -> None:
+    extra = "serve:\n  allowedOrigins: ['http://localhost:3000']\n"
+    with run_model_stub(brain) as stub, serving(isolated_home, stub, extra) as base:
+        auth = {"authorization": f"Bearer {TOKEN}"}
+        assert httpx.get(base + "/v1/models", headers={**auth, "origin": "http://localhost:3000"}).status_code == 200
+        assert httpx.get(base + "/v1/models", headers={**auth, "origin": "http://localhost:3001"}).status_code == 403
+
+
+def test_sampling_fields_and_tool_choice_reach_the_provider(isolated_home: Path) -> None:
+    with run_model_stub(brain) as stub, serving(isolated_home, stub) as base:
+        client = sdk(base)
+        sampling: dict[str, Any] = {
+            "temperature": 0.2,
+            "top_p": 0.9,
+            "max_tokens": 77,
+            "stop": ["\n\nUser:"],
+            "seed": 42,
+            "presence_penalty": 0.5,
+            "frequency_penalty": 0.25,
+            "response_format": {"type": "json_object"},
+            "parallel_tool_calls": False,
+        }
+        choice = {"type": "function", "function": {"name": "get_weather"}}
+        for stream in (False, True):
+            response = client.chat.completions.create(  # type: ignore[call-overload]
+                model="stub-model",
+                messages=[{"role": "user", "content": "what is the weather in Oslo?"}],
+                tools=[WEATHER_TOOL],
+                tool_choice=choice,
+                stream=stream,
+                extra_body={"top_k": 20},  # a field only some servers know (vLLM) travels as it came
+                **sampling,
+            )
+            if stream:
+                list(response)
+            sent = stub.requests[-1]["body"]
+            assert {k: sent.get(k) for k in sampling} == sampling
+            assert sent["tool_choice"] == choice and sent["top_k"] == 20
+            assert sent["tools"][0]["function"]["name"] == "get_weather"
+            assert "max_completion_tokens" not in sent  # the client's max_tokens replaces the configured limit
+        plain = client.chat.completions.create(model="stub-model", messages=[{"role": "user", "content": "hello"}])
+        assert plain.choices[0].message.content == "echo: hello"
+        assert stub.requests[-1]["body"]["max_completion_tokens"] == 4096  # no client limit: agents.defaults'
+        with pytest.raises(openai.BadRequestError, match="n=1"):
+            client.chat.completions.create(model="stub-model", messages=[{"role": "user", "content": "hi"}], n=2)
+
+
+def test_sampling_fields_translated_for_an_anthropic_provider(isolated_home: Path) -> None:
+    with run_model_stub(brain) as stub:
+        write_agent_config(isolated_home, stub, kind="anthropic", memory=False)
+        with serving(isolated_home, stub, reuse_config=True) as base:
+            response = sdk(base).chat.completions.create(
+                model="stub-model",
+                messages=[{"role": "system", "content": "be brief"}, {"role": "user", "content": "say hi"}],
+                tools=[WEATHER_TOOL],
+                tool_choice="required",
+                temperature=0.3,
+                top_p=0.8,
+                max_tokens=55,
+                stop="END",
+                seed=7,
+            )
+            assert response.choices[0].message.content == "echo: say hi"
+            sent = stub.requests[-1]["body"]
+            assert stub.requests[-1]["path"].endswith("/messages")
+            assert sent["tool_choice"] == {"type": "any"} and sent["temperature"] == 0.3 and sent["top_p"] == 0.8
+            assert sent["max_tokens"] == 55 and sent["stop_sequences"] == ["END"] and sent["system"] == "be brief"
+            assert "seed" not in sent  # the Messages API has no seed: left out rather than refused upstream

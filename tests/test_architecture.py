@@ -17,6 +17,7 @@ ALLOWED: dict[str, set[str]] = {
     "store": {"domain", "errors"},
     "embed": {"errors"},
     "redact": set(),
+    "httpguard": set(),
     "capture": {"domain", "errors", "redact"},
     "recall": {"domain", "errors", "store", "embed", "capture", "llm"},
     "llm": {"errors"},
@@ -64,6 +65,7 @@ ALLOWED: dict[str, set[str]] = {
         "panel",
         "namespace",
         "commands",
+        "httpguard",
     },
     "panel": {"service", "domain", "errors", "config", "config_defaults", "integrations", "__init__", "namespace"},
     "cli": {
@@ -84,7 +86,18 @@ ALLOWED: dict[str, set[str]] = {
     "integrations": {"__init__"},
     "hook": {"redact", "transcripts"},
     "mcp": {"__init__", "hook", "sources", "redact"},
-    "agent": {"errors", "domain", "config", "config_defaults", "cli", "hook", "sources", "redact", "__init__"},
+    "agent": {
+        "errors",
+        "domain",
+        "config",
+        "config_defaults",
+        "cli",
+        "hook",
+        "sources",
+        "redact",
+        "httpguard",
+        "__init__",
+    },
     "__init__": set(),
 }
 

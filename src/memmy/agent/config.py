@@ -6,14 +6,14 @@ keys from the same file, expands ``${ENV}`` references and fills in the provider
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from memmy.config import config_path, memmy_home, read_config_file
 from memmy.errors import ConfigError
@@ -116,6 +116,20 @@ class McpServerConfig:
     enabled_tools: tuple[str, ...] = ("*",)
 
 
+SEARCH_PROVIDERS = ("duckduckgo", "searxng", "brave", "tavily", "none")
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """``tools.web.search``: provider, result count, endpoint, key, time cap."""
+
+    provider: str = "duckduckgo"
+    max_results: int = 5
+    api_base: str = ""
+    api_key: str = ""
+    timeout_s: float = 15.0
+
+
 @dataclass(frozen=True)
 class ToolsConfig:
     """Built-in tool toggles (``tools.*``) and the MCP servers."""
@@ -126,6 +140,7 @@ class ToolsConfig:
     web_enabled: bool = True
     fetch_timeout_s: float = 30.0
     fetch_max_chars: int = 60000
+    web_search: SearchConfig = SearchConfig()
     files_enabled: bool = True
     restrict_to_workspace: bool = False
     memory_tools: bool = True
@@ -152,6 +167,7 @@ class AgentConfig:
     serve_token: str | None
     problems: tuple[str, ...]
     raw: dict[str, Any]
+    serve_allowed_origins: tuple[str, ...] = ()  # browser origins ``memmy serve`` accepts besides its own
 
     def model(self, name: str | None = None) -> ModelChoice | None:
         """The preset ``name`` (or the default model)."""
@@ -263,6 +279,22 @@ def _mcp_servers(tools: Mapping[str, Any], path: Path) -> tuple[McpServerConfig,
     return tuple(found)
 
 
+def _search(web: Mapping[str, Any], path: Path) -> SearchConfig:
+    entry = web.get("search") or {}
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{path}: tools.web.search: expected a mapping")
+    provider = str(entry.get("provider", "duckduckgo") or "none").lower()
+    if provider not in SEARCH_PROVIDERS:
+        raise ConfigError(f"{path}: tools.web.search.provider: expected one of {', '.join(SEARCH_PROVIDERS)}")
+    return SearchConfig(
+        provider=provider,
+        max_results=int(_number(entry.get("maxResults"), 5, "tools.web.search.maxResults", path)),
+        api_base=str(entry.get("apiBase") or ""),
+        api_key=str(entry.get("apiKey") or ""),
+        timeout_s=_number(entry.get("timeoutS"), 15.0, "tools.web.search.timeoutS", path),
+    )
+
+
 def _tools(tree: Mapping[str, Any], path: Path) -> ToolsConfig:
     tools = _section(tree, "tools", path)
     exec_ = tools.get("exec") or {}
@@ -279,12 +311,20 @@ def _tools(tree: Mapping[str, Any], path: Path) -> ToolsConfig:
         web_enabled=bool(web.get("enabled", True)),
         fetch_timeout_s=_number(fetch.get("timeoutS"), 30.0, "tools.web.fetch.timeoutS", path),
         fetch_max_chars=int(_number(fetch.get("maxChars"), 60000, "tools.web.fetch.maxChars", path)),
+        web_search=_search(web if isinstance(web, dict) else {}, path),
         files_enabled=bool(files.get("enabled", True)),
         restrict_to_workspace=bool(tools.get("restrictToWorkspace", False)),
         memory_tools=bool((tools.get("memory") or {}).get("enabled", True)),
         tool_timeout_s=_number(tools.get("toolTimeout"), 60.0, "tools.toolTimeout", path),
         mcp_servers=_mcp_servers(tools, path),
     )
+
+
+def _origins(serve: Mapping[str, Any], path: Path) -> tuple[str, ...]:
+    origins = serve.get("allowedOrigins") or []
+    if not isinstance(origins, list) or not all(isinstance(o, str) for o in origins):
+        raise ConfigError(f"{path}: serve.allowedOrigins: expected a list of origins like http://localhost:3000")
+    return tuple(o.strip().rstrip("/") for o in origins)
 
 
 def load_agent_config(explicit: str | None = None, env: Mapping[str, str] | None = None) -> AgentConfig:
@@ -339,23 +379,48 @@ def load_agent_config(explicit: str | None = None, env: Mapping[str, str] | None
         serve_token=str(serve.get("token")) if serve.get("token") else env.get("MEMMY_SERVE_TOKEN") or None,
         problems=tuple(problems),
         raw=raw,
+        serve_allowed_origins=_origins(serve, path),
     )
 
 
+def _merge_into(base: MutableMapping[str, Any], overlay: Mapping[str, Any]) -> None:
+    for key, value in overlay.items():
+        if isinstance(value, Mapping) and isinstance(base.get(key), MutableMapping):
+            _merge_into(base[key], value)
+        else:
+            base[key] = dict(value) if isinstance(value, Mapping) else value
+
+
 def write_agent_sections(path: Path, updates: Mapping[str, Any]) -> None:
-    """Deep-merge ``updates`` into the file's top-level agent sections, keeping every other key (0600, atomic)."""
-    raw = read_config_file(path)
+    """Deep-merge ``updates`` into the file's top-level agent sections, keeping every other key and the user's
+    comments, key order and quoting (a ruamel.yaml round trip; a ``.json`` file stays JSON). 0600, atomic."""
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    if path.suffix == ".json":
+        raw = read_config_file(path)
+        _merge_into(raw, updates)
+        output = json.dumps(raw, indent=2, ensure_ascii=False) + "\n"
+    else:
+        from ruamel.yaml import YAML  # only for writes (keeps the agent's start-up light)
+        from ruamel.yaml.comments import CommentedMap
+        from ruamel.yaml.error import YAMLError
 
-    def merge(base: dict[str, Any], overlay: Mapping[str, Any]) -> None:
-        for key, value in overlay.items():
-            if isinstance(value, Mapping) and isinstance(base.get(key), dict):
-                merge(base[key], value)
-            else:
-                base[key] = value
-
-    merge(raw, updates)
+        round_trip = YAML()
+        round_trip.preserve_quotes = True
+        round_trip.width = 4096
+        try:
+            doc = round_trip.load(text) if text.strip() else None
+        except YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+        if doc is None:
+            doc = CommentedMap()
+        if not isinstance(doc, CommentedMap):
+            raise ConfigError(f"{path}: expected a mapping at the top level, got {type(doc).__name__}")
+        _merge_into(doc, updates)
+        buffer = io.StringIO()
+        round_trip.dump(doc, buffer)
+        output = buffer.getvalue()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(yaml.safe_dump(raw, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    tmp.write_text(output, encoding="utf-8")
     os.chmod(tmp, 0o600)
     os.replace(tmp, path)

@@ -84,7 +84,6 @@ class Agent:
         self.last_recall: Recall | None = None
         self.last_usage: dict[str, int] = {}
         self.running = False
-        self._captures: set[asyncio.Task[bool]] = set()
         self._provider: Provider | None = None
         choice = config.model(session.preset) or config.default
         self.choice: ModelChoice | None = choice
@@ -280,21 +279,23 @@ class Agent:
         self.store.save(self.session)
         result.elapsed_ms = (time.perf_counter() - started) * 1000
         if self.memory is not None and recall is not None:
-            # Capture runs off the turn's critical path: the answer is out, the next turn need not wait.
+            # Capture runs off the turn's critical path (the capture thread): the answer is out, the next turn
+            # need not wait, and a cancelled event loop cannot lose it.
             answer = result.answer or (f"[{result.status}] {result.error}" if result.error else "")
-            capture = asyncio.create_task(
-                self.memory.complete_turn(
-                    recall, answer, result.status, result.tool_calls, str(self.workspace), result.usage or None
-                )
+            self.memory.capture_turn(
+                recall, answer, result.status, list(result.tool_calls), str(self.workspace), result.usage or None
             )
-            self._captures.add(capture)
-            capture.add_done_callback(self._captures.discard)
         self.emit(TurnEvent("done", result.answer, {"status": result.status, "error": result.error}))
 
     async def flush(self) -> None:
         """Wait for the captures still in flight (before exit, or when a caller needs them stored)."""
-        while self._captures:
-            await asyncio.gather(*list(self._captures), return_exceptions=True)
+        if self.memory is not None:
+            await self.memory.flush()
+
+    async def prepare(self) -> None:
+        """Open the memory session before the first turn (the runtime does it while MCP servers start)."""
+        if self.memory is not None:
+            await self.memory.open_session(self.session.key, str(self.workspace))
 
 
 def _parse_args(arguments: str) -> Any:

@@ -1,18 +1,25 @@
 """The agent's memory client: the daemon's session and turn routes (as the hooks use them) plus the
 ``memmy-memory`` tools, over HTTP with the CLI's URL/token resolution. Every call fails open: a daemon that is
-down, slow or refusing turns memory off for that call and records why, never the turn."""
+down, slow or refusing turns memory off for that call and records why, never the turn.
+
+The turn path is kept short: turn start goes over a kept-alive connection (:mod:`memmy.agent.daemon_link`), the
+memory session is opened once per agent session (when the runtime starts, in parallel with the MCP servers), and
+the capture (turn complete) is handed to a background thread (:mod:`memmy.agent.capture_queue`)."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import time
 import uuid
+from concurrent.futures import Future
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-import httpx
-
+from memmy.agent.capture_queue import CaptureQueue
+from memmy.agent.daemon_link import DaemonError, DaemonLink, DaemonTimeout, DaemonUnreachable
 from memmy.cli.client import ClientSettings
 from memmy.config import load_config
 from memmy.errors import MemmyError
@@ -67,7 +74,13 @@ class MemoryBridge:
     """Fail-open async client of the memory daemon for one agent process."""
 
     def __init__(
-        self, settings: ClientSettings, *, enabled: bool = True, timeout_s: float = 5.0, source: str = SOURCE
+        self,
+        settings: ClientSettings,
+        *,
+        enabled: bool = True,
+        timeout_s: float = 5.0,
+        source: str = SOURCE,
+        spool: Path | None = None,
     ) -> None:
         self.settings = settings
         self.enabled = enabled
@@ -75,18 +88,18 @@ class MemoryBridge:
         self.error: str | None = None  # why the last call failed (None: memory is working)
         self.warned = False
         self._opened: set[str] = set()
-        headers = {"accept": "application/json", "content-type": "application/json", "x-memmy-source": source}
+        headers = {"x-memmy-source": source}
         if settings.token:
             headers["authorization"] = f"Bearer {settings.token}"
         if settings.user_id:
             headers["x-memmy-user-id"] = settings.user_id
-        self._http = httpx.AsyncClient(
-            base_url=settings.url, headers=headers, timeout=httpx.Timeout(timeout_s, connect=1.0)
-        )
+        self._link = DaemonLink(settings.url, headers, timeout_s=timeout_s)
+        self._captures = CaptureQueue(settings.url, headers, spool=spool, on_error=self._capture_error)
 
     async def aclose(self) -> None:
-        """Close the connection pool."""
-        await self._http.aclose()
+        """Deliver the captures still queued, then close the connections."""
+        await asyncio.to_thread(self._captures.close)
+        await self._link.aclose()
 
     @property
     def state(self) -> str:
@@ -114,26 +127,38 @@ class MemoryBridge:
         if user:
             headers["x-memmy-user-id"] = user
         try:
-            response = await self._http.request(method, "/api/v1" + path, json=body, headers=headers)
-        except httpx.ConnectError:
+            status, answer = await self._link.request(method, "/api/v1" + path, body, headers)
+        except DaemonUnreachable:
             self._fail(f"daemon not running at {self.settings.url}")
             raise
-        except httpx.TimeoutException:
+        except DaemonTimeout:
             self._fail(f"daemon at {self.settings.url} did not answer in time")
             raise
-        if response.status_code == 401:
+        if status == 401:
             self._fail("daemon refused the token (HTTP 401): check memmyMemory.storage.token")
-            response.raise_for_status()
-        if response.status_code >= 400:
-            response.raise_for_status()
+        if status >= 400:
+            message = answer.get("error", {}).get("message") if isinstance(answer, dict) else None
+            raise DaemonError(f"HTTP {status} on {method} {path}: {message or str(answer)[:200]}", status, answer)
         self.error = None
         self.warned = False
-        return response.json()
+        return answer
 
     def _fail(self, reason: str) -> None:
         if self.error != reason:
             self.warned = False
         self.error = reason
+
+    def _capture_error(self, reason: str | None) -> None:
+        """The capture thread's report (None: a capture went through)."""
+        if reason is None:
+            if self.error and "capture" in self.error:
+                self.error = None
+        else:
+            self._fail(reason)
+
+    def session_id(self, session_key: str) -> str:
+        """The memory session id of an agent session (stable across processes)."""
+        return f"{ADAPTER}-{short_hash(self.source, session_key)}"
 
     async def _open(self, session_id: str, workspace: str | None, user: str | None = None, force: bool = False) -> None:
         if session_id in self._opened and not force:
@@ -144,6 +169,18 @@ class MemoryBridge:
         await self._call("POST", "/sessions/open", body, workspace, user)
         self._opened.add(session_id)
 
+    async def open_session(self, session_key: str, workspace: str | None = None, user: str | None = None) -> bool:
+        """Open the memory session ahead of the first turn (off the turn's critical path); False when it failed."""
+        if not self.enabled:
+            return False
+        try:
+            await self._open(self.session_id(session_key), workspace, user)
+        except (DaemonError, ValueError) as exc:
+            if self.error is None:
+                self._fail(f"session open failed: {str(exc)[:200]}")
+            return False
+        return True
+
     async def start_turn(
         self, session_key: str, query: str, workspace: str | None = None, user: str | None = None
     ) -> Recall | None:
@@ -151,7 +188,7 @@ class MemoryBridge:
         if not self.enabled:
             return None
         started_at = time.perf_counter()
-        session_id = f"{ADAPTER}-{short_hash(self.source, session_key)}"
+        session_id = self.session_id(session_key)
         turn_id = f"{ADAPTER}-turn-{uuid.uuid4().hex[:20]}"
         body: dict[str, Any] = {
             "sessionId": session_id,
@@ -165,18 +202,21 @@ class MemoryBridge:
             await self._open(session_id, workspace, user)
             try:
                 started = await self._call("POST", "/turns/start", body, workspace, user)
-            except httpx.HTTPStatusError as exc:
-                if exc.response.status_code not in (404, 409):
+            except DaemonError as exc:
+                if exc.status not in (404, 409):
                     raise
                 # The daemon forgot or closed the session: open it again (a closed one gets a fresh id).
-                if exc.response.status_code == 409:
+                if exc.status == 409:
                     session_id = f"{session_id}-{uuid.uuid4().hex[:6]}"
                     body["sessionId"] = session_id
                 await self._open(session_id, workspace, user, force=True)
                 started = await self._call("POST", "/turns/start", body, workspace, user)
-        except (httpx.HTTPError, ValueError) as exc:
+        except (DaemonError, ValueError) as exc:
             if self.error is None:
                 self._fail(f"turn start failed: {str(exc)[:200]}")
+            return None
+        if not isinstance(started, dict):
+            self._fail("turn start answered something other than a JSON object")
             return None
         injected = started.get("injectedContext") or {}
         return Recall(
@@ -190,7 +230,7 @@ class MemoryBridge:
             elapsed_ms=(time.perf_counter() - started_at) * 1000,
         )
 
-    async def complete_turn(
+    def capture_turn(
         self,
         recall: Recall,
         answer: str,
@@ -198,38 +238,44 @@ class MemoryBridge:
         tool_calls: list[dict[str, Any]],
         workspace: str | None = None,
         usage: dict[str, int] | None = None,
-    ) -> bool:
-        """Capture the turn (request, answer, tool calls with redacted output, outcome); False on failure."""
+    ) -> Future[bool] | None:
+        """Queue the turn's capture (request, answer, tool calls with redacted output, outcome) for the capture
+        thread and return at once; the future says whether the daemon stored it. None when memory is off."""
         if not self.enabled:
-            return False
-        calls = [
-            {
-                **call,
-                "input": _redact_value(call.get("input")),
-                "output": redact(str(call.get("output") or "")),
-                "error": redact(str(call["error"])) if call.get("error") else None,
+            return None
+
+        def prepare() -> dict[str, Any]:  # runs in the capture thread: redaction stays off the event loop
+            calls = [
+                {
+                    **call,
+                    "input": _redact_value(call.get("input")),
+                    "output": redact(str(call.get("output") or "")),
+                    "error": redact(str(call["error"])) if call.get("error") else None,
+                }
+                for call in tool_calls
+            ]
+            body: dict[str, Any] = {
+                "sessionId": recall.session_id,
+                "query": redact(recall.query),
+                "answer": redact(answer) or "(no answer)",
+                "status": status,
+                "toolCalls": calls,
+                "source": self.source,
+                "adapterId": ADAPTER,
+                "requestId": f"complete:{recall.turn_id}",
             }
-            for call in tool_calls
-        ]
-        body: dict[str, Any] = {
-            "sessionId": recall.session_id,
-            "query": redact(recall.query),
-            "answer": redact(answer) or "(no answer)",
-            "status": status,
-            "toolCalls": calls,
-            "source": self.source,
-            "adapterId": ADAPTER,
-            "requestId": f"complete:{recall.turn_id}",
-        }
-        if usage:
-            body["usage"] = usage
-        try:
-            await self._call("POST", f"/turns/{recall.turn_id}/complete", body, workspace, recall.user)
-        except (httpx.HTTPError, ValueError) as exc:
-            if self.error is None:
-                self._fail(f"turn capture failed: {str(exc)[:200]}")
-            return False
-        return True
+            if usage:
+                body["usage"] = usage
+            return body
+
+        headers = {"x-memmy-workspace-path": workspace} if workspace else {}
+        if recall.user:
+            headers["x-memmy-user-id"] = recall.user
+        return self._captures.submit(f"/api/v1/turns/{recall.turn_id}/complete", prepare, headers)
+
+    async def flush(self, timeout_s: float = 30.0) -> bool:
+        """Wait until every queued capture is delivered (or spooled)."""
+        return await asyncio.to_thread(self._captures.flush, timeout_s)
 
     async def search(self, query: str, limit: int = 8, workspace: str | None = None) -> Any:
         """``memory/search`` (the model's ``memmy_memory_search`` tool)."""
@@ -252,6 +298,6 @@ class MemoryBridge:
         """The daemon's health, or None when it cannot be reached."""
         try:
             result = await self._call("GET", "/health")
-        except (httpx.HTTPError, ValueError):
+        except (DaemonError, ValueError):
             return None
         return result if isinstance(result, dict) else None

@@ -5,7 +5,7 @@ SDK errors become a :class:`ProviderError` whose message says what happened and 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -16,6 +16,81 @@ from memmy.agent.config import ModelChoice
 from memmy.errors import MemmyError
 
 TextSink = Callable[[str], None]
+Options = Mapping[str, Any]
+
+#: Chat Completions fields that ``memmy serve`` handles itself; every other field of a request is an option the
+#: provider gets as it came (``temperature``, ``top_p``, ``max_tokens``, ``stop``, ``tool_choice``,
+#: ``response_format``, ``seed`` …; a field the SDK does not name, like vLLM's ``top_k``, travels in the body).
+SERVE_FIELDS = frozenset({"model", "messages", "stream", "stream_options", "tools"})
+#: Named ``chat.completions.create`` parameters (the rest goes through ``extra_body``).
+OPENAI_PARAMS = frozenset(
+    {
+        "tool_choice",
+        "temperature",
+        "top_p",
+        "max_tokens",
+        "max_completion_tokens",
+        "stop",
+        "response_format",
+        "seed",
+        "presence_penalty",
+        "frequency_penalty",
+        "logit_bias",
+        "parallel_tool_calls",
+        "reasoning_effort",
+        "service_tier",
+        "metadata",
+        "store",
+        "user",
+        "verbosity",
+        "prediction",
+        "modalities",
+        "audio",
+        "prompt_cache_key",
+        "safety_identifier",
+        "web_search_options",
+    }
+)
+
+
+#: Named ``messages.create`` parameters among what :func:`anthropic_options` produces.
+ANTHROPIC_PARAMS = frozenset({"max_tokens", "metadata", "stop_sequences", "tool_choice"})
+
+
+def request_options(body: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """The provider options of a Chat Completions request, or an error for what one answer cannot carry."""
+    if body.get("n") not in (None, 1):
+        return {}, "n: memmy serve returns one choice; send n=1 (or leave it out)"
+    if body.get("logprobs") or body.get("top_logprobs"):
+        return {}, "logprobs: not relayed by memmy serve; leave logprobs/top_logprobs out"
+    options = {k: v for k, v in body.items() if k not in SERVE_FIELDS and k not in ("n", "logprobs", "top_logprobs")}
+    return {k: v for k, v in options.items() if v is not None}, None
+
+
+def anthropic_options(options: Options) -> dict[str, Any]:
+    """Chat Completions options in the Messages API's terms (what it has no equivalent for is left out)."""
+    out: dict[str, Any] = {}
+    for key in ("temperature", "top_p", "top_k", "metadata"):
+        if key in options and (key != "metadata" or isinstance(options[key], dict)):
+            out[key] = options[key]
+    stop = options.get("stop")
+    if stop:
+        out["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
+    limit = options.get("max_completion_tokens") or options.get("max_tokens")
+    if limit:
+        out["max_tokens"] = limit
+    choice = options.get("tool_choice")
+    if choice in ("auto", "none"):
+        out["tool_choice"] = {"type": choice}
+    elif choice == "required":
+        out["tool_choice"] = {"type": "any"}
+    elif isinstance(choice, dict) and isinstance(choice.get("function"), dict):
+        out["tool_choice"] = {"type": "tool", "name": choice["function"].get("name", "")}
+    if options.get("parallel_tool_calls") is False and "tool_choice" in out and choice != "none":
+        out["tool_choice"]["disable_parallel_tool_use"] = True
+    if isinstance(options.get("user"), str) and "metadata" not in out:
+        out["metadata"] = {"user_id": options["user"]}
+    return out
 
 
 class ProviderError(MemmyError):
@@ -55,9 +130,13 @@ class Provider(Protocol):
     choice: ModelChoice
 
     async def stream(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], on_text: TextSink | None = None
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        on_text: TextSink | None = None,
+        options: Options | None = None,
     ) -> Completion:
-        """Send the conversation, stream text to ``on_text``, return the whole answer."""
+        """Send the conversation, stream text to ``on_text``, return the whole answer (``options``: sampling)."""
         ...
 
 
@@ -95,17 +174,25 @@ class OpenAIProvider:
         )
 
     async def stream(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], on_text: TextSink | None = None
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        on_text: TextSink | None = None,
+        options: Options | None = None,
     ) -> Completion:
         """Stream one answer; tool-call fragments are joined by index."""
         kwargs: dict[str, Any] = {"model": self.choice.model, "messages": messages, "stream": True}
         kwargs["stream_options"] = {"include_usage": True}
         if tools:
             kwargs["tools"] = tools
-        if self.choice.provider == "openai":
-            kwargs["max_completion_tokens"] = self.choice.max_tokens
-        else:
-            kwargs["max_tokens"] = self.choice.max_tokens
+        options = options or {}
+        if "max_tokens" not in options and "max_completion_tokens" not in options:
+            limit = "max_completion_tokens" if self.choice.provider == "openai" else "max_tokens"
+            kwargs[limit] = self.choice.max_tokens
+        kwargs.update({k: v for k, v in options.items() if k in OPENAI_PARAMS})
+        extra = {k: v for k, v in options.items() if k not in OPENAI_PARAMS}
+        if extra:
+            kwargs["extra_body"] = extra
         done = Completion()
         parts: list[str] = []
         calls: dict[int, dict[str, str]] = {}
@@ -189,7 +276,11 @@ class AnthropicProvider:
         )
 
     async def stream(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], on_text: TextSink | None = None
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        on_text: TextSink | None = None,
+        options: Options | None = None,
     ) -> Completion:
         """Stream one answer; ``tool_use`` blocks become tool calls."""
         system, converted = to_anthropic(messages)
@@ -210,6 +301,14 @@ class AnthropicProvider:
                 }
                 for t in tools
             ]
+        translated = anthropic_options(options or {})
+        if not tools:
+            translated.pop("tool_choice", None)
+        # The SDK names some fields; the rest (temperature, top_p, top_k in recent SDKs) travel in the body.
+        kwargs.update({k: v for k, v in translated.items() if k in ANTHROPIC_PARAMS})
+        extra = {k: v for k, v in translated.items() if k not in ANTHROPIC_PARAMS}
+        if extra:
+            kwargs["extra_body"] = extra
         done = Completion()
         parts: list[str] = []
         blocks: dict[int, dict[str, str]] = {}

@@ -3,6 +3,7 @@ the TUI and ``memmy serve`` to build the same agent."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,9 +33,16 @@ class Runtime:
             await self.memory.aclose()
 
 
+def capture_spool(config: AgentConfig) -> Path:
+    """Where captures the daemon could not take wait to be sent again."""
+    return config.home / "agent" / "pending-captures.jsonl"
+
+
 def open_memory(config: AgentConfig, enabled: bool = True, config_file: str | None = None) -> MemoryBridge:
     """The memory client with the CLI's URL/token resolution."""
-    return MemoryBridge(resolve_settings(config_file), enabled=enabled and config.memory_enabled)
+    return MemoryBridge(
+        resolve_settings(config_file), enabled=enabled and config.memory_enabled, spool=capture_spool(config)
+    )
 
 
 async def open_runtime(
@@ -55,7 +63,8 @@ async def open_runtime(
     base.mkdir(parents=True, exist_ok=True)
     tools = ToolBox(config.tools, base, memory=bridge, approve=approve)
     hub = McpHub(config.tools.mcp_servers)
-    await hub.start()
-    hub.install(tools)
     agent = Agent(config, session, store, tools, bridge, emit)
+    # The memory session opens while the MCP servers start, so the first turn makes one daemon call, not two.
+    await asyncio.gather(hub.start(), agent.prepare())
+    hub.install(tools)
     return Runtime(config, store, bridge, hub, agent)

@@ -19,14 +19,18 @@ from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memmy import __version__
 from memmy.agent.config import AgentConfig, ModelChoice
 from memmy.agent.memory import MemoryBridge, Recall, resolve_settings, short_hash
-from memmy.agent.providers import Completion, Provider, ProviderError, build_provider
+from memmy.agent.providers import Completion, Provider, ProviderError, build_provider, request_options
+from memmy.agent.runtime import capture_spool
+from memmy.httpguard import refusal
 
 SOURCE = "memmy_serve"
 _STATUS = {"unreachable": 502, "timeout": 504, "rate_limited": 429, "auth": 502, "bad_request": 400, "config": 503}
@@ -49,6 +53,23 @@ def _text(content: Any) -> str:
     return ""
 
 
+class LocalGuard:
+    """The daemon's Host/Origin guard in front of every route: a foreign ``Host`` (DNS rebinding) is a 421, a
+    foreign or ``null`` ``Origin`` a 403 (``serve.allowedOrigins`` lists browser origins that may call)."""
+
+    def __init__(self, app: ASGIApp, allowed_origins: tuple[str, ...] = ()) -> None:
+        self.app = app
+        self.allowed_origins = allowed_origins
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            refused = refusal(scope, self.allowed_origins)
+            if refused is not None:
+                await _error(refused.status, refused.message, refused.code)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 class ServeApp:
     """Request handling with one provider per model and one memory client."""
 
@@ -56,7 +77,6 @@ class ServeApp:
         self.config = config
         self.memory = memory
         self._providers: dict[ModelChoice, Provider] = {}
-        self._captures: set[asyncio.Task[bool]] = set()
 
     def choose(self, requested: Any) -> ModelChoice | None:
         """A preset by name, the default model, or the default provider with the requested model id."""
@@ -114,6 +134,9 @@ class ServeApp:
         tools = body.get("tools") or []
         if not isinstance(tools, list):
             return _error(400, "tools: expected an array")
+        options, problem = request_options(body)
+        if problem:
+            return _error(400, problem)
         choice = self.choose(body.get("model"))
         if choice is None:
             return _error(503, "no model configured: run `memmy onboard`", "server_error")
@@ -138,9 +161,9 @@ class ServeApp:
             headers["x-memmy-memory-ids"] = ",".join(recall.memory_ids)[:2000]
         provider = self.provider(choice)
         if body.get("stream"):
-            return await self._stream(provider, choice, messages, tools, recall, body, headers)
+            return await self._stream(provider, choice, messages, tools, recall, body, headers, options)
         try:
-            done = await provider.stream(messages, tools)
+            done = await provider.stream(messages, tools, None, options)
         except ProviderError as exc:
             await self._capture(recall, None, str(exc))
             return _error(_STATUS.get(exc.kind, 502), str(exc), "upstream_error")
@@ -170,12 +193,13 @@ class ServeApp:
         recall: Recall | None,
         body: dict[str, Any],
         headers: dict[str, str],
+        options: dict[str, Any],
     ) -> Response:
         queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
 
         async def produce() -> None:
             try:
-                done = await provider.stream(messages, tools, lambda delta: queue.put_nowait(("text", delta)))
+                done = await provider.stream(messages, tools, lambda delta: queue.put_nowait(("text", delta)), options)
                 queue.put_nowait(("done", done))
             except ProviderError as exc:
                 queue.put_nowait(("error", exc))
@@ -230,14 +254,11 @@ class ServeApp:
         if recall is None:
             return
         if done is None:
-            work = self.memory.complete_turn(recall, f"[failed] {error}", "failed", [])
+            self.memory.capture_turn(recall, f"[failed] {error}", "failed", [])
         else:
             calls = [{"id": c.id, "name": c.name, "input": c.arguments, "output": ""} for c in done.tool_calls]
             answer = done.text or ("requested tools: " + ", ".join(c.name for c in done.tool_calls))
-            work = self.memory.complete_turn(recall, answer, "succeeded", calls, None, done.usage or None)
-        task = asyncio.create_task(work)
-        self._captures.add(task)
-        task.add_done_callback(self._captures.discard)
+            self.memory.capture_turn(recall, answer, "succeeded", calls, None, done.usage or None)
 
 
 def _finish(done: Completion) -> str:
@@ -246,14 +267,17 @@ def _finish(done: Completion) -> str:
 
 def create_app(config: AgentConfig, memory: MemoryBridge | None = None, config_file: str | None = None) -> Starlette:
     """The Starlette app (tests mount it under uvicorn on a free port)."""
-    bridge = memory or MemoryBridge(resolve_settings(config_file), enabled=config.memory_enabled, source=SOURCE)
+    bridge = memory or MemoryBridge(
+        resolve_settings(config_file), enabled=config.memory_enabled, source=SOURCE, spool=capture_spool(config)
+    )
     handler = ServeApp(config, bridge)
     app = Starlette(
         routes=[
             Route("/health", handler.health, methods=["GET"]),
             Route("/v1/models", handler.models, methods=["GET"]),
             Route("/v1/chat/completions", handler.chat, methods=["POST"]),
-        ]
+        ],
+        middleware=[Middleware(LocalGuard, allowed_origins=config.serve_allowed_origins)],
     )
     app.state.memmy = handler
     return app

@@ -1,5 +1,6 @@
 """Built-in tools the model may call: files in the project or workspace, a shell with a timeout and an approval
-policy, web fetch with size and time caps, and memmy's own memory (search/get/add). Toggled by ``tools.*``."""
+policy, web fetch with size and time caps, web search (``websearch.py``), and memmy's own memory
+(search/get/add). Toggled by ``tools.*``."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from typing import Any
 
 import httpx
 
+from memmy.agent import websearch
 from memmy.agent.config import ToolsConfig
+from memmy.agent.daemon_link import DaemonError
 from memmy.agent.memory import MemoryBridge
 
 Approver = Callable[[str], Awaitable[bool]]
@@ -91,6 +94,15 @@ class ToolBox:
                     timeout_s=self.config.fetch_timeout_s + 5,
                 )
             )
+            self.add(
+                Tool(
+                    "web_search",
+                    "Search the web; returns the top results (title, URL, snippet). Fetch a result with web_fetch.",
+                    _schema(["query"], query={"type": "string"}, limit={"type": "integer"}),
+                    self._search,
+                    timeout_s=self.config.web_search.timeout_s + 5,
+                )
+            )
         if self.memory is not None and self.config.memory_tools and self.memory.enabled:
             self._add_memory(self.memory)
 
@@ -119,7 +131,7 @@ class ToolBox:
             return f"error: {name} did not finish within {tool.timeout_s:g} s and was stopped", False
         except ToolError as exc:
             return f"error: {exc}", False
-        except (OSError, ValueError, KeyError, TypeError, httpx.HTTPError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, httpx.HTTPError, DaemonError) as exc:
             return f"error: {name} failed: {type(exc).__name__}: {exc}", False
 
     # --- files -----------------------------------------------------------------------------------------------
@@ -250,6 +262,17 @@ class ToolBox:
         body = "".join(chunks)
         cut = f"\n…[cut at {limit} characters]" if len(body) > limit else ""
         return f"HTTP {response.status_code} {url}\n{body[:limit]}{cut}"
+
+    async def _search(self, args: dict[str, Any]) -> str:
+        query = args.get("query")
+        if not isinstance(query, str) or not query.strip():
+            raise ToolError("query: expected a non-empty string")
+        limit = args.get("limit")
+        try:
+            hits = await websearch.search(self.config.web_search, query, limit if isinstance(limit, int) else None)
+        except websearch.SearchError as exc:
+            raise ToolError(str(exc)) from None
+        return websearch.render(query, hits)
 
     # --- memory ----------------------------------------------------------------------------------------------
 

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import json
 import logging
 import uuid
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memmy.errors import storage_failure
+from memmy.httpguard import header as _header
+from memmy.httpguard import refusal
 
 log = logging.getLogger("memmy.server")
 
@@ -47,13 +48,6 @@ async def send_error(send: Send, status: int, code: str, message: str, request_i
     await send({"type": "http.response.body", "body": body})
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope.get("headers", []):
-        if key == name:
-            return str(value.decode("latin-1"))
-    return None
-
-
 def request_token(scope: Scope) -> str | None:
     """The presented token: ``Authorization: Bearer``, then ``x-api-key``, then ``?token=``/``?access_token=``."""
     auth = _header(scope, b"authorization")
@@ -67,61 +61,6 @@ def request_token(scope: Scope) -> str | None:
         if query.get(name):
             return str(query[name][0])
     return None
-
-
-def _is_loopback_name(host: str) -> bool:
-    host = host.strip("[]").lower()
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _served(scope: Scope) -> tuple[str, int | None]:
-    server = scope.get("server") or ("127.0.0.1", None)
-    return str(server[0]), (int(server[1]) if server[1] is not None else None)
-
-
-def host_allowed(host_header: str | None, scope: Scope) -> bool:
-    """The ``Host`` names a loopback address (or the bound address) and the port the daemon serves.
-
-    A page that reached the daemon through DNS rebinding sends its own name (``evil.example:18960``) and is refused.
-    """
-    if host_header is None:
-        return True  # HTTP/1.0 without Host: not a browser
-    try:
-        parts = urlsplit(f"//{host_header}")
-        name, port = parts.hostname or "", parts.port
-    except ValueError:
-        return False
-    bound, served_port = _served(scope)
-    if not (_is_loopback_name(name) or name == bound.strip("[]").lower()):
-        return False
-    return port is None or served_port is None or port == served_port
-
-
-def origin_allowed(origin: str | None, scope: Scope, allowed: tuple[str, ...] = ()) -> bool:
-    """Only the daemon's own loopback origin and the configured ``server.allowedOrigins`` may call from a browser.
-
-    No ``Origin`` (curl, hooks, plugins) is fine; ``null`` (sandboxed iframes, ``file://``) and every other site
-    are refused, so a web page can neither write nor read.
-    """
-    if origin is None:
-        return True
-    origin = origin.strip().rstrip("/")
-    if origin in allowed:
-        return True
-    if origin.lower() == "null":
-        return False
-    try:
-        parts = urlsplit(origin)
-        name, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError:
-        return False
-    _bound, served_port = _served(scope)
-    return parts.scheme == "http" and _is_loopback_name(name) and (served_port is None or port == served_port)
 
 
 def _media_type(value: str | None) -> str:
@@ -169,23 +108,9 @@ class GuardMiddleware:
         state = scope.setdefault("state", {})
         state["request_id"] = request_id
         in_process = bool(scope.get(IN_PROCESS_KEY))
-        if not in_process and not host_allowed(_header(scope, b"host"), scope):
-            await send_error(
-                send,
-                421,
-                "misdirected_request",
-                "the Host header does not name this loopback service (DNS rebinding guard)",
-                request_id,
-            )
-            return
-        if not origin_allowed(_header(scope, b"origin"), scope, self.allowed_origins()):
-            await send_error(
-                send,
-                403,
-                "forbidden",
-                "cross-origin requests are refused (only this service's own origin and server.allowedOrigins)",
-                request_id,
-            )
+        refused = refusal(scope, self.allowed_origins(), check_host=not in_process)
+        if refused is not None:
+            await send_error(send, refused.status, refused.code, refused.message, request_id)
             return
         path = scope.get("path", "")
         expected = self.token_getter()

@@ -283,6 +283,8 @@ class MemmyApp(App[int]):
         if result.action == "new":
             self.queue.clear()
             archive_and_reset(self.runtime.agent)
+            # The new conversation's memory session opens now, while the user types its first message.
+            self.run_worker(self.runtime.agent.prepare(), group="memory", exit_on_error=False)
             await self.query_one("#log", VerticalScroll).remove_children()
         self.write(result.text, "notice")
         self.refresh_status()
