@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 from starlette.testclient import TestClient
 
+from memmy.commands.memory import AddMemory, SearchMemory
 from memmy.config import load_config
 from memmy.domain import ID_PREFIX_BY_LAYER, Memory, new_id
 from memmy.indexing import FIELD_BY_LAYER
@@ -78,7 +79,7 @@ def build(service: MemoryService, n: int) -> None:
     started = time.perf_counter()
     ns = Namespace(source="bench")
     for i, body in enumerate(itertools.islice(unique_memories(7), n)):
-        service.add_memory(body, ns)
+        service.add_memory(AddMemory.from_json(body), ns)
         if (i + 1) % 1000 == 0:
             print(f"added {i + 1}/{n}", file=sys.stderr)
     while True:
@@ -120,7 +121,7 @@ def build_synthetic(service: MemoryService, n: int) -> None:
     service.indexer.load_index()
     ns = Namespace(source="bench")
     for query in ("deploy the web app", "数据库迁移", "fix the flaky test", "which package manager"):
-        service.search({"query": query}, ns)
+        service.search(SearchMemory.from_json({"query": query}), ns)
     print(f"wrote {n} memories in {time.perf_counter() - started:.0f} s", file=sys.stderr)
 
 

@@ -61,7 +61,17 @@ ALLOWED: dict[str, set[str]] = {
         "namespace",
         "commands",
     },
-    "panel": {"service", "domain", "errors", "config", "config_defaults", "integrations", "__init__", "namespace"},
+    "panel": {
+        "service",
+        "domain",
+        "errors",
+        "config",
+        "config_defaults",
+        "integrations",
+        "__init__",
+        "namespace",
+        "commands",
+    },
     "cli": {
         "service",
         "server",

@@ -12,6 +12,11 @@ import yaml
 from click.testing import CliRunner, Result
 
 from memmy.cli.main import cli
+from memmy.commands.admin import Export, ImportStore, ReloadConfig, Wipe
+from memmy.commands.dream import DreamRun
+from memmy.commands.evolution import Feedback, RunWorker
+from memmy.commands.governance import ListLogs, ReviewDecision, ReviewQueue
+from memmy.commands.memory import AddMemory, DeleteMemory, SearchMemory
 from memmy.config import load_config
 from memmy.embed import Embedder
 from memmy.errors import Conflict
@@ -32,20 +37,20 @@ def _data_checksums(manifest: dict[str, object]) -> dict[str, object]:
 def _populate(service: MemoryService) -> list[str]:
     ids = []
     for text in ("Use pnpm, not npm, in the web repo.", "数据库迁移前先备份。", "Deploys go through make release."):
-        ids.append(service.add_memory({"content": text}, Namespace(source="codex"))["id"])
+        ids.append(service.add_memory(AddMemory.from_json({"content": text}), Namespace(source="codex"))["id"])
     agent = Namespace(source="claude_code")
     sid = service.open_session({}, agent)["sessionId"]
     started = service.start_turn({"sessionId": sid, "query": "how do we deploy?"}, agent)
     service.complete_turn(
         started["turnId"], {"sessionId": sid, "query": "how do we deploy?", "answer": "Run make release."}, agent
     )
-    service.run_worker({})
+    service.run_worker(RunWorker.from_json({}))
     return ids
 
 
 def test_export_wipe_import_gives_an_equal_export(service: MemoryService, tmp_path: Path) -> None:
     ids = _populate(service)
-    first = service.ownership.export({"out": str(tmp_path / "one.zip")}, PANEL)
+    first = service.ownership.export(Export.from_json({"out": str(tmp_path / "one.zip")}), PANEL)
     assert first["counts"]["memories"] >= 3
     with zipfile.ZipFile(first["path"]) as archive:
         manifest = json.loads(archive.read("manifest.json"))
@@ -54,51 +59,60 @@ def test_export_wipe_import_gives_an_equal_export(service: MemoryService, tmp_pa
             n.removeprefix("tables/").removesuffix(".jsonl") for n in archive.namelist()
         }
 
-    wiped = service.ownership.wipe({"confirm": True}, PANEL)
+    wiped = service.ownership.wipe(Wipe.from_json({"confirm": True}), PANEL)
     assert wiped["removed"]["memories"] >= 3
     assert wiped["backup"] and Path(wiped["backup"]).is_file()
     assert service.panel.items({})["total"] == 0
 
-    dry = service.ownership.import_({"path": first["path"], "dryRun": True}, PANEL)
+    dry = service.ownership.import_(ImportStore.from_json({"path": first["path"], "dryRun": True}), PANEL)
     assert dry["tables"]["memories"] == {"rows": 4, "new": 4, "conflicts": 0, "ignored": 0}
     assert service.memories.get(ids[0]) is None  # a dry run writes nothing
 
-    service.ownership.import_({"path": first["path"]}, PANEL)
-    again = service.ownership.export({"out": str(tmp_path / "two.zip")}, PANEL)
+    service.ownership.import_(ImportStore.from_json({"path": first["path"]}), PANEL)
+    again = service.ownership.export(Export.from_json({"out": str(tmp_path / "two.zip")}), PANEL)
     assert _data_checksums(again["manifest"]) == _data_checksums(first["manifest"])
-    hits = service.search({"query": "pnpm"}, Namespace())["hits"]
+    hits = service.search(SearchMemory.from_json({"query": "pnpm"}), Namespace())["hits"]
     assert [h["id"] for h in hits][:1] == [ids[0]]
 
     with pytest.raises(Conflict, match="already exist"):
-        service.ownership.import_({"path": first["path"], "onConflict": "error"}, PANEL)
-    skipped = service.ownership.import_({"path": first["path"], "onConflict": "skip"}, PANEL)
+        service.ownership.import_(ImportStore.from_json({"path": first["path"], "onConflict": "error"}), PANEL)
+    skipped = service.ownership.import_(ImportStore.from_json({"path": first["path"], "onConflict": "skip"}), PANEL)
     assert skipped["added"] == 0 and skipped["conflicts"] > 0
 
-    actions = [row["action"] for row in service.governance.logs_page({"kind": "audit", "limit": 50})["items"]]
+    actions = [
+        row["action"]
+        for row in service.governance.logs_page(ListLogs.from_json({"kind": "audit", "limit": 50}))["items"]
+    ]
     assert {"store.export", "store.wipe", "store.import"} <= set(actions)
-    wipe_row = next(r for r in service.governance.logs_page({"kind": "audit"})["items"] if r["action"] == "store.wipe")
+    wipe_row = next(
+        r
+        for r in service.governance.logs_page(ListLogs.from_json({"kind": "audit"}))["items"]
+        if r["action"] == "store.wipe"
+    )
     assert wipe_row["actor"]["source"] == "panel"
 
 
 def test_export_without_raw_turns(service: MemoryService, tmp_path: Path) -> None:
     _populate(service)
-    result = service.ownership.export({"out": str(tmp_path / "noraw.zip"), "raw": False}, PANEL)
+    result = service.ownership.export(Export.from_json({"out": str(tmp_path / "noraw.zip"), "raw": False}), PANEL)
     assert "raw_turns" not in result["counts"]
     assert result["manifest"]["raw"] is False
 
 
 def test_correct_works_on_a_memory_made_by_add(service: MemoryService) -> None:
-    made = service.add_memory({"content": "The staging database is on port 5433."}, Namespace(source="cursor"))
+    made = service.add_memory(
+        AddMemory.from_json({"content": "The staging database is on port 5433."}), Namespace(source="cursor")
+    )
     result = service.keys_call(
         "correct", {"memory_id": made["id"], "content": "The staging database is on port 6543."}, PANEL
     )
     assert result["superseded"] == made["id"]
     chain = service.memory_history(result["new_id"])["chain"]
     assert [c["id"] for c in chain][-2:] == [made["id"], result["new_id"]]
-    service.run_worker({})
-    hits = service.search({"query": "staging database port"}, Namespace())["hits"]
+    service.run_worker(RunWorker.from_json({}))
+    hits = service.search(SearchMemory.from_json({"query": "staging database port"}), Namespace())["hits"]
     assert [h["id"] for h in hits][:1] == [result["new_id"]]
-    audit = service.governance.logs_page({"kind": "audit", "action": "memory.correct"})["items"]
+    audit = service.governance.logs_page(ListLogs.from_json({"kind": "audit", "action": "memory.correct"}))["items"]
     assert audit and audit[0]["targetId"] == made["id"] and audit[0]["actor"]["source"] == "panel"
 
 
@@ -130,9 +144,9 @@ def test_review_queue_holds_new_policies_until_approved(isolated_home: Path, emb
         )
         memory = _writer(svc).upsert(write)
         assert memory.status == "resolving"
-        queue = svc.governance.review_queue({})["items"]
+        queue = svc.governance.review_queue(ReviewQueue.from_json({}))["items"]
         assert [item["id"] for item in queue] == [memory.id]
-        svc.run_worker({})
+        svc.run_worker(RunWorker.from_json({}))
         sid = svc.open_session({}, Namespace())["sessionId"]
         turn = svc.start_turn({"sessionId": sid, "query": "how should I run the python test suite?"}, Namespace())
         assert memory.id not in json.dumps(turn)
@@ -143,11 +157,13 @@ def test_review_queue_holds_new_policies_until_approved(isolated_home: Path, emb
 
         approved = svc.governance.review(
             memory.id,
-            {"decision": "approve", "content": write.content + " Keep -p no:cacheprovider off."},
+            ReviewDecision.from_json(
+                {"decision": "approve", "content": write.content + " Keep -p no:cacheprovider off."}
+            ),
             PANEL,
         )
         assert approved["status"] == "activated" and approved["review"]["edited"] is True
-        svc.run_worker({})
+        svc.run_worker(RunWorker.from_json({}))
         turn = svc.start_turn({"sessionId": sid, "query": "how should I run the python test suite?"}, Namespace())
         assert memory.id in json.dumps(turn)
 
@@ -161,25 +177,25 @@ def test_review_queue_holds_new_policies_until_approved(isolated_home: Path, emb
                 properties={},
             )
         )
-        svc.governance.review(rejected.id, {"decision": "reject", "reason": "wrong"}, PANEL)
+        svc.governance.review(rejected.id, ReviewDecision.from_json({"decision": "reject", "reason": "wrong"}), PANEL)
         proposed_again = _writer(svc).upsert(
             LayerWrite(layer="L3", key="world:bad", title="t", content="The repo has no tests.", tags=[], properties={})
         )
         assert proposed_again.id == rejected.id and proposed_again.status == "archived"
-        assert svc.governance.review_queue({})["items"] == []
-        actions = {row["action"] for row in svc.governance.logs_page({"kind": "audit"})["items"]}
+        assert svc.governance.review_queue(ReviewQueue.from_json({}))["items"] == []
+        actions = {row["action"] for row in svc.governance.logs_page(ListLogs.from_json({"kind": "audit"}))["items"]}
         assert {"review.approve", "review.reject"} <= actions
     finally:
         svc.close()
 
 
 def test_feedback_dream_and_reload_are_audited(service: MemoryService) -> None:
-    made = service.add_memory({"content": "Prefer ripgrep over grep."}, Namespace())
-    service.give_feedback({"id": made["id"], "polarity": "negative"}, PANEL)
-    service.dream_run({}, PANEL)
-    service.reload_config({}, PANEL)
-    service.delete_memory(made["id"], {}, PANEL)
-    actions = {row["action"] for row in service.governance.logs_page({"kind": "audit"})["items"]}
+    made = service.add_memory(AddMemory.from_json({"content": "Prefer ripgrep over grep."}), Namespace())
+    service.give_feedback(Feedback.from_json({"id": made["id"], "polarity": "negative"}), PANEL)
+    service.dream_run(DreamRun.from_json({}), PANEL)
+    service.reload_config(ReloadConfig.from_json({}), PANEL)
+    service.delete_memory(made["id"], DeleteMemory.from_json({}), PANEL)
+    actions = {row["action"] for row in service.governance.logs_page(ListLogs.from_json({"kind": "audit"}))["items"]}
     assert {"feedback", "dream.run", "config.reload", "memory.delete"} <= actions
 
 
@@ -189,7 +205,7 @@ def test_audit_retention_prunes_only_when_configured_and_says_so(service: Memory
     service.db.conn.execute("UPDATE audit_logs SET created_at = '2000-01-01T00:00:00.000Z'")
     service.config.tree["audit"] = {"retentionDays": 30}
     assert service.governance.prune_if_due() == 1
-    rows = service.governance.logs_page({"kind": "audit"})["items"]
+    rows = service.governance.logs_page(ListLogs.from_json({"kind": "audit"}))["items"]
     assert [r["action"] for r in rows] == ["audit.prune"] and rows[0]["meta"]["removed"] == 1
 
 

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from memmy.cli.main import cli
+from memmy.commands.memory import SearchMemory
 from memmy.namespace import Namespace
 from memmy.service import MemoryService
 from tests.claude_transcripts import Transcript
@@ -72,9 +73,9 @@ def test_imported_turns_are_recallable_only_once_indexed(
     project_transcript(isolated_home, tmp_path / "p", 1).write()
     sync(importer_service)
     query = {"query": "flaky test number 0 deterministic", "scope": "pooled"}
-    assert importer_service.search(query, Namespace())["sourceMemoryIds"] == []
+    assert importer_service.search(SearchMemory.from_json(query), Namespace())["sourceMemoryIds"] == []
     importer_service.indexer.drain()
-    assert len(importer_service.search(query, Namespace())["sourceMemoryIds"]) == 1
+    assert len(importer_service.search(SearchMemory.from_json(query), Namespace())["sourceMemoryIds"]) == 1
 
 
 def test_truncated_last_line_waits_then_completes(

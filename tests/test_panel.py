@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
+from memmy.commands.evolution import RunWorker
+from memmy.commands.governance import ListLogs
+from memmy.commands.memory import AddMemory, DeleteMemory, SearchMemory
 from memmy.jobs.writer import LayerWrite, LayerWriter
 from memmy.namespace import Namespace
 from memmy.server.app import create_app
@@ -79,7 +82,9 @@ def test_one_time_link_works_once(client: TestClient) -> None:
 
 
 def test_every_page_renders_in_english_and_chinese(client: TestClient, service: MemoryService) -> None:
-    service.add_memory({"content": "Use pnpm, not npm, in the web repo."}, Namespace(source="codex"))
+    service.add_memory(
+        AddMemory.from_json({"content": "Use pnpm, not npm, in the web repo."}), Namespace(source="codex")
+    )
     sign_in(client)
     for path in PAGES:
         answer = client.get(path)
@@ -94,8 +99,10 @@ def test_every_page_renders_in_english_and_chinese(client: TestClient, service: 
 
 
 def test_search_open_delete_with_csrf(client: TestClient, service: MemoryService) -> None:
-    made = service.add_memory({"content": "The staging database listens on port 6543."}, Namespace())
-    service.run_worker({})
+    made = service.add_memory(
+        AddMemory.from_json({"content": "The staging database listens on port 6543."}), Namespace()
+    )
+    service.run_worker(RunWorker.from_json({}))
     csrf = sign_in(client)
     results = client.get("/panel/memories", params={"q": "staging database port"})
     assert made["id"] in results.text and "rrf=" in results.text  # the verbose evidence
@@ -115,7 +122,7 @@ def test_search_open_delete_with_csrf(client: TestClient, service: MemoryService
 
 
 def test_edit_makes_a_new_version(client: TestClient, service: MemoryService) -> None:
-    made = service.add_memory({"content": "Releases happen on Fridays."}, Namespace())
+    made = service.add_memory(AddMemory.from_json({"content": "Releases happen on Fridays."}), Namespace())
     csrf = sign_in(client)
     answer = client.post(
         f"/panel/memories/{made['id']}/edit", data={"csrf": csrf, "content": "Releases happen on Thursdays."}
@@ -129,7 +136,7 @@ def test_edit_makes_a_new_version(client: TestClient, service: MemoryService) ->
 def test_foreign_host_and_origin_are_refused(client: TestClient, service: MemoryService) -> None:
     csrf = sign_in(client)
     assert client.get("/panel", headers={"host": "evil.example:18960"}).status_code == 421  # the guard: DNS rebinding
-    made = service.add_memory({"content": "Keep me."}, Namespace())
+    made = service.add_memory(AddMemory.from_json({"content": "Keep me."}), Namespace())
     answer = client.post(
         f"/panel/memories/{made['id']}/delete", data={"csrf": csrf}, headers={"origin": "https://evil.example"}
     )
@@ -164,7 +171,7 @@ def test_review_queue_approve_from_the_panel(client: TestClient, service: Memory
 
 
 def test_settings_export_import_and_wipe(client: TestClient, service: MemoryService, tmp_path: Path) -> None:
-    made = service.add_memory({"content": "Our CI runs on self-hosted runners."}, Namespace())
+    made = service.add_memory(AddMemory.from_json({"content": "Our CI runs on self-hosted runners."}), Namespace())
     csrf = sign_in(client)
     exported = client.post("/panel/settings/export", data={"csrf": csrf})
     assert exported.status_code == 200 and exported.headers["content-type"] == "application/zip"
@@ -193,9 +200,11 @@ def test_secrets_are_masked_on_the_settings_page(client: TestClient, service: Me
 
 
 def test_recall_mark_wrong_gives_negative_feedback(client: TestClient, service: MemoryService) -> None:
-    made = service.add_memory({"content": "Deploy with make release from the main branch."}, Namespace())
-    service.run_worker({})
-    service.search({"query": "how do I deploy with make release"}, Namespace(source="codex"))
+    made = service.add_memory(
+        AddMemory.from_json({"content": "Deploy with make release from the main branch."}), Namespace()
+    )
+    service.run_worker(RunWorker.from_json({}))
+    service.search(SearchMemory.from_json({"query": "how do I deploy with make release"}), Namespace(source="codex"))
     csrf = sign_in(client)
     page = client.get("/panel/recalls").text
     assert made["id"] in page and "Deploy with make release" in page
@@ -208,10 +217,14 @@ def test_recall_mark_wrong_gives_negative_feedback(client: TestClient, service: 
 
 
 def test_memories_filter_by_layer_status_agent_and_project(client: TestClient, service: MemoryService) -> None:
-    web = service.add_memory({"content": "The web app uses pnpm.", "workspacePath": "/tmp"}, Namespace(source="codex"))
-    other = service.add_memory({"content": "The API uses uv."}, Namespace(source="cursor", project_id="/srv/api"))
-    gone = service.add_memory({"content": "An outdated fact."}, Namespace(source="codex"))
-    service.delete_memory(gone["id"], {}, Namespace())
+    web = service.add_memory(
+        AddMemory.from_json({"content": "The web app uses pnpm.", "workspacePath": "/tmp"}), Namespace(source="codex")
+    )
+    other = service.add_memory(
+        AddMemory.from_json({"content": "The API uses uv."}), Namespace(source="cursor", project_id="/srv/api")
+    )
+    gone = service.add_memory(AddMemory.from_json({"content": "An outdated fact."}), Namespace(source="codex"))
+    service.delete_memory(gone["id"], DeleteMemory.from_json({}), Namespace())
     sign_in(client)
     by_agent = client.get("/panel/memories", params={"sourceAgent": "cursor"}).text
     assert other["id"] in by_agent and web["id"] not in by_agent
@@ -240,5 +253,5 @@ def test_install_and_remove_an_integration_from_the_panel(
     assert "err=" not in removed.headers["location"] and not skill.exists()
     refused = client.post("/panel/integrations/codex/install", data={"csrf": csrf})
     assert "err=" in refused.headers["location"]
-    actions = [row["action"] for row in service.governance.logs_page({"kind": "audit"})["items"]]
+    actions = [row["action"] for row in service.governance.logs_page(ListLogs.from_json({"kind": "audit"}))["items"]]
     assert actions[:2] == ["integration.remove", "integration.install"]

@@ -5,6 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from memmy.commands.dream import DreamLog
+from memmy.commands.governance import ListLogs, ListTombstones
+from memmy.commands.memory import SearchMemory
 from memmy.errors import MemmyError
 from memmy.namespace import Namespace
 from memmy.panel import integrations
@@ -112,7 +115,7 @@ def memories(service: MemoryService, params: dict[str, str]) -> dict[str, Any]:
         body: dict[str, Any] = {"query": query, "verbose": True, "limit": 20, "scope": "pooled"}
         if params.get("layer"):
             body["layers"] = [params["layer"]]
-        found = service.search(body, _panel_ns(service))
+        found = service.search(SearchMemory.from_json(body), _panel_ns(service))
         debug = found.get("debug") or {}
         result["search"] = {
             "hits": found["hits"],
@@ -126,7 +129,7 @@ def memories(service: MemoryService, params: dict[str, str]) -> dict[str, Any]:
     else:
         layers = (params["layer"],) if params.get("layer") in LAYERS else ()
         result["page"] = _paged(service, params, layers)
-    result["tombstones"] = service.list_tombstones({"limit": "20"})["tombstones"] if not query else []
+    result["tombstones"] = service.list_tombstones(ListTombstones(limit=20))["tombstones"] if not query else []
     return result
 
 
@@ -206,8 +209,8 @@ def logs(service: MemoryService, params: dict[str, str]) -> dict[str, Any]:
     """Audit, API, change logs and Dream runs."""
     kind = params.get("kind") or "audit"
     if kind == "dreams":
-        return {"kind": kind, "dreams": service.dream_log({"limit": "50"}).get("dreams", [])}
-    return {"kind": kind, "log": service.governance.logs_page({"kind": kind, "limit": "100"})}
+        return {"kind": kind, "dreams": service.dream_log(DreamLog(limit=50)).get("dreams", [])}
+    return {"kind": kind, "log": service.governance.logs_page(ListLogs.from_json({"kind": kind, "limit": 100}))}
 
 
 def agents(service: MemoryService, params: dict[str, str]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from typing import Any
 
 from memmy.capture.sanitize import sanitize_text
 from memmy.capture.trace import build_trace_step, normalize_tool_calls
+from memmy.commands.memory import RecallOptions
 from memmy.commands.validate import layers_of, opt_int, opt_list, opt_str, opt_tags, req_str, require_object
 from memmy.config import MemmyConfig
 from memmy.domain import Memory, content_hash, new_id, sha256_hex
@@ -160,7 +161,7 @@ class TurnOps:
         elif query and self.config.algorithm["enableMemorySearch"]:
             result = self.recall_ops.run(
                 query,
-                body=body,
+                options=RecallOptions.from_json(body),
                 ns=ns,
                 limit=limit,
                 layers=layers,
@@ -191,11 +192,7 @@ class TurnOps:
                         session_id, raw_turn_id, query, user_id=ns.user_id, project_id=ns.project_id
                     )
                     relation_name = relation.relation
-                    if (
-                        self.config.evolution.configured
-                        and relation.confidence < 0.85
-                        and relation.rule != "bootstrap"
-                    ):
+                    if self.config.evolution.configured and relation.confidence < 0.85 and relation.rule != "bootstrap":
                         self.jobs.enqueue(  # the model double-checks weak verdicts later, off the hook path
                             "episode_relation",
                             dedupe_key=f"episode_relation:{raw_turn_id}",

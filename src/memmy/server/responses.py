@@ -1,0 +1,172 @@
+"""The answers of the HTTP API as ``TypedDict``s: the response schemas of the generated OpenAPI document.
+
+They describe the JSON the service returns today (the service builds plain dicts); a key the service always
+sends is required here, so schemathesis' response check catches an answer that drifts from its type.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NotRequired, TypedDict
+
+
+class Answer(TypedDict, total=False):
+    """A JSON object answer (most carry ``serverTime``)."""
+
+    serverTime: str
+
+
+class Health(TypedDict):
+    """``{ok, version}`` for anyone; with the token also storage, models, queue and the store id."""
+
+    ok: bool
+    version: str
+    status: NotRequired[str]
+    reason: NotRequired[str]
+    storeId: NotRequired[str]
+
+
+class Accepted(TypedDict):
+    """The request was accepted (work continues in the background)."""
+
+    accepted: bool
+
+
+class MemoryAdded(TypedDict):
+    """A memory written, merged into an identical one (``deduplicated``) or refused as forgotten (``tombstoned``)."""
+
+    id: str | None
+    kind: str
+    memoryLayer: str
+    status: str
+    title: str
+    summary: str
+    tags: list[str]
+    deduplicated: bool
+    serverTime: str
+    projectId: NotRequired[str | None]
+    sourceAgent: NotRequired[str]
+    createdAt: NotRequired[str]
+    tombstoned: NotRequired[bool]
+    tombstoneId: NotRequired[str]
+    duplicate: NotRequired[bool]
+
+
+class SearchAnswer(TypedDict):
+    """Injectable markdown plus the hits it was made from."""
+
+    injectedContext: str
+    hits: list[dict[str, Any]]
+    sourceMemoryIds: list[str]
+    status: list[str]
+    serverTime: str
+    debug: NotRequired[dict[str, Any]]
+    duplicate: NotRequired[bool]
+
+
+class MemoryDeleted(TypedDict):
+    """A memory soft-deleted; its value tombstoned."""
+
+    ok: bool
+    id: str
+    kind: str
+    status: str
+    tombstoneId: str
+    changeSeq: int
+    syncCursor: str
+    auditId: int | str
+    serverTime: str
+    duplicate: NotRequired[bool]
+
+
+class MemoryArchived(TypedDict):
+    """A memory archived."""
+
+    ok: bool
+    id: str
+    status: str
+    auditId: int | str
+    serverTime: str
+
+
+class Items(TypedDict):
+    """A list of records."""
+
+    items: list[dict[str, Any]]
+    serverTime: str
+
+
+class JobList(Items):
+    """Evolution jobs and the count per status."""
+
+    counts: dict[str, int]
+
+
+class TombstoneList(TypedDict):
+    """Tombstones, newest first."""
+
+    tombstones: list[dict[str, Any]]
+    total: int
+    serverTime: str
+
+
+class TombstoneRestored(TypedDict):
+    """A tombstone removed."""
+
+    restored: bool
+    tombstone: dict[str, Any]
+    auditId: int | str
+    serverTime: str
+
+
+class LogsPage(TypedDict):
+    """One page of a log."""
+
+    kind: str
+    items: list[dict[str, Any]]
+    total: int | None
+    retentionDays: int
+    serverTime: str
+
+
+class ReviewPage(TypedDict):
+    """The review queue in one state."""
+
+    state: str
+    required: bool
+    items: list[dict[str, Any]]
+    serverTime: str
+
+
+class WorkerRun(TypedDict):
+    """What one worker run did."""
+
+    leased: int
+    succeeded: int
+    failed: int
+    jobs: list[dict[str, Any]]
+    embeddingRetries: dict[str, int]
+    changeSeq: int
+    syncCursor: str
+    serverTime: str
+
+
+class ConfigReloaded(TypedDict):
+    """What a config reload changed."""
+
+    activeProfile: str | None
+    changed: list[str]
+    requiresRestart: bool
+    restartedFailedProcessing: int
+    models: dict[str, Any]
+    warnings: list[str]
+    reason: str | None
+    reloadedAt: str
+
+
+class DreamLogPage(TypedDict):
+    """Past Dream passes and the schedule."""
+
+    dreams: list[dict[str, Any]]
+    total: int
+    schedule: dict[str, Any]
+    serverTime: str
