@@ -60,6 +60,7 @@ ALLOWED: dict[str, set[str]] = {
         "panel",
         "namespace",
         "commands",
+        "keys",
     },
     "panel": {
         "service",
@@ -71,6 +72,7 @@ ALLOWED: dict[str, set[str]] = {
         "__init__",
         "namespace",
         "commands",
+        "keys",
     },
     "cli": {
         "service",

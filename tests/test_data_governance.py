@@ -21,6 +21,7 @@ from memmy.config import load_config
 from memmy.embed import Embedder
 from memmy.errors import Conflict
 from memmy.jobs.writer import LayerWrite, LayerWriter
+from memmy.keys.args import key_args
 from memmy.namespace import Namespace
 from memmy.service import MemoryService
 from tests.conftest import Daemon
@@ -104,7 +105,7 @@ def test_correct_works_on_a_memory_made_by_add(service: MemoryService) -> None:
         AddMemory.from_json({"content": "The staging database is on port 5433."}), Namespace(source="cursor")
     )
     result = service.keys_call(
-        "correct", {"memory_id": made["id"], "content": "The staging database is on port 6543."}, PANEL
+        key_args("correct", {"memory_id": made["id"], "content": "The staging database is on port 6543."}), PANEL
     )
     assert result["superseded"] == made["id"]
     chain = service.memory_history(result["new_id"])["chain"]

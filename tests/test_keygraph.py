@@ -17,6 +17,7 @@ from memmy.cli.main import cli
 from memmy.commands.memory import AddMemory, SearchMemory
 from memmy.config import load_config
 from memmy.embed import Embedder, EmbeddingFingerprint
+from memmy.keys.args import key_args
 from memmy.namespace import Namespace
 from memmy.service import MemoryService
 from tests.conftest import Daemon
@@ -25,7 +26,7 @@ NS = Namespace(source="mcp")
 
 
 def call(service: MemoryService, op: str, **body: Any) -> Any:
-    return service.keys_call(op, body, NS)
+    return service.keys_call(key_args(op, body), NS)
 
 
 def key_id(service: MemoryService, concept: str) -> str:

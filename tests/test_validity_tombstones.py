@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from memmy.cli.main import cli
 from memmy.commands.governance import ListTombstones, RestoreTombstone
 from memmy.commands.memory import AddMemory, DeleteMemory, SearchMemory
+from memmy.keys.args import key_args
 from memmy.namespace import Namespace
 from memmy.recall.freshness import freshness_factor, validity_payload
 from memmy.service import MemoryService
@@ -23,7 +24,7 @@ NS = Namespace(source="mcp")
 
 
 def call(service: MemoryService, op: str, **body: Any) -> Any:
-    return service.keys_call(op, body, NS)
+    return service.keys_call(key_args(op, body), NS)
 
 
 def memory_count(service: MemoryService) -> int:

@@ -141,6 +141,14 @@ def read_field(field: dataclasses.Field[Any], hint: Any, body: dict[str, Any], *
     raise TypeError(f"{field.name}: no reader for {hint!r}; give param(read=...)")
 
 
+def _plain(value: Any) -> Any:
+    if isinstance(value, Command):
+        return value.to_json()
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    return value
+
+
 _HINTS: dict[type, dict[str, Any]] = {}
 
 
@@ -181,6 +189,17 @@ class Command:
     def from_request(cls, body: object, query: Mapping[str, str]) -> Self:
         """The request of an HTTP call: from the query string for a GET-style request, else from the body."""
         return cls.from_json(dict(query) if cls.in_query else body)
+
+    def to_json(self) -> dict[str, Any]:
+        """The request as JSON (its API names; absent values left out), for audit rows."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Command):
+                out.update(value.to_json())
+            elif value is not None and value != () and value != {}:
+                out[field_key(f)] = _plain(value)
+        return out
 
     def redacted(self, redactor: Redacts) -> Self:
         """A copy with every secret in its free-text fields replaced (before any write, log or job sees it)."""

@@ -22,6 +22,7 @@ from memmy.commands.evolution import Feedback
 from memmy.commands.governance import RestoreTombstone, ReviewDecision, ReviewQueue
 from memmy.commands.memory import DeleteMemory
 from memmy.errors import InvalidArgument, MemmyError
+from memmy.keys.args import ForgetArgs, key_args
 from memmy.namespace import Namespace
 from memmy.panel import integrations, pages
 from memmy.panel.auth import PanelAuth, PanelSession, host_allowed
@@ -182,13 +183,15 @@ class Panel:
         svc, ns = self.service, self.ns
         reason = form.get("reason") or "panel"
         if verb == "edit":
-            result = svc.keys_call("correct", {"memory_id": memory_id, "content": form.get("content", "")}, ns)
+            result = svc.keys_call(
+                key_args("correct", {"memory_id": memory_id, "content": form.get("content", "")}), ns
+            )
             return f"saved as {result.get('new_id')}"
         if verb == "delete":
             svc.delete_memory(memory_id, DeleteMemory(reason=reason), ns)
             return f"deleted {memory_id}"
         if verb == "forget":
-            svc.keys_call("forget", {"memory_id": memory_id, "reason": reason}, ns)
+            svc.keys_call(ForgetArgs(memory_id=memory_id, reason=reason), ns)
             return f"forgot {memory_id}"
         if verb in ("archive", "activate"):
             svc.governance.set_status(memory_id, "archived" if verb == "archive" else "activated", ns)

@@ -4,8 +4,6 @@ They describe the JSON the service returns today (the service builds plain dicts
 sends is required here, so schemathesis' response check catches an answer that drifts from its type.
 """
 
-from __future__ import annotations
-
 from typing import Any, NotRequired, TypedDict
 
 

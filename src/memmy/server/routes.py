@@ -19,9 +19,10 @@ from memmy.commands.dream import DreamGet, DreamLog, DreamRestore, DreamRun
 from memmy.commands.evolution import Feedback, ListEpisodes, ListJobs, RunWorker
 from memmy.commands.governance import ListLogs, ListTombstones, RestoreTombstone, ReviewDecision, ReviewQueue
 from memmy.commands.memory import AddMemory, ArchiveMemory, DeleteMemory, ProcessingStatus, SearchMemory
+from memmy.keys.args import KEY_ARGS, KeyArgs, key_args
 from memmy.namespace import Namespace
 from memmy.server import responses as r
-from memmy.server.raw_bodies import KEY_TOOLS, RAW_BODIES
+from memmy.server.raw_bodies import RAW_BODIES
 from memmy.service import MemoryService
 
 
@@ -61,13 +62,13 @@ class Row:
     media: str = "application/json"
 
 
-def _key_row(op: str, summary: str) -> Row:
+def _key_row(args: type[KeyArgs]) -> Row:
     return Row(
         "POST",
-        f"/api/v1/keys/{op}",
-        f"Key graph: {summary}",
-        lambda c, body: c.service.keys_call(op, body, c.ns),
-        KEY_TOOLS[op][1],
+        f"/api/v1/keys/{args.op}",
+        f"Key graph: {args.summary}",
+        lambda c, q: c.service.keys_call(q, c.ns),
+        args,
         response=Any,
     )
 
@@ -173,12 +174,12 @@ ROUTES: tuple[Row, ...] = (
         "Version chain of a memory (oldest -> newest, with validity)",
         lambda c, q: c.service.memory_history(c.path["memory_id"]),
     ),
-    *(_key_row(op, summary) for op, (summary, _schema) in KEY_TOOLS.items()),
+    *(_key_row(args) for args in KEY_ARGS.values()),
     Row(
         "POST",
         "/api/v1/keys/{op}",
         "Unknown key-graph operation (404)",
-        lambda c, body: c.service.keys_call(c.path["op"], body, c.ns),
+        lambda c, body: c.service.keys_call(key_args(c.path["op"], body), c.ns),
         {"type": "object"},
         documented=False,
     ),

@@ -22,6 +22,7 @@ from memmy.jobs.episodes import EpisodeOps
 from memmy.jobs.evolution import ModelSlots
 from memmy.jobs.worker import EvolutionWorker
 from memmy.jobs.writer import LayerWriter
+from memmy.keys.args import KeyArgs
 from memmy.keys.graph import KeyOps
 from memmy.namespace import Namespace
 from memmy.redact import RedactionConfigError, Redactor
@@ -283,13 +284,14 @@ class MemoryService:
         return self.validity.history(memory_id)
 
     # -- key graph and tombstones -----------------------------------------------------------------
-    def keys_call(self, op: str, body: Any, ns: Namespace) -> Any:
-        """One key-graph tool (``POST /api/v1/keys/<op>``) with keymem's arguments and result."""
-        body = self.redact(body)
-        result = self.keys.call(op, body, ns)
-        if op in AUDITED_KEY_OPS:
-            target = body.get("memory_id") if isinstance(body, dict) else None
-            self.governance.record(f"memory.{op}", "memory", str(target or ""), ns, after=result, meta={"args": body})
+    def keys_call(self, args: KeyArgs, ns: Namespace) -> Any:
+        """One key-graph tool (``POST /api/v1/keys/<op>``) with its typed arguments; keymem's result."""
+        args = self.redacted(args)
+        result = self.keys.call(args, ns)
+        if args.op in AUDITED_KEY_OPS:
+            self.governance.record(
+                f"memory.{args.op}", "memory", args.memory_target, ns, after=result, meta={"args": args.to_json()}
+            )
         return result
 
     def list_tombstones(self, cmd: ListTombstones) -> dict[str, Any]:
