@@ -239,7 +239,8 @@ def test_keys_http_contract_on_a_real_daemon(daemon: Daemon) -> None:
             ("remember", {"content": "x", "keys": ["a"], "key_types": {"a": "person"}}, "key_types"),
             ("remember_batch", {"items": [{"content": "ok", "keys": ["k"]}, {"content": "x"}]}, "items[1].keys"),
             ("recall", {"top_k": 3}, "query"),
-            ("confirm_memory", {"memory_id": "trace_x", "evidence": "  "}, "memory_id"),
+            # the arguments are read at the edge, before the store is asked whether trace_x exists
+            ("confirm_memory", {"memory_id": "trace_x", "evidence": "  "}, "evidence"),
         ]
         for op, body, name in bad_cases:
             response = post(op, body)
