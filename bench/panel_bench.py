@@ -41,6 +41,7 @@ import numpy as np
 from starlette.testclient import TestClient
 
 from memmy.commands.memory import AddMemory, SearchMemory
+from memmy.commands.panel import PanelItems
 from memmy.config import load_config
 from memmy.domain import ID_PREFIX_BY_LAYER, Memory, new_id
 from memmy.indexing import FIELD_BY_LAYER
@@ -158,8 +159,8 @@ def main() -> None:
                 build_synthetic(service, args.synthetic)
             elif not args.db:
                 build(service, args.n)
-            total = service.panel.items({"pageSize": "1"})["total"]
-            memory_id = service.panel.items({"pageSize": "1", "page": "2"})["items"][0]["id"]
+            total = service.panel.items(PanelItems.from_json({"pageSize": "1"}))["total"]
+            memory_id = service.panel.items(PanelItems.from_json({"pageSize": "1", "page": "2"}))["items"][0]["id"]
             app = create_app(service)
             with TestClient(app, base_url=BASE, follow_redirects=False) as client:
                 link = client.post("/api/v1/panel/sign-in").json()["url"].removeprefix(BASE)

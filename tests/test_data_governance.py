@@ -17,6 +17,7 @@ from memmy.commands.dream import DreamRun
 from memmy.commands.evolution import Feedback, RunWorker
 from memmy.commands.governance import ListLogs, ReviewDecision, ReviewQueue
 from memmy.commands.memory import AddMemory, DeleteMemory, SearchMemory
+from memmy.commands.panel import PanelItems
 from memmy.config import load_config
 from memmy.embed import Embedder
 from memmy.errors import Conflict
@@ -63,7 +64,7 @@ def test_export_wipe_import_gives_an_equal_export(service: MemoryService, tmp_pa
     wiped = service.ownership.wipe(Wipe.from_json({"confirm": True}), PANEL)
     assert wiped["removed"]["memories"] >= 3
     assert wiped["backup"] and Path(wiped["backup"]).is_file()
-    assert service.panel.items({})["total"] == 0
+    assert service.panel.items(PanelItems.from_json({}))["total"] == 0
 
     dry = service.ownership.import_(ImportStore.from_json({"path": first["path"], "dryRun": True}), PANEL)
     assert dry["tables"]["memories"] == {"rows": 4, "new": 4, "conflicts": 0, "ignored": 0}

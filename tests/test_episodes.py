@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from memmy.cli.main import cli
 from memmy.commands.evolution import Feedback, RunWorker
+from memmy.commands.panel import PanelTasks
 from memmy.config import load_config
 from memmy.embed import Embedder
 from memmy.namespace import Namespace
@@ -76,7 +77,7 @@ def test_follow_ups_share_an_episode_and_a_new_topic_closes_it(svc: MemoryServic
     assert trace is not None and trace.properties["trace"]["episode_id"] == new.id
 
     # the panel's task list carries each turn's episode
-    tasks = svc.panel.tasks({})["tasks"]
+    tasks = svc.panel.tasks(PanelTasks.from_json({}))["tasks"]
     assert [t["id"] for t in tasks] == [new.id, old.id, old.id]
     assert [t["episode"]["status"] for t in tasks] == ["open", "closed", "closed"]
     assert tasks[1]["episode"]["episodeId"] == old.id and tasks[1]["turns"][0]["episodeId"] == old.id

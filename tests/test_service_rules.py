@@ -10,6 +10,7 @@ import yaml
 
 from memmy.commands.admin import ReloadConfig
 from memmy.commands.memory import CHANNEL_NAMES, AddMemory, ArchiveMemory, Mode, SearchMemory
+from memmy.commands.panel import PanelItems
 from memmy.config import load_config
 from memmy.embed import Embedder
 from memmy.errors import Conflict, Forbidden
@@ -76,7 +77,7 @@ def test_write_gate_covers_capture_and_archive(isolated_home: Path, embedder: Em
         session = service.open_session({}, NS)["sessionId"]
         done = service.complete_turn("t1", {"sessionId": session, "query": "q", "answer": "a"}, NS)
         assert done["captured"] is False and done["l1MemoryId"] is None
-        assert service.panel.items({})["total"] == 0
+        assert service.panel.items(PanelItems.from_json({}))["total"] == 0
         with pytest.raises(Forbidden):
             service.add_memory(AddMemory.from_json({"content": "x"}), NS)
         with pytest.raises(Forbidden):
@@ -118,7 +119,7 @@ def test_tags_filter_and_panel_exclusions(service: MemoryService) -> None:
     )
     result = service.search(SearchMemory.from_json({"query": "how do deploys work", "tags": ["deploy", "k8s"]}), NS)
     assert result["sourceMemoryIds"] == [tagged]
-    page = service.panel.items({"excludedSourceAgents": "cursor"})
+    page = service.panel.items(PanelItems.from_json({"excludedSourceAgents": "cursor"}))
     assert page["total"] == 1 and [i["id"] for i in page["items"]] == [tagged]
 
 

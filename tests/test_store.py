@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from memmy.commands.memory import AddMemory, DeleteMemory, SearchMemory
+from memmy.commands.panel import PanelItems
 from memmy.domain import Memory, content_hash
 from memmy.errors import StoreError
 from memmy.namespace import Namespace
@@ -172,7 +173,7 @@ def test_soft_delete_hides_everywhere_and_logs_changes(service: MemoryService) -
     service.delete_memory(memory_id, DeleteMemory.from_json({"reason": "obsolete"}), ns)
     assert service.memories.get(memory_id) is None
     assert service.search(SearchMemory.from_json({"query": "uv python installs"}), ns)["sourceMemoryIds"] == []
-    assert service.panel.items({})["total"] == 0
+    assert service.panel.items(PanelItems.from_json({}))["total"] == 0
     changes = service.logs.changes_for(memory_id)
     assert [c["changeType"] for c in changes] == ["create", "delete"]
     assert changes[1]["before"]["status"] == "activated" and changes[1]["after"]["status"] == "deleted"

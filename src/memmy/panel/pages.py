@@ -8,6 +8,7 @@ from typing import Any
 from memmy.commands.dream import DreamLog
 from memmy.commands.governance import ListLogs, ListTombstones
 from memmy.commands.memory import SearchMemory
+from memmy.commands.panel import PanelTasks
 from memmy.errors import MemmyError
 from memmy.namespace import Namespace
 from memmy.panel import integrations
@@ -186,7 +187,9 @@ def layer_page(service: MemoryService, layer: str, params: dict[str, str]) -> di
 
 def tasks(service: MemoryService, params: dict[str, str]) -> dict[str, Any]:
     """Episodes with their turns, reward and feedback."""
-    return {"tasks": service.panel.tasks({"page": params.get("page", "1"), "q": params.get("q", "")})}
+    return {
+        "tasks": service.panel.tasks(PanelTasks.from_json({"page": params.get("page", "1"), "q": params.get("q", "")}))
+    }
 
 
 def recalls(service: MemoryService, params: dict[str, str]) -> dict[str, Any]:

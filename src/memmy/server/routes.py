@@ -19,6 +19,7 @@ from memmy.commands.dream import DreamGet, DreamLog, DreamRestore, DreamRun
 from memmy.commands.evolution import Feedback, ListEpisodes, ListJobs, RunWorker
 from memmy.commands.governance import ListLogs, ListTombstones, RestoreTombstone, ReviewDecision, ReviewQueue
 from memmy.commands.memory import AddMemory, ArchiveMemory, DeleteMemory, ProcessingStatus, SearchMemory
+from memmy.commands.panel import MemoryLogs, PanelItems, PanelTasks
 from memmy.keys.args import KEY_ARGS, KeyArgs, key_args
 from memmy.namespace import Namespace
 from memmy.server import responses as r
@@ -145,7 +146,7 @@ ROUTES: tuple[Row, ...] = (
         r.MemoryAdded,
         "memory.add",
     ),
-    Row("GET", "/api/v1/memory/logs", "memory_add / memory_search call logs", lambda c, q: c.service.panel.api_logs(q)),
+    Row("GET", "/api/v1/memory/logs", MemoryLogs.summary, lambda c, q: c.service.panel.api_logs(q), MemoryLogs),
     Row(
         "POST",
         "/api/v1/memory/processing/status",
@@ -237,8 +238,9 @@ ROUTES: tuple[Row, ...] = (
         "/api/v1/panel/items",
         "Entry list (page, layer, status, q, sourceAgent)",
         lambda c, q: c.service.panel.items(q),
+        PanelItems,
     ),
-    Row("GET", "/api/v1/panel/tasks", "Captured turns", lambda c, q: c.service.panel.tasks(q)),
+    Row("GET", "/api/v1/panel/tasks", PanelTasks.summary, lambda c, q: c.service.panel.tasks(q), PanelTasks),
     Row(
         "POST",
         "/api/v1/admin/reload-config",
