@@ -488,9 +488,7 @@ class RememberBatchArgs(KeyArgs):
 
     op: ClassVar[str] = "remember_batch"
     summary: ClassVar[str] = "Save several memories (all validated before anything is written)"
-    items: tuple[RememberArgs, ...] = param(
-        read=_items, schema={"type": "array", "minItems": 1, "maxItems": 500, "items": {"type": "object"}}
-    )
+    items: tuple[RememberArgs, ...] = param(read=_items, schema={"type": "array", "minItems": 1, "maxItems": 500})
 
     def redacted(self, redactor: Redacts) -> RememberBatchArgs:
         """Each item redacted."""

@@ -168,3 +168,58 @@ class DreamLogPage(TypedDict):
     total: int
     schedule: dict[str, Any]
     serverTime: str
+
+
+class FeedbackRecorded(TypedDict):
+    """Feedback stored; the jobs it scheduled."""
+
+    ok: bool
+    feedback: dict[str, Any]
+    episodeId: str | None
+    scheduled: list[str]
+    serverTime: str
+
+
+class Page(TypedDict):
+    """One page of a paged list."""
+
+    page: int
+    pageSize: int
+    total: int
+    totalPages: int
+    hasNext: bool
+    hasPrev: bool
+    serverTime: str
+
+
+class ItemsPage(Page):
+    """A page of memories (the panel's entry list)."""
+
+    items: list[dict[str, Any]]
+
+
+class TasksPage(Page):
+    """A page of captured turns."""
+
+    tasks: list[dict[str, Any]]
+
+
+class MemoryLogsPage(TypedDict):
+    """memory_add / memory_search calls."""
+
+    logs: list[dict[str, Any]]
+    total: int
+    limit: int
+    offset: int
+    serverTime: str
+    nextOffset: NotRequired[int]
+
+
+class MemoryHistory(TypedDict):
+    """The version chain of a memory, oldest first."""
+
+    id: str
+    currentId: str | None
+    length: int
+    chain: list[dict[str, Any]]
+    serverTime: str

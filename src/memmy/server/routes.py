@@ -146,7 +146,14 @@ ROUTES: tuple[Row, ...] = (
         r.MemoryAdded,
         "memory.add",
     ),
-    Row("GET", "/api/v1/memory/logs", MemoryLogs.summary, lambda c, q: c.service.panel.api_logs(q), MemoryLogs),
+    Row(
+        "GET",
+        "/api/v1/memory/logs",
+        MemoryLogs.summary,
+        lambda c, q: c.service.panel.api_logs(q),
+        MemoryLogs,
+        r.MemoryLogsPage,
+    ),
     Row(
         "POST",
         "/api/v1/memory/processing/status",
@@ -174,6 +181,7 @@ ROUTES: tuple[Row, ...] = (
         "/api/v1/memory/{memory_id}/history",
         "Version chain of a memory (oldest -> newest, with validity)",
         lambda c, q: c.service.memory_history(c.path["memory_id"]),
+        response=r.MemoryHistory,
     ),
     *(_key_row(args) for args in KEY_ARGS.values()),
     Row(
@@ -192,7 +200,14 @@ ROUTES: tuple[Row, ...] = (
         ListTombstones,
         r.TombstoneList,
     ),
-    Row("POST", "/api/v1/feedback", Feedback.summary, lambda c, q: c.service.give_feedback(q, c.ns), Feedback),
+    Row(
+        "POST",
+        "/api/v1/feedback",
+        Feedback.summary,
+        lambda c, q: c.service.give_feedback(q, c.ns),
+        Feedback,
+        r.FeedbackRecorded,
+    ),
     Row(
         "GET", "/api/v1/episodes", ListEpisodes.summary, lambda c, q: c.service.list_episodes(q), ListEpisodes, r.Items
     ),
@@ -239,8 +254,11 @@ ROUTES: tuple[Row, ...] = (
         "Entry list (page, layer, status, q, sourceAgent)",
         lambda c, q: c.service.panel.items(q),
         PanelItems,
+        r.ItemsPage,
     ),
-    Row("GET", "/api/v1/panel/tasks", PanelTasks.summary, lambda c, q: c.service.panel.tasks(q), PanelTasks),
+    Row(
+        "GET", "/api/v1/panel/tasks", PanelTasks.summary, lambda c, q: c.service.panel.tasks(q), PanelTasks, r.TasksPage
+    ),
     Row(
         "POST",
         "/api/v1/admin/reload-config",
