@@ -144,15 +144,6 @@ def _env_bool(env: Mapping[str, str], name: str, default: bool) -> bool:
 
 
 # -- argument validators ------------------------------------------------------------------------------
-def body_of(body: Any) -> dict[str, Any]:
-    """The arguments must be a JSON object."""
-    if body is None:
-        return {}
-    if not isinstance(body, dict):
-        raise InvalidArgument(f"arguments must be a JSON object, got {type(body).__name__}")
-    return body
-
-
 def req_text(body: Mapping[str, Any], name: str, where: str = "", max_len: int = MAX_CONTENT_CHARS) -> str:
     """A required non-empty string."""
     value = body.get(name)
