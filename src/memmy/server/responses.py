@@ -223,3 +223,42 @@ class MemoryHistory(TypedDict):
     length: int
     chain: list[dict[str, Any]]
     serverTime: str
+
+
+class DreamPass(TypedDict):
+    """A Dream pass just run (or, with ``dryRun``, what it would change)."""
+
+    id: str | None
+    dryRun: bool
+    status: str
+    trigger: str
+    startedAt: str
+    finishedAt: str | None
+    stats: dict[str, Any]
+    changes: list[dict[str, Any]]
+    serverTime: str
+
+
+class DreamRecord(TypedDict):
+    """One past Dream pass and its changes."""
+
+    id: str
+    status: str
+    trigger: str
+    startedAt: str
+    finishedAt: str | None
+    restoredAt: str | None
+    stats: dict[str, Any]
+    error: str | None
+    changes: list[dict[str, Any]]
+    serverTime: str
+
+
+class DreamRestored(TypedDict):
+    """A Dream pass undone."""
+
+    id: str
+    status: str
+    restoredAt: str
+    changes: int
+    serverTime: str

@@ -220,7 +220,9 @@ ROUTES: tuple[Row, ...] = (
         RestoreTombstone,
         r.TombstoneRestored,
     ),
-    Row("POST", "/api/v1/dream/run", DreamRun.summary, lambda c, q: c.service.dream_run(q, c.ns), DreamRun),
+    Row(
+        "POST", "/api/v1/dream/run", DreamRun.summary, lambda c, q: c.service.dream_run(q, c.ns), DreamRun, r.DreamPass
+    ),
     Row("GET", "/api/v1/dream/log", DreamLog.summary, lambda c, q: c.service.dream_log(q), DreamLog, r.DreamLogPage),
     Row(
         "GET",
@@ -228,6 +230,7 @@ ROUTES: tuple[Row, ...] = (
         DreamGet.summary,
         lambda c, q: c.service.dream_get(c.path["dream_id"], q),
         DreamGet,
+        r.DreamRecord,
     ),
     Row(
         "POST",
@@ -235,6 +238,7 @@ ROUTES: tuple[Row, ...] = (
         DreamRestore.summary,
         lambda c, q: c.service.dream_restore(c.path["dream_id"], q, c.ns),
         DreamRestore,
+        r.DreamRestored,
     ),
     Row("GET", "/api/v1/memory/{memory_id}", "Memory detail", lambda c, q: c.service.get_memory(c.path["memory_id"])),
     Row(
