@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from memmy.commands.base import Command
 from memmy.commands.evolution import Feedback, RunWorker
 from memmy.commands.governance import ListLogs
 from memmy.commands.memory import AddMemory, SearchMemory
@@ -15,7 +16,7 @@ from memmy.redact import Redactor
 
 
 def test_bad_fields_are_rejected_with_their_json_name() -> None:
-    cases = [
+    cases: list[tuple[type[Command], object, str]] = [
         (AddMemory, {"content": "  "}, "content: expected a non-empty string"),
         (AddMemory, {"content": "x", "visibility": "team"}, "visibility: expected one of private, global"),
         (AddMemory, {"content": "x", "createdAt": "2024-01-01"}, "createdAt: the date-time needs a timezone"),
