@@ -262,3 +262,55 @@ class DreamRestored(TypedDict):
     restoredAt: str
     changes: int
     serverTime: str
+
+
+class KeyForgotten(TypedDict):
+    """``keys/forget``: the memory deleted and its value tombstoned."""
+
+    deleted: bool
+    memory_id: str
+    tombstone_id: str | None
+
+
+class KeyDismissed(TypedDict):
+    """``keys/dismiss``: one key->memory edge weakened."""
+
+    memory_id: str
+    key_id: str
+    dismissed: bool
+    weight_before: float
+    weight: float
+    floored: bool
+    cancelled_alias_candidates: int
+
+
+class KeysCleaned(TypedDict):
+    """``keys/cleanup_expired``: memories past their TTL deleted."""
+
+    deleted: int
+    ids: list[str]
+    durationMs: float
+
+
+class KeyStats(TypedDict):
+    """``keys/memory_stats``: counts of the key graph."""
+
+    keys: int
+    memories: int
+    links: int
+    aliases: int
+    related_links: int
+    tombstones: int
+    namespaces: dict[str, int]
+    thresholds: dict[str, Any]
+    serverTime: str
+
+
+#: Answer types of the key-graph tools that have one (the others are documented as any JSON).
+KEY_ANSWERS: dict[str, Any] = {
+    "forget": KeyForgotten,
+    "dismiss": KeyDismissed,
+    "cleanup_expired": KeysCleaned,
+    "memory_stats": KeyStats,
+    "remember_batch": list[dict[str, Any]],
+}

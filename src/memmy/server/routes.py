@@ -70,7 +70,7 @@ def _key_row(args: type[KeyArgs]) -> Row:
         f"Key graph: {args.summary}",
         lambda c, q: c.service.keys_call(q, c.ns),
         args,
-        response=Any,
+        response=r.KEY_ANSWERS.get(args.op, Any),
     )
 
 
