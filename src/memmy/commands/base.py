@@ -102,43 +102,96 @@ def _read_object(body: dict[str, Any], key: str) -> dict[str, Any] | None:
     return value
 
 
-def read_field(field: dataclasses.Field[Any], hint: Any, body: dict[str, Any], *, query: bool) -> Any:
-    """One field's value from a body, by its type and metadata."""
+def field_reader(field: dataclasses.Field[Any], hint: Any, *, query: bool) -> Callable[[dict[str, Any]], Any]:
+    """How one field is read from a body, by its type and metadata (worked out once per command type)."""
     key = field_key(field)
     reader: Reader | None = field.metadata.get("read")
     if reader is not None:
-        return reader(body, key)
+        custom = reader
+        return lambda body: custom(body, key)
     required = field.default is dataclasses.MISSING
     default: Any = None if required else field.default
     schema: dict[str, Any] = field.metadata.get("schema", {})
     inner, optional = unwrap_optional(hint)
     if inner is str:
+        max_len = schema.get("maxLength")
         if required:
-            return req_str(body, key, max_len=schema.get("maxLength"))
-        value = opt_str(body, key)
-        if value is not None and "maxLength" in schema and len(value) > schema["maxLength"]:
-            raise InvalidArgument(f"{key}: longer than {schema['maxLength']} characters")
-        return value if value is not None else default
+            return lambda body: req_str(body, key, max_len=max_len)
+
+        def text(body: dict[str, Any]) -> str | None:
+            value = opt_str(body, key)
+            if value is not None and max_len is not None and len(value) > max_len:
+                raise InvalidArgument(f"{key}: longer than {max_len} characters")
+            return value if value is not None else default
+
+        return text
     if get_origin(inner) is Literal:
-        return _read_literal(body, key, get_args(inner), default)
+        choices = get_args(inner)
+        return lambda body: _read_literal(body, key, choices, default)
     if inner is bool:
-        return _query_bool(body, key, bool(default)) if query else opt_bool(body, key, bool(default))
+        if query:
+            return lambda body: _query_bool(body, key, bool(default))
+        return lambda body: opt_bool(body, key, bool(default))
     if inner is int:
-        if optional and body.get(key) in (None, ""):
-            return None
-        minimum = int(schema.get("minimum", 0))
-        return opt_int(body, key, int(default or 0), minimum=minimum, maximum=schema.get("maximum"))
+        minimum, maximum = int(schema.get("minimum", 0)), schema.get("maximum")
+
+        def integer(body: dict[str, Any]) -> int | None:
+            if optional and body.get(key) in (None, ""):
+                return None
+            return opt_int(body, key, int(default or 0), minimum=minimum, maximum=maximum)
+
+        return integer
     if inner is float:
-        number = opt_float(body, key, float(default or 0.0))
         low, high = schema.get("minimum"), schema.get("maximum")
-        if (low is not None and number < low) or (high is not None and number > high):
-            raise InvalidArgument(f"{key}: expected a number between {low} and {high}")
+
+        def number(body: dict[str, Any]) -> float:
+            value = opt_float(body, key, float(default or 0.0))
+            if (low is not None and value < low) or (high is not None and value > high):
+                raise InvalidArgument(f"{key}: expected a number between {low} and {high}")
+            return value
+
         return number
     if get_origin(inner) is tuple:
-        return _read_strings(body, key)
+        return lambda body: _read_strings(body, key)
     if inner is dict or get_origin(inner) is dict:
-        return _read_object(body, key)
+        return lambda body: _read_object(body, key)
     raise TypeError(f"{field.name}: no reader for {hint!r}; give param(read=...)")
+
+
+def _redact_item(item: Any, redactor: Redacts) -> Any:
+    return item.redacted(redactor) if isinstance(item, Command) else redactor.redact_json(item)
+
+
+_FREE_TEXT: dict[type, list[str]] = {}
+
+
+def free_text_fields(cls: type[Command]) -> list[str]:
+    """The fields redaction reads: text, lists, objects and nested requests (not enums, numbers or flags)."""
+    names = _FREE_TEXT.get(cls)
+    if names is None:
+        hints = type_hints(cls)
+        names = []
+        for f in dataclasses.fields(cls):
+            inner, _optional = unwrap_optional(hints[f.name])
+            if not f.metadata.get("redact", True) or inner in (bool, int, float) or get_origin(inner) is Literal:
+                continue
+            names.append(f.name)
+        _FREE_TEXT[cls] = names
+    return names
+
+
+_PLANS: dict[type, list[tuple[str, Callable[[dict[str, Any]], Any]]]] = {}
+
+
+def read_plan(cls: type[Command]) -> list[tuple[str, Callable[[dict[str, Any]], Any]]]:
+    """``(field name, reader)`` for every field of a command type (cached: commands are read on every request)."""
+    plan = _PLANS.get(cls)
+    if plan is None:
+        hints = type_hints(cls)
+        plan = _PLANS[cls] = [
+            (f.name, field_reader(f, hints[f.name], query=cls.in_query)) for f in dataclasses.fields(cls) if f.init
+        ]
+    return plan
 
 
 def _plain(value: Any) -> Any:
@@ -175,10 +228,7 @@ class Command:
     def read_fields(cls, body: object) -> dict[str, Any]:
         """Every field's value from ``body`` (a JSON object, or None for an empty body)."""
         data = require_object(body)
-        hints = type_hints(cls)
-        return {
-            f.name: read_field(f, hints[f.name], data, query=cls.in_query) for f in dataclasses.fields(cls) if f.init
-        }
+        return {name: read(data) for name, read in read_plan(cls)}
 
     @classmethod
     def from_json(cls, body: object = None) -> Self:
@@ -204,14 +254,17 @@ class Command:
     def redacted(self, redactor: Redacts) -> Self:
         """A copy with every secret in its free-text fields replaced (before any write, log or job sees it)."""
         changes: dict[str, Any] = {}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if not f.metadata.get("redact", True) or value is None or isinstance(value, (bool, int, float)):
+        for name in free_text_fields(type(self)):
+            value = getattr(self, name)
+            if value is None or value == "" or value == ():
                 continue
+            redacted: Any
             if isinstance(value, Command):
-                changes[f.name] = value.redacted(redactor)
+                redacted = value.redacted(redactor)
             elif isinstance(value, tuple):
-                changes[f.name] = tuple(redactor.redact_json(list(value)))
-            elif isinstance(value, (str, list, dict)):
-                changes[f.name] = redactor.redact_json(value)
+                redacted = tuple(_redact_item(item, redactor) for item in value)
+            else:
+                redacted = redactor.redact_json(value)
+            if redacted != value:
+                changes[name] = redacted
         return dataclasses.replace(self, **changes) if changes else self

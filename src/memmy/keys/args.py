@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from memmy.commands.base import Command, Redacts, param
+from memmy.commands.base import Command, param
 from memmy.commands.fields import NOT_BLANK
 from memmy.embed import EmbeddingFingerprint
 from memmy.errors import InvalidArgument, NotFound
@@ -480,10 +480,6 @@ class RememberBatchArgs(KeyArgs):
     op: ClassVar[str] = "remember_batch"
     summary: ClassVar[str] = "Save several memories (all validated before anything is written)"
     items: tuple[RememberArgs, ...] = param(read=_items, schema={"type": "array", "minItems": 1, "maxItems": 500})
-
-    def redacted(self, redactor: Redacts) -> RememberBatchArgs:
-        """Each item redacted."""
-        return RememberBatchArgs(items=tuple(item.redacted(redactor) for item in self.items))
 
 
 @dataclass(frozen=True)
