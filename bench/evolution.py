@@ -31,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from memmy.commands.evolution import RunWorker
+
 FAMILIES = [
     ("python", "run the unit tests of the {x} package", "ModuleNotFoundError: No module named '{x}_core'"),
     ("node", "build the {x} web frontend with npm", "npm ERR! code ERESOLVE unable to resolve dependency tree"),
@@ -132,7 +134,7 @@ def main() -> int:
     capture_s = time.perf_counter() - capture_started
     drain_started = time.perf_counter()
     while True:
-        report = service.run_worker({"limit": 1000})
+        report = service.run_worker(RunWorker.from_json({"limit": 1000}))
         if report["leased"] == 0 and report["embeddingRetries"]["leased"] == 0:
             break
     drain_s = time.perf_counter() - drain_started

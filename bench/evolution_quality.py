@@ -56,6 +56,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memmy.commands.evolution import Feedback, RunWorker
+
 # --------------------------------------------------------------------------- the task bank
 
 
@@ -519,7 +521,7 @@ class Runner:
     def drain(self) -> None:
         """Run the worker until nothing is due."""
         while True:
-            report = self.service.run_worker({"limit": 1000})
+            report = self.service.run_worker(RunWorker.from_json({"limit": 1000}))
             if report["leased"] == 0 and report["embeddingRetries"]["leased"] == 0:
                 return
 
@@ -560,7 +562,8 @@ class Runner:
                 target = episode_of.get(item["task"])
                 if target:
                     self.service.give_feedback(
-                        {"id": target, "polarity": item["polarity"], "note": item.get("note", "")}, ns
+                        Feedback.from_json({"id": target, "polarity": item["polarity"], "note": item.get("note", "")}),
+                        ns,
                     )
         self.drain()
         precision = tp / (tp + fp) if tp + fp else 1.0

@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 from model_check import require_local_model
 
+from memmy.commands.memory import AddMemory, SearchMemory
 from memmy.config import load_config
 from memmy.namespace import Namespace
 from memmy.service import MemoryService
@@ -61,8 +62,12 @@ _STOP = frozenset(
     we were what when where which who why will with would you your""".split()
 )
 _DATE = re.compile(r"(\d{1,2}):(\d{2})\s*([ap]m)\s+on\s+(\d{1,2})\s+(\w+),?\s+(\d{4})", re.IGNORECASE)
-_MONTHS = {m: i for i, m in enumerate("january february march april may june july august september october "
-                                       "november december".split(), start=1)}
+_MONTHS = {
+    m: i
+    for i, m in enumerate(
+        "january february march april may june july august september october november december".split(), start=1
+    )
+}
 
 
 def normalise_evidence(raw: list[str]) -> list[str]:
@@ -141,7 +146,7 @@ def ingest(service: MemoryService, sample: dict[str, Any]) -> None:
             }
             if start is not None:
                 body["createdAt"] = (start + timedelta(seconds=position)).isoformat().replace("+00:00", "Z")
-            service.add_memory(body, ns)
+            service.add_memory(AddMemory.from_json(body), ns)
 
 
 def load_conversation(service: MemoryService, sample: dict[str, Any]) -> Conversation:
@@ -246,7 +251,7 @@ def evaluate(
             if channels is not None:
                 body["channels"] = channels
             started = time.perf_counter()
-            result = service.search(body, ns)
+            result = service.search(SearchMemory.from_json(body), ns)
             latencies[name].append((time.perf_counter() - started) * 1000)
             score(pipeline_items(result), conv.dia_of, evidence, name, category, scores)
         for name, items in baselines.rank(qa["question"]).items():

@@ -42,6 +42,8 @@ from typing import Any
 import numpy as np
 from starlette.testclient import TestClient
 
+from memmy.commands.memory import AddMemory, SearchMemory
+from memmy.commands.panel import PanelItems
 from memmy.config import load_config
 from memmy.domain import ID_PREFIX_BY_LAYER, Memory, new_id
 from memmy.indexing import FIELD_BY_LAYER
@@ -82,7 +84,7 @@ def build(service: MemoryService, n: int) -> None:
     started = time.perf_counter()
     ns = Namespace(source="bench")
     for i, body in enumerate(itertools.islice(unique_memories(7), n)):
-        service.add_memory(body, ns)
+        service.add_memory(AddMemory.from_json(body), ns)
         if (i + 1) % 1000 == 0:
             print(f"added {i + 1}/{n}", file=sys.stderr)
     while True:
@@ -124,7 +126,7 @@ def build_synthetic(service: MemoryService, n: int) -> None:
     service.indexer.load_index()
     ns = Namespace(source="bench")
     for query in ("deploy the web app", "数据库迁移", "fix the flaky test", "which package manager"):
-        service.search({"query": query}, ns)
+        service.search(SearchMemory.from_json({"query": query}), ns)
     print(f"wrote {n} memories in {time.perf_counter() - started:.0f} s", file=sys.stderr)
 
 
@@ -161,8 +163,8 @@ def main() -> None:
                 build_synthetic(service, args.synthetic)
             elif not args.db:
                 build(service, args.n)
-            total = service.panel.items({"pageSize": "1"})["total"]
-            memory_id = service.panel.items({"pageSize": "1", "page": "2"})["items"][0]["id"]
+            total = service.panel.items(PanelItems.from_json({"pageSize": "1"}))["total"]
+            memory_id = service.panel.items(PanelItems.from_json({"pageSize": "1", "page": "2"}))["items"][0]["id"]
             app = create_app(service)
             with TestClient(app, base_url=BASE, follow_redirects=False) as client:
                 link = client.post("/api/v1/panel/sign-in").json()["url"].removeprefix(BASE)

@@ -50,6 +50,7 @@ import httpx
 import numpy as np
 import psutil
 
+from memmy.commands.memory import AddMemory, SearchMemory
 from memmy.config import load_config
 from memmy.embed import LocalMiniLMEmbedder
 from memmy.namespace import Namespace
@@ -285,7 +286,7 @@ def grow_in_process(service: MemoryService, bodies: Sequence[dict[str, Any]], la
     """Add ``bodies`` through the service, then drain the embedding queue; both phases timed."""
     ns = Namespace()
     started = time.perf_counter()
-    deduplicated = add_all(lambda body: service.add_memory(body, ns), bodies, label)
+    deduplicated = add_all(lambda body: service.add_memory(AddMemory.from_json(body), ns), bodies, label)
     added = time.perf_counter()
     drain_in_process(service, len(bodies), label)
     result = AddResult(label, len(bodies), added - started, time.perf_counter() - added, deduplicated)
@@ -348,7 +349,7 @@ def search_in_process(
     ns = Namespace(source="claude_code")
 
     def search(query: str) -> int:
-        return len(service.search({"query": query, "limit": SEARCH_LIMIT}, ns)["hits"])
+        return len(service.search(SearchMemory.from_json({"query": query, "limit": SEARCH_LIMIT}), ns)["hits"])
 
     time_queries(search, warmup)
     samples, hits = time_queries(search, queries)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from memmy.commands.memory import AddMemory, SearchMemory
 from memmy.config import load_config
 from memmy.embed import build_embedder
 from memmy.embed.base import Embedder
@@ -65,12 +66,14 @@ def pipeline_ranks(embedder: Embedder, pairs: list[tuple[str, str]]) -> list[int
     config = load_config(env={"HOME": str(home), "MEMMY_HOME": str(home / ".memmy")})
     service = MemoryService.open(config, embedder=embedder)
     ns = Namespace(source="bench")
-    ids = [service.add_memory({"content": fact}, ns)["id"] for fact, _ in pairs]
+    ids = [service.add_memory(AddMemory.from_json({"content": fact}), ns)["id"] for fact, _ in pairs]
     service.indexer.drain(timeout_s=600)
     service.indexer.load_index()
     ranks = []
     for i, (_, question) in enumerate(pairs):
-        found = service.search({"query": question, "limit": max(KS), "scope": "pooled"}, ns)["sourceMemoryIds"]
+        found = service.search(SearchMemory.from_json({"query": question, "limit": max(KS), "scope": "pooled"}), ns)[
+            "sourceMemoryIds"
+        ]
         ranks.append(found.index(ids[i]) if ids[i] in found else max(KS))
     service.close()
     return ranks

@@ -18,11 +18,18 @@ import yaml
 from click.testing import CliRunner, Result
 
 from memmy.cli.main import cli
+from memmy.commands.admin import Export, ImportStore, ReloadConfig, Wipe
+from memmy.commands.dream import DreamRestore, DreamRun
+from memmy.commands.evolution import Feedback, RunWorker
+from memmy.commands.governance import ListLogs, RestoreTombstone, ReviewDecision, ReviewQueue
+from memmy.commands.memory import AddMemory, DeleteMemory, SearchMemory
+from memmy.commands.panel import PanelItems
 from memmy.commands.turns import CompleteTurn, OpenSession, StartTurn
 from memmy.config import load_config
 from memmy.embed import Embedder
 from memmy.errors import Conflict
 from memmy.jobs.writer import LayerWrite, LayerWriter
+from memmy.keys.args import key_args
 from memmy.namespace import Namespace
 from memmy.service import MemoryService
 from tests.conftest import Daemon
@@ -39,7 +46,7 @@ def _data_checksums(manifest: dict[str, object]) -> dict[str, object]:
 def _populate(service: MemoryService) -> list[str]:
     ids = []
     for text in ("Use pnpm, not npm, in the web repo.", "数据库迁移前先备份。", "Deploys go through make release."):
-        ids.append(service.add_memory({"content": text}, Namespace(source="codex"))["id"])
+        ids.append(service.add_memory(AddMemory.from_json({"content": text}), Namespace(source="codex"))["id"])
     agent = Namespace(source="claude_code")
     sid = service.open_session(OpenSession.from_json({}), agent)["sessionId"]
     started = service.start_turn(StartTurn.from_json({"sessionId": sid, "query": "how do we deploy?"}), agent)
@@ -49,13 +56,13 @@ def _populate(service: MemoryService) -> list[str]:
         ),
         agent,
     )
-    service.run_worker({})
+    service.run_worker(RunWorker.from_json({}))
     return ids
 
 
 def test_export_wipe_import_gives_an_equal_export(service: MemoryService, tmp_path: Path) -> None:
     ids = _populate(service)
-    first = service.ownership.export({"out": str(tmp_path / "one.zip")}, PANEL)
+    first = service.ownership.export(Export.from_json({"out": str(tmp_path / "one.zip")}), PANEL)
     assert first["counts"]["memories"] >= 3
     with zipfile.ZipFile(first["path"]) as archive:
         manifest = json.loads(archive.read("manifest.json"))
@@ -64,51 +71,60 @@ def test_export_wipe_import_gives_an_equal_export(service: MemoryService, tmp_pa
             n.removeprefix("tables/").removesuffix(".jsonl") for n in archive.namelist()
         }
 
-    wiped = service.ownership.wipe({"confirm": True}, PANEL)
+    wiped = service.ownership.wipe(Wipe.from_json({"confirm": True}), PANEL)
     assert wiped["removed"]["memories"] >= 3
     assert wiped["backup"] and Path(wiped["backup"]).is_file()
-    assert service.panel.items({})["total"] == 0
+    assert service.panel.items(PanelItems.from_json({}))["total"] == 0
 
-    dry = service.ownership.import_({"path": first["path"], "dryRun": True}, PANEL)
+    dry = service.ownership.import_(ImportStore.from_json({"path": first["path"], "dryRun": True}), PANEL)
     assert dry["tables"]["memories"] == {"rows": 4, "new": 4, "conflicts": 0, "ignored": 0}
     assert service.memories.get(ids[0]) is None  # a dry run writes nothing
 
-    service.ownership.import_({"path": first["path"]}, PANEL)
-    again = service.ownership.export({"out": str(tmp_path / "two.zip")}, PANEL)
+    service.ownership.import_(ImportStore.from_json({"path": first["path"]}), PANEL)
+    again = service.ownership.export(Export.from_json({"out": str(tmp_path / "two.zip")}), PANEL)
     assert _data_checksums(again["manifest"]) == _data_checksums(first["manifest"])
-    hits = service.search({"query": "pnpm"}, Namespace())["hits"]
+    hits = service.search(SearchMemory.from_json({"query": "pnpm"}), Namespace())["hits"]
     assert [h["id"] for h in hits][:1] == [ids[0]]
 
     with pytest.raises(Conflict, match="already exist"):
-        service.ownership.import_({"path": first["path"], "onConflict": "error"}, PANEL)
-    skipped = service.ownership.import_({"path": first["path"], "onConflict": "skip"}, PANEL)
+        service.ownership.import_(ImportStore.from_json({"path": first["path"], "onConflict": "error"}), PANEL)
+    skipped = service.ownership.import_(ImportStore.from_json({"path": first["path"], "onConflict": "skip"}), PANEL)
     assert skipped["added"] == 0 and skipped["conflicts"] > 0
 
-    actions = [row["action"] for row in service.governance.logs_page({"kind": "audit", "limit": 50})["items"]]
+    actions = [
+        row["action"]
+        for row in service.governance.logs_page(ListLogs.from_json({"kind": "audit", "limit": 50}))["items"]
+    ]
     assert {"store.export", "store.wipe", "store.import"} <= set(actions)
-    wipe_row = next(r for r in service.governance.logs_page({"kind": "audit"})["items"] if r["action"] == "store.wipe")
+    wipe_row = next(
+        r
+        for r in service.governance.logs_page(ListLogs.from_json({"kind": "audit"}))["items"]
+        if r["action"] == "store.wipe"
+    )
     assert wipe_row["actor"]["source"] == "panel"
 
 
 def test_export_without_raw_turns(service: MemoryService, tmp_path: Path) -> None:
     _populate(service)
-    result = service.ownership.export({"out": str(tmp_path / "noraw.zip"), "raw": False}, PANEL)
+    result = service.ownership.export(Export.from_json({"out": str(tmp_path / "noraw.zip"), "raw": False}), PANEL)
     assert "raw_turns" not in result["counts"]
     assert result["manifest"]["raw"] is False
 
 
 def test_correct_works_on_a_memory_made_by_add(service: MemoryService) -> None:
-    made = service.add_memory({"content": "The staging database is on port 5433."}, Namespace(source="cursor"))
+    made = service.add_memory(
+        AddMemory.from_json({"content": "The staging database is on port 5433."}), Namespace(source="cursor")
+    )
     result = service.keys_call(
-        "correct", {"memory_id": made["id"], "content": "The staging database is on port 6543."}, PANEL
+        key_args("correct", {"memory_id": made["id"], "content": "The staging database is on port 6543."}), PANEL
     )
     assert result["superseded"] == made["id"]
     chain = service.memory_history(result["new_id"])["chain"]
     assert [c["id"] for c in chain][-2:] == [made["id"], result["new_id"]]
-    service.run_worker({})
-    hits = service.search({"query": "staging database port"}, Namespace())["hits"]
+    service.run_worker(RunWorker.from_json({}))
+    hits = service.search(SearchMemory.from_json({"query": "staging database port"}), Namespace())["hits"]
     assert [h["id"] for h in hits][:1] == [result["new_id"]]
-    audit = service.governance.logs_page({"kind": "audit", "action": "memory.correct"})["items"]
+    audit = service.governance.logs_page(ListLogs.from_json({"kind": "audit", "action": "memory.correct"}))["items"]
     assert audit and audit[0]["targetId"] == made["id"] and audit[0]["actor"]["source"] == "panel"
 
 
@@ -140,9 +156,9 @@ def test_review_queue_holds_new_policies_until_approved(isolated_home: Path, emb
         )
         memory = _writer(svc).upsert(write)
         assert memory.status == "resolving"
-        queue = svc.governance.review_queue({})["items"]
+        queue = svc.governance.review_queue(ReviewQueue.from_json({}))["items"]
         assert [item["id"] for item in queue] == [memory.id]
-        svc.run_worker({})
+        svc.run_worker(RunWorker.from_json({}))
         sid = svc.open_session(OpenSession.from_json({}), Namespace())["sessionId"]
         turn = svc.start_turn(
             StartTurn.from_json({"sessionId": sid, "query": "how should I run the python test suite?"}), Namespace()
@@ -155,11 +171,13 @@ def test_review_queue_holds_new_policies_until_approved(isolated_home: Path, emb
 
         approved = svc.governance.review(
             memory.id,
-            {"decision": "approve", "content": write.content + " Keep -p no:cacheprovider off."},
+            ReviewDecision.from_json(
+                {"decision": "approve", "content": write.content + " Keep -p no:cacheprovider off."}
+            ),
             PANEL,
         )
         assert approved["status"] == "activated" and approved["review"]["edited"] is True
-        svc.run_worker({})
+        svc.run_worker(RunWorker.from_json({}))
         turn = svc.start_turn(
             StartTurn.from_json({"sessionId": sid, "query": "how should I run the python test suite?"}), Namespace()
         )
@@ -175,25 +193,25 @@ def test_review_queue_holds_new_policies_until_approved(isolated_home: Path, emb
                 properties={},
             )
         )
-        svc.governance.review(rejected.id, {"decision": "reject", "reason": "wrong"}, PANEL)
+        svc.governance.review(rejected.id, ReviewDecision.from_json({"decision": "reject", "reason": "wrong"}), PANEL)
         proposed_again = _writer(svc).upsert(
             LayerWrite(layer="L3", key="world:bad", title="t", content="The repo has no tests.", tags=[], properties={})
         )
         assert proposed_again.id == rejected.id and proposed_again.status == "archived"
-        assert svc.governance.review_queue({})["items"] == []
-        actions = {row["action"] for row in svc.governance.logs_page({"kind": "audit"})["items"]}
+        assert svc.governance.review_queue(ReviewQueue.from_json({}))["items"] == []
+        actions = {row["action"] for row in svc.governance.logs_page(ListLogs.from_json({"kind": "audit"}))["items"]}
         assert {"review.approve", "review.reject"} <= actions
     finally:
         svc.close()
 
 
 def test_feedback_dream_and_reload_are_audited(service: MemoryService) -> None:
-    made = service.add_memory({"content": "Prefer ripgrep over grep."}, Namespace())
-    service.give_feedback({"id": made["id"], "polarity": "negative"}, PANEL)
-    service.dream_run({}, PANEL)
-    service.reload_config({}, PANEL)
-    service.delete_memory(made["id"], {}, PANEL)
-    actions = {row["action"] for row in service.governance.logs_page({"kind": "audit"})["items"]}
+    made = service.add_memory(AddMemory.from_json({"content": "Prefer ripgrep over grep."}), Namespace())
+    service.give_feedback(Feedback.from_json({"id": made["id"], "polarity": "negative"}), PANEL)
+    service.dream_run(DreamRun.from_json({}), PANEL)
+    service.reload_config(ReloadConfig.from_json({}), PANEL)
+    service.delete_memory(made["id"], DeleteMemory.from_json({}), PANEL)
+    actions = {row["action"] for row in service.governance.logs_page(ListLogs.from_json({"kind": "audit"}))["items"]}
     assert {"feedback", "dream.run", "config.reload", "memory.delete"} <= actions
 
 
@@ -203,7 +221,7 @@ def test_audit_retention_prunes_only_when_configured_and_says_so(service: Memory
     service.db.conn.execute("UPDATE audit_logs SET created_at = '2000-01-01T00:00:00.000Z'")
     service.settings.current = replace(service.config, tree={**service.config.tree, "audit": {"retentionDays": 30}})
     assert service.governance.prune_if_due() == 1
-    rows = service.governance.logs_page({"kind": "audit"})["items"]
+    rows = service.governance.logs_page(ListLogs.from_json({"kind": "audit"}))["items"]
     assert [r["action"] for r in rows] == ["audit.prune"] and rows[0]["meta"]["removed"] == 1
 
 
@@ -254,28 +272,30 @@ def test_cli_export_wipe_import_logs_and_panel_link(daemon: Daemon, tmp_path: Pa
 def test_every_governance_action_writes_an_audit_row(isolated_home: Path, embedder: Embedder, tmp_path: Path) -> None:
     svc = _review_service(isolated_home, embedder)
     try:
-        fact = svc.add_memory({"content": "The release branch is called main."}, Namespace())
-        doomed = svc.add_memory({"content": "The build server is ci-old.example."}, Namespace())
-        svc.keys_call("correct", {"memory_id": fact["id"], "content": "The release branch is called trunk."}, PANEL)
-        forgotten = svc.keys_call("forget", {"memory_id": doomed["id"], "reason": "moved"}, PANEL)
-        svc.restore_tombstone(forgotten["tombstone_id"], {"reason": "back"}, PANEL)
-        svc.give_feedback({"id": fact["id"], "polarity": "positive"}, PANEL)
+        fact = svc.add_memory(AddMemory.from_json({"content": "The release branch is called main."}), Namespace())
+        doomed = svc.add_memory(AddMemory.from_json({"content": "The build server is ci-old.example."}), Namespace())
+        svc.keys_call(
+            key_args("correct", {"memory_id": fact["id"], "content": "The release branch is called trunk."}), PANEL
+        )
+        forgotten = svc.keys_call(key_args("forget", {"memory_id": doomed["id"], "reason": "moved"}), PANEL)
+        svc.restore_tombstone(forgotten["tombstone_id"], RestoreTombstone.from_json({"reason": "back"}), PANEL)
+        svc.give_feedback(Feedback.from_json({"id": fact["id"], "polarity": "positive"}), PANEL)
         pending = [
             _writer(svc).upsert(LayerWrite("L2", f"policy:{n}", f"Policy {n}", f"Always do {n} first.", [], {}))
             for n in ("lint", "format")
         ]
-        svc.governance.review(pending[0].id, {"decision": "approve"}, PANEL)
-        svc.governance.review(pending[1].id, {"decision": "reject"}, PANEL)
-        dream = svc.dream_run({}, PANEL)
-        svc.dream_restore(str(dream["id"]), {"force": True}, PANEL)
-        svc.reload_config({}, PANEL)
+        svc.governance.review(pending[0].id, ReviewDecision.from_json({"decision": "approve"}), PANEL)
+        svc.governance.review(pending[1].id, ReviewDecision.from_json({"decision": "reject"}), PANEL)
+        dream = svc.dream_run(DreamRun.from_json({}), PANEL)
+        svc.dream_restore(str(dream["id"]), DreamRestore.from_json({"force": True}), PANEL)
+        svc.reload_config(ReloadConfig.from_json({}), PANEL)
         archive = tmp_path / "all.zip"
-        svc.ownership.export({"out": str(archive)}, PANEL)
-        svc.ownership.wipe({"confirm": True, "backup": False}, PANEL)
-        svc.ownership.import_({"path": str(archive)}, PANEL)
-        svc.delete_memory(fact["id"], {}, PANEL)
+        svc.ownership.export(Export.from_json({"out": str(archive)}), PANEL)
+        svc.ownership.wipe(Wipe.from_json({"confirm": True, "backup": False}), PANEL)
+        svc.ownership.import_(ImportStore.from_json({"path": str(archive)}), PANEL)
+        svc.delete_memory(fact["id"], DeleteMemory.from_json({}), PANEL)
 
-        rows = svc.governance.logs_page({"kind": "audit", "limit": "200"})["items"]
+        rows = svc.governance.logs_page(ListLogs.from_json({"kind": "audit", "limit": "200"}))["items"]
         expected = {
             "memory.correct",
             "memory.forget",
@@ -366,7 +386,7 @@ def test_doctor_checks_config_daemon_token_hooks_vectors_and_model(
 def test_doctor_reports_missing_vectors_and_a_missing_model(
     service: MemoryService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    service.add_memory({"content": "Not embedded yet: the worker has not run."}, Namespace())
+    service.add_memory(AddMemory.from_json({"content": "Not embedded yet: the worker has not run."}), Namespace())
     db = Path(service.config.storage.sqlite_path)
     result = CliRunner().invoke(cli, ["--url", "http://127.0.0.1:9", "doctor", "--db", str(db)])
     assert "vectors_missing" in result.output and "1 live memories" in result.output

@@ -14,6 +14,8 @@ import yaml
 from click.testing import CliRunner, Result
 
 from memmy.cli.main import cli
+from memmy.commands.dream import DreamGet, DreamLog, DreamRestore, DreamRun
+from memmy.commands.memory import AddMemory, DeleteMemory, SearchMemory
 from memmy.config import load_config
 from memmy.domain import Memory, content_hash, new_id
 from memmy.dream.plan import compatible, iso
@@ -104,7 +106,9 @@ def status(svc: MemoryService, memory_id: str) -> tuple[str, str | None]:
 
 
 def recalled_ids(svc: MemoryService, query: str) -> list[str]:
-    return list(svc.search({"query": query, "limit": 20, "scope": "pooled"}, NS)["sourceMemoryIds"])
+    return list(
+        svc.search(SearchMemory.from_json({"query": query, "limit": 20, "scope": "pooled"}), NS)["sourceMemoryIds"]
+    )
 
 
 @pytest.fixture
@@ -208,7 +212,7 @@ def test_run_then_restore_returns_the_store_byte_for_byte(seeded: tuple[MemorySe
     before, fts_before, vectors_before = export(svc), fts_export(svc), index_state(svc)
     assert ids["pytest_b"] in recalled_ids(svc, "run pytest with the -q flag")
 
-    result = svc.dream_run({})
+    result = svc.dream_run(DreamRun.from_json({}))
     dream_id = result["id"]
     stats = result["stats"]
     assert dream_id.startswith("dream_") and result["status"] == "succeeded" and stats["vectorDuplicates"]
@@ -257,12 +261,12 @@ def test_run_then_restore_returns_the_store_byte_for_byte(seeded: tuple[MemorySe
     assert [c["seq"] for c in shown["changes"]] == list(range(1, 12))
     first = shown["changes"][0]
     assert set(first["before"]) == {"status", "version", "tags", "supersededBy", "validTo", "updatedAt"}
-    verbose = svc.dream_get(dream_id, {"verbose": "true"})["changes"][0]
+    verbose = svc.dream_get(dream_id, DreamGet.from_json({"verbose": "true"}))["changes"][0]
     assert "memory_value" in verbose["before"] and "properties_json" in verbose["after"]
-    logged = svc.dream_log({})["dreams"]
+    logged = svc.dream_log(DreamLog.from_json({}))["dreams"]
     assert [d["id"] for d in logged] == [dream_id] and logged[0]["stats"]["supersede"] == 4
 
-    restored = svc.dream_restore(dream_id, {})
+    restored = svc.dream_restore(dream_id, DreamRestore.from_json({}))
     assert restored["status"] == "restored" and restored["memories"] == 11 and restored["skipped"] == []
     assert export(svc) == before
     assert fts_export(svc) == fts_before
@@ -281,25 +285,30 @@ def test_run_then_restore_returns_the_store_byte_for_byte(seeded: tuple[MemorySe
     assert svc.dream_get(dream_id)["status"] == "restored"
 
     with pytest.raises(Conflict, match="already restored"):
-        svc.dream_restore(dream_id, {})
+        svc.dream_restore(dream_id, DreamRestore.from_json({}))
     with pytest.raises(NotFound):
-        svc.dream_restore("dream_nope", {})
+        svc.dream_restore("dream_nope", DreamRestore.from_json({}))
 
 
 def test_restore_is_refused_after_a_later_edit_unless_forced(seeded: tuple[MemoryService, dict[str, str]]) -> None:
     svc, ids = seeded
     before = json.loads(export(svc))
-    dream_id = svc.dream_run({})["id"]
-    svc.add_memory({"content": "Run the linter with ruff check --fix before committing", "tags": ["pre-commit"]}, NS)
-    svc.delete_memory(ids["pytest_a"], {"reason": "wrong"}, NS)
+    dream_id = svc.dream_run(DreamRun.from_json({}))["id"]
+    svc.add_memory(
+        AddMemory.from_json(
+            {"content": "Run the linter with ruff check --fix before committing", "tags": ["pre-commit"]}
+        ),
+        NS,
+    )
+    svc.delete_memory(ids["pytest_a"], DeleteMemory.from_json({"reason": "wrong"}), NS)
     after_edit = export(svc)
 
     with pytest.raises(Conflict, match=ids["lint_old"]) as refused:
-        svc.dream_restore(dream_id, {})
+        svc.dream_restore(dream_id, DreamRestore.from_json({}))
     assert "force" in refused.value.message and ids["pytest_a"] in refused.value.message
     assert export(svc) == after_edit  # a refused restore writes nothing
 
-    forced = svc.dream_restore(dream_id, {"force": True})
+    forced = svc.dream_restore(dream_id, DreamRestore.from_json({"force": True}))
     assert forced["overwritten"] == [ids["lint_old"]]
     assert forced["skipped"] == [{"memoryId": ids["pytest_a"], "reason": "deleted after the dream; not brought back"}]
     rows = {r["id"]: r for r in json.loads(export(svc))}
@@ -313,7 +322,7 @@ def test_dry_run_writes_nothing(seeded: tuple[MemoryService, dict[str, str]]) ->
     svc, ids = seeded
     before = export(svc)
     changes_before = svc.db.query_one("SELECT COUNT(*) FROM memory_change_log")[0]  # type: ignore[index]
-    dry = svc.dream_run({"dryRun": True})
+    dry = svc.dream_run(DreamRun.from_json({"dryRun": True}))
     assert dry["dryRun"] and dry["id"] is None and dry["stats"]["changes"] == 11
     planned = {(c["memoryId"], c["action"]) for c in dry["changes"]}
     assert (ids["pytest_a"], "supersede") in planned and (ids["expired"], "archive_contradicted") in planned
@@ -340,7 +349,7 @@ def test_run_if_due_follows_the_schedule_and_max_changes_caps(make_service: Any)
     second = svc.dreams.run_if_due(NOW + timedelta(hours=13))
     assert second is not None and second != first
     assert all(status(svc, i)[0] == "archived" for i in expired)
-    schedule = svc.dream_log({"limit": 5})["schedule"]
+    schedule = svc.dream_log(DreamLog.from_json({"limit": 5}))["schedule"]
     assert schedule["enabled"] and schedule["intervalHours"] == 12 and schedule["nextDueAt"] > schedule["lastRunAt"]
 
 

@@ -17,7 +17,7 @@ import yaml
 from click.testing import CliRunner
 
 from memmy.cli.main import cli
-from memmy.server.app import ROUTE_TABLE
+from memmy.server.routes import ROUTES
 from tests.conftest import Daemon, free_port, small_tmpfs
 
 #: Values for the path parameters of the route table (ids that do not exist: the answer is 404, never 5xx).
@@ -29,7 +29,6 @@ PATH_VALUES = {
     "tombstone_id": "tomb_missing",
     "dream_id": "dream_missing",
     "job_id": "job_missing",
-    "action:str": "pause",
 }
 
 
@@ -40,9 +39,13 @@ def concrete(path: str) -> str:
     return path
 
 
-PROTECTED = [(method, concrete(path)) for path, method, _name, _body in ROUTE_TABLE if path != "/api/v1/health"]
+PROTECTED = [(row.method, concrete(row.path)) for row in ROUTES if row.path != "/api/v1/health"]
 #: Routes that read a JSON body (the shutdown route reads none and would stop the daemon).
-JSON_ROUTES = [(method, concrete(path)) for path, method, _name, body in ROUTE_TABLE if body]
+JSON_ROUTES = [
+    (row.method, concrete(row.path))
+    for row in ROUTES
+    if row.method != "GET" and row.request is not None and not getattr(row.request, "in_query", False)
+]
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from memmy.cli.main import cli
+from memmy.commands.evolution import Feedback, RunWorker
+from memmy.commands.panel import PanelTasks
 from memmy.commands.turns import CloseSession, CompleteTurn, OpenSession, StartTurn
 from memmy.config import load_config
 from memmy.embed import Embedder
@@ -54,7 +56,7 @@ def turn(svc: MemoryService, session_id: str, query: str, answer: str, **extra: 
 def drain(svc: MemoryService) -> None:
     """Run the worker until nothing is due."""
     for _ in range(50):
-        if svc.run_worker({"limit": 100})["leased"] == 0:
+        if svc.run_worker(RunWorker.from_json({"limit": 100}))["leased"] == 0:
             return
     raise AssertionError("worker did not settle")
 
@@ -77,7 +79,7 @@ def test_follow_ups_share_an_episode_and_a_new_topic_closes_it(svc: MemoryServic
     assert trace is not None and trace.properties["trace"]["episode_id"] == new.id
 
     # the panel's task list carries each turn's episode
-    tasks = svc.panel.tasks({})["tasks"]
+    tasks = svc.panel.tasks(PanelTasks.from_json({}))["tasks"]
     assert [t["id"] for t in tasks] == [new.id, old.id, old.id]
     assert [t["episode"]["status"] for t in tasks] == ["open", "closed", "closed"]
     assert tasks[1]["episode"]["episodeId"] == old.id and tasks[1]["turns"][0]["episodeId"] == old.id
@@ -140,7 +142,8 @@ def test_explicit_feedback_validates_and_rerewards_a_closed_episode(svc: MemoryS
     before = svc.episodes.get(first["episodeId"])
     assert before is not None and before.r_task is not None
     result = svc.give_feedback(
-        {"id": first["episodeId"], "polarity": "negative", "note": "use httpx instead of requests"}, NS
+        Feedback.from_json({"id": first["episodeId"], "polarity": "negative", "note": "use httpx instead of requests"}),
+        NS,
     )
     assert set(result["scheduled"]) >= {"reward", "decision_repair"}
     drain(svc)
@@ -148,9 +151,9 @@ def test_explicit_feedback_validates_and_rerewards_a_closed_episode(svc: MemoryS
     assert after is not None and after.r_task is not None and after.r_task < 0
     assert after.reward_detail is not None and after.reward_detail["source"] == "explicit_feedback"
     with pytest.raises(Exception, match="polarity"):
-        svc.give_feedback({"id": first["episodeId"], "polarity": "meh"}, NS)
+        svc.give_feedback(Feedback.from_json({"id": first["episodeId"], "polarity": "meh"}), NS)
     with pytest.raises(Exception, match="not found"):
-        svc.give_feedback({"id": "episode_nope", "polarity": "positive"}, NS)
+        svc.give_feedback(Feedback.from_json({"id": "episode_nope", "polarity": "positive"}), NS)
 
 
 def test_the_llm_relation_check_splits_an_episode_off_the_hook_path(isolated_home: Path, embedder: Embedder) -> None:
@@ -223,7 +226,9 @@ def test_feedback_on_a_policy_moves_its_gain_and_attaches_the_note_to_it(svc: Me
     assert len(policies) == 1
     policy = policies[0]
     gain_before = policy.properties["policy"]["gain"]
-    result = svc.give_feedback({"id": policy.id, "polarity": "negative", "note": "use uv instead of pip"}, NS)
+    result = svc.give_feedback(
+        Feedback.from_json({"id": policy.id, "polarity": "negative", "note": "use uv instead of pip"}), NS
+    )
     assert set(result["scheduled"]) == {"decision_repair", "policy_feedback"}
     drain(svc)
     after = svc.memories.get(policy.id)

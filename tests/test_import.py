@@ -12,6 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from memmy.cli.main import cli
+from memmy.commands.memory import SearchMemory
+from memmy.commands.panel import PanelItems
 from memmy.namespace import Namespace
 from memmy.service import MemoryService
 from tests.claude_transcripts import Transcript
@@ -56,7 +58,7 @@ def test_import_is_idempotent_and_picks_up_appended_turns(
     appended = sync(importer_service)
     assert totals(appended)["turnsAdded"] == 2 and totals(appended)["turnsExisting"] == 3
 
-    items = importer_service.panel.items({"pageSize": "50"})["items"]
+    items = importer_service.panel.items(PanelItems.from_json({"pageSize": "50"}))["items"]
     assert len(items) == 5 and {i["sourceAgent"] for i in items} == {"claude_code"}
     assert {i["projectId"] for i in items} == {str(repo)}
     first_turn = next(i for i in items if "flaky test number 0" in i["summary"])
@@ -72,9 +74,9 @@ def test_imported_turns_are_recallable_only_once_indexed(
     project_transcript(isolated_home, tmp_path / "p", 1).write()
     sync(importer_service)
     query = {"query": "flaky test number 0 deterministic", "scope": "pooled"}
-    assert importer_service.search(query, Namespace())["sourceMemoryIds"] == []
+    assert importer_service.search(SearchMemory.from_json(query), Namespace())["sourceMemoryIds"] == []
     importer_service.indexer.drain()
-    assert len(importer_service.search(query, Namespace())["sourceMemoryIds"]) == 1
+    assert len(importer_service.search(SearchMemory.from_json(query), Namespace())["sourceMemoryIds"]) == 1
 
 
 def test_truncated_last_line_waits_then_completes(
@@ -135,7 +137,7 @@ def test_oversized_turn_is_skipped_and_counted(
 def test_dry_run_deep_confirm_and_since(importer_service: MemoryService, isolated_home: Path, tmp_path: Path) -> None:
     project_transcript(isolated_home, tmp_path / "p", 2).write()
     dry = sync(importer_service, dryRun=True)
-    assert totals(dry)["turnsAdded"] == 2 and importer_service.panel.items({})["total"] == 0
+    assert totals(dry)["turnsAdded"] == 2 and importer_service.panel.items(PanelItems.from_json({}))["total"] == 0
     with pytest.raises(Exception, match="confirm"):
         sync(importer_service, mode="full")
     later = sync(importer_service, since="2030-01-01T00:00:00Z")

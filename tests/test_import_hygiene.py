@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from memmy.cli.main import cli
+from memmy.commands.panel import PanelItems
 from memmy.service import MemoryService
 from tests.claude_transcripts import Transcript
 from tests.conftest import Daemon
@@ -28,7 +29,7 @@ def test_lone_surrogate_in_a_transcript_keeps_the_conversation(
     result = importer_service.imports.run_sync({"sources": ["claude_code"]})
     assert result["totals"]["turnsAdded"] == 1, result
     assert result["totals"]["failed"] == 0
-    items = importer_service.panel.items({"pageSize": "10"})["items"]
+    items = importer_service.panel.items(PanelItems.from_json({"pageSize": "10"}))["items"]
     memory = importer_service.get_memory(items[0]["id"])
     assert "\ufffd and more" in json.dumps(memory, ensure_ascii=False)
 
@@ -65,7 +66,7 @@ def test_a_failing_conversation_keeps_the_others_fails_the_exit_code_and_is_retr
     second = importer_service.imports.run_sync({"sources": ["claude_code"]})
     assert second["totals"]["turnsAdded"] == 1 and second["totals"]["failed"] == 0
     assert second["sources"][0]["watermarkAdvanced"] is True
-    summaries = {i["summary"] for i in importer_service.panel.items({"pageSize": "10"})["items"]}
+    summaries = {i["summary"] for i in importer_service.panel.items(PanelItems.from_json({"pageSize": "10"}))["items"]}
     assert any("POISON" in s for s in summaries) and any("CI cache" in s for s in summaries)
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from memmy.commands.memory import AddMemory, DeleteMemory, SearchMemory
 from memmy.config import load_config
 from memmy.embed import Embedder, build_embedder
 from memmy.namespace import Namespace
@@ -41,11 +42,15 @@ def test_vector_index_upsert_remove_search() -> None:
 
 def test_index_follows_add_delete_and_restart(embedder: Embedder, isolated_home: Path) -> None:
     service = open_service(embedder)
-    kept = service.add_memory({"content": "Postgres migrations run with alembic upgrade head"}, NS)["id"]
-    dropped = service.add_memory({"content": "Redis cache keys expire after ten minutes"}, NS)["id"]
+    kept = service.add_memory(
+        AddMemory.from_json({"content": "Postgres migrations run with alembic upgrade head"}), NS
+    )["id"]
+    dropped = service.add_memory(AddMemory.from_json({"content": "Redis cache keys expire after ten minutes"}), NS)[
+        "id"
+    ]
     service.indexer.drain()
     assert service.indexer.index is not None and len(service.indexer.index) == 2
-    service.delete_memory(dropped, {}, NS)
+    service.delete_memory(dropped, DeleteMemory.from_json({}), NS)
     assert len(service.indexer.index) == 1 and not service.indexer.index.contains(dropped)
     service.close()
 
@@ -60,7 +65,10 @@ def test_index_follows_add_delete_and_restart(embedder: Embedder, isolated_home:
 def test_changing_the_embedding_model_re_embeds_in_the_background(embedder: Embedder, isolated_home: Path) -> None:
     service = open_service(embedder)
     ids = [
-        service.add_memory({"content": f"fact {i}: the build uses bazel target //app:{i}"}, NS)["id"] for i in range(6)
+        service.add_memory(AddMemory.from_json({"content": f"fact {i}: the build uses bazel target //app:{i}"}), NS)[
+            "id"
+        ]
+        for i in range(6)
     ]
     service.indexer.drain()
     assert service.vectors.fingerprints() == [
@@ -88,10 +96,12 @@ def test_embedding_failure_never_fails_the_write(isolated_home: Path) -> None:
     with run_openai_stub(fail_times=1000, status=503) as base_url:
         failing = build_embedder("openai_compatible", model="stub", endpoint=base_url, max_retries=0)
         service = MemoryService.open(load_config(), embedder=failing)
-        added = service.add_memory({"content": "written while the embedding endpoint is down"}, NS)
+        added = service.add_memory(AddMemory.from_json({"content": "written while the embedding endpoint is down"}), NS)
         assert added["status"] == "activated"
         # Text search finds it at once; the vector waits in the retry queue.
-        assert service.search({"query": "embedding endpoint down"}, NS)["sourceMemoryIds"] == [added["id"]]
+        assert service.search(SearchMemory.from_json({"query": "embedding endpoint down"}), NS)["sourceMemoryIds"] == [
+            added["id"]
+        ]
         done, failed = service.indexer.run_once()
         assert (done, failed) == (0, 1)
         state = service.queue.states([added["id"]])[added["id"]]
@@ -111,7 +121,9 @@ def test_embedding_failure_never_fails_the_write(isolated_home: Path) -> None:
 @pytest.mark.parametrize("layer", ["L2", "L3", "Skill"])
 def test_other_layers_use_the_vec_field(embedder: Embedder, isolated_home: Path, layer: str) -> None:
     service = open_service(embedder)
-    memory_id = service.add_memory({"content": "Prefer small pull requests", "layer": layer}, NS)["id"]
+    memory_id = service.add_memory(AddMemory.from_json({"content": "Prefer small pull requests", "layer": layer}), NS)[
+        "id"
+    ]
     service.indexer.drain()
     row = service.db.query_one(
         "SELECT vector_field, embedding_dim FROM memory_vector_entries WHERE memory_id=?", (memory_id,)

@@ -14,8 +14,10 @@ from click.testing import CliRunner
 from numpy.typing import NDArray
 
 from memmy.cli.main import cli
+from memmy.commands.memory import AddMemory, SearchMemory
 from memmy.config import load_config
 from memmy.embed import Embedder, EmbeddingFingerprint
+from memmy.keys.args import key_args
 from memmy.namespace import Namespace
 from memmy.service import MemoryService
 from tests.conftest import Daemon
@@ -24,7 +26,7 @@ NS = Namespace(source="mcp")
 
 
 def call(service: MemoryService, op: str, **body: Any) -> Any:
-    return service.keys_call(op, body, NS)
+    return service.keys_call(key_args(op, body), NS)
 
 
 def key_id(service: MemoryService, concept: str) -> str:
@@ -87,7 +89,9 @@ def test_newton_reaches_strawberry_in_two_hops(service: MemoryService) -> None:
     assert strawberry["id"] == ids["strawberry"] and "strawberries" in strawberry["content"]
     assert strawberry["validity"]["confirmation_count"] == 0  # a read is never a confirmation
     # vector-only search for "Newton" does not reach the strawberry fact: the path lives in the graph
-    flat = service.search({"query": "Newton", "channels": ["vec"], "limit": 3, "scope": "pooled"}, NS)
+    flat = service.search(
+        SearchMemory.from_json({"query": "Newton", "channels": ["vec"], "limit": 3, "scope": "pooled"}), NS
+    )
     assert ids["strawberry"] not in flat["sourceMemoryIds"][:1]
 
 
@@ -174,13 +178,13 @@ def test_remember_dedupes_like_memory_add_and_is_normal_memory(service: MemorySe
     assert again["saved"] == saved["saved"] and again["deduplicated"] is True
     listed = call(service, "list_memories")
     assert listed["total"] == 1 and set(listed["memories"][0]["keys"]) == {"release", "Thursday", "schedule"}
-    added = service.add_memory({"content": "The release train leaves on Thursdays"}, NS)
+    added = service.add_memory(AddMemory.from_json({"content": "The release train leaves on Thursdays"}), NS)
     assert added["deduplicated"] is True and added["id"] == saved["saved"]
     service.indexer.drain()
     detail = service.get_memory(saved["saved"])
     assert detail["memoryLayer"] == "L1" and detail["sourceAgent"] == "mcp"
     assert detail["validity"]["decay_profile"] == "standard" and detail["validity"]["status"] == "fresh"
-    hits = service.search({"query": "when does the release train leave", "scope": "pooled"}, NS)
+    hits = service.search(SearchMemory.from_json({"query": "when does the release train leave", "scope": "pooled"}), NS)
     assert saved["saved"] in hits["sourceMemoryIds"]
 
 
@@ -235,7 +239,8 @@ def test_keys_http_contract_on_a_real_daemon(daemon: Daemon) -> None:
             ("remember", {"content": "x", "keys": ["a"], "key_types": {"a": "person"}}, "key_types"),
             ("remember_batch", {"items": [{"content": "ok", "keys": ["k"]}, {"content": "x"}]}, "items[1].keys"),
             ("recall", {"top_k": 3}, "query"),
-            ("confirm_memory", {"memory_id": "trace_x", "evidence": "  "}, "memory_id"),
+            # the arguments are read at the edge, before the store is asked whether trace_x exists
+            ("confirm_memory", {"memory_id": "trace_x", "evidence": "  "}, "evidence"),
         ]
         for op, body, name in bad_cases:
             response = post(op, body)

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from memmy.commands.memory import AddMemory, SearchMemory
 from memmy.config import load_config
 from memmy.embed import Embedder
 from memmy.llm.budget import BudgetedLLM, CircuitBreakerLLM, CircuitOpen, DailyBudget, LLMBudgetExhausted
@@ -315,11 +316,13 @@ def test_recall_llm_steps_spend_from_the_budget(isolated_home: Path, embedder: E
         )
         service = MemoryService.open(load_config(), embedder=embedder)
         try:
-            service.add_memory({"content": "Kafka consumer group rebalances on every deploy"}, ns)
-            service.add_memory({"content": "Kafka lag alert fires at 10k messages"}, ns)
+            service.add_memory(AddMemory.from_json({"content": "Kafka consumer group rebalances on every deploy"}), ns)
+            service.add_memory(AddMemory.from_json({"content": "Kafka lag alert fires at 10k messages"}), ns)
             service.indexer.drain()
-            first = service.search({"query": "kafka consumer rebalancing", "verbose": True}, ns)
-            second = service.search({"query": "kafka consumer rebalancing", "verbose": True}, ns)
+            first = service.search(SearchMemory.from_json({"query": "kafka consumer rebalancing", "verbose": True}), ns)
+            second = service.search(
+                SearchMemory.from_json({"query": "kafka consumer rebalancing", "verbose": True}), ns
+            )
             assert "llm_filter:llm_filtered" in first["status"]
             assert "llm_filter:llm_filtered" not in second["status"] and len(stub.requests) == 1
             assert service.recall_ops.models.usage_report()["refused"] == 1

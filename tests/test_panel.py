@@ -18,6 +18,9 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
+from memmy.commands.evolution import RunWorker
+from memmy.commands.governance import ListLogs
+from memmy.commands.memory import AddMemory, DeleteMemory, SearchMemory
 from memmy.commands.turns import OpenSession
 from memmy.jobs.writer import LayerWrite, LayerWriter
 from memmy.namespace import Namespace
@@ -88,7 +91,9 @@ def test_one_time_link_works_once(client: TestClient) -> None:
 
 
 def test_every_page_renders_in_english_and_chinese(client: TestClient, service: MemoryService) -> None:
-    service.add_memory({"content": "Use pnpm, not npm, in the web repo."}, Namespace(source="codex"))
+    service.add_memory(
+        AddMemory.from_json({"content": "Use pnpm, not npm, in the web repo."}), Namespace(source="codex")
+    )
     sign_in(client)
     for path in PAGES:
         answer = client.get(path)
@@ -103,8 +108,10 @@ def test_every_page_renders_in_english_and_chinese(client: TestClient, service: 
 
 
 def test_search_open_delete_with_csrf(client: TestClient, service: MemoryService) -> None:
-    made = service.add_memory({"content": "The staging database listens on port 6543."}, Namespace())
-    service.run_worker({})
+    made = service.add_memory(
+        AddMemory.from_json({"content": "The staging database listens on port 6543."}), Namespace()
+    )
+    service.run_worker(RunWorker.from_json({}))
     csrf = sign_in(client)
     shell = client.get("/panel/memories", params={"q": "staging database port", "evidence": "1"})
     assert shell.status_code == 200 and made["id"] not in shell.text  # the page answers before the search runs
@@ -131,7 +138,7 @@ def test_search_open_delete_with_csrf(client: TestClient, service: MemoryService
 
 
 def test_edit_makes_a_new_version(client: TestClient, service: MemoryService) -> None:
-    made = service.add_memory({"content": "Releases happen on Fridays."}, Namespace())
+    made = service.add_memory(AddMemory.from_json({"content": "Releases happen on Fridays."}), Namespace())
     csrf = sign_in(client)
     answer = client.post(
         f"/panel/memories/{made['id']}/edit", data={"csrf": csrf, "content": "Releases happen on Thursdays."}
@@ -145,7 +152,7 @@ def test_edit_makes_a_new_version(client: TestClient, service: MemoryService) ->
 def test_foreign_host_and_origin_are_refused(client: TestClient, service: MemoryService) -> None:
     csrf = sign_in(client)
     assert client.get("/panel", headers={"host": "evil.example:18960"}).status_code == 421  # the guard: DNS rebinding
-    made = service.add_memory({"content": "Keep me."}, Namespace())
+    made = service.add_memory(AddMemory.from_json({"content": "Keep me."}), Namespace())
     answer = client.post(
         f"/panel/memories/{made['id']}/delete", data={"csrf": csrf}, headers={"origin": "https://evil.example"}
     )
@@ -181,7 +188,7 @@ def test_review_queue_approve_from_the_panel(client: TestClient, service: Memory
 
 
 def test_settings_export_import_and_wipe(client: TestClient, service: MemoryService, tmp_path: Path) -> None:
-    made = service.add_memory({"content": "Our CI runs on self-hosted runners."}, Namespace())
+    made = service.add_memory(AddMemory.from_json({"content": "Our CI runs on self-hosted runners."}), Namespace())
     csrf = sign_in(client)
     exported = client.post("/panel/settings/export", data={"csrf": csrf})
     assert exported.status_code == 200 and exported.headers["content-type"] == "application/zip"
@@ -209,7 +216,7 @@ def test_settings_export_import_and_wipe(client: TestClient, service: MemoryServ
     )
     assert "msg=" in imported.headers["location"], imported.headers["location"]
     assert service.memories.get(made["id"]) is not None
-    audit = service.governance.logs_page({"kind": "audit", "action": "store.import"})["items"]
+    audit = service.governance.logs_page(ListLogs.from_json({"kind": "audit", "action": "store.import"}))["items"]
     assert audit[0]["targetId"] == "upload:download.zip"
     settings = client.get("/panel/settings").text
     assert str(service.config.storage.sqlite_path) in settings
@@ -223,9 +230,11 @@ def test_secrets_are_masked_on_the_settings_page(client: TestClient, service: Me
 
 
 def test_recall_mark_wrong_gives_negative_feedback(client: TestClient, service: MemoryService) -> None:
-    made = service.add_memory({"content": "Deploy with make release from the main branch."}, Namespace())
-    service.run_worker({})
-    service.search({"query": "how do I deploy with make release"}, Namespace(source="codex"))
+    made = service.add_memory(
+        AddMemory.from_json({"content": "Deploy with make release from the main branch."}), Namespace()
+    )
+    service.run_worker(RunWorker.from_json({}))
+    service.search(SearchMemory.from_json({"query": "how do I deploy with make release"}), Namespace(source="codex"))
     csrf = sign_in(client)
     page = client.get("/panel/recalls").text
     assert made["id"] in page and "Deploy with make release" in page
@@ -238,10 +247,14 @@ def test_recall_mark_wrong_gives_negative_feedback(client: TestClient, service: 
 
 
 def test_memories_filter_by_layer_status_agent_and_project(client: TestClient, service: MemoryService) -> None:
-    web = service.add_memory({"content": "The web app uses pnpm.", "workspacePath": "/tmp"}, Namespace(source="codex"))
-    other = service.add_memory({"content": "The API uses uv."}, Namespace(source="cursor", project_id="/srv/api"))
-    gone = service.add_memory({"content": "An outdated fact."}, Namespace(source="codex"))
-    service.delete_memory(gone["id"], {}, Namespace())
+    web = service.add_memory(
+        AddMemory.from_json({"content": "The web app uses pnpm.", "workspacePath": "/tmp"}), Namespace(source="codex")
+    )
+    other = service.add_memory(
+        AddMemory.from_json({"content": "The API uses uv."}), Namespace(source="cursor", project_id="/srv/api")
+    )
+    gone = service.add_memory(AddMemory.from_json({"content": "An outdated fact."}), Namespace(source="codex"))
+    service.delete_memory(gone["id"], DeleteMemory.from_json({}), Namespace())
     sign_in(client)
     by_agent = client.get("/panel/memories", params={"sourceAgent": "cursor"}).text
     assert other["id"] in by_agent and web["id"] not in by_agent
@@ -270,7 +283,7 @@ def test_install_and_remove_an_integration_from_the_panel(
     assert "err=" not in removed.headers["location"] and not skill.exists()
     refused = client.post("/panel/integrations/codex/install", data={"csrf": csrf})
     assert "err=" in refused.headers["location"]
-    actions = [row["action"] for row in service.governance.logs_page({"kind": "audit"})["items"]]
+    actions = [row["action"] for row in service.governance.logs_page(ListLogs.from_json({"kind": "audit"}))["items"]]
     assert actions[:2] == ["integration.remove", "integration.install"]
 
 
@@ -306,7 +319,7 @@ def test_a_session_survives_a_daemon_restart_and_sign_out_revokes_it(tmp_path: P
 def test_import_upload_refuses_bad_files_and_changes_nothing(
     client: TestClient, service: MemoryService, tmp_path: Path
 ) -> None:
-    made = service.add_memory({"content": "Keep this memory through a bad import."}, Namespace())
+    made = service.add_memory(AddMemory.from_json({"content": "Keep this memory through a bad import."}), Namespace())
     csrf = sign_in(client)
     before = service.governance.reads.counts()
 
@@ -339,7 +352,7 @@ def test_import_upload_refuses_bad_files_and_changes_nothing(
     )
     assert upload("x.zip", b"x", token="wrong") == "403"
     assert service.governance.reads.counts() == before and service.memories.get(made["id"]) is not None
-    assert not service.governance.logs_page({"kind": "audit", "action": "store.import"})["items"]
+    assert not service.governance.logs_page(ListLogs.from_json({"kind": "audit", "action": "store.import"}))["items"]
 
 
 def test_import_upload_over_the_size_limit_is_refused(service: MemoryService, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -360,8 +373,8 @@ def test_import_upload_over_the_size_limit_is_refused(service: MemoryService, mo
 
 
 def test_memories_filter_by_date(client: TestClient, service: MemoryService) -> None:
-    old = service.add_memory({"content": "An old note about the billing service."}, Namespace())
-    new = service.add_memory({"content": "A new note about the search service."}, Namespace())
+    old = service.add_memory(AddMemory.from_json({"content": "An old note about the billing service."}), Namespace())
+    new = service.add_memory(AddMemory.from_json({"content": "A new note about the search service."}), Namespace())
     with service.db.transaction() as conn:
         conn.execute("UPDATE memories SET updated_at = ? WHERE id = ?", ("2025-01-15T10:00:00.000Z", old["id"]))
     service.governance.reads.invalidate()
@@ -375,7 +388,7 @@ def test_memories_filter_by_date(client: TestClient, service: MemoryService) -> 
     assert old["id"] in one_day
     bad = client.get("/panel/memories", params={"from": "last tuesday"})
     assert bad.status_code == 400 and "expected a date" in bad.text
-    service.run_worker({})
+    service.run_worker(RunWorker.from_json({}))
     found = client.get("/panel/memories/results", params={"q": "note about the service", "to": "2025-01-31"}).text
     hits = re.findall(r'<a href="/panel/memories/([^"]+)">', found)
     assert old["id"] in hits and new["id"] not in hits  # the date filter applies to search results too
@@ -486,17 +499,17 @@ def test_add_another_agent_from_the_panel(client: TestClient, service: MemorySer
     assert status["state"] == "done" and status["totals"]["turnsAdded"] == 1, status
     assert (isolated_home / ".memmy" / "sources" / "kimicode.json").is_file()
     assert "kimicode" in client.get("/panel/agents").text
-    audit = service.governance.logs_page({"kind": "audit", "action": "source.add"})["items"]
+    audit = service.governance.logs_page(ListLogs.from_json({"kind": "audit", "action": "source.add"}))["items"]
     assert audit[0]["targetId"] == "kimicode" and audit[0]["actor"]["source"] == "panel"
 
 
 def test_analytics_top_projects_counts_live_memories_per_project(service: MemoryService) -> None:
     api = Namespace(source="cursor", project_id="/srv/api")
-    service.add_memory({"content": "The API uses uv for dependencies."}, api)
-    service.add_memory({"content": "The API listens on port 8080."}, api)
-    gone = service.add_memory({"content": "The API used pip once."}, api)
-    service.delete_memory(gone["id"], {}, Namespace())
-    service.add_memory({"content": "Prefer short commit messages."}, Namespace(source="codex"))
+    service.add_memory(AddMemory.from_json({"content": "The API uses uv for dependencies."}), api)
+    service.add_memory(AddMemory.from_json({"content": "The API listens on port 8080."}), api)
+    gone = service.add_memory(AddMemory.from_json({"content": "The API used pip once."}), api)
+    service.delete_memory(gone["id"], DeleteMemory.from_json({}), Namespace())
+    service.add_memory(AddMemory.from_json({"content": "Prefer short commit messages."}), Namespace(source="codex"))
     top = service.governance.analytics()["topProjects"]
     assert top[0] == {"project": "/srv/api", "count": 2}  # deleted ones not counted
     assert sum(row["count"] for row in top) == 3

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from memmy.capture.sanitize import wrap_for_agent
+from memmy.commands.memory import AddMemory, ArchiveMemory, DeleteMemory, SearchMemory
 from memmy.commands.turns import CompleteTurn, OpenSession, StartTurn
 from memmy.config import load_config
 from memmy.embed import Embedder
@@ -42,13 +43,13 @@ def make_service(isolated_home: Path, embedder: Embedder) -> Iterator:  # type: 
 
 
 def add(service: MemoryService, content: str, ns: Namespace = NS, **body: object) -> str:
-    memory_id: str = service.add_memory({"content": content, **body}, ns)["id"]
+    memory_id: str = service.add_memory(AddMemory.from_json({"content": content, **body}), ns)["id"]
     return memory_id
 
 
 def search(service: MemoryService, query: str, ns: Namespace = NS, **body: object) -> dict:  # type: ignore[type-arg]
     service.indexer.drain()
-    return service.search({"query": query, "verbose": True, **body}, ns)
+    return service.search(SearchMemory.from_json({"query": query, "verbose": True, **body}), ns)
 
 
 def ids(result: dict) -> list[str]:  # type: ignore[type-arg]
@@ -73,8 +74,8 @@ def test_must_not_retrieve(make_service, tmp_path: Path) -> None:  # type: ignor
     archived = add(service, "Gateway webhook retry counts were once hard-coded", ns_a)
     old = add(service, "Gateway webhook retries use a fixed delay of 2 seconds", ns_a)
     pending = add(service, "Gateway webhook retries imported from an old chat", ns_a)
-    service.delete_memory(deleted, {}, ns_a)
-    service.archive_memory(archived, {}, ns_a)
+    service.delete_memory(deleted, DeleteMemory.from_json({}), ns_a)
+    service.archive_memory(archived, ArchiveMemory.from_json({}), ns_a)
     service.db.conn.execute("UPDATE memories SET valid_to = '2001-01-01T00:00:00Z' WHERE id = ?", (old,))
     service.indexer.drain()  # everything indexed; then the import flag marks one memory as still processing
     service.db.conn.execute(
@@ -355,7 +356,7 @@ def test_diagnostics_and_logs(make_service) -> None:  # type: ignore[no-untyped-
     logs, _ = service.logs.api_logs(["memory_search"], None, [], 10, 0)
     assert logs and logs[0]["output"]["filtered"] == [target]
     with pytest.raises(Exception, match="channels: unknown"):
-        service.search({"query": "x", "channels": ["telepathy"]}, NS)
+        service.search(SearchMemory.from_json({"query": "x", "channels": ["telepathy"]}), NS)
     only_fts = search(service, "lint before push", channels=["fts"])
     assert set(only_fts["debug"]["channels"][0]["channels"]) == {"fts"}
 
@@ -375,7 +376,9 @@ def test_turn_start_stays_silent_on_word_overlap_alone(make_service) -> None:  #
     )
     assert off_topic["sourceMemoryIds"] == []
     assert any(s.startswith("semantic_gate:dropped:") for s in off_topic["status"])
-    search = service.search({"query": "help me plan a vacation to the lakes"}, NS)  # explicit search still shows it
+    search = service.search(
+        SearchMemory.from_json({"query": "help me plan a vacation to the lakes"}), NS
+    )  # explicit search still shows it
     assert search["sourceMemoryIds"]
     relevant = service.start_turn(
         StartTurn.from_json({"sessionId": session, "query": "what is our release plan for billing-api?"}), NS

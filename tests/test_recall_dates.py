@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from memmy.commands.memory import AddMemory, SearchMemory
 from memmy.recall.dates import date_ranges
 
 NOW = datetime(2026, 3, 11, 15, 0, tzinfo=UTC)  # a Wednesday
@@ -43,15 +44,27 @@ def test_a_query_date_lifts_memories_from_that_time(service) -> None:  # type: i
 
     ns = Namespace(source="claude_code")
     october = service.add_memory(
-        {"content": "Rolled back the payments deploy after the cache bug", "createdAt": "2023-10-13T09:00:00Z"}, ns
+        AddMemory.from_json(
+            {"content": "Rolled back the payments deploy after the cache bug", "createdAt": "2023-10-13T09:00:00Z"}
+        ),
+        ns,
     )["id"]
     march = service.add_memory(
-        {"content": "Rolled back the payments deploy after the cache bug again", "createdAt": "2024-03-02T09:00:00Z"},
+        AddMemory.from_json(
+            {
+                "content": "Rolled back the payments deploy after the cache bug again",
+                "createdAt": "2024-03-02T09:00:00Z",
+            }
+        ),
         ns,
     )["id"]
     service.indexer.drain()
-    dated = service.search({"query": "payments deploy rollback on October 13, 2023", "verbose": True}, ns)
+    dated = service.search(
+        SearchMemory.from_json({"query": "payments deploy rollback on October 13, 2023", "verbose": True}), ns
+    )
     assert dated["sourceMemoryIds"][0] == october
     assert dated["debug"]["channels"][0]["calibrated"].get("date") == 1.0
-    later = service.search({"query": "payments deploy rollback in March 2024", "verbose": True}, ns)
+    later = service.search(
+        SearchMemory.from_json({"query": "payments deploy rollback in March 2024", "verbose": True}), ns
+    )
     assert later["sourceMemoryIds"][0] == march

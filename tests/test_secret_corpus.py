@@ -18,6 +18,8 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from memmy.commands.admin import ReloadConfig
+from memmy.commands.memory import AddMemory
 from memmy.config import load_config
 from memmy.embed import Embedder
 from memmy.errors import ConfigError, InvalidArgument
@@ -253,15 +255,17 @@ def test_config_rules_apply_to_service_writes_and_reload(isolated_home: Path, em
     service = MemoryService.open(load_config(), embedder=embedder)
     try:
         ns = Namespace(source="claude_code")
-        added = service.add_memory({"content": "ci uses acme_0123456789abcdef and sk_test_" + "a1" * 12}, ns)
+        added = service.add_memory(
+            AddMemory.from_json({"content": "ci uses acme_0123456789abcdef and sk_test_" + "a1" * 12}), ns
+        )
         content = service.get_memory(added["id"])["content"]
         assert content == "ci uses [REDACTED:acme_token] and sk_test_" + "a1" * 12
         config_file.write_text("memmyMemory:\n  redaction:\n    extraPatterns: ['(']\n", encoding="utf-8")
         with pytest.raises(InvalidArgument, match="redaction.extraPatterns"):
-            service.reload_config({})
+            service.reload_config(ReloadConfig.from_json({}))
         config_file.write_text("memmyMemory: {}\n", encoding="utf-8")
-        service.reload_config({})
-        again = service.add_memory({"content": "deploy with sk_test_" + "b2" * 12}, ns)
+        service.reload_config(ReloadConfig.from_json({}))
+        again = service.add_memory(AddMemory.from_json({"content": "deploy with sk_test_" + "b2" * 12}), ns)
         assert service.get_memory(again["id"])["content"] == "deploy with [REDACTED:stripe_key]"
     finally:
         service.close()

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import get_args
 
 import pytest
 import yaml
 
+from memmy.commands.admin import ReloadConfig
+from memmy.commands.memory import CHANNEL_NAMES, AddMemory, ArchiveMemory, Mode, SearchMemory
+from memmy.commands.panel import PanelItems
 from memmy.commands.turns import CloseSession, CompleteTurn, OpenSession, StartTurn
 from memmy.config import load_config
 from memmy.embed import Embedder
 from memmy.errors import Conflict, Forbidden
 from memmy.namespace import Namespace
+from memmy.recall.channels import CHANNELS
 from memmy.recall.pipeline import MODE_LAYERS
-from memmy.server.openapi import MODE_NAMES
 from memmy.service import MemoryService
 
 NS = Namespace(source="codex")
@@ -59,7 +63,8 @@ def test_completion_after_close_only_for_started_turns(service: MemoryService) -
 
 
 def test_completion_keeps_the_ids_turn_start_injected(service: MemoryService) -> None:
-    target = service.add_memory({"content": "The package is published with twine upload"}, NS)["id"]
+    added = service.add_memory(AddMemory.from_json({"content": "The package is published with twine upload"}), NS)
+    target = added["id"]
     session = service.open_session(OpenSession.from_json({}), NS)["sessionId"]
     started = service.start_turn(
         StartTurn.from_json({"sessionId": session, "query": "how is the package published?"}), NS
@@ -84,11 +89,11 @@ def test_write_gate_covers_capture_and_archive(isolated_home: Path, embedder: Em
             CompleteTurn.from_json({"sessionId": session, "query": "q", "answer": "a"}, "t1"), NS
         )
         assert done["captured"] is False and done["l1MemoryId"] is None
-        assert service.panel.items({})["total"] == 0
+        assert service.panel.items(PanelItems.from_json({}))["total"] == 0
         with pytest.raises(Forbidden):
-            service.add_memory({"content": "x"}, NS)
+            service.add_memory(AddMemory.from_json({"content": "x"}), NS)
         with pytest.raises(Forbidden):
-            service.archive_memory("trace_x", {}, NS)
+            service.archive_memory("trace_x", ArchiveMemory.from_json({}), NS)
         with pytest.raises(Forbidden, match="only --dry-run"):
             service.imports.start({})
         started = service.start_turn(StartTurn.from_json({"sessionId": session, "query": "anything stored?"}), NS)
@@ -101,7 +106,7 @@ def test_reload_keeps_a_db_override(isolated_home: Path, embedder: Embedder) -> 
     write_config(isolated_home, {})
     service = MemoryService.open(load_config(db_override=isolated_home / "custom.sqlite"), embedder=embedder)
     try:
-        reloaded = service.reload_config({})
+        reloaded = service.reload_config(ReloadConfig.from_json({}))
         assert reloaded["requiresRestart"] is False and reloaded["changed"] == []
         assert service.config.storage.sqlite_path == isolated_home / "custom.sqlite"
     finally:
@@ -117,18 +122,22 @@ def test_unknown_keys_warn_and_profile_errors_name_the_profile(isolated_home: Pa
 
 
 def test_tags_filter_and_panel_exclusions(service: MemoryService) -> None:
-    tagged = service.add_memory({"content": "Deploys go through ArgoCD", "tags": ["deploy", "k8s"]}, NS)["id"]
+    tagged = service.add_memory(
+        AddMemory.from_json({"content": "Deploys go through ArgoCD", "tags": ["deploy", "k8s"]}), NS
+    )["id"]
     service.add_memory(
-        {"content": "Deploys used to go through Jenkins", "tags": ["deploy"]}, Namespace(source="cursor")
+        AddMemory.from_json({"content": "Deploys used to go through Jenkins", "tags": ["deploy"]}),
+        Namespace(source="cursor"),
     )
-    result = service.search({"query": "how do deploys work", "tags": ["deploy", "k8s"]}, NS)
+    result = service.search(SearchMemory.from_json({"query": "how do deploys work", "tags": ["deploy", "k8s"]}), NS)
     assert result["sourceMemoryIds"] == [tagged]
-    page = service.panel.items({"excludedSourceAgents": "cursor"})
+    page = service.panel.items(PanelItems.from_json({"excludedSourceAgents": "cursor"}))
     assert page["total"] == 1 and [i["id"] for i in page["items"]] == [tagged]
 
 
-def test_openapi_modes_match_the_pipeline() -> None:
-    assert set(MODE_NAMES) == set(MODE_LAYERS)
+def test_request_modes_and_channels_match_the_pipeline() -> None:
+    assert set(get_args(Mode)) == set(MODE_LAYERS)
+    assert set(CHANNEL_NAMES) == set(CHANNELS)
 
 
 def test_database_file_is_private(service: MemoryService) -> None:

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from memmy.commands.memory import AddMemory, DeleteMemory, SearchMemory
+from memmy.commands.panel import PanelItems
 from memmy.domain import Layer, Memory, content_hash
 from memmy.errors import StoreError
 from memmy.namespace import Namespace
@@ -167,13 +169,13 @@ def test_full_text_english_and_chinese(tmp_path: Path) -> None:
 
 def test_soft_delete_hides_everywhere_and_logs_changes(service: MemoryService) -> None:
     ns = Namespace(source="cli")
-    added = service.add_memory({"content": "Use uv for Python installs", "tags": ["python"]}, ns)
+    added = service.add_memory(AddMemory.from_json({"content": "Use uv for Python installs", "tags": ["python"]}), ns)
     memory_id = added["id"]
-    assert service.search({"query": "uv python installs"}, ns)["sourceMemoryIds"] == [memory_id]
-    service.delete_memory(memory_id, {"reason": "obsolete"}, ns)
+    assert service.search(SearchMemory.from_json({"query": "uv python installs"}), ns)["sourceMemoryIds"] == [memory_id]
+    service.delete_memory(memory_id, DeleteMemory.from_json({"reason": "obsolete"}), ns)
     assert service.memories.get(memory_id) is None
-    assert service.search({"query": "uv python installs"}, ns)["sourceMemoryIds"] == []
-    assert service.panel.items({})["total"] == 0
+    assert service.search(SearchMemory.from_json({"query": "uv python installs"}), ns)["sourceMemoryIds"] == []
+    assert service.panel.items(PanelItems.from_json({}))["total"] == 0
     changes = service.logs.changes_for(memory_id)
     assert [c["changeType"] for c in changes] == ["create", "delete"]
     assert changes[1]["before"]["status"] == "activated" and changes[1]["after"]["status"] == "deleted"
@@ -184,9 +186,9 @@ def test_soft_delete_hides_everywhere_and_logs_changes(service: MemoryService) -
 
 def test_content_hash_dedup_is_per_layer(service: MemoryService) -> None:
     ns = Namespace()
-    first = service.add_memory({"content": "Prefer  tabs in Makefiles", "tags": ["make"]}, ns)
-    again = service.add_memory({"content": "prefer tabs in makefiles", "tags": ["build"]}, ns)
-    other_layer = service.add_memory({"content": "Prefer tabs in Makefiles", "layer": "L2"}, ns)
+    first = service.add_memory(AddMemory.from_json({"content": "Prefer  tabs in Makefiles", "tags": ["make"]}), ns)
+    again = service.add_memory(AddMemory.from_json({"content": "prefer tabs in makefiles", "tags": ["build"]}), ns)
+    other_layer = service.add_memory(AddMemory.from_json({"content": "Prefer tabs in Makefiles", "layer": "L2"}), ns)
     assert again["id"] == first["id"] and again["deduplicated"] is True
     assert again["tags"] == ["make", "build"]
     assert other_layer["id"] != first["id"] and other_layer["memoryLayer"] == "L2"

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from memmy.commands.memory import AddMemory
 from memmy.config import load_config
 from memmy.embed import Embedder
 from memmy.errors import StorageFullError
@@ -46,7 +47,9 @@ def sample_store(tmp_path_factory: pytest.TempPathFactory, embedder: Embedder) -
     rng = random.Random(7)
     for i in range(300):
         text = " ".join(rng.choice(words) for _ in range(60))
-        service.add_memory({"content": (f"{MARKER} " if i == 17 else "") + f"note {i}: {text}"}, ns)
+        service.add_memory(
+            AddMemory.from_json({"content": (f"{MARKER} " if i == 17 else "") + f"note {i}: {text}"}), ns
+        )
     service.close()
     return db
 

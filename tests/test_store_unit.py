@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
+from memmy.commands.admin import ReloadConfig
+from memmy.commands.memory import AddMemory
 from memmy.config import (
     AlgorithmFlags,
     AuditSettings,
@@ -26,6 +28,7 @@ from memmy.config import (
 )
 from memmy.config_defaults import default_tree
 from memmy.errors import Forbidden
+from memmy.keys.args import key_args
 from memmy.namespace import Namespace
 from memmy.service import MemoryService
 from memmy.store.db import Database
@@ -101,16 +104,16 @@ def test_reload_swaps_one_settings_object_that_every_ops_group_sees(
     groups = [service.memory_ops, service.recall_ops, service.episode_ops, service.keys, service.governance]
     groups += list(service.evolution_groups)
     assert all(group.settings is settings for group in groups)
-    service.add_memory({"content": "writes are on"}, NS)
+    service.add_memory(AddMemory.from_json({"content": "writes are on"}), NS)
     write_config(isolated_home, {"algorithm": {"enableMemoryAdd": False, "retrieval": {"tier1TopK": 9}}})
-    service.reload_config({})
+    service.reload_config(ReloadConfig.from_json({}))
     assert service.settings is settings and not settings.current.flags.enable_memory_add
     assert all(group.config is settings.current for group in groups)
     assert service.recall_ops.config.retrieval.tier1_top_k == 9
     with pytest.raises(Forbidden):
-        service.add_memory({"content": "writes are off now"}, NS)
+        service.add_memory(AddMemory.from_json({"content": "writes are off now"}), NS)
     with pytest.raises(Forbidden):
-        service.keys_call("remember", {"content": "no key writes either", "keys": ["x"]}, NS)
+        service.keys_call(key_args("remember", {"content": "no key writes either", "keys": ["x"]}), NS)
 
 
 SECTIONS: dict[tuple[str, ...], type[Any]] = {

@@ -11,7 +11,10 @@ import pytest
 from click.testing import CliRunner
 
 from memmy.cli.main import cli
+from memmy.commands.governance import ListTombstones, RestoreTombstone
+from memmy.commands.memory import AddMemory, DeleteMemory, SearchMemory
 from memmy.commands.turns import CompleteTurn, OpenSession
+from memmy.keys.args import key_args
 from memmy.namespace import Namespace
 from memmy.recall.freshness import freshness_factor, validity_payload
 from memmy.service import MemoryService
@@ -22,7 +25,7 @@ NS = Namespace(source="mcp")
 
 
 def call(service: MemoryService, op: str, **body: Any) -> Any:
-    return service.keys_call(op, body, NS)
+    return service.keys_call(key_args(op, body), NS)
 
 
 def memory_count(service: MemoryService) -> int:
@@ -50,7 +53,9 @@ def test_correct_closes_the_old_version_and_keeps_the_chain(service: MemoryServi
     handles = call(service, "read_key", key_id=recalled["keys"][0]["key_id"])["memories"]
     assert [h["id"] for h in handles] == [third["new_id"]]  # superseded versions are not recalled
     assert call(service, "recall", query="Seoul")["status"] == "no_match"
-    searched = service.search({"query": "where does the user live Seoul Busan Jeju", "scope": "pooled"}, NS)
+    searched = service.search(
+        SearchMemory.from_json({"query": "where does the user live Seoul Busan Jeju", "scope": "pooled"}), NS
+    )
     assert searched["sourceMemoryIds"] == [third["new_id"]]
 
     chain = service.memory_history(first["saved"])
@@ -91,7 +96,9 @@ def test_freshness_decays_ranking_and_confirmation_refreshes_it(service: MemoryS
     assert freshness_factor(memory) == pytest.approx(0.2 + 0.8 * 0.5 ** (30 / 7), abs=1e-3)
 
     def scores() -> dict[str, float]:
-        hits = service.search({"query": "when is the team standup", "scope": "pooled"}, NS)["hits"]
+        hits = service.search(SearchMemory.from_json({"query": "when is the team standup", "scope": "pooled"}), NS)[
+            "hits"
+        ]
         return {h["id"]: h["score"] for h in hits}
 
     aged = scores()
@@ -103,27 +110,27 @@ def test_freshness_decays_ranking_and_confirmation_refreshes_it(service: MemoryS
     confirmed = call(service, "confirm_memory", memory_id=old["saved"], evidence="user confirmed the new time")
     assert confirmed["validity"]["status"] == "fresh" and confirmed["confirmation_count"] == 1
     assert scores()[old["saved"]] == pytest.approx(aged[fresh["saved"]], rel=0.2)
-    plain = service.add_memory({"content": "A plain memory without a decay profile"}, NS)
+    plain = service.add_memory(AddMemory.from_json({"content": "A plain memory without a decay profile"}), NS)
     detail = service.get_memory(plain["id"])
     assert detail["validity"]["decay_profile"] == "standard" and detail["item"]["validity"]["status"] == "fresh"
 
 
 def test_forgotten_content_is_refused_by_memory_add_and_remember(service: MemoryService) -> None:
-    added = service.add_memory({"content": "The staging password rotates weekly"}, NS)
-    deleted = service.delete_memory(added["id"], {"reason": "wrong"}, NS)
+    added = service.add_memory(AddMemory.from_json({"content": "The staging password rotates weekly"}), NS)
+    deleted = service.delete_memory(added["id"], DeleteMemory.from_json({"reason": "wrong"}), NS)
     assert deleted["tombstoneId"].startswith("tomb_")
     count = memory_count(service)
-    again = service.add_memory({"content": "the staging  password rotates WEEKLY"}, NS)
+    again = service.add_memory(AddMemory.from_json({"content": "the staging  password rotates WEEKLY"}), NS)
     assert again["tombstoned"] is True and again["id"] is None and again["tombstoneId"] == deleted["tombstoneId"]
     remembered = call(service, "remember", content="The staging password rotates weekly", keys=["staging"])
     assert remembered == {**remembered, "saved": None, "tombstoned": True}
     assert memory_count(service) == count and call(service, "memory_stats")["keys"] == 0  # nothing written
-    listed = service.list_tombstones({})
+    listed = service.list_tombstones(ListTombstones.from_json({}))
     assert listed["tombstones"][0]["id"] == deleted["tombstoneId"]
     assert set(listed["tombstones"][0]) >= {"id", "contentHash", "memoryKey", "reason", "createdAt"}
     assert listed["tombstones"][0]["reason"] == "wrong"
-    service.restore_tombstone(deleted["tombstoneId"], {}, NS)
-    back = service.add_memory({"content": "The staging password rotates weekly"}, NS)
+    service.restore_tombstone(deleted["tombstoneId"], RestoreTombstone.from_json({}), NS)
+    back = service.add_memory(AddMemory.from_json({"content": "The staging password rotates weekly"}), NS)
     assert back["id"] and not back.get("tombstoned")
 
     kept = call(service, "remember", content="Mina owns the billing service", keys=["Mina", "billing"])
@@ -139,7 +146,7 @@ def test_turn_capture_of_a_forgotten_turn_writes_nothing(service: MemoryService)
     session = service.open_session(OpenSession.from_json({"source": "codex"}), NS)["sessionId"]
     body = {"sessionId": session, "query": "what port does the API use", "answer": "It listens on 8080."}
     first = service.complete_turn(CompleteTurn.from_json(body, "turn-1"), NS)
-    service.delete_memory(first["l1MemoryId"], {}, NS)
+    service.delete_memory(first["l1MemoryId"], DeleteMemory.from_json({}), NS)
     count = memory_count(service)
     again = service.complete_turn(CompleteTurn.from_json(body, "turn-1"), NS)
     assert again["tombstoned"] is True and again["captured"] is False and again["l1MemoryId"] is None
@@ -163,20 +170,25 @@ def test_forget_survives_reimport_until_restored(
     assert first["totals"]["turnsAdded"] == 2
     service.indexer.drain()
     query = {"query": "billing database Oracle cluster", "scope": "pooled"}
-    hit = service.search(query, NS)["sourceMemoryIds"][0]
+    hit = service.search(SearchMemory.from_json(query), NS)["sourceMemoryIds"][0]
     assert "Oracle" in service.get_memory(hit)["content"]
     forgotten = call(service, "forget", memory_id=hit, reason="never true")
 
     again = service.imports.run_sync({"sources": ["claude_code"], "mode": "full", "confirm": True})
     assert again["totals"]["turnsAdded"] == 0 and again["totals"]["skipped"].get("tombstoned") == 1
     service.indexer.drain()
-    assert all("Oracle" not in service.get_memory(i)["content"] for i in service.search(query, NS)["sourceMemoryIds"])
+    assert all(
+        "Oracle" not in service.get_memory(i)["content"]
+        for i in service.search(SearchMemory.from_json(query), NS)["sourceMemoryIds"]
+    )
 
-    service.restore_tombstone(forgotten["tombstone_id"], {"reason": "it was true after all"}, NS)
+    service.restore_tombstone(
+        forgotten["tombstone_id"], RestoreTombstone.from_json({"reason": "it was true after all"}), NS
+    )
     restored = service.imports.run_sync({"sources": ["claude_code"], "mode": "full", "confirm": True})
     assert restored["totals"]["turnsAdded"] == 1 and not restored["totals"]["skipped"].get("tombstoned")
     service.indexer.drain()
-    assert service.search(query, NS)["sourceMemoryIds"][0] == hit
+    assert service.search(SearchMemory.from_json(query), NS)["sourceMemoryIds"][0] == hit
     assert service.get_memory(hit)["status"] == "activated"
 
 

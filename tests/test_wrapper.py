@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from memmy.capture.sanitize import sanitize_text, wrap_for_agent
+from memmy.commands.memory import AddMemory
 from memmy.commands.turns import OpenSession, StartTurn
 from memmy.domain import Memory
 from memmy.hook.runtime import packet
@@ -90,7 +91,7 @@ def test_rendered_context_never_escapes_even_from_rows_stored_before_the_fix() -
 
 def test_memories_added_with_payloads_recall_inside_one_wrapper(service: MemoryService) -> None:
     for payload in PAYLOADS:
-        result = service.add_memory({"content": f"deploy checklist note {payload}"}, NS)
+        result = service.add_memory(AddMemory.from_json({"content": f"deploy checklist note {payload}"}), NS)
         stored = service.get_memory(result["id"])["content"]
         assert stored.startswith("deploy checklist note") and find_tags(stored) == []
     service.indexer.drain()

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, Self
 
+from memmy.commands.idempotency import IdempotencyKey, idempotency_key
+from memmy.commands.memory import RecallOptions
 from memmy.commands.validate import layers_of, opt_int, opt_list, opt_str, opt_tags, req_str, require_object
 from memmy.domain import Layer
 from memmy.errors import InvalidArgument
@@ -95,8 +97,8 @@ class CloseSession:
 class StartTurn:
     """``POST /api/v1/turns/start``: record a turn start and recall context for the agent's prompt.
 
-    ``recall_options`` keeps the recall fields (``scope``, ``channels``, ``contextHints``, ...) and the idempotency
-    fields as sent, for the recall engine and the request's idempotency key.
+    ``recall_options`` carries the recall fields (``scope``, ``channels``, ``contextHints``, ``tags``), typed as for
+    ``memory/search``.
     """
 
     session_id: str
@@ -106,7 +108,9 @@ class StartTurn:
     layers: list[Layer] = field(default_factory=list)
     source: str | None = None
     workspace_path: str | None = None
-    recall_options: dict[str, Any] = field(default_factory=dict)
+    recall_options: RecallOptions = field(default_factory=RecallOptions)
+    #: The request's idempotency key (``adapterId`` + ``requestId``), hashed from the body as it came.
+    idempotency: IdempotencyKey | None = None
 
     @classmethod
     def from_json(cls, body: object) -> Self:
@@ -123,7 +127,8 @@ class StartTurn:
             layers=layers_of(data),
             source=_opt_text(data, "source"),
             workspace_path=_opt_text(data, "workspacePath"),
-            recall_options=data,
+            recall_options=RecallOptions.from_json(data),
+            idempotency=idempotency_key("turn.start", data),
         )
 
     def redacted(self, redactor: Redacts) -> StartTurn:
@@ -132,7 +137,10 @@ class StartTurn:
             self,
             query=redactor.redact(self.query),
             workspace_path=redactor.redact(self.workspace_path) if self.workspace_path else None,
-            recall_options=redactor.redact_json(self.recall_options),
+            recall_options=replace(
+                self.recall_options,
+                context_hints=redactor.redact_json(self.recall_options.context_hints),
+            ),
         )
 
 

@@ -14,7 +14,7 @@ import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from memmy.commands.validate import opt_bool, opt_int, require_object
+from memmy.commands.dream import DreamGet, DreamLog, DreamRestore, DreamRun
 from memmy.config import DreamSettings, Settings
 from memmy.domain import new_id
 from memmy.dream.plan import DreamPlanner, Planned, change_json, count_actions, iso
@@ -50,10 +50,9 @@ class DreamOps:
             raise Forbidden("memory writes are disabled (algorithm.enableMemoryAdd: false)")
 
     # -- run ----------------------------------------------------------------------------------------
-    def run(self, body: Any, *, trigger: str = "manual", now: datetime | None = None) -> dict[str, Any]:
+    def run(self, cmd: DreamRun, *, trigger: str = "manual", now: datetime | None = None) -> dict[str, Any]:
         """One pass. ``{"dryRun": true}`` reports what would change and writes nothing."""
-        body = require_object(body)
-        dry_run = opt_bool(body, "dryRun")
+        dry_run = cmd.dry_run
         if not dry_run:
             self._check_writable()
         moment = now or datetime.now(UTC)
@@ -129,7 +128,7 @@ class DreamOps:
         if last is not None and last > iso(moment - timedelta(hours=settings.interval_hours)):
             return None
         try:
-            result = self.run({}, trigger="scheduled", now=moment)
+            result = self.run(DreamRun(), trigger="scheduled", now=moment)
         except Conflict:
             return None  # a manual pass is running right now
         dream_id: str | None = result["id"]
@@ -195,11 +194,9 @@ class DreamOps:
             raise NotFound(f"dream {dream_id} not found")
         return record
 
-    def log(self, params: Any) -> dict[str, Any]:
+    def log(self, cmd: DreamLog) -> dict[str, Any]:
         """Dreams newest first with their counts per action (``limit``, ``offset``), and the schedule."""
-        params = require_object(params)
-        limit = opt_int(params, "limit", 20, minimum=1, maximum=1000)
-        offset = opt_int(params, "offset", 0, minimum=0)
+        limit, offset = cmd.limit, cmd.offset
         records, total = self.repo.page(limit, offset)
         settings = self.settings
         last = self.repo.last_started_at()
@@ -220,10 +217,9 @@ class DreamOps:
             "serverTime": utc_now(),
         }
 
-    def get(self, dream_id: str, params: Any = None) -> dict[str, Any]:
+    def get(self, dream_id: str, cmd: DreamGet) -> dict[str, Any]:
         """One dream and its changes (before/after summaries; the full rows with ``verbose``)."""
-        params = require_object(params if params is not None else {})
-        verbose = str(params.get("verbose", "")).lower() in ("1", "true", "yes")
+        verbose = cmd.verbose
         record = self._require(dream_id)
         changes = [
             change_json(c.seq, c.memory_id, c.action, c.reason, c.before, c.after, verbose)
@@ -232,11 +228,10 @@ class DreamOps:
         return {**record.to_json(), "changes": changes, "serverTime": utc_now()}
 
     # -- restore ------------------------------------------------------------------------------------
-    def restore(self, dream_id: str, body: Any) -> dict[str, Any]:
+    def restore(self, dream_id: str, cmd: DreamRestore) -> dict[str, Any]:
         """Undo a dream: every changed row goes back to its "before" state verbatim (all columns), in one
         transaction. Refused when a changed memory was modified since, unless ``{"force": true}``."""
-        body = require_object(body)
-        force = opt_bool(body, "force")
+        force = cmd.force
         self._check_writable()
         if not self._running.acquire(blocking=False):
             raise Conflict("a dream is running; restore after it finishes")

@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from memmy.commands.validate import opt_float, opt_str, require_object
+from memmy.commands.evolution import Feedback
 from memmy.config import Configured, Settings
-from memmy.errors import InvalidArgument, NotFound
+from memmy.errors import NotFound
 from memmy.evolve.episodes import (
     EPISODE_IDLE_TIMEOUT,
     MERGE_WINDOW,
@@ -291,19 +291,9 @@ class EpisodeOps(Configured):
         return [e.id for e in self.episodes.idle_since(cutoff, exclude) if self.close(e.id, "idle_timeout")]
 
     # -- explicit feedback ------------------------------------------------------------------------
-    def give_feedback(self, body: Any, user_id: str | None) -> dict[str, Any]:
+    def give_feedback(self, cmd: Feedback, user_id: str | None) -> dict[str, Any]:
         """``POST /api/v1/feedback``: explicit positive/negative feedback on a memory or an episode."""
-        body = require_object(body)
-        target = opt_str(body, "id") or opt_str(body, "memoryId") or opt_str(body, "episodeId")
-        if not target:
-            raise InvalidArgument("id: expected a memory id (trace_/policy_/skill_…) or an episode id (episode_…)")
-        polarity = (opt_str(body, "polarity") or "").lower()
-        if polarity not in ("positive", "negative", "neutral"):
-            raise InvalidArgument("polarity: expected positive, negative or neutral")
-        magnitude = opt_float(body, "magnitude", 1.0)
-        if not 0.0 <= magnitude <= 1.0:
-            raise InvalidArgument("magnitude: expected a number between 0 and 1")
-        note = opt_str(body, "note") or ""
+        target, polarity, magnitude, note = cmd.id, cmd.polarity, cmd.magnitude, cmd.note
         episode: EpisodeRecord | None = None
         memory_id: str | None = None
         if target.startswith("episode_"):

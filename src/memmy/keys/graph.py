@@ -14,16 +14,18 @@ from typing import Any
 
 from memmy.errors import NotFound
 from memmy.keys.args import (
-    body_of,
-    namespace_of,
+    BrowseKeysArgs,
+    KeyArgs,
+    ListMemoriesArgs,
+    MemoryStatsArgs,
+    ReadKeyArgs,
+    ReadMemoryArgs,
+    RecallArgs,
+    RelatedArgs,
     norm_key,
     number_variants,
-    opt_flag,
-    opt_number,
-    opt_text,
-    req_text,
 )
-from memmy.keys.core import HEBBIAN_STEP, MAX_WEIGHT, PREVIEW_CHARS, memory_view, specificity
+from memmy.keys.core import HEBBIAN_STEP, MAX_WEIGHT, memory_view, specificity
 from memmy.keys.write import KeyWriter
 from memmy.namespace import Namespace
 from memmy.recall.freshness import validity_payload
@@ -58,8 +60,9 @@ def _since(seconds: float) -> str:
 class KeyOps(KeyWriter):
     """Every key-graph tool."""
 
-    def call(self, op: str, body: Any, ns: Namespace) -> Any:
-        """Run one tool by name with keymem's arguments."""
+    def call(self, args: KeyArgs, ns: Namespace) -> Any:
+        """Run one tool with its typed arguments (:func:`memmy.keys.args.key_args` reads them)."""
+        op = args.op
         handlers: dict[str, Callable[[Any, Namespace], Any]] = {
             "recall": self.recall,
             "browse_keys": self.browse_keys,
@@ -79,7 +82,7 @@ class KeyOps(KeyWriter):
         handler = handlers.get(op)
         if handler is None:
             raise NotFound(f"unknown key-graph operation {op!r}: expected one of {', '.join(OPS)}")
-        return handler(body, ns)
+        return handler(args, ns)
 
     # -- recall -----------------------------------------------------------------------------------
     def _match_keys(self, query: str, user_id: str, counts: dict[str, int]) -> tuple[dict[str, Any], list[Any]]:
@@ -115,15 +118,10 @@ class KeyOps(KeyWriter):
                     offer(key_id, score, "semantic", surface)
         return {"matches": matches, "vector": query_vector}, nearest
 
-    def recall(self, body: Any, ns: Namespace) -> dict[str, Any]:
+    def recall(self, args: RecallArgs, ns: Namespace) -> dict[str, Any]:
         """Ranked key clusters plus ONE passive Top-1 memory (no graph state changes)."""
-        args = body_of(body)
-        query = req_text(args, "query", max_len=2000).strip()
-        top_k = opt_number(args, "top_k", 8, 1, 50)
-        namespace = namespace_of(args)
-        context = opt_text(args, "context")
-        explain = opt_flag(args, "explain")
-        max_chars = opt_number(args, "max_chars", PREVIEW_CHARS, 50, 200_000)
+        query, top_k, namespace, context = args.query, args.top_k, args.namespace, args.context
+        explain, max_chars = args.explain, args.max_chars
         counts = self.keys.memory_counts(ns.user_id, namespace)
         found, nearest = self._match_keys(query, ns.user_id, counts)
         matches: dict[str, tuple[float, str, str]] = found["matches"]
@@ -194,13 +192,9 @@ class KeyOps(KeyWriter):
         return counts.get(namespace, 0) if namespace else sum(counts.values())
 
     # -- navigation -------------------------------------------------------------------------------
-    def browse_keys(self, body: Any, ns: Namespace) -> dict[str, Any]:
+    def browse_keys(self, args: BrowseKeysArgs, ns: Namespace) -> dict[str, Any]:
         """A namespace's key vocabulary: hubs first, then by linked-memory count."""
-        args = body_of(body)
-        namespace = namespace_of(args)
-        hubs_only = opt_flag(args, "hubs_only")
-        limit = opt_number(args, "limit", 20, 1, 500)
-        offset = opt_number(args, "offset", 0, 0, 1_000_000)
+        namespace, hubs_only, limit, offset = args.namespace, args.hubs_only, args.limit, args.offset
         counts = self.keys.memory_counts(ns.user_id, namespace)
         rows = self.keys.keys(list(counts))
         views = self.key_views(list(rows.values()), counts)
@@ -218,14 +212,10 @@ class KeyOps(KeyWriter):
             "keys": page,
         }
 
-    def read_key(self, body: Any, ns: Namespace) -> dict[str, Any]:
+    def read_key(self, args: ReadKeyArgs, ns: Namespace) -> dict[str, Any]:
         """Ranked memory handles under one key (metadata and validity, never content); pages with limit/offset."""
-        args = body_of(body)
-        key = self.require_key(args.get("key_id"), ns.user_id)
-        query = opt_text(args, "query")
-        namespace = namespace_of(args)
-        limit = opt_number(args, "limit", 10, 1, 200)
-        offset = opt_number(args, "offset", 0, 0, 1_000_000)
+        key = self.require_key(args.key_id, ns.user_id)
+        query, namespace, limit, offset = args.query, args.namespace, args.limit, args.offset
         ranked = self.rank_memories(key.id, ns.user_id, namespace, query, self.embed_query(query) if query else None)
         if query:
             norm = norm_key(query)
@@ -262,13 +252,11 @@ class KeyOps(KeyWriter):
             "memories": handles,
         }
 
-    def read_memory(self, body: Any, ns: Namespace) -> dict[str, Any]:
+    def read_memory(self, args: ReadMemoryArgs, ns: Namespace) -> dict[str, Any]:
         """Full content, connected keys and validity; reinforces ONLY the traversed edge (never confirms)."""
-        args = body_of(body)
-        memory = self.require_memory(args.get("memory_id"))
-        via = args.get("via_key_id")
+        memory = self.require_memory(args.memory_id)
+        via = args.via_key_id
         key = self.require_key(via, ns.user_id, "via_key_id") if via is not None else None
-        namespace_of(args)
         reinforced = None
         learned = None
         with self.store.transaction():
@@ -296,11 +284,10 @@ class KeyOps(KeyWriter):
             view["alias_learning"] = learned
         return view
 
-    def related(self, body: Any, ns: Namespace) -> dict[str, Any]:
+    def related(self, args: RelatedArgs, ns: Namespace) -> dict[str, Any]:
         """Memories sharing keys with this one or linked to it explicitly (related_to), best first."""
-        args = body_of(body)
-        memory = self.require_memory(args.get("memory_id"))
-        limit = opt_number(args, "limit", 20, 1, 200)
+        memory = self.require_memory(args.memory_id)
+        limit = args.limit
         found: dict[str, dict[str, Any]] = {}
         key_rows = self.keys.keys([k for k, _ in self.keys.links_of_memory(memory.id)])
         counts = self.keys.memory_counts(ns.user_id, None, list(key_rows))
@@ -336,12 +323,9 @@ class KeyOps(KeyWriter):
             )
         return {"memory_id": memory.id, "count": len(items[:limit]), "related": items[:limit]}
 
-    def list_memories(self, body: Any, ns: Namespace) -> dict[str, Any]:
+    def list_memories(self, args: ListMemoriesArgs, ns: Namespace) -> dict[str, Any]:
         """Active key-graph memories (expired and superseded ones excluded), newest first."""
-        args = body_of(body)
-        namespace = namespace_of(args)
-        limit = opt_number(args, "limit", 1000, 1, 10_000)
-        offset = opt_number(args, "offset", 0, 0, 1_000_000)
+        namespace, limit, offset = args.namespace, args.limit, args.offset
         ids = self.keys.visible_memory_ids(ns.user_id, namespace)
         page = ids[offset : offset + limit]
         loaded = self.memories.get_many(page, MemoryFilter(include_pending_imports=True))
@@ -360,9 +344,8 @@ class KeyOps(KeyWriter):
             items.append(view)
         return {"namespace": namespace, "total": len(ids), "count": len(items), "memories": items}
 
-    def memory_stats(self, body: Any, ns: Namespace) -> dict[str, Any]:
+    def memory_stats(self, args: MemoryStatsArgs, ns: Namespace) -> dict[str, Any]:
         """Counts of keys, memories and links (plus aliases, related_to links, tombstones, namespaces)."""
-        body_of(body)
         namespaces = self.keys.namespace_counts(ns.user_id)
         return {
             "keys": self.keys.key_count(ns.user_id),

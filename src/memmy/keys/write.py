@@ -13,20 +13,16 @@ from memmy.domain import ID_PREFIX_BY_LAYER, Memory, content_hash, new_id, summa
 from memmy.errors import Conflict, Forbidden, InvalidArgument
 from memmy.indexing import KeySurface, embedding_text
 from memmy.keys.args import (
-    MAX_CONTENT_CHARS,
-    body_of,
-    decay_profile_of,
-    key_types_of,
-    keys_of,
-    namespace_of,
+    CleanupExpiredArgs,
+    ConfirmArgs,
+    CorrectArgs,
+    DismissArgs,
+    ForgetArgs,
+    RememberArgs,
+    RememberBatchArgs,
     norm_key,
     number_variants,
-    opt_text,
-    related_of,
-    req_text,
     script_of,
-    source_of,
-    ttl_of,
 )
 from memmy.keys.core import MAX_WEIGHT, MIN_WEIGHT, KeyCore
 from memmy.keys.revise import revise
@@ -73,26 +69,22 @@ class KeyWriter(KeyCore):
     """The writing half of the key graph."""
 
     # -- validation -------------------------------------------------------------------------------
-    def parse_item(self, raw: Any, where: str = "", default_namespace: str | None = None) -> WriteItem:
-        """Validate one remember item (nothing is written here)."""
-        body = body_of(raw)
-        content = sanitize_text(req_text(body, "content", where, MAX_CONTENT_CHARS), unwrap_request=False).strip()
+    def parse_item(self, args: RememberArgs, where: str = "", default_namespace: str | None = None) -> WriteItem:
+        """Check one remember item against the store (nothing is written here)."""
+        content = sanitize_text(args.content, unwrap_request=False).strip()
         if not content:
             raise InvalidArgument(f"{where}content: nothing left after removing injected memmy context")
-        groups = keys_of(body, where)
-        assert groups is not None
-        related = related_of(body, where)
-        for other in related:
+        for other in args.related_to:
             self.require_memory(other, f"{where}related_to")
         return WriteItem(
             content=content,
-            groups=groups,
-            key_types=key_types_of(body, where),
-            namespace=namespace_of(body, where) or default_namespace or "default",
-            ttl_seconds=ttl_of(body, where),
-            decay_profile=decay_profile_of(body, where) or DEFAULT_PROFILE,
-            related_to=related,
-            source=source_of(body, where),
+            groups=[list(group) for group in args.groups],
+            key_types=dict(args.key_types),
+            namespace=args.namespace or default_namespace or "default",
+            ttl_seconds=args.ttl_seconds,
+            decay_profile=args.decay_profile or DEFAULT_PROFILE,
+            related_to=list(args.related_to),
+            source=dict(args.source),
         )
 
     def _check_writable(self) -> None:
@@ -204,21 +196,16 @@ class KeyWriter(KeyCore):
         return hints or None
 
     # -- remember ---------------------------------------------------------------------------------
-    def remember(self, body: Any, ns: Namespace) -> dict[str, Any]:
+    def remember(self, args: RememberArgs, ns: Namespace) -> dict[str, Any]:
         """Save one memory under its keys (dedupes like memory/add; refuses tombstoned content)."""
         self._check_writable()
-        item = self.parse_item(body)
+        item = self.parse_item(args)
         return self._write(item, ns, tool="remember")
 
-    def remember_batch(self, body: Any, ns: Namespace) -> list[dict[str, Any]]:
+    def remember_batch(self, args: RememberBatchArgs, ns: Namespace) -> list[dict[str, Any]]:
         """Save several memories; every item is validated before anything is written."""
         self._check_writable()
-        items_raw = body_of(body).get("items")
-        if not isinstance(items_raw, list) or not items_raw:
-            raise InvalidArgument("items: expected a non-empty array of {content, keys, ...} objects")
-        if len(items_raw) > 500:
-            raise InvalidArgument("items: at most 500 items per batch")
-        items = [self.parse_item(raw, f"items[{i}].") for i, raw in enumerate(items_raw)]
+        items = [self.parse_item(item, f"items[{i}].") for i, item in enumerate(args.items)]
         with self.store.transaction():
             results = [self._write(item, ns, tool="remember_batch") for item in items]
         return [
@@ -319,32 +306,31 @@ class KeyWriter(KeyCore):
         return memory
 
     # -- correct ----------------------------------------------------------------------------------
-    def correct(self, body: Any, ns: Namespace) -> dict[str, Any]:
+    def correct(self, args: CorrectArgs, ns: Namespace) -> dict[str, Any]:
         """A new version; the old one's validity ends now and it links forward (the chain is kept whole)."""
         self._check_writable()
-        args = body_of(body)
-        old = self.require_memory(args.get("memory_id"))
+        old = self.require_memory(args.memory_id)
         if old.superseded_by:
             raise Conflict(f"memory {old.id} was already corrected by {old.superseded_by}; correct the current version")
         if not self.is_current(old):
             raise Conflict(f"memory {old.id} is no longer valid (expired); remember the fact again instead")
         state = self.keys.state(old.id)
-        explicit_keys = keys_of(args, required=False)
+        explicit_keys = [list(group) for group in args.groups] if args.groups is not None else None
         if explicit_keys is None:
             rows = self.keys.keys([k for k, _ in self.keys.links_of_memory(old.id)])
             explicit_keys = [[row.canonical] for row in rows.values()]
             if not explicit_keys:  # a memory made by add, import or evolution: a plain versioned correction
-                return revise(self.store, self.indexer, old, args.get("content"), ns.source)
-        merged = {
-            "content": args.get("content"),
-            "keys": [s[0] for s in explicit_keys],
-            "key_types": args.get("key_types"),
-            "namespace": state.namespace if state else "default",
-            "ttl_seconds": args.get("ttl_seconds", state.ttl_seconds if state else None),
-            "decay_profile": args.get("decay_profile") or explicit_profile(old),
-            "related_to": args.get("related_to"),
-            "source": args.get("source"),
-        }
+                return revise(self.store, self.indexer, old, args.content, ns.source)
+        merged = RememberArgs(
+            content=args.content,
+            groups=tuple(tuple(group) for group in explicit_keys),
+            key_types=args.key_types,
+            namespace=state.namespace if state else "default",
+            ttl_seconds=args.ttl_seconds if args.ttl_seconds is not None else (state.ttl_seconds if state else None),
+            decay_profile=args.decay_profile or explicit_profile(old),
+            related_to=args.related_to,
+            source=args.source,
+        )
         item = self.parse_item(merged)
         item.groups = explicit_keys
         with self.store.transaction():
@@ -365,13 +351,11 @@ class KeyWriter(KeyCore):
         return response
 
     # -- confirmation and feedback ----------------------------------------------------------------
-    def confirm(self, body: Any, ns: Namespace) -> dict[str, Any]:
+    def confirm(self, args: ConfirmArgs, ns: Namespace) -> dict[str, Any]:
         """Evidence-backed confirmation: refresh freshness and deepen the memory (+0.05)."""
         self._check_writable()
-        args = body_of(body)
-        memory = self.require_memory(args.get("memory_id"))
-        evidence = req_text(args, "evidence", max_len=2000).strip()
-        source = source_of(args)
+        memory = self.require_memory(args.memory_id)
+        evidence, source = args.evidence, dict(args.source)
         if memory.superseded_by:
             raise Conflict(f"memory {memory.id} was superseded by {memory.superseded_by}; confirm the current version")
         now = utc_now()
@@ -401,12 +385,11 @@ class KeyWriter(KeyCore):
             "validity": validity_payload(memory),
         }
 
-    def dismiss(self, body: Any, ns: Namespace) -> dict[str, Any]:
+    def dismiss(self, args: DismissArgs, ns: Namespace) -> dict[str, Any]:
         """Negative feedback on one key->memory edge: halve its weight (floored, never severed)."""
         self._check_writable()
-        args = body_of(body)
-        memory = self.require_memory(args.get("memory_id"))
-        key = self.require_key(args.get("key_id"), ns.user_id)
+        memory = self.require_memory(args.memory_id)
+        key = self.require_key(args.key_id, ns.user_id)
         before = self.keys.weight(key.id, memory.id)
         if before is None:
             raise InvalidArgument(f"key_id: key {key.id} ({key.canonical}) is not linked to memory {memory.id}")
@@ -425,18 +408,16 @@ class KeyWriter(KeyCore):
         }
 
     # -- deletion ---------------------------------------------------------------------------------
-    def forget(self, body: Any, ns: Namespace) -> dict[str, Any]:
+    def forget(self, args: ForgetArgs, ns: Namespace) -> dict[str, Any]:
         """Delete a memory for good: a tombstone (content hash + memory key) stops it from coming back."""
-        args = body_of(body)
-        memory = self.require_memory(args.get("memory_id"), visible=False)
-        reason = opt_text(args, "reason") or "forget"
+        memory = self.require_memory(args.memory_id, visible=False)
+        reason = args.reason or "forget"
         result = self.delete_memory(memory.id, reason, ns)
         return {"deleted": True, "memory_id": memory.id, "tombstone_id": result.get("tombstoneId")}
 
-    def cleanup_expired(self, body: Any, ns: Namespace) -> dict[str, Any]:
+    def cleanup_expired(self, args: CleanupExpiredArgs, ns: Namespace) -> dict[str, Any]:
         """Delete the key-graph memories whose TTL has passed (no tombstone: expiry is not a judgement)."""
         self._check_writable()
-        body_of(body)
         ids = self.keys.expired_ids(ns.user_id, utc_now())
         started = time.perf_counter()
         with self.store.transaction():

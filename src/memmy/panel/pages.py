@@ -7,6 +7,10 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
+from memmy.commands.dream import DreamLog
+from memmy.commands.governance import ListLogs, ListTombstones
+from memmy.commands.memory import SearchMemory
+from memmy.commands.panel import PanelTasks
 from memmy.errors import InvalidArgument, MemmyError
 from memmy.namespace import Namespace
 from memmy.panel import integrations
@@ -161,7 +165,7 @@ def memories(service: MemoryService, params: dict[str, str], run_search: bool = 
     else:
         layers = (params["layer"],) if params.get("layer") in LAYERS else ()
         result["page"] = _paged(service, params, layers)
-    result["tombstones"] = service.list_tombstones({"limit": "20"})["tombstones"] if not query else []
+    result["tombstones"] = service.list_tombstones(ListTombstones(limit=20))["tombstones"] if not query else []
     return result
 
 
@@ -174,7 +178,7 @@ def search(
     if params.get("layer"):
         body["layers"] = [params["layer"]]
     started = time.perf_counter()
-    found = service.search(body, _panel_ns(service))
+    found = service.search(SearchMemory.from_json(body), _panel_ns(service))
     debug = found.get("debug") or {}
     agent, project = params.get("sourceAgent"), params.get("projectId")
     hits = [
@@ -249,7 +253,9 @@ def layer_page(service: MemoryService, layer: str, params: dict[str, str]) -> di
 
 def tasks(service: MemoryService, params: dict[str, str]) -> dict[str, Any]:
     """Episodes with their turns, reward and feedback."""
-    return {"tasks": service.panel.tasks({"page": params.get("page", "1"), "q": params.get("q", "")})}
+    return {
+        "tasks": service.panel.tasks(PanelTasks.from_json({"page": params.get("page", "1"), "q": params.get("q", "")}))
+    }
 
 
 def recalls(service: MemoryService, params: dict[str, str]) -> dict[str, Any]:
@@ -283,8 +289,8 @@ def logs(service: MemoryService, params: dict[str, str]) -> dict[str, Any]:
     """Audit, API, change logs and Dream runs."""
     kind = params.get("kind") or "audit"
     if kind == "dreams":
-        return {"kind": kind, "dreams": service.dream_log({"limit": "50"}).get("dreams", [])}
-    return {"kind": kind, "log": service.governance.logs_page({"kind": kind, "limit": "100"})}
+        return {"kind": kind, "dreams": service.dream_log(DreamLog(limit=50)).get("dreams", [])}
+    return {"kind": kind, "log": service.governance.logs_page(ListLogs.from_json({"kind": kind, "limit": 100}))}
 
 
 def agents(service: MemoryService, params: dict[str, str]) -> dict[str, Any]:

@@ -19,7 +19,13 @@ from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Re
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from memmy.commands.admin import Export, ImportStore, ReloadConfig, Wipe
+from memmy.commands.dream import DreamRestore
+from memmy.commands.evolution import Feedback
+from memmy.commands.governance import RestoreTombstone, ReviewDecision, ReviewQueue
+from memmy.commands.memory import DeleteMemory
 from memmy.errors import InvalidArgument, MemmyError
+from memmy.keys.args import ForgetArgs, key_args
 from memmy.namespace import Namespace
 from memmy.panel import integrations, pages
 from memmy.panel.auth import SESSIONS_FILE, PanelAuth, PanelSession, host_allowed
@@ -214,26 +220,27 @@ class Panel:
         svc, ns = self.service, self.ns
         reason = form.get("reason") or "panel"
         if verb == "edit":
-            result = svc.keys_call("correct", {"memory_id": memory_id, "content": form.get("content", "")}, ns)
+            result = svc.keys_call(
+                key_args("correct", {"memory_id": memory_id, "content": form.get("content", "")}), ns
+            )
             return f"saved as {result.get('new_id')}"
         if verb == "delete":
-            svc.delete_memory(memory_id, {"reason": reason}, ns)
+            svc.delete_memory(memory_id, DeleteMemory(reason=reason), ns)
             return f"deleted {memory_id}"
         if verb == "forget":
-            svc.keys_call("forget", {"memory_id": memory_id, "reason": reason}, ns)
+            svc.keys_call(ForgetArgs(memory_id=memory_id, reason=reason), ns)
             return f"forgot {memory_id}"
         if verb in ("archive", "activate"):
             svc.governance.set_status(memory_id, "archived" if verb == "archive" else "activated", ns)
             return f"{verb}d {memory_id}"
         if verb == "feedback":
-            svc.give_feedback(
-                {"id": memory_id, "polarity": form.get("polarity", "negative"), "note": form.get("note", "")}, ns
-            )
+            body = {"id": memory_id, "polarity": form.get("polarity", "negative"), "note": form.get("note", "")}
+            svc.give_feedback(Feedback.from_json(body), ns)
             return "feedback recorded"
         raise InvalidArgument(f"unknown action {verb}")
 
     def _restore_tombstone(self, request: Request, form: dict[str, str]) -> str:
-        self.service.restore_tombstone(request.path_params["tombstone_id"], {"reason": "panel"}, self.ns)
+        self.service.restore_tombstone(request.path_params["tombstone_id"], RestoreTombstone(reason="panel"), self.ns)
         return "restored"
 
     def _review(self, request: Request, form: dict[str, str]) -> str:
@@ -242,22 +249,25 @@ class Panel:
             body["content"] = form["content"]
         if form.get("reason"):
             body["reason"] = form["reason"]
-        result = self.service.governance.review(request.path_params["memory_id"], self.service.redact(body), self.ns)
+        decision = self.service.redacted(ReviewDecision.from_json(body))
+        result = self.service.governance.review(request.path_params["memory_id"], decision, self.ns)
         return f"{result['id']}: {result['review']['state']}"
 
     def _recall_wrong(self, request: Request, form: dict[str, str]) -> str:
         note = f"marked wrong in the panel (recall {form.get('event', '')})"
-        self.service.give_feedback({"id": form.get("memory", ""), "polarity": "negative", "note": note}, self.ns)
+        body = {"id": form.get("memory", ""), "polarity": "negative", "note": note}
+        self.service.give_feedback(Feedback.from_json(body), self.ns)
         return "negative feedback recorded"
 
     def _task_feedback(self, request: Request, form: dict[str, str]) -> str:
-        self.service.give_feedback(
-            {"id": form.get("id", ""), "polarity": form.get("polarity", ""), "note": form.get("note", "")}, self.ns
-        )
+        body = {"id": form.get("id", ""), "polarity": form.get("polarity", ""), "note": form.get("note", "")}
+        self.service.give_feedback(Feedback.from_json(body), self.ns)
         return "feedback recorded"
 
     def _dream_restore(self, request: Request, form: dict[str, str]) -> str:
-        self.service.dream_restore(request.path_params["dream_id"], {"force": form.get("force") == "1"}, self.ns)
+        self.service.dream_restore(
+            request.path_params["dream_id"], DreamRestore(force=form.get("force") == "1"), self.ns
+        )
         return "restored"
 
     def _sync(self, request: Request, form: dict[str, str]) -> Response:
@@ -290,11 +300,11 @@ class Panel:
         return f"{agent}: {verb} done ({len(files)} file(s) changed)"
 
     def _reload(self, request: Request, form: dict[str, str]) -> str:
-        result = self.service.reload_config({"reason": "panel"}, self.ns)
+        result = self.service.reload_config(ReloadConfig(reason="panel"), self.ns)
         return "reloaded; changed: " + (", ".join(result["changed"]) or "nothing")
 
     def _export(self, request: Request, form: dict[str, str]) -> Response:
-        result = self.service.ownership.export({"raw": form.get("noRaw") != "1"}, self.ns)
+        result = self.service.ownership.export(Export(raw=form.get("noRaw") != "1"), self.ns)
         path = Path(result["path"])
         return FileResponse(path, filename=path.name, media_type="application/zip")
 
@@ -310,15 +320,13 @@ class Panel:
                 upload.file.seek(0)
                 shutil.copyfileobj(upload.file, handle, 1024 * 1024)
             try:
-                result = self.service.ownership.import_(
-                    {
-                        "path": str(path),
-                        "onConflict": form.get("onConflict", "skip"),
-                        "dryRun": form.get("dryRun") == "1",
-                        "label": f"upload:{name}",
-                    },
-                    self.ns,
-                )
+                body = {
+                    "path": str(path),
+                    "onConflict": form.get("onConflict", "skip"),
+                    "dryRun": form.get("dryRun") == "1",
+                    "label": f"upload:{name}",
+                }
+                result = self.service.ownership.import_(ImportStore.from_json(body), self.ns)
             except MemmyError as exc:  # name the file the user chose, not the temporary copy
                 raise InvalidArgument(exc.message.replace(str(path), name)) from None
         verb = "would add" if result["dryRun"] else "added"
@@ -327,7 +335,7 @@ class Panel:
     def _wipe(self, request: Request, form: dict[str, str]) -> str:
         if form.get("confirm") != "1":
             raise InvalidArgument("tick the confirmation box to wipe the store")
-        result = self.service.ownership.wipe({"confirm": True, "backup": form.get("noBackup") != "1"}, self.ns)
+        result = self.service.ownership.wipe(Wipe(confirm=True, backup=form.get("noBackup") != "1"), self.ns)
         return f"removed {sum(result['removed'].values())} rows; backup: {result['backup'] or 'none'}"
 
     # -- sync progress stream ---------------------------------------------------------------------
@@ -374,7 +382,11 @@ class Panel:
             ("/panel/skills", layer("skills"), "layer.html"),
             (
                 "/panel/review",
-                lambda r: {"queue": svc.governance.review_queue({"state": r.query_params.get("state", "pending")})},
+                lambda r: {
+                    "queue": svc.governance.review_queue(
+                        ReviewQueue.from_json({"state": r.query_params.get("state", "pending")})
+                    )
+                },
                 "review.html",
             ),
             ("/panel/recalls", lambda r: pages.recalls(svc, q(r)), "recalls.html"),

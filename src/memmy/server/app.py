@@ -19,7 +19,7 @@ from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from memmy import __version__
-from memmy.commands.turns import CloseSession, CompleteTurn, OpenSession, StartTurn
+from memmy.commands.idempotency import idempotency_key
 from memmy.config import store_id
 from memmy.errors import Conflict, MemmyError, StorageFullError, http_status_for, storage_failure
 from memmy.mcp.http import McpHttpEndpoint
@@ -30,8 +30,8 @@ from memmy.server.bodies import parse_body
 from memmy.server.docs_page import docs_page
 from memmy.server.middleware import GuardMiddleware, error_body, json_dumps
 from memmy.server.openapi import openapi_document
+from memmy.server.routes import ROUTES, Call, Row
 from memmy.service import MemoryService
-from memmy.service.idempotency import idempotency_key
 
 log = logging.getLogger("memmy.server")
 
@@ -122,20 +122,37 @@ class Api:
             self.service.logs.store_idempotent_response(key, request_hash, response)  # same transaction
             return response
 
-    async def json_call(
-        self,
-        request: Request,
-        fn: Callable[..., dict[str, Any]],
-        make_args: Callable[[Any], tuple[Any, ...]],
-        op: str | None = None,
-    ) -> Response:
-        """Parse the JSON body, then :meth:`call` with the arguments built from it."""
-        try:
-            body = await read_json(request)
-            args = make_args(body)  # typed requests are parsed here: bad input is a 400 envelope
-        except MemmyError as exc:
-            return error_response(request, exc)
-        return await self.call(request, fn, *args, idempotency_op=op, body=body)
+    def endpoint(self, row: Row) -> Handler:
+        """The Starlette endpoint of one route row: its own handler, or parse -> service call -> JSON."""
+        if row.handler is not None:
+            handler: Handler = getattr(self, row.handler)
+            return handler
+        call = row.call
+        assert call is not None, f"{row.method} {row.path}: a row needs a call or a handler"
+
+        async def endpoint(request: Request) -> Response:
+            body: Any = None
+            try:
+                if row.method != "GET" and row.request is not None:
+                    body = await read_json(request)
+                request_value = self.parse(row, request, body)
+            except MemmyError as exc:
+                return error_response(request, exc)
+            path = {key: str(value) for key, value in request.path_params.items()}
+            context = Call(self.service, self.namespace(request), path)
+            op = row.idempotency.format(**path) if row.idempotency else None
+            return await self.call(request, call, context, request_value, idempotency_op=op, body=body)
+
+        return endpoint
+
+    @staticmethod
+    def parse(row: Row, request: Request, body: Any) -> Any:
+        """The row's request: a Command from the body (or the query string), the raw body, or the query dict."""
+        if isinstance(row.request, type):
+            return row.request.from_request(body, dict(request.query_params))
+        if row.request is not None:
+            return body
+        return dict(request.query_params)
 
     # -- handlers ---------------------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
@@ -168,146 +185,6 @@ class Api:
         self.storage_fault = None
         return None
 
-    async def open_session(self, request: Request) -> Response:
-        ns = self.namespace(request)
-        return await self.json_call(
-            request, self.service.open_session, lambda b: (OpenSession.from_json(b), ns), "sessions.create"
-        )
-
-    async def close_session(self, request: Request) -> Response:
-        session_id = request.path_params["session_id"]
-        return await self.json_call(
-            request,
-            self.service.close_session,
-            lambda b: (CloseSession.from_json(b, session_id),),
-            f"sessions.close:{session_id}",
-        )
-
-    async def start_turn(self, request: Request) -> Response:
-        ns = self.namespace(request)
-        return await self.json_call(
-            request, self.service.start_turn, lambda b: (StartTurn.from_json(b), ns), "turn.start"
-        )
-
-    async def complete_turn(self, request: Request) -> Response:
-        ns, turn_id = self.namespace(request), request.path_params["turn_id"]
-        return await self.json_call(
-            request,
-            self.service.complete_turn,
-            lambda b: (CompleteTurn.from_json(b, turn_id), ns),
-            f"turn.complete:{turn_id}",
-        )
-
-    async def search(self, request: Request) -> Response:
-        ns = self.namespace(request)
-        return await self.json_call(request, self.service.search, lambda b: (b, ns), "memory.search")
-
-    async def add(self, request: Request) -> Response:
-        ns = self.namespace(request)
-        return await self.json_call(request, self.service.add_memory, lambda b: (b, ns), "memory.add")
-
-    async def get_memory(self, request: Request) -> Response:
-        return await self.call(request, self.service.get_memory, request.path_params["memory_id"])
-
-    async def delete_memory(self, request: Request) -> Response:
-        ns, memory_id = self.namespace(request), request.path_params["memory_id"]
-        return await self.json_call(
-            request, self.service.delete_memory, lambda b: (memory_id, b, ns), f"memory.delete:{memory_id}"
-        )
-
-    async def archive_memory(self, request: Request) -> Response:
-        ns, memory_id = self.namespace(request), request.path_params["memory_id"]
-        return await self.json_call(request, self.service.archive_memory, lambda b: (memory_id, b, ns))
-
-    async def memory_history(self, request: Request) -> Response:
-        return await self.call(request, self.service.memory_history, request.path_params["memory_id"])
-
-    async def keys_op(self, request: Request) -> Response:
-        """``POST /api/v1/keys/<op>``: one key-graph tool; the body is its arguments, the answer its result."""
-        ns, op = self.namespace(request), request.path_params["op"]
-        return await self.json_call(request, self.service.keys_call, lambda b: (op, b, ns))
-
-    async def tombstones(self, request: Request) -> Response:
-        return await self.call(request, self.service.list_tombstones, dict(request.query_params))
-
-    async def restore_tombstone(self, request: Request) -> Response:
-        ns, tombstone_id = self.namespace(request), request.path_params["tombstone_id"]
-        return await self.json_call(request, self.service.restore_tombstone, lambda b: (tombstone_id, b, ns))
-
-    async def dream_run(self, request: Request) -> Response:
-        ns = self.namespace(request)
-        return await self.json_call(request, self.service.dream_run, lambda b: (b, ns))
-
-    async def dream_log(self, request: Request) -> Response:
-        return await self.call(request, self.service.dream_log, dict(request.query_params))
-
-    async def dream_get(self, request: Request) -> Response:
-        dream_id = request.path_params["dream_id"]
-        return await self.call(request, self.service.dream_get, dream_id, dict(request.query_params))
-
-    async def dream_restore(self, request: Request) -> Response:
-        dream_id = request.path_params["dream_id"]
-        ns = self.namespace(request)
-        return await self.json_call(request, self.service.dream_restore, lambda b: (dream_id, b, ns))
-
-    async def processing_status(self, request: Request) -> Response:
-        return await self.json_call(request, self.service.processing_status, lambda b: (b,))
-
-    async def processing_retry(self, request: Request) -> Response:
-        return await self.call(request, self.service.retry_processing, request.path_params["memory_id"])
-
-    async def logs(self, request: Request) -> Response:
-        return await self.call(request, self.service.panel.api_logs, dict(request.query_params))
-
-    async def overview(self, request: Request) -> Response:
-        return await self.call(request, self.service.panel.overview)
-
-    async def analysis(self, request: Request) -> Response:
-        return await self.call(request, self.service.panel.analysis)
-
-    async def items(self, request: Request) -> Response:
-        return await self.call(request, self.service.panel.items, dict(request.query_params))
-
-    async def tasks(self, request: Request) -> Response:
-        return await self.call(request, self.service.panel.tasks, dict(request.query_params))
-
-    async def reload_config(self, request: Request) -> Response:
-        ns = self.namespace(request)
-        return await self.json_call(request, self.service.reload_config, lambda b: (b, ns))
-
-    async def worker_run(self, request: Request) -> Response:
-        limit = request.query_params.get("limit")
-
-        def args(body: Any) -> tuple[Any, ...]:
-            if isinstance(body, dict) and "limit" not in body and limit:
-                body = {**body, "limit": limit}
-            return (body,)
-
-        return await self.json_call(request, self.service.run_worker, args)
-
-    async def feedback(self, request: Request) -> Response:
-        ns = self.namespace(request)
-        return await self.json_call(request, self.service.give_feedback, lambda b: (b, ns))
-
-    async def episodes(self, request: Request) -> Response:
-        return await self.call(request, self.service.list_episodes, dict(request.query_params))
-
-    async def evolution_jobs(self, request: Request) -> Response:
-        return await self.call(request, self.service.list_jobs, dict(request.query_params))
-
-    async def sources(self, request: Request) -> Response:
-        return await self.call(request, self.service.imports.sources)
-
-    async def start_scan(self, request: Request) -> Response:
-        return await self.json_call(request, self.service.imports.start, lambda b: (b,))
-
-    async def scan_status(self, request: Request) -> Response:
-        return await self.call(request, self.service.imports.status, request.path_params["job_id"])
-
-    async def scan_control(self, request: Request) -> Response:
-        job_id, action = request.path_params["job_id"], request.path_params["action"]
-        return await self.call(request, self.service.imports.control, job_id, action)
-
     async def scan_events(self, request: Request) -> Response:
         """Server-sent events: one ``progress`` event per change until the job ends."""
         job_id = request.path_params["job_id"]
@@ -333,29 +210,6 @@ class Api:
 
         return StreamingResponse(stream(), media_type="text/event-stream", headers={"cache-control": "no-cache"})
 
-    async def logs_page(self, request: Request) -> Response:
-        return await self.call(request, self.service.governance.logs_page, dict(request.query_params))
-
-    async def review_queue(self, request: Request) -> Response:
-        return await self.call(request, self.service.governance.review_queue, dict(request.query_params))
-
-    async def review_item(self, request: Request) -> Response:
-        ns, memory_id = self.namespace(request), request.path_params["memory_id"]
-        review = self.service.governance.review
-        return await self.json_call(request, review, lambda b: (memory_id, self.service.redact(b), ns))
-
-    async def export_store(self, request: Request) -> Response:
-        ns = self.namespace(request)
-        return await self.json_call(request, self.service.ownership.export, lambda b: (b, ns))
-
-    async def import_store(self, request: Request) -> Response:
-        ns = self.namespace(request)
-        return await self.json_call(request, self.service.ownership.import_, lambda b: (b, ns))
-
-    async def wipe_store(self, request: Request) -> Response:
-        ns = self.namespace(request)
-        return await self.json_call(request, self.service.ownership.wipe, lambda b: (b, ns))
-
     async def shutdown(self, request: Request) -> Response:
         if self.shutdown_callback is None:
             return error_response(request, Conflict("this service is not managed by `memmy-memory serve`"))
@@ -376,59 +230,10 @@ class Api:
         )
 
 
-#: The HTTP routes in match order: (path, method, Api handler name, whether the handler reads a JSON body).
-ROUTE_TABLE: tuple[tuple[str, str, str, bool], ...] = (
-    ("/", "GET", "index", False),
-    ("/api/v1/health", "GET", "health", False),
-    ("/api/v1/openapi.json", "GET", "openapi", False),
-    ("/api/v1/sessions/open", "POST", "open_session", True),
-    ("/api/v1/sessions/{session_id}/close", "POST", "close_session", True),
-    ("/api/v1/turns/start", "POST", "start_turn", True),
-    ("/api/v1/turns/{turn_id}/complete", "POST", "complete_turn", True),
-    ("/api/v1/memory/search", "POST", "search", True),
-    ("/api/v1/memory/add", "POST", "add", True),
-    ("/api/v1/memory/logs", "GET", "logs", False),
-    ("/api/v1/memory/processing/status", "POST", "processing_status", True),
-    ("/api/v1/memory/{memory_id}/processing/retry", "POST", "processing_retry", False),
-    ("/api/v1/memory/{memory_id}/archive", "POST", "archive_memory", True),
-    ("/api/v1/memory/{memory_id}/history", "GET", "memory_history", False),
-    ("/api/v1/keys/{op}", "POST", "keys_op", True),
-    ("/api/v1/tombstones", "GET", "tombstones", False),
-    ("/api/v1/feedback", "POST", "feedback", True),
-    ("/api/v1/episodes", "GET", "episodes", False),
-    ("/api/v1/evolution/jobs", "GET", "evolution_jobs", False),
-    ("/api/v1/tombstones/{tombstone_id}/restore", "POST", "restore_tombstone", True),
-    ("/api/v1/dream/run", "POST", "dream_run", True),
-    ("/api/v1/dream/log", "GET", "dream_log", False),
-    ("/api/v1/dream/{dream_id}", "GET", "dream_get", False),
-    ("/api/v1/dream/{dream_id}/restore", "POST", "dream_restore", True),
-    ("/api/v1/memory/{memory_id}", "GET", "get_memory", False),
-    ("/api/v1/memory/{memory_id}", "DELETE", "delete_memory", True),
-    ("/api/v1/panel/overview", "GET", "overview", False),
-    ("/api/v1/panel/analysis", "GET", "analysis", False),
-    ("/api/v1/panel/items", "GET", "items", False),
-    ("/api/v1/panel/tasks", "GET", "tasks", False),
-    ("/api/v1/admin/reload-config", "POST", "reload_config", True),
-    ("/api/v1/admin/shutdown", "POST", "shutdown", False),
-    ("/api/v1/worker/run", "POST", "worker_run", True),
-    ("/api/v1/sources", "GET", "sources", False),
-    ("/api/v1/sources/scan", "POST", "start_scan", True),
-    ("/api/v1/sources/scan/{job_id}", "GET", "scan_status", False),
-    ("/api/v1/sources/scan/{job_id}/events", "GET", "scan_events", False),
-    ("/api/v1/sources/scan/{job_id}/{action:str}", "POST", "scan_control", False),
-    ("/api/v1/logs", "GET", "logs_page", False),
-    ("/api/v1/review", "GET", "review_queue", False),
-    ("/api/v1/review/{memory_id}", "POST", "review_item", True),
-    ("/api/v1/admin/export", "POST", "export_store", True),
-    ("/api/v1/admin/import", "POST", "import_store", True),
-    ("/api/v1/admin/wipe", "POST", "wipe_store", True),
-)
-
-
 def create_app(service: MemoryService, shutdown: Callable[[], None] | None = None) -> Starlette:
     """Build the ASGI app for a service (the daemon's composition root calls this)."""
     api = Api(service, shutdown)
-    routes = [Route(path, getattr(api, name), methods=[method]) for path, method, name, _body in ROUTE_TABLE]
+    routes = [Route(row.path, api.endpoint(row), methods=[row.method]) for row in ROUTES]
     routes.append(Route("/docs", docs_page, methods=["GET"]))  # the browsable API page (same guard)
 
     async def not_found(request: Request, exc: Exception) -> Response:

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from memmy import __version__
+from memmy.commands.admin import ReloadConfig
+from memmy.commands.base import Command
+from memmy.commands.dream import DreamGet, DreamLog, DreamRestore, DreamRun
+from memmy.commands.evolution import Feedback, ListEpisodes, ListJobs, RunWorker
+from memmy.commands.governance import ListTombstones, RestoreTombstone
+from memmy.commands.memory import AddMemory, ArchiveMemory, DeleteMemory, ProcessingStatus, SearchMemory
 from memmy.commands.turns import CloseSession, CompleteTurn, OpenSession, StartTurn
-from memmy.commands.validate import opt_bool, opt_int, opt_list, opt_str, require_object
 from memmy.config import Configured, MemmyConfig, load_config, reload_requires_restart
 from memmy.embed import Embedder
 from memmy.errors import ConfigError, InvalidArgument
+from memmy.keys.args import KeyArgs
 from memmy.namespace import Namespace
 from memmy.service.bootstrap import Components, bootstrap, build_redactor, embedder_factory
 from memmy.service.governance import brief
@@ -26,6 +32,8 @@ from memmy.store.queue import EmbeddingQueue
 from memmy.store.schema import SCHEMA_VERSION
 from memmy.store.sessions import SessionRepository
 from memmy.store.vectors import VectorRepository
+
+C = TypeVar("C", bound=Command)
 
 ROUTE_NAMES = (
     "GET /api/v1/health",
@@ -186,10 +194,14 @@ class MemoryService(Configured):
         """The request body with every secret replaced, before any write, log or job sees it."""
         return self.redactor.redact_json(body)
 
+    def redacted(self, command: C) -> C:
+        """A typed request with every secret in its text replaced, before any write, log or job sees it."""
+        return command.redacted(self.redactor)
+
     # -- memory -----------------------------------------------------------------------------------
-    def add_memory(self, body: Any, ns: Namespace) -> dict[str, Any]:
+    def add_memory(self, cmd: AddMemory, ns: Namespace) -> dict[str, Any]:
         """Write one memory."""
-        return self.memory_ops.add(self.redact(body), ns)
+        return self.memory_ops.add(self.redacted(cmd), ns)
 
     def get_memory(self, memory_id: str) -> dict[str, Any]:
         """Read one memory with its refs and history (an ``episode_…`` id returns the episode)."""
@@ -198,49 +210,39 @@ class MemoryService(Configured):
         return self.memory_ops.get(memory_id)
 
     # -- evolution --------------------------------------------------------------------------------
-    def give_feedback(self, body: Any, ns: Namespace) -> dict[str, Any]:
+    def give_feedback(self, cmd: Feedback, ns: Namespace) -> dict[str, Any]:
         """Explicit feedback on a memory or an episode; the reward and guidance follow asynchronously."""
-        body = self.redact(body)
-        result = self.episode_ops.give_feedback(body, ns.user_id)
-        fields = body if isinstance(body, dict) else {}
-        target = fields.get("id") or fields.get("memoryId") or fields.get("episodeId") or ""
-        self.governance.record("feedback", "feedback", str(target), ns, after=body)
+        cmd = self.redacted(cmd)
+        result = self.episode_ops.give_feedback(cmd, ns.user_id)
+        self.governance.record("feedback", "feedback", cmd.id, ns, after=cmd.audit_json())
         self.worker.wake()
         return result
 
-    def list_episodes(self, params: dict[str, Any]) -> dict[str, Any]:
+    def list_episodes(self, cmd: ListEpisodes) -> dict[str, Any]:
         """Recent episodes (``?status=open|closed&limit=``)."""
-        limit = opt_int(params, "limit", 50, minimum=1, maximum=500)
-        status = opt_str(params, "status")
-        items = [e.to_json() for e in self.episodes.list_recent(limit, status)]
+        items = [e.to_json() for e in self.episodes.list_recent(cmd.limit, cmd.status)]
         return {"items": items, "serverTime": utc_now()}
 
-    def list_jobs(self, params: dict[str, Any]) -> dict[str, Any]:
+    def list_jobs(self, cmd: ListJobs) -> dict[str, Any]:
         """Evolution jobs (``?status=&type=&episodeId=&limit=``) and per-status counts."""
-        limit = opt_int(params, "limit", 100, minimum=1, maximum=1000)
-        jobs = self.jobs.list_jobs(
-            status=opt_str(params, "status"),
-            job_type=opt_str(params, "type"),
-            episode_id=opt_str(params, "episodeId"),
-            limit=limit,
-        )
+        jobs = self.jobs.list_jobs(status=cmd.status, job_type=cmd.job_type, episode_id=cmd.episode_id, limit=cmd.limit)
         return {"items": [j.as_dict() for j in jobs], "counts": self.jobs.counts(), "serverTime": utc_now()}
 
-    def delete_memory(self, memory_id: str, body: Any, ns: Namespace) -> dict[str, Any]:
+    def delete_memory(self, memory_id: str, cmd: DeleteMemory, ns: Namespace) -> dict[str, Any]:
         """Soft-delete one memory."""
-        return self.memory_ops.delete(memory_id, self.redact(body), ns)
+        return self.memory_ops.delete(memory_id, self.redacted(cmd), ns)
 
-    def archive_memory(self, memory_id: str, body: Any, ns: Namespace) -> dict[str, Any]:
+    def archive_memory(self, memory_id: str, cmd: ArchiveMemory, ns: Namespace) -> dict[str, Any]:
         """Archive one memory."""
-        return self.memory_ops.archive(memory_id, ns, opt_str(require_object(self.redact(body)), "reason"))
+        return self.memory_ops.archive(memory_id, ns, self.redacted(cmd).reason)
 
-    def search(self, body: Any, ns: Namespace) -> dict[str, Any]:
+    def search(self, cmd: SearchMemory, ns: Namespace) -> dict[str, Any]:
         """Search memories and render injectable context."""
-        return self.recall_ops.search(self.redact(body), ns)
+        return self.recall_ops.search(self.redacted(cmd), ns)
 
-    def processing_status(self, body: Any) -> dict[str, Any]:
+    def processing_status(self, cmd: ProcessingStatus) -> dict[str, Any]:
         """Processing records for memories."""
-        return self.memory_ops.processing_status(body)
+        return self.memory_ops.processing_status(cmd)
 
     def retry_processing(self, memory_id: str) -> dict[str, Any]:
         """Retry a failed embedding."""
@@ -251,22 +253,23 @@ class MemoryService(Configured):
         return self.validity.history(memory_id)
 
     # -- key graph and tombstones -----------------------------------------------------------------
-    def keys_call(self, op: str, body: Any, ns: Namespace) -> Any:
-        """One key-graph tool (``POST /api/v1/keys/<op>``) with keymem's arguments and result."""
-        body = self.redact(body)
-        result = self.keys.call(op, body, ns)
-        if op in AUDITED_KEY_OPS:
-            target = body.get("memory_id") if isinstance(body, dict) else None
-            self.governance.record(f"memory.{op}", "memory", str(target or ""), ns, after=result, meta={"args": body})
+    def keys_call(self, args: KeyArgs, ns: Namespace) -> Any:
+        """One key-graph tool (``POST /api/v1/keys/<op>``) with its typed arguments; keymem's result."""
+        args = self.redacted(args)
+        result = self.keys.call(args, ns)
+        if args.op in AUDITED_KEY_OPS:
+            self.governance.record(
+                f"memory.{args.op}", "memory", args.memory_target, ns, after=result, meta={"args": args.to_json()}
+            )
         return result
 
-    def list_tombstones(self, params: dict[str, Any]) -> dict[str, Any]:
+    def list_tombstones(self, cmd: ListTombstones) -> dict[str, Any]:
         """Forgotten values."""
-        return self.validity.list_tombstones(params)
+        return self.validity.list_tombstones(cmd)
 
-    def restore_tombstone(self, tombstone_id: str, body: Any, ns: Namespace) -> dict[str, Any]:  # audited inside
-        """Allow a forgotten value again."""
-        return self.validity.restore(tombstone_id, self.redact(body), ns)
+    def restore_tombstone(self, tombstone_id: str, cmd: RestoreTombstone, ns: Namespace) -> dict[str, Any]:
+        """Allow a forgotten value again (audited inside)."""
+        return self.validity.restore(tombstone_id, self.redacted(cmd), ns)
 
     # -- sessions and turns -----------------------------------------------------------------------
     def open_session(self, command: OpenSession, ns: Namespace) -> dict[str, Any]:
@@ -372,14 +375,13 @@ class MemoryService(Configured):
             "serverTime": utc_now(),
         }
 
-    def reload_config(self, body: Any, ns: Namespace = CLI_NS) -> dict[str, Any]:
+    def reload_config(self, cmd: ReloadConfig | None = None, ns: Namespace = CLI_NS) -> dict[str, Any]:
         """Re-read config.yaml; apply retrieval/evolution/model settings now, report storage changes."""
-        body = require_object(body)
-        result = self._reload_config(body)
+        result = self._reload_config(self.redacted(cmd or ReloadConfig()))
         self.governance.record("config.reload", "config", str(self.config.path), ns, meta=result)
         return result
 
-    def _reload_config(self, body: dict[str, Any]) -> dict[str, Any]:
+    def _reload_config(self, cmd: ReloadConfig) -> dict[str, Any]:
         old = self.config
         try:
             new = load_config(old.path, db_override=old.db_override)
@@ -415,7 +417,7 @@ class MemoryService(Configured):
         self.model_slots.summary, self.model_slots.evolution = self.models.summary, self.models.evolution
         if embedding_changed:
             self.indexer.replace_embedder(embedder_factory(self.config))
-        retried = self.queue.retry_failed() if opt_bool(body, "restartFailedProcessing", True) else 0
+        retried = self.queue.retry_failed() if cmd.restart_failed_processing else 0
         return {
             "activeProfile": self.config.active_profile,
             "changed": changed,
@@ -423,18 +425,18 @@ class MemoryService(Configured):
             "restartedFailedProcessing": retried,
             "models": self.health()["models"],
             "warnings": list(new.warnings),
-            "reason": opt_str(body, "reason"),
+            "reason": cmd.reason,
             "reloadedAt": utc_now(),
         }
 
-    def run_worker(self, body: Any) -> dict[str, Any]:
+    def run_worker(self, cmd: RunWorker | None = None) -> dict[str, Any]:
         """Run due work now: embeddings first (L2 association needs vectors), then evolution jobs, until idle.
 
         ``limit`` caps the evolution jobs run (default 20); ``targetMemoryIds`` restricts them.
         """
-        body = require_object(body)
-        limit = opt_int(body, "limit", 20, minimum=1, maximum=10_000)
-        targets = [t for t in opt_list(body, "targetMemoryIds") if isinstance(t, str)] or None
+        cmd = cmd or RunWorker()
+        limit = cmd.limit
+        targets = list(cmd.target_memory_ids) or None
         embedded = embed_failed = 0
         reports = []
         ran = 0
@@ -464,23 +466,24 @@ class MemoryService(Configured):
         }
 
     # -- dream ------------------------------------------------------------------------------------
-    def dream_run(self, body: Any, ns: Namespace = CLI_NS) -> dict[str, Any]:
+    def dream_run(self, cmd: DreamRun | None = None, ns: Namespace = CLI_NS) -> dict[str, Any]:
         """One Dream pass now (``{"dryRun": true}`` only reports what it would change)."""
-        result = self.dreams.run(body)
-        if not (isinstance(body, dict) and body.get("dryRun")):
+        cmd = cmd or DreamRun()
+        result = self.dreams.run(cmd)
+        if not cmd.dry_run:
             self.governance.record("dream.run", "dream", str(result.get("id") or ""), ns, meta=brief(result))
         return result
 
-    def dream_log(self, params: dict[str, Any]) -> dict[str, Any]:
+    def dream_log(self, cmd: DreamLog | None = None) -> dict[str, Any]:
         """Past Dream passes, newest first, with counts per action."""
-        return self.dreams.log(params)
+        return self.dreams.log(cmd or DreamLog())
 
-    def dream_get(self, dream_id: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    def dream_get(self, dream_id: str, cmd: DreamGet | None = None) -> dict[str, Any]:
         """One Dream pass and its changes (full rows with ``verbose``)."""
-        return self.dreams.get(dream_id, params)
+        return self.dreams.get(dream_id, cmd or DreamGet())
 
-    def dream_restore(self, dream_id: str, body: Any, ns: Namespace = CLI_NS) -> dict[str, Any]:
+    def dream_restore(self, dream_id: str, cmd: DreamRestore | None = None, ns: Namespace = CLI_NS) -> dict[str, Any]:
         """Undo a Dream pass byte for byte (``{"force": true}`` overwrites later edits)."""
-        result = self.dreams.restore(dream_id, body)
+        result = self.dreams.restore(dream_id, cmd or DreamRestore())
         self.governance.record("dream.restore", "dream", dream_id, ns, meta=brief(result))
         return result

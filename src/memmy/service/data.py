@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from memmy import __version__
-from memmy.commands.validate import opt_bool, opt_str, require_object
+from memmy.commands.admin import Export, ImportStore, Wipe
 from memmy.config import Settings
 from memmy.errors import Conflict, InvalidArgument, NotFound
 from memmy.namespace import Namespace
@@ -345,34 +345,26 @@ class StoreOwnership:
         self.governance = governance
         self.db_path = db_path
 
-    def export(self, body: Any, ns: Namespace) -> dict[str, Any]:
+    def export(self, cmd: Export, ns: Namespace) -> dict[str, Any]:
         """Write a consistent export archive (``{"out": path, "raw": true}``); audited."""
-        body = require_object(body)
-        out = opt_str(body, "out")
-        result = self.data.export(Path(out).expanduser() if out else None, include_raw=opt_bool(body, "raw", True))
+        out = cmd.out
+        result = self.data.export(Path(out).expanduser() if out else None, include_raw=cmd.raw)
         self.governance.record("store.export", "store", result["path"], ns, meta={"counts": result["counts"]})
         return result
 
-    def import_(self, body: Any, ns: Namespace) -> dict[str, Any]:
+    def import_(self, cmd: ImportStore, ns: Namespace) -> dict[str, Any]:
         """Merge an export archive (``{"path", "onConflict": skip|replace|error, "dryRun", "label"?}``); audited.
 
         ``label`` names the archive in the audit row when ``path`` is a temporary copy (a panel upload).
         """
-        body = require_object(body)
-        path = opt_str(body, "path")
-        if not path:
-            raise InvalidArgument("path: expected the export archive to import")
-        dry_run = opt_bool(body, "dryRun", False)
-        result = self.data.import_store(Path(path).expanduser(), opt_str(body, "onConflict") or "skip", dry_run)
+        path, dry_run = cmd.path, cmd.dry_run
+        result = self.data.import_store(Path(path).expanduser(), cmd.on_conflict, dry_run)
         if not dry_run:
-            self.governance.record("store.import", "store", opt_str(body, "label") or path, ns, meta=brief(result))
+            self.governance.record("store.import", "store", cmd.label or path, ns, meta=brief(result))
         return result
 
-    def wipe(self, body: Any, ns: Namespace) -> dict[str, Any]:
+    def wipe(self, cmd: Wipe, ns: Namespace) -> dict[str, Any]:
         """Remove all memories and history (``{"confirm": true, "backup": true}``); config and tokens stay."""
-        body = require_object(body)
-        if body.get("confirm") is not True:
-            raise InvalidArgument('confirm: send {"confirm": true} to wipe the store')
-        result = self.data.wipe(backup=opt_bool(body, "backup", True))
+        result = self.data.wipe(backup=cmd.backup)
         self.governance.record("store.wipe", "store", str(self.db_path), ns, meta=result)
         return result

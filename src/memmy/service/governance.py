@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from memmy.commands.validate import opt_int, opt_str, require_object
+from memmy.commands.governance import ListLogs, ReviewDecision, ReviewQueue
 from memmy.config import Configured, Settings
 from memmy.domain import Memory, content_hash, summarise
 from memmy.errors import Conflict, InvalidArgument, NotFound
@@ -93,23 +93,16 @@ class GovernanceOps(Configured):
             )
         return removed
 
-    def logs_page(self, params: dict[str, Any]) -> dict[str, Any]:
+    def logs_page(self, cmd: ListLogs) -> dict[str, Any]:
         """``GET /api/v1/logs?kind=audit|api|changes|recalls&limit=&offset=&action=&after=``."""
-        params = require_object(params)
-        kind = opt_str(params, "kind") or "audit"
-        if kind not in LOG_KINDS:
-            raise InvalidArgument(f"kind: expected one of {', '.join(LOG_KINDS)}, got {kind!r}")
-        limit = opt_int(params, "limit", 50, minimum=1, maximum=1000)
-        offset = opt_int(params, "offset", 0, minimum=0)
-        after = params.get("after")
-        after_n = int(after) if isinstance(after, str) and after.isdigit() else None
+        kind, limit, offset, after_n = cmd.kind, cmd.limit, cmd.offset, cmd.after
         items: list[dict[str, Any]]
         total: int | None = None
         if kind == "audit":
             if after_n is not None:
                 items = self.audit_log.audits_after(after_n, limit)
             else:
-                items, total = self.audit_log.audits(action=opt_str(params, "action"), limit=limit, offset=offset)
+                items, total = self.audit_log.audits(action=cmd.action, limit=limit, offset=offset)
         elif kind == "changes":
             if after_n is not None:
                 items = self.audit_log.changes(after_seq=after_n, limit=limit, newest_first=False)
@@ -136,11 +129,9 @@ class GovernanceOps(Configured):
         """``evolution.review: required`` in config."""
         return self.config.evolution.review == "required"
 
-    def review_queue(self, params: dict[str, Any]) -> dict[str, Any]:
+    def review_queue(self, cmd: ReviewQueue) -> dict[str, Any]:
         """Derived items (L2/L3/Skill) by review state (``?state=pending|approved|rejected``), newest first."""
-        params = require_object(params)
-        state = opt_str(params, "state") or "pending"
-        limit = opt_int(params, "limit", 100, minimum=1, maximum=1000)
+        state, limit = cmd.state or "pending", cmd.limit
         if state == "pending":
             ids = self.reads.pending_review(limit)
         else:
@@ -171,21 +162,18 @@ class GovernanceOps(Configured):
             raise Conflict(f"memory {memory_id} is not waiting for review (review state: {review.get('state')})")
         return memory
 
-    def review(self, memory_id: str, body: Any, ns: Namespace) -> dict[str, Any]:
+    def review(self, memory_id: str, cmd: ReviewDecision, ns: Namespace) -> dict[str, Any]:
         """Approve (optionally with edited text: edit-then-approve) or reject one pending item; audited."""
-        body = require_object(body)
-        decision = opt_str(body, "decision")
-        if decision not in ("approve", "reject"):
-            raise InvalidArgument("decision: expected 'approve' or 'reject'")
+        decision = cmd.decision
         memory = self._pending(memory_id)
         before = memory.snapshot()
         now = utc_now()
         review = dict(memory.properties.get("review") or {})
         review.update({"state": "approved" if decision == "approve" else "rejected", "decidedAt": now, "by": ns.source})
-        note = opt_str(body, "reason")
+        note = cmd.reason
         if note:
             review["reason"] = note[:2000]
-        edited = body.get("content")
+        edited = cmd.content
         if decision == "approve" and isinstance(edited, str) and edited.strip() and edited.strip() != memory.content:
             memory.content = edited.strip()[:20_000]
             memory.content_hash = content_hash(memory.content)

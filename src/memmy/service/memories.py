@@ -6,16 +6,7 @@ import time
 from typing import Any
 
 from memmy.capture.sanitize import sanitize_text
-from memmy.commands.validate import (
-    layer_of,
-    opt_bool,
-    opt_iso_time,
-    opt_list,
-    opt_str,
-    opt_tags,
-    req_str,
-    require_object,
-)
+from memmy.commands.memory import AddMemory, DeleteMemory, ProcessingStatus
 from memmy.config import Configured, Settings
 from memmy.domain import ID_PREFIX_BY_LAYER, KIND_BY_LAYER, Memory, content_hash, new_id, sha256_hex, summarise
 from memmy.errors import Conflict, Forbidden, InvalidArgument, NotFound
@@ -75,27 +66,23 @@ class MemoryOps(Configured):
         self.tombstones = store.tombstones
 
     # -- writes -----------------------------------------------------------------------------------
-    def add(self, body: Any, ns: Namespace) -> dict[str, Any]:
+    def add(self, cmd: AddMemory, ns: Namespace) -> dict[str, Any]:
         """Write one memory (L1 by default); identical content in the same layer is merged, not duplicated."""
         started = time.perf_counter()
-        body = require_object(body)
         if not self.config.flags.enable_memory_add:
             raise Forbidden("memory writes are disabled (algorithm.enableMemoryAdd: false)")
-        content = req_str(body, "content", max_len=MAX_CONTENT_CHARS)
-        content = sanitize_text(content, unwrap_request=False)
+        content = sanitize_text(cmd.content, unwrap_request=False)
         if not content:
             raise InvalidArgument("content: nothing left after removing injected memmy context")
-        layer = layer_of(body.get("layer"))
-        title = (opt_str(body, "title") or "").strip()[:300]
-        tags = opt_tags(body)
-        ns = ns.with_body(body.get("source"), body.get("workspacePath"))
-        created_at = opt_iso_time(body, "createdAt") or utc_now()
-        visibility = opt_str(body, "visibility") or "private"
-        if visibility not in ("private", "global"):
-            raise InvalidArgument("visibility: expected 'private' or 'global'")
-        defer = opt_bool(body, "deferProcessing")
+        layer = cmd.layer
+        title = cmd.title.strip()[:300]
+        tags = list(cmd.tags)
+        ns = ns.with_body(cmd.source, cmd.workspace_path)
+        created_at = cmd.created_at or utc_now()
+        visibility = cmd.visibility
+        defer = cmd.defer_processing
         digest = content_hash(content)
-        adapter, request = opt_str(body, "adapterId"), opt_str(body, "requestId")
+        adapter, request = cmd.adapter_id, cmd.request_id
         key = (
             f"memory.add:{adapter}:{request}"
             if adapter and request
@@ -115,10 +102,10 @@ class MemoryOps(Configured):
             title=title,
             tags=tags,
             user_id=ns.user_id,
-            project_id=opt_str(body, "projectId") or ns.project_id,
+            project_id=cmd.project_id or ns.project_id,
             source_agent=ns.source,
-            session_id=opt_str(body, "sessionId"),
-            turn_id=opt_str(body, "turnId"),
+            session_id=cmd.session_id,
+            turn_id=cmd.turn_id,
             memory_key=key,
             content_hash=digest,
             visibility=visibility,
@@ -206,13 +193,12 @@ class MemoryOps(Configured):
             "serverTime": utc_now(),
         }
 
-    def delete(self, memory_id: str, body: Any, ns: Namespace) -> dict[str, Any]:
+    def delete(self, memory_id: str, cmd: DeleteMemory, ns: Namespace) -> dict[str, Any]:
         """Soft-delete: status ``deleted``, removed from FTS and vectors, audited; excluded from every read."""
-        body = require_object(body)
         if not self.config.flags.enable_memory_add:
             raise Forbidden("memory writes are disabled (algorithm.enableMemoryAdd: false)")
         memory = self._require(memory_id)
-        reason = opt_str(body, "reason") or "user request"
+        reason = cmd.reason or "user request"
         before = memory.snapshot()
         now = utc_now()
         memory.status = "deleted"
@@ -315,12 +301,9 @@ class MemoryOps(Configured):
         detail["history"] = self.logs.changes_for(memory_id)
         return detail
 
-    def processing_status(self, body: Any) -> dict[str, Any]:
+    def processing_status(self, cmd: ProcessingStatus) -> dict[str, Any]:
         """Processing records for up to 10,000 memory ids."""
-        body = require_object(body)
-        ids = opt_list(body, "memoryIds")
-        if len(ids) > 10_000 or not all(isinstance(i, str) for i in ids):
-            raise InvalidArgument("memoryIds: expected at most 10000 string ids")
+        ids = list(cmd.memory_ids)
         states = self.queue.states(ids)
         return {"items": [states[i] for i in ids if i in states], "serverTime": utc_now()}
 

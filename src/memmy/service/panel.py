@@ -6,33 +6,13 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from memmy.commands.validate import layer_of
-from memmy.errors import InvalidArgument
+from memmy.commands.panel import PAGE_SIZE, MemoryLogs, PanelItems, PanelTasks
 from memmy.service.memories import memory_item
 from memmy.store.db import utc_now
 from memmy.store.episodes import EpisodeRecord
 from memmy.store.memories import MemoryFilter
 from memmy.store.sessions import raw_turn_dict
 from memmy.store.unit import Store
-
-PAGE_SIZE = 20
-MAX_PAGE_SIZE = 100
-
-
-def _int_param(params: dict[str, str], name: str, default: int, maximum: int | None = None) -> int:
-    raw = params.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InvalidArgument(f"{name}: expected an integer, got {raw!r}") from None
-    value = max(value, 0)
-    return min(value, maximum) if maximum is not None else value
-
-
-def _csv(value: str | None) -> list[str]:
-    return [v.strip() for v in (value or "").split(",") if v.strip()]
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -112,18 +92,16 @@ class PanelOps:
             "serverTime": utc_now(),
         }
 
-    def items(self, params: dict[str, str]) -> dict[str, Any]:
+    def items(self, cmd: PanelItems) -> dict[str, Any]:
         """A page of memories filtered by layer, status, text and source."""
-        page = max(1, _int_param(params, "page", 1))
-        page_size = max(1, _int_param(params, "pageSize", PAGE_SIZE, MAX_PAGE_SIZE))
-        layers = (layer_of(params["layer"]),) if params.get("layer") else ()
-        flt = MemoryFilter(layers=layers, source_agent=params.get("sourceAgent") or None, include_pending_imports=True)
-        status = params.get("status") or None
+        page, page_size = cmd.page, cmd.page_size
+        layers = (cmd.layer,) if cmd.layer else ()
+        flt = MemoryFilter(layers=layers, source_agent=cmd.source_agent, include_pending_imports=True)
         memories, total = self.memories.page(
             flt,
-            status=status,
-            text=params.get("q") or None,
-            excluded_sources=_csv(params.get("excludedSourceAgents")),
+            status=cmd.status,
+            text=cmd.q,
+            excluded_sources=list(cmd.excluded_source_agents),
             offset=(page - 1) * page_size,
             limit=page_size,
         )
@@ -141,10 +119,10 @@ class PanelOps:
             "serverTime": utc_now(),
         }
 
-    def tasks(self, params: dict[str, str]) -> dict[str, Any]:
+    def tasks(self, cmd: PanelTasks) -> dict[str, Any]:
         """Recent captured turns (tasks), newest first."""
-        page = max(1, _int_param(params, "page", 1))
-        rows, total = self.sessions.list_recent_turns(PAGE_SIZE, (page - 1) * PAGE_SIZE, params.get("q") or None)
+        page = cmd.page
+        rows, total = self.sessions.list_recent_turns(PAGE_SIZE, (page - 1) * PAGE_SIZE, cmd.q)
         episodes: dict[str, EpisodeRecord | None] = {
             episode_id: self.episodes.get(episode_id)
             for episode_id in {str(row["episode_id"]) for row in rows if row["episode_id"]}
@@ -174,16 +152,11 @@ class PanelOps:
             "serverTime": utc_now(),
         }
 
-    def api_logs(self, params: dict[str, str]) -> dict[str, Any]:
+    def api_logs(self, cmd: MemoryLogs) -> dict[str, Any]:
         """The memory logs page: memory_add / memory_search calls."""
-        limit = max(1, _int_param(params, "limit", 50, 500))
-        offset = _int_param(params, "offset", 0)
+        limit, offset = cmd.limit, cmd.offset
         logs, total = self.logs.api_logs(
-            _csv(params.get("tools")),
-            params.get("sourceAgent") or None,
-            _csv(params.get("excludedSourceAgents")),
-            limit,
-            offset,
+            list(cmd.tools), cmd.source_agent, list(cmd.excluded_source_agents), limit, offset
         )
         response: dict[str, Any] = {
             "logs": logs,

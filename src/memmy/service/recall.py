@@ -9,16 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memmy.capture.sanitize import sanitize_text
-from memmy.commands.validate import (
-    layers_of,
-    opt_bool,
-    opt_int,
-    opt_list,
-    opt_str,
-    opt_tags,
-    req_str,
-    require_object,
-)
+from memmy.commands.memory import RecallOptions, SearchMemory
 from memmy.config import Configured, Settings
 from memmy.domain import sha256_hex
 from memmy.errors import InvalidArgument
@@ -29,7 +20,6 @@ from memmy.namespace import Namespace
 from memmy.recall.channels import CHANNELS
 from memmy.recall.llm_steps import extract_query, merge_by_rrf, relevance_filter, rewrite_queries
 from memmy.recall.pipeline import (
-    MODE_LAYERS,
     Candidate,
     RecallEngine,
     RecallRequest,
@@ -193,9 +183,9 @@ class RecallOps(Configured):
         self.logs = store.logs
         self.engine = RecallEngine(store.memories, lambda: indexer.index, indexer.embed_query)
 
-    def scope_filter(self, body: dict[str, Any], ns: Namespace) -> tuple[str, MemoryFilter]:
+    def scope_filter(self, options: RecallOptions, ns: Namespace) -> tuple[str, MemoryFilter]:
         """Resolve the scope (auto -> project inside a repository, else pooled) into a filter."""
-        scope = body.get("scope") or self.config.retrieval.default_scope
+        scope = options.scope or self.config.retrieval.default_scope
         if scope not in SCOPES:
             raise InvalidArgument(f"scope: expected one of {', '.join(SCOPES)}, got {scope!r}")
         if scope == "auto":
@@ -213,7 +203,7 @@ class RecallOps(Configured):
         self,
         query: str,
         *,
-        body: dict[str, Any],
+        options: RecallOptions,
         ns: Namespace,
         limit: int,
         layers: Sequence[str],
@@ -225,10 +215,9 @@ class RecallOps(Configured):
         """Prepare the query, run the pipeline (+ optional LLM steps), render and log one recall."""
         started = time.perf_counter()
         retrieval = self.config.retrieval
-        scope, flt = self.scope_filter(body, ns)
+        scope, flt = self.scope_filter(options, ns)
         status: list[str] = [f"scope:{scope}"]
-        hints = body.get("contextHints") if isinstance(body.get("contextHints"), dict) else None
-        prepared = prepare_query(query, hints)
+        prepared = prepare_query(query, options.context_hints)
         hook_path = mode == "turn_start" and not retrieval.llm_in_hook_path
         timeout_s = retrieval.llm_timeout_ms / 1000
         evolution_llm = None if hook_path else self.models.evolution
@@ -236,10 +225,10 @@ class RecallOps(Configured):
         if evolution_llm is not None and retrieval.llm_query_extract:
             prepared, extract_status = extract_query(evolution_llm, prepared, timeout_s)
             status.append(extract_status)
-        channels = self._channels(body)
+        channels = frozenset(options.channels or CHANNELS)
         resolved = resolve_layers(mode, layers, self.config.domain, retrieval.read_only_injection_profile)
         settings = RecallSettings.from_config(self.config.algorithm)
-        tags = frozenset(opt_tags(body))
+        tags = frozenset(options.tags)
         request = RecallRequest(prepared, mode, resolved, limit, flt, exclude_ids, channels, self.config.domain, tags)
         outcome = self.engine.recall(request, settings)
         selected = outcome.selected
@@ -336,28 +325,11 @@ class RecallOps(Configured):
             timings_ms=timings,
         )
 
-    @staticmethod
-    def _channels(body: dict[str, Any]) -> frozenset[str]:
-        requested = opt_list(body, "channels")
-        if not requested:
-            return frozenset(CHANNELS)
-        unknown = [c for c in requested if c not in CHANNELS]
-        if unknown:
-            raise InvalidArgument(f"channels: unknown {unknown!r}; expected any of {', '.join(CHANNELS)}")
-        return frozenset(requested)
-
-    def search(self, body: Any, ns: Namespace) -> dict[str, Any]:
+    def search(self, cmd: SearchMemory, ns: Namespace) -> dict[str, Any]:
         """``POST /memory/search``: the recall pipeline rendered as injectable markdown."""
         started = time.perf_counter()
-        body = require_object(body)
-        ns = ns.with_body(body.get("source"), body.get("workspacePath"))
-        query = sanitize_text(req_str(body, "query", max_len=20_000))
-        limit = opt_int(body, "limit", 10, minimum=1, maximum=100)
-        layers = layers_of(body)
-        verbose = opt_bool(body, "verbose")
-        mode = opt_str(body, "mode") or "search"
-        if mode not in MODE_LAYERS:
-            raise InvalidArgument(f"mode: expected one of {', '.join(MODE_LAYERS)}, got {mode!r}")
+        ns = ns.with_body(cmd.source, cmd.workspace_path)
+        query = sanitize_text(cmd.query)
         if not self.config.flags.enable_memory_search:
             return {
                 "injectedContext": "",
@@ -369,7 +341,13 @@ class RecallOps(Configured):
         if not query:
             raise InvalidArgument("query: nothing left after removing injected memmy context")
         result = self.run(
-            query, body=body, ns=ns, limit=limit, layers=layers, mode=mode, session_id=opt_str(body, "sessionId")
+            query,
+            options=cmd.options,
+            ns=ns,
+            limit=cmd.limit,
+            layers=cmd.layers,
+            mode=cmd.mode,
+            session_id=cmd.session_id,
         )
         duration = (time.perf_counter() - started) * 1000
         response: dict[str, Any] = {
@@ -379,6 +357,6 @@ class RecallOps(Configured):
             "status": result.status,
             "serverTime": utc_now(),
         }
-        if verbose:
+        if cmd.verbose:
             response["debug"] = {**result.debug(), "durationMs": round(duration, 2)}
         return response

@@ -14,7 +14,6 @@ from memmy.errors import Conflict, NotFound
 from memmy.jobs.episodes import EpisodeOps
 from memmy.namespace import Namespace
 from memmy.recall.intent import classify_intent, should_skip
-from memmy.service.idempotency import idempotency_key
 from memmy.service.recall import RecallOps
 from memmy.store.db import utc_now
 from memmy.store.unit import Store
@@ -111,7 +110,7 @@ class TurnOps(Configured):
         ns = ns.with_body(command.source or row["source"], command.workspace_path or row["workspace_path"])
         query = sanitize_text(command.query)
         turn_id = command.turn_id or new_id("turn")
-        limit, layers, body = command.limit, command.layers, command.recall_options
+        limit, layers = command.limit, command.layers
         recent = self.sessions.recent_raw_turn_ids(session_id, RECENT_TURNS_EXCLUDED)
         excluded = self.writer.memories.trace_ids_of_raw_turns(session_id, recent)
         status: list[str] = []
@@ -119,10 +118,10 @@ class TurnOps(Configured):
         if should_skip(intent):
             markdown, sections, tokens, hits, source_ids, event_id = "", [], 0, [], [], None
             status.append(f"intent:{intent}:retrieval_skipped")
-        elif query and self.config.algorithm["enableMemorySearch"]:
+        elif query and self.config.flags.enable_memory_search:
             result = self.recall_ops.run(
                 query,
-                body=body,
+                options=command.recall_options,
                 ns=ns,
                 limit=limit,
                 layers=layers,
@@ -141,11 +140,11 @@ class TurnOps(Configured):
         context_packet_id = "ctx_" + sha256_hex(f"{session_id}::{turn_id}:{event_id}")[:20]
         episode_id: str | None = None
         relation_name: str | None = None
-        ident = idempotency_key("turn.start", body)
+        ident = command.idempotency
         # The turn, its episode routing and the request's idempotency key commit together or not at all: a retry
         # never finds a recorded turn without its stored answer (nor an answer without its turn).
-        with self.db.transaction():
-            if self.config.algorithm["enableMemoryAdd"]:  # with writes off, turn start recalls but stores nothing
+        with self.store.transaction():
+            if self.config.flags.enable_memory_add:  # with writes off, turn start recalls but stores nothing
                 existing_turn = self.sessions.get_raw_turn(session_id, turn_id)
                 episode_id = existing_turn["episode_id"] if existing_turn is not None else None
                 if episode_id is None and query:
@@ -153,11 +152,7 @@ class TurnOps(Configured):
                         session_id, raw_turn_id, query, user_id=ns.user_id, project_id=ns.project_id
                     )
                     relation_name = relation.relation
-                    if (
-                        self.config.evolution.configured
-                        and relation.confidence < 0.85
-                        and relation.rule != "bootstrap"
-                    ):
+                    if self.config.evolution.configured and relation.confidence < 0.85 and relation.rule != "bootstrap":
                         self.jobs.enqueue(  # the model double-checks weak verdicts later, off the hook path
                             "episode_relation",
                             dedupe_key=f"episode_relation:{raw_turn_id}",
@@ -226,7 +221,7 @@ class TurnOps(Configured):
             raise Conflict(f"session {session_id} is closed and turn {turn_id} was never started in it")
         ns = ns.with_body(command.source or row["source"], command.workspace_path or row["workspace_path"])
         reply = {"turnId": turn_id, "sessionId": session_id, "status": command.status}
-        if not self.config.algorithm["enableMemoryAdd"]:
+        if not self.config.flags.enable_memory_add:
             # Writes are disabled: answer the hook normally (it must never fail) but store nothing.
             return self._not_captured(reply)
         prepared = self.writer.prepare(captured_turn(command, ns, started_turn))
@@ -234,7 +229,7 @@ class TurnOps(Configured):
             return self._not_captured({**reply, "tombstoned": True, "tombstoneId": prepared.tombstone.id})
         turn = prepared.turn
         episode_id = self._episode_for_completion(started_turn, command.episode_id, turn, ns)
-        with self.db.transaction():
+        with self.store.transaction():
             written = self.writer.write(prepared, episode_id)
             first_completion = started_turn is None or started_turn["status"] == "started"
             jobs = written.jobs + self._schedule_episode_work(

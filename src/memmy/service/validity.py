@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from memmy.commands.validate import opt_int, opt_str, require_object
+from memmy.commands.governance import ListTombstones, RestoreTombstone
 from memmy.errors import InvalidArgument, NotFound
 from memmy.namespace import Namespace
 from memmy.recall.freshness import validity_payload
@@ -70,17 +70,13 @@ class ValidityOps:
         current_id = next((i["id"] for i in reversed(items) if i["current"]), None)
         return {"id": memory_id, "currentId": current_id, "length": len(items), "chain": items, "serverTime": stamp}
 
-    def list_tombstones(self, params: dict[str, Any]) -> dict[str, Any]:
+    def list_tombstones(self, cmd: ListTombstones) -> dict[str, Any]:
         """Tombstones newest first (``limit`` / ``offset`` query parameters)."""
-        params = require_object(params)
-        limit = opt_int(params, "limit", 100, minimum=1, maximum=10_000)
-        offset = opt_int(params, "offset", 0, minimum=0)
-        found, total = self.tombstones.page(limit=limit, offset=offset)
+        found, total = self.tombstones.page(limit=cmd.limit, offset=cmd.offset)
         return {"tombstones": [t.to_json() for t in found], "total": total, "serverTime": utc_now()}
 
-    def restore(self, tombstone_id: str, body: Any, ns: Namespace) -> dict[str, Any]:
+    def restore(self, tombstone_id: str, cmd: RestoreTombstone, ns: Namespace) -> dict[str, Any]:
         """Remove a tombstone: the value may be written again (a re-import brings it back)."""
-        body = require_object(body)
         removed = self.tombstones.remove(tombstone_id)
         if removed is None:
             raise NotFound(f"tombstone {tombstone_id} not found")
@@ -91,6 +87,6 @@ class ValidityOps:
             user_id=ns.user_id,
             actor={"source": ns.source, "userId": ns.user_id},
             before=removed.to_json(),
-            meta={"reason": opt_str(body, "reason")},
+            meta={"reason": cmd.reason},
         )
         return {"restored": True, "tombstone": removed.to_json(), "auditId": audit_id, "serverTime": utc_now()}
