@@ -157,6 +157,9 @@ class RecallRequest:
     channels: frozenset[str] = frozenset({"vec", "fts", "pattern", "structural"})
     domain: str = ""
     required_tags: frozenset[str] = frozenset()
+    # the caller's admission rules (scope of derived memory, injection gates), applied before selection so
+    # that a candidate they would drop takes no slot and hides nothing (a skill that covers a policy)
+    admit: Callable[[list[Candidate], list[str]], list[Candidate]] | None = None
 
 
 @dataclass
@@ -278,6 +281,8 @@ class RecallEngine:
         candidates = self._threshold(candidates, settings, dropped)
         if request.query.identifier_like and request.mode != "decision_repair":
             candidates = self._keyword_confirmation(candidates, dropped)
+        if request.admit is not None:
+            candidates = request.admit(candidates, status)
         lap("fuse")
 
         selected = select(candidates, settings, request, dropped, self.repo.neighbours)

@@ -17,6 +17,7 @@ from memmy.evolve.episodes import (
     TurnRelation,
     classify_feedback,
     classify_relation,
+    evidence_shift,
     has_cjk,
 )
 from memmy.service.evolve_support import iso, parse_iso
@@ -186,6 +187,28 @@ class EpisodeOps:
             self.memories.update(memory, before, "episode_split", "memmy-evolution")
         self.close(episode_id, "topic_boundary")
         return new_episode
+
+    def split_on_evidence(
+        self, episode_id: str, raw_turn_id: str, text: str, tool_calls: list[dict[str, Any]]
+    ) -> str | None:
+        """At ``turn.complete``: move a step whose files, commands and errors share nothing with its open task
+        into a new episode (:func:`memmy.evolve.episodes.evidence_shift`); returns the new episode's id."""
+        episode = self.episodes.get(episode_id)
+        if (
+            episode is None
+            or episode.status == "closed"
+            or not episode.l1_memory_ids
+            or not episode.raw_turn_ids
+            or episode.raw_turn_ids[-1] != raw_turn_id
+        ):
+            return None
+        first, _latest, _answer = self.episodes.texts_before(episode_id, raw_turn_id)
+        prev = self.context_of(episode)
+        prev.first_user_text = first
+        if evidence_shift(text, tool_calls, prev) is None:
+            return None
+        with self.episodes.db.transaction():
+            return self.split_at(episode_id, raw_turn_id, text)
 
     def _latest_trace(self, episode: EpisodeRecord) -> str | None:
         return episode.l1_memory_ids[-1] if episode.l1_memory_ids else None

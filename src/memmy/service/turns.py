@@ -325,6 +325,9 @@ class TurnOps:
                 "serverTime": utc_now(),
             }
         episode_id = self._episode_for_completion(started_turn, body, session_id, raw_turn_id, query, ns)
+        if started_turn is None or started_turn["status"] == "started":  # first completion: the step's evidence
+            split = self.episode_ops.split_on_evidence(episode_id, raw_turn_id, step.user_text, step.tool_calls)
+            episode_id = split or episode_id
         now = utc_now()
         trace_props = {
             "key": f"trace:{session_id}:{turn_id}:0",
