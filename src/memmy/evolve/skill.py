@@ -213,7 +213,10 @@ def crystallize_heuristic(policy: PolicyView, evidence: list[TraceView], counter
     tools = evidence_tools(evidence)[:8]
     preconditions = [clip(policy.boundary, 200)] if policy.boundary else []
     trigger_phrase = re.sub(r"^\s*(?:when the request is about|当请求涉及)\s*[:：]\s*", "", policy.trigger, flags=re.I)
-    summary = clip(f"{policy.title}：{trigger_phrase}" if zh else f"{policy.title} — use when: {trigger_phrase}", 200)
+    summary = policy.title.rstrip("。.")
+    if trigger_phrase and re.sub(r"\W+", "", trigger_phrase.casefold()) not in re.sub(r"\W+", "", summary.casefold()):
+        summary += f"（适用：{trigger_phrase}）" if zh else f" (when the request is about: {trigger_phrase})"
+    summary = clip(summary, 200)
     preference = _dedupe([guidance("Prefer", p) for p in policy.preference])
     anti_pattern = _dedupe([guidance("Avoid", a) for a in policy.anti_pattern] + [_counter_line(t) for t in counter])
     examples = [clip(t.user_text or t.summary, 120) for t in evidence[:2] if (t.user_text or t.summary)]

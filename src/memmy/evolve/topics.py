@@ -79,9 +79,8 @@ def topical(query: str, memory_text: str, similarity: float = 0.0, vocabulary: s
     of a long prompt's (one when the prompt names only one or two, or when its meaning matches at
     ``STRONG_SIMILARITY``), a Chinese bigram counting as a word. A prompt without content words has no topic.
 
-    With a ``vocabulary`` (the lower-cased text of everything recalled for the prompt), the third is taken of
-    the prompt's words found in it: a word no memory contains (a new name, a Chinese bigram across two words)
-    is evidence for no memory, and should not count against all of them.
+    With a ``vocabulary`` (the lower-cased text of everything recalled for the prompt), a Chinese bigram found
+    nowhere in it (one across two words) does not count against every memory (see :func:`_known`).
 
     This is what keeps an unrelated prompt silent: meaning alone (MiniLM cosine) puts "run the checkout tests"
     near "run the DAG tests", and Chinese text near any other Chinese text.
@@ -97,8 +96,12 @@ def topical(query: str, memory_text: str, similarity: float = 0.0, vocabulary: s
 
 
 def _known(wanted: set[str], vocabulary: str | None) -> set[str]:
-    """The prompt's words that occur in ``vocabulary`` (all of them without one)."""
-    return wanted if vocabulary is None else {w for w in wanted if w in vocabulary}
+    """The prompt's words, less the Chinese bigrams that occur nowhere in ``vocabulary``: a bigram across two
+    words ("端商" of 前端商城) is an artefact of having no word boundaries. A word the store does not know is
+    kept: it says the prompt is about something else."""
+    if vocabulary is None:
+        return wanted
+    return {w for w in wanted if not _CJK_RUN.match(w) or w in vocabulary}
 
 
 EVIDENCE_SHARE = 0.5  # the share of a prompt's content words that derived guidance must carry to be recalled on it
