@@ -12,6 +12,7 @@ from memmy.config import MemmyConfig
 from memmy.errors import InvalidArgument, NotFound
 from memmy.evolve.episodes import (
     EPISODE_IDLE_TIMEOUT,
+    EVIDENCE_SHIFT_MIN,
     MERGE_WINDOW,
     EpisodeContext,
     TurnRelation,
@@ -20,6 +21,7 @@ from memmy.evolve.episodes import (
     evidence_shift,
     has_cjk,
 )
+from memmy.evolve.topics import step_keywords
 from memmy.service.evolve_support import iso, parse_iso
 from memmy.service.validate import opt_float, opt_str, require_object
 from memmy.store.db import utc_now
@@ -193,6 +195,8 @@ class EpisodeOps:
     ) -> str | None:
         """At ``turn.complete``: move a step whose files, commands and errors share nothing with its open task
         into a new episode (:func:`memmy.evolve.episodes.evidence_shift`); returns the new episode's id."""
+        if len(step_keywords(tool_calls)) < EVIDENCE_SHIFT_MIN:  # the cheap test first: most steps stop here
+            return None
         episode = self.episodes.get(episode_id)
         if (
             episode is None
