@@ -20,7 +20,7 @@ from memmy.evolve.rules_text import task_text
 from memmy.evolve.topics import content_keywords, evidence_covers, topical
 from memmy.recall.render import item_text
 from tests.conftest import Daemon
-from tests.test_evolution_quality import call, inject, open_session, repo, turn
+from tests.test_evolution_quality import call, inject, memories, open_session, repo, turn
 from tests.test_evolution_scenario import drain, write_config
 from tests.test_evolve_scope_render import trace
 
@@ -185,6 +185,12 @@ def test_a_reworded_repeat_gets_the_fix_and_a_step_elsewhere_is_its_own_task(fre
         assert [week.vague] in texts, texts  # split at turn.complete: the step is an episode of its own
         assert not any(week.vague in t and week.task in t for t in texts), texts
 
+        # offline wording: titles are the task as stated, never the retry glued to it
+        retry_head = week.retry.split(":")[0].split("：")[0]
+        for layer in ("L2", "L3", "Skill"):
+            for memory in memories(client, layer):
+                assert retry_head not in memory["title"], memory["title"]
+                assert retry_head not in json.dumps(memory["properties"].get("skill") or {}, ensure_ascii=False)
         repeat = inject(client, dataetl, week.reworded)["injectedContext"]["markdown"]
         assert "--upsert" in repeat, repeat  # the known fix, found by the task's evidence
         assert inject(client, webshop, week.reworded)["injectedContext"]["markdown"] == ""  # not in another project
