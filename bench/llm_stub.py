@@ -182,7 +182,8 @@ def contract_answer(system: str, user: str) -> str | None:
         failed = _section(user, "FAILED:", ("SUCCEEDED:", "USER_FEEDBACK:"))
         succeeded = _section(user, "SUCCEEDED:", ("USER_FEEDBACK:",))
         bad = _commands(failed)[:1]
-        good = _commands(succeeded)[-2:]
+        blocks = [b for b in succeeded.split("\n\n") if _commands(b)]
+        good = _commands(blocks[-1])[-3:] if blocks else []  # the latest success: the step that got it through
         return json.dumps(
             {
                 "title": f"Avoid repeating `{bad[0]}` unchanged" if bad else "Avoid repeating the failed step",

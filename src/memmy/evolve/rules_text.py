@@ -294,7 +294,7 @@ def guidance(prefix: str, body: str, limit: int = 220) -> str:
 def trace_block(trace: TraceView, *, user_cap: int = 200, agent_cap: int = 300, reflection_cap: int = 300) -> str:
     """One trace as prompt text: id, episode, tags, user, agent, up to 3 tools, reflection, V and alpha."""
     tools = "; ".join(
-        f"{c.get('name') or 'tool'}({short_input(c.get('input'), 40)}) -> "
+        f"{c.get('name') or 'tool'}({short_input(c.get('input'), 100)}) -> "
         f"{clip(str(c.get('error') or c.get('output') or ''), 80)}"
         for c in trace.tool_calls[:3]
     )
