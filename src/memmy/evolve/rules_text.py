@@ -321,7 +321,9 @@ def error_line(call: dict[str, Any]) -> str:
     text = str(call.get("error") or "") + "\n" + str(call.get("output") or "")
     exception = _EXC_LINE.search(text)
     if exception:
-        return clip(exception.group(0), 100)
+        start = text.rfind("\n", 0, exception.start()) + 1
+        lead = text[start : exception.start()]  # "Error: Error acquiring the state lock: <Exception>: …" keeps its lead
+        return clip(text[start : exception.end()] if _ERR_LINE.search(lead) else exception.group(0), 100)
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     telling = [ln for ln in lines if not _GENERIC_ERROR.match(ln)] or lines  # "exit code 1" says nothing
     return clip(next((ln for ln in telling if _ERR_LINE.search(ln)), telling[0] if telling else ""), 100)
