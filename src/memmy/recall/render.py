@@ -338,7 +338,10 @@ def item_text(memory: Memory, source: str) -> str:
         prefer = prefer[:2]
         if policy.get("type") in ("failure_avoidance", "repair_instruction") and (avoid or prefer):
             # the first Avoid line and what to do instead come first, so that shortening keeps the pair
-            parts = [f"Avoid: {avoid[0]}." if avoid else "", f"Instead: {prefer[0]}." if prefer else ""]
+            first = avoid[0] if avoid else ""
+            if prefer and len(first) + len(prefer[0]) > ITEM_CHARS - 30:  # keep the pair: drop the error's detail
+                first = re.sub(r"\s*[(（][^()（）]*[)）]?\s*$", "", first) or first  # closed, or cut off
+            parts = [f"Avoid: {first}." if first else "", f"Instead: {prefer[0]}." if prefer else ""]
             parts += [f"Also avoid: {line}." for line in avoid[1:]] + [f"Or: {line}." for line in prefer[1:]]
             return " ".join(p for p in parts if p)
         trigger = str(policy.get("trigger") or memory.title)
