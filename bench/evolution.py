@@ -3,6 +3,11 @@
     python bench/evolution.py                      # 200 episodes over 20 task families, no LLM
     python bench/evolution.py --episodes 1000 --families 50
     python bench/evolution.py --data tasks.txt     # one task sentence per line instead of the built-in families
+    python bench/evolution.py --baseline-src /tmp/main/src   # this tree and another checkout's src/, back to back
+
+With ``--baseline-src`` the bench runs twice in fresh processes under the same load, first the other tree (e.g.
+``git archive main src | tar -x -C /tmp/main``), then this one, and prints turns/s, episodes/s and RSS of both
+with the change in per cent.
 
 Each episode is one session with two turns, the shape the evolution loop learns from: the agent first fails
 (a tool error with the family's error), then the follow-up fixes it. The session is closed, which closes the
@@ -24,8 +29,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -70,7 +77,10 @@ def main() -> int:
     parser.add_argument("--episodes", type=int, default=200)
     parser.add_argument("--families", type=int, default=20, help="distinct tasks the episodes cycle through")
     parser.add_argument("--data", help="a text file with one task per line (used as the task families)")
+    parser.add_argument("--baseline-src", help="another tree's src/ to measure back to back with this one")
     args = parser.parse_args()
+    if args.baseline_src:
+        return compare(args)
 
     home = Path(tempfile.mkdtemp(prefix="memmy-evolution-bench-"))
     config = home / "config.yaml"
@@ -163,6 +173,37 @@ def main() -> int:
     print(f"| jobs | {service.jobs.counts()} |")
     print(f"| peak RSS | {rss_mb:.0f} MiB |")
     service.close()
+    return 0
+
+
+FIGURES = (
+    ("turn.complete throughput", r"turn\.complete throughput \| (\d+) turns/s", "turns/s"),
+    ("capture with starts", r"\((\d+) turns/s with starts\)", "turns/s"),
+    ("pipeline drain", r"pipeline drain \| [\d.]+ s \(([\d.]+) episodes/s\)", "episodes/s"),
+    ("whole offline pipeline", r"whole offline pipeline \| ([\d.]+) episodes/s", "episodes/s"),
+    ("peak RSS", r"peak RSS \| (\d+) MiB", "MiB"),
+)
+
+
+def compare(args: argparse.Namespace) -> int:
+    """Run the bench for ``--baseline-src`` and for this tree, back to back, and print both."""
+    here = str(Path(__file__).resolve().parents[1] / "src")
+    argv = [sys.executable, __file__, "--episodes", str(args.episodes), "--families", str(args.families)]
+    if args.data:
+        argv += ["--data", args.data]
+    found: dict[str, dict[str, float]] = {}
+    for name, src in (("baseline", args.baseline_src), ("this tree", here)):
+        env = {**os.environ, "PYTHONPATH": src, "PYTHONDONTWRITEBYTECODE": "1"}
+        load = os.getloadavg()[0]
+        out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
+        print(f"\n## {name} ({src}), load average before: {load:.2f}\n{out}")
+        found[name] = {label: float(m.group(1)) for label, rx, _ in FIGURES if (m := re.search(rx, out))}
+    print("\n| figure | baseline | this tree | change |\n|---|---|---|---|")
+    for label, _rx, unit in FIGURES:
+        base, mine = found["baseline"].get(label), found["this tree"].get(label)
+        if base is None or mine is None:
+            continue
+        print(f"| {label} | {base:g} {unit} | {mine:g} {unit} | {100 * (mine - base) / base:+.0f} % |")
     return 0
 
 

@@ -4,7 +4,9 @@
     python bench/evolution_quality.py --seed 2 --seed 3   # several seeds, one table per seed plus the mean
     python bench/evolution_quality.py --dump week.json    # write the generated scenario and exit
     python bench/evolution_quality.py --data week.json    # run a scenario file (same JSON shape)
-    python bench/evolution_quality.py --llm-url http://127.0.0.1:8000/v1 --llm-model m   # with a model
+    python bench/evolution_quality.py --llm-stub          # offline, then the same with a local deterministic model
+    python bench/evolution_quality.py --llm-base-url https://api.example.com/v1 --llm-model m   # a real provider
+                                                          # (its API key from $MEMMY_BENCH_LLM_API_KEY)
 
 The generator builds a week of coding-agent work: at least three git projects (webshop / dataetl / infra),
 English and Chinese requests, several agents, sessions of two to four tasks one after the other (with and
@@ -14,9 +16,9 @@ after a diagnostic step), successful tasks, the same tasks repeated in later ses
 every failed task its error marker and fix marker, which is the ground truth.
 
 It drives the real service in-process (fresh store in a temporary HOME, local MiniLM, no LLM unless
-``--llm-url``), closes the sessions, runs the worker until every job is done, then sends probe prompts from
-new sessions: a repeat of each failed task in its own project, another project's task asked in the wrong
-project, and unrelated prompts (cooking, travel, EN and ZH). Printed:
+``--llm-stub`` / ``--llm-base-url``), closes the sessions, runs the worker until every job is done, then sends
+probe prompts from new sessions: a repeat of each failed task in its own project, another project's task asked
+in the wrong project, and unrelated prompts (cooking, travel, EN and ZH). Printed:
 
 - segmentation precision / recall / F1 of task boundaries inside sessions (a boundary = the episode changes
   between two consecutive turns; truth = the task label changes);
@@ -496,6 +498,8 @@ class Runner:
         text = "memmyMemory:\n  algorithm:\n    reward:\n      feedbackWindowSec: 0\n"
         if llm_url:
             slot = f"    provider: openai_compatible\n    endpoint: {llm_url}\n    model: {llm_model}\n"
+            if os.environ.get("MEMMY_BENCH_LLM_API_KEY"):  # a real provider: the key stays in the environment
+                slot += "    apiKey: ${MEMMY_BENCH_LLM_API_KEY}\n"
             text += f"  summary:\n{slot}  evolution:\n{slot}"
         config.write_text(text, encoding="utf-8")
         os.environ.update({"HOME": str(home), "MEMMY_HOME": str(home / ".memmy"), "MEMMY_CONFIG": str(config)})
@@ -636,6 +640,7 @@ class Runner:
         tokens: list[int] = []
         over = 0
         self.samples: list[tuple[dict[str, Any], str]] = []
+        self.misses: list[tuple[dict[str, Any], str]] = []
         for probe in self.scenario["probes"]:
             ns = self.ns(probe["project"], "claude_code")
             sid = self.service.open_session({"workspacePath": self.paths[probe["project"]]}, ns)["sessionId"]
@@ -653,10 +658,15 @@ class Runner:
                 over += tokens[-1] > 400
             if probe["kind"] == "repeat":
                 repeats += 1
-                fixed += _has(markdown, tasks[probe["task"]]["fixMarker"])
+                hit = _has(markdown, tasks[probe["task"]]["fixMarker"])
+                fixed += hit
+                if not hit:
+                    self.misses.append((probe, markdown))
             else:
                 quiet_total += 1
                 quiet += not markdown.strip()
+                if markdown.strip():
+                    self.misses.append((probe, markdown))
             self.service.close_session(sid)
         n = len(self.scenario["probes"])
         return {
@@ -696,7 +706,9 @@ FIGURES = (
 )
 
 
-def run_one(scenario: dict[str, Any], llm_url: str | None, llm_model: str, show: int) -> dict[str, float]:
+def run_one(
+    scenario: dict[str, Any], llm_url: str | None, llm_model: str, show: int, misses: bool = False
+) -> dict[str, float]:
     """Run one scenario in a fresh temporary HOME and return its figures."""
     home = Path(tempfile.mkdtemp(prefix="memmy-evolq-"))
     runner = Runner(scenario, home, llm_url, llm_model)
@@ -710,6 +722,11 @@ def run_one(scenario: dict[str, Any], llm_url: str | None, llm_model: str, show:
         print(f"  {line}", file=sys.stderr)
     for probe, markdown in runner.samples[:show]:
         print(f"\n--- probe [{probe['kind']}] in {probe['project']}: {probe['query']}\n{markdown or '(nothing)'}")
+    for probe, markdown in runner.misses if misses else []:
+        print(
+            f"\n--- MISS [{probe['kind']}] {probe.get('task')} in {probe['project']}: {probe['query']}", file=sys.stderr
+        )
+        print(markdown or "(nothing)", file=sys.stderr)
     runner.service.close()
     return figures
 
@@ -720,15 +737,24 @@ def main() -> int:
     parser.add_argument("--data", help="a scenario JSON file instead of the generator")
     parser.add_argument("--dump", help="write the generated scenario (first seed) to this JSON file and exit")
     parser.add_argument("--sessions", type=int, default=4, help="sessions per project in the generated week")
-    parser.add_argument("--llm-url", help="an OpenAI-compatible endpoint for the summary and evolution models")
-    parser.add_argument("--llm-model", default="stub-model")
+    parser.add_argument(
+        "--llm-base-url",
+        "--llm-url",
+        help="an OpenAI-compatible endpoint (a real provider) for the summary and evolution models",
+    )
+    parser.add_argument("--llm-model", default="stub-model", help="the model name for --llm-base-url")
+    parser.add_argument("--offline-too", action="store_true", help="with --llm-base-url, also run offline")
     parser.add_argument(
         "--llm-stub",
         action="store_true",
-        help="configure a local stub model (tests/llm_stub.py) that abstains: the LLM paths run and fall back",
+        help="also run with a local deterministic model (bench/llm_stub.py) that answers every JSON contract",
     )
     parser.add_argument("--show", type=int, default=0, help="print the injections of the first N probes")
+    parser.add_argument(
+        "--misses", action="store_true", help="print (stderr) every missed repeat and every non-silent probe"
+    )
     args = parser.parse_args()
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench.llm_stub
     seeds = args.seed or [1]
     if args.dump:
         Path(args.dump).write_text(json.dumps(generate(seeds[0], args.sessions), ensure_ascii=False, indent=1))
@@ -737,41 +763,55 @@ def main() -> int:
         scenarios = [(args.data, json.loads(Path(args.data).read_text(encoding="utf-8")))]
     else:
         scenarios = [(f"seed {seed}", generate(seed, args.sessions)) for seed in seeds]
-    results: list[dict[str, float]] = []
+    offline = not args.llm_base_url or args.offline_too
+    modes: list[tuple[str, str | None, str]] = [("offline", None, "")] if offline else []
     stub = None
     if args.llm_stub:
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-        from tests.llm_stub import run_chat_stub
+        from bench.llm_stub import contract_answer, run_chat_stub
 
-        def abstain(system: str, user: str) -> str:
-            if "relates to the conversation" in system:
-                return json.dumps({"relation": "follow_up", "confidence": 0.5, "reason": "stub abstains"})
-            return "{}"  # malformed for every other prompt: each step takes its offline path
+        stub = run_chat_stub(contract_answer)
+        modes.append(("with LLM stub", stub.__enter__().url, "stub-model"))
+    if args.llm_base_url:
+        modes.append((f"with LLM {args.llm_model}", args.llm_base_url, args.llm_model))
+    means: dict[str, dict[str, float]] = {}
+    try:
+        for mode, url, model in modes:
+            results: list[dict[str, float]] = []
+            for name, scenario in scenarios:
+                turns = sum(len(s["turns"]) for s in scenario["sessions"])
+                print(
+                    f"# {name} ({mode}): {len(scenario['sessions'])} sessions, {turns} turns, "
+                    f"{len(scenario['probes'])} probes",
+                    file=sys.stderr,
+                )
+                results.append(run_one(scenario, url, model, args.show, args.misses))
+            means[mode] = _print_table(mode, [name for name, _ in scenarios], results)
+    finally:
+        if stub is not None:
+            stub.__exit__(None, None, None)
+    if len(means) > 1:
+        print("\n## means side by side\n")
+        print("| figure | target | " + " | ".join(means) + " |")
+        print("|---" * (2 + len(means)) + "|")
+        for key, label, target in FIGURES:
+            print(f"| {label} | {target} | " + " | ".join(f"{m[key]:.3f}" for m in means.values()) + " |")
+    return 0
 
-        stub = run_chat_stub(abstain)
-        args.llm_url = stub.__enter__().url
-    for name, scenario in scenarios:
-        turns = sum(len(s["turns"]) for s in scenario["sessions"])
-        print(
-            f"# {name}: {len(scenario['sessions'])} sessions, {turns} turns, {len(scenario['probes'])} probes, "
-            f"{'LLM ' + args.llm_url if args.llm_url else 'no LLM'}",
-            file=sys.stderr,
-        )
-        results.append(run_one(scenario, args.llm_url, args.llm_model, args.show))
-    if stub is not None:
-        stub.__exit__(None, None, None)
-    print(f"\nload average: {os.getloadavg()[0]:.2f} (1 min)\n")
-    header = "| figure | target | " + " | ".join(name for name, _ in scenarios) + " | mean |"
-    print(header)
-    print("|---" * (3 + len(scenarios)) + "|")
+
+def _print_table(mode: str, names: list[str], results: list[dict[str, float]]) -> dict[str, float]:
+    """One table (a column per scenario, plus the mean); returns the means."""
+    print(f"\n## {mode} — load average: {os.getloadavg()[0]:.2f} (1 min)\n")
+    print("| figure | target | " + " | ".join(names) + " | mean |")
+    print("|---" * (3 + len(names)) + "|")
+    means: dict[str, float] = {}
     for key, label, target in FIGURES:
         values = [r[key] for r in results]
         cells = " | ".join(f"{v:.3f}" if key != "mean_tokens" else f"{v:.0f}" for v in values)
-        mean = statistics.mean(values)
-        print(f"| {label} | {target} | {cells} | {mean:.3f} |")
+        means[key] = statistics.mean(values)
+        print(f"| {label} | {target} | {cells} | {means[key]:.3f} |")
     seconds = " | ".join(f"{r['seconds']:.0f}" for r in results)
     print(f"| seconds | | {seconds} | |")
-    return 0
+    return means
 
 
 if __name__ == "__main__":

@@ -195,8 +195,8 @@ def test_world_model_heuristic_strict_cohesion_and_confidence() -> None:
     assert draft.cohesion == pytest.approx(cohesion, abs=1e-4) and draft.admission == "strict"
     assert draft.confidence == pytest.approx(0.7 * 0.15 + 0.3 * cohesion, abs=1e-4)
     assert draft.title == "Environment: python (pip)" and draft.policy_ids == ["a", "b"]
-    assert "- For pytest import error in CI: `pip install -e .` → `pytest -q` works." in draft.body
-    assert "known to fail — running `pytest -q` without `pip install -e .` first" in draft.body
+    assert '- For "pytest import error in CI": `pip install -e .` → `pytest -q` works.' in draft.body
+    assert "- Known to fail for " in draft.body and "running `pytest -q` without `pip install -e .` first" in draft.body
     assert not any(line.startswith(("- Run", "- Use", "- Install")) for line in draft.body.splitlines())
     assert (
         draft.inference[0]["evidenceIds"] == ["a"] and "verified by: bash reports" in draft.inference[0]["description"]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from memmy.evolve.topics import content_keywords, enough_content, overlap
+from memmy.evolve.topics import content_keywords, enough_content, overlap, step_keywords
 from memmy.llm.client import JsonLLM, LLMError
 
 MERGE_WINDOW = timedelta(hours=2)
@@ -202,9 +202,12 @@ def _topic_rule(text: str, prev: EpisodeContext, gap: timedelta, fired: list[Tur
     cue = _STRONG_CUE.search(text) is not None or (_CUE.search(text) is not None and share < 0.5)
     if cue and share < 0.6:
         return TurnRelation("new_task", 0.85, f"explicit new-task cue, keyword overlap {share:.2f}", "r8_cue")
-    if word_count(text) <= 8 and classify_feedback(text) is not None:
-        return None
+    verdict = classify_feedback(text) if word_count(text) <= 8 else None
     if not enough_content(new):
+        return None
+    # a short reply that is feedback stays; one shaped like guidance ("把 parquet 导出改成按天分区") that names
+    # enough of its own and nothing of the task is a request for something else
+    if verdict is not None and (verdict.shape != "guidance" or share > 0):
         return None
     similar = prev.similarity is not None and prev.similarity >= SHIFT_SIMILARITY
     distant = prev.similarity is not None and prev.similarity < SHIFT_SIMILARITY - 0.2
@@ -216,6 +219,32 @@ def _topic_rule(text: str, prev: EpisodeContext, gap: timedelta, fired: list[Tur
     if gap > IDLE_GAP and share < 0.5:
         return TurnRelation("new_task", 0.8, f"idle gap and keyword overlap {share:.2f}", "r6_idle_shift")
     return None
+
+
+EVIDENCE_SHIFT_MIN = 3  # content words a step's tool calls and the open task must each name for a comparison
+
+
+def evidence_shift(text: str, tool_calls: list[dict[str, Any]], prev: EpisodeContext) -> TurnRelation | None:
+    """At ``turn.complete``: does the step just done belong to another task than the open one?
+
+    Routing at turn start only sees the request; a vague one ("do the other one", "继续") stays in the task.
+    Once the step's tool calls are known, a step whose files, command arguments and error text share nothing
+    with the open task's turns (their requests, commands, files and errors), and whose request shares under
+    30 % of its words with them, starts a new task. A revision, a pronoun reference, a message that says it
+    continues and a step with too little evidence of its own (or a task with none yet) stay. Pure rules, well
+    under a millisecond: safe on the hook path.
+    """
+    if _R1_REVISION.search(text) or _CONTINUES.search(text) or (len(text) <= 60 and _R3_PRONOUN.search(text)):
+        return None
+    step = step_keywords(tool_calls)
+    task = content_keywords(" ".join([prev.first_user_text, prev.evidence_text, *prev.tags]))
+    if len(step) < EVIDENCE_SHIFT_MIN or len(task) < EVIDENCE_SHIFT_MIN or step & task:
+        return None
+    share = overlap(content_keywords(text), task)
+    if share >= SHIFT_OVERLAP:
+        return None
+    reason = f"the step's files, commands and errors share nothing with the task (request overlap {share:.2f})"
+    return TurnRelation("new_task", 0.8, reason, "r10_evidence_shift")
 
 
 def _safe(decision: TurnRelation) -> TurnRelation:

@@ -37,6 +37,7 @@ from memmy.evolve.rules_text import (
     short_input,
     strip_prefix,
     success_evidence,
+    task_text,
     tool_steps,
     trace_block,
 )
@@ -198,7 +199,8 @@ def avoidance_draft(failed: list[TraceView], succeeded: list[TraceView], feedbac
     """A failure-avoidance policy from failed traces, optional successes at the same request and feedback."""
     requests = [t.user_text.strip() or t.summary for t in failed]
     zh = is_chinese(" ".join(requests + [feedback_text] + [t.agent_text for t in failed]))
-    phrase = request_pattern(requests, requests[0]) if requests else ""
+    tasks = list(dict.fromkeys(task for task in (task_text(r) for r in requests) if task))
+    phrase = tasks[0] if len(tasks) == 1 else request_pattern(tasks, tasks[0]) if tasks else ""
     if failed and len(phrase) < 3:
         phrase = clip(failed[0].summary or requests[0], 80)
     error = next((e for e in (trace_error(t) for t in failed) if e), "")

@@ -20,6 +20,7 @@ from memmy.evolve.rules_text import (
     as_unit,
     clamp01,
     clip,
+    clip_words,
     cosine,
     first_sentence,
     guidance,
@@ -27,6 +28,7 @@ from memmy.evolve.rules_text import (
     request_pattern,
     strip_prefix,
     success_evidence,
+    task_text,
     tool_steps,
     trace_block,
     trace_succeeded,
@@ -212,9 +214,12 @@ def induce_heuristic(signature: str, traces: list[TraceView]) -> PolicyDraft | N
     best = _best(successful)
     sample = " ".join(_request_text(t) + " " + t.agent_text for t in successful)
     zh = is_chinese(sample)
-    phrase = request_pattern([_request_text(t) for t in successful], _request_text(best))
+    # the task each step served (a follow-up step carries its episode's task on its first line), readable
+    tasks = list(dict.fromkeys(task for task in (task_text(_request_text(t)) for t in successful) if task))
+    best_task = task_text(_request_text(best))
+    phrase = best_task if len(tasks) <= 1 else request_pattern(tasks, best_task)
     if len(phrase) < 3:
-        phrase = clip(best.summary or _request_text(best), 80) or first_sentence(best.agent_text, 80)
+        phrase = best_task or clip(best.summary, 80) or first_sentence(best.agent_text, 80)
     if not phrase:
         return None
     steps = _procedure(best, zh)
@@ -224,8 +229,7 @@ def induce_heuristic(signature: str, traces: list[TraceView]) -> PolicyDraft | N
     verification = success_evidence(best) or (
         f"用户接受了结果（V={best.value:.2f}）" if zh else f"The user accepted the result (value {best.value:.2f})."
     )
-    tool = next((str(c.get("name")) for c in best.tool_calls if c.get("name")), "")
-    title = clip(f"{phrase}（{tool}）" if zh and tool else f"{phrase} via {tool}" if tool else phrase, 80)
+    title = clip_words(best_task or phrase, 80)
     return PolicyDraft(
         title=title[:1].upper() + title[1:],
         trigger=_trigger(phrase, zh),

@@ -55,6 +55,35 @@ def clip(text: str, limit: int) -> str:
     return collapsed if len(collapsed) <= limit else collapsed[: max(1, limit - 1)].rstrip() + "…"
 
 
+_CUE_LEAD = re.compile(
+    r"^\s*(?:(?:ok(?:ay)?|alright|so)\b[\s,.!]*)?(?:next|now(?: let'?s)?|another thing|one more thing|separately"
+    r"|moving on|switching to|on another note|unrelated)\b[\s,.:;!-]*"
+    r"|^\s*(?:另外|接下来|还有一件事|下一个|现在)[，,：:\s]*",
+    re.IGNORECASE,
+)
+
+
+def clip_words(text: str, limit: int) -> str:
+    """Collapse whitespace and cut at the last whole word within ``limit`` characters (with an ellipsis)."""
+    collapsed = " ".join(str(text).split())
+    if len(collapsed) <= limit:
+        return collapsed
+    cut = collapsed[: max(1, limit - 1)]
+    if " " in cut and not CJK_RE.search(cut[-1]):
+        cut = cut.rsplit(" ", 1)[0]
+    return cut.rstrip(" ,;:-") + "…"
+
+
+def task_text(request: str, limit: int = 100) -> str:
+    """The task a request states, readable: its first line and sentence without a lead cue ("Next,", "OK, moving
+    on.", "接下来，"), cut at a whole word, first letter upper-case ("Make a production build of the storefront")."""
+    line = next((ln for ln in (request or "").splitlines() if ln.strip()), "")
+    line = _CUE_LEAD.sub("", line).strip()
+    sentence = first_sentence(line, 10_000) or line
+    text = clip_words(sentence.rstrip(".。!！"), limit)
+    return text[:1].upper() + text[1:]
+
+
 def first_sentence(text: str, limit: int = 120) -> str:
     """The first non-empty sentence of ``text`` (English or Chinese punctuation), clipped."""
     for part in _SENTENCE_SPLIT.split(text or ""):
@@ -265,7 +294,7 @@ def guidance(prefix: str, body: str, limit: int = 220) -> str:
 def trace_block(trace: TraceView, *, user_cap: int = 200, agent_cap: int = 300, reflection_cap: int = 300) -> str:
     """One trace as prompt text: id, episode, tags, user, agent, up to 3 tools, reflection, V and alpha."""
     tools = "; ".join(
-        f"{c.get('name') or 'tool'}({short_input(c.get('input'), 40)}) -> "
+        f"{c.get('name') or 'tool'}({short_input(c.get('input'), 100)}) -> "
         f"{clip(str(c.get('error') or c.get('output') or ''), 80)}"
         for c in trace.tool_calls[:3]
     )
@@ -292,7 +321,9 @@ def error_line(call: dict[str, Any]) -> str:
     text = str(call.get("error") or "") + "\n" + str(call.get("output") or "")
     exception = _EXC_LINE.search(text)
     if exception:
-        return clip(exception.group(0), 100)
+        start = text.rfind("\n", 0, exception.start()) + 1
+        lead = text[start : exception.start()]  # "Error: Error acquiring the state lock: <Exception>: …" keeps its lead
+        return clip(text[start : exception.end()] if _ERR_LINE.search(lead) else exception.group(0), 100)
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     telling = [ln for ln in lines if not _GENERIC_ERROR.match(ln)] or lines  # "exit code 1" says nothing
     return clip(next((ln for ln in telling if _ERR_LINE.search(ln)), telling[0] if telling else ""), 100)

@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from memmy.domain import sha256_hex
+from memmy.evolve.episodes import classify_feedback
 from memmy.evolve.model import PolicyView, SkillDraft, TraceView
 from memmy.evolve.rules_text import (
     as_str_list,
@@ -25,6 +26,7 @@ from memmy.evolve.rules_text import (
     salient_tokens,
     short_input,
     strip_prefix,
+    task_text,
     trace_block,
 )
 from memmy.llm.client import JsonLLM, LLMError
@@ -41,6 +43,9 @@ SKILL_CRYSTALLIZE_PROMPT = (
 )
 _NOT_SKILLS = frozenset({"failure_avoidance", "repair_instruction", "preference"})
 _STEP_PREFIX = re.compile(r"^\s*(?:\d+[.)、]|[-*•]|step \d+[:.]?|第.步[:：]?)\s*", re.IGNORECASE)
+
+
+_RETRY = re.compile(r"\b(?:still|again|same error)\b|还是|仍然|依然|又", re.IGNORECASE)
 
 
 def skill_eligible(policy: PolicyView, min_gain: float = 0.02, min_support: int = 1) -> bool:
@@ -213,10 +218,20 @@ def crystallize_heuristic(policy: PolicyView, evidence: list[TraceView], counter
     tools = evidence_tools(evidence)[:8]
     preconditions = [clip(policy.boundary, 200)] if policy.boundary else []
     trigger_phrase = re.sub(r"^\s*(?:when the request is about|当请求涉及)\s*[:：]\s*", "", policy.trigger, flags=re.I)
-    summary = clip(f"{policy.title}：{trigger_phrase}" if zh else f"{policy.title} — use when: {trigger_phrase}", 200)
+    summary = policy.title.rstrip("。.")
+    if trigger_phrase and re.sub(r"\W+", "", trigger_phrase.casefold()) not in re.sub(r"\W+", "", summary.casefold()):
+        summary += f"（适用：{trigger_phrase}）" if zh else f" (when the request is about: {trigger_phrase})"
+    summary = clip(summary, 200)
     preference = _dedupe([guidance("Prefer", p) for p in policy.preference])
     anti_pattern = _dedupe([guidance("Avoid", a) for a in policy.anti_pattern] + [_counter_line(t) for t in counter])
-    examples = [clip(t.user_text or t.summary, 120) for t in evidence[:2] if (t.user_text or t.summary)]
+    # examples are the tasks as asked (the policy's title first), not a retry or a reply ("It still fails: …",
+    # "还是报错：…", "thanks")
+    asked = [
+        task_text(t.user_text or t.summary, 120)
+        for t in evidence
+        if classify_feedback(t.user_text) is None and not _RETRY.search(t.user_text)
+    ]
+    examples = list(dict.fromkeys(a for a in [policy.title, *asked] if a))[:2]
     guide = render_guide(
         summary, policy.trigger, preconditions, steps, tools, policy.verification, preference, anti_pattern,
         examples=examples, zh=zh,

@@ -11,12 +11,19 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any
 
 from memmy.evolve.model import TraceView
 from memmy.evolve.rules_text import short_input
 
 _ASCII = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 _CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+# identifiers made of digits that name the same thing in a request, a command and an error: dates, ports, ids
+_NUMERIC = re.compile(r"\b\d{4}-\d{2}-\d{2}\b|(?<![\w.-])\d{3,}(?![\w.-])")
+# function characters: a bigram across one of them ("的订", "把昨") is no word; runs are split at them
+_CJK_FUNCTION = re.compile(
+    r"一下|帮我|请帮|给我|帮忙|麻烦|怎么|什么|看看|一直|[的了是在把和与或吗呢吧啊被让我你他她它们个这那给都也就]"
+)
 STOP_EN = frozenset(
     """a about above after again against all also an and any anything are as at be because been before being
     below between both but by can could did do does doing done down during each else even ever every few first
@@ -39,16 +46,16 @@ STOP_ZH = frozenset(
 
 
 def content_keywords(text: str) -> set[str]:
-    """Lower-case content words (>= 3 letters, no stop words, a plural ``s`` dropped) and CJK bigrams."""
+    """Lower-case content words (>= 3 letters, no stop words, a plural ``s`` dropped), numeric identifiers
+    (dates, numbers of three or more digits: ports, ids) and CJK bigrams (runs split at function characters)."""
     found: set[str] = set()
     for match in _ASCII.finditer(text):
         for part in match.group(0).lower().split("_"):
             if len(part) < 3 or part in STOP_EN or part.isdigit():
                 continue
             found.add(part[:-1] if len(part) > 4 and part.endswith("s") and not part.endswith("ss") else part)
-    for run in _CJK_RUN.findall(text):
-        if len(run) == 1:
-            continue
+    found.update(match.group(0) for match in _NUMERIC.finditer(text))
+    for run in (piece for whole in _CJK_RUN.findall(text) for piece in _CJK_FUNCTION.split(whole)):
         for i in range(len(run) - 1):
             bigram = run[i : i + 2]
             if bigram not in STOP_ZH:
@@ -67,10 +74,13 @@ def enough_content(keywords: set[str]) -> bool:
 STRONG_SIMILARITY = 0.45  # one shared content word is enough when the meaning also matches this well
 
 
-def topical(query: str, memory_text: str, similarity: float = 0.0) -> bool:
+def topical(query: str, memory_text: str, similarity: float = 0.0, vocabulary: str | None = None) -> bool:
     """Does a memory speak to the prompt's topic? It must share content words with the prompt: two, or a third
     of a long prompt's (one when the prompt names only one or two, or when its meaning matches at
     ``STRONG_SIMILARITY``), a Chinese bigram counting as a word. A prompt without content words has no topic.
+
+    With a ``vocabulary`` (the lower-cased text of everything recalled for the prompt), a Chinese bigram found
+    nowhere in it (one across two words) does not count against every memory (see :func:`_known`).
 
     This is what keeps an unrelated prompt silent: meaning alone (MiniLM cosine) puts "run the checkout tests"
     near "run the DAG tests", and Chinese text near any other Chinese text.
@@ -79,10 +89,33 @@ def topical(query: str, memory_text: str, similarity: float = 0.0) -> bool:
     if not wanted:
         return False
     found = wanted & content_keywords(memory_text)
-    if len(found) >= (1 if len(wanted) <= 2 else max(2, math.ceil(len(wanted) / 3))):
+    if len(found) >= (1 if len(wanted) <= 2 else max(2, math.ceil(len(_known(wanted, vocabulary)) / 3))):
         return True
     # MiniLM cannot judge Chinese by meaning: its similarity only counts for text without CJK
     return bool(found) and similarity >= STRONG_SIMILARITY and not _CJK_RUN.search(query)
+
+
+def _known(wanted: set[str], vocabulary: str | None) -> set[str]:
+    """The prompt's words, less the Chinese bigrams that occur nowhere in ``vocabulary``: a bigram across two
+    words ("端商" of 前端商城) is an artefact of having no word boundaries. A word the store does not know is
+    kept: it says the prompt is about something else."""
+    if vocabulary is None:
+        return wanted
+    return {w for w in wanted if not _CJK_RUN.match(w) or w in vocabulary}
+
+
+EVIDENCE_SHARE = 0.5  # the share of a prompt's content words that derived guidance must carry to be recalled on it
+
+
+def evidence_covers(query: str, evidence: str, vocabulary: str | None = None) -> bool:
+    """Does derived guidance carry the prompt's task in its evidence? Its text (the tasks it was seen in, the
+    commands, files and error it names) holds at least two of the prompt's content words and at least half
+    of those found in ``vocabulary`` (see :func:`topical`). A repeat of a task worded differently ("Backfill
+    the orders table for 2026-12-01" for a task whose command was ``etl.load_orders --date 2026-12-01``) is
+    found this way when its meaning is not."""
+    wanted = content_keywords(query)
+    found = wanted & content_keywords(evidence)
+    return len(found) >= 2 and len(found) >= EVIDENCE_SHARE * len(_known(wanted, vocabulary))
 
 
 def overlap(new: set[str], context: set[str]) -> float:
@@ -105,6 +138,23 @@ def evidence_keywords(trace: TraceView) -> set[str]:
         heads.update(w.lower() for w in command.split()[:1])
         heads.add(str(call.get("name") or "").lower())
         parts += [command, str(call.get("error") or ""), str(call.get("output") or "")[:400]]
+    return content_keywords("\n".join(parts)) - heads
+
+
+def step_keywords(tool_calls: list[dict[str, Any]]) -> set[str]:
+    """What a step's tool calls touch: content words of their inputs (files, command arguments) and errors,
+    without the programs' names (``pnpm``, ``kubectl``) and the tools' names."""
+    heads: set[str] = set()
+    parts: list[str] = []
+    for call in tool_calls:
+        if not isinstance(call, dict):
+            continue
+        command = short_input(call.get("input"))
+        heads.update(w.lower() for w in command.split()[:1])
+        heads.add(str(call.get("name") or "").lower())
+        parts.append(command)
+        if call.get("error") or call.get("success") is False:
+            parts.append(f"{call.get('error') or ''} {str(call.get('output') or '')[:300]}")
     return content_keywords("\n".join(parts)) - heads
 
 

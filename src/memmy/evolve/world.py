@@ -159,9 +159,11 @@ def _body(title: str, domain: str, policies: list[PolicyView], zh: bool) -> str:
         phrase = _phrase(policy)
         if policy.experience_type == "success_pattern" and policy.procedure:
             works = _steps_line(policy.procedure)
-            lines.append(f"- {phrase}：{works} 可行。" if zh else f"- For {phrase}: {works} works.")
+            lines.append(f"- 「{phrase}」：{works} 可行。" if zh else f'- For "{phrase}": {works} works.')
         for failure in _known_failures(policy):
-            lines.append(f"- {phrase}：已知失败——{failure}" if zh else f"- For {phrase}: known to fail — {failure}")
+            failure = failure.rstrip("。.")
+            line = f"- 「{phrase}」已知失败：{failure}。" if zh else f'- Known to fail for "{phrase}": {failure}.'
+            lines.append(line)
         for prefer in policy.preference[:2]:
             if policy.experience_type != "success_pattern":
                 body = strip_prefix(prefer)

@@ -13,13 +13,16 @@ from memmy.config import Configured, Settings
 from memmy.errors import NotFound
 from memmy.evolve.episodes import (
     EPISODE_IDLE_TIMEOUT,
+    EVIDENCE_SHIFT_MIN,
     MERGE_WINDOW,
     EpisodeContext,
     TurnRelation,
     classify_feedback,
     classify_relation,
+    evidence_shift,
     has_cjk,
 )
+from memmy.evolve.topics import step_keywords
 from memmy.jobs.writer import iso, parse_iso
 from memmy.store.db import utc_now
 from memmy.store.episodes import EpisodeRecord, FeedbackRecord
@@ -179,6 +182,30 @@ class EpisodeOps(Configured):
             self.memories.update(memory, before, "episode_split", "memmy-evolution")
         self.close(episode_id, "topic_boundary")
         return new_episode
+
+    def split_on_evidence(
+        self, episode_id: str, raw_turn_id: str, text: str, tool_calls: list[dict[str, Any]]
+    ) -> str | None:
+        """At ``turn.complete``: move a step whose files, commands and errors share nothing with its open task
+        into a new episode (:func:`memmy.evolve.episodes.evidence_shift`); returns the new episode's id."""
+        if len(step_keywords(tool_calls)) < EVIDENCE_SHIFT_MIN:  # the cheap test first: most steps stop here
+            return None
+        episode = self.episodes.get(episode_id)
+        if (
+            episode is None
+            or episode.status == "closed"
+            or not episode.l1_memory_ids
+            or not episode.raw_turn_ids
+            or episode.raw_turn_ids[-1] != raw_turn_id
+        ):
+            return None
+        first, _latest, _answer = self.episodes.texts_before(episode_id, raw_turn_id)
+        prev = self.context_of(episode)
+        prev.first_user_text = first
+        if evidence_shift(text, tool_calls, prev) is None:
+            return None
+        with self.episodes.db.transaction():
+            return self.split_at(episode_id, raw_turn_id, text)
 
     def _latest_trace(self, episode: EpisodeRecord) -> str | None:
         return episode.l1_memory_ids[-1] if episode.l1_memory_ids else None

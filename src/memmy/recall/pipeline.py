@@ -167,6 +167,9 @@ class RecallRequest:
     channels: frozenset[str] = frozenset({"vec", "fts", "pattern", "structural"})
     domain: str = ""
     required_tags: frozenset[str] = frozenset()
+    # the caller's admission rules (scope of derived memory, injection gates), applied before selection so
+    # that a candidate they would drop takes no slot and hides nothing (a skill that covers a policy)
+    admit: Callable[[list[Candidate], list[str]], list[Candidate]] | None = None
 
 
 @dataclass
@@ -295,6 +298,8 @@ class RecallEngine:
                 candidates = self._rank(hits, memories, request, settings, index, dropped)
             lap("expand")
 
+        if request.admit is not None:  # the caller's gates (scope of derived memory, topic) before selection
+            candidates = request.admit(candidates, status)
         selected = select(candidates, settings, request, dropped, self.repo.neighbours)
         selected = self._dedup(selected, dropped)
         lap("select")

@@ -297,6 +297,11 @@ def _lines(values: Any, limit: int) -> list[str]:
     return out[:limit]
 
 
+def _evidence_words(line: str) -> set[str]:
+    """Words of three or more letters or digits (commands, files, error text) of a guidance line."""
+    return set(re.findall(r"[a-z0-9]{3,}", line.lower()))
+
+
 def _plain(value: Any) -> str:
     """A step or fact as text: a string as is, a structured one by its body, description or label."""
     if isinstance(value, dict):
@@ -326,10 +331,17 @@ def item_text(memory: Memory, source: str) -> str:
         return memory.content
     if memory.layer == "L2":
         policy = memory.properties.get("policy") or {}
-        avoid, prefer = _lines(policy.get("anti_pattern"), 2), _lines(policy.get("preference"), 2)
+        avoid, prefer = _lines(policy.get("anti_pattern"), 2), _lines(policy.get("preference"), GUIDANCE_LINES * 2)
+        if avoid:  # what to do instead: the line about the same command, file and error as the Avoid line
+            anchor = _evidence_words(avoid[0])
+            prefer.sort(key=lambda line: -len(_evidence_words(line) & anchor))
+        prefer = prefer[:2]
         if policy.get("type") in ("failure_avoidance", "repair_instruction") and (avoid or prefer):
             # the first Avoid line and what to do instead come first, so that shortening keeps the pair
-            parts = [f"Avoid: {avoid[0]}." if avoid else "", f"Instead: {prefer[0]}." if prefer else ""]
+            first = avoid[0] if avoid else ""
+            if prefer and len(first) + len(prefer[0]) > ITEM_CHARS - 30:  # keep the pair: drop the error's detail
+                first = re.sub(r"\s*[(（][^()（）]*[)）]?\s*$", "", first) or first  # closed, or cut off
+            parts = [f"Avoid: {first}." if first else "", f"Instead: {prefer[0]}." if prefer else ""]
             parts += [f"Also avoid: {line}." for line in avoid[1:]] + [f"Or: {line}." for line in prefer[1:]]
             return " ".join(p for p in parts if p)
         trigger = str(policy.get("trigger") or memory.title)
@@ -343,11 +355,11 @@ def item_text(memory: Memory, source: str) -> str:
         bullets = [line.strip()[2:] for line in body.splitlines() if line.strip().startswith("- ")]
         facts = [_plain(f) for f in [*(world.get("environment") or []), *(world.get("constraints") or [])]]
         points = list(dict.fromkeys(p.rstrip(".。") + "." for p in (bullets or facts) if p.strip()))[:3]
-        return f"{title}: " + " ".join(points) if points else whole_sentences(body.replace(title, "", 1))
+        return f"{title} — " + " ".join(points) if points else whole_sentences(body.replace(title, "", 1))
     skill = memory.properties.get("skill") or {}
     steps = [_plain(s).strip().rstrip(".。") for s in skill.get("steps") or [] if _plain(s).strip()]
     summary = str(skill.get("summary") or "").strip().rstrip(".。")
-    text = f"Skill {skill.get('name') or memory.title}"
+    text = "Skill" if summary else f"Skill {skill.get('name') or memory.title}"
     if summary:
         text += f": {summary}."
     if steps:

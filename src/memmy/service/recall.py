@@ -14,7 +14,7 @@ from memmy.config import Configured, Settings
 from memmy.domain import sha256_hex
 from memmy.errors import InvalidArgument
 from memmy.evolve.scope import visible_in
-from memmy.evolve.topics import topical
+from memmy.evolve.topics import evidence_covers, topical
 from memmy.indexing import Indexer
 from memmy.namespace import Namespace
 from memmy.recall.channels import CHANNELS
@@ -123,18 +123,32 @@ def keyword_coverage(memory_text: str, keywords: Sequence[str]) -> float:
     return sum(1 for unit in units if unit in lowered) / len(units)
 
 
+GUIDANCE_LAYERS = frozenset({"L2", "Skill"})
+
+
 def semantic_gate(
-    selected: list[Candidate], min_sim: float, has_vector: Callable[[str], bool], query: PreparedQuery
+    selected: list[Candidate],
+    min_sim: float,
+    has_vector: Callable[[str], bool],
+    query: PreparedQuery,
+    vocabulary: str | None = None,
 ) -> tuple[list[Candidate], int]:
     """Injection stays silent on mere word overlap: keep a hit only if its meaning matches the prompt (vector
     similarity >= ``min_sim``) or the prompt's error text, path or code was found in it (structural channel).
 
     BM25 is normalised per query, so the best keyword match of an unrelated prompt still scores 1.0; without an
     LLM filter this gate is what keeps off-topic prompts from receiving memory. Memories that have no vector yet
-    are judged by their keyword evidence alone.
+    are judged by their keyword evidence alone. Derived guidance (policies, skills) is also kept when its
+    evidence (the tasks it was seen in, their commands, files and error) covers the prompt's content words
+    (:func:`memmy.evolve.topics.evidence_covers`): a repeat of a task is recognised by what the task touched,
+    not only by how it was worded, in both languages.
     """
+
+    def by_evidence(c: Candidate) -> bool:
+        return c.memory.layer in GUIDANCE_LAYERS and evidence_covers(query.text, _topic_text(c), vocabulary)
+
     if mostly_cjk(query.text):  # MiniLM maps most CJK text to the same unknown tokens: use keyword coverage
-        kept = [c for c in selected if keyword_coverage(c.memory.content, query.keywords) >= 0.5]
+        kept = [c for c in selected if keyword_coverage(c.memory.content, query.keywords) >= 0.5 or by_evidence(c)]
         return kept, len(selected) - len(kept)
     kept = [
         c
@@ -142,6 +156,7 @@ def semantic_gate(
         if c.channels.get("vec", 0.0) >= min_sim
         or "structural" in c.channels
         or (not c.rollup_of and not has_vector(c.memory.id))  # not embedded yet: keyword evidence decides
+        or by_evidence(c)
     ]
     return kept, len(selected) - len(kept)
 
@@ -149,6 +164,11 @@ def semantic_gate(
 def _topic_text(candidate: Candidate) -> str:
     memory = candidate.memory
     return f"{memory.title}\n{memory.content}\n{memory.properties.get('embeddingText') or ''}"[:6000]
+
+
+def vocabulary_of(candidates: list[Candidate]) -> str:
+    """The lower-cased text of every candidate of a recall: which of the prompt's words the store knows."""
+    return "\n".join(_topic_text(c) for c in candidates).lower()
 
 
 def recall_reason(candidate: Candidate, query: PreparedQuery) -> str:
@@ -229,27 +249,21 @@ class RecallOps(Configured):
         resolved = resolve_layers(mode, layers, self.config.domain, retrieval.read_only_injection_profile)
         settings = RecallSettings.from_config(self.config.algorithm)
         tags = frozenset(options.tags)
-        request = RecallRequest(prepared, mode, resolved, limit, flt, exclude_ids, channels, self.config.domain, tags)
+        request = RecallRequest(
+            prepared,
+            mode,
+            resolved,
+            limit,
+            flt,
+            exclude_ids,
+            channels,
+            self.config.domain,
+            tags,
+            admit=self._admission(query, prepared, flt.project_id, gated=mode == "turn_start"),
+        )
         outcome = self.engine.recall(request, settings)
         selected = outcome.selected
         status.extend(outcome.status)
-        if flt.project_id is not None:  # derived memory resting on other projects stays there (evolve/scope.py)
-            selected = [c for c in selected if visible_in(c.memory.properties, flt.project_id)]
-        if mode == "turn_start" and retrieval.injection_semantic_gate and "vector:unavailable" not in status:
-            index = self.engine.index()
-            selected, gated = semantic_gate(
-                selected,
-                retrieval.min_trace_sim,
-                lambda mid: index is not None and index.contains(mid),
-                prepared,
-            )
-            if gated:
-                status.append(f"semantic_gate:dropped:{gated}")
-        if mode == "turn_start" and retrieval.injection_semantic_gate:  # what the agent reads must be on topic
-            before = len(selected)
-            selected = [c for c in selected if topical(query, _topic_text(c), c.channels.get("vec", 0.0))]
-            if len(selected) < before:
-                status.append(f"topic_gate:dropped:{before - len(selected)}")
         if evolution_llm is not None and self.config.flags.enable_query_rewrite:
             rewrites = rewrite_queries(evolution_llm, query, timeout_s)
             if rewrites:
@@ -324,6 +338,41 @@ class RecallOps(Configured):
             query=prepared,
             timings_ms=timings,
         )
+
+    def _admission(
+        self, query: str, prepared: PreparedQuery, project_id: str | None, *, gated: bool
+    ) -> Callable[[list[Candidate], list[str]], list[Candidate]]:
+        """The rules a candidate must pass before selection: derived memory resting on other projects stays
+        there (evolve/scope.py); at turn start, the semantic gate and the topic gate (what the agent reads must
+        be on topic). Each drop is counted in the status."""
+        retrieval = self.config.retrieval
+        gate = gated and retrieval.injection_semantic_gate
+
+        def admit(candidates: list[Candidate], status: list[str]) -> list[Candidate]:
+            if project_id is not None:
+                candidates = [c for c in candidates if visible_in(c.memory.properties, project_id)]
+            vocabulary = vocabulary_of(candidates) if gate else None
+            if gate and "vector:unavailable" not in status:
+                index = self.engine.index()
+                candidates, dropped = semantic_gate(
+                    candidates,
+                    retrieval.min_trace_sim,
+                    lambda mid: index is not None and index.contains(mid),
+                    prepared,
+                    vocabulary,
+                )
+                if dropped:
+                    status.append(f"semantic_gate:dropped:{dropped}")
+            if gate:
+                before = len(candidates)
+                candidates = [
+                    c for c in candidates if topical(query, _topic_text(c), c.channels.get("vec", 0.0), vocabulary)
+                ]
+                if len(candidates) < before:
+                    status.append(f"topic_gate:dropped:{before - len(candidates)}")
+            return candidates
+
+        return admit
 
     def search(self, cmd: SearchMemory, ns: Namespace) -> dict[str, Any]:
         """``POST /memory/search``: the recall pipeline rendered as injectable markdown."""

@@ -229,9 +229,13 @@ class TurnOps(Configured):
             return self._not_captured({**reply, "tombstoned": True, "tombstoneId": prepared.tombstone.id})
         turn = prepared.turn
         episode_id = self._episode_for_completion(started_turn, command.episode_id, turn, ns)
+        first_completion = started_turn is None or started_turn["status"] == "started"
+        if first_completion:  # a step whose evidence shares nothing with its open task starts a task of its own
+            step = prepared.step
+            split = self.episode_ops.split_on_evidence(episode_id, turn.raw_turn_id, step.user_text, step.tool_calls)
+            episode_id = split or episode_id
         with self.store.transaction():
             written = self.writer.write(prepared, episode_id)
-            first_completion = started_turn is None or started_turn["status"] == "started"
             jobs = written.jobs + self._schedule_episode_work(
                 episode_id, written.memory.id, turn.raw_turn_id, prepared.tool_calls, first_completion
             )
