@@ -21,6 +21,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from memmy.commands.imports import StartScan
 from memmy.config import load_config
 from memmy.service import MemoryService
 from memmy.service.imports import ImportOps
@@ -196,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         env=env,
     )
     started, cpu_started = time.perf_counter(), time.process_time()
-    result = service.imports.run_sync({"mode": "full", "confirm": True})
+    result = service.imports.run_sync(StartScan.from_json({"mode": "full", "confirm": True}))
     text_s, cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
     totals = result["totals"]
     added = max(1, totals["turnsAdded"])
@@ -219,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{totals['turnsAdded'] / embed_s:,.0f} turns/s"
         )
     again = time.perf_counter()
-    repeat = service.imports.run_sync({})
+    repeat = service.imports.run_sync(StartScan.from_json({}))
     print(f"repeat sync: {repeat['totals']['turnsAdded']} added in {time.perf_counter() - again:.1f} s")
     print(f"peak RSS: {peak_rss_mb():,.0f} MiB")
     service.close()

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from memmy.cli.main import cli
+from memmy.commands.imports import StartScan
 from memmy.commands.memory import SearchMemory
 from memmy.commands.panel import PanelItems
 from memmy.namespace import Namespace
@@ -21,7 +22,7 @@ from tests.conftest import Daemon
 
 
 def sync(service: MemoryService, **body: object) -> dict:  # type: ignore[type-arg]
-    result: dict = service.imports.run_sync({"sources": ["claude_code"], **body})  # type: ignore[type-arg]
+    result: dict = service.imports.run_sync(StartScan.from_json({"sources": ["claude_code"], **body}))  # type: ignore[type-arg]
     return result
 
 

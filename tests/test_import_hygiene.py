@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from memmy.cli.main import cli
+from memmy.commands.imports import StartScan
 from memmy.commands.panel import PanelItems
 from memmy.service import MemoryService
 from tests.claude_transcripts import Transcript
@@ -26,7 +27,7 @@ def test_lone_surrogate_in_a_transcript_keeps_the_conversation(
     transcript.path.parent.mkdir(parents=True, exist_ok=True)
     transcript.path.write_text("".join(json.dumps(line) + "\n" for line in transcript.lines), encoding="utf-8")
     assert "\\ud83d" in transcript.path.read_text(encoding="utf-8")
-    result = importer_service.imports.run_sync({"sources": ["claude_code"]})
+    result = importer_service.imports.run_sync(StartScan.from_json({"sources": ["claude_code"]}))
     assert result["totals"]["turnsAdded"] == 1, result
     assert result["totals"]["failed"] == 0
     items = importer_service.panel.items(PanelItems.from_json({"pageSize": "10"}))["items"]
@@ -55,7 +56,7 @@ def test_a_failing_conversation_keeps_the_others_fails_the_exit_code_and_is_retr
         return real_group(conversation)  # type: ignore[arg-type]
 
     monkeypatch.setattr(importer_module, "group_turns", group_or_fail)
-    first = importer_service.imports.run_sync({"sources": ["claude_code"]})
+    first = importer_service.imports.run_sync(StartScan.from_json({"sources": ["claude_code"]}))
     assert first["totals"]["turnsAdded"] == 1
     assert first["totals"]["failed"] == 1
     part = first["sources"][0]
@@ -63,7 +64,7 @@ def test_a_failing_conversation_keeps_the_others_fails_the_exit_code_and_is_retr
     assert any("grouping exploded" in e and str(bad.path) in e for e in part["errors"])
 
     monkeypatch.setattr(importer_module, "group_turns", real_group)
-    second = importer_service.imports.run_sync({"sources": ["claude_code"]})
+    second = importer_service.imports.run_sync(StartScan.from_json({"sources": ["claude_code"]}))
     assert second["totals"]["turnsAdded"] == 1 and second["totals"]["failed"] == 0
     assert second["sources"][0]["watermarkAdvanced"] is True
     summaries = {i["summary"] for i in importer_service.panel.items(PanelItems.from_json({"pageSize": "10"}))["items"]}

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from memmy.commands.imports import StartScan
 from memmy.config import load_config
 from memmy.embed import Embedder
 from memmy.service import MemoryService
@@ -71,16 +72,16 @@ def test_cursor_position_advances_past_a_chat_that_ends_unanswered(
     cursor.say(ANSWERED, 2, "The lockfile drifted; I regenerated it.", "2026-11-30T09:01:00.000Z")
     cursor.say(UNANSWERED, 1, "draft the release notes for 2.4", "2026-11-30T10:00:00.000Z")
 
-    first = service.imports.run_sync({})["sources"][0]
+    first = service.imports.run_sync(StartScan.from_json({}))["sources"][0]
     assert first["turnsAdded"] == 1 and first["turnsWaiting"] == 1
     assert first["watermarkAdvanced"] is True  # the unanswered chat does not hold the position back
 
-    second = service.imports.run_sync({})["sources"][0]
+    second = service.imports.run_sync(StartScan.from_json({}))["sources"][0]
     assert second["skipped"].get("before_watermark") == 1  # the answered chat is not read again
     assert second["turnsWaiting"] == 1 and second["turnsAdded"] == 0  # only the waiting chat is
 
     cursor.say(UNANSWERED, 2, "Release notes drafted in CHANGELOG.md.", "2026-11-30T10:00:00.000Z")  # same time
-    third = service.imports.run_sync({})["sources"][0]
+    third = service.imports.run_sync(StartScan.from_json({}))["sources"][0]
     assert third["turnsAdded"] == 1 and third["turnsWaiting"] == 0
-    fourth = service.imports.run_sync({})["sources"][0]
+    fourth = service.imports.run_sync(StartScan.from_json({}))["sources"][0]
     assert fourth["skipped"].get("before_watermark") == 2 and fourth["turnsAdded"] == 0

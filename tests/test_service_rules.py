@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from memmy.commands.admin import ReloadConfig
+from memmy.commands.imports import StartScan
 from memmy.commands.memory import CHANNEL_NAMES, AddMemory, ArchiveMemory, Mode, SearchMemory
 from memmy.commands.panel import PanelItems
 from memmy.commands.turns import CloseSession, CompleteTurn, OpenSession, StartTurn
@@ -95,7 +96,7 @@ def test_write_gate_covers_capture_and_archive(isolated_home: Path, embedder: Em
         with pytest.raises(Forbidden):
             service.archive_memory("trace_x", ArchiveMemory.from_json({}), NS)
         with pytest.raises(Forbidden, match="only --dry-run"):
-            service.imports.start({})
+            service.imports.start(StartScan.from_json({}))
         started = service.start_turn(StartTurn.from_json({"sessionId": session, "query": "anything stored?"}), NS)
         assert service.sessions.get_raw_turn(session, started["turnId"]) is None
     finally:

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from memmy.cli.main import cli
 from memmy.commands.governance import ListTombstones, RestoreTombstone
+from memmy.commands.imports import StartScan
 from memmy.commands.memory import AddMemory, DeleteMemory, SearchMemory
 from memmy.commands.turns import CompleteTurn, OpenSession
 from memmy.keys.args import key_args
@@ -166,7 +167,7 @@ def test_forget_survives_reimport_until_restored(
     transcript.user("and the cache?")
     transcript.assistant("The cache is Redis 7.")
     transcript.write()
-    first = service.imports.run_sync({"sources": ["claude_code"]})
+    first = service.imports.run_sync(StartScan.from_json({"sources": ["claude_code"]}))
     assert first["totals"]["turnsAdded"] == 2
     service.indexer.drain()
     query = {"query": "billing database Oracle cluster", "scope": "pooled"}
@@ -174,7 +175,7 @@ def test_forget_survives_reimport_until_restored(
     assert "Oracle" in service.get_memory(hit)["content"]
     forgotten = call(service, "forget", memory_id=hit, reason="never true")
 
-    again = service.imports.run_sync({"sources": ["claude_code"], "mode": "full", "confirm": True})
+    again = service.imports.run_sync(StartScan.from_json({"sources": ["claude_code"], "mode": "full", "confirm": True}))
     assert again["totals"]["turnsAdded"] == 0 and again["totals"]["skipped"].get("tombstoned") == 1
     service.indexer.drain()
     assert all(
@@ -185,7 +186,9 @@ def test_forget_survives_reimport_until_restored(
     service.restore_tombstone(
         forgotten["tombstone_id"], RestoreTombstone.from_json({"reason": "it was true after all"}), NS
     )
-    restored = service.imports.run_sync({"sources": ["claude_code"], "mode": "full", "confirm": True})
+    restored = service.imports.run_sync(
+        StartScan.from_json({"sources": ["claude_code"], "mode": "full", "confirm": True})
+    )
     assert restored["totals"]["turnsAdded"] == 1 and not restored["totals"]["skipped"].get("tombstoned")
     service.indexer.drain()
     assert service.search(SearchMemory.from_json(query), NS)["sourceMemoryIds"][0] == hit

@@ -23,6 +23,7 @@ from memmy.commands.admin import Export, ImportStore, ReloadConfig, Wipe
 from memmy.commands.dream import DreamRestore
 from memmy.commands.evolution import Feedback
 from memmy.commands.governance import RestoreTombstone, ReviewDecision, ReviewQueue
+from memmy.commands.imports import StartScan
 from memmy.commands.memory import DeleteMemory
 from memmy.errors import InvalidArgument, MemmyError
 from memmy.keys.args import ForgetArgs, key_args
@@ -274,14 +275,14 @@ class Panel:
         body: dict[str, Any] = {"mode": "full" if form.get("mode") == "full" else "incremental", "confirm": True}
         if form.get("source"):
             body["sources"] = [form["source"]]
-        job = self.service.imports.start(body)
+        job = self.service.imports.start(StartScan.from_json(body))
         return RedirectResponse(f"/panel/agents?job={quote(job['jobId'])}", 303)
 
     def _add_agent(self, request: Request, form: dict[str, str]) -> Response:
         """Save a recipe for another agent (as ``memmy-memory sources add`` does) and import it with live progress."""
         added = custom_sources.add_recipe(self.service.config.home, form)
         self.service.governance.record("source.add", "source", added["source"], self.ns, meta=added)
-        job = self.service.imports.start({"sources": [added["source"]], "confirm": True})
+        job = self.service.imports.start(StartScan.from_json({"sources": [added["source"]], "confirm": True}))
         return RedirectResponse(f"/panel/agents?job={quote(job['jobId'])}", 303)
 
     def _sync_control(self, request: Request, form: dict[str, str]) -> str:

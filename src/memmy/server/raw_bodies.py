@@ -1,5 +1,5 @@
 """JSON Schemas of the request bodies still passed raw to the service: the four session/turn routes (issue 13's
-turn path types them) and the history scan (service/imports.py reads it)."""
+turn path parses them into its own commands inside the call)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ _STR_LIST = {"type": "array", "items": _STR}
 _IDEMPOTENCY = {"adapterId": _STR, "requestId": _STR}
 _SCOPE = {"enum": ["auto", "pooled", "project", "agent"], "default": "auto"}
 _CHANNELS = {"type": "array", "items": {"enum": ["vec", "fts", "pattern", "structural"]}}
-SOURCE_NAMES = ("claude_code", "codex", "cursor", "hermes", "openclaw", "opencode", "pi", "qwenwork", "workbuddy")
 
 RAW_BODIES: dict[str, dict[str, Any]] = {
     "close_session": {"properties": _IDEMPOTENCY},
@@ -57,25 +56,5 @@ RAW_BODIES: dict[str, dict[str, Any]] = {
             **_IDEMPOTENCY,
         },
         "required": ["sessionId", "query", "answer"],
-    },
-    "scan": {
-        "properties": {
-            "sources": {
-                "type": "array",
-                "items": {"enum": list(SOURCE_NAMES)},
-                "description": "built-in sources (and the names of custom sources in config)",
-            },
-            "mode": {"enum": ["incremental", "full"], "default": "incremental"},
-            "confirm": {"type": "boolean", "description": "required for mode=full"},
-            "since": {"type": "string", "format": "date-time"},
-            "dryRun": {"type": "boolean"},
-            "initialLimit": {"type": "integer", "minimum": 1, "default": 1000},
-            "stopOnDisconnect": {"type": "boolean", "description": "stop when the last events follower leaves"},
-        },
-        # mode=full re-reads all history, so it needs confirm=true
-        "anyOf": [
-            {"properties": {"mode": {"const": "incremental"}}},
-            {"properties": {"confirm": {"const": True}}, "required": ["confirm"]},
-        ],
     },
 }

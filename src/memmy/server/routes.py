@@ -18,6 +18,7 @@ from memmy.commands.base import Command
 from memmy.commands.dream import DreamGet, DreamLog, DreamRestore, DreamRun
 from memmy.commands.evolution import Feedback, ListEpisodes, ListJobs, RunWorker
 from memmy.commands.governance import ListLogs, ListTombstones, RestoreTombstone, ReviewDecision, ReviewQueue
+from memmy.commands.imports import StartScan
 from memmy.commands.memory import AddMemory, ArchiveMemory, DeleteMemory, ProcessingStatus, SearchMemory
 from memmy.commands.panel import MemoryLogs, PanelItems, PanelTasks
 from memmy.commands.turns import CloseSession, CompleteTurn, OpenSession, StartTurn
@@ -285,8 +286,8 @@ ROUTES: tuple[Row, ...] = (
         "POST",
         "/api/v1/sources/scan",
         "Start a history import job",
-        lambda c, body: c.service.imports.start(body),
-        RAW_BODIES["scan"],
+        lambda c, scan: c.service.imports.start(scan),
+        StartScan,
     ),
     Row(
         "GET",

@@ -10,7 +10,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
-from memmy.commands.validate import opt_bool, opt_int, opt_iso_time, opt_list, opt_str, require_object
+from memmy.commands.imports import StartScan
 from memmy.config import Configured, Settings
 from memmy.domain import new_id
 from memmy.errors import Conflict, Forbidden, InvalidArgument, NotFound
@@ -199,25 +199,20 @@ class ImportOps(Configured):
             "serverTime": utc_now(),
         }
 
-    def _options(self, body: dict[str, Any]) -> ImportOptions:
+    def _options(self, scan: StartScan) -> ImportOptions:
         self.refresh()
-        names = [normalise_source(str(s)) for s in opt_list(body, "sources")]
+        names = [normalise_source(s) for s in scan.sources]
         unknown = [n for n in names if n not in self.adapters]
         if unknown:
             raise InvalidArgument(f"sources: unknown {unknown}; known: {', '.join(sorted(self.adapters))}")
-        mode = opt_str(body, "mode") or "incremental"
-        if mode not in ("incremental", "full"):
-            raise InvalidArgument("mode: expected 'incremental' or 'full' (deep scan)")
-        if mode == "full" and not opt_bool(body, "confirm"):
-            raise InvalidArgument("mode 'full' re-reads all history: confirm it with \"confirm\": true")
         if not names:
             names = [n for n, a in self.adapters.items() if any(r.exists() for r in a.roots(self.env))]
         return ImportOptions(
             sources=names,
-            mode=mode,  # type: ignore[arg-type]
-            since=opt_iso_time(body, "since"),
-            dry_run=opt_bool(body, "dryRun"),
-            initial_limit=opt_int(body, "initialLimit", 1000, minimum=1),
+            mode=scan.mode,
+            since=scan.since,
+            dry_run=scan.dry_run,
+            initial_limit=scan.initial_limit,
         )
 
     def _take_over(self) -> None:
@@ -236,15 +231,14 @@ class ImportOps(Configured):
             if other.active:  # never started, or ended without saying so
                 other.progress.state = "stopped"
 
-    def start(self, body: Any) -> dict[str, Any]:
+    def start(self, scan: StartScan) -> dict[str, Any]:
         """Start an import job in the background (one at a time; a stopped or abandoned one gives way)."""
-        body = require_object(body)
-        options = self._options(body)
-        if not options.dry_run and not self.config.algorithm["enableMemoryAdd"]:
+        options = self._options(scan)
+        if not options.dry_run and not self.config.flags.enable_memory_add:
             raise Forbidden("memory writes are disabled (algorithm.enableMemoryAdd: false); only --dry-run works")
         with self._lock:
             self._take_over()
-            job = ImportJob(new_id("import"), options, stop_when_unfollowed=opt_bool(body, "stopOnDisconnect"))
+            job = ImportJob(new_id("import"), options, stop_when_unfollowed=scan.stop_on_disconnect)
             if job.stop_when_unfollowed:
                 job.control = ClientBoundControl(job.abandoned)
             self.jobs[job.id] = job
@@ -267,9 +261,9 @@ class ImportOps(Configured):
         job.thread.start()
         return job.to_json()
 
-    def run_sync(self, body: Any) -> dict[str, Any]:
+    def run_sync(self, scan: StartScan) -> dict[str, Any]:
         """Run an import to completion in the calling thread (tests, benches, in-process use)."""
-        options = self._options(require_object(body))
+        options = self._options(scan)
         job = ImportJob(new_id("import"), options)
         Importer(self.adapters, self.sink, self.state, self.env, self.redactor).run(options, job.progress, job.control)
         return job.to_json()
