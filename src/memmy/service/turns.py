@@ -313,9 +313,9 @@ class TurnOps(Configured):
             scheduled.append({"jobId": job.id, "jobType": job.job_type, "status": job.status, "targetMemoryId": None})
         failed_tools = {c["name"] for c in tool_calls if c.get("success") is False or c.get("error")}
         if failed_tools:
-            feedback_cfg = self.config.algorithm["feedback"]
+            feedback_cfg = self.config.feedback
             episode = episodes.get(episode_id)
-            window = (episode.l1_memory_ids if episode else [])[-int(feedback_cfg["failureWindow"]) :]
+            window = (episode.l1_memory_ids if episode else [])[-feedback_cfg.failure_window :]
             recent = self.writer.memories.get_many(window)
             for tool in failed_tools:
                 failures = successes = 0
@@ -327,7 +327,7 @@ class TurnOps(Configured):
                             failures += 1
                         else:
                             successes += 1
-                if failures >= int(feedback_cfg["failureThreshold"]) and successes == 0:
+                if failures >= feedback_cfg.failure_threshold and successes == 0:
                     job, _ = self.jobs.enqueue(
                         "decision_repair",
                         dedupe_key=f"decision_repair:burst:{episode_id}:{tool}",

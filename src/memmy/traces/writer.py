@@ -91,7 +91,7 @@ class TraceWriter(Configured):
     def _build(self, turn: CapturedTurn) -> PreparedTrace:
         """Redact the turn, normalise its tool calls and build its trace step (no store access)."""
         turn = self.redact(turn)
-        capture = self.config.algorithm["capture"]
+        capture = self.config.capture
         tool_calls = normalize_tool_calls(turn.tool_calls, turn.tool_results)
         step = build_trace_step(
             user_text=turn.user_text,
@@ -100,8 +100,8 @@ class TraceWriter(Configured):
             raw_turn_id=turn.raw_turn_id,
             reasoning=turn.reasoning,
             request_tags=turn.tags,
-            max_text_chars=int(capture["maxTextChars"]),
-            max_tool_output_chars=int(capture["maxToolOutputChars"]),
+            max_text_chars=capture.max_text_chars,
+            max_tool_output_chars=capture.max_tool_output_chars,
         )
         return PreparedTrace(turn, tool_calls, step)
 
@@ -289,7 +289,7 @@ class TraceWriter(Configured):
                 target_memory_id=memory.id,
             )
             return [{"jobId": job.id, "jobType": "trace_summary", "status": job.status, "targetMemoryId": memory.id}]
-        if not imported and not self.config.algorithm["capture"]["embedAfterCapture"]:
+        if not imported and not self.config.capture.embed_after_capture:
             self.indexer.queue.set_state(memory.id, "ready_text_only")
             return []
         self.indexer.enqueue(memory.id, "L1", embedding_text)
