@@ -190,10 +190,6 @@ class MemoryService(Configured):
         self.recall_ops.engine.close()  # its read-only connection first, so the checkpoint can truncate the WAL
         self.store.close()
 
-    def redact(self, body: Any) -> Any:
-        """The request body with every secret replaced, before any write, log or job sees it."""
-        return self.redactor.redact_json(body)
-
     def redacted(self, command: C) -> C:
         """A typed request with every secret in its text replaced, before any write, log or job sees it."""
         return command.redacted(self.redactor)
