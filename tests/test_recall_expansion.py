@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import yaml
 
+from memmy.commands.memory import AddMemory, SearchMemory
 from memmy.config import load_config
 from memmy.domain import Memory
 from memmy.embed import Embedder
@@ -59,12 +60,14 @@ def test_similarities_are_the_exact_cosines_of_the_listed_memories() -> None:
 def test_a_keyword_hit_outside_the_vector_pool_keeps_its_cosine(make_service, embedder: Embedder) -> None:  # type: ignore[no-untyped-def]
     service = make_service()
     for number in range(30):  # the vector pool (20 per layer at limit 3) fills with these
-        service.add_memory({"content": f"Deploy the web app to production with kubectl, step {number}."}, NS)
+        service.add_memory(
+            AddMemory.from_json({"content": f"Deploy the web app to production with kubectl, step {number}."}), NS
+        )
     rare = "The zygomorphic flower dataset lives in the botany bucket."
-    rare_id = service.add_memory({"content": rare}, NS)["id"]
+    rare_id = service.add_memory(AddMemory.from_json({"content": rare}), NS)["id"]
     service.indexer.drain()
     query = "deploy the zygomorphic web app"
-    result = service.search({"query": query, "verbose": True, "limit": 3}, NS)
+    result = service.search(SearchMemory.from_json({"query": query, "verbose": True, "limit": 3}), NS)
     channels = {c["id"]: c["channels"] for c in result["debug"]["channels"]}
     assert rare_id in channels and "fts" in channels[rare_id]
     q = embedder.embed([query], role="query")[0]
@@ -103,10 +106,13 @@ def test_prf_finds_what_only_the_best_hits_words_reach(make_service) -> None:  #
         service = make_service(
             {"algorithm": {"retrieval": {"contextWindow": 0, "queryExpansion": config["queryExpansion"]}}}
         )
-        made = [service.add_memory({"content": t}, NS)["id"] for t in texts]
+        made = [service.add_memory(AddMemory.from_json({"content": t}), NS)["id"] for t in texts]
         service.indexer.drain()
         result = service.search(
-            {"query": "Melanie cello practice", "verbose": True, "limit": 10, "channels": ["fts"]}, NS
+            SearchMemory.from_json(
+                {"query": "Melanie cello practice", "verbose": True, "limit": 10, "channels": ["fts"]}
+            ),
+            NS,
         )
         statuses = " ".join(result["status"])
         assert ("query_expansion:prf" in statuses) is expected

@@ -220,6 +220,8 @@ class ImportOps(Configured):
         for other in [j for j in self.jobs.values() if j.active]:
             while other.stop_when_unfollowed and other.followers == 0 and other.active and not other.abandoned():
                 time.sleep(0.05)  # its client has not attached (yet, or ever: it died right after starting it)
+            if not other.active:  # it ended while we waited
+                continue
             if not other.abandoned():
                 raise Conflict("an import is already running; stop it or wait for it to finish")
             other.control.stop()
