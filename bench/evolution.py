@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 
 from memmy.commands.evolution import RunWorker
+from memmy.commands.turns import CloseSession, CompleteTurn, OpenSession, StartTurn
 
 FAMILIES = [
     ("python", "run the unit tests of the {x} package", "ModuleNotFoundError: No module named '{x}_core'"),
@@ -100,7 +101,7 @@ def main() -> int:
     capture_started = time.perf_counter()
     for n in range(args.episodes):
         task, error = families[n % len(families)]
-        session_id = service.open_session({"workspacePath": "/work/bench"}, ns)["sessionId"]
+        session_id = service.open_session(OpenSession.from_json({"workspacePath": "/work/bench"}), ns)["sessionId"]
         turns = [
             (
                 task,
@@ -130,15 +131,18 @@ def main() -> int:
         ]
         for query, answer, calls in turns:
             t0 = time.perf_counter()
-            started = service.start_turn({"sessionId": session_id, "query": query}, ns)
+            started = service.start_turn(StartTurn.from_json({"sessionId": session_id, "query": query}), ns)
             t1 = time.perf_counter()
             service.complete_turn(
-                started["turnId"], {"sessionId": session_id, "query": query, "answer": answer, "toolCalls": calls}, ns
+                CompleteTurn.from_json(
+                    {"sessionId": session_id, "query": query, "answer": answer, "toolCalls": calls}, started["turnId"]
+                ),
+                ns,
             )
             t2 = time.perf_counter()
             start_ms.append((t1 - t0) * 1000)
             complete_ms.append((t2 - t1) * 1000)
-        service.close_session(session_id)
+        service.close_session(CloseSession.from_json({}, session_id))
         if (n + 1) % 50 == 0:
             print(f"  captured {n + 1} episodes", file=sys.stderr)
     capture_s = time.perf_counter() - capture_started

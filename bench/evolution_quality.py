@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from memmy.commands.evolution import Feedback, RunWorker
+from memmy.commands.turns import CloseSession, CompleteTurn, OpenSession, StartTurn
 
 # --------------------------------------------------------------------------- the task bank
 
@@ -534,18 +535,20 @@ class Runner:
         tp = fp = fn = 0
         for session in self.scenario["sessions"]:
             ns = self.ns(session["project"], session.get("agent", "claude_code"))
-            sid = self.service.open_session({"workspacePath": self.paths[session["project"]]}, ns)["sessionId"]
+            sid = self.service.open_session(
+                OpenSession.from_json({"workspacePath": self.paths[session["project"]]}), ns
+            )["sessionId"]
             previous_task, previous_episode, previous_query = None, None, ""
             episode_of: dict[str, str] = {}
             for turn in session["turns"]:
-                started = self.service.start_turn({"sessionId": sid, "query": turn["query"]}, ns)
+                started = self.service.start_turn(StartTurn.from_json({"sessionId": sid, "query": turn["query"]}), ns)
                 body = {
                     "sessionId": sid,
                     "query": turn["query"],
                     "answer": turn["answer"],
                     "toolCalls": turn.get("toolCalls", []),
                 }
-                done = self.service.complete_turn(started["turnId"], body, ns)
+                done = self.service.complete_turn(CompleteTurn.from_json(body, started["turnId"]), ns)
                 episode = done.get("episodeId") or started.get("episodeId")
                 if previous_task is not None:
                     truth = turn["task"] != previous_task
@@ -561,7 +564,7 @@ class Runner:
                 previous_query = turn["query"]
                 previous_task, previous_episode = turn["task"], episode
                 episode_of[turn["task"]] = str(episode)
-            self.service.close_session(sid)
+            self.service.close_session(CloseSession.from_json({}, sid))
             for item in session.get("feedback", []):
                 target = episode_of.get(item["task"])
                 if target:
@@ -643,8 +646,10 @@ class Runner:
         self.misses: list[tuple[dict[str, Any], str]] = []
         for probe in self.scenario["probes"]:
             ns = self.ns(probe["project"], "claude_code")
-            sid = self.service.open_session({"workspacePath": self.paths[probe["project"]]}, ns)["sessionId"]
-            started = self.service.start_turn({"sessionId": sid, "query": probe["query"]}, ns)
+            sid = self.service.open_session(OpenSession.from_json({"workspacePath": self.paths[probe["project"]]}), ns)[
+                "sessionId"
+            ]
+            started = self.service.start_turn(StartTurn.from_json({"sessionId": sid, "query": probe["query"]}), ns)
             markdown = started["injectedContext"]["markdown"]
             self.samples.append((probe, markdown))
             ids = list(started.get("sourceMemoryIds") or [])
@@ -667,7 +672,7 @@ class Runner:
                 quiet += not markdown.strip()
                 if markdown.strip():
                     self.misses.append((probe, markdown))
-            self.service.close_session(sid)
+            self.service.close_session(CloseSession.from_json({}, sid))
         n = len(self.scenario["probes"])
         return {
             "leak_per_100": 100.0 * leaks / n if n else 0.0,

@@ -70,6 +70,7 @@ import httpx
 import numpy as np
 
 import memmy.recall.pipeline as pipeline_module
+from memmy.commands.turns import OpenSession, StartTurn
 from memmy.domain import ID_PREFIX_BY_LAYER, Memory, new_id
 from memmy.embed import LocalMiniLMEmbedder, OnnxMiniLMEmbedder
 from memmy.embed.onnx_minilm import onnxruntime_available
@@ -419,16 +420,18 @@ def in_process(
     open_s = time.perf_counter() - started
     ns = Namespace(source=SOURCE)
     try:
-        session_id = service.open_session({"source": SOURCE}, ns)["sessionId"]
+        session_id = service.open_session(OpenSession.from_json({"source": SOURCE}), ns)["sessionId"]
         for number, (_kind, prompt) in enumerate(warmup):
-            service.start_turn({"sessionId": session_id, "turnId": f"warm-{number}", "query": prompt}, ns)
+            service.start_turn(
+                StartTurn.from_json({"sessionId": session_id, "turnId": f"warm-{number}", "query": prompt}), ns
+            )
         samples: list[TurnSample] = []
         with StageProbe(service) as probe:
             probe.take()
             for number, (kind, prompt) in enumerate(prompts):
                 body = {"sessionId": session_id, "turnId": f"turn-{number}", "query": prompt}
                 clock = time.perf_counter()
-                response = service.start_turn(body, ns)
+                response = service.start_turn(StartTurn.from_json(body), ns)
                 total = (time.perf_counter() - clock) * 1000
                 stages = probe.take()
                 stages["turn bookkeeping"] = total - stages.get("recall", 0.0)
