@@ -205,6 +205,8 @@ def main() -> None:
             print(f"| `{label}` | {cold:.1f} | {median:.1f} | {p95:.1f} | {worst:.1f} |")
         slow = [r for r in rows if "/api/" not in r[0] and "/results?" not in r[0] and r[3] > 150]
         print(f"\npages over 150 ms at p95: {', '.join(r[0] for r in slow) if slow else 'none'}")
+        late = [r for r in rows if "/results?" in r[0] and r[3] > 150]
+        print(f"search results fragments over 150 ms at p95: {', '.join(r[0] for r in late) if late else 'none'}")
         print("(the /panel/memories/results rows are the search results panel.js loads after the page: the engine)")
         shutil.rmtree(home, ignore_errors=True)
 
