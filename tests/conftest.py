@@ -10,10 +10,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -260,3 +261,27 @@ def importer_service(isolated_home: Path, embedder: Embedder) -> Iterator[Memory
     )
     yield service
     service.close()
+
+
+#: Builds an in-process service over a store of its own, with ``memmyMemory`` config overrides.
+ServiceFactory = Callable[..., MemoryService]
+
+
+@pytest.fixture
+def make_service(isolated_home: Path, embedder: Embedder) -> Iterator[ServiceFactory]:
+    """In-process services, each over its own store, with the given ``memmyMemory`` config; closed at the end."""
+    created: list[MemoryService] = []
+
+    def build(config: dict[str, Any] | None = None) -> MemoryService:
+        path = isolated_home / ".memmy" / "config.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump({"memmyMemory": config or {}}))
+        db = isolated_home / f"memory-{len(created)}.sqlite"  # every service gets a store of its own
+        service = MemoryService.open(load_config(db_override=db), embedder=embedder)
+        service.indexer.load_index()
+        created.append(service)
+        return service
+
+    yield build
+    for service in created:
+        service.close()

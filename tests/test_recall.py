@@ -5,41 +5,18 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from memmy.capture.sanitize import wrap_for_agent
 from memmy.commands.memory import AddMemory, ArchiveMemory, DeleteMemory, SearchMemory
 from memmy.commands.turns import CompleteTurn, OpenSession, StartTurn
-from memmy.config import load_config
-from memmy.embed import Embedder
 from memmy.namespace import Namespace
 from memmy.service import MemoryService
 from tests.llm_stub import run_chat_stub
 
 NS = Namespace(source="claude_code")
-
-
-@pytest.fixture
-def make_service(isolated_home: Path, embedder: Embedder) -> Iterator:  # type: ignore[type-arg]
-    created: list[MemoryService] = []
-
-    def build(config: dict | None = None) -> MemoryService:  # type: ignore[type-arg]
-        path = isolated_home / ".memmy" / "config.yaml"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump({"memmyMemory": config or {}}))
-        db = isolated_home / f"memory-{len(created)}.sqlite"  # every service gets a store of its own
-        service = MemoryService.open(load_config(db_override=db), embedder=embedder)
-        service.indexer.load_index()
-        created.append(service)
-        return service
-
-    yield build
-    for service in created:
-        service.close()
 
 
 def add(service: MemoryService, content: str, ns: Namespace = NS, **body: object) -> str:

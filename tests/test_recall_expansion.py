@@ -2,44 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import numpy as np
 import pytest
-import yaml
 
 from memmy.commands.memory import AddMemory, SearchMemory
-from memmy.config import load_config
 from memmy.domain import Memory
 from memmy.embed import Embedder
 from memmy.namespace import Namespace
 from memmy.recall.expansion import expansion_terms
 from memmy.recall.pipeline import Candidate
-from memmy.service import MemoryService
 from memmy.store.vectors import VectorIndex, VectorMeta
 
 NS = Namespace(source="claude_code")
-
-
-@pytest.fixture
-def make_service(isolated_home: Path, embedder: Embedder) -> Iterator:  # type: ignore[type-arg]
-    created: list[MemoryService] = []
-
-    def build(config: dict | None = None) -> MemoryService:  # type: ignore[type-arg]
-        path = isolated_home / ".memmy" / "config.yaml"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump({"memmyMemory": config or {}}))
-        service = MemoryService.open(
-            load_config(db_override=isolated_home / f"m{len(created)}.sqlite"), embedder=embedder
-        )
-        service.indexer.load_index()
-        created.append(service)
-        return service
-
-    yield build
-    for service in created:
-        service.close()
 
 
 def test_similarities_are_the_exact_cosines_of_the_listed_memories() -> None:
