@@ -80,6 +80,10 @@ class OpenSession:
             workspace_path=_opt_text(data, "workspacePath"),
         )
 
+    def redacted(self, redactor: Redacts) -> OpenSession:
+        """A copy with secrets removed from the workspace path (it is stored with the session)."""
+        return replace(self, workspace_path=redactor.redact(self.workspace_path) if self.workspace_path else None)
+
 
 @dataclass(frozen=True)
 class CloseSession:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from typing import Any, TypeVar
 
 from memmy import __version__
@@ -270,8 +269,7 @@ class MemoryService(Configured):
     # -- sessions and turns -----------------------------------------------------------------------
     def open_session(self, command: OpenSession, ns: Namespace) -> dict[str, Any]:
         """Open or resume a session."""
-        redacted = self.redactor.redact(command.workspace_path) if command.workspace_path else None
-        return self.turn_ops.open_session(replace(command, workspace_path=redacted), ns)
+        return self.turn_ops.open_session(command.redacted(self.redactor), ns)
 
     def close_session(self, command: CloseSession) -> dict[str, Any]:
         """Close a session."""
