@@ -223,3 +223,31 @@ def test_server_lock_refuses_live_pid_and_clears_stale(tmp_path: Path) -> None:
     assert json.loads(lock.path.read_text())["pid"] == os.getpid()
     lock.release()
     assert not lock.path.exists()
+
+
+def test_processes_opening_a_new_store_at_once_migrate_it_once(tmp_path: Path) -> None:
+    """`serve` and `init` started together on a fresh HOME both migrate the same new file: neither may fail.
+
+    (The file exists already: a second process that finds it still 0 bytes is refused by the preflight, a
+    separate race left open.)"""
+    for attempt in range(5):
+        path = tmp_path / f"race-{attempt}.sqlite"
+        with sqlite3.connect(path) as conn:  # the state right after the first process created the file
+            conn.execute(
+                "CREATE TABLE schema_migrations "
+                "(id TEXT PRIMARY KEY, version INTEGER NOT NULL, applied_at TEXT NOT NULL, checksum TEXT NOT NULL)"
+            )
+        os.chmod(path, 0o600)
+        code = (
+            "import sys; from pathlib import Path; from memmy.store.db import Database; "
+            "Database(Path(sys.argv[1])).close()"
+        )
+        procs = [
+            subprocess.Popen([sys.executable, "-c", code, str(path)], stderr=subprocess.PIPE, text=True)
+            for _ in range(4)
+        ]
+        errors = [err for proc in procs if (err := proc.communicate(timeout=120)[1]) and proc.returncode != 0]
+        assert errors == []
+        with sqlite3.connect(path) as conn:
+            rows = conn.execute("SELECT version FROM schema_migrations ORDER BY version").fetchall()
+        assert [r[0] for r in rows] == [m.version for m in MIGRATIONS]

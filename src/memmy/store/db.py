@@ -283,6 +283,9 @@ def migrate(conn: sqlite3.Connection, path: Path | None, target: int = SCHEMA_VE
         if migration.version <= version or migration.version > target:
             continue
         conn.execute("BEGIN IMMEDIATE")
+        if current_version(conn) >= migration.version:  # another process (serve and init at once) applied it
+            conn.execute("COMMIT")
+            continue
         try:
             for statement in _split_sql(migration.sql):
                 conn.execute(statement)
