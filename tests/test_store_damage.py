@@ -11,6 +11,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from memmy.embed import Embedder
 from memmy.errors import StorageFullError
 from memmy.namespace import Namespace
 from memmy.service import MemoryService
-from memmy.store.db import Database
+from memmy.store.db import Database, create_store_file
 from memmy.store.integrity import check_store
 from tests.conftest import Daemon, free_port, small_tmpfs
 
@@ -300,3 +301,39 @@ def test_leaked_pages_are_a_warning_not_a_rebuild(sample_store: Path, tmp_path: 
     Database(db).close()  # opens (no refusal, no full-text rebuild)
     assert not list(db.parent.glob("memory.sqlite.damaged-*.bak"))
     assert doctor(tmp_path, db).returncode == 0
+
+
+def test_a_new_store_is_never_visible_as_an_empty_file(tmp_path: Path) -> None:
+    """Another process opening the path mid-creation must never find the 0-byte file the preflight refuses."""
+    for attempt in range(10):
+        path = tmp_path / f"home{attempt}" / "memory.sqlite"
+        stop = threading.Event()
+        sizes: list[int] = []
+
+        def watch(path: Path = path, stop: threading.Event = stop, sizes: list[int] = sizes) -> None:
+            while not stop.is_set():
+                try:
+                    sizes.append(path.stat().st_size)
+                except FileNotFoundError:
+                    continue
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            Database(path).conn.close()
+        finally:
+            stop.set()
+            watcher.join()
+        assert sizes and 0 not in sizes
+        assert oct(path.stat().st_mode & 0o777) == "0o600"
+        assert [p.name for p in path.parent.iterdir() if p.name.endswith(".new")] == []
+
+
+def test_creating_a_store_leaves_an_existing_one_alone(tmp_path: Path) -> None:
+    """The creator links into place; a store that appeared meanwhile is kept, not overwritten."""
+    path = tmp_path / "memory.sqlite"
+    assert create_store_file(path) is True
+    sqlite3.connect(path).execute("CREATE TABLE mine (x)").connection.commit()
+    assert create_store_file(path) is False
+    tables = {row[0] for row in sqlite3.connect(path).execute("SELECT name FROM sqlite_master")}
+    assert "mine" in tables

@@ -65,6 +65,36 @@ def _check_sqlite_features(conn: sqlite3.Connection) -> None:
         raise StoreError(f"this Python's SQLite has no FTS5 support ({exc}); use a Python built with FTS5") from exc
 
 
+def create_store_file(path: Path) -> bool:
+    """Create an empty WAL-mode SQLite file at ``path``, owner-only; False when another process created it first.
+
+    The file is built beside ``path`` and linked into place, so no process ever sees a half-created (0-byte)
+    store, which the preflight would rightly refuse as damaged.
+    """
+    staging = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.new")
+    try:
+        os.close(os.open(staging, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600))
+        conn = sqlite3.connect(str(staging))
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")  # writes the header: the file is a database from now on
+        finally:
+            conn.close()
+        try:
+            os.link(staging, path)
+        except FileExistsError:
+            return False
+        except OSError:  # a file system without hard links: rename, unless someone got there first
+            if path.exists():
+                return False
+            os.replace(staging, path)
+        return True
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot create database {path}: {exc}") from exc
+    finally:
+        for leftover in (staging, staging.with_name(staging.name + "-wal"), staging.with_name(staging.name + "-shm")):
+            leftover.unlink(missing_ok=True)
+
+
 class Database:
     """One SQLite connection shared by the process, serialised by a re-entrant lock.
 
@@ -83,10 +113,10 @@ class Database:
         self.last_write_error: str | None = None
         self._probe: tuple[float, str | None] | None = None
         path.parent.mkdir(parents=True, exist_ok=True)
-        preflight(path)  # 0-byte, not SQLite, truncated: refused before SQLite touches it
         existed = path.exists()
         if not existed:
-            path.touch(mode=0o600)  # memories are private: owner-only, like the config file
+            existed = not create_store_file(path)
+        preflight(path)  # 0-byte, not SQLite, truncated: refused before SQLite touches it
         try:
             self.conn = sqlite3.connect(
                 str(path), check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000
