@@ -36,8 +36,21 @@ def pytest_report_header() -> str:
     return f"sqlite {sqlite3.sqlite_version}"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One directory for the built ONNX graph, shared by every test home and daemon of the session.
+
+    Without it each fresh home rebuilds the graph (seconds of CPU per daemon); what the build does is tested
+    on its own in test_embed_onnx.py.
+    """
+    cache = tmp_path_factory.mktemp("model-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MEMMY_MODEL_CACHE", str(cache))
+        yield cache
+
+
 @pytest.fixture(autouse=True)
-def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model_cache: Path) -> Path:
     """Every test gets its own HOME and MEMMY_HOME; memmy env vars from the outside are cleared."""
     for name in list(os.environ):
         if name.startswith(_ENV_PREFIXES):
@@ -46,6 +59,7 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("MEMMY_HOME", str(home / ".memmy"))
+    monkeypatch.setenv("MEMMY_MODEL_CACHE", str(model_cache))
     return home
 
 
@@ -144,6 +158,8 @@ class Daemon:
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(_ENV_PREFIXES)}
         env.update({"HOME": str(self.home), "MEMMY_HOME": str(self.home / ".memmy")})
+        if "MEMMY_MODEL_CACHE" in os.environ:
+            env["MEMMY_MODEL_CACHE"] = os.environ["MEMMY_MODEL_CACHE"]
         if self.token:
             env["MEMMY_MEMORY_TOKEN"] = self.token
         env.update(self.extra_env)

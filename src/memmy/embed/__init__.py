@@ -4,7 +4,7 @@ OpenAI-compatible endpoints."""
 from memmy.embed.base import Embedder, EmbeddingFingerprint, EmbedRole, l2_normalize
 from memmy.embed.factory import LOCAL_MODEL_ALIASES, SUPPORTED_PROVIDERS, build_embedder
 from memmy.embed.minilm import LocalMiniLMEmbedder
-from memmy.embed.onnx_minilm import OnnxMiniLMEmbedder
+from memmy.embed.onnx_minilm import OnnxMiniLMEmbedder, model_cache_dir
 from memmy.embed.openai_compat import OpenAICompatibleEmbedder
 
 __all__ = [
@@ -18,4 +18,5 @@ __all__ = [
     "OpenAICompatibleEmbedder",
     "build_embedder",
     "l2_normalize",
+    "model_cache_dir",
 ]

@@ -216,10 +216,24 @@ def write_graph(weights: Path, out: Path) -> None:
     out.write_bytes(build_graph(weights).SerializeToString())
 
 
+def model_cache_dir(home: Path | None = None) -> Path:
+    """Where built graphs live: ``$MEMMY_MODEL_CACHE``, else ``<home>/models``.
+
+    ``home`` is memmy's home (default ``$MEMMY_HOME``, else ``~/.memmy``). ``MEMMY_MODEL_CACHE`` lets several
+    homes (test homes, a second profile) share one built graph.
+    """
+    shared = os.environ.get("MEMMY_MODEL_CACHE")
+    if shared:
+        return Path(shared).expanduser()
+    if home is None:
+        home = Path(os.environ.get("MEMMY_HOME") or Path.home() / ".memmy").expanduser()
+    return home / "models"
+
+
 class OnnxMiniLMEmbedder(LocalMiniLMEmbedder):
     """all-MiniLM-L6-v2 run by onnxruntime (same fingerprint and vectors as :class:`LocalMiniLMEmbedder`).
 
-    ``cache_dir`` holds the built graph (default ``$MEMMY_HOME/models``, else ``~/.memmy/models``);
+    ``cache_dir`` holds the built graph (default :func:`model_cache_dir`);
     ``threads`` is the intra-op pool size (default :func:`default_threads`).
     """
 
@@ -234,7 +248,7 @@ class OnnxMiniLMEmbedder(LocalMiniLMEmbedder):
         kwargs.setdefault("max_batch_tokens", ORT_MAX_BATCH_TOKENS)
         super().__init__(model_dir=model_dir, batch_size=batch_size, **kwargs)
         if cache_dir is None:
-            cache_dir = Path(os.environ.get("MEMMY_HOME") or Path.home() / ".memmy").expanduser() / "models"
+            cache_dir = model_cache_dir()
         self.cache_dir = Path(cache_dir)
         self.threads = threads or default_threads()
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from memmy.commands.memory import DeleteMemory
 from memmy.config import MemmyConfig, Settings
 from memmy.dream.ops import DreamOps
-from memmy.embed import Embedder, build_embedder
+from memmy.embed import Embedder, build_embedder, model_cache_dir
 from memmy.errors import ConfigError
 from memmy.indexing import Indexer
 from memmy.jobs.episodes import EpisodeOps
@@ -60,7 +60,7 @@ def embedder_factory(config: MemmyConfig) -> Callable[[], Embedder]:
             batch_size=settings.batch_size,
             timeout_ms=settings.timeout_ms,
             max_retries=settings.max_retries,
-            cache_dir=config.home / "models",
+            cache_dir=model_cache_dir(config.home),
         )
 
     return factory
