@@ -12,12 +12,13 @@ from typing import Any
 from memmy.domain import Memory, new_id, stable_json
 from memmy.errors import StorageFullError
 from memmy.store.db import Database, utc_now
+from memmy.store.jsontext import dumps_json
 
 log = logging.getLogger("memmy.store")
 
 
 def _json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, ensure_ascii=False, default=str)
+    return None if value is None else dumps_json(value)
 
 
 _CHANGE_SQL = (
