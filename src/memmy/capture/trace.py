@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memmy.domain import summarise
+from memmy.redact.keywords import KeywordScan
 from memmy.redact.tags import neutralize_tags
 
 TRUNCATION_MARK = "\n\n…[truncated]…\n\n"
@@ -72,11 +73,12 @@ _ERROR_PATTERNS: tuple[tuple[re.Pattern[str], tuple[str, ...], bool], ...] = (
     (re.compile(r"\b[A-Z][A-Z0-9]+(?:_[A-Z0-9]+)+\b"), ("_",), False),
     (re.compile(r"\bE[A-Z]{3,}\b[^\n]{0,80}"), ("E",), False),
 )
-#: Each distinct needle once, with the rules it lets run: a text is searched once per needle, not once per rule.
-_TAG_NEEDLES: tuple[tuple[str, tuple[int, ...]], ...] = tuple(
-    (needle, tuple(i for i, rule in enumerate(_KEYWORD_TAGS) if needle in rule[2]))
+#: Each distinct needle with the rules it lets run, all found in one pass over the text.
+_TAG_NEEDLES: dict[str, tuple[int, ...]] = {
+    needle: tuple(i for i, rule in enumerate(_KEYWORD_TAGS) if needle in rule[2])
     for needle in dict.fromkeys(n for rule in _KEYWORD_TAGS for n in rule[2])
-)
+}
+_TAG_NEEDLE_SCAN = KeywordScan(_TAG_NEEDLES)
 _ERR_CODE = re.compile(r"\b[A-Z][A-Z0-9_]{2,}_[A-Z0-9_]+\b")
 _SCORE_ERROR = re.compile(r"Error|Exception")
 _SCORE_SHAPE = re.compile(r"\bE[A-Z]{3,}\b|/[\w.-]+/")
@@ -175,7 +177,8 @@ def derive_tags(text: str, tool_calls: list[dict[str, Any]], extra: list[str]) -
         for code in _ERR_CODE.findall(call.get("error") or ""):
             found.update(part.lower() for part in code.split("_"))
     folded = text.casefold()
-    candidates = {i for needle, rules in _TAG_NEEDLES if needle in folded for i in rules}
+    found_needles = _TAG_NEEDLE_SCAN.found(folded)
+    candidates = {i for needle in found_needles for i in _TAG_NEEDLES[needle]}
     for index in candidates:
         tag, pattern, _needles = _KEYWORD_TAGS[index]
         if pattern.search(text):

@@ -1,7 +1,7 @@
 """The redaction engine: a keyword pre-filter, then only the rules whose keywords occur in the text.
 
-The pre-filter finds every keyword in one pass (an Aho-Corasick automaton, ``ahocorasick-rs``), not one
-substring search per keyword: the same keywords, found ~10x faster.
+The pre-filter finds every keyword in one pass (:class:`memmy.redact.keywords.KeywordScan`), not one substring
+search per keyword: the same keywords, found ~10x faster.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import ahocorasick_rs
-
+from memmy.redact.keywords import KeywordScan
 from memmy.redact.rules import PASSWORD_NAME, RULES, Rule
 
 #: Values that name a secret instead of being one (``password: None``, ``token = "<your token>"``).
@@ -164,8 +163,7 @@ class Redactor:
                 if keyword:
                     by_keyword.setdefault(keyword, []).append(index)
         self._by_keyword = {k: tuple(v) for k, v in sorted(by_keyword.items())}
-        # Overlapping matches: every keyword that occurs is reported, as ``keyword in text`` would find it.
-        self._keywords = ahocorasick_rs.AhoCorasick(list(self._by_keyword))
+        self._keywords = KeywordScan(self._by_keyword)
 
     @classmethod
     def from_config(cls, settings: Mapping[str, Any] | None) -> Redactor:
@@ -197,7 +195,7 @@ class Redactor:
         rules), so nothing in it, nor in any part of it, would be redacted: one scan may clear many fields."""
         if any(len(text) >= self.rules[index].min_len for index in self._always):
             return True
-        return bool(self._keywords.find_matches_as_strings(text.lower(), overlapping=True))
+        return bool(self._keywords.found(text.lower()))
 
     def redact(self, text: str | None, report: RedactionReport | None = None) -> str:
         """Replace every secret in ``text`` with a ``[REDACTED:<kind>]`` marker."""
@@ -205,7 +203,7 @@ class Redactor:
             return text or ""
         lowered = text.lower()
         selected = set(self._always)
-        for keyword in self._keywords.find_matches_as_strings(lowered, overlapping=True):
+        for keyword in self._keywords.found(lowered):
             selected.update(self._by_keyword[keyword])
         for index in sorted(selected):
             rule = self.rules[index]

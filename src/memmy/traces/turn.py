@@ -39,12 +39,12 @@ class HostTurn:
     conversation_id: str
     message_id: str
 
-    @property
+    @cached_property
     def turn_id(self) -> str:
         """The host turn id (see :func:`host_turn_id`)."""
         return host_turn_id(self.source, self.conversation_id, self.message_id)
 
-    @property
+    @cached_property
     def key(self) -> str:
         """The memory key both capture paths give this turn."""
         return host_turn_key(self.source, self.turn_id)
