@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 import tempfile
@@ -60,9 +61,16 @@ class SourceAdapter(Protocol):
         ...
 
 
+#: 19 digits in a row may be an integer over 64 bits, which orjson would read as a float: json.loads reads those.
+_LONG_DIGIT_RUN = re.compile(rb"[0-9]{19}")
+
+
 def loads_json(raw: bytes) -> Any:
     """``json.loads`` at orjson's speed: orjson reads the line; what it refuses (lone surrogates from a cut emoji,
-    NaN, huge integers, other encodings) goes to ``json.loads``, which decides as it always did."""
+    NaN, other encodings) or may read differently (integers over 64 bits) goes to ``json.loads``, which decides as
+    it always did."""
+    if _LONG_DIGIT_RUN.search(raw):
+        return json.loads(raw)
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
