@@ -9,6 +9,7 @@ again next time), and the per-source watermark only advances after a clean run.
 from __future__ import annotations
 
 import json
+import operator
 import threading
 import time
 from collections import Counter
@@ -186,9 +187,12 @@ _TEXT_FIELDS = (
 )
 
 
+_text_fields_of = operator.itemgetter(*_TEXT_FIELDS)
+
+
 def _scrubbed(message: SourceMessage) -> SourceMessage:
     values = message.__dict__
-    texts = [value for name in _TEXT_FIELDS if isinstance(value := values[name], str)]
+    texts = [value for value in _text_fields_of(values) if isinstance(value, str)]
     joined = "\x00".join(texts)
     if joined.isascii():
         return message
