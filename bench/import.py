@@ -1,8 +1,9 @@
 """History import benchmark: a synthetic multi-agent home (Claude Code + Codex transcripts, real formats).
 
 Prints turns/s and CPU seconds per 1,000 turns for the text import (redaction, turn grouping, SQLite + FTS writes),
-turns/s for embedding the imported turns afterwards, and peak RSS. The CPU figure judges a run on a busy machine.
-Issue 13's target: >= 2,000 turns/s before embeddings on an idle machine.
+next to a baseline measured in the same run (CPU seconds to read the same files and ``json.loads`` every line, the
+floor of any reader), turns/s for embedding the imported turns afterwards, and peak RSS. The CPU figures judge a run
+on a busy machine. Issue 13's target: >= 2,000 turns/s before embeddings on an idle machine.
 
 Run:  python bench/import.py --turns 20000 [--skip-embeddings]
 """
@@ -169,6 +170,17 @@ def build_home(home: Path, turns: int, per_conversation: int, seed: int) -> int:
     return written
 
 
+def parse_baseline(home: Path) -> tuple[float, int]:
+    """CPU seconds to read every transcript under ``home`` and ``json.loads`` each line; the number of lines."""
+    started, lines = time.process_time(), 0
+    for path in sorted(home.rglob("*.jsonl")):
+        with path.open("rb") as handle:
+            for raw in handle:
+                json.loads(raw)
+                lines += 1
+    return time.process_time() - started, lines
+
+
 def peak_rss_mb() -> float:
     """Peak resident set size of this process (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -201,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     text_s, cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
     totals = result["totals"]
     added = max(1, totals["turnsAdded"])
+    parse_s, lines = parse_baseline(home)
     print(
         f"\nimport (text: redaction, grouping, SQLite + FTS, queueing): {totals['turnsAdded']} turns "
         f"from {totals['messagesScanned']} messages in {text_s:.1f} s = {totals['turnsAdded'] / text_s:,.0f} turns/s"
@@ -208,6 +221,10 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"CPU: {cpu_s:.1f} s = {cpu_s / added * 1000:.2f} CPU-s per 1,000 turns "
         f"(= {added / cpu_s:,.0f} turns per CPU-second; load average {os.getloadavg()[0]:.2f})"
+    )
+    print(
+        f"baseline, same run: json.loads of the same {lines:,} lines: {parse_s:.1f} CPU-s = "
+        f"{parse_s / added * 1000:.2f} CPU-s per 1,000 turns; import / baseline = {cpu_s / max(parse_s, 1e-9):.1f}x"
     )
     print(f"skipped: {totals['skipped'] or 'none'}   failed: {totals['failed']}")
     if not args.skip_embeddings:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memmy.domain import summarise
+from memmy.redact.keywords import KeywordScan
 from memmy.redact.tags import neutralize_tags
 
 TRUNCATION_MARK = "\n\n…[truncated]…\n\n"
@@ -72,7 +73,16 @@ _ERROR_PATTERNS: tuple[tuple[re.Pattern[str], tuple[str, ...], bool], ...] = (
     (re.compile(r"\b[A-Z][A-Z0-9]+(?:_[A-Z0-9]+)+\b"), ("_",), False),
     (re.compile(r"\bE[A-Z]{3,}\b[^\n]{0,80}"), ("E",), False),
 )
+#: Each distinct needle with the rules it lets run, all found in one pass over the text.
+_TAG_NEEDLES: dict[str, tuple[int, ...]] = {
+    needle: tuple(i for i, rule in enumerate(_KEYWORD_TAGS) if needle in rule[2])
+    for needle in dict.fromkeys(n for rule in _KEYWORD_TAGS for n in rule[2])
+}
+_TAG_NEEDLE_SCAN = KeywordScan(_TAG_NEEDLES)
 _ERR_CODE = re.compile(r"\b[A-Z][A-Z0-9_]{2,}_[A-Z0-9_]+\b")
+_SCORE_ERROR = re.compile(r"Error|Exception")
+_SCORE_SHAPE = re.compile(r"\bE[A-Z]{3,}\b|/[\w.-]+/")
+_SCORE_BONUS = tuple(re.compile(p) for p in (r"code=\d+", r"\b\d{3}\b", r"_"))
 _EXIT_CODE = re.compile(r"\bexit (?:code|status)[: ]+(\d+)", re.IGNORECASE)
 
 
@@ -167,8 +177,11 @@ def derive_tags(text: str, tool_calls: list[dict[str, Any]], extra: list[str]) -
         for code in _ERR_CODE.findall(call.get("error") or ""):
             found.update(part.lower() for part in code.split("_"))
     folded = text.casefold()
-    for tag, pattern, needles in _KEYWORD_TAGS:
-        if any(n in folded for n in needles) and pattern.search(text):
+    found_needles = _TAG_NEEDLE_SCAN.found(folded)
+    candidates = {i for needle in found_needles for i in _TAG_NEEDLES[needle]}
+    for index in candidates:
+        tag, pattern, _needles = _KEYWORD_TAGS[index]
+        if pattern.search(text):
             found.add(tag)
     for tag in extra:
         found.add(tag.lower())
@@ -181,8 +194,10 @@ def error_signatures(text: str, limit: int = 4) -> list[str]:
     counts: Counter[str] = Counter()
     folded = text.casefold()
     for pattern, needles, fold in _ERROR_PATTERNS:
-        if needles and not any(n in (folded if fold else text) for n in needles):
-            continue
+        if needles:
+            haystack = folded if fold else text
+            if not any([n in haystack for n in needles]):
+                continue
         for match in pattern.finditer(text):
             fragment = " ".join(match.group(0).split())
             if 6 <= len(fragment) <= 160:
@@ -190,11 +205,11 @@ def error_signatures(text: str, limit: int = 4) -> list[str]:
 
     def score(fragment: str) -> float:
         value = float(counts[fragment])
-        if re.search(r"Error|Exception", fragment):
+        if _SCORE_ERROR.search(fragment):
             value += 3
-        if re.search(r"\bE[A-Z]{3,}\b|/[\w.-]+/", fragment):
+        if _SCORE_SHAPE.search(fragment):
             value += 2
-        value += sum(1 for p in (r"code=\d+", r"\b\d{3}\b", r"_") if re.search(p, fragment))
+        value += sum(1 for p in _SCORE_BONUS if p.search(fragment))
         return value
 
     ranked = sorted(counts, key=lambda f: (-score(f), f))

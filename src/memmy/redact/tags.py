@@ -68,7 +68,7 @@ def _prepare(text: str) -> str:
 
 def _might_hold_tags(text: str) -> bool:
     lowered = text.lower()
-    return any(word in lowered for word in _PREFILTER) or bool(_FULLWIDTH.search(text) and _TAG.search(text))
+    return any([word in lowered for word in _PREFILTER]) or bool(_FULLWIDTH.search(text) and _TAG.search(text))
 
 
 def find_tags(text: str) -> list[Tag]:

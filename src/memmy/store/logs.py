@@ -12,12 +12,13 @@ from typing import Any
 from memmy.domain import Memory, new_id, stable_json
 from memmy.errors import StorageFullError
 from memmy.store.db import Database, utc_now
+from memmy.store.jsontext import dumps_json
 
 log = logging.getLogger("memmy.store")
 
 
 def _json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, ensure_ascii=False, default=str)
+    return None if value is None else dumps_json(value)
 
 
 _CHANGE_SQL = (
@@ -27,9 +28,14 @@ _CHANGE_SQL = (
 
 
 def change_row(
-    memory: Memory, change_type: str, before: dict[str, Any] | None, after: dict[str, Any] | None, source: str
+    memory: Memory,
+    change_type: str,
+    before: dict[str, Any] | None,
+    after: dict[str, Any] | None,
+    source: str,
+    now: str | None = None,
 ) -> tuple[Any, ...]:
-    """The parameters of one memory_change_log row."""
+    """The parameters of one memory_change_log row (logged ``now``, default the current time)."""
     return (
         memory.id,
         memory.project_id,
@@ -42,7 +48,7 @@ def change_row(
         _json(before),
         _json(after),
         source,
-        utc_now(),
+        now or utc_now(),
     )
 
 
@@ -61,7 +67,8 @@ def append_change(
 
 def append_creations(conn: sqlite3.Connection, memories: Sequence[Memory], source: str) -> None:
     """Append the ``create`` rows of many new memories in one statement, inside the caller's transaction."""
-    conn.executemany(_CHANGE_SQL, [change_row(m, "create", None, m.snapshot(), source) for m in memories])
+    now = utc_now()  # one statement, one time
+    conn.executemany(_CHANGE_SQL, [change_row(m, "create", None, m.snapshot(), source, now) for m in memories])
 
 
 class LogRepository:

@@ -11,6 +11,7 @@ from typing import Any
 
 from memmy.domain import Memory
 from memmy.store.db import Database, utc_now
+from memmy.store.jsontext import dumps_json
 from memmy.store.logs import append_change, append_creations
 from memmy.store.text import fts_match_expression, fts_row, phrase_match_expression, query_terms
 
@@ -140,7 +141,7 @@ class MemoryRepository:
         """Insert new memories, index them and log their creation: three statements for any number of them."""
         rows, fts = [], []
         for memory in memories:
-            tags_json = json.dumps(memory.tags, ensure_ascii=False)
+            tags_json = dumps_json(memory.tags, None)
             rows.append(
                 (
                     memory.id,
@@ -154,8 +155,8 @@ class MemoryRepository:
                     memory.title,
                     memory.content,
                     tags_json,
-                    json.dumps(memory.info, ensure_ascii=False),
-                    json.dumps(memory.properties, ensure_ascii=False),
+                    dumps_json(memory.info, None),
+                    dumps_json(memory.properties, None),
                     memory.layer,
                     memory.content_hash,
                     memory.version,

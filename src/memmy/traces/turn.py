@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
 from typing import Any
 
 from memmy.domain import sha256_hex
 from memmy.transcripts.turns import host_turn_id
 
 
+@lru_cache(maxsize=256)  # every turn of a conversation asks
 def session_of_conversation(source: str, conversation_id: str) -> str:
     """The memmy session that holds a host conversation's imported turns."""
     return "import_" + sha256_hex(f"{source}:{conversation_id}")[:20]
@@ -37,12 +39,12 @@ class HostTurn:
     conversation_id: str
     message_id: str
 
-    @property
+    @cached_property
     def turn_id(self) -> str:
         """The host turn id (see :func:`host_turn_id`)."""
         return host_turn_id(self.source, self.conversation_id, self.message_id)
 
-    @property
+    @cached_property
     def key(self) -> str:
         """The memory key both capture paths give this turn."""
         return host_turn_key(self.source, self.turn_id)
@@ -80,17 +82,17 @@ class CapturedTurn:
     imported: bool = False
     redacted: bool = False
 
-    @property
+    @cached_property  # a frozen dataclass still has a __dict__ to cache in
     def raw_turn_id(self) -> str:
         """The raw turn row's id."""
         return raw_turn_id_of(self.session_id, self.turn_id)
 
-    @property
+    @cached_property  # a frozen dataclass still has a __dict__ to cache in
     def memory_id(self) -> str:
         """The L1 trace memory's id."""
         return trace_id_of(self.session_id, self.turn_id)
 
-    @property
+    @cached_property  # a frozen dataclass still has a __dict__ to cache in
     def memory_key(self) -> str:
         """The host identity key when the host named the turn, else the session-local trace key."""
         return self.host.key if self.host is not None else f"trace:{self.session_id}:{self.turn_id}:0"

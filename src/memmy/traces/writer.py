@@ -13,6 +13,7 @@ from memmy.domain import Memory, content_hash
 from memmy.indexing import Indexer
 from memmy.redact import DEFAULT_REDACTOR, Redactor
 from memmy.store.db import utc_now
+from memmy.store.jsontext import dumps_json
 from memmy.store.tombstones import Tombstone, value_hash
 from memmy.store.unit import Store
 from memmy.traces.turn import CapturedTurn
@@ -40,7 +41,7 @@ class WrittenTrace:
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, default=str)
+    return dumps_json(value)
 
 
 class TraceWriter(Configured):
@@ -153,10 +154,11 @@ class TraceWriter(Configured):
         if not built:
             return []
         user_id = built[0].turn.user_id
-        hashes, keys = self.tombstones.matched(
-            user_id, [value_hash(p.step.content) for p in built], [p.turn.memory_key for p in built]
-        )
-        kept = [p for p in built if p.turn.memory_key not in keys and value_hash(p.step.content) not in hashes]
+        values = [value_hash(p.step.content) for p in built]
+        hashes, keys = self.tombstones.matched(user_id, values, [p.turn.memory_key for p in built])
+        kept = [
+            p for p, value in zip(built, values, strict=True) if p.turn.memory_key not in keys and value not in hashes
+        ]
         with self.db.transaction():
             for first in {p.turn.session_id: p.turn for p in kept}.values():
                 self._ensure_import_session(first)

@@ -196,4 +196,3 @@ def rollout_messages(state: Rollout, stats: ScanStats) -> list[SourceMessage]:
             continue
         kept.append(message)
     return kept
-

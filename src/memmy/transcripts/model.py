@@ -7,8 +7,9 @@ readers, so a turn has the same message ids (and so the same identity) on both p
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,6 +17,8 @@ from typing import Any, Literal
 
 Role = Literal["user", "assistant", "tool", "system"]
 EPOCH = "1970-01-01T00:00:00.000Z"
+#: A timestamp already in the store's own form (what Claude Code and Codex write): only its date needs checking.
+_CANONICAL_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z")
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,15 @@ class SourceMessage:
     tool_input: str | None = None
     tool_output: str | None = None
     tool_error: str | None = None
+
+
+def with_fields(message: SourceMessage, **changes: Any) -> SourceMessage:
+    """A copy of ``message`` with some fields changed (``dataclasses.replace`` without re-running the frozen
+    ``__init__`` field by field: the history import copies every message)."""
+    copy = object.__new__(SourceMessage)
+    copy.__dict__.update(message.__dict__)
+    copy.__dict__.update(changes)
+    return copy
 
 
 @dataclass
@@ -76,6 +88,12 @@ def to_iso(value: Any) -> str:
     if value is None or value == "" or isinstance(value, bool):
         return EPOCH
     if isinstance(value, str):
+        if _CANONICAL_TIME.fullmatch(value):
+            try:
+                datetime.fromisoformat(value[:-1])  # the form is right; the date must exist as well
+            except ValueError:
+                return EPOCH
+            return value
         text = value.strip()
         if text.replace(".", "", 1).isdigit():
             return to_iso(float(text))
@@ -115,14 +133,19 @@ def extract_text(value: Any, depth: int = 0) -> str:
     return ""
 
 
-def parse_jsonl_line(raw: bytes, stats: ScanStats, *, complete: bool) -> dict[str, Any] | None:
+Loads = Callable[[bytes], Any]
+
+
+def parse_jsonl_line(
+    raw: bytes, stats: ScanStats, *, complete: bool, loads: Loads = json.loads
+) -> dict[str, Any] | None:
     """One JSONL line as an object; None for a blank, bad (``complete``: malformed, else truncated) or non-object
-    line, each counted in ``stats``."""
+    line, each counted in ``stats``. ``loads`` must raise what ``json.loads`` raises for a bad line."""
     line = raw.strip()
     if not line:
         return None
     try:
-        obj = json.loads(line)
+        obj = loads(line)
     except (UnicodeDecodeError, json.JSONDecodeError):
         stats.skip("malformed_line" if complete else "truncated_line")
         return None
@@ -132,7 +155,7 @@ def parse_jsonl_line(raw: bytes, stats: ScanStats, *, complete: bool) -> dict[st
     return obj
 
 
-def iter_jsonl(path: Path, stats: ScanStats) -> Iterator[tuple[int, dict[str, Any]]]:
+def iter_jsonl(path: Path, stats: ScanStats, loads: Loads = json.loads) -> Iterator[tuple[int, dict[str, Any]]]:
     """Stream ``(line_number, object)`` from a JSONL file; bad, non-object and truncated lines are counted."""
     try:
         handle = path.open("rb")
@@ -142,7 +165,7 @@ def iter_jsonl(path: Path, stats: ScanStats) -> Iterator[tuple[int, dict[str, An
     with handle:
         for number, raw in enumerate(handle, start=1):
             stats.records += 1
-            obj = parse_jsonl_line(raw, stats, complete=raw.endswith(b"\n"))
+            obj = parse_jsonl_line(raw, stats, complete=raw.endswith(b"\n"), loads=loads)
             if obj is not None:
                 yield number, obj
 

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
-from memmy.transcripts.model import SourceMessage
+from memmy.transcripts.model import SourceMessage, with_fields
 
 
 def host_turn_id(source: str, conversation_id: str, first_message_id: str) -> str:
@@ -39,7 +38,7 @@ def group_messages(
             if not text:
                 continue
             if text != message.content:
-                message = replace(message, content=text)
+                message = with_fields(message, content=text)
             current = [message]
             turns.append(current)
         elif current is None:

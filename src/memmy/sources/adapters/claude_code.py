@@ -26,11 +26,11 @@ Skip reasons: ``sidechain``, ``meta``, ``non_message_record``, ``no_message``, `
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import replace
 from pathlib import Path
 
 from memmy.sources.model import Conversation, ScanStats, SourceMessage, git_root_of, home_of, iter_jsonl
 from memmy.transcripts.claude_code import SOURCE, ClaudeTranscriptReader
+from memmy.transcripts.model import with_fields
 
 __all__ = ["ADAPTER", "SOURCE", "ClaudeCodeAdapter", "decode_project_slug"]
 
@@ -78,7 +78,7 @@ class ClaudeCodeAdapter:
             cwd = message.workspace_path or workspace
             if cwd not in git_roots:
                 git_roots[cwd] = git_root_of(cwd) if Path(cwd).is_absolute() else None
-            finished.append(replace(message, workspace_path=cwd, git_root=git_roots[cwd]))
+            finished.append(with_fields(message, workspace_path=cwd, git_root=git_roots[cwd]))
         stats.messages += len(finished)
         return Conversation(SOURCE, reader.conversation_id, finished, str(path), workspace)
 

@@ -33,11 +33,11 @@ Skip reasons: ``reasoning``, ``event_msg``, ``state_record``, ``compacted``, ``u
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import replace
 from pathlib import Path
 
 from memmy.sources.model import Conversation, ScanStats, SourceMessage, git_root_of, home_of, iter_jsonl
 from memmy.transcripts.codex import SOURCE, read_rollout, rollout_id_of, rollout_messages
+from memmy.transcripts.model import with_fields
 
 __all__ = ["ADAPTER", "SOURCE", "CodexAdapter", "rollout_id_of"]
 
@@ -87,7 +87,7 @@ class CodexAdapter:
             if cwd is not None and cwd not in git_roots:
                 git_roots[cwd] = git_root_of(cwd) if Path(cwd).is_absolute() else None
             root = git_roots.get(cwd) if cwd else None
-            finished.append(replace(message, conversation_id=conversation_id, workspace_path=cwd, git_root=root))
+            finished.append(with_fields(message, conversation_id=conversation_id, workspace_path=cwd, git_root=root))
         stats.messages += len(finished)
         return Conversation(SOURCE, conversation_id, finished, str(path), workspace)
 
