@@ -562,7 +562,7 @@ class Sources(TypedDict):
 
     sources: list[JSONObject]
     known: list[str]
-    recipeErrors: list[JSONValue]
+    recipeErrors: list[str]
     serverTime: str
 
 

@@ -2,7 +2,8 @@
 (``server/openapi.py``) are both built from it, so adding an endpoint is adding one row.
 
 A row names its method and path, its request type (a :class:`~memmy.commands.base.Command` read from the JSON
-body or the query string; a plain JSON Schema for the routes still taking a raw body), its answer type (a
+body, the query string or the path; a plain JSON Schema only for the undocumented catch-all of unknown key-graph
+operations, which passes its raw body), its answer type (a
 ``TypedDict`` of ``memmy/commands/answers.py``), the service call, and the idempotency operation a request carrying
 ``adapterId`` + ``requestId`` is recorded under (``{name}`` is filled from the path).
 """

@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 from memmy import __version__
 from memmy.commands.admin import ReloadConfig
-from memmy.commands.answers import ProcessingRetried, SessionClosed, SessionOpened
+from memmy.commands.answers import ProcessingRetried, SessionClosed, SessionOpened, WorkerRun
 from memmy.commands.base import Command
 from memmy.commands.dream import DreamGet, DreamLog, DreamRestore, DreamRun
 from memmy.commands.evolution import Feedback, ListEpisodes, ListJobs, RunWorker
@@ -424,7 +424,7 @@ class MemoryService(Configured):
             "reloadedAt": utc_now(),
         }
 
-    def run_worker(self, cmd: RunWorker | None = None) -> dict[str, Any]:
+    def run_worker(self, cmd: RunWorker | None = None) -> WorkerRun:
         """Run due work now: embeddings first (L2 association needs vectors), then evolution jobs, until idle.
 
         ``limit`` caps the evolution jobs run (default 20); ``targetMemoryIds`` restricts them.
