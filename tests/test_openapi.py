@@ -152,3 +152,35 @@ def test_daemon_answers_match_the_document(api_daemon: Daemon, api_schema: Any) 
     print(f"schemathesis: {calls} requests, {len(failures)} failures, statuses {sorted(statuses.items())}")
     assert calls >= 200
     assert not failures, "\n\n".join(failures[:30])
+
+
+def test_every_json_answer_is_typed() -> None:
+    """No route answers a bare "some object": each JSON answer is a TypedDict (or a list of them)."""
+    untyped = []
+    for row in ROUTES:
+        if not row.documented or row.media != "application/json" or row.path == "/api/v1/openapi.json":
+            continue
+        schema = type_schema(row.response)
+        if not schema.get("properties") and not schema.get("items", {}).get("properties"):
+            untyped.append(f"{row.method} {row.path}")
+    assert untyped == []
+
+
+def test_turn_bodies_are_generated_from_the_turn_commands() -> None:
+    """The session/turn routes are documented from their Command fields (no hand-written schema)."""
+    paths = openapi_document()["paths"]
+
+    def body(path: str) -> dict[str, Any]:
+        schema: dict[str, Any] = paths[path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        return schema
+
+    start = body("/api/v1/turns/start")
+    assert start["required"] == ["sessionId", "query"]
+    assert {"scope", "channels", "contextHints", "tags", "layers", "limit", "adapterId"} <= set(start["properties"])
+    assert "idempotency" not in start["properties"] and "anyOf" in start  # scope=project needs a workspacePath
+    complete = body("/api/v1/turns/{turn_id}/complete")
+    assert complete["required"] == ["sessionId", "query", "answer"]
+    assert "turnId" not in complete["properties"]  # from the path
+    assert {"hostConversationId", "hostMessageId", "toolCalls", "status"} <= set(complete["properties"])
+    assert "sessionId" not in body("/api/v1/sessions/{session_id}/close")["properties"]
+    assert "sessionId" in body("/api/v1/sessions/open")["properties"]

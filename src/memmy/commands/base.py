@@ -26,8 +26,13 @@ Reader = Callable[[dict[str, Any], str], Any]
 class Redacts(Protocol):
     """What a command needs of :class:`memmy.redact.Redactor` (kept structural: commands sit below redact)."""
 
+    def redact(self, text: str | None) -> str:
+        """The text with every secret replaced."""
+        ...
+
     def redact_json(self, value: Any) -> Any:
         """A copy of a JSON value with every secret replaced."""
+        ...
 
 
 def camel(name: str) -> str:
@@ -44,12 +49,30 @@ def param(
     read: Reader | None = None,
     doc: str = "",
     redact: bool = True,
+    factory: Callable[[], Any] | None = None,
+    wire: bool = True,
 ) -> Any:
-    """A command field: its JSON ``key`` (default: camelCase of the name), extra JSON Schema, a custom reader."""
-    meta = {"key": key, "schema": dict(schema or {}), "read": read, "doc": doc, "redact": redact}
+    """A command field: its JSON ``key`` (default: camelCase of the name), extra JSON Schema, a custom reader.
+
+    ``factory`` makes a fresh default per request (a list); ``wire=False`` marks a field that is not read from
+    the body (a path value, something derived from the request): it is left out of the schema and ``to_json``.
+    """
+    meta = {"key": key, "schema": dict(schema or {}), "read": read, "doc": doc, "redact": redact, "wire": wire}
     if isinstance(default, (list, dict, set)):
         raise TypeError("use a tuple or a default_factory-free immutable default")
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
+
+
+def on_wire(field: dataclasses.Field[Any]) -> bool:
+    """Whether a command field is read from the request body (see :func:`param`'s ``wire``)."""
+    return bool(field.metadata.get("wire", True))
+
+
+def is_required(field: dataclasses.Field[Any]) -> bool:
+    """A field without a default (nor a default factory)."""
+    return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
 
 
 def field_key(field: dataclasses.Field[Any]) -> str:
@@ -109,7 +132,7 @@ def field_reader(field: dataclasses.Field[Any], hint: Any, *, query: bool) -> Ca
     if reader is not None:
         custom = reader
         return lambda body: custom(body, key)
-    required = field.default is dataclasses.MISSING
+    required = is_required(field)
     default: Any = None if required else field.default
     schema: dict[str, Any] = field.metadata.get("schema", {})
     inner, optional = unwrap_optional(hint)
@@ -189,7 +212,9 @@ def read_plan(cls: type[Command]) -> list[tuple[str, Callable[[dict[str, Any]], 
     if plan is None:
         hints = type_hints(cls)
         plan = _PLANS[cls] = [
-            (f.name, field_reader(f, hints[f.name], query=cls.in_query)) for f in dataclasses.fields(cls) if f.init
+            (f.name, field_reader(f, hints[f.name], query=cls.in_query))
+            for f in dataclasses.fields(cls)
+            if f.init and on_wire(f)
         ]
     return plan
 
@@ -236,14 +261,17 @@ class Command:
         return cls(**cls.read_fields(body))
 
     @classmethod
-    def from_request(cls, body: object, query: Mapping[str, str]) -> Self:
-        """The request of an HTTP call: from the query string for a GET-style request, else from the body."""
+    def from_request(cls, body: object, query: Mapping[str, str], path: Mapping[str, str] | None = None) -> Self:
+        """The request of an HTTP call: from the query string for a GET-style request, else from the body
+        (``path``: the values of the route's path, for a request that names its target there)."""
         return cls.from_json(dict(query) if cls.in_query else body)
 
     def to_json(self) -> dict[str, Any]:
         """The request as JSON (its API names; absent values left out), for audit rows."""
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
+            if not on_wire(f):
+                continue
             value = getattr(self, f.name)
             if isinstance(value, Command):
                 out.update(value.to_json())

@@ -78,7 +78,7 @@ class RunWorker(Command):
     target_memory_ids: tuple[str, ...] = param((), read=_targets, schema={"type": "array", "items": {"type": "string"}})
 
     @classmethod
-    def from_request(cls, body: object, query: Mapping[str, str]) -> Self:
+    def from_request(cls, body: object, query: Mapping[str, str], path: Mapping[str, str] | None = None) -> Self:
         """The body, with ``?limit=`` filling in a limit the body does not give."""
         data, limit = require_object(body), query.get("limit")
         if limit and "limit" not in data:

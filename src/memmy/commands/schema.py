@@ -6,9 +6,11 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections import abc
 from typing import Any, Literal, NotRequired, Required, get_args, get_origin, is_typeddict
 
-from memmy.commands.base import Command, field_key, type_hints, unwrap_optional
+from memmy.commands.answers import JSONValue
+from memmy.commands.base import Command, field_key, is_required, on_wire, type_hints, unwrap_optional
 
 _SCALARS: dict[Any, dict[str, Any]] = {
     str: {"type": "string"},
@@ -19,9 +21,17 @@ _SCALARS: dict[Any, dict[str, Any]] = {
 }
 
 
+def _is_json_value(hint: object) -> bool:
+    """:data:`~memmy.commands.answers.JSONValue`, also as ``typing.get_type_hints`` rebuilds it (any JSON)."""
+    if hint == JSONValue or (isinstance(hint, typing.ForwardRef) and hint.__forward_arg__ == "JSONValue"):
+        return True
+    args = get_args(hint) if get_origin(hint) in (typing.Union, types.UnionType) else ()
+    return len(args) == len(get_args(JSONValue)) and {a for a in args if isinstance(a, type)} >= set(_SCALARS)
+
+
 def type_schema(hint: Any) -> dict[str, Any]:
     """The JSON Schema of a Python type (scalars, Literal, unions, lists, tuples, dicts, TypedDicts)."""
-    if hint is Any or hint is object:
+    if hint is Any or hint is object or _is_json_value(hint):
         return {}
     if hint in _SCALARS:
         return dict(_SCALARS[hint])
@@ -32,10 +42,10 @@ def type_schema(hint: Any) -> dict[str, Any]:
         return {"enum": list(args)}
     if origin in (typing.Union, types.UnionType):
         return {"anyOf": [type_schema(a) for a in args]}
-    if origin in (list, tuple) or hint in (list, tuple):
+    if origin in (list, tuple, abc.Sequence) or hint in (list, tuple):
         items = [a for a in args if a is not Ellipsis]
         return {"type": "array", "items": type_schema(items[0])} if items else {"type": "array"}
-    if origin is dict or hint is dict:
+    if origin in (dict, abc.Mapping) or hint is dict:
         return {"type": "object", "additionalProperties": type_schema(args[1])} if args else {"type": "object"}
     if is_typeddict(hint):
         return typeddict_schema(hint)
@@ -65,7 +75,7 @@ def field_schema(field: dataclasses.Field[Any], hint: Any) -> dict[str, Any]:
     doc = field.metadata.get("doc")
     if doc and "description" not in schema:
         schema["description"] = doc
-    if field.default is not dataclasses.MISSING and isinstance(field.default, (str, int, float, bool)):
+    if isinstance(field.default, (str, int, float, bool)):
         schema.setdefault("default", field.default)
     return schema
 
@@ -75,11 +85,13 @@ def request_fields(cls: type[Command]) -> list[tuple[str, dict[str, Any], bool]]
     hints = type_hints(cls)
     found: list[tuple[str, dict[str, Any], bool]] = []
     for field in dataclasses.fields(cls):
+        if not on_wire(field):
+            continue
         hint = hints[field.name]
         if isinstance(hint, type) and issubclass(hint, Command):
             found.extend(request_fields(hint))
             continue
-        found.append((field_key(field), field_schema(field, hint), field.default is dataclasses.MISSING))
+        found.append((field_key(field), field_schema(field, hint), is_required(field)))
     return found
 
 

@@ -1,12 +1,21 @@
-"""Typed session and turn requests: open/close a session, start a turn (recall), complete a turn (capture)."""
+"""Typed session and turn requests: open/close a session, start a turn (recall), complete a turn (capture).
+
+They are :class:`~memmy.commands.base.Command`s like every other request (their fields give the OpenAPI schema);
+their ``from_json`` is their own because a turn's fields are read leniently, as the hooks have always sent them
+(host status words, ``source``/``workspacePath`` ignored unless a non-empty string), and the session or turn id
+of ``close``/``complete`` comes from the path.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, Self
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, Self
 
+from memmy.commands.base import Command, Redacts, param
+from memmy.commands.fields import LAYERS_SCHEMA, STR_LIST, TEXT
 from memmy.commands.idempotency import IdempotencyKey, idempotency_key
-from memmy.commands.memory import RecallOptions
+from memmy.commands.memory import PROJECT_SCOPE, RecallOptions
 from memmy.commands.validate import layers_of, opt_int, opt_list, opt_str, opt_tags, req_str, require_object
 from memmy.domain import Layer
 from memmy.errors import InvalidArgument
@@ -25,18 +34,11 @@ _STATUS_ALIASES = {
     "reset": "cancelled",
     "deleted": "cancelled",
 }
-
-
-class Redacts(Protocol):
-    """Anything with ``redact(text)`` and ``redact_json(value)`` (the service's configured redactor)."""
-
-    def redact(self, text: str | None) -> str:
-        """The text with secrets replaced."""
-        ...
-
-    def redact_json(self, value: Any) -> Any:
-        """A copy of a JSON value with secrets replaced."""
-        ...
+#: A caller-chosen id: up to 200 characters, no NUL or line breaks (see :func:`safe_id`).
+_ID: dict[str, Any] = {"maxLength": 200, "not": {"pattern": "[\\x00\\n\\r]"}}
+_SID: dict[str, Any] = {**_ID, "pattern": TEXT["pattern"]}
+_OPT_TEXT = {"description": "used when a non-empty string (anything else is ignored)"}
+_STATUS = {"enum": ["succeeded", "failed", "cancelled"], "description": "host words (ok, error, ...) are mapped"}
 
 
 def normalize_status(value: Any) -> str:
@@ -61,16 +63,23 @@ def _opt_text(body: dict[str, Any], name: str) -> str | None:
     return value if isinstance(value, str) and value.strip() else None
 
 
+def _path_value(path: Mapping[str, str] | None, name: str) -> str:
+    if not path or name not in path:
+        raise InvalidArgument(f"{name}: missing from the path")
+    return path[name]
+
+
 @dataclass(frozen=True)
-class OpenSession:
+class OpenSession(Command):
     """``POST /api/v1/sessions/open``: open (or resume) a session for an agent."""
 
-    session_id: str | None = None
-    source: str | None = None
-    workspace_path: str | None = None
+    summary: ClassVar[str] = "Open or resume an agent session"
+    session_id: str | None = param(None, schema=_ID)
+    source: str | None = param(None, schema=_OPT_TEXT)
+    workspace_path: str | None = param(None, schema=_OPT_TEXT)
 
     @classmethod
-    def from_json(cls, body: object) -> Self:
+    def from_json(cls, body: object = None) -> Self:
         """Parse and validate a request body."""
         data = require_object(body)
         session_id = opt_str(data, "sessionId")
@@ -80,44 +89,54 @@ class OpenSession:
             workspace_path=_opt_text(data, "workspacePath"),
         )
 
-    def redacted(self, redactor: Redacts) -> OpenSession:
+    def redacted(self, redactor: Redacts) -> Self:
         """A copy with secrets removed from the workspace path (it is stored with the session)."""
         return replace(self, workspace_path=redactor.redact(self.workspace_path) if self.workspace_path else None)
 
 
 @dataclass(frozen=True)
-class CloseSession:
+class CloseSession(Command):
     """``POST /api/v1/sessions/{sessionId}/close``."""
 
-    session_id: str
+    summary: ClassVar[str] = "Close a session"
+    session_id: str = param(wire=False, doc="from the path")
 
     @classmethod
-    def from_json(cls, body: object, session_id: str) -> Self:
+    def from_json(cls, body: object = None, session_id: str = "") -> Self:
         """The session id comes from the path; the body is ignored (kept for idempotency keys)."""
+        if not session_id:
+            raise InvalidArgument("sessionId: missing from the path")
         return cls(session_id=session_id)
+
+    @classmethod
+    def from_request(cls, body: object, query: Mapping[str, str], path: Mapping[str, str] | None = None) -> Self:
+        """The session named by the path."""
+        return cls.from_json(body, _path_value(path, "session_id"))
 
 
 @dataclass(frozen=True)
-class StartTurn:
+class StartTurn(Command):
     """``POST /api/v1/turns/start``: record a turn start and recall context for the agent's prompt.
 
     ``recall_options`` carries the recall fields (``scope``, ``channels``, ``contextHints``, ``tags``), typed as for
     ``memory/search``.
     """
 
-    session_id: str
-    query: str
-    turn_id: str | None = None
-    limit: int = 10
-    layers: list[Layer] = field(default_factory=list)
-    source: str | None = None
-    workspace_path: str | None = None
-    recall_options: RecallOptions = field(default_factory=RecallOptions)
+    summary: ClassVar[str] = "Record a turn start and recall context"
+    schema_extra: ClassVar[dict[str, Any]] = PROJECT_SCOPE
+    session_id: str = param(schema=_SID)
+    query: str = param(schema={**TEXT, "maxLength": 200_000})
+    turn_id: str | None = param(None, schema=_SID)
+    limit: int = param(10, schema={"minimum": 1, "maximum": 50})
+    layers: list[Layer] = param(factory=list, schema=LAYERS_SCHEMA)
+    source: str | None = param(None, schema=_OPT_TEXT)
+    workspace_path: str | None = param(None, schema=_OPT_TEXT)
+    recall_options: RecallOptions = param(factory=RecallOptions)
     #: The request's idempotency key (``adapterId`` + ``requestId``), hashed from the body as it came.
-    idempotency: IdempotencyKey | None = None
+    idempotency: IdempotencyKey | None = param(None, wire=False)
 
     @classmethod
-    def from_json(cls, body: object) -> Self:
+    def from_json(cls, body: object = None) -> Self:
         """Parse and validate a request body."""
         data = require_object(body)
         session_id = safe_id(req_str(data, "sessionId"), "sessionId")
@@ -135,7 +154,7 @@ class StartTurn:
             idempotency=idempotency_key("turn.start", data),
         )
 
-    def redacted(self, redactor: Redacts) -> StartTurn:
+    def redacted(self, redactor: Redacts) -> Self:
         """A copy with secrets removed from every text that may be stored or logged."""
         return replace(
             self,
@@ -149,7 +168,7 @@ class StartTurn:
 
 
 @dataclass(frozen=True)
-class CompleteTurn:
+class CompleteTurn(Command):
     """``POST /api/v1/turns/{turnId}/complete``: store the answered turn (its L1 trace) in memory.
 
     ``host_conversation_id`` + ``host_message_id`` (JSON ``hostConversationId``/``hostMessageId``) name the turn in
@@ -158,26 +177,37 @@ class CompleteTurn:
     importer reads the same transcript later (or did earlier).
     """
 
-    turn_id: str
-    session_id: str
-    query: str
-    answer: str
-    status: str = "succeeded"
+    summary: ClassVar[str] = "Record a turn completion (capture)"
+    #: The host transcript's two ids name the turn together: both or neither.
+    schema_extra: ClassVar[dict[str, Any]] = {
+        "dependentRequired": {"hostConversationId": ["hostMessageId"], "hostMessageId": ["hostConversationId"]}
+    }
+    turn_id: str = param(wire=False, doc="from the path")
+    session_id: str = param(schema=_SID)
+    query: str = param(schema={**TEXT, "maxLength": 2_000_000})
+    answer: str = param(schema={**TEXT, "maxLength": 2_000_000})
+    status: str = param("succeeded", schema=_STATUS)
     reasoning_summary: str | None = None
-    tool_calls: list[Any] = field(default_factory=list)
-    tool_results: list[Any] = field(default_factory=list)
-    source_memory_ids: list[str] = field(default_factory=list)
-    tags: list[str] = field(default_factory=list)
+    tool_calls: list[Any] = param(factory=list, schema={"items": {"type": "object"}})
+    tool_results: list[Any] = param(factory=list)
+    source_memory_ids: list[str] = param(factory=list, schema={"description": "ids recalled for this turn"})
+    tags: list[str] = param(factory=list, schema=STR_LIST)
     usage: dict[str, Any] | None = None
     episode_id: str | None = None
-    source: str | None = None
-    workspace_path: str | None = None
-    host_conversation_id: str | None = None
-    host_message_id: str | None = None
+    source: str | None = param(None, schema=_OPT_TEXT)
+    workspace_path: str | None = param(None, schema=_OPT_TEXT)
+    host_conversation_id: str | None = param(
+        None, schema={"minLength": 1}, doc="the host transcript's conversation (with hostMessageId)"
+    )
+    host_message_id: str | None = param(
+        None, schema={"minLength": 1}, doc="the host transcript's id of the turn's user message"
+    )
 
     @classmethod
-    def from_json(cls, body: object, turn_id: str) -> Self:
+    def from_json(cls, body: object = None, turn_id: str = "") -> Self:
         """Parse and validate a request body (the turn id comes from the path)."""
+        if not turn_id:
+            raise InvalidArgument("turnId: missing from the path")
         data = require_object(body)
         turn_id = safe_id(turn_id, "turnId")
         session_id = safe_id(req_str(data, "sessionId"), "sessionId")
@@ -212,3 +242,8 @@ class CompleteTurn:
             host_conversation_id=host_conversation or None,
             host_message_id=host_message or None,
         )
+
+    @classmethod
+    def from_request(cls, body: object, query: Mapping[str, str], path: Mapping[str, str] | None = None) -> Self:
+        """The turn named by the path."""
+        return cls.from_json(body, _path_value(path, "turn_id"))

@@ -132,13 +132,13 @@ class Api:
 
         async def endpoint(request: Request) -> Response:
             body: Any = None
+            path = {key: str(value) for key, value in request.path_params.items()}
             try:
                 if row.method != "GET" and row.request is not None:
                     body = await read_json(request)
-                request_value = self.parse(row, request, body)
+                request_value = self.parse(row, request, body, path)
             except MemmyError as exc:
                 return error_response(request, exc)
-            path = {key: str(value) for key, value in request.path_params.items()}
             context = Call(self.service, self.namespace(request), path)
             op = row.idempotency.format(**path) if row.idempotency else None
             return await self.call(request, call, context, request_value, idempotency_op=op, body=body)
@@ -146,10 +146,10 @@ class Api:
         return endpoint
 
     @staticmethod
-    def parse(row: Row, request: Request, body: Any) -> Any:
+    def parse(row: Row, request: Request, body: Any, path: dict[str, str]) -> Any:
         """The row's request: a Command from the body (or the query string), the raw body, or the query dict."""
         if isinstance(row.request, type):
-            return row.request.from_request(body, dict(request.query_params))
+            return row.request.from_request(body, dict(request.query_params), path)
         if row.request is not None:
             return body
         return dict(request.query_params)

@@ -1,6 +1,6 @@
 """The OpenAPI 3.1 document of the HTTP API (served at ``/api/v1/openapi.json``), generated from the route table:
 request schemas from the rows' commands (:mod:`memmy.commands.schema`), answer schemas from their ``TypedDict``s
-(``server/responses.py``)."""
+(:mod:`memmy.commands.answers`)."""
 
 from __future__ import annotations
 

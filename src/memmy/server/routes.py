@@ -2,8 +2,9 @@
 (``server/openapi.py``) are both built from it, so adding an endpoint is adding one row.
 
 A row names its method and path, its request type (a :class:`~memmy.commands.base.Command` read from the JSON
-body or the query string; a plain JSON Schema for the routes still taking a raw body), its answer type (a
-``TypedDict`` of ``server/responses.py``), the service call, and the idempotency operation a request carrying
+body, the query string or the path; a plain JSON Schema only for the undocumented catch-all of unknown key-graph
+operations, which passes its raw body), its answer type (a
+``TypedDict`` of ``memmy/commands/answers.py``), the service call, and the idempotency operation a request carrying
 ``adapterId`` + ``requestId`` is recorded under (``{name}`` is filled from the path).
 """
 
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from memmy.commands import answers as r
 from memmy.commands.admin import Export, ImportStore, ReloadConfig, Wipe
 from memmy.commands.base import Command
 from memmy.commands.dream import DreamGet, DreamLog, DreamRestore, DreamRun
@@ -24,8 +26,6 @@ from memmy.commands.panel import MemoryLogs, PanelItems, PanelTasks
 from memmy.commands.turns import CloseSession, CompleteTurn, OpenSession, StartTurn
 from memmy.keys.args import KEY_ARGS, KeyArgs, key_args
 from memmy.namespace import Namespace
-from memmy.server import responses as r
-from memmy.server.raw_bodies import RAW_BODIES
 from memmy.service import MemoryService
 
 
@@ -53,7 +53,8 @@ class Row:
     call: ServiceCall | None = None
     #: The request: a Command type, a JSON Schema of a raw body, or None (no body, no query).
     request: type[Command] | dict[str, Any] | None = None
-    response: Any = r.Answer
+    #: The answer: a ``TypedDict`` of :mod:`memmy.commands.answers` (or the type of a non-JSON body).
+    response: object = r.Answer
     idempotency: str | None = None
     #: The ``Api`` method serving a row without ``call``.
     handler: str | None = None
@@ -72,7 +73,7 @@ def _key_row(args: type[KeyArgs]) -> Row:
         f"Key graph: {args.summary}",
         lambda c, q: c.service.keys_call(q, c.ns),
         args,
-        response=r.KEY_ANSWERS.get(args.op, Any),
+        response=r.KEY_ANSWERS[args.op],
     )
 
 
@@ -82,14 +83,20 @@ def _scan_control_row(action: str) -> Row:
         f"/api/v1/sources/scan/{{job_id}}/{action}",
         f"{action.capitalize()} an import job",
         lambda c, _q: c.service.imports.control(c.path["job_id"], action),
+        response=r.ImportJob,
     )
 
 
-#: Every HTTP endpoint, in match order. The four session/turn rows parse their body into the turn path's typed
-#: requests (``memmy.commands.turns``) inside the call and are documented by the schemas of ``server/raw_bodies.py``;
-#: the history scan still passes its raw body.
+#: Every HTTP endpoint, in match order.
 ROUTES: tuple[Row, ...] = (
-    Row("GET", "/", "A small HTML page pointing at the API document and health", handler="index", media="text/html"),
+    Row(
+        "GET",
+        "/",
+        "A small HTML page pointing at the API document and health",
+        handler="index",
+        response=str,
+        media="text/html",
+    ),
     Row(
         "GET",
         "/api/v1/health",
@@ -98,37 +105,41 @@ ROUTES: tuple[Row, ...] = (
         response=r.Health,
         anonymous=True,
     ),
-    Row("GET", "/api/v1/openapi.json", "This document", handler="openapi"),
+    Row("GET", "/api/v1/openapi.json", "This document", handler="openapi", response=r.JSONObject),
     Row(
         "POST",
         "/api/v1/sessions/open",
-        "Open or resume an agent session",
-        lambda c, body: c.service.open_session(OpenSession.from_json(body), c.ns),
-        RAW_BODIES["open_session"],
+        OpenSession.summary,
+        lambda c, q: c.service.open_session(q, c.ns),
+        OpenSession,
+        r.SessionOpened,
         idempotency="sessions.create",
     ),
     Row(
         "POST",
         "/api/v1/sessions/{session_id}/close",
-        "Close a session",
-        lambda c, body: c.service.close_session(CloseSession.from_json(body, c.path["session_id"])),
-        RAW_BODIES["close_session"],
+        CloseSession.summary,
+        lambda c, q: c.service.close_session(q),
+        CloseSession,
+        r.SessionClosed,
         idempotency="sessions.close:{session_id}",
     ),
     Row(
         "POST",
         "/api/v1/turns/start",
-        "Record a turn start and recall context",
-        lambda c, body: c.service.start_turn(StartTurn.from_json(body), c.ns),
-        RAW_BODIES["start_turn"],
+        StartTurn.summary,
+        lambda c, q: c.service.start_turn(q, c.ns),
+        StartTurn,
+        r.TurnStarted,
         idempotency="turn.start",
     ),
     Row(
         "POST",
         "/api/v1/turns/{turn_id}/complete",
-        "Record a turn completion (capture)",
-        lambda c, body: c.service.complete_turn(CompleteTurn.from_json(body, c.path["turn_id"]), c.ns),
-        RAW_BODIES["complete_turn"],
+        CompleteTurn.summary,
+        lambda c, q: c.service.complete_turn(q, c.ns),
+        CompleteTurn,
+        r.TurnCompleted,
         idempotency="turn.complete:{turn_id}",
     ),
     Row(
@@ -170,6 +181,7 @@ ROUTES: tuple[Row, ...] = (
         "/api/v1/memory/{memory_id}/processing/retry",
         "Retry a failed embedding",
         lambda c, q: c.service.retry_processing(c.path["memory_id"]),
+        response=r.ProcessingRetried,
     ),
     Row(
         "POST",
@@ -243,7 +255,13 @@ ROUTES: tuple[Row, ...] = (
         DreamRestore,
         r.DreamRestored,
     ),
-    Row("GET", "/api/v1/memory/{memory_id}", "Memory detail", lambda c, q: c.service.get_memory(c.path["memory_id"])),
+    Row(
+        "GET",
+        "/api/v1/memory/{memory_id}",
+        "Memory detail",
+        lambda c, q: c.service.get_memory(c.path["memory_id"]),
+        response=r.MemoryDetail,
+    ),
     Row(
         "DELETE",
         "/api/v1/memory/{memory_id}",
@@ -253,8 +271,20 @@ ROUTES: tuple[Row, ...] = (
         r.MemoryDeleted,
         "memory.delete:{memory_id}",
     ),
-    Row("GET", "/api/v1/panel/overview", "Panel overview", lambda c, q: c.service.panel.overview()),
-    Row("GET", "/api/v1/panel/analysis", "Memory analytics", lambda c, q: c.service.panel.analysis()),
+    Row(
+        "GET",
+        "/api/v1/panel/overview",
+        "Panel overview",
+        lambda c, q: c.service.panel.overview(),
+        response=r.PanelOverview,
+    ),
+    Row(
+        "GET",
+        "/api/v1/panel/analysis",
+        "Memory analytics",
+        lambda c, q: c.service.panel.analysis(),
+        response=r.PanelAnalysis,
+    ),
     Row(
         "GET",
         "/api/v1/panel/items",
@@ -281,6 +311,7 @@ ROUTES: tuple[Row, ...] = (
         "/api/v1/sources",
         "Detected agent history sources, last sync and counts",
         lambda c, q: c.service.imports.sources(),
+        response=r.Sources,
     ),
     Row(
         "POST",
@@ -288,18 +319,21 @@ ROUTES: tuple[Row, ...] = (
         "Start a history import job",
         lambda c, scan: c.service.imports.start(scan),
         StartScan,
+        r.ImportJob,
     ),
     Row(
         "GET",
         "/api/v1/sources/scan/{job_id}",
         "Import job progress",
         lambda c, q: c.service.imports.status(c.path["job_id"]),
+        response=r.ImportJob,
     ),
     Row(
         "GET",
         "/api/v1/sources/scan/{job_id}/events",
         "Import progress as server-sent events",
         handler="scan_events",
+        response=str,
         media="text/event-stream",
     ),
     *(_scan_control_row(action) for action in ("pause", "resume", "stop")),
@@ -318,14 +352,23 @@ ROUTES: tuple[Row, ...] = (
         ReviewDecision.summary,
         lambda c, q: c.service.governance.review(c.path["memory_id"], c.service.redacted(q), c.ns),
         ReviewDecision,
+        r.ReviewDecided,
     ),
-    Row("POST", "/api/v1/admin/export", Export.summary, lambda c, q: c.service.ownership.export(q, c.ns), Export),
+    Row(
+        "POST",
+        "/api/v1/admin/export",
+        Export.summary,
+        lambda c, q: c.service.ownership.export(q, c.ns),
+        Export,
+        r.Exported,
+    ),
     Row(
         "POST",
         "/api/v1/admin/import",
         ImportStore.summary,
         lambda c, q: c.service.ownership.import_(q, c.ns),
         ImportStore,
+        r.Imported,
     ),
-    Row("POST", "/api/v1/admin/wipe", Wipe.summary, lambda c, q: c.service.ownership.wipe(q, c.ns), Wipe),
+    Row("POST", "/api/v1/admin/wipe", Wipe.summary, lambda c, q: c.service.ownership.wipe(q, c.ns), Wipe, r.Wiped),
 )

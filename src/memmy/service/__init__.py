@@ -7,6 +7,7 @@ from typing import Any, TypeVar
 
 from memmy import __version__
 from memmy.commands.admin import ReloadConfig
+from memmy.commands.answers import ProcessingRetried, SessionClosed, SessionOpened, WorkerRun
 from memmy.commands.base import Command
 from memmy.commands.dream import DreamGet, DreamLog, DreamRestore, DreamRun
 from memmy.commands.evolution import Feedback, ListEpisodes, ListJobs, RunWorker
@@ -239,7 +240,7 @@ class MemoryService(Configured):
         """Processing records for memories."""
         return self.memory_ops.processing_status(cmd)
 
-    def retry_processing(self, memory_id: str) -> dict[str, Any]:
+    def retry_processing(self, memory_id: str) -> ProcessingRetried:
         """Retry a failed embedding."""
         return self.memory_ops.retry_processing(memory_id)
 
@@ -267,11 +268,11 @@ class MemoryService(Configured):
         return self.validity.restore(tombstone_id, self.redacted(cmd), ns)
 
     # -- sessions and turns -----------------------------------------------------------------------
-    def open_session(self, command: OpenSession, ns: Namespace) -> dict[str, Any]:
+    def open_session(self, command: OpenSession, ns: Namespace) -> SessionOpened:
         """Open or resume a session."""
         return self.turn_ops.open_session(command.redacted(self.redactor), ns)
 
-    def close_session(self, command: CloseSession) -> dict[str, Any]:
+    def close_session(self, command: CloseSession) -> SessionClosed:
         """Close a session."""
         return self.turn_ops.close_session(command)
 
@@ -423,7 +424,7 @@ class MemoryService(Configured):
             "reloadedAt": utc_now(),
         }
 
-    def run_worker(self, cmd: RunWorker | None = None) -> dict[str, Any]:
+    def run_worker(self, cmd: RunWorker | None = None) -> WorkerRun:
         """Run due work now: embeddings first (L2 association needs vectors), then evolution jobs, until idle.
 
         ``limit`` caps the evolution jobs run (default 20); ``targetMemoryIds`` restricts them.

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from memmy.commands.answers import ReviewDecided
 from memmy.commands.governance import ListLogs, ReviewDecision, ReviewQueue
 from memmy.config import Configured, Settings
 from memmy.domain import Memory, content_hash, summarise
@@ -162,7 +163,7 @@ class GovernanceOps(Configured):
             raise Conflict(f"memory {memory_id} is not waiting for review (review state: {review.get('state')})")
         return memory
 
-    def review(self, memory_id: str, cmd: ReviewDecision, ns: Namespace) -> dict[str, Any]:
+    def review(self, memory_id: str, cmd: ReviewDecision, ns: Namespace) -> ReviewDecided:
         """Approve (optionally with edited text: edit-then-approve) or reject one pending item; audited."""
         decision = cmd.decision
         memory = self._pending(memory_id)

@@ -10,6 +10,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
+from memmy.commands.answers import JSONObject, Sources
 from memmy.commands.imports import StartScan
 from memmy.config import Configured, Settings
 from memmy.domain import new_id
@@ -172,11 +173,11 @@ class ImportOps(Configured):
         self.adapters = {**self.builtin, **load_recipes(self.config.home, errors)}
         return errors
 
-    def sources(self) -> dict[str, Any]:
+    def sources(self) -> Sources:
         """Detected agents (only those present), their paths, last sync and counts."""
         recipe_errors = self.refresh()
         counts = self.state.imported_counts()
-        found = []
+        found: list[JSONObject] = []
         for name, adapter in self.adapters.items():
             roots = [r for r in adapter.roots(self.env) if r.exists()]
             if not roots:

@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 from memmy.capture.sanitize import sanitize_text
+from memmy.commands.answers import ProcessingRetried
 from memmy.commands.memory import AddMemory, DeleteMemory, ProcessingStatus
 from memmy.config import Configured, Settings
 from memmy.domain import ID_PREFIX_BY_LAYER, KIND_BY_LAYER, Memory, content_hash, new_id, sha256_hex, summarise
@@ -307,7 +308,7 @@ class MemoryOps(Configured):
         states = self.queue.states(ids)
         return {"items": [states[i] for i in ids if i in states], "serverTime": utc_now()}
 
-    def retry_processing(self, memory_id: str) -> dict[str, Any]:
+    def retry_processing(self, memory_id: str) -> ProcessingRetried:
         """Re-queue a memory whose embedding failed."""
         self._require(memory_id)
         state = self.queue.states([memory_id]).get(memory_id)

@@ -6,6 +6,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from memmy.commands.answers import PanelAnalysis, PanelOverview
 from memmy.commands.panel import PAGE_SIZE, MemoryLogs, PanelItems, PanelTasks
 from memmy.service.memories import memory_item
 from memmy.store.db import utc_now
@@ -33,7 +34,7 @@ class PanelOps:
         self.queue = store.queue
         self.episodes = store.episodes
 
-    def overview(self) -> dict[str, Any]:
+    def overview(self) -> PanelOverview:
         """Counts per layer, source distribution and 371 days of daily activity."""
         counts = self.memories.count_by_layer()
         distribution = self.memories.source_distribution()
@@ -60,7 +61,7 @@ class PanelOps:
             "serverTime": utc_now(),
         }
 
-    def analysis(self) -> dict[str, Any]:
+    def analysis(self) -> PanelAnalysis:
         """Recall and latency metrics."""
         events, avg_hits, avg_score = self.logs.recall_stats()
         latencies = self.logs.tool_latencies()

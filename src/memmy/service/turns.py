@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from memmy.capture.sanitize import sanitize_text
+from memmy.commands.answers import SessionClosed, SessionOpened
 from memmy.commands.turns import CloseSession, CompleteTurn, OpenSession, StartTurn, normalize_status
 from memmy.config import Configured, Settings
 from memmy.domain import new_id, sha256_hex
@@ -48,7 +49,7 @@ class TurnOps(Configured):
         self.evolution = store.evolution
         self.wake_worker = wake_worker
 
-    def open_session(self, command: OpenSession, ns: Namespace) -> dict[str, Any]:
+    def open_session(self, command: OpenSession, ns: Namespace) -> SessionOpened:
         """Open (or resume) a session for an agent."""
         ns = ns.with_body(command.source, command.workspace_path)
         session_id = command.session_id
@@ -77,7 +78,7 @@ class TurnOps(Configured):
         )
         return {"sessionId": new_session, "status": "open", "resumed": False, "serverTime": utc_now()}
 
-    def close_session(self, command: CloseSession) -> dict[str, Any]:
+    def close_session(self, command: CloseSession) -> SessionClosed:
         """Close a session (and its open episodes)."""
         session_id = command.session_id
         row = self.sessions.get(session_id)
