@@ -1,0 +1,64 @@
+"""Turn windows: every result shows distinct turns; a window never repeats a turn a better result already shows."""
+
+from __future__ import annotations
+
+from memmy.commands.memory import AddMemory, SearchMemory
+from memmy.domain import Memory
+from memmy.namespace import Namespace
+from memmy.recall.fusion import turn_window
+from memmy.service import MemoryService
+
+NS = Namespace(source="claude_code")
+
+
+def session(n: int) -> list[Memory]:
+    return [Memory(id=f"t{i}", layer="L1", content=f"turn {i}", session_id="s") for i in range(n)]
+
+
+def ids(memories: list[Memory]) -> list[str]:
+    return [m.id for m in memories]
+
+
+def test_a_window_is_the_hit_and_its_nearest_turns_in_time_order() -> None:
+    turns = session(9)
+    assert ids(turn_window(turns[4], turns[2:7], set(), 1)) == ["t3", "t4", "t5"]
+    assert ids(turn_window(turns[0], turns[0:3], set(), 1)) == ["t0", "t1", "t2"]  # session start: both after
+    assert ids(turn_window(turns[4], turns[2:7], set(), 0)) == ["t4"]
+    assert ids(turn_window(turns[4], turns[5:7], set(), 1)) == ["t4"]  # the hit is not among its neighbours
+
+
+def test_a_window_skips_turns_a_better_result_shows_and_takes_the_next_nearest() -> None:
+    turns = session(9)
+    shown = {"t1", "t2", "t3"}  # the window of a better hit on t2
+    assert ids(turn_window(turns[4], turns[2:7], shown, 1)) == ["t4", "t5", "t6"]
+    assert ids(turn_window(turns[4], turns[2:7], {"t5"}, 1)) == ["t2", "t3", "t4"]  # ties go to the earlier turn
+    assert ids(turn_window(turns[4], turns[2:7], {"t2", "t3", "t5", "t6"}, 1)) == ["t4"]  # nothing left nearby
+
+
+def test_two_hits_two_turns_apart_return_six_distinct_turns(make_service) -> None:  # type: ignore[no-untyped-def]
+    service: MemoryService = make_service()
+    texts = [
+        "We talked about the weather on Monday.",
+        "The release train leaves on Thursday afternoon.",
+        "Marta adopted a greyhound called Comet from the shelter.",
+        "Coffee in the new office is terrible.",
+        "Comet the greyhound already sleeps on Marta's sofa.",
+        "The changelog still needs an entry for the parser fix.",
+        "Lunch is at noon tomorrow.",
+        "Someone left a bicycle in the hallway.",
+    ]
+    made = [
+        service.add_memory(
+            AddMemory.from_json({"content": t, "sessionId": "chat", "createdAt": f"2026-01-05T10:00:0{i}Z"}), NS
+        )["id"]
+        for i, t in enumerate(texts)
+    ]
+    service.indexer.drain()
+    result = service.search(SearchMemory.from_json({"query": "Marta greyhound Comet", "limit": 2}), NS)
+    windows = [hit["window"] for hit in result["hits"]]
+    assert len(windows) == 2
+    shown = [memory_id for window in windows for memory_id in window]
+    assert len(shown) == len(set(shown)) == 6  # no turn is shown twice
+    assert {made[2], made[4]} <= set(shown)
+    for window in windows:
+        assert window == [m for m in made if m in window]  # each window in time order
