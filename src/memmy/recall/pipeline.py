@@ -30,6 +30,7 @@ from memmy.recall.channels import (
     structural_channel,
     vector_channel,
     vector_fill,
+    window_cosines,
 )
 from memmy.recall.expansion import expansion_terms, prf_hits
 from memmy.recall.freshness import freshness_factor
@@ -277,6 +278,8 @@ class RecallEngine:
 
         memories: dict[str, Memory] = {}
         candidate_ids = self._load(hits, memories, request)
+        if query_vector is not None and index is not None and self._windowed(request, settings):
+            hits = window_cosines(hits, self._windows(hits, memories, request, settings), index, query_vector)
         lap("load")
         candidates = self._rank(hits, memories, request, settings, index, dropped)
         lap("fuse")
@@ -338,6 +341,23 @@ class RecallEngine:
         if missing:
             memories.update(self.repo.get_many(missing, request.scope))
         return [memory_id for memory_id in candidate_ids if memory_id in memories]
+
+    @staticmethod
+    def _windowed(request: RecallRequest, settings: RecallSettings) -> bool:
+        """Whether trace hits come back as turn windows (not on turn start: see ``select``)."""
+        return settings.context_window > 0 and request.mode != "turn_start" and "vec" in request.channels
+
+    def _windows(
+        self, hits: list[ChannelHit], memories: dict[str, Memory], request: RecallRequest, settings: RecallSettings
+    ) -> dict[str, list[str]]:
+        """``{memory id: ids of its turn window}`` for every loaded trace with a vector hit and a session."""
+        windows: dict[str, list[str]] = {}
+        for memory_id in dict.fromkeys(h.memory_id for h in hits if h.channel == "vec"):
+            memory = memories.get(memory_id)
+            if memory is not None and memory.layer == "L1" and memory.session_id:
+                around = self.repo.neighbours(memory, settings.context_window, request.scope)
+                windows[memory_id] = [m.id for m in around]
+        return windows
 
     def _pools(self, request: RecallRequest, settings: RecallSettings, layers: tuple[str, ...]) -> dict[str, int]:
         return {layer: max(settings.pool(layer), 3 * request.limit) for layer in layers}
