@@ -4,9 +4,10 @@ Fusion is CombSUM of calibrated evidence: every channel's scores are put on one 
 (BM25 relative to the best match, cosine min-max over the channel's pool), the lexical family (best of fts,
 pattern, structural) and the semantic family (vector) count equally, and
 relevance = (fused + layer bonus + 0.4 * RRF) x freshness factor (memories with a decay profile only:
-0.2 + 0.8 x freshness). Selection diversifies by identity (episode, turn window), never by shared text: a hit
-on a dialogue turn brings its neighbouring turns as one result, and a later hit inside that window is
-absorbed instead of taking another slot. Every stage is timed and every drop has a reason, so ``--verbose``
+0.2 + 0.8 x freshness). Where trace hits come back as turn windows, a trace's vector evidence is the cosine of its
+window (the mean of the window's vectors). Selection diversifies by identity (episode, turn window), never by
+shared text: a hit on a dialogue turn brings its neighbouring turns as one result, and a later hit inside that
+window is absorbed instead of taking another slot. Every stage is timed and every drop has a reason, so ``--verbose``
 can explain why a memory was or was not recalled.
 """
 
