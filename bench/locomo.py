@@ -15,10 +15,14 @@ Rows, all over the same stored memories of one conversation:
 
 Scores: turn-level evidence recall@k = |evidence turns in the top k| / |evidence turns|, averaged over
 questions, per category (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop) and overall; session-level
-recall@k the same over sessions. A result that comes back as a window of neighbouring turns (``hits[].window``)
+recall@k the same over sessions. The same figures are printed for two halves of the conversations (``A`` = the
+first ``--split`` conversations, default half of them; ``B`` = the rest), so a change developed while looking at
+one half can be checked on the other. ``--dump FILE`` writes every question's ranked items per row (JSON lines)
+for reading misses. A result that comes back as a window of neighbouring turns (``hits[].window``)
 counts as ONE item of k and credits every turn inside it.
 
 Run:   python bench/locomo.py                      (default data: ../shared/bench/locomo-dev.json)
+       python bench/locomo.py --split 3 --dump misses.jsonl
        python bench/locomo.py --home DIR           (keep the store) ... then --home DIR --reuse (skip ingest)
 """
 
@@ -209,20 +213,27 @@ def pipeline_items(result: dict[str, Any]) -> list[list[str]]:
 
 
 def score(
-    items: Sequence[Sequence[str]], dia_of: dict[str, str], evidence: list[str], name: str, category: int, s: Scores
+    items: Sequence[Sequence[str]],
+    dia_of: dict[str, str],
+    evidence: list[str],
+    name: str,
+    category: int,
+    s: Scores,
+    half: str = "",
 ) -> None:
-    """Record turn- and session-level recall of one ranking."""
+    """Record turn- and session-level recall of one ranking (per category, overall and per half)."""
     wanted = set(evidence)
+    keys = (str(category), "all", *((f"half {half}",) if half else ()))
     for k in TURN_KS:
         top = {dia_of.get(mid, "") for item in items[:k] for mid in item}
         value = len(top & wanted) / len(wanted)
-        for cat in (str(category), "all"):
+        for cat in keys:
             s.turn[(f"{name}:{cat}", k)].append(value)
     sessions = {session_of(e) for e in evidence}
     for k in SESSION_KS:
         got = {session_of(dia_of.get(mid, "")) for item in items[:k] for mid in item}
         value = len(got & sessions) / len(sessions)
-        for cat in (str(category), "all"):
+        for cat in keys:
             s.session[(f"{name}:{cat}", k)].append(value)
     s.items[name].append(statistics.fmean(len(item) for item in items[: max(TURN_KS)]) if items else 0.0)
 
@@ -235,6 +246,8 @@ def evaluate(
     latencies: dict[str, list[float]],
     limit: int,
     pipelines: Sequence[str] = tuple(PIPELINES),
+    half: str = "",
+    dump: list[dict[str, Any]] | None = None,
 ) -> None:
     """Ask every category 1-4 question through each pipeline and baseline and record recall."""
     ns = Namespace(source="locomo", project_id=conv.project)
@@ -244,6 +257,7 @@ def evaluate(
         evidence = normalise_evidence(qa.get("evidence", []))
         if category not in (1, 2, 3, 4) or not evidence:
             continue
+        ranked: dict[str, list[list[str]]] = {}
         for name, channels in PIPELINES.items():
             if name not in pipelines:
                 continue
@@ -253,24 +267,35 @@ def evaluate(
             started = time.perf_counter()
             result = service.search(SearchMemory.from_json(body), ns)
             latencies[name].append((time.perf_counter() - started) * 1000)
-            score(pipeline_items(result), conv.dia_of, evidence, name, category, scores)
-        for name, items in baselines.rank(qa["question"]).items():
-            score(items, conv.dia_of, evidence, name, category, scores)
+            ranked[name] = pipeline_items(result)
+        ranked.update(baselines.rank(qa["question"]))
+        for name, items in ranked.items():
+            score(items, conv.dia_of, evidence, name, category, scores, half)
+        if dump is not None:
+            dump.append(
+                {
+                    "sample": sample["sample_id"],
+                    "question": qa["question"],
+                    "category": category,
+                    "evidence": evidence,
+                    "rows": {n: [[conv.dia_of.get(m, "") for m in item] for item in it] for n, it in ranked.items()},
+                }
+            )
 
 
 def print_table(scores: Scores, latencies: dict[str, list[float]]) -> None:
     """One row per pipeline/baseline x category, then the margin of ``full`` over the best plain baseline."""
-    header = f"{'row':<8} {'cat':>4} {'n':>5} " + " ".join(f"{'turn@' + str(k):>8}" for k in TURN_KS)
+    header = f"{'row':<8} {'cat':>6} {'n':>5} " + " ".join(f"{'turn@' + str(k):>8}" for k in TURN_KS)
     header += " " + " ".join(f"{'sess@' + str(k):>8}" for k in SESSION_KS) + f" {'turns/item':>10}"
     print(header)
     print("-" * len(header))
-    for cat in ("1", "2", "3", "4", "all"):
+    for cat in ("1", "2", "3", "4", "all", "half A", "half B"):
         for name in ROWS:
             key = f"{name}:{cat}"
             n = len(scores.turn[(key, 1)])
             if not n:
                 continue
-            row = f"{name:<8} {cat:>4} {n:>5} "
+            row = f"{name:<8} {cat:>6} {n:>5} "
             row += " ".join(f"{statistics.fmean(scores.turn[(key, k)]):>8.3f}" for k in TURN_KS)
             row += " " + " ".join(f"{statistics.fmean(scores.session[(key, k)]):>8.3f}" for k in SESSION_KS)
             row += f" {statistics.fmean(scores.items[name]):>10.2f}" if cat == "all" else ""
@@ -299,6 +324,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, default=None, help="a config.yaml to tune retrieval settings")
     parser.add_argument("--limit", type=int, default=max(TURN_KS), help="results asked from the pipeline")
     parser.add_argument(
+        "--split", type=int, default=-1, help="conversations in half A (the rest are half B; default: half)"
+    )
+    parser.add_argument("--dump", type=Path, default=None, help="write each question's ranked items (JSON lines)")
+    parser.add_argument(
         "--pipelines", nargs="+", choices=list(PIPELINES), default=list(PIPELINES), help="memmy rows to run"
     )
     args = parser.parse_args(argv)
@@ -324,9 +353,17 @@ def main(argv: list[str] | None = None) -> int:
     service.indexer.load_index()
     scores = Scores()
     latencies: dict[str, list[float]] = defaultdict(list)
-    for sample in samples:
-        evaluate(service, sample, load_conversation(service, sample), scores, latencies, args.limit, args.pipelines)
+    split = args.split if args.split >= 0 else (len(samples) + 1) // 2
+    dump: list[dict[str, Any]] | None = [] if args.dump else None
+    for number, sample in enumerate(samples):
+        conv = load_conversation(service, sample)
+        half = "A" if number < split else "B"
+        evaluate(service, sample, conv, scores, latencies, args.limit, args.pipelines, half, dump)
+    if args.dump and dump is not None:
+        args.dump.write_text("".join(json.dumps(row) + "\n" for row in dump), encoding="utf-8")
     print(f"LoCoMo evidence recall ({args.data.name}, {len(samples)} conversations, categories 1-4)")
+    names = [s["sample_id"] for s in samples]
+    print(f"half A = {', '.join(names[:split]) or '-'}; half B = {', '.join(names[split:]) or '-'}")
     print("full/fts/vector = memmy memory/search; bm25/cosine/rrf = plain baselines over the same stored turns\n")
     print_table(scores, latencies)
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())

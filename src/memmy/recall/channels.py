@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from memmy.store.memories import MemoryFilter, MemoryRepository
 from memmy.store.vectors import Vector, VectorIndex
 
@@ -60,6 +62,34 @@ def vector_fill(hits: Sequence[ChannelHit], index: VectorIndex, query_vector: Ve
         return []
     ranked = sorted(index.similarities(missing, query_vector).items(), key=lambda item: -item[1])
     return [ChannelHit(mid, "vec", score, len(in_pool) + i) for i, (mid, score) in enumerate(ranked)]
+
+
+def window_cosines(
+    hits: Sequence[ChannelHit], windows: dict[str, list[str]], index: VectorIndex, query_vector: Vector
+) -> list[ChannelHit]:
+    """``hits`` with the ``vec`` score of every memory in ``windows`` replaced by the cosine of its turn window.
+
+    A trace hit is returned as a window of neighbouring turns (one result), so its semantic evidence is the
+    meaning of that window: the query's cosine with the normalised mean of the window's vectors. A turn that
+    only says "been playing it for a month" gets the meaning of the turns around it. ``windows`` maps a
+    memory id to the ids of its window (itself included); other hits, and windows without vectors, are kept.
+    """
+    query = np.asarray(query_vector, dtype=np.float32)
+    scores: dict[str, float] = {}
+    for memory_id, members in windows.items():
+        rows = [v for v in (index.vector(m) for m in members) if v is not None]
+        if len(rows) < 2:
+            continue
+        mean = np.mean(np.stack(rows).astype(np.float32), axis=0)
+        norm = float(np.linalg.norm(mean))
+        if norm > 0:
+            scores[memory_id] = float(mean @ query) / norm
+    return [
+        ChannelHit(h.memory_id, h.channel, scores[h.memory_id], h.rank)
+        if h.channel == "vec" and h.memory_id in scores
+        else h
+        for h in hits
+    ]
 
 
 def fts_channel(repo: MemoryRepository, terms: Sequence[str], flt: MemoryFilter, limit: int) -> list[ChannelHit]:

@@ -63,6 +63,23 @@ def calibrate(candidates: list[Candidate], settings: RecallSettings, dates: Sequ
         cand.fused = sum(families) / len(families)
 
 
+def turn_window(hit: Memory, around: Sequence[Memory], covered: set[str], size: int) -> list[Memory]:
+    """The hit and its ``2 x size`` nearest turns of ``around`` (its session, in time order) not yet shown.
+
+    A turn that a better result's window already holds is not repeated: the window takes the next nearest
+    turn instead (at most ``2 x size`` turns away), so every result shows ``2 x size + 1`` distinct turns where
+    the session has them, and ten results cover ten places rather than overlapping ones. Ties go to the
+    earlier turn. The result is in time order.
+    """
+    position = next((i for i, m in enumerate(around) if m.id == hit.id), None)
+    if position is None:
+        return [hit]
+    free = [i for i, m in enumerate(around) if i != position and m.id not in covered]
+    free.sort(key=lambda i: (abs(i - position), i))
+    chosen = sorted([position, *free[: 2 * size]])
+    return [around[i] for i in chosen]
+
+
 def select(
     candidates: list[Candidate],
     settings: RecallSettings,
@@ -73,10 +90,11 @@ def select(
     """Pick up to ``limit`` results, diversified by identity rather than by shared text.
 
     Order is by relevance (smart seed first: the best of each tier if it reaches ``smartSeedRatio`` x
-    best). A trace hit brings its ``contextWindow`` neighbouring turns of the same session as one result;
-    a later candidate that is already inside a selected window is absorbed (``in_window``) instead of
-    taking a slot. Traces of an episode already selected are penalised by ``(1 - mmrLambda)`` x their
-    relevance, so one task's steps do not crowd out everything else.
+    best). A trace hit brings ``2 x contextWindow`` neighbouring turns of the same session as one result
+    (the nearest ones no better result shows already, see ``turn_window``); a later candidate that is
+    already inside a selected window is absorbed (``in_window``) instead of taking a slot. Traces of an
+    episode already selected are penalised by ``(1 - mmrLambda)`` x their relevance, so one task's steps do
+    not crowd out everything else.
     """
     if not candidates:
         return []
@@ -98,7 +116,8 @@ def select(
         if episode:
             episodes.add(episode)
         if window > 0 and cand.memory.layer == "L1" and not cand.rollup_of:
-            cand.window = neighbours(cand.memory, window, request.scope)
+            around = neighbours(cand.memory, 2 * window, request.scope)
+            cand.window = turn_window(cand.memory, around, covered, window)
             covered.update(m.id for m in cand.window)
 
     if settings.smart_seed:

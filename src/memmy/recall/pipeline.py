@@ -4,9 +4,10 @@ Fusion is CombSUM of calibrated evidence: every channel's scores are put on one 
 (BM25 relative to the best match, cosine min-max over the channel's pool), the lexical family (best of fts,
 pattern, structural) and the semantic family (vector) count equally, and
 relevance = (fused + layer bonus + 0.4 * RRF) x freshness factor (memories with a decay profile only:
-0.2 + 0.8 x freshness). Selection diversifies by identity (episode, turn window), never by shared text: a hit
-on a dialogue turn brings its neighbouring turns as one result, and a later hit inside that window is
-absorbed instead of taking another slot. Every stage is timed and every drop has a reason, so ``--verbose``
+0.2 + 0.8 x freshness). Where trace hits come back as turn windows, a trace's vector evidence is the cosine of its
+window (the mean of the window's vectors). Selection diversifies by identity (episode, turn window), never by
+shared text: a hit on a dialogue turn brings its neighbouring turns as one result, and a later hit inside that
+window is absorbed instead of taking another slot. Every stage is timed and every drop has a reason, so ``--verbose``
 can explain why a memory was or was not recalled.
 """
 
@@ -30,12 +31,14 @@ from memmy.recall.channels import (
     structural_channel,
     vector_channel,
     vector_fill,
+    window_cosines,
 )
 from memmy.recall.expansion import expansion_terms, prf_hits
 from memmy.recall.freshness import freshness_factor
 from memmy.recall.fusion import KEYWORD_CHANNELS as FUSION_KEYWORD_CHANNELS
 from memmy.recall.fusion import calibrate, select
 from memmy.recall.query import PreparedQuery
+from memmy.store.db import utc_now
 from memmy.store.memories import MemoryFilter, MemoryRepository
 from memmy.store.reader import ReadOnlyDatabase
 from memmy.store.vectors import Vector, VectorIndex
@@ -277,6 +280,8 @@ class RecallEngine:
 
         memories: dict[str, Memory] = {}
         candidate_ids = self._load(hits, memories, request)
+        if query_vector is not None and index is not None and self._windowed(request, settings):
+            hits = window_cosines(hits, self._windows(hits, memories, request, settings), index, query_vector)
         lap("load")
         candidates = self._rank(hits, memories, request, settings, index, dropped)
         lap("fuse")
@@ -338,6 +343,46 @@ class RecallEngine:
         if missing:
             memories.update(self.repo.get_many(missing, request.scope))
         return [memory_id for memory_id in candidate_ids if memory_id in memories]
+
+    @staticmethod
+    def _windowed(request: RecallRequest, settings: RecallSettings) -> bool:
+        """Whether trace hits come back as turn windows (not on turn start: see ``select``)."""
+        return settings.context_window > 0 and request.mode != "turn_start" and "vec" in request.channels
+
+    def _windows(
+        self, hits: list[ChannelHit], memories: dict[str, Memory], request: RecallRequest, settings: RecallSettings
+    ) -> dict[str, list[str]]:
+        """``{memory id: ids of its turn window}`` for every loaded trace with a vector hit and a session.
+
+        The same turns as ``MemoryRepository.neighbours`` (same session and layer, visible in the scope, by
+        ``created_at`` then insertion), read for all candidates' sessions in one query instead of one per trace.
+        """
+        traces = [
+            memory
+            for memory_id in dict.fromkeys(h.memory_id for h in hits if h.channel == "vec")
+            if (memory := memories.get(memory_id)) is not None and memory.layer == "L1" and memory.session_id
+        ]
+        sessions = sorted({str(m.session_id) for m in traces})
+        if not sessions:
+            return {}
+        where, params = request.scope.sql(utc_now())
+        rows = self.repo.db.query(
+            f"SELECT m.id AS id, m.session_id AS session FROM memories m WHERE m.memory_layer = 'L1' "
+            f"AND m.session_id IN ({','.join('?' * len(sessions))}) AND {where} "
+            "ORDER BY m.session_id, m.created_at, m.rowid",
+            [*sessions, *params],
+        )
+        ordered: dict[str, list[str]] = {}
+        for row in rows:
+            ordered.setdefault(row["session"], []).append(row["id"])
+        position = {memory_id: (session, i) for session, ids in ordered.items() for i, memory_id in enumerate(ids)}
+        size = settings.context_window
+        windows: dict[str, list[str]] = {}
+        for memory in traces:
+            if memory.id in position:
+                session, i = position[memory.id]
+                windows[memory.id] = ordered[session][max(0, i - size) : i + size + 1]
+        return windows
 
     def _pools(self, request: RecallRequest, settings: RecallSettings, layers: tuple[str, ...]) -> dict[str, int]:
         return {layer: max(settings.pool(layer), 3 * request.limit) for layer in layers}
