@@ -1,12 +1,18 @@
-"""Hook round trip: process start -> output, for the real ``python -m memmy.hook`` against a live daemon.
+"""Hook round trip: process start -> output, for the real hook against a live daemon.
 
 A daemon is loaded with N synthetic memories (default 10,000, real embeddings); then the Claude Code
 UserPromptSubmit hook is run as a fresh process for each prompt, exactly as the agent runs it (through the
-``memmy-hook`` launcher that ``init`` writes, which starts ``python -S -m memmy.hook``), and the wall time
-from spawn to exit is recorded. The same hook started the old way (``python -m memmy.hook``, with ``site``) is
-timed interleaved too. The issue's target on this 2-core machine: p50 <= 45 ms, p95 <= 80 ms
-(idle machine); ``python -c pass`` and ``python -c 'import memmy.hook.runtime'`` are timed interleaved with the
-hook runs, so the ratio hook / bare interpreter is comparable under any load.
+``memmy-hook`` launcher that ``init`` writes, which starts ``python -S -P -c <run memmy.hook>``), and the wall time
+from spawn to exit is recorded. The prompts of one run share one host session (as the prompts of a Claude Code
+session do: the memory session is opened by the first, each prompt then starts one turn).
+
+To separate the client from the daemon, the same hook also runs against a second daemon with an EMPTY store
+(its recall returns at once), and ``turns/start`` is sent to both daemons from a warm keep-alive client (the
+daemon's share of a hook run). The hook started the older ways (``python -m memmy.hook`` with ``site``, and
+``python -S -m``) and ``python -c pass`` / ``python -S -c pass`` / ``import memmy.hook.runtime`` are timed
+interleaved, so every figure sees the same machine load. Bytecode is written and used as in an install
+(``PYTHONDONTWRITEBYTECODE`` is removed from the children's environment: even ``=0`` disables it).
+The issue's target on this 2-core machine: p50 <= 45 ms, p95 <= 80 ms (idle machine).
 
 Run:  python bench/hook.py --n 10000 --runs 100
 """
@@ -17,7 +23,7 @@ import argparse
 import itertools
 import json
 import os
-import statistics
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -28,6 +34,19 @@ from corpus import make_queries, read_data_file, unique_memories
 from service_bench import Daemon, bench_env
 
 from memmy.integrations.launcher import HOOK_SHIM, package_dir, shim_text
+
+#: Each timed variant and its label, in print order.
+ROWS = {
+    "hook": "hook (memmy-hook launcher: -S -P -c), full store",
+    "hook_empty": "hook (memmy-hook launcher), EMPTY store",
+    "no_site": "python -S -m memmy.hook (runpy, no launcher)",
+    "site": "python -m memmy.hook (site + runpy, the old start)",
+    "import": "python -S -c 'import memmy.hook.runtime'",
+    "pass": "python -c pass",
+    "pass_s": "python -S -c pass",
+    "start_full": "turns/start from a warm client, full store",
+    "start_empty": "turns/start from a warm client, EMPTY store",
+}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -43,24 +62,41 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=100, help="hook invocations to time")
     parser.add_argument("--data", type=Path, default=None, help="optional text file, one memory per line")
     parser.add_argument("--home", type=Path, default=None)
+    parser.add_argument(
+        "--store",
+        type=Path,
+        default=None,
+        help="an existing memory.sqlite (embedded) to copy and serve instead of loading --n memories",
+    )
     args = parser.parse_args(argv)
     home = args.home or Path(tempfile.mkdtemp(prefix="memmy-hook-bench-"))
-    daemon = Daemon(home)
+    copy = None
+    if args.store is not None:  # a consistent copy (the source may be in use), served by the bench daemon
+        copy = home / "store" / "memory.sqlite"
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        with sqlite3.connect(f"file:{args.store}?mode=ro", uri=True) as source, sqlite3.connect(copy) as target:
+            source.backup(target)
+    daemon = Daemon(home, copy)
     daemon.start()
+    empty: Daemon | None = None
     try:
-        bodies = read_data_file(args.data) if args.data else list(itertools.islice(unique_memories(7), args.n))
         started = time.perf_counter()
         with daemon.client() as client:
-            for body in bodies[: args.n]:
-                client.post("/api/v1/memory/add", json=body).raise_for_status()
+            if copy is None:
+                bodies = read_data_file(args.data) if args.data else list(itertools.islice(unique_memories(7), args.n))
+                for body in bodies[: args.n]:
+                    client.post("/api/v1/memory/add", json=body).raise_for_status()
             daemon.drain(client)
-        print(
-            f"loaded {min(args.n, len(bodies))} memories (embedded) in {time.perf_counter() - started:.0f} s",
-            file=sys.stderr,
-        )
+        count = args.n if copy is None else sqlite3.connect(copy).execute("SELECT count(*) FROM memories").fetchone()[0]
+        print(f"{count} memories (embedded) ready in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+        empty_home = home / "empty-daemon"
+        empty = Daemon(empty_home)
+        empty.start()
         (home / ".memmy").mkdir(parents=True, exist_ok=True)
         (home / ".memmy" / "hook.json").write_text(json.dumps({"endpoint": daemon.url, "timeoutMs": 1500}))
-        env = {**bench_env(home), "PYTHONDONTWRITEBYTECODE": "0"}
+        env = bench_env(home)
+        env.pop("PYTHONDONTWRITEBYTECODE", None)  # any value, even "0", stops .pyc files being written
+        empty_env = {**env, "MEMMY_MEMORY_URL": empty.url}
         shim = home / ".memmy" / "bin" / HOOK_SHIM
         shim.parent.mkdir(parents=True, exist_ok=True)
         shim.write_text(shim_text(sys.executable, "memmy.hook", True, package_dir()))
@@ -69,66 +105,75 @@ def main(argv: list[str] | None = None) -> int:
         argv_site = [sys.executable, "-m", "memmy.hook", "claude_code", "UserPromptSubmit"]
         argv_no_site = [sys.executable, "-S", "-m", "memmy.hook", "claude_code", "UserPromptSubmit"]
         queries = [q for _, q in make_queries(args.runs, 11)]
-        times, injected, baseline, imports, with_site, no_site = [], 0, [], [], [], []
+        rows: dict[str, list[float]] = {name: [] for name in ROWS}
+        injected = 0
         fast_env = {**env, "PYTHONPATH": package_dir()}
         import_argv = [sys.executable, "-S", "-c", "import memmy.hook.runtime"]
+
+        def timed(name: str, argv: list[str], run_env: dict[str, str], payload: str | None = None) -> str:
+            began = time.perf_counter()
+            done = subprocess.run(argv, input=payload, capture_output=True, text=True, env=run_env, timeout=30)
+            rows[name].append((time.perf_counter() - began) * 1000)
+            return done.stdout
+
+        def payload_for(session: str, query: str) -> str:
+            return json.dumps(
+                {
+                    "session_id": session,
+                    "cwd": str(home),
+                    "hook_event_name": "UserPromptSubmit",
+                    "transcript_path": None,
+                    "permission_mode": "default",
+                    "prompt": query,
+                }
+            )
+
+        for warm in queries[:3]:  # bytecode written, sessions opened, daemons warm
+            timed("hook", argv_hook, env, payload_for("bench-hook", warm))
+            timed("hook_empty", argv_hook, empty_env, payload_for("bench-hook", warm))
+            timed("site", argv_site, env, payload_for("bench-site", warm))
+            timed("no_site", argv_no_site, fast_env, payload_for("bench-nosite", warm))
+        rows = {name: [] for name in ROWS}
         load_before = os.getloadavg()
-        for number, query in enumerate(queries):
-            payload = {
-                "session_id": f"bench-{number}",
-                "cwd": str(home),
-                "hook_event_name": "UserPromptSubmit",
-                "transcript_path": None,
-                "permission_mode": "default",
-                "prompt": query,
-            }
-            began = time.perf_counter()
-            done = subprocess.run(
-                argv_hook, input=json.dumps(payload), capture_output=True, text=True, env=env, timeout=30
-            )
-            times.append((time.perf_counter() - began) * 1000)
-            injected += bool(done.stdout.strip())
-            payload["session_id"] = f"bench-site-{number}"
-            began = time.perf_counter()
-            subprocess.run(argv_site, input=json.dumps(payload), capture_output=True, text=True, env=env, timeout=30)
-            with_site.append((time.perf_counter() - began) * 1000)
-            payload["session_id"] = f"bench-nosite-{number}"
-            began = time.perf_counter()
-            subprocess.run(
-                argv_no_site, input=json.dumps(payload), capture_output=True, text=True, env=fast_env, timeout=30
-            )
-            no_site.append((time.perf_counter() - began) * 1000)
-            # Interleaved, so the baselines see the same machine load as the hook runs.
-            began = time.perf_counter()
-            subprocess.run([sys.executable, "-c", "pass"], env=env, check=True)
-            baseline.append((time.perf_counter() - began) * 1000)
-            began = time.perf_counter()
-            subprocess.run(import_argv, env=fast_env, check=True)
-            imports.append((time.perf_counter() - began) * 1000)
+        with daemon.client() as full_client, empty.client() as empty_client:
+            for client in (full_client, empty_client):
+                client.post("/api/v1/sessions/open", json={"sessionId": "bench-direct", "source": "claude_code"})
+            for number, query in enumerate(queries):
+                # Interleaved, so every variant sees the same machine load as the hook runs.
+                injected += bool(timed("hook", argv_hook, env, payload_for("bench-hook", query)).strip())
+                timed("hook_empty", argv_hook, empty_env, payload_for("bench-hook", query))
+                timed("site", argv_site, env, payload_for("bench-site", query))
+                timed("no_site", argv_no_site, fast_env, payload_for("bench-nosite", query))
+                timed("pass", [sys.executable, "-c", "pass"], env)
+                timed("pass_s", [sys.executable, "-S", "-c", "pass"], env)
+                timed("import", import_argv, fast_env)
+                for name, client in (("start_full", full_client), ("start_empty", empty_client)):
+                    body = {"sessionId": "bench-direct", "turnId": f"direct-{name}-{number}", "query": query}
+                    began = time.perf_counter()
+                    client.post("/api/v1/turns/start", json={**body, "source": "claude_code"}).raise_for_status()
+                    rows[name].append((time.perf_counter() - began) * 1000)
         load_after = os.getloadavg()
     finally:
         daemon.stop()
+        if empty is not None:
+            empty.stop()
+    times, baseline = rows["hook"], rows["pass"]
     hook_p50, hook_p95 = percentile(times, 0.5), percentile(times, 0.95)
     bare_p50 = percentile(baseline, 0.5)
-    print(f"hook round trip (process start -> output), {len(times)} prompts, {min(args.n, len(bodies))} memories:")
+    p50 = {name: percentile(values, 0.5) for name, values in rows.items()}
+    p95 = {name: percentile(values, 0.95) for name, values in rows.items()}
+    print(f"hook round trip (process start -> output), {len(times)} prompts, {count} memories:")
+    for name, label in ROWS.items():
+        print(f"  {label:<58} p50 {p50[name]:6.1f} ms   p95 {p95[name]:6.1f} ms")
     print(
-        f"  hook (memmy-hook launcher, -S) p50 {hook_p50:6.1f} ms   p95 {hook_p95:6.1f} ms   "
-        f"max {max(times):6.1f} ms   mean {statistics.fmean(times):6.1f} ms"
+        f"  ratio hook / python -c pass (p50): {hook_p50 / bare_p50:.2f}   hook / python -S -c pass: "
+        f"{hook_p50 / p50['pass_s']:.2f}"
     )
     print(
-        f"  python -S -m memmy.hook (no launcher)  p50 {percentile(no_site, 0.5):6.1f} ms   "
-        f"p95 {percentile(no_site, 0.95):6.1f} ms"
+        f"  client share (hook against the empty store - its turns/start round trip), p50: "
+        f"{p50['hook_empty'] - p50['start_empty']:.1f} ms; daemon share at {count} memories "
+        f"(turns/start from a warm client) p50 {p50['start_full']:.1f} ms"
     )
-    print(
-        f"  python -m memmy.hook (with site)  p50 {percentile(with_site, 0.5):6.1f} ms   "
-        f"p95 {percentile(with_site, 0.95):6.1f} ms"
-    )
-    print(
-        f"  python -S -c 'import memmy.hook.runtime'  p50 {percentile(imports, 0.5):6.1f} ms   "
-        f"p95 {percentile(imports, 0.95):6.1f} ms"
-    )
-    print(f"  python -c pass                p50 {bare_p50:6.1f} ms   p95 {percentile(baseline, 0.95):6.1f} ms")
-    print(f"  ratio hook / python -c pass (p50): {hook_p50 / bare_p50:.2f}")
     print(f"  prompts with injected context: {injected}/{len(times)}")
     print(
         f"  target p50 <= 45 ms: {'met' if hook_p50 <= 45 else 'NOT met'}; "

@@ -5,11 +5,16 @@ through a real daemon."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +22,11 @@ import httpx
 import openai
 import pytest
 import uvicorn
-from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMessageFunctionToolCall
+from openai.types.chat import (
+    ChatCompletionFunctionToolParam,
+    ChatCompletionMessageFunctionToolCall,
+    ChatCompletionUserMessageParam,
+)
 
 from memmy.agent.config import load_agent_config
 from memmy.agent.serve import create_app
@@ -257,3 +266,92 @@ def test_sampling_fields_translated_for_an_anthropic_provider(isolated_home: Pat
             assert sent["tool_choice"] == {"type": "any"} and sent["temperature"] == 0.3 and sent["top_p"] == 0.8
             assert sent["max_tokens"] == 55 and sent["stop_sequences"] == ["END"] and sent["system"] == "be brief"
             assert "seed" not in sent  # the Messages API has no seed: left out rather than refused upstream
+
+
+@contextmanager
+def gated_captures(daemon_url: str) -> Iterator[tuple[str, threading.Event]]:
+    """A forwarding proxy in front of the real daemon that holds turn captures (``.../complete``) until the
+    event is set. The agent's capture thread sends one capture at a time, so while the first is held the others
+    are still queued inside ``memmy serve``."""
+    gate = threading.Event()
+
+    class Forward(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def _forward(self) -> None:
+            body = self.rfile.read(int(self.headers.get("content-length") or 0))
+            if self.path.endswith("/complete"):
+                gate.wait(60)
+            skip = {"host", "content-length", "connection"}
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in skip}
+            answer = httpx.request(self.command, daemon_url + self.path, content=body, headers=headers, timeout=60)
+            self.send_response(answer.status_code)
+            self.send_header("content-type", answer.headers.get("content-type", "application/json"))
+            self.send_header("content-length", str(len(answer.content)))
+            self.end_headers()
+            self.wfile.write(answer.content)
+
+        do_GET = do_POST = _forward  # noqa: N815 - http.server's naming
+
+    proxy = ThreadingHTTPServer(("127.0.0.1", 0), Forward)
+    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{proxy.server_address[1]}", gate
+    finally:
+        gate.set()
+        proxy.shutdown()
+        proxy.server_close()
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_stopping_serve_right_after_the_answers_keeps_every_capture(
+    isolated_home: Path, daemon: Daemon, stop: signal.Signals
+) -> None:
+    """``memmy serve`` as its own process, stopped right after the last answer while its captures are still
+    queued: they are all delivered before it exits (uvicorn re-raises SIGTERM after shutdown, so an ``atexit``
+    flush would never run)."""
+    marks = [f"{stop.name.lower()}-zebra{n}" for n in range(4)]
+    with run_model_stub(brain) as stub, gated_captures(daemon.url) as (memory_url, gate):
+        extra = f"memmyMemory:\n  storage: {{endpoint: '{memory_url}', token: '{daemon.token}'}}\n"
+        write_agent_config(isolated_home, stub, extra=extra + f"serve: {{token: {TOKEN}}}\n", memory=True)
+        port = free_port()
+        command = [sys.executable, "-c", "from memmy.agent.cli import main; main()", "serve", "--port", str(port)]
+        server = subprocess.Popen(command, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            base = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 180
+            while True:
+                assert server.poll() is None and time.monotonic() < deadline, "memmy serve did not start"
+                try:
+                    if httpx.get(base + "/health").status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    time.sleep(0.05)
+            client = sdk(base)
+            for number, mark in enumerate(marks):  # answered one after another; captures queue up behind them
+                content = f"note {mark}: the billing job runs at 0{number}:15 UTC"
+                request: ChatCompletionUserMessageParam = {"role": "user", "content": content}
+                if number % 2:
+                    chunks = client.chat.completions.create(model="stub-model", messages=[request], stream=True)
+                    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+                else:
+                    whole = client.chat.completions.create(model="stub-model", messages=[request])
+                    text = whole.choices[0].message.content or ""
+                assert content in text  # the echo (after the recalled memory, once there is some)
+            server.send_signal(stop)  # with the first capture held and the others queued behind it
+            time.sleep(0.2)
+            gate.set()
+            output = server.communicate(timeout=60)[0].decode()
+        finally:
+            if server.poll() is None:
+                server.kill()
+                server.wait()
+    assert server.returncode in (0, -stop, 128 + stop), output
+    with daemon.client() as http:
+        tasks = http.get("/api/v1/panel/tasks", params={"q": "billing job runs"}).json()["tasks"]
+    answers = " ".join(t["assistantText"] or "" for task in tasks for t in task["turns"] if t["status"] != "started")
+    assert [mark for mark in marks if mark not in answers] == [], output  # every turn completed, with its answer

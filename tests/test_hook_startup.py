@@ -15,13 +15,71 @@ import pytest
 
 from memmy.hook.runtime import Client, HTTPError, http_request, short_hash
 
-HEAVY = ("urllib", "email", "http", "hashlib", "typing", "pathlib", "threading")
+HEAVY = (
+    *("urllib", "email", "http", "hashlib", "typing", "pathlib", "threading"),
+    *("json", "re", "runpy", "__future__", "stringprep"),  # stringprep: getaddrinfo's idna codec for a str host
+)
 
 
 def test_the_hook_runtime_does_not_import_the_slow_modules() -> None:
     code = f"import sys; import memmy.hook.runtime; print([m for m in sys.modules if m.split('.')[0] in {HEAVY!r}])"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    done = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True, env=_env())
     assert done.stdout.strip() == "[]"
+
+
+def _env() -> dict[str, str]:
+    from memmy.integrations.launcher import package_dir
+
+    return {"PATH": "/usr/bin:/bin", "PYTHONPATH": package_dir()}
+
+
+def test_a_plain_prompt_round_trip_imports_nothing_slow(server: str, tmp_path: Path) -> None:
+    """The whole prompt path (settings, state files, the request, the answer) stays off json/re/runpy."""
+    code = (
+        "import sys; from memmy.hook.runtime import handle; import time; "
+        "out = handle('claude_code', 'UserPromptSubmit', sys.stdin.read(), time.monotonic() + 10); "
+        f"print([m for m in sys.modules if m.split('.')[0] in {HEAVY!r}])"
+    )
+    env = {**_env(), "HOME": str(tmp_path), "MEMMY_HOME": str(tmp_path / ".memmy"), "MEMMY_MEMORY_URL": server}
+    payload = {"session_id": "s", "prompt": "how do I fix the flaky test in the orders module", "cwd": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", code], input=json.dumps(payload), capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+    assert list((tmp_path / ".memmy" / "hooks" / "state").glob("claude_code-*.json"))  # the turn state was saved
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"a": [1, 2.5, None, True, False, "x\u00e9\n\"", -3], "b": {}, "数据库": "迁移 \U0001f600"},
+        [],
+        "text",
+        0,
+        {"nested": [{"deep": [[], {}]}], "big": 10**20, "neg": -0.5e-7},
+    ],
+)
+def test_lean_json_matches_the_json_module(value: object) -> None:
+    from memmy.hook import lean_json
+
+    for ascii_only in (True, False):
+        text = lean_json.dumps(value, ensure_ascii=ascii_only)
+        assert text == json.dumps(value, ensure_ascii=ascii_only)
+        assert lean_json.loads(f"  {text}\n") == value
+        assert lean_json.loads(text.encode("utf-8")) == value
+
+
+@pytest.mark.parametrize("bad", ["", "  ", "{", '{"a": }', "[1] 2", "nope"])
+def test_lean_json_rejects_what_json_rejects(bad: str) -> None:
+    from memmy.hook import lean_json
+
+    with pytest.raises(ValueError):
+        json.loads(bad)
+    with pytest.raises(ValueError):
+        lean_json.loads(bad)
+    with pytest.raises(TypeError):
+        lean_json.dumps({"a": object()})
 
 
 def test_short_hash_is_the_sha256_prefix_it_always_was() -> None:
@@ -116,10 +174,10 @@ def _run_launcher(tmp_path: Path, package: str) -> tuple[subprocess.CompletedPro
 
 
 def test_the_hook_launcher_starts_python_without_site_and_still_works(tmp_path: Path) -> None:
-    from memmy.integrations.launcher import package_dir
+    from memmy.integrations.launcher import FAST_HOOK_CODE, package_dir
 
     done, args = _run_launcher(tmp_path, package_dir())
-    assert args == "-S -m memmy.hook claude_code UserPromptSubmit"
+    assert args == f"-S -P -c {FAST_HOOK_CODE} claude_code UserPromptSubmit"
     assert done.returncode == 0 and done.stderr == "", done.stderr  # memmy found without site-packages
 
 

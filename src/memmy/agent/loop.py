@@ -174,17 +174,30 @@ class Agent:
         result = TurnResult()
         self.running = True
         self.appended = []
+        # Recall first: its request is on the wire while the agent compacts, saves the session and gets the
+        # provider ready, so the turn waits only for what is left of the daemon's answer.
+        recalling = self._start_recall(text)
+        if recalling is not None:
+            await asyncio.sleep(0)  # one loop pass: the request is sent before the synchronous work below
         try:
             await self.compact()
         except asyncio.CancelledError:
             self.running = False
+            if recalling is not None:
+                recalling.cancel()
             raise
         self.session.messages.append({"role": "user", "content": text})
         user_index = len(self.session.messages) - 1
         self.store.save(self.session)
+        self._ready_provider()
         recall: Recall | None = None
-        if self.memory is not None:
-            recall = await self.memory.start_turn(self.session.key, text, str(self.workspace))
+        if recalling is not None and self.memory is not None:
+            try:
+                recall = await recalling
+            except asyncio.CancelledError:
+                self.running = False
+                recalling.cancel()
+                raise
             warning = self.memory.take_warning()
             if warning:
                 self.emit(TurnEvent("notice", warning))
@@ -204,6 +217,19 @@ class Agent:
             self.emit(TurnEvent("error", str(exc), {"kind": exc.kind}))
         await self._finish(result, recall, started)
         return result
+
+    def _start_recall(self, text: str) -> asyncio.Task[Recall | None] | None:
+        """Turn start as a task of its own (None when memory is off)."""
+        if self.memory is None:
+            return None
+        return asyncio.create_task(self.memory.start_turn(self.session.key, text, str(self.workspace)))
+
+    def _ready_provider(self) -> None:
+        """Build the provider now (while recall runs); a configuration problem is reported by the first call."""
+        try:
+            self.provider  # noqa: B018 - the property builds and caches the provider
+        except ProviderError:
+            pass
 
     async def _iterate(self, user_index: int, recall: Recall | None, result: TurnResult) -> None:
         for _ in range(max(1, self.config.max_tool_iterations)):

@@ -3,11 +3,13 @@ on 127.0.0.1:18990 with a bearer token. Each request is answered by the configur
 for the last user message (injected as history) and the exchange captured afterwards. The body's ``user`` field
 (or ``x-memmy-user``) stamps the memory's user id; one memory session per conversation (``x-memmy-session-key``,
 else the user plus the conversation's first message). Tools are passed through: tool
-calls go back to the client, as with any Chat Completions endpoint."""
+calls go back to the client, as with any Chat Completions endpoint. Stopping it (SIGTERM, SIGINT, Ctrl-C) first
+delivers the captures still queued (or spools them for the next start)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import secrets
@@ -149,8 +151,13 @@ class ServeApp:
         recall: Recall | None = None
         last = messages[-1]
         query = _text(last.get("content"))
-        if last.get("role") == "user" and query.strip():
-            recall = await self.memory.start_turn(f"serve:{scope}", query, None, user)
+        recalling = None
+        if last.get("role") == "user" and query.strip():  # recall runs while the provider is made ready
+            recalling = asyncio.create_task(self.memory.start_turn(f"serve:{scope}", query, None, user))
+            await asyncio.sleep(0)
+        provider = self.provider(choice)
+        if recalling is not None:
+            recall = await recalling
             if recall is not None and recall.markdown.strip():
                 if isinstance(last.get("content"), str):
                     last["content"] = recall.wrapped(query)
@@ -159,7 +166,6 @@ class ServeApp:
         headers = {"x-memmy-memory": self.memory.state}
         if recall is not None:
             headers["x-memmy-memory-ids"] = ",".join(recall.memory_ids)[:2000]
-        provider = self.provider(choice)
         if body.get("stream"):
             return await self._stream(provider, choice, messages, tools, recall, body, headers, options)
         try:
@@ -271,7 +277,17 @@ def create_app(config: AgentConfig, memory: MemoryBridge | None = None, config_f
         resolve_settings(config_file), enabled=config.memory_enabled, source=SOURCE, spool=capture_spool(config)
     )
     handler = ServeApp(config, bridge)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        # Shutdown (SIGTERM, SIGINT, Ctrl-C): deliver the captures still queued, or spool what the daemon cannot
+        # take now, before the process goes. uvicorn re-raises SIGTERM after shutdown, so an ``atexit`` flush
+        # would never run.
+        await bridge.aclose()
+
     app = Starlette(
+        lifespan=lifespan,
         routes=[
             Route("/health", handler.health, methods=["GET"]),
             Route("/v1/models", handler.models, methods=["GET"]),

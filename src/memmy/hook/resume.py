@@ -5,11 +5,9 @@ share + 0.07 recency + 0.03 continuity); the top five are shown and the hook blo
 of 1-5, injects that session's turns as continuation context; ``cancel`` clears the pending choice.
 """
 
-from __future__ import annotations
-
-import json
-import re
 import time
+
+from memmy.hook import lean_json as json
 
 TYPE_CHECKING = False  # typing costs milliseconds at hook start; it is only needed by the type checker
 if TYPE_CHECKING:
@@ -20,18 +18,26 @@ if TYPE_CHECKING:
 
         def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any: ...
 
-SENTINEL = re.compile(r"MEMMY_RESUME_COMMAND_ARGUMENTS:\s*(.*?)\s*MEMMY_RESUME_COMMAND_END", re.S)
-COMMAND = re.compile(r"^/memmy-resume\b\s*(.*)$", re.S)
+else:  # annotations are evaluated at import (no ``from __future__``, which is one more import): placeholders
+    Any = Api = object
+
+SENTINEL_START = "MEMMY_RESUME_COMMAND_ARGUMENTS:"
+SENTINEL_END = "MEMMY_RESUME_COMMAND_END"
+COMMAND = "/memmy-resume"
 RESUME_TTL_S = 600
 MAX_CONTEXT_CHARS = 24_000
 
 
 def resume_request(prompt: str) -> str | None:
     """The query of a ``/memmy-resume`` prompt (expanded or not), else None."""
-    for pattern in (SENTINEL, COMMAND):
-        match = pattern.search(prompt.strip())
-        if match:
-            return match.group(1).strip()
+    text = prompt.strip()
+    start = text.find(SENTINEL_START)
+    end = text.find(SENTINEL_END, start + len(SENTINEL_START)) if start >= 0 else -1
+    if end >= 0:  # the expanded slash command: the arguments between the two markers
+        return text[start + len(SENTINEL_START) : end].strip()
+    rest = text[len(COMMAND) :]
+    if text.startswith(COMMAND) and not (rest[:1].isalnum() or rest[:1] == "_"):  # "/memmy-resume" + word end
+        return rest.strip()
     return None
 
 

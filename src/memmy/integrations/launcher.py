@@ -3,11 +3,12 @@
 Agents keep a command line for years; a checkout's ``.venv/bin/python3`` does not live that long. So every
 installed piece calls one of two small POSIX shell shims, and only the shims name the interpreter:
 
-- ``memmy-hook <agent> <event>`` runs ``python -S -m memmy.hook`` and fails open (exit 0 with a note on stderr)
-  when no install is found, so a broken install never blocks an agent's prompt. The hook runtime imports only
-  the standard library and memmy itself, so the launcher skips ``site`` (``-S``: no site-packages scan, no
-  ``.pth`` files, a few milliseconds of every prompt) and puts the directory that holds the ``memmy`` package
-  on ``PYTHONPATH`` instead; when that directory no longer holds the runtime it falls back to a normal start;
+- ``memmy-hook <agent> <event>`` runs the hook and fails open (exit 0 with a note on stderr) when no install is
+  found, so a broken install never blocks an agent's prompt. The hook runtime imports only the standard library
+  and memmy itself, so the launcher skips ``site`` (``-S``: no site-packages scan, no ``.pth`` files, a few
+  milliseconds of every prompt) and ``runpy`` (``-c`` running what ``-m memmy.hook`` runs), and puts the
+  directory that holds the ``memmy`` package on ``PYTHONPATH`` instead; when that directory no longer holds the
+  runtime it falls back to a normal start (``python -m memmy.hook``);
 - ``memmy-memory ...`` runs the CLI (``python -m memmy``), e.g. ``memmy-memory --source codex mcp``.
 
 Each shim tries the interpreter recorded by the last ``init``, then any ``memmy-memory`` on ``PATH`` (a pipx or
@@ -28,13 +29,17 @@ SHIM_MODE = 0o755
 PYTHON_LINE = "MEMMY_PYTHON="
 PACKAGE_LINE = "MEMMY_PACKAGE_DIR="
 #: The hook's fast start: ``-S`` skips ``site`` (the runtime needs nothing from site-packages but memmy itself,
-#: which ``PYTHONPATH`` names), used only while the recorded directory still holds the hook runtime.
+#: which ``PYTHONPATH`` names); ``-c`` instead of ``-m`` skips ``runpy`` (``importlib.util``, ``contextlib``...);
+#: ``-P`` keeps the current directory off ``sys.path`` (a project's ``json.py`` never shadows the runtime's).
+#: Used only while the recorded directory still holds the hook runtime.
 _FAST_HOOK = """{package_line}
 if [ -x "$MEMMY_PYTHON" ] && [ -f "$MEMMY_PACKAGE_DIR/memmy/hook/runtime.py" ]; then
   PYTHONPATH="$MEMMY_PACKAGE_DIR${{PYTHONPATH:+:$PYTHONPATH}}"; export PYTHONPATH
-  exec "$MEMMY_PYTHON" -S -m {module} "$@"
+  exec "$MEMMY_PYTHON" -S -P -c {fast_code} "$@"
 fi
 """
+#: What ``python -m memmy.hook`` runs, as a ``-c`` program (its ``sys.argv[0]`` is ``-c``).
+FAST_HOOK_CODE = "import sys; from memmy.hook.runtime import main; main(sys.argv)"
 
 _SHIM = """#!/bin/sh
 # memmy launcher written by `memmy-memory init` (do not edit: re-run init after moving or reinstalling memmy).
@@ -74,7 +79,11 @@ def shim_text(python: str, module: str, fail_open: bool, package: str | None = N
     With ``package`` (the directory holding ``memmy``) the script first tries ``python -S`` with that directory
     on ``PYTHONPATH``: only for the hook, whose runtime imports nothing outside the standard library and memmy.
     """
-    fast = _FAST_HOOK.format(package_line=f"{PACKAGE_LINE}{shlex.quote(package)}", module=module) if package else ""
+    fast = (
+        _FAST_HOOK.format(package_line=f"{PACKAGE_LINE}{shlex.quote(package)}", fast_code=shlex.quote(FAST_HOOK_CODE))
+        if package
+        else ""
+    )
     return _SHIM.format(
         python_line=f"{PYTHON_LINE}{shlex.quote(python)}",
         fast_path=fast,
