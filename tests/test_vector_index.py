@@ -61,3 +61,19 @@ def test_blocks_match_brute_force_under_every_filter_and_after_moves_and_removal
     assert index.vector("m1") is not None and index.contains("m1") and not index.contains("m0")
     stored = index.vector("m1")
     assert stored is not None and stored.dtype == np.float32 and np.allclose(stored, vectors[1], atol=1e-3)
+
+
+def test_bulk_load_sizes_blocks_exactly_and_a_repeated_row_keeps_the_later_vector() -> None:
+    rng = np.random.default_rng(5)
+    vectors = _unit(rng, 50, 8)
+    index = VectorIndex(8)
+    items = [(f"m{i}", "vec", vectors[i], VectorMeta("L1", "alpha" if i % 2 else None)) for i in range(40)]
+    items.append(("m3", "vec", vectors[45], VectorMeta("L1", None)))  # m3 again, moved to the shared block
+    index.bulk_load(items, chunk_rows=7)  # several chunks per block
+    assert len(index) == 40
+    assert [block.matrix.shape[0] for block in index._blocks.values()] == [20 + 64, 20 + 64]  # noqa: SLF001
+    moved = index.vector("m3")
+    assert moved is not None and np.allclose(moved, vectors[45], atol=1e-3)
+    assert [hit[0] for hit in index.search(vectors[45], 1, project_id="beta")] == ["m3"]
+    assert [hit[0] for hit in index.search(vectors[7], 1, project_id="alpha")] == ["m7"]
+    assert index.search(vectors[7], 1, project_id="beta")[0][0] != "m7"  # alpha rows are not in beta's scope

@@ -70,6 +70,42 @@ class _Block:
             setattr(self, name, grown)
 
 
+class _Load:
+    """The rows of one block while the index loads: fixed-size chunks, joined once into an exact-size block."""
+
+    def __init__(self, dim: int, chunk_rows: int) -> None:
+        self.dim = dim
+        self.chunk_rows = max(1, chunk_rows)
+        self.chunks: list[Stored] = []
+        self.count = 0
+        self.layers: list[int] = []
+        self.sources: list[int] = []
+        self.keys: list[tuple[str, str]] = []
+
+    def add(self, key: tuple[str, str], vector: Vector, layer: int, source: int) -> None:
+        row = self.count % self.chunk_rows
+        if row == 0:
+            self.chunks.append(np.empty((self.chunk_rows, self.dim), dtype=STORED_DTYPE))
+        self.chunks[-1][row] = vector
+        self.keys.append(key)
+        self.layers.append(layer)
+        self.sources.append(source)
+        self.count += 1
+
+    def block(self) -> _Block:
+        """The loaded rows as one block with room for 64 more."""
+        block = _Block(self.dim, self.count + 64)
+        for number, chunk in enumerate(self.chunks):
+            first = number * self.chunk_rows
+            rows = min(self.chunk_rows, self.count - first)
+            block.matrix[first : first + rows] = chunk[:rows]
+        self.chunks.clear()
+        block.layer[: self.count] = self.layers
+        block.source[: self.count] = self.sources
+        block.keys = self.keys
+        return block
+
+
 class VectorIndex:
     """Exact cosine search over L2-normalised vectors, kept in one contiguous float16 block per project.
 
@@ -128,10 +164,37 @@ class VectorIndex:
             block.layer[row] = self._code("layer", meta.layer)
             block.source[row] = self._code("source", meta.source)
 
-    def bulk_load(self, items: Iterable[tuple[str, str, Vector, VectorMeta]]) -> None:
-        """Add many vectors (used at start-up)."""
-        for memory_id, field, vector, meta in items:
-            self.upsert(memory_id, field, vector, meta)
+    def bulk_load(self, items: Iterable[tuple[str, str, Vector, VectorMeta]], chunk_rows: int = 1024) -> None:
+        """Add many vectors (used at start-up).
+
+        Into an empty index the rows are gathered per block in chunks of ``chunk_rows`` and each block is then
+        allocated once, at its final size: blocks grown row by row double their capacity, and a block small
+        enough to come from the heap keeps all of it resident (about 50 MiB more at 100k in 20 projects).
+        """
+        with self._lock:
+            if self._pos:
+                for memory_id, field, vector, meta in items:
+                    self.upsert(memory_id, field, vector, meta)
+                return
+            loads: dict[int, _Load] = {}
+            repeated: list[tuple[str, str, Vector, VectorMeta]] = []
+            for memory_id, field, vector, meta in items:
+                if vector.shape != (self.dim,):
+                    raise ValueError(f"vector has shape {vector.shape}, index expects ({self.dim},)")
+                key = (memory_id, field)
+                if key in self._pos:  # the same row twice: the later one wins, through upsert below
+                    repeated.append((memory_id, field, vector, meta))
+                    continue
+                project = self.NO_PROJECT if meta.project_id is None else self._code("project", meta.project_id)
+                load = loads.get(project)
+                if load is None:
+                    load = loads[project] = _Load(self.dim, chunk_rows)
+                self._pos[key] = (project, load.count)
+                load.add(key, vector, self._code("layer", meta.layer), self._code("source", meta.source))
+            for project, load in loads.items():
+                self._blocks[project] = load.block()
+            for memory_id, field, vector, meta in repeated:
+                self.upsert(memory_id, field, vector, meta)
 
     def _remove_key(self, key: tuple[str, str]) -> None:
         found = self._pos.pop(key, None)
