@@ -12,9 +12,12 @@ block.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import simsimd
@@ -258,17 +261,21 @@ class VectorIndex:
         return found
 
     def _mask(
-        self, block: _Block, n: int, layers: Sequence[str] | None, source: str | None
+        self,
+        layer_codes: NDArray[np.int8],
+        source_codes: NDArray[np.int32],
+        layers: Sequence[str] | None,
+        source: str | None,
     ) -> NDArray[np.bool_] | None:
         mask: NDArray[np.bool_] | None = None
         if layers:
             codes = [self._codes["layer"].get(layer, -1) for layer in layers]
-            mask = block.layer[:n] == codes[0]  # equality is ~100x cheaper than np.isin on 100k rows
+            mask = layer_codes == codes[0]  # equality is ~100x cheaper than np.isin on 100k rows
             for code in codes[1:]:
-                mask |= block.layer[:n] == code
+                mask |= layer_codes == code
         if source is not None:
             code = self._codes["source"].get(source, -2)
-            same = block.source[:n] == code
+            same = source_codes == code
             mask = same if mask is None else mask & same
         return mask
 
@@ -311,23 +318,31 @@ class VectorIndex:
                 if project_id in self._codes["project"]:
                     codes.append(self._codes["project"][project_id])
             found: dict[str, list[tuple[str, float]]] = {name: [] for name in pools}
-            for code in codes:
-                block = self._blocks.get(code)
-                n = len(block.keys) if block is not None else 0
-                if block is None or n == 0:
-                    continue
-                scores = scan(block.matrix[:n], stored_query)
+            # Every block is scanned on its own (a scoped query touches only its blocks), then the scores are
+            # joined so that each layer takes one top-k pass, not one per block.
+            scanned = [(block, len(block.keys)) for code in codes if (block := self._blocks.get(code)) and block.keys]
+            if scanned:
+                scores = _joined([scan(block.matrix[:n], stored_query) for block, n in scanned])
+                layer_codes = _joined([block.layer[:n] for block, n in scanned])
+                source_codes = _joined([block.source[:n] for block, n in scanned])
+                ends = list(itertools.accumulate(n for _block, n in scanned))
+
+                def owner(row: int) -> str:
+                    part = bisect.bisect_right(ends, row)
+                    return scanned[part][0].keys[row - (ends[part - 1] if part else 0)][0]
+
+                total = ends[-1]
                 for name, k in pools.items():
-                    mask = self._mask(block, n, None if name == "*" else [name], source)
+                    mask = self._mask(layer_codes, source_codes, None if name == "*" else [name], source)
                     if mask is not None:
-                        # A layer a block does not hold (no Skill rows in a project, say) costs no top-k pass,
-                        # and a mask that keeps every row is no mask.
+                        # A layer the scanned blocks do not hold (no Skill rows, say) costs no top-k pass, and
+                        # a mask that keeps every row is no mask.
                         kept = int(np.count_nonzero(mask))
                         if kept == 0:
                             continue
-                        if kept == n:
+                        if kept == total:
                             mask = None
-                    found[name].extend(self._top(block, scores, mask, k))
+                    found[name] = self._top(owner, scores, mask, k)
         results: dict[str, list[tuple[str, float]]] = {}
         for name, k in pools.items():
             best: dict[str, float] = {}
@@ -345,7 +360,9 @@ class VectorIndex:
         return results
 
     @staticmethod
-    def _top(block: _Block, scores: Vector, mask: NDArray[np.bool_] | None, k: int) -> list[tuple[str, float]]:
+    def _top(
+        owner: Callable[[int], str], scores: Vector, mask: NDArray[np.bool_] | None, k: int
+    ) -> list[tuple[str, float]]:
         n = scores.shape[0]
         if k <= 0:
             return []
@@ -356,12 +373,16 @@ class VectorIndex:
         order = order[np.isfinite(masked[order])]
         best: dict[str, float] = {}
         for i in order.tolist():
-            memory_id = block.keys[i][0]
+            memory_id = owner(i)
             if memory_id not in best:
                 best[memory_id] = float(masked[i])
                 if len(best) >= k:
                     break
         return list(best.items())
+
+
+def _joined(parts: list[NDArray[Any]]) -> NDArray[Any]:
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def meta_of(layer: str, project_id: str | None, visibility: str | None, source: str | None) -> VectorMeta:
