@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
+from numpy.typing import NDArray
 
 from memmy.commands.memory import AddMemory, DeleteMemory, SearchMemory
+from memmy.commands.turns import OpenSession, StartTurn
 from memmy.config import load_config
 from memmy.embed import Embedder, build_embedder
+from memmy.embed.base import EmbeddingFingerprint, EmbedRole
 from memmy.namespace import Namespace
 from memmy.service import MemoryService
 from memmy.store.vectors import VectorIndex
@@ -130,4 +134,35 @@ def test_other_layers_use_the_vec_field(embedder: Embedder, isolated_home: Path,
     )
     assert row is not None
     assert row["vector_field"] == "vec" and row["embedding_dim"] == 384
+    service.close()
+
+
+class CountingEmbedder:
+    """The real embedder, counting the query texts it is asked to embed."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+        self.queries: list[str] = []
+
+    @property
+    def fingerprint(self) -> EmbeddingFingerprint:
+        return self.inner.fingerprint
+
+    def embed(self, texts: Sequence[str], role: EmbedRole = "document") -> NDArray[np.float32]:
+        if role == "query":
+            self.queries.extend(texts)
+        return self.inner.embed(texts, role)
+
+
+def test_a_turn_start_runs_the_model_once_for_its_prompt(embedder: Embedder, isolated_home: Path) -> None:
+    counting = CountingEmbedder(embedder)
+    service = open_service(counting)
+    service.add_memory(AddMemory.from_json({"content": "Postgres migrations run with alembic upgrade head"}), NS)
+    service.indexer.drain()
+    session = service.open_session(OpenSession.from_json({"source": "test"}), NS)["sessionId"]
+    prompts = ["how do we upgrade the database schema", "which tool runs the postgres migrations"]
+    for number, prompt in enumerate(prompts):  # recall and episode routing both need the prompt's vector
+        body = {"sessionId": session, "turnId": f"t{number}", "query": prompt}
+        service.start_turn(StartTurn.from_json(body), NS)
+    assert sorted(counting.queries) == sorted(prompts)
     service.close()

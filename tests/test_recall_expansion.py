@@ -28,7 +28,10 @@ def test_similarities_are_the_exact_cosines_of_the_listed_memories() -> None:
     found = index.similarities(["m1", "m4", "m19", "unknown"], query)
     assert set(found) == {"m1", "m4", "m19"}
     for memory_id, score in found.items():
-        assert score == pytest.approx(float(vectors[memory_id] @ query), abs=1e-6)
+        assert score == pytest.approx(float(vectors[memory_id] @ query), abs=1e-3)  # rows are float16
+    # the same scores as the vector channel's scan of the same rows
+    scanned = dict(index.search(query, 20))
+    assert all(score == pytest.approx(scanned[memory_id], abs=1e-6) for memory_id, score in found.items())
 
 
 def test_a_keyword_hit_outside_the_vector_pool_keeps_its_cosine(make_service, embedder: Embedder) -> None:  # type: ignore[no-untyped-def]

@@ -33,6 +33,7 @@ log = logging.getLogger("memmy.indexing")
 FIELD_BY_LAYER = {"L1": "vec_summary", "L2": "vec", "L3": "vec", "Skill": "vec"}
 KIND_BY_LAYER = {"L1": "trace", "L2": "policy", "L3": "world_model", "Skill": "skill"}
 KEY_BATCH = 64
+RECENT_QUERIES = 8  # query vectors kept by Indexer.embed_query (a turn start embeds its prompt twice)
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,8 @@ class Indexer:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.RLock()
+        self._recent_queries: dict[tuple[int, str], Vector] = {}
+        self._recent_lock = threading.Lock()
 
     @property
     def embedder(self) -> Embedder:
@@ -162,6 +165,8 @@ class Indexer:
         with self._lock:
             self._embedder_factory = factory
             self._embedder = None
+        with self._recent_lock:
+            self._recent_queries.clear()
         self.load_index()
         self._wake.set()
 
@@ -272,13 +277,27 @@ class Indexer:
         return len(surfaces)
 
     def embed_query(self, text: str) -> Vector | None:
-        """Embed a search query; None when the backend fails (search continues text-only)."""
+        """Embed a search query; None when the backend fails (search continues text-only).
+
+        The last few query vectors are kept whatever the embedder's own cache does: a turn start embeds its
+        prompt for recall and again for episode routing, and the second must not cost another model run.
+        """
+        embedder = self.embedder
+        key = (id(embedder), text)
+        with self._recent_lock:
+            recent = self._recent_queries.get(key)
+        if recent is not None:
+            return recent
         try:
-            vectors = self.embedder.embed([text], role="query")
+            vectors = embedder.embed([text], role="query")
         except MemmyError as exc:
             self.last_error = exc.message
             return None
         vector: Vector = np.asarray(vectors[0], dtype=np.float32)
+        with self._recent_lock:
+            self._recent_queries[key] = vector
+            while len(self._recent_queries) > RECENT_QUERIES:
+                self._recent_queries.pop(next(iter(self._recent_queries)))
         return vector
 
     def run_once(self, limit: int | None = None) -> tuple[int, int]:

