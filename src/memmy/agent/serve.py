@@ -155,7 +155,12 @@ class ServeApp:
         if last.get("role") == "user" and query.strip():  # recall runs while the provider is made ready
             recalling = asyncio.create_task(self.memory.start_turn(f"serve:{scope}", query, None, user))
             await asyncio.sleep(0)
-        provider = self.provider(choice)
+        try:
+            provider = self.provider(choice)
+        except BaseException:
+            if recalling is not None:
+                recalling.cancel()
+            raise
         if recalling is not None:
             recall = await recalling
             if recall is not None and recall.markdown.strip():
