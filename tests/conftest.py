@@ -27,6 +27,11 @@ from memmy.service.imports import ImportOps
 from memmy.sources.adapters import ADAPTERS
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+# A suite started in the background (`cmd &` in a script) inherits SIGINT ignored, and so would every process it
+# starts: the tests that stop a child with SIGINT (Ctrl-C) need the disposition a foreground run has.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 _ENV_PREFIXES = ("MEMMY_", "MEMORY_SERVICE_")
 
 
