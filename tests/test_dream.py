@@ -4,50 +4,31 @@ records every change, and ``restore`` puts the store back byte for byte (rows, f
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from click.testing import CliRunner, Result
 
 from memmy.cli.main import cli
 from memmy.commands.dream import DreamGet, DreamLog, DreamRestore, DreamRun
 from memmy.commands.memory import AddMemory, DeleteMemory, SearchMemory
-from memmy.config import load_config
 from memmy.domain import Memory, content_hash, new_id
 from memmy.dream.plan import compatible, iso
-from memmy.embed import Embedder
 from memmy.errors import Conflict, NotFound
 from memmy.namespace import Namespace
 from memmy.service import MemoryService
 from memmy.store.memories import MemoryFilter
-from tests.conftest import Daemon
+from tests.conftest import Daemon, ServiceFactory
 
 NS = Namespace(source="claude_code")
 NOW = datetime.now(UTC)
 
 
 @pytest.fixture
-def make_service(isolated_home: Path, embedder: Embedder) -> Iterator[Any]:
-    """Build services over their own stores, with a ``dream`` config section."""
-    created: list[MemoryService] = []
-
-    def build(dream: dict[str, Any] | None = None) -> MemoryService:
-        path = isolated_home / ".memmy" / "config.yaml"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump({"memmyMemory": {"dream": dream or {}}}))
-        db = isolated_home / f"dream-{len(created)}.sqlite"
-        svc = MemoryService.open(load_config(db_override=db), embedder=embedder)
-        svc.indexer.load_index()
-        created.append(svc)
-        return svc
-
-    yield build
-    for svc in created:
-        svc.close()
+def make_service(make_service: ServiceFactory) -> ServiceFactory:
+    """conftest's factory (one store per service) taking just the ``dream`` config section."""
+    return lambda dream=None: make_service({"dream": dream or {}})
 
 
 def put(

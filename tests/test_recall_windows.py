@@ -11,6 +11,7 @@ from memmy.namespace import Namespace
 from memmy.recall.channels import ChannelHit, window_cosines
 from memmy.recall.fusion import turn_window
 from memmy.service import MemoryService
+from tests.conftest import ServiceFactory
 
 NS = Namespace(source="claude_code")
 
@@ -31,6 +32,18 @@ def ids(memories: list[Memory]) -> list[str]:
     return [m.id for m in memories]
 
 
+def chat(service: MemoryService, texts: list[str]) -> list[str]:
+    """``texts`` stored as the turns of one session, a second apart, embedded; their ids in order."""
+    made = [
+        service.add_memory(
+            AddMemory.from_json({"content": t, "sessionId": "chat", "createdAt": f"2026-01-05T10:00:0{i}Z"}), NS
+        )["id"]
+        for i, t in enumerate(texts)
+    ]
+    service.indexer.drain()
+    return made
+
+
 def test_a_window_is_the_hit_and_its_nearest_turns_in_time_order() -> None:
     turns = session(9)
     assert ids(turn_window(turns[4], turns[2:7], set(), 1)) == ["t3", "t4", "t5"]
@@ -47,7 +60,7 @@ def test_a_window_skips_turns_a_better_result_shows_and_takes_the_next_nearest()
     assert ids(turn_window(turns[4], turns[2:7], {"t2", "t3", "t5", "t6"}, 1)) == ["t4"]  # nothing left nearby
 
 
-def test_two_hits_two_turns_apart_return_six_distinct_turns(make_service) -> None:  # type: ignore[no-untyped-def]
+def test_two_hits_two_turns_apart_return_six_distinct_turns(make_service: ServiceFactory) -> None:
     service: MemoryService = make_service()
     texts = [
         "We talked about the weather on Monday.",
@@ -59,13 +72,7 @@ def test_two_hits_two_turns_apart_return_six_distinct_turns(make_service) -> Non
         "Lunch is at noon tomorrow.",
         "Someone left a bicycle in the hallway.",
     ]
-    made = [
-        service.add_memory(
-            AddMemory.from_json({"content": t, "sessionId": "chat", "createdAt": f"2026-01-05T10:00:0{i}Z"}), NS
-        )["id"]
-        for i, t in enumerate(texts)
-    ]
-    service.indexer.drain()
+    made = chat(service, texts)
     result = service.search(SearchMemory.from_json({"query": "Marta greyhound Comet", "limit": 2}), NS)
     windows = [hit["window"] for hit in result["hits"]]
     assert len(windows) == 2
@@ -76,20 +83,14 @@ def test_two_hits_two_turns_apart_return_six_distinct_turns(make_service) -> Non
         assert window == [m for m in made if m in window]  # each window in time order
 
 
-def test_a_trace_hit_is_judged_by_the_meaning_of_its_window(make_service) -> None:  # type: ignore[no-untyped-def]
+def test_a_trace_hit_is_judged_by_the_meaning_of_its_window(make_service: ServiceFactory) -> None:
     service: MemoryService = make_service()
     texts = [
         "My sister bought an old acoustic guitar at the flea market.",
         "She has been playing it every evening for a month now.",
         "The neighbours have not complained yet.",
     ]
-    made = [
-        service.add_memory(
-            AddMemory.from_json({"content": t, "sessionId": "chat", "createdAt": f"2026-01-05T10:00:0{i}Z"}), NS
-        )["id"]
-        for i, t in enumerate(texts)
-    ]
-    service.indexer.drain()
+    made = chat(service, texts)
     query = "how long has my sister been practising the guitar"
     found = service.search(SearchMemory.from_json({"query": query, "limit": 3, "verbose": True}), NS)
     index = service.indexer.index
@@ -111,13 +112,7 @@ def test_a_trace_hit_is_judged_by_the_meaning_of_its_window(make_service) -> Non
     assert rescored[1] == hits[1]  # only vector evidence changes
 
     alone: MemoryService = make_service({"algorithm": {"retrieval": {"contextWindow": 0}}})
-    single = [
-        alone.add_memory(
-            AddMemory.from_json({"content": t, "sessionId": "chat", "createdAt": f"2026-01-05T10:00:0{i}Z"}), NS
-        )["id"]
-        for i, t in enumerate(texts)
-    ]
-    alone.indexer.drain()
+    single = chat(alone, texts)
     plain = alone.search(SearchMemory.from_json({"query": query, "limit": 3, "verbose": True}), NS)
     plain_channels = {c["id"]: c["channels"] for c in plain["debug"]["channels"]}
     own_first = float(vector_of(alone, single[0]) @ query_vector)
