@@ -38,7 +38,6 @@ from memmy.recall.freshness import freshness_factor
 from memmy.recall.fusion import KEYWORD_CHANNELS as FUSION_KEYWORD_CHANNELS
 from memmy.recall.fusion import calibrate, select
 from memmy.recall.query import PreparedQuery
-from memmy.store.db import utc_now
 from memmy.store.memories import MemoryFilter, MemoryRepository
 from memmy.store.reader import ReadOnlyDatabase
 from memmy.store.vectors import Vector, VectorIndex
@@ -354,27 +353,15 @@ class RecallEngine:
     ) -> dict[str, list[str]]:
         """``{memory id: ids of its turn window}`` for every loaded trace with a vector hit and a session.
 
-        The same turns as ``MemoryRepository.neighbours`` (same session and layer, visible in the scope, by
-        ``created_at`` then insertion), read for all candidates' sessions in one query instead of one per trace.
+        The same turns as ``MemoryRepository.neighbours``, read for all candidates' sessions in one query
+        (``MemoryRepository.session_turn_ids``) instead of one per trace.
         """
         traces = [
             memory
             for memory_id in dict.fromkeys(h.memory_id for h in hits if h.channel == "vec")
             if (memory := memories.get(memory_id)) is not None and memory.layer == "L1" and memory.session_id
         ]
-        sessions = sorted({str(m.session_id) for m in traces})
-        if not sessions:
-            return {}
-        where, params = request.scope.sql(utc_now())
-        rows = self.repo.db.query(
-            f"SELECT m.id AS id, m.session_id AS session FROM memories m WHERE m.memory_layer = 'L1' "
-            f"AND m.session_id IN ({','.join('?' * len(sessions))}) AND {where} "
-            "ORDER BY m.session_id, m.created_at, m.rowid",
-            [*sessions, *params],
-        )
-        ordered: dict[str, list[str]] = {}
-        for row in rows:
-            ordered.setdefault(row["session"], []).append(row["id"])
+        ordered = self.repo.session_turn_ids(sorted({str(m.session_id) for m in traces}), "L1", request.scope)
         position = {memory_id: (session, i) for session, ids in ordered.items() for i, memory_id in enumerate(ids)}
         size = settings.context_window
         windows: dict[str, list[str]] = {}

@@ -396,6 +396,23 @@ class MemoryRepository:
         )
         return [*(row_to_memory(r) for r in reversed(before)), memory, *(row_to_memory(r) for r in after)]
 
+    def session_turn_ids(self, session_ids: Sequence[str], layer: str, flt: MemoryFilter) -> dict[str, list[str]]:
+        """``{session id: ids of its visible memories of ``layer``}``, each in time order (``created_at``, then
+        insertion), as :meth:`neighbours` orders them; one query for all sessions."""
+        if not session_ids:
+            return {}
+        where, params = flt.sql(utc_now())
+        rows = self.db.query(
+            f"SELECT m.id AS id, m.session_id AS session FROM memories m WHERE m.memory_layer = ? "
+            f"AND m.session_id IN ({','.join('?' * len(session_ids))}) AND {where} "
+            "ORDER BY m.session_id, m.created_at, m.rowid",
+            [layer, *session_ids, *params],
+        )
+        ordered: dict[str, list[str]] = {}
+        for row in rows:
+            ordered.setdefault(row["session"], []).append(row["id"])
+        return ordered
+
     def page(
         self,
         flt: MemoryFilter,
