@@ -276,3 +276,27 @@ def test_every_read_by_key_or_hash_still_walks_an_index(tmp_path: Path) -> None:
     per_user = plan("SELECT id FROM memories WHERE user_id = ? AND status = 'activated'", ("u",))
     assert "SEARCH memories USING INDEX" in per_user and "(user_id=?)" in per_user
     db.close()
+
+
+def test_bulk_writes_let_the_wal_grow_and_then_restore_the_default(tmp_path: Path) -> None:
+    db = Database(tmp_path / "m.sqlite")
+    repo = MemoryRepository(db)
+
+    def threshold() -> int:
+        return int(db.query("PRAGMA wal_autocheckpoint")[0][0])
+
+    wal = tmp_path / "m.sqlite-wal"
+    assert threshold() == 1000
+    with db.bulk_writes():
+        assert threshold() == 10_000
+        with db.bulk_writes():  # a nested run shares the setting
+            pass
+        assert threshold() == 10_000
+        for batch in range(12):  # ~4,600 WAL pages: past the default threshold, under the bulk one
+            repo.insert_many([make_memory(f"bulk {batch} {i} " + "x" * 3000) for i in range(100)], "test")
+        assert wal.stat().st_size > 3000 * 4096  # never checkpointed at 1,000 pages (it stays ~1,200 then)
+    assert threshold() == 1000
+    frames = db.query("PRAGMA wal_checkpoint(PASSIVE)")[0]
+    assert frames[1] == frames[2]  # the end of the run checkpointed every frame already
+    assert repo.get(make_memory("bulk 11 99 " + "x" * 3000).id) is not None
+    db.close()
