@@ -214,3 +214,14 @@ def test_every_resume_prompt_passes_the_resume_gate() -> None:
     assert all(might_resume(p) for p in handled)
     assert all(resume_request(p) is not None for p in handled[:3])
     assert not any(might_resume(p) for p in ("how do I fix the flaky test", "/memmy-remember x", "12 apples"))
+
+
+def test_a_prompt_that_may_hold_a_secret_loads_the_redactor_without_typing_or_dataclasses() -> None:
+    """The redactor a hook imports for such a prompt compiles only the rules the text selects."""
+    code = (
+        "import sys; from memmy.hook.runtime import scrub; print(scrub('use password: hunter2x please')); "
+        "from memmy.redact.rules import RULES; print(sum(isinstance(r._pattern, str) for r in RULES) > 40); "
+        "print([m for m in ('typing', 'dataclasses', 'inspect') if m in sys.modules])"
+    )
+    done = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True, env=_env())
+    assert done.stdout.split("\n")[:3] == ["use password: [REDACTED:password] please", "True", "[]"]
