@@ -304,6 +304,7 @@ class RetrievalSettings:
     weight_priority: float
     mmr_lambda: float
     context_window: int
+    context_window_tokens: int
     rrf_constant: int
     relative_threshold_floor: float
     min_skill_eta: float
