@@ -265,7 +265,7 @@ class RecallEngine:
         lap("embed")
         hits = self._vector_hits(request, settings, layers, index, query_vector)
         lap("vector")
-        keyword_hits, keyword_ms = (
+        keyword_hits, keyword_ms, keyword_memories = (
             keyword_job.result()
             if keyword_job is not None
             else self._keyword_channels(request, settings, layers, self.repo)
@@ -277,7 +277,8 @@ class RecallEngine:
         lap("keyword_wait")
         timings["channels"] = round(timings["vector"] + timings["keyword_wait"], 3)  # the pre-parallel key
 
-        memories: dict[str, Memory] = {}
+        # The keyword worker read its hits' rows already (the join that filtered them): only the rest is loaded.
+        memories = {k: m for k, m in keyword_memories.items() if k not in request.exclude_ids}
         candidate_ids = self._load(hits, memories, request)
         if query_vector is not None and index is not None and self._windowed(request, settings):
             hits = window_cosines(hits, self._windows(hits, memories, request, settings), index, query_vector)
@@ -404,22 +405,27 @@ class RecallEngine:
 
     def _keyword_channels(
         self, request: RecallRequest, settings: RecallSettings, layers: tuple[str, ...], repo: MemoryRepository
-    ) -> tuple[list[ChannelHit], float]:
-        """fts, pattern and structural hits from ``repo``, and how long they took (ms)."""
+    ) -> tuple[list[ChannelHit], float, dict[str, Memory]]:
+        """fts, pattern and structural hits from ``repo``, how long they took (ms), and the hits' memories.
+
+        The memories come from the join that filters each channel's hits (the layered scope, stricter than the
+        request's scope), read here, beside the embedding, instead of once more by ``_load`` after it.
+        """
         started = time.perf_counter()
         hits: list[ChannelHit] = []
+        loaded: dict[str, Memory] = {}
         scope = request.scope
         layered = MemoryFilter(
             layers=layers, project_id=scope.project_id, source_agent=scope.source_agent, user_id=scope.user_id
         )
         keyword_limit = max(settings.keyword_top_k, sum(self._pools(request, settings, layers).values()))
         if "fts" in request.channels:
-            hits.extend(fts_channel(repo, request.query.fts_terms, layered, keyword_limit))
+            hits.extend(fts_channel(repo, request.query.fts_terms, layered, keyword_limit, loaded))
         if "pattern" in request.channels:
-            hits.extend(pattern_channel(repo, request.query.pattern_terms, layered, keyword_limit))
+            hits.extend(pattern_channel(repo, request.query.pattern_terms, layered, keyword_limit, loaded))
         if "structural" in request.channels and "L1" in layers:
-            hits.extend(structural_channel(repo, request.query.structural, layered))
-        return hits, (time.perf_counter() - started) * 1000
+            hits.extend(structural_channel(repo, request.query.structural, layered, loaded=loaded))
+        return hits, (time.perf_counter() - started) * 1000, loaded
 
     def _score(
         self,

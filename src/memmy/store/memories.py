@@ -35,6 +35,9 @@ _COLUMNS = (
     "deleted_at, project_id, source_agent, turn_id, valid_from, valid_to, superseded_by, visibility"
 )
 
+#: The same columns on alias ``m`` (for joins with the FTS table, which has its own ``id`` and ``memory_value``).
+_M_COLUMNS = ", ".join(f"m.{name.strip()}" for name in _COLUMNS.split(","))
+
 
 def row_to_memory(row: sqlite3.Row) -> Memory:
     """Map a memories row to :class:`Memory`."""
@@ -292,7 +295,9 @@ class MemoryRepository:
         """BM25 full-text search of free text; see :meth:`fts_search_terms`."""
         return self.fts_search_terms(query_terms(query), limit, flt)
 
-    def fts_search_terms(self, terms: Sequence[str], limit: int, flt: MemoryFilter) -> list[tuple[str, float]]:
+    def fts_search_terms(
+        self, terms: Sequence[str], limit: int, flt: MemoryFilter, loaded: dict[str, Memory] | None = None
+    ) -> list[tuple[str, float]]:
         """BM25 search for any of ``terms``; returns (id, BM25 score > 0, higher is better), best first.
 
         Ranking happens inside the FTS table alone (the bare ``bm25()`` top window by rowid, ``limit`` x 4); then
@@ -300,7 +305,8 @@ class MemoryRepository:
         the first batch), so the join to ``memories`` touches about ``limit`` rows, not the whole window. If the
         window runs out first, it widens. In a large store only the most selective terms are scored
         (:meth:`selective_terms`): scoring every row a common word ("run", "test") matches is what makes a
-        query slow, and such a word's BM25 weight is small anyway.
+        query slow, and such a word's BM25 weight is small anyway. With ``loaded``, the hits' memories are read
+        by the same join that filters them and put there (keyed by id), so the caller need not read them again.
         """
         terms = self.selective_terms(terms)
         expression = fts_match_expression(terms)
@@ -308,7 +314,7 @@ class MemoryRepository:
             return []
         where, params = flt.sql(utc_now())
         window = max(limit * 4, 64)
-        visible: dict[int, str | None] = {}
+        visible: dict[int, sqlite3.Row | None] = {}
         while True:
             # Rank by rowid alone: selecting the UNINDEXED id here would read every match's stored row.
             try:
@@ -322,7 +328,7 @@ class MemoryRepository:
             if not ranked:
                 return []
             order = [(int(row["r"]), -float(row["rank"])) for row in ranked]  # bm25() < 0, more negative = better
-            hits = self._first_visible(order, limit, where, params, visible)
+            hits = self._first_visible(order, limit, where, params, visible, loaded)
             if len(hits) >= limit or len(ranked) < window or window >= MAX_FTS_WINDOW:
                 return hits
             window *= 8
@@ -333,12 +339,14 @@ class MemoryRepository:
         limit: int,
         where: str,
         params: list[Any],
-        visible: dict[int, str | None],
+        visible: dict[int, sqlite3.Row | None],
+        loaded: dict[str, Memory] | None = None,
     ) -> list[tuple[str, float]]:
         """The first ``limit`` of the ranked ``(fts rowid, score)`` whose memory passes the filter, as (id, score).
 
         Rows are checked in rank order, in batches sized to what is still missing (a quarter more, as some fail);
-        ``visible`` caches each checked rowid's memory id (None: filtered out) across a widening window.
+        ``visible`` caches each checked rowid's row (None: filtered out) across a widening window. With
+        ``loaded``, each hit's memory is put there too (read by the filtering join; only hits are decoded).
         """
         hits: list[tuple[str, float]] = []
         position = 0
@@ -347,26 +355,32 @@ class MemoryRepository:
             batch = [r for r, _score in ranked[position : position + missing + missing // 4 + 8]]
             unchecked = [r for r in batch if r not in visible]
             if unchecked:
-                found = self._visible_fts_rows(unchecked, where, params)
+                found = self._visible_fts_rows(unchecked, where, params, full=loaded is not None)
                 visible.update((r, found.get(r)) for r in unchecked)
             for r, score in ranked[position : position + len(batch)]:
-                memory_id = visible[r]
-                if memory_id is not None:
-                    hits.append((memory_id, score))
+                row = visible[r]
+                if row is not None and len(hits) < limit:
+                    hits.append((row["id"], score))
+                    if loaded is not None and row["id"] not in loaded:
+                        loaded[row["id"]] = row_to_memory(row)
             position += len(batch)
-        return hits[:limit]
+        return hits
 
-    def _visible_fts_rows(self, rowids: Sequence[int], where: str, params: list[Any]) -> dict[int, str]:
-        """``{fts rowid: memory id}`` for the rows whose memory passes the filter (``where`` on alias ``m``)."""
-        found: dict[int, str] = {}
+    def _visible_fts_rows(
+        self, rowids: Sequence[int], where: str, params: list[Any], *, full: bool = False
+    ) -> dict[int, sqlite3.Row]:
+        """``{fts rowid: row}`` for the rows whose memory passes the filter (``where`` on alias ``m``); a row
+        holds ``id``, and with ``full`` every column :func:`row_to_memory` reads."""
+        columns = _M_COLUMNS if full else "m.id AS id"
+        found: dict[int, sqlite3.Row] = {}
         for start in range(0, len(rowids), 500):
             chunk = list(rowids[start : start + 500])
             rows = self.db.query(
-                f"SELECT f.rowid AS r, f.id AS id FROM memories_fts f JOIN memories m ON m.id = f.id "
+                f"SELECT f.rowid AS r, {columns} FROM memories_fts f JOIN memories m ON m.id = f.id "
                 f"WHERE f.rowid IN ({','.join('?' * len(chunk))}) AND {where}",
                 [*chunk, *params],
             )
-            found.update((row["r"], row["id"]) for row in rows)
+            found.update((row["r"], row) for row in rows)
         return found
 
     def selective_terms(self, terms: Sequence[str]) -> list[str]:
@@ -395,13 +409,21 @@ class MemoryRepository:
         return [t for t in terms if t in keep]
 
     def token_search(
-        self, terms: Sequence[str], limit: int, flt: MemoryFilter, *, order: str = "rank", phrases: bool = False
+        self,
+        terms: Sequence[str],
+        limit: int,
+        flt: MemoryFilter,
+        *,
+        order: str = "rank",
+        phrases: bool = False,
+        loaded: dict[str, Memory] | None = None,
     ) -> list[str]:
         """Memories containing any term exactly (as a token or phrase), best-ranked or most recent first.
 
         "Most recent" uses the FTS rowid, which grows with every (re)index of a memory, so the newest matches
         come straight off the index without sorting every match. Only rowids come off the index; they are
-        filtered in order, a batch at a time, until ``limit`` pass (as in :meth:`fts_search_terms`).
+        filtered in order, a batch at a time, until ``limit`` pass (as in :meth:`fts_search_terms`, ``loaded``
+        too).
         """
         expression = phrase_match_expression(terms) if phrases else fts_match_expression(terms)
         if not expression:
@@ -409,7 +431,7 @@ class MemoryRepository:
         where, params = flt.sql(utc_now())
         inner_order = "rowid DESC" if order == "recent" else "rank"
         window = max(limit * 4, 64)
-        visible: dict[int, str | None] = {}
+        visible: dict[int, sqlite3.Row | None] = {}
         while True:
             try:
                 ranked = self.db.query(
@@ -418,7 +440,8 @@ class MemoryRepository:
                 )
             except sqlite3.OperationalError:
                 return []
-            hits = self._first_visible([(int(row["r"]), 0.0) for row in ranked], limit, where, params, visible)
+            in_order = [(int(row["r"]), 0.0) for row in ranked]
+            hits = self._first_visible(in_order, limit, where, params, visible, loaded)
             if len(hits) >= limit or len(ranked) < window or window >= MAX_FTS_WINDOW:
                 return [memory_id for memory_id, _score in hits]
             window *= 8
