@@ -378,7 +378,7 @@ def test_turn_start_silence_for_chinese_prompts(make_service) -> None:  # type: 
 
 
 def test_a_turn_hit_brings_its_neighbours_as_one_result(make_service) -> None:  # type: ignore[no-untyped-def]
-    service = make_service()
+    service = make_service({"algorithm": {"retrieval": {"contextWindowTokens": 0}}})  # exactly one turn each side
     turns = [
         "Let's plan the release of the billing service this week.",
         "I bought a new espresso grinder for the office kitchen.",

@@ -9,11 +9,13 @@ from memmy.commands.memory import AddMemory, SearchMemory
 from memmy.domain import Memory
 from memmy.namespace import Namespace
 from memmy.recall.channels import ChannelHit, window_cosines
-from memmy.recall.fusion import turn_window
+from memmy.recall.fusion import turn_tokens, turn_window, window_positions
 from memmy.service import MemoryService
 from tests.conftest import ServiceFactory
 
 NS = Namespace(source="claude_code")
+#: Windows of exactly ``contextWindow`` turns on each side, whatever the turns' length.
+FIXED_WINDOWS = {"algorithm": {"retrieval": {"contextWindowTokens": 0}}}
 
 
 def session(n: int) -> list[Memory]:
@@ -61,7 +63,7 @@ def test_a_window_skips_turns_a_better_result_shows_and_takes_the_next_nearest()
 
 
 def test_two_hits_two_turns_apart_return_six_distinct_turns(make_service: ServiceFactory) -> None:
-    service: MemoryService = make_service()
+    service: MemoryService = make_service(FIXED_WINDOWS)
     texts = [
         "We talked about the weather on Monday.",
         "The release train leaves on Thursday afternoon.",
@@ -84,7 +86,7 @@ def test_two_hits_two_turns_apart_return_six_distinct_turns(make_service: Servic
 
 
 def test_a_trace_hit_is_judged_by_the_meaning_of_its_window(make_service: ServiceFactory) -> None:
-    service: MemoryService = make_service()
+    service: MemoryService = make_service(FIXED_WINDOWS)
     texts = [
         "My sister bought an old acoustic guitar at the flea market.",
         "She has been playing it every evening for a month now.",
@@ -98,7 +100,7 @@ def test_a_trace_hit_is_judged_by_the_meaning_of_its_window(make_service: Servic
     query_vector = service.indexer.embed_query(query)
     assert query_vector is not None
     channels = {c["id"]: c["channels"] for c in found["debug"]["channels"]}
-    first = np.mean([vector_of(service, m) for m in made[:2]], axis=0)  # the first turn has one neighbour
+    first = np.mean([vector_of(service, m) for m in made], axis=0)  # the first turn: both neighbours after it
     expected_first = float(first @ query_vector) / float(np.linalg.norm(first))
     assert channels[made[0]]["vec"] == pytest.approx(expected_first, abs=1e-3)
 
@@ -117,3 +119,43 @@ def test_a_trace_hit_is_judged_by_the_meaning_of_its_window(make_service: Servic
     plain_channels = {c["id"]: c["channels"] for c in plain["debug"]["channels"]}
     own_first = float(vector_of(alone, single[0]) @ query_vector)
     assert plain_channels[single[0]]["vec"] == pytest.approx(own_first, abs=1e-3)  # no windows: its own cosine
+
+
+def test_token_estimates_count_a_cjk_character_as_a_token() -> None:
+    english, chinese = "abcd" * 10, "部署脚本" * 5
+    assert turn_tokens(len(english), len(english.encode())) == 10
+    assert turn_tokens(len(chinese), len(chinese.encode())) == 20
+    mixed = "run make deploy 部署"
+    assert turn_tokens(len(mixed), len(mixed.encode())) == 6  # 16 ASCII characters + 2 CJK
+
+
+def test_short_turns_fill_a_window_up_to_its_token_budget() -> None:
+    assert window_positions([10] * 9, 4, 1, 256) == [2, 3, 4, 5, 6]  # 2 x size more turns at most
+    assert window_positions([10] * 9, 4, 1, 0) == [3, 4, 5]
+    assert window_positions([200] * 9, 4, 1, 256) == [3, 4, 5]  # long turns: only the direct neighbours
+    assert window_positions([60] * 9, 4, 1, 256) == [2, 3, 4, 5]  # the fourth turn fits, the fifth does not
+    assert window_positions([10] * 9, 4, 0, 256) == [4]  # contextWindow 0: no window at all
+    shown = [False, False, False, True, False, False, False, False, False]
+    assert window_positions([10] * 9, 4, 1, 256, shown) == [1, 2, 4, 5, 6]  # a shown turn is skipped
+
+
+def test_a_chat_of_short_lines_returns_five_turn_windows(make_service: ServiceFactory) -> None:
+    texts = [
+        "Morning all.",
+        "Did anyone see the build?",
+        "Marta adopted a greyhound called Comet.",
+        "Nice, what breed again?",
+        "A retired racing greyhound.",
+        "Lunch at noon?",
+        "Sure.",
+    ]
+    short: MemoryService = make_service()
+    made = chat(short, texts)
+    hits = short.search(SearchMemory.from_json({"query": "Marta greyhound Comet", "limit": 1}), NS)["hits"]
+    assert hits[0]["id"] == made[2]
+    assert hits[0]["window"] == made[:5]  # two turns on each side: the lines are short
+
+    fixed: MemoryService = make_service(FIXED_WINDOWS)
+    made = chat(fixed, texts)
+    hits = fixed.search(SearchMemory.from_json({"query": "Marta greyhound Comet", "limit": 1}), NS)["hits"]
+    assert hits[0]["window"] == made[1:4]

@@ -197,6 +197,7 @@ def default_tree() -> dict[str, Any]:
                 "weightPriority": 0.4,
                 "mmrLambda": 0.7,
                 "contextWindow": 1,
+                "contextWindowTokens": 256,
                 "queryExpansion": "off",
                 "rrfConstant": 60,
                 "relativeThresholdFloor": 0.2,

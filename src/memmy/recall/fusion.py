@@ -63,21 +63,54 @@ def calibrate(candidates: list[Candidate], settings: RecallSettings, dates: Sequ
         cand.fused = sum(families) / len(families)
 
 
-def turn_window(hit: Memory, around: Sequence[Memory], covered: set[str], size: int) -> list[Memory]:
-    """The hit and its ``2 x size`` nearest turns of ``around`` (its session, in time order) not yet shown.
+def turn_tokens(chars: int, utf8_bytes: int) -> int:
+    """Estimated tokens of a text from its length in characters and in UTF-8 bytes (what SQL can read without
+    the text): a CJK character (3 bytes) is about one token, other text about four characters a token."""
+    wide = max(0, (utf8_bytes - chars) // 2)
+    return math.ceil((chars - wide) / 4 + wide)
+
+
+def memory_tokens(memory: Memory) -> int:
+    """Estimated tokens of a memory's content (see :func:`turn_tokens`)."""
+    return turn_tokens(len(memory.content), len(memory.content.encode("utf-8", "surrogatepass")))
+
+
+def window_positions(
+    tokens: Sequence[int], position: int, size: int, budget: int, shown: Sequence[bool] | None = None
+) -> list[int]:
+    """Positions, in time order, of the turn window around ``position`` in a session of turns of ``tokens``.
+
+    The window holds the hit and its ``2 x size`` nearest turns not ``shown`` by a better result (ties go to the
+    earlier turn); then, while the whole window stays within ``budget`` tokens, up to ``2 x size`` more turns,
+    nearest first. A window is a passage of about a fixed size rather than a fixed number of turns: short chat
+    lines bring more of their conversation, long agent turns only their direct neighbours.
+    """
+    free = [i for i in range(len(tokens)) if i != position and not (shown is not None and shown[i])]
+    free.sort(key=lambda i: (abs(i - position), i))
+    chosen = [position, *free[: 2 * size]]
+    used = sum(tokens[i] for i in chosen)
+    for i in free[2 * size : 4 * size]:
+        if used + tokens[i] > budget:
+            break
+        chosen.append(i)
+        used += tokens[i]
+    return sorted(chosen)
+
+
+def turn_window(hit: Memory, around: Sequence[Memory], covered: set[str], size: int, budget: int = 0) -> list[Memory]:
+    """The hit and its nearest turns of ``around`` (its session, in time order) not yet shown.
 
     A turn that a better result's window already holds is not repeated: the window takes the next nearest
-    turn instead (at most ``2 x size`` turns away), so every result shows ``2 x size + 1`` distinct turns where
-    the session has them, and ten results cover ten places rather than overlapping ones. Ties go to the
-    earlier turn. The result is in time order.
+    turn instead, so every result shows ``2 x size + 1`` distinct turns where the session has them, and ten
+    results cover ten places rather than overlapping ones; short turns bring more while the window fits in
+    ``budget`` tokens (:func:`window_positions`). The result is in time order.
     """
     position = next((i for i, m in enumerate(around) if m.id == hit.id), None)
     if position is None:
         return [hit]
-    free = [i for i, m in enumerate(around) if i != position and m.id not in covered]
-    free.sort(key=lambda i: (abs(i - position), i))
-    chosen = sorted([position, *free[: 2 * size]])
-    return [around[i] for i in chosen]
+    tokens = [memory_tokens(m) for m in around]
+    shown = [m.id in covered for m in around]
+    return [around[i] for i in window_positions(tokens, position, size, budget, shown)]
 
 
 def select(
@@ -91,7 +124,8 @@ def select(
 
     Order is by relevance (smart seed first: the best of each tier if it reaches ``smartSeedRatio`` x
     best). A trace hit brings ``2 x contextWindow`` neighbouring turns of the same session as one result
-    (the nearest ones no better result shows already, see ``turn_window``); a later candidate that is
+    (the nearest ones no better result shows already, more while they fit in ``contextWindowTokens``, see
+    ``turn_window``); a later candidate that is
     already inside a selected window is absorbed (``in_window``) instead of taking a slot. Traces of an
     episode already selected are penalised by ``(1 - mmrLambda)`` x their relevance, so one task's steps do
     not crowd out everything else.
@@ -116,8 +150,8 @@ def select(
         if episode:
             episodes.add(episode)
         if window > 0 and cand.memory.layer == "L1" and not cand.rollup_of:
-            around = neighbours(cand.memory, 2 * window, request.scope)
-            cand.window = turn_window(cand.memory, around, covered, window)
+            around = neighbours(cand.memory, 4 * window, request.scope)
+            cand.window = turn_window(cand.memory, around, covered, window, settings.context_window_tokens)
             covered.update(m.id for m in cand.window)
 
     if settings.smart_seed:

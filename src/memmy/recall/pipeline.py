@@ -36,7 +36,7 @@ from memmy.recall.channels import (
 from memmy.recall.expansion import expansion_terms, prf_hits
 from memmy.recall.freshness import freshness_factor
 from memmy.recall.fusion import KEYWORD_CHANNELS as FUSION_KEYWORD_CHANNELS
-from memmy.recall.fusion import calibrate, select
+from memmy.recall.fusion import calibrate, select, turn_tokens, window_positions
 from memmy.recall.query import PreparedQuery
 from memmy.store.memories import MemoryFilter, MemoryRepository
 from memmy.store.reader import ReadOnlyDatabase
@@ -84,6 +84,7 @@ class RecallSettings:
     multi_channel_bypass: bool
     read_only_profile: str
     context_window: int = 1
+    context_window_tokens: int = 256
     query_expansion: str = "off"
 
     @classmethod
@@ -109,6 +110,7 @@ class RecallSettings:
             multi_channel_bypass=bool(r["multiChannelBypass"]),
             read_only_profile=str(r["readOnlyInjectionProfile"]),
             context_window=max(0, int(r.get("contextWindow", 1))),
+            context_window_tokens=max(0, int(r.get("contextWindowTokens", 256))),
             query_expansion=str(r.get("queryExpansion", "off")),
         )
 
@@ -355,21 +357,23 @@ class RecallEngine:
         """``{memory id: ids of its turn window}`` for every loaded trace with a vector hit and a session.
 
         The same turns as ``MemoryRepository.neighbours``, read for all candidates' sessions in one query
-        (``MemoryRepository.session_turn_ids``) instead of one per trace.
+        (``MemoryRepository.session_turn_sizes``) instead of one per trace.
         """
         traces = [
             memory
             for memory_id in dict.fromkeys(h.memory_id for h in hits if h.channel == "vec")
             if (memory := memories.get(memory_id)) is not None and memory.layer == "L1" and memory.session_id
         ]
-        ordered = self.repo.session_turn_ids(sorted({str(m.session_id) for m in traces}), "L1", request.scope)
-        position = {memory_id: (session, i) for session, ids in ordered.items() for i, memory_id in enumerate(ids)}
-        size = settings.context_window
+        ordered = self.repo.session_turn_sizes(sorted({str(m.session_id) for m in traces}), "L1", request.scope)
+        position = {turn[0]: (session, i) for session, turns in ordered.items() for i, turn in enumerate(turns)}
         windows: dict[str, list[str]] = {}
         for memory in traces:
             if memory.id in position:
                 session, i = position[memory.id]
-                windows[memory.id] = ordered[session][max(0, i - size) : i + size + 1]
+                turns = ordered[session]
+                tokens = [turn_tokens(chars, size) for _, chars, size in turns]
+                span = window_positions(tokens, i, settings.context_window, settings.context_window_tokens)
+                windows[memory.id] = [turns[j][0] for j in span]
         return windows
 
     def _pools(self, request: RecallRequest, settings: RecallSettings, layers: tuple[str, ...]) -> dict[str, int]:

@@ -467,21 +467,25 @@ class MemoryRepository:
         )
         return [*(row_to_memory(r) for r in reversed(before)), memory, *(row_to_memory(r) for r in after)]
 
-    def session_turn_ids(self, session_ids: Sequence[str], layer: str, flt: MemoryFilter) -> dict[str, list[str]]:
-        """``{session id: ids of its visible memories of ``layer``}``, each in time order (``created_at``, then
-        insertion), as :meth:`neighbours` orders them; one query for all sessions."""
+    def session_turn_sizes(
+        self, session_ids: Sequence[str], layer: str, flt: MemoryFilter
+    ) -> dict[str, list[tuple[str, int, int]]]:
+        """``{session id: (id, characters, UTF-8 bytes of the content) of its visible memories of ``layer``}``, each
+        in time order (``created_at``, then insertion), as :meth:`neighbours` orders them; one query for all
+        sessions, without reading the texts."""
         if not session_ids:
             return {}
         where, params = flt.sql(utc_now())
         rows = self.db.query(
-            f"SELECT m.id AS id, m.session_id AS session FROM memories m WHERE m.memory_layer = ? "
+            "SELECT m.id AS id, m.session_id AS session, length(m.memory_value) AS chars, "
+            f"length(CAST(m.memory_value AS BLOB)) AS size FROM memories m WHERE m.memory_layer = ? "
             f"AND m.session_id IN ({','.join('?' * len(session_ids))}) AND {where} "
             "ORDER BY m.session_id, m.created_at, m.rowid",
             [layer, *session_ids, *params],
         )
-        ordered: dict[str, list[str]] = {}
+        ordered: dict[str, list[tuple[str, int, int]]] = {}
         for row in rows:
-            ordered.setdefault(row["session"], []).append(row["id"])
+            ordered.setdefault(row["session"], []).append((row["id"], int(row["chars"] or 0), int(row["size"] or 0)))
         return ordered
 
     def page(
