@@ -7,7 +7,7 @@ from pathlib import Path
 
 from memmy.domain import Memory, content_hash
 from memmy.store.db import Database, utc_now
-from memmy.store.memories import MemoryFilter, MemoryRepository
+from memmy.store.memories import MemoryFilter, MemoryRepository, TermStats
 from memmy.store.text import fts_match_expression
 
 
@@ -85,4 +85,20 @@ def test_selective_terms_keep_the_rarest_within_the_scoring_budget(tmp_path: Pat
     assert repo.selective_terms(terms) == ["kappa", "zeta"]  # 2 + 5 matches fit; omega's 12 more do not
     repo.max_scored_matches = 1
     assert repo.selective_terms(terms) == ["zeta"]  # the rarest stays whatever it costs
+    db.close()
+
+
+def test_term_statistics_count_the_documents_of_the_full_text_index(tmp_path: Path) -> None:
+    db = Database(tmp_path / "m.sqlite")
+    repo = MemoryRepository(db)
+    repo.insert_many([memory(n, "alpha beta") for n in range(30)], source="test")
+    gone = repo.get("m_00003")
+    assert gone is not None
+    before = gone.snapshot()
+    gone.status = "deleted"
+    repo.update(gone, before, "delete", "test")
+    live = db.query_one("SELECT count(*) FROM memories WHERE status != 'deleted'")
+    stats = TermStats()
+    assert live is not None and stats.total(db) == live[0] == 29
+    assert stats.doc_count(db, "alpha") == 29
     db.close()

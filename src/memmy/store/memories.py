@@ -107,10 +107,16 @@ class TermStats:
         self._total: tuple[float, int] = (0.0, 0)
 
     def total(self, db: Database) -> int:
-        """Documents in the full-text index."""
+        """Documents in the full-text index (every memory not deleted).
+
+        Counted on FTS5's own per-document table (``memories_fts_docsize``, a few bytes a row: 0.1 ms at 100k,
+        where counting ``memories`` reads the whole table, ~10 ms, on the keyword worker of some turn)."""
         now = time.monotonic()
         if now - self._total[0] > self.ttl_s:
-            row = db.query_one("SELECT count(*) FROM memories WHERE status != 'deleted'")
+            try:
+                row = db.query_one("SELECT count(*) FROM memories_fts_docsize")
+            except sqlite3.OperationalError:  # an index built without its docsize table
+                row = db.query_one("SELECT count(*) FROM memories WHERE status != 'deleted'")
             self._total = (now, int(row[0]) if row else 0)
         return self._total[1]
 
