@@ -14,6 +14,11 @@ interleaved, so every figure sees the same machine load. Bytecode is written and
 (``PYTHONDONTWRITEBYTECODE`` is removed from the children's environment: even ``=0`` disables it).
 The issue's target on this 2-core machine: p50 <= 45 ms, p95 <= 80 ms (idle machine).
 
+``--baseline-package DIR`` (a directory holding another ``memmy`` package, e.g. an older commit unpacked with
+``git archive COMMIT src | tar -x -C /tmp/old`` and ``DIR`` = ``/tmp/old/src``) adds that hook runtime, started
+through its own launcher against the same daemon and interleaved with this one: a client-only before/after
+that sees the same machine load (the daemon is this tree's).
+
 Run:  python bench/hook.py --n 10000 --runs 100
 """
 
@@ -68,7 +73,16 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="an existing memory.sqlite (embedded) to copy and serve instead of loading --n memories",
     )
+    parser.add_argument(
+        "--baseline-package",
+        type=Path,
+        default=None,
+        help="a directory holding another memmy package: its hook runtime is timed too, interleaved",
+    )
     args = parser.parse_args(argv)
+    rows_shown = dict(ROWS)
+    if args.baseline_package is not None:
+        rows_shown["baseline"] = f"hook, baseline runtime ({args.baseline_package}), full store"
     home = args.home or Path(tempfile.mkdtemp(prefix="memmy-hook-bench-"))
     copy = None
     if args.store is not None:  # a consistent copy (the source may be in use), served by the bench daemon
@@ -102,10 +116,16 @@ def main(argv: list[str] | None = None) -> int:
         shim.write_text(shim_text(sys.executable, "memmy.hook", True, package_dir()))
         shim.chmod(0o755)
         argv_hook = [str(shim), "claude_code", "UserPromptSubmit"]
+        argv_baseline = [str(shim.with_name("memmy-hook-baseline")), "claude_code", "UserPromptSubmit"]
+        if args.baseline_package is not None:
+            Path(argv_baseline[0]).write_text(
+                shim_text(sys.executable, "memmy.hook", True, str(args.baseline_package.resolve()))
+            )
+            Path(argv_baseline[0]).chmod(0o755)
         argv_site = [sys.executable, "-m", "memmy.hook", "claude_code", "UserPromptSubmit"]
         argv_no_site = [sys.executable, "-S", "-m", "memmy.hook", "claude_code", "UserPromptSubmit"]
         queries = [q for _, q in make_queries(args.runs, 11)]
-        rows: dict[str, list[float]] = {name: [] for name in ROWS}
+        rows: dict[str, list[float]] = {name: [] for name in rows_shown}
         injected = 0
         fast_env = {**env, "PYTHONPATH": package_dir()}
         import_argv = [sys.executable, "-S", "-c", "import memmy.hook.runtime"]
@@ -130,10 +150,12 @@ def main(argv: list[str] | None = None) -> int:
 
         for warm in queries[:3]:  # bytecode written, sessions opened, daemons warm
             timed("hook", argv_hook, env, payload_for("bench-hook", warm))
+            if args.baseline_package is not None:
+                timed("baseline", argv_baseline, env, payload_for("bench-baseline", warm))
             timed("hook_empty", argv_hook, empty_env, payload_for("bench-hook", warm))
             timed("site", argv_site, env, payload_for("bench-site", warm))
             timed("no_site", argv_no_site, fast_env, payload_for("bench-nosite", warm))
-        rows = {name: [] for name in ROWS}
+        rows = {name: [] for name in rows_shown}
         load_before = os.getloadavg()
         with daemon.client() as full_client, empty.client() as empty_client:
             for client in (full_client, empty_client):
@@ -141,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
             for number, query in enumerate(queries):
                 # Interleaved, so every variant sees the same machine load as the hook runs.
                 injected += bool(timed("hook", argv_hook, env, payload_for("bench-hook", query)).strip())
+                if args.baseline_package is not None:
+                    timed("baseline", argv_baseline, env, payload_for("bench-baseline", query))
                 timed("hook_empty", argv_hook, empty_env, payload_for("bench-hook", query))
                 timed("site", argv_site, env, payload_for("bench-site", query))
                 timed("no_site", argv_no_site, fast_env, payload_for("bench-nosite", query))
@@ -163,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     p50 = {name: percentile(values, 0.5) for name, values in rows.items()}
     p95 = {name: percentile(values, 0.95) for name, values in rows.items()}
     print(f"hook round trip (process start -> output), {len(times)} prompts, {count} memories:")
-    for name, label in ROWS.items():
+    for name, label in rows_shown.items():
         print(f"  {label:<58} p50 {p50[name]:6.1f} ms   p95 {p95[name]:6.1f} ms")
     print(
         f"  ratio hook / python -c pass (p50): {hook_p50 / bare_p50:.2f}   hook / python -S -c pass: "
@@ -175,6 +199,11 @@ def main(argv: list[str] | None = None) -> int:
         f"(turns/start from a warm client) p50 {p50['start_full']:.1f} ms"
     )
     print(f"  prompts with injected context: {injected}/{len(times)}")
+    if args.baseline_package is not None:
+        print(
+            f"  this runtime / baseline runtime (p50): {hook_p50 / p50['baseline']:.3f}; p95: "
+            f"{hook_p95 / p95['baseline']:.3f}"
+        )
     print(
         f"  target p50 <= 45 ms: {'met' if hook_p50 <= 45 else 'NOT met'}; "
         f"p95 <= 80 ms: {'met' if hook_p95 <= 80 else 'NOT met'}  (cpus: {os.cpu_count()}, load average "

@@ -185,3 +185,43 @@ def test_the_hook_launcher_falls_back_to_a_normal_start_without_the_package_dir(
     done, args = _run_launcher(tmp_path, str(tmp_path / "gone"))
     assert args == "-m memmy.hook claude_code UserPromptSubmit"
     assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
+def test_the_secret_gate_passes_every_text_the_redactor_would_change() -> None:
+    """The hook imports the redactor only for texts ``maybe_secret`` flags: it must flag every text the redactor
+    changes (the secret corpus, framed as prompts), and let plain prompts that merely name a secret-like word pass."""
+    from memmy.hook.runtime import maybe_secret
+    from memmy.redact import redact
+    from tests.secret_corpus import CORPUS, make_corpus
+    from tests.test_redact import SECRETS
+
+    texts = [text for _, text, _ in CORPUS + make_corpus(7)] + list(SECRETS.values())
+    texts += ["Authorization: Basic dXNlcjpwYXNz", "password=hunter2", "口令为abc123", "xoxb-1234567890", "a://u:p@h"]
+    texts += ["-----BEGIN RSA PRIVATE KEY-----", "data:image/png;base64,iVBO RwAA AAAA AAAA"]
+    changed = [t for text in texts for t in (text, f"please use {text}", f"密钥是 {text} 谢谢") if redact(t) != t]
+    assert len(changed) > 3 * len(CORPUS)
+    assert [t for t in changed if not maybe_secret(t)] == []
+    plain = ["what port does the auth service use", "a key decision for beginners", "the password policy is here"]
+    assert not any(maybe_secret(p) for p in plain)
+
+
+def test_every_resume_prompt_passes_the_resume_gate() -> None:
+    """The runtime reads the resume module only for prompts ``might_resume`` flags: each form it handles must pass."""
+    from memmy.hook.resume import COMMAND, SENTINEL_END, SENTINEL_START, resume_request
+    from memmy.hook.runtime import might_resume
+
+    handled = [f"{COMMAND} the flaky test", COMMAND, f"run {SENTINEL_START} x {SENTINEL_END}", " 3 ", "Cancel", "取消"]
+    assert all(might_resume(p) for p in handled)
+    assert all(resume_request(p) is not None for p in handled[:3])
+    assert not any(might_resume(p) for p in ("how do I fix the flaky test", "/memmy-remember x", "12 apples"))
+
+
+def test_a_prompt_that_may_hold_a_secret_loads_the_redactor_without_typing_or_dataclasses() -> None:
+    """The redactor a hook imports for such a prompt compiles only the rules the text selects."""
+    code = (
+        "import sys; from memmy.hook.runtime import scrub; print(scrub('use password: hunter2x please')); "
+        "from memmy.redact.rules import RULES; print(sum(isinstance(r._pattern, str) for r in RULES) > 40); "
+        "print([m for m in ('typing', 'dataclasses', 'inspect') if m in sys.modules])"
+    )
+    done = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True, env=_env())
+    assert done.stdout.split("\n")[:3] == ["use password: [REDACTED:password] please", "True", "[]"]

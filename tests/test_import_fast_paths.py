@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from memmy.sources.importer import MAX_TURN_BYTES, turn_over_limit, turn_size
-from memmy.sources.model import SourceMessage, loads_json
+from memmy.sources.model import SourceMessage, has_long_digit_run, loads_json
 from memmy.sources.turns import ImportedTurn
 from memmy.store.jsontext import dumps_json
 from memmy.transcripts import model
@@ -33,6 +33,15 @@ def test_loads_json_reads_a_line_as_json_loads_does(line: bytes) -> None:
     expected, got = json.loads(line), loads_json(line)
     assert json.dumps(got, sort_keys=True) == json.dumps(expected, sort_keys=True)
     assert [type(v) for v in got.values()] == [type(v) for v in expected.values()]
+
+
+def test_long_digit_runs_are_found_as_the_regex_finds_them() -> None:
+    rng = random.Random(13)
+    pattern = re.compile(rb"[0-9]{19}")
+    samples = [b"1" * 19, b"1" * 18, b"x" + b"9" * 19 + b"x", b"12345678901234567890", "٠١٢".encode() * 9]
+    samples += [bytes(rng.choice(b"0123456789 a\xff") for _ in range(rng.randint(0, 60))) for _ in range(3000)]
+    for raw in samples:
+        assert has_long_digit_run(raw) == bool(pattern.search(raw)), raw
 
 
 @pytest.mark.parametrize("line", [b'{"a":', b"\xff\xfe{}", b"[1,2", b'{"a" 1}'])

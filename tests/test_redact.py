@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from memmy.sources.redact import RedactionReport, redact
@@ -58,3 +60,13 @@ def test_chinese_password_sentence_and_normal_prose() -> None:
     assert redact(prose) == prose
     code = "def compute(tokens): return len(tokens)  # sk-learn is not a key"
     assert redact(code) == code
+
+
+def test_every_rule_compiles_on_first_use() -> None:
+    """Rules are compiled lazily (nothing at import): each pattern, and its lower-case twin, must still compile."""
+    from memmy.redact.rules import RULES
+
+    for rule in RULES:
+        assert rule.pattern.pattern and rule.kind
+        folded = rule.folded
+        assert folded is None or not folded.flags & re.IGNORECASE, rule.kind

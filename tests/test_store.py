@@ -104,6 +104,7 @@ def test_migrates_a_previous_version_file_with_backup(tmp_path: Path) -> None:
         "005_dreams",
         "006_evolution_indexes",
         "007_panel_time_indexes",
+        "008_drop_unused_memory_indexes",
     )
     backup = db.migration.backup_path
     assert backup is not None and backup.exists()
@@ -251,3 +252,51 @@ def test_processes_opening_a_new_store_at_once_migrate_it_once(tmp_path: Path) -
         with sqlite3.connect(path) as conn:
             rows = conn.execute("SELECT version FROM schema_migrations ORDER BY version").fetchall()
         assert [r[0] for r in rows] == [m.version for m in MIGRATIONS]
+
+
+def test_every_read_by_key_or_hash_still_walks_an_index(tmp_path: Path) -> None:
+    """Migration 8 dropped the memories indexes no read needed; the reads by key, hash and user keep theirs."""
+    db = Database(tmp_path / "m.sqlite")
+
+    def plan(sql: str, params: tuple[str, ...]) -> str:
+        return " | ".join(str(row[3]) for row in db.query("EXPLAIN QUERY PLAN " + sql, params))
+
+    indexes = {r[0] for r in db.query("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'memories'")}
+    assert not indexes & {"idx_memories_key", "idx_memories_agent"}
+    by_key = plan(
+        "SELECT id FROM memories WHERE memory_layer = ? AND memory_key = ? AND status != 'deleted'", ("L1", "k")
+    )
+    live = plan("SELECT memory_key FROM memories WHERE memory_key IN (?, ?) AND status != 'deleted'", ("a", "b"))
+    assert "idx_memories_key_only (memory_key=?)" in by_key and "idx_memories_key_only (memory_key=?)" in live
+    duplicate = plan(
+        "SELECT id FROM memories WHERE user_id = ? AND memory_layer = ? AND content_hash = ? AND status != 'deleted'",
+        ("u", "L1", "h"),
+    )
+    assert "idx_memories_hash (user_id=? AND content_hash=? AND memory_layer=?)" in duplicate
+    per_user = plan("SELECT id FROM memories WHERE user_id = ? AND status = 'activated'", ("u",))
+    assert "SEARCH memories USING INDEX" in per_user and "(user_id=?)" in per_user
+    db.close()
+
+
+def test_bulk_writes_let_the_wal_grow_and_then_restore_the_default(tmp_path: Path) -> None:
+    db = Database(tmp_path / "m.sqlite")
+    repo = MemoryRepository(db)
+
+    def threshold() -> int:
+        return int(db.query("PRAGMA wal_autocheckpoint")[0][0])
+
+    wal = tmp_path / "m.sqlite-wal"
+    assert threshold() == 1000
+    with db.bulk_writes():
+        assert threshold() == 10_000
+        with db.bulk_writes():  # a nested run shares the setting
+            pass
+        assert threshold() == 10_000
+        for batch in range(12):  # ~4,600 WAL pages: past the default threshold, under the bulk one
+            repo.insert_many([make_memory(f"bulk {batch} {i} " + "x" * 3000) for i in range(100)], "test")
+        assert wal.stat().st_size > 3000 * 4096  # never checkpointed at 1,000 pages (it stays ~1,200 then)
+    assert threshold() == 1000
+    frames = db.query("PRAGMA wal_checkpoint(PASSIVE)")[0]
+    assert frames[1] == frames[2]  # the end of the run checkpointed every frame already
+    assert repo.get(make_memory("bulk 11 99 " + "x" * 3000).id) is not None
+    db.close()

@@ -294,7 +294,7 @@ def test_leaked_pages_are_a_warning_not_a_rebuild(sample_store: Path, tmp_path: 
     db = copy_store(sample_store, tmp_path / "store")
     with sqlite3.connect(db) as conn:  # unlink an index from the schema: its pages stay, used by nothing
         conn.execute("PRAGMA writable_schema=ON")
-        conn.execute("DELETE FROM sqlite_master WHERE name = 'idx_memories_key'")
+        conn.execute("DELETE FROM sqlite_master WHERE name = 'idx_memories_source'")
     findings = check_store(db)
     assert [(f.code, f.severity) for f in findings] == [("unused_pages", "warning")]
     assert "never used" in findings[0].message and "VACUUM" in findings[0].fix

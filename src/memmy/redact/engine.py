@@ -10,11 +10,14 @@ import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from functools import cache
 
 from memmy.redact.keywords import KeywordScan
 from memmy.redact.rules import PASSWORD_NAME, RULES, Rule
+
+TYPE_CHECKING = False  # the hook imports this module for one prompt: no typing, no dataclasses, no compile at import
+if TYPE_CHECKING:
+    from typing import Any
 
 #: Values that name a secret instead of being one (``password: None``, ``token = "<your token>"``).
 _PLACEHOLDERS = frozenset(
@@ -49,8 +52,8 @@ _PLACEHOLDERS = frozenset(
     }
 )
 _PLACEHOLDER_START = ("$", "<", "{", "%", "[", "*", "(", "os.", "process.env", "env(", "getenv", "/", "~", "./")
-_DOTTED_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
-_SECRET_JSON_KEY = re.compile(
+_DOTTED_NAME = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
+_SECRET_JSON_KEY = (
     r"(?i)[\w.-]*(?:password|passwd|passphrase|secret|api[_-]?key|apikey|access[_-]?key|private[_-]?key"
     r"|auth[_-]?token|access[_-]?token|refresh[_-]?token|bearer[_-]?token|bot[_-]?token|credentials?)[\w.-]*"
 )
@@ -60,14 +63,28 @@ class RedactionConfigError(ValueError):
     """An extra pattern or allowlist entry in the ``redaction`` settings is not usable."""
 
 
-_PASSWORD_KEY = re.compile(r"(?i)[\w.-]*" + PASSWORD_NAME)
+_PASSWORD_KEY = r"(?i)[\w.-]*" + PASSWORD_NAME
 
 
-@dataclass
+@cache
+def _compiled(pattern: str) -> re.Pattern[str]:
+    """One of this module's patterns, compiled the first time it is used (as the rules are)."""
+    return re.compile(pattern)
+
+
 class RedactionReport:
     """How many secrets of each kind were removed."""
 
-    counts: Counter[str] = field(default_factory=Counter)
+    def __init__(self, counts: Counter[str] | None = None) -> None:
+        self.counts: Counter[str] = counts if counts is not None else Counter()
+
+    def __repr__(self) -> str:
+        return f"RedactionReport(counts={self.counts!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RedactionReport) and self.counts == other.counts
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the dataclass it replaces
 
     @property
     def total(self) -> int:
@@ -118,7 +135,7 @@ def looks_like_secret(value: str) -> bool:
     has_alpha = any(c.isalpha() for c in value)
     if has_digit and has_alpha:
         return shannon_entropy(value) >= 2.5
-    return len(value) >= 20 and not _DOTTED_NAME.fullmatch(value) and shannon_entropy(value) >= 3.5
+    return len(value) >= 20 and not _compiled(_DOTTED_NAME).fullmatch(value) and shannon_entropy(value) >= 3.5
 
 
 def _tail_ok(text: str, start: int, end: int) -> bool:
@@ -252,8 +269,8 @@ class Redactor:
         if isinstance(value, dict):
             out: dict[Any, Any] = {}
             for key, item in value.items():
-                if isinstance(item, str) and isinstance(key, str) and _SECRET_JSON_KEY.fullmatch(key):
-                    password = bool(_PASSWORD_KEY.fullmatch(key))
+                if isinstance(item, str) and isinstance(key, str) and _compiled(_SECRET_JSON_KEY).fullmatch(key):
+                    password = bool(_compiled(_PASSWORD_KEY).fullmatch(key))
                     if (looks_like_password if password else looks_like_secret)(item) and not self._allowed(item):
                         if report is not None:
                             report.counts["password" if password else "secret_assignment"] += 1

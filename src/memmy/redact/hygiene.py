@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+
+TYPE_CHECKING = False  # the hook imports this module for one prompt: no typing at run time
+if TYPE_CHECKING:
+    from typing import Any
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 

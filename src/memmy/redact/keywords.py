@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterable
-from typing import Any
+
+TYPE_CHECKING = False  # the hook imports this module for one prompt: no typing at run time
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def _automaton_class() -> Any:

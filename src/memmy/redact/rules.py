@@ -13,27 +13,58 @@ must still be caught; ``(?<![A-Za-z0-9])`` is used instead.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 _B = r"(?<![A-Za-z0-9])"  # not preceded by an ASCII letter or digit
 _E = r"(?![A-Za-z0-9])"  # not followed by one
 _TOKEN_END = r"(?![A-Za-z0-9_-])"
 
 
-@dataclass(frozen=True)
 class Rule:
     """One kind of secret: its pattern, the lowercase keywords one of which must occur, and whether an
     assignment value must look random (``check``: ``"password"``, ``"entropy"``, ``"bearer"`` or ``""``); an
     empty keyword means "always run" (for texts of at least ``min_len`` characters); ``boundary``: the match must
-    not follow an ASCII letter or digit; ``folded``: the same pattern without IGNORECASE, for lower-cased text."""
+    not follow an ASCII letter or digit; ``folded``: the same pattern without IGNORECASE, for lower-cased text.
 
-    kind: str
-    pattern: re.Pattern[str]
-    keywords: tuple[str, ...]
-    check: str = ""
-    min_len: int = 0
-    boundary: bool = False
-    folded: re.Pattern[str] | None = None
+    ``pattern`` and ``folded`` may be given as source text: each is compiled the first time it is used, so
+    importing the rules compiles nothing and a text runs only the rules its keywords select (a hook process,
+    which redacts one prompt, compiles a few patterns instead of all of them; no ``dataclasses`` either)."""
+
+    __slots__ = ("_folded", "_pattern", "boundary", "check", "keywords", "kind", "min_len")
+
+    def __init__(
+        self,
+        kind: str,
+        pattern: str | re.Pattern[str],
+        keywords: tuple[str, ...],
+        check: str = "",
+        min_len: int = 0,
+        boundary: bool = False,
+        folded: str | re.Pattern[str] | None = None,
+    ) -> None:
+        self.kind = kind
+        self.keywords = keywords
+        self.check = check
+        self.min_len = min_len
+        self.boundary = boundary
+        self._pattern = pattern
+        self._folded = folded
+
+    @property
+    def pattern(self) -> re.Pattern[str]:
+        """The compiled pattern (compiled on first use)."""
+        if isinstance(self._pattern, str):
+            self._pattern = re.compile(self._pattern)
+        return self._pattern
+
+    @property
+    def folded(self) -> re.Pattern[str] | None:
+        """The case-sensitive twin for lower-cased text, if the rule has one (compiled on first use)."""
+        if isinstance(self._folded, str):
+            self._folded = re.compile(self._folded)
+        return self._folded
+
+    def __repr__(self) -> str:
+        return f"Rule({self.kind!r}, keywords={self.keywords!r})"
 
 
 def _rule(kind: str, pattern: str, keywords: tuple[str, ...], check: str = "", min_len: int = 0) -> Rule:
@@ -43,8 +74,8 @@ def _rule(kind: str, pattern: str, keywords: tuple[str, ...], check: str = "", m
     pattern = pattern.removeprefix(_B)
     # A case-insensitive rule also gets a case-sensitive twin that runs on the lower-cased text: 60-150x faster
     # in CPython's regex engine, which cannot scan ahead for a literal under IGNORECASE (its literals are lower case).
-    folded = re.compile(pattern.removeprefix("(?i)")) if pattern.startswith("(?i)") else None
-    return Rule(kind, re.compile(pattern), keywords, check, min_len, boundary, folded)
+    folded = pattern.removeprefix("(?i)") if pattern.startswith("(?i)") else None
+    return Rule(kind, pattern, keywords, check, min_len, boundary, folded)
 
 
 #: Words that make an assignment's value a password (any non-trivial value is redacted). The pattern starts at

@@ -162,6 +162,7 @@ class ImportOps(Configured):
         self.adapters: dict[str, SourceAdapter] = dict(self.builtin)
         self.env = dict(os.environ if env is None else env)
         self.state = store.imports
+        self.db = store.db
         self.sink = ServiceTurnSink(settings, writer)
         self.jobs: dict[str, ImportJob] = {}
         self._lock = threading.Lock()
@@ -254,7 +255,8 @@ class ImportOps(Configured):
 
         def run() -> None:
             try:
-                importer.run(options, job.progress, job.control, publish)
+                with self.db.bulk_writes():
+                    importer.run(options, job.progress, job.control, publish)
             except Exception as exc:  # noqa: BLE001 - reported on the job, never kills the daemon
                 job.progress.state = "failed"
                 job.progress.error = f"{type(exc).__name__}: {exc}"
@@ -268,7 +270,10 @@ class ImportOps(Configured):
         """Run an import to completion in the calling thread (tests, benches, in-process use)."""
         options = self._options(scan)
         job = ImportJob(new_id("import"), options)
-        Importer(self.adapters, self.sink, self.state, self.env, self.redactor).run(options, job.progress, job.control)
+        with self.db.bulk_writes():
+            Importer(self.adapters, self.sink, self.state, self.env, self.redactor).run(
+                options, job.progress, job.control
+            )
         return job.to_json()
 
     def job(self, job_id: str) -> ImportJob:

@@ -23,6 +23,9 @@ from memmy.store.integrity import STARTUP_CHECK_S, preflight, startup_check
 from memmy.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 BUSY_TIMEOUT_MS = 5000
+#: SQLite's automatic checkpoint threshold (WAL pages), and the one a bulk run (a history import) uses: ~40 MiB.
+DEFAULT_CHECKPOINT_PAGES = 1000
+BULK_CHECKPOINT_PAGES = 10_000
 MIN_SQLITE = (3, 35, 0)
 SQLITE_CORRUPT = 11
 SQLITE_FULL = 13
@@ -112,6 +115,7 @@ class Database:
         self.lock = threading.RLock()
         self.last_write_error: str | None = None
         self._probe: tuple[float, str | None] | None = None
+        self._bulk_depth = 0
         path.parent.mkdir(parents=True, exist_ok=True)
         existed = path.exists()
         if not existed:
@@ -204,6 +208,30 @@ class Database:
                 self._rollback(name)
                 raise
             conn.execute(f"RELEASE {name}")
+
+    @contextmanager
+    def bulk_writes(self, checkpoint_pages: int = BULK_CHECKPOINT_PAGES) -> Iterator[None]:
+        """Let the WAL grow to ``checkpoint_pages`` before SQLite checkpoints it, for a run of many commits (a
+        history import); nested runs share one setting, and the last to end restores the default and checkpoints.
+
+        Each batch of an import rewrites many of the same index pages: with the default (1,000 pages) nearly every
+        commit also copied them back into the database file; with a larger WAL they are copied back once.
+        """
+        with self.lock:
+            self._bulk_depth += 1
+            if self._bulk_depth == 1:
+                self.conn.execute(f"PRAGMA wal_autocheckpoint={int(checkpoint_pages)}")
+        try:
+            yield
+        finally:
+            with self.lock:
+                self._bulk_depth -= 1
+                if self._bulk_depth == 0:
+                    try:
+                        self.conn.execute(f"PRAGMA wal_autocheckpoint={DEFAULT_CHECKPOINT_PAGES}")
+                        self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                    except sqlite3.Error:
+                        pass  # closed meanwhile, or a busy checkpoint: the next commit's automatic one retries
 
     def query(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> list[sqlite3.Row]:
         """Run a read and return all rows."""

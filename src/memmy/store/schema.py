@@ -6,6 +6,7 @@ upstream: scope columns (project, source agent), validity time, and the CJK-awar
 Migration 4 adds the associative key graph (keys, aliases, key vectors, weighted links, related_to links,
 per-memory key state) and value-keyed tombstones (existing deleted memories are tombstoned on the way).
 Migration 5 adds Dream: one row per consolidation pass and the full before/after rows it changed.
+Migrations 6 and 7 add indexes for evolution and the panel; migration 8 drops two memories indexes no query needs.
 """
 
 from __future__ import annotations
@@ -489,7 +490,16 @@ CREATE INDEX IF NOT EXISTS idx_recall_events_created ON recall_events(created_at
 CREATE INDEX IF NOT EXISTS idx_memories_created_layer ON memories(created_at, memory_layer);
 """
 
-SCHEMA_VERSION: Final = 7
+#: Two memories indexes no query needs, each maintained on every insert (indexes with random keys are most of an
+#: import's SQLite time): every read by key gives the key, which ``idx_memories_key_only`` serves, so
+#: ``(user_id, memory_key, memory_layer)`` only ever served a ``user_id = ?`` prefix that three other indexes start
+#: with; nothing reads ``agent_id``. (``idx_memories_hash`` stays: memory.add looks duplicates up by user and hash.)
+MIGRATION_008: Final = """
+DROP INDEX IF EXISTS idx_memories_key;
+DROP INDEX IF EXISTS idx_memories_agent;
+"""
+
+SCHEMA_VERSION: Final = 8
 
 
 @dataclass(frozen=True)
@@ -530,4 +540,5 @@ MIGRATIONS: Final = (
     Migration(5, "005_dreams", MIGRATION_005),
     Migration(6, "006_evolution_indexes", MIGRATION_006),
     Migration(7, "007_panel_time_indexes", MIGRATION_007),
+    Migration(8, "008_drop_unused_memory_indexes", MIGRATION_008),
 )
