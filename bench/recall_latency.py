@@ -164,6 +164,7 @@ class PathResult:
     open_s: float = 0.0
     load: float = 0.0  # 1-minute load average when the phase ended
     rss_mib: float | None = None
+    rss_peak_mib: float | None = None  # VmHWM: the most the daemon ever held (model, index load, serving)
     server_stages: list[dict[str, float]] = field(default_factory=list)  # HTTP: debug.timingsMs of a sample
     floors: dict[str, list[float]] = field(default_factory=dict)  # in-process: each stage's bare floor
 
@@ -534,9 +535,11 @@ def over_http(
             for _kind, prompt in sample_prompts:  # not the timed prompts: the daemon's query cache would hit
                 debug = post("/api/v1/memory/search", {"query": prompt, "mode": "turn_start", "verbose": True})
                 server.append(dict(debug["debug"]["timingsMs"]))
-        rss = memory_mib(daemon.pid)[0]
+        rss, peak = memory_mib(daemon.pid)
         load = os.getloadavg()[0]
-        return PathResult("HTTP", size, samples, open_s=start_s, load=load, rss_mib=rss, server_stages=server)
+        return PathResult(
+            "HTTP", size, samples, open_s=start_s, load=load, rss_mib=rss, rss_peak_mib=peak, server_stages=server
+        )
     finally:
         daemon.stop()
 
@@ -661,9 +664,9 @@ def print_report(
             rows.append(
                 [f"{r.size:,}", str(len(r.server_stages))]
                 + [fmt(float(np.median([t.get(k, 0.0) for t in r.server_stages]))) for k in keys]
-                + [f"{r.rss_mib:,.0f}" if r.rss_mib else "-"]
+                + [f"{r.rss_mib:,.0f}" if r.rss_mib else "-", f"{r.rss_peak_mib:,.0f}" if r.rss_peak_mib else "-"]
             )
-        print(markdown_table(["memories", "queries", *keys, "daemon RSS MiB"], rows))
+        print(markdown_table(["memories", "queries", *keys, "daemon RSS MiB", "peak (VmHWM) MiB"], rows))
 
     statuses = Counter(" ".join(s.status) for r in report.paths for s in r.samples)
     print("\nturn_start status values seen: " + "; ".join(f"[{k}] x{n}" for k, n in statuses.most_common(4)))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from memmy.store.vectors import VectorIndex, VectorMeta
+from memmy.store.vectors import VectorIndex, VectorMeta, top_rows
 
 
 def _unit(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
@@ -77,3 +77,16 @@ def test_bulk_load_sizes_blocks_exactly_and_a_repeated_row_keeps_the_later_vecto
     assert [hit[0] for hit in index.search(vectors[45], 1, project_id="beta")] == ["m3"]
     assert [hit[0] for hit in index.search(vectors[7], 1, project_id="alpha")] == ["m7"]
     assert index.search(vectors[7], 1, project_id="beta")[0][0] != "m7"  # alpha rows are not in beta's scope
+
+
+def test_top_rows_is_the_partition_of_every_score_whatever_the_distribution() -> None:
+    rng = np.random.default_rng(5)
+    n = 50_000
+    clustered = np.repeat(rng.standard_normal(50), n // 50).astype(np.float32) + 1e-3 * rng.standard_normal(n)
+    masked = rng.standard_normal(n).astype(np.float32)
+    masked[rng.random(n) < 0.97] = -np.inf  # a layer mask that keeps 3 % of the rows
+    rising = np.linspace(-1, 1, n, dtype=np.float32)  # the best rows all in the sample's last stride
+    for scores in (rng.standard_normal(n).astype(np.float32), clustered.astype(np.float32), masked, rising):
+        for take in (1, 20, 60, 1500):
+            expected = set(np.argpartition(-scores, take - 1)[:take].tolist())
+            assert set(top_rows(scores, take).tolist()) == expected

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from memmy.domain import Memory
 from memmy.store.memories import MemoryFilter, MemoryRepository
 from memmy.store.vectors import Vector, VectorIndex
 
@@ -92,31 +93,52 @@ def window_cosines(
     ]
 
 
-def fts_channel(repo: MemoryRepository, terms: Sequence[str], flt: MemoryFilter, limit: int) -> list[ChannelHit]:
-    """BM25 over title/key, body and tags (raw BM25 scores; the pipeline normalises them per tier)."""
-    hits = repo.fts_search_terms(terms, limit, flt)
+def fts_channel(
+    repo: MemoryRepository,
+    terms: Sequence[str],
+    flt: MemoryFilter,
+    limit: int,
+    loaded: dict[str, Memory] | None = None,
+) -> list[ChannelHit]:
+    """BM25 over title/key, body and tags (raw BM25 scores; the pipeline normalises them per tier).
+
+    With ``loaded`` the hits' memories are put there as they are read (see ``MemoryRepository.fts_search_terms``).
+    """
+    hits = repo.fts_search_terms(terms, limit, flt, loaded)
     return [ChannelHit(memory_id, "fts", s, rank) for rank, (memory_id, s) in enumerate(hits)]
 
 
-def pattern_channel(repo: MemoryRepository, terms: Sequence[str], flt: MemoryFilter, limit: int) -> list[ChannelHit]:
+def pattern_channel(
+    repo: MemoryRepository,
+    terms: Sequence[str],
+    flt: MemoryFilter,
+    limit: int,
+    loaded: dict[str, Memory] | None = None,
+) -> list[ChannelHit]:
     """Exact short patterns (CJK words and bigrams, two-letter ASCII words), most recent first.
 
     Backed by the bigram-segmented FTS index instead of ``LIKE '%x%'`` scans, so it stays fast at 100k rows.
+    ``loaded`` as in :func:`fts_channel`.
     """
     if not terms:
         return []
-    hits = repo.token_search(terms, limit, flt, order="recent")
+    hits = repo.token_search(terms, limit, flt, order="recent", loaded=loaded)
     return [ChannelHit(memory_id, "pattern", 1.0 / (rank + 1), rank) for rank, memory_id in enumerate(hits)]
 
 
 def structural_channel(
-    repo: MemoryRepository, fragments: Sequence[str], flt: MemoryFilter, limit: int = 10
+    repo: MemoryRepository,
+    fragments: Sequence[str],
+    flt: MemoryFilter,
+    limit: int = 10,
+    loaded: dict[str, Memory] | None = None,
 ) -> list[ChannelHit]:
-    """L1 traces that contain the query's error fragments, paths or codes as phrases."""
+    """L1 traces that contain the query's error fragments, paths or codes as phrases (``loaded`` as in
+    :func:`fts_channel`)."""
     if not fragments:
         return []
     l1_filter = MemoryFilter(
         layers=("L1",), project_id=flt.project_id, source_agent=flt.source_agent, user_id=flt.user_id
     )
-    hits = repo.token_search(fragments, limit, l1_filter, order="rank", phrases=True)
+    hits = repo.token_search(fragments, limit, l1_filter, order="rank", phrases=True, loaded=loaded)
     return [ChannelHit(memory_id, "structural", 1.0 / (rank + 1), rank) for rank, memory_id in enumerate(hits)]

@@ -59,6 +59,8 @@ RESEARCH_PROFILES: dict[str, tuple[str, ...] | None] = {
 }
 TIER_OF = {"Skill": 1, "L2": 2, "L1": 2, "L3": 3}
 KEYWORD_CHANNELS = FUSION_KEYWORD_CHANNELS
+#: The keyword work split between the two keyword workers: BM25 (fts) and exact tokens (pattern, structural).
+KEYWORD_PARTS = ("fts", "tokens")
 DAY_S = 86_400.0
 
 
@@ -232,7 +234,7 @@ class RecallEngine:
         self.index = index
         self.embed_query = embed_query
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memmy-recall-keyword")
-        self._keyword_repo: MemoryRepository | None = None
+        self._keyword_repos: list[MemoryRepository] = []  # [fts, pattern + structural]: one connection each
         self._reader_failed = False
 
     def recall(self, request: RecallRequest, settings: RecallSettings) -> RecallOutcome:
@@ -252,13 +254,21 @@ class RecallEngine:
         if not layers:
             return RecallOutcome([], [], [], ["layers:none"], timings, layers)
         index = self.index()
-        # The keyword channels need no query vector: they run in a worker thread, on the store's read-only
-        # connection, while the query is embedded (SQLite, onnxruntime and BLAS all release the GIL), so a
-        # recall costs about max(fts, embed + scan) instead of their sum.
-        reader = self._reader()
-        keyword_job = None
-        if reader is not None:
-            keyword_job = self._pool.submit(self._keyword_channels, request, settings, layers, reader)
+        # The keyword channels need no query vector: they run in worker threads, each on its own read-only
+        # connection to the store, while the query is embedded (SQLite, onnxruntime and BLAS all release the GIL),
+        # so a recall costs about max(fts, embed + scan) instead of their sum. fts runs in one worker, pattern and
+        # structural (when the query has terms for them) in the other, so a core that the embedding leaves idle
+        # takes their share.
+        readers = self._readers()
+        keyword_jobs = []
+        if readers:
+            keyword_jobs.append(
+                self._pool.submit(self._keyword_channels, request, settings, layers, readers[0], KEYWORD_PARTS[:1])
+            )
+            if self._token_work(request, layers):
+                keyword_jobs.append(
+                    self._pool.submit(self._keyword_channels, request, settings, layers, readers[1], KEYWORD_PARTS[1:])
+                )
         query_vector: Vector | None = None
         if "vec" in request.channels and index is not None and len(index):
             query_vector = self.embed_query(request.query.vector_text)
@@ -267,19 +277,24 @@ class RecallEngine:
         lap("embed")
         hits = self._vector_hits(request, settings, layers, index, query_vector)
         lap("vector")
-        keyword_hits, keyword_ms = (
-            keyword_job.result()
-            if keyword_job is not None
-            else self._keyword_channels(request, settings, layers, self.repo)
+        keyword_results = (
+            [job.result() for job in keyword_jobs]
+            if keyword_jobs
+            else [self._keyword_channels(request, settings, layers, self.repo, KEYWORD_PARTS)]
         )
-        hits.extend(keyword_hits)
+        keyword_memories: dict[str, Memory] = {}
+        for keyword_hits, _ms, found in keyword_results:  # fts, then pattern and structural: the inline order
+            hits.extend(keyword_hits)
+            keyword_memories.update(found)
+        keyword_ms = max(ms for _hits, ms, _found in keyword_results)
         if query_vector is not None and index is not None and "vec" in request.channels:
             hits.extend(vector_fill(hits, index, query_vector))
-        timings["keyword"] = round(keyword_ms, 3)  # its own duration; it overlapped embed and vector
+        timings["keyword"] = round(keyword_ms, 3)  # its own duration (the longer worker); it overlapped embed+vector
         lap("keyword_wait")
         timings["channels"] = round(timings["vector"] + timings["keyword_wait"], 3)  # the pre-parallel key
 
-        memories: dict[str, Memory] = {}
+        # The keyword worker read its hits' rows already (the join that filtered them): only the rest is loaded.
+        memories = {k: m for k, m in keyword_memories.items() if k not in request.exclude_ids}
         candidate_ids = self._load(hits, memories, request)
         if query_vector is not None and index is not None and self._windowed(request, settings):
             hits = window_cosines(hits, self._windows(hits, memories, request, settings), index, query_vector)
@@ -390,40 +405,59 @@ class RecallEngine:
             return []
         return vector_channel(index, query_vector, request.scope, self._pools(request, settings, layers))
 
-    def _reader(self) -> MemoryRepository | None:
-        """The repository over the store's second, read-only connection (None where it cannot be opened)."""
-        if self._keyword_repo is None and not self._reader_failed:
+    def _readers(self) -> list[MemoryRepository]:
+        """Two repositories over read-only connections to the store, one per keyword worker (empty where they
+        cannot be opened: the keyword channels then run inline)."""
+        if not self._keyword_repos and not self._reader_failed:
             try:
-                self._keyword_repo = MemoryRepository(ReadOnlyDatabase(self.repo.db.path))
+                self._keyword_repos = [MemoryRepository(ReadOnlyDatabase(self.repo.db.path)) for _ in KEYWORD_PARTS]
             except (StoreError, sqlite3.Error, AttributeError):
                 self._reader_failed = True  # e.g. a store without a file: keyword channels run inline
-        return self._keyword_repo
+        return self._keyword_repos
+
+    @staticmethod
+    def _token_work(request: RecallRequest, layers: tuple[str, ...]) -> bool:
+        """Whether the pattern or structural channel has anything to look for."""
+        pattern = "pattern" in request.channels and bool(request.query.pattern_terms)
+        structural = "structural" in request.channels and "L1" in layers and bool(request.query.structural)
+        return pattern or structural
 
     def close(self) -> None:
-        """Stop the keyword worker and close the read-only connection."""
+        """Stop the keyword workers and close their read-only connections."""
         self._pool.shutdown(wait=False)
-        if self._keyword_repo is not None:
-            self._keyword_repo.db.close()
-            self._keyword_repo = None
+        repos, self._keyword_repos = self._keyword_repos, []
+        for repo in repos:
+            repo.db.close()
 
     def _keyword_channels(
-        self, request: RecallRequest, settings: RecallSettings, layers: tuple[str, ...], repo: MemoryRepository
-    ) -> tuple[list[ChannelHit], float]:
-        """fts, pattern and structural hits from ``repo``, and how long they took (ms)."""
+        self,
+        request: RecallRequest,
+        settings: RecallSettings,
+        layers: tuple[str, ...],
+        repo: MemoryRepository,
+        parts: Sequence[str],
+    ) -> tuple[list[ChannelHit], float, dict[str, Memory]]:
+        """The hits of the keyword channels in ``parts`` (``"fts"``; ``"tokens"``: pattern and structural) from
+        ``repo``, how long they took (ms), and the hits' memories.
+
+        The memories come from the join that filters each channel's hits (the layered scope, stricter than the
+        request's scope), read here, beside the embedding, instead of once more by ``_load`` after it.
+        """
         started = time.perf_counter()
         hits: list[ChannelHit] = []
+        loaded: dict[str, Memory] = {}
         scope = request.scope
         layered = MemoryFilter(
             layers=layers, project_id=scope.project_id, source_agent=scope.source_agent, user_id=scope.user_id
         )
         keyword_limit = max(settings.keyword_top_k, sum(self._pools(request, settings, layers).values()))
-        if "fts" in request.channels:
-            hits.extend(fts_channel(repo, request.query.fts_terms, layered, keyword_limit))
-        if "pattern" in request.channels:
-            hits.extend(pattern_channel(repo, request.query.pattern_terms, layered, keyword_limit))
-        if "structural" in request.channels and "L1" in layers:
-            hits.extend(structural_channel(repo, request.query.structural, layered))
-        return hits, (time.perf_counter() - started) * 1000
+        if "fts" in parts and "fts" in request.channels:
+            hits.extend(fts_channel(repo, request.query.fts_terms, layered, keyword_limit, loaded))
+        if "tokens" in parts and "pattern" in request.channels:
+            hits.extend(pattern_channel(repo, request.query.pattern_terms, layered, keyword_limit, loaded))
+        if "tokens" in parts and "structural" in request.channels and "L1" in layers:
+            hits.extend(structural_channel(repo, request.query.structural, layered, loaded=loaded))
+        return hits, (time.perf_counter() - started) * 1000, loaded
 
     def _score(
         self,

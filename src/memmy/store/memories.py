@@ -20,6 +20,9 @@ MAX_FTS_WINDOW = 50_000
 SELECTIVE_TERMS_MIN_DOCS = 5_000
 COMMON_TERM_SHARE = 0.15
 MAX_SELECTIVE_TERMS = 8
+#: In a large store, the BM25 query scores at most about this many (row, term) matches: bm25() costs ~1.2 us per
+#: matched row at 100k memories, while counting the matches costs a tenth of that.
+MAX_SCORED_MATCHES = 12_000
 
 #: Rows a normal read may see: live, and not superseded (``valid_to`` in the past).
 VISIBLE = "m.status = 'activated' AND (m.valid_to IS NULL OR m.valid_to > ?)"
@@ -31,6 +34,9 @@ _COLUMNS = (
     "tags_json, info_json, properties_json, memory_layer, content_hash, version, created_at, updated_at, "
     "deleted_at, project_id, source_agent, turn_id, valid_from, valid_to, superseded_by, visibility"
 )
+
+#: The same columns on alias ``m`` (for joins with the FTS table, which has its own ``id`` and ``memory_value``).
+_M_COLUMNS = ", ".join(f"m.{name.strip()}" for name in _COLUMNS.split(","))
 
 
 def row_to_memory(row: sqlite3.Row) -> Memory:
@@ -101,10 +107,16 @@ class TermStats:
         self._total: tuple[float, int] = (0.0, 0)
 
     def total(self, db: Database) -> int:
-        """Documents in the full-text index."""
+        """Documents in the full-text index (every memory not deleted).
+
+        Counted on FTS5's own per-document table (``memories_fts_docsize``, a few bytes a row: 0.1 ms at 100k,
+        where counting ``memories`` reads the whole table, ~10 ms, on the keyword worker of some turn)."""
         now = time.monotonic()
         if now - self._total[0] > self.ttl_s:
-            row = db.query_one("SELECT count(*) FROM memories WHERE status != 'deleted'")
+            try:
+                row = db.query_one("SELECT count(*) FROM memories_fts_docsize")
+            except sqlite3.OperationalError:  # an index built without its docsize table
+                row = db.query_one("SELECT count(*) FROM memories WHERE status != 'deleted'")
             self._total = (now, int(row[0]) if row else 0)
         return self._total[1]
 
@@ -132,6 +144,8 @@ class MemoryRepository:
     def __init__(self, db: Database) -> None:
         self.db = db
         self._term_stats = TermStats()
+        self.selective_min_docs = SELECTIVE_TERMS_MIN_DOCS
+        self.max_scored_matches = MAX_SCORED_MATCHES
 
     def insert(self, memory: Memory, source: str) -> None:
         """Insert a new memory, index it and log the creation."""
@@ -287,13 +301,18 @@ class MemoryRepository:
         """BM25 full-text search of free text; see :meth:`fts_search_terms`."""
         return self.fts_search_terms(query_terms(query), limit, flt)
 
-    def fts_search_terms(self, terms: Sequence[str], limit: int, flt: MemoryFilter) -> list[tuple[str, float]]:
+    def fts_search_terms(
+        self, terms: Sequence[str], limit: int, flt: MemoryFilter, loaded: dict[str, Memory] | None = None
+    ) -> list[tuple[str, float]]:
         """BM25 search for any of ``terms``; returns (id, BM25 score > 0, higher is better), best first.
 
-        Ranking happens inside the FTS table first (top ``limit`` x 4), and only those rows are joined to
-        ``memories`` and filtered; if filtering leaves too few, the window widens. Terms that occur in most
-        documents of a large store ("run", "test") are dropped first: their BM25 weight is near zero, but
-        scoring every row they match is what makes a query slow.
+        Ranking happens inside the FTS table alone (the bare ``bm25()`` top window by rowid, ``limit`` x 4); then
+        the ranked rows are filtered in rank order, a batch at a time, only until ``limit`` of them pass (usually
+        the first batch), so the join to ``memories`` touches about ``limit`` rows, not the whole window. If the
+        window runs out first, it widens. In a large store only the most selective terms are scored
+        (:meth:`selective_terms`): scoring every row a common word ("run", "test") matches is what makes a
+        query slow, and such a word's BM25 weight is small anyway. With ``loaded``, the hits' memories are read
+        by the same join that filters them and put there (keyed by id), so the caller need not read them again.
         """
         terms = self.selective_terms(terms)
         expression = fts_match_expression(terms)
@@ -301,6 +320,7 @@ class MemoryRepository:
             return []
         where, params = flt.sql(utc_now())
         window = max(limit * 4, 64)
+        visible: dict[int, sqlite3.Row | None] = {}
         while True:
             # Rank by rowid alone: selecting the UNINDEXED id here would read every match's stored row.
             try:
@@ -313,44 +333,103 @@ class MemoryRepository:
                 return []
             if not ranked:
                 return []
-            allowed = self._visible_fts_rows([row["r"] for row in ranked], where, params)
-            hits = [(allowed[row["r"]], -float(row["rank"])) for row in ranked if row["r"] in allowed]
-            # SQLite's bm25() is negative (more negative = better).
+            order = [(int(row["r"]), -float(row["rank"])) for row in ranked]  # bm25() < 0, more negative = better
+            hits = self._first_visible(order, limit, where, params, visible, loaded)
             if len(hits) >= limit or len(ranked) < window or window >= MAX_FTS_WINDOW:
-                return hits[:limit]
+                return hits
             window *= 8
 
-    def _visible_fts_rows(self, rowids: Sequence[int], where: str, params: list[Any]) -> dict[int, str]:
-        """``{fts rowid: memory id}`` for the rows whose memory passes the filter (``where`` on alias ``m``)."""
-        found: dict[int, str] = {}
+    def _first_visible(
+        self,
+        ranked: Sequence[tuple[int, float]],
+        limit: int,
+        where: str,
+        params: list[Any],
+        visible: dict[int, sqlite3.Row | None],
+        loaded: dict[str, Memory] | None = None,
+    ) -> list[tuple[str, float]]:
+        """The first ``limit`` of the ranked ``(fts rowid, score)`` whose memory passes the filter, as (id, score).
+
+        Rows are checked in rank order, in batches sized to what is still missing (a quarter more, as some fail);
+        ``visible`` caches each checked rowid's row (None: filtered out) across a widening window. With
+        ``loaded``, each hit's memory is put there too (read by the filtering join; only hits are decoded).
+        """
+        hits: list[tuple[str, float]] = []
+        position = 0
+        while position < len(ranked) and len(hits) < limit:
+            missing = limit - len(hits)
+            batch = [r for r, _score in ranked[position : position + missing + missing // 4 + 8]]
+            unchecked = [r for r in batch if r not in visible]
+            if unchecked:
+                found = self._visible_fts_rows(unchecked, where, params, full=loaded is not None)
+                visible.update((r, found.get(r)) for r in unchecked)
+            for r, score in ranked[position : position + len(batch)]:
+                row = visible[r]
+                if row is not None and len(hits) < limit:
+                    hits.append((row["id"], score))
+                    if loaded is not None and row["id"] not in loaded:
+                        loaded[row["id"]] = row_to_memory(row)
+            position += len(batch)
+        return hits
+
+    def _visible_fts_rows(
+        self, rowids: Sequence[int], where: str, params: list[Any], *, full: bool = False
+    ) -> dict[int, sqlite3.Row]:
+        """``{fts rowid: row}`` for the rows whose memory passes the filter (``where`` on alias ``m``); a row
+        holds ``id``, and with ``full`` every column :func:`row_to_memory` reads."""
+        columns = _M_COLUMNS if full else "m.id AS id"
+        found: dict[int, sqlite3.Row] = {}
         for start in range(0, len(rowids), 500):
             chunk = list(rowids[start : start + 500])
             rows = self.db.query(
-                f"SELECT f.rowid AS r, f.id AS id FROM memories_fts f JOIN memories m ON m.id = f.id "
+                f"SELECT f.rowid AS r, {columns} FROM memories_fts f JOIN memories m ON m.id = f.id "
                 f"WHERE f.rowid IN ({','.join('?' * len(chunk))}) AND {where}",
                 [*chunk, *params],
             )
-            found.update((row["r"], row["id"]) for row in rows)
+            found.update((row["r"], row) for row in rows)
         return found
 
     def selective_terms(self, terms: Sequence[str]) -> list[str]:
-        """In a large store keep the most selective terms: at most the 8 rarest, and none found in more than
-        15 % of documents (keeping at least the two rarest). BM25 ranking is carried by rare terms anyway."""
+        """In a large store keep the most selective terms, rarest first while they fit the scoring budget.
+
+        At most the 8 rarest, none found in more than 15 % of documents (the two rarest excepted), and, rarest
+        first, no more than together match about ``max_scored_matches`` (:data:`MAX_SCORED_MATCHES`) (row, term)
+        pairs; the rarest term is always kept. BM25 ranking is carried by rare terms, and bm25() costs per matched
+        row. Document counts come from :class:`TermStats` (cached). In a small store (under
+        ``selective_min_docs``, 5,000 documents) every term is kept; in one under ~7,000 eight terms of at most
+        15 % each stay under the budget, so only the share rule applies.
+        """
         total = self._term_stats.total(self.db)
-        if total < SELECTIVE_TERMS_MIN_DOCS or len(terms) <= 2:
+        if total < self.selective_min_docs or len(terms) <= 1:
             return list(terms)
         counts = {term: self._term_stats.doc_count(self.db, term) for term in terms}
         ranked = sorted(terms, key=lambda t: counts[t])
-        keep = {t for t in ranked[:MAX_SELECTIVE_TERMS] if counts[t] <= COMMON_TERM_SHARE * total} | set(ranked[:2])
+        chosen = [t for t in ranked[:MAX_SELECTIVE_TERMS] if counts[t] <= COMMON_TERM_SHARE * total or t in ranked[:2]]
+        keep: set[str] = set()
+        scored = 0
+        for term in chosen:  # rarest first; the rarest is kept whatever it costs
+            if keep and scored + counts[term] > self.max_scored_matches:
+                break
+            keep.add(term)
+            scored += counts[term]
         return [t for t in terms if t in keep]
 
     def token_search(
-        self, terms: Sequence[str], limit: int, flt: MemoryFilter, *, order: str = "rank", phrases: bool = False
+        self,
+        terms: Sequence[str],
+        limit: int,
+        flt: MemoryFilter,
+        *,
+        order: str = "rank",
+        phrases: bool = False,
+        loaded: dict[str, Memory] | None = None,
     ) -> list[str]:
         """Memories containing any term exactly (as a token or phrase), best-ranked or most recent first.
 
         "Most recent" uses the FTS rowid, which grows with every (re)index of a memory, so the newest matches
-        come straight off the index without sorting every match; only a window of them is joined and filtered.
+        come straight off the index without sorting every match. Only rowids come off the index; they are
+        filtered in order, a batch at a time, until ``limit`` pass (as in :meth:`fts_search_terms`, ``loaded``
+        too).
         """
         expression = phrase_match_expression(terms) if phrases else fts_match_expression(terms)
         if not expression:
@@ -358,21 +437,19 @@ class MemoryRepository:
         where, params = flt.sql(utc_now())
         inner_order = "rowid DESC" if order == "recent" else "rank"
         window = max(limit * 4, 64)
+        visible: dict[int, sqlite3.Row | None] = {}
         while True:
-            sql = (
-                f"WITH hits AS (SELECT id, rowid AS r, rank FROM memories_fts WHERE memories_fts MATCH ? "
-                f"ORDER BY {inner_order} LIMIT ?) SELECT h.id AS id FROM hits h JOIN memories m ON m.id = h.id "
-                f"WHERE {where} ORDER BY {'h.r DESC' if order == 'recent' else 'h.rank'} LIMIT ?"
-            )
             try:
-                rows = self.db.query(sql, [expression, window, *params, limit])
+                ranked = self.db.query(
+                    f"SELECT rowid AS r FROM memories_fts WHERE memories_fts MATCH ? ORDER BY {inner_order} LIMIT ?",
+                    [expression, window],
+                )
             except sqlite3.OperationalError:
                 return []
-            if len(rows) >= limit or window >= MAX_FTS_WINDOW:
-                return [row["id"] for row in rows]
-            matched = self.db.query_one("SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?", [expression])
-            if matched is None or matched[0] <= window:
-                return [row["id"] for row in rows]
+            in_order = [(int(row["r"]), 0.0) for row in ranked]
+            hits = self._first_visible(in_order, limit, where, params, visible, loaded)
+            if len(hits) >= limit or len(ranked) < window or window >= MAX_FTS_WINDOW:
+                return [memory_id for memory_id, _score in hits]
             window *= 8
 
     def neighbours(self, memory: Memory, window: int, flt: MemoryFilter) -> list[Memory]:

@@ -368,7 +368,7 @@ class VectorIndex:
             return []
         masked = scores if mask is None else np.where(mask, scores, np.float32(-np.inf))
         take = min(n, k * 2)  # a memory may own two fields; over-take then de-duplicate
-        top = np.argpartition(-masked, take - 1)[:take] if take < n else np.arange(n)
+        top = top_rows(masked, take) if take < n else np.arange(n)
         order = top[np.argsort(-masked[top])]
         order = order[np.isfinite(masked[order])]
         best: dict[str, float] = {}
@@ -379,6 +379,30 @@ class VectorIndex:
                 if len(best) >= k:
                     break
         return list(best.items())
+
+
+def top_rows(scores: Vector, take: int) -> NDArray[np.intp]:
+    """Positions of the ``take`` highest ``scores`` (``0 < take < len(scores)``), in no particular order.
+
+    The same set as ``np.argpartition(-scores, take - 1)[:take]`` (ties at the cut aside), at a fraction of its
+    cost on a large index: a threshold read off a strided sample of ~2,048 scores keeps a few times ``take`` rows,
+    and only those are partitioned. When at least ``take`` scores reach the threshold, every one of the ``take``
+    highest does, so the result is exact; when the sample misjudges (too few or too many rows kept, ``-inf``
+    masks), it falls back to partitioning every score.
+    """
+    n = scores.shape[0]
+    if n >= 8192 and take * 32 <= n:
+        sample = scores[:: n // 2048]
+        size = sample.shape[0]
+        above = min(size - 1, 4 * take * size // n + 8)  # sample scores expected above the threshold
+        threshold = np.partition(sample, size - above)[size - above]
+        if np.isfinite(threshold):
+            rows = np.flatnonzero(scores >= threshold)
+            if take <= rows.shape[0] <= 64 * take:
+                picked: NDArray[np.intp] = rows[np.argpartition(-scores[rows], take - 1)[:take]]
+                return picked
+    everything: NDArray[np.intp] = np.argpartition(-scores, take - 1)[:take]
+    return everything
 
 
 def _joined(parts: list[NDArray[Any]]) -> NDArray[Any]:

@@ -1,0 +1,104 @@
+"""The keyword stage's SQL at its floor: bm25 top window by rowid, filtered in rank order only until ``limit``
+pass, and the scoring budget of selective terms in a large store (real SQLite, real FTS5)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from memmy.domain import Memory, content_hash
+from memmy.store.db import Database, utc_now
+from memmy.store.memories import MemoryFilter, MemoryRepository, TermStats
+from memmy.store.text import fts_match_expression
+
+
+def memory(number: int, text: str, project_id: str | None = None) -> Memory:
+    now = utc_now()
+    body = f"{text} note {number}"
+    return Memory(
+        id=f"m_{number:05d}",
+        layer="L1",
+        content=body,
+        content_hash=content_hash(body),
+        created_at=now,
+        updated_at=now,
+        valid_from=now,
+        project_id=project_id,
+    )
+
+
+def reference(repo: MemoryRepository, terms: list[str], flt: MemoryFilter, limit: int) -> list[tuple[str, float]]:
+    """Every match scored and joined at once: what the windowed, batched search must reproduce."""
+    where, params = flt.sql(utc_now())
+    rows = repo.db.query(
+        "SELECT f.id AS id, bm25(memories_fts, 0.0, 2.0, 1.0, 1.5) AS rank FROM memories_fts f "
+        f"JOIN memories m ON m.id = f.id WHERE memories_fts MATCH ? AND {where} ORDER BY rank LIMIT ?",
+        [fts_match_expression(terms), *params, limit],
+    )
+    return [(row["id"], -float(row["rank"])) for row in rows]
+
+
+def test_fts_hits_are_the_first_visible_rows_in_bm25_order(tmp_path: Path) -> None:
+    db = Database(tmp_path / "m.sqlite")
+    repo = MemoryRepository(db)
+    # 400 matches of varying strength; seven in eight belong to other projects, so filtering only the first
+    # batch of the window cannot be enough, and a limit above what one window holds makes the window widen.
+    repo.insert_many(
+        [
+            memory(n, " ".join(["deploy"] * (1 + n % 5)) + (" rollback" if n % 7 == 0 else ""), f"/p/{n % 8}")
+            for n in range(400)
+        ],
+        source="test",
+    )
+    for limit in (5, 20, 45):
+        flt = MemoryFilter(project_id="/p/1")
+        hits = repo.fts_search_terms(["deploy", "rollback"], limit, flt)
+        assert hits == reference(repo, ["deploy", "rollback"], flt, limit)
+        assert len(hits) == limit
+        assert all(int(memory_id[2:]) % 8 == 1 for memory_id, _ in hits)
+    everything = repo.fts_search_terms(["deploy"], 500, MemoryFilter())
+    assert len(everything) == 400
+    db.close()
+
+
+def test_recent_token_search_returns_the_newest_visible_matches(tmp_path: Path) -> None:
+    db = Database(tmp_path / "m.sqlite")
+    repo = MemoryRepository(db)
+    repo.insert_many([memory(n, "ci flaky", f"/p/{n % 3}") for n in range(300)], source="test")
+    found = repo.token_search(["ci"], 10, MemoryFilter(project_id="/p/2"), order="recent")
+    newest = [f"m_{n:05d}" for n in range(299, -1, -1) if n % 3 == 2][:10]
+    assert found == newest
+    db.close()
+
+
+def test_selective_terms_keep_the_rarest_within_the_scoring_budget(tmp_path: Path) -> None:
+    db = Database(tmp_path / "m.sqlite")
+    repo = MemoryRepository(db)
+    words = {"zeta": 2, "kappa": 5, "omega": 12, "delta": 40}  # documents that contain each word, of 100
+    repo.insert_many(
+        [memory(n, " ".join(w for w, df in words.items() if n < df) or "filler") for n in range(100)], source="test"
+    )
+    terms = ["delta", "omega", "kappa", "zeta"]
+    assert repo.selective_terms(terms) == terms  # under selective_min_docs: every term
+    repo.selective_min_docs = 50
+    assert repo.selective_terms(terms) == ["omega", "kappa", "zeta"]  # delta: in 40 % of documents
+    repo.max_scored_matches = 10
+    assert repo.selective_terms(terms) == ["kappa", "zeta"]  # 2 + 5 matches fit; omega's 12 more do not
+    repo.max_scored_matches = 1
+    assert repo.selective_terms(terms) == ["zeta"]  # the rarest stays whatever it costs
+    db.close()
+
+
+def test_term_statistics_count_the_documents_of_the_full_text_index(tmp_path: Path) -> None:
+    db = Database(tmp_path / "m.sqlite")
+    repo = MemoryRepository(db)
+    repo.insert_many([memory(n, "alpha beta") for n in range(30)], source="test")
+    gone = repo.get("m_00003")
+    assert gone is not None
+    before = gone.snapshot()
+    gone.status = "deleted"
+    repo.update(gone, before, "delete", "test")
+    live = db.query_one("SELECT count(*) FROM memories WHERE status != 'deleted'")
+    stats = TermStats()
+    assert live is not None and stats.total(db) == live[0] == 29
+    assert stats.doc_count(db, "alpha") == 29
+    db.close()
