@@ -567,13 +567,13 @@ class Sources(TypedDict):
 
 
 class ImportJob(TypedDict):
-    """An import job's progress: totals and one entry per source."""
+    """An import job's progress: totals and one entry per source (``startedAt`` is null while it is queued)."""
 
     jobId: str
     state: str
     mode: str
     dryRun: bool
-    startedAt: str
+    startedAt: str | None
     finishedAt: str | None
     error: str | None
     totals: JSONObject
