@@ -275,6 +275,10 @@ def test_every_read_by_key_or_hash_still_walks_an_index(tmp_path: Path) -> None:
     assert "idx_memories_hash (user_id=? AND content_hash=? AND memory_layer=?)" in duplicate
     per_user = plan("SELECT id FROM memories WHERE user_id = ? AND status = 'activated'", ("u",))
     assert "SEARCH memories USING INDEX" in per_user and "(user_id=?)" in per_user
+    raw = {r[0] for r in db.query("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'raw_turns'")}
+    assert "idx_raw_turns_episode" in raw and "idx_raw_turns_episode_created" not in raw  # the same columns twice
+    episode = plan("SELECT id FROM raw_turns WHERE episode_id = ? ORDER BY created_at", ("e",))
+    assert "idx_raw_turns_episode (episode_id=?)" in episode
     db.close()
 
 

@@ -494,9 +494,12 @@ CREATE INDEX IF NOT EXISTS idx_memories_created_layer ON memories(created_at, me
 #: import's SQLite time): every read by key gives the key, which ``idx_memories_key_only`` serves, so
 #: ``(user_id, memory_key, memory_layer)`` only ever served a ``user_id = ?`` prefix that three other indexes start
 #: with; nothing reads ``agent_id``. (``idx_memories_hash`` stays: memory.add looks duplicates up by user and hash.)
+#: Migration 6 also gave ``raw_turns`` a second index on ``(episode_id, created_at)``, the columns of migration 1's
+#: ``idx_raw_turns_episode``: every captured or imported turn paid for both.
 MIGRATION_008: Final = """
 DROP INDEX IF EXISTS idx_memories_key;
 DROP INDEX IF EXISTS idx_memories_agent;
+DROP INDEX IF EXISTS idx_raw_turns_episode_created;
 """
 
 SCHEMA_VERSION: Final = 8
