@@ -12,7 +12,7 @@ import pytest
 
 from memmy.embed import LocalMiniLMEmbedder, OnnxMiniLMEmbedder, build_embedder
 from memmy.embed.minilm import default_model_dir
-from memmy.embed.onnx_minilm import cached_graph, onnxruntime_available, weights_checksum
+from memmy.embed.onnx_minilm import GRAPH_VERSION, cached_graph, onnxruntime_available, weights_checksum
 
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "bench" / "minilm-reference.json"
 MIN_COSINE = 0.999
@@ -63,7 +63,11 @@ def test_onnx_and_numpy_give_the_same_vectors(onnx_embedder: OnnxMiniLMEmbedder)
 def test_graph_is_cached_by_the_weights_checksum(onnx_embedder: OnnxMiniLMEmbedder, cache_dir: Path) -> None:
     weights = default_model_dir() / "model.safetensors"
     built = list(cache_dir.glob("*.onnx"))
-    assert [p.name for p in built] == [f"all-MiniLM-L6-v2-{weights_checksum(weights)[:16]}.onnx"]
+    assert [p.name for p in built] == [f"all-MiniLM-L6-v2-{weights_checksum(weights)[:16]}-g{GRAPH_VERSION}.onnx"]
+    import onnx
+
+    word = next(t for t in onnx.load(str(built[0])).graph.initializer if t.name == "word")
+    assert word.data_type == onnx.TensorProto.FLOAT16  # the gathered-only word table is held at half the size
     stamp = built[0].stat().st_mtime_ns
     assert cached_graph(weights, cache_dir) == built[0]  # found, not rebuilt
     assert built[0].stat().st_mtime_ns == stamp
