@@ -243,12 +243,13 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
 
 def _fill(disk: Path) -> Path:
+    """Write zeros to ``disk`` until it is full. Unbuffered: a buffered writer keeps the part of its last write that
+    did not fit and raises ENOSPC again when the file is closed (how often depends on the exact free space)."""
     filler = disk / "filler"
-    with filler.open("wb") as handle:
+    with filler.open("wb", buffering=0) as handle:
         try:
             while True:
                 handle.write(b"\0" * 65536)
-                handle.flush()
         except OSError:
             pass
     return filler
