@@ -125,10 +125,9 @@ def select(
     Order is by relevance (smart seed first: the best of each tier if it reaches ``smartSeedRatio`` x
     best). A trace hit brings ``2 x contextWindow`` neighbouring turns of the same session as one result
     (the nearest ones no better result shows already, more while they fit in ``contextWindowTokens``, see
-    ``turn_window``); a later candidate that is
-    already inside a selected window is absorbed (``in_window``) instead of taking a slot. Traces of an
-    episode already selected are penalised by ``(1 - mmrLambda)`` x their relevance, so one task's steps do
-    not crowd out everything else.
+    ``turn_window``); a later candidate that is already inside a selected window is absorbed (``in_window``)
+    instead of taking a slot. Traces of an episode already selected are penalised by ``(1 - mmrLambda)`` x their
+    relevance, so one task's steps do not crowd out everything else.
     """
     if not candidates:
         return []
