@@ -110,3 +110,16 @@ def test_repeated_batches_reuse_memory_instead_of_growing_it(onnx_embedder: Onnx
         onnx_embedder.embed(texts)
     grown_mib = (process.memory_info().rss - settled) / 2**20
     assert grown_mib < 16, f"RSS grew {grown_mib:.0f} MiB over 4 identical rounds"
+
+
+def test_building_a_new_layout_drops_the_same_weights_older_layouts(tmp_path: Path) -> None:
+    weights = default_model_dir() / "model.safetensors"
+    stem = f"all-MiniLM-L6-v2-{weights_checksum(weights)[:16]}"
+    older = [tmp_path / f"{stem}.onnx", tmp_path / f"{stem}-g1.onnx"]
+    kept = [tmp_path / f"{stem}-g{GRAPH_VERSION + 1}.onnx", tmp_path / "all-MiniLM-L6-v2-0123456789abcdef.onnx"]
+    for path in older + kept:
+        path.write_bytes(b"stale")
+    built = cached_graph(weights, tmp_path)
+    assert built.name == f"{stem}-g{GRAPH_VERSION}.onnx" and built.stat().st_size > 10_000_000
+    assert not any(path.exists() for path in older)  # ~90 MB each, loaded by nothing any more
+    assert all(path.exists() for path in kept)  # a newer layout, and another wheel's weights

@@ -224,7 +224,19 @@ def cached_graph(weights: Path, cache_dir: Path) -> Path:
             partial.unlink(missing_ok=True)
             raise EmbeddingError(f"could not build the ONNX graph: {done.stderr.strip()[-500:]}")
         os.replace(partial, path)
+        _drop_older_layouts(path)
     return path
+
+
+def _drop_older_layouts(current: Path) -> None:
+    """Remove the cached graphs of the same weights in an older layout (each ~90 MB): nothing loads them any more.
+    A newer layout's file (a newer memmy sharing ``MEMMY_MODEL_CACHE``) is kept."""
+    stem = current.name.removesuffix(f"-g{GRAPH_VERSION}.onnx")
+    for old in current.parent.glob(f"{stem}*.onnx"):
+        suffix = old.name[len(stem) : -len(".onnx")]
+        layout = 1 if suffix == "" else int(suffix[2:]) if suffix[:2] == "-g" and suffix[2:].isdigit() else None
+        if layout is not None and layout < GRAPH_VERSION:
+            old.unlink(missing_ok=True)
 
 
 def write_graph(weights: Path, out: Path) -> None:
