@@ -38,6 +38,7 @@ from memmy.service import MemoryService
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus import make_queries  # noqa: E402
+from hook import percentile  # noqa: E402
 from service_bench import BENCH_TOKEN, Daemon, open_service  # noqa: E402
 
 SOURCE = "claude_code"
@@ -57,12 +58,6 @@ ROWS = (
     ("BEGIN/COMMIT and the rest of start_turn", "txn"),
     ("JSON encoding of the answer", "encode"),
 )
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))] if ordered else 0.0
 
 
 class Probes:

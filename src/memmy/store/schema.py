@@ -6,7 +6,8 @@ upstream: scope columns (project, source agent), validity time, and the CJK-awar
 Migration 4 adds the associative key graph (keys, aliases, key vectors, weighted links, related_to links,
 per-memory key state) and value-keyed tombstones (existing deleted memories are tombstoned on the way).
 Migration 5 adds Dream: one row per consolidation pass and the full before/after rows it changed.
-Migrations 6 and 7 add indexes for evolution and the panel; migration 8 drops two memories indexes no query needs.
+Migrations 6 and 7 add indexes for evolution and the panel; migration 8 drops two memories indexes no query needs
+and migration 6's duplicate of a raw_turns index.
 """
 
 from __future__ import annotations
