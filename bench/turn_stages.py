@@ -208,10 +208,11 @@ def main(argv: list[str] | None = None) -> int:
                 "requestId": f"{SOURCE}-start:{turn}",
             }
             stages = in_process_turn(api, service, probes, body)
-            elapsed = http_turn(daemon.port, body) if daemon is not None else 0.0
+            elapsed = http_turn(daemon.port, body) if daemon is not None else None
             if number >= args.warmup:
                 rows.append(stages)
-                http.append(elapsed)
+                if elapsed is not None:
+                    http.append(elapsed)
         load_after = os.getloadavg()
         probes.close()
     finally:
