@@ -47,7 +47,7 @@ def test_a_failing_conversation_keeps_the_others_fails_the_exit_code_and_is_retr
     bad.assistant("answer of the poisoned conversation")
     bad.write()
 
-    from memmy.sources import importer as importer_module
+    from memmy.sources import reading as importer_module  # where conversations are grouped
     from memmy.sources.turns import group_turns as real_group
 
     def group_or_fail(conversation: object) -> object:

@@ -160,6 +160,8 @@ class Redactor:
     """Built-in rules plus configured extra patterns, minus allowlisted matches."""
 
     def __init__(self, extra_patterns: Iterable[tuple[str, str]] = (), allowlist: Iterable[str] = ()) -> None:
+        extra_patterns, allowlist = tuple(extra_patterns), tuple(allowlist)
+        self._spec = (extra_patterns, allowlist)
         extra: list[Rule] = []
         for kind, pattern in extra_patterns:
             try:
@@ -181,6 +183,10 @@ class Redactor:
                     by_keyword.setdefault(keyword, []).append(index)
         self._by_keyword = {k: tuple(v) for k, v in sorted(by_keyword.items())}
         self._keywords = KeywordScan(self._by_keyword)
+
+    def __reduce__(self) -> tuple[type[Redactor], tuple[tuple[tuple[str, str], ...], tuple[str, ...]]]:
+        """Pickled as the patterns it was built from (the history reader process builds its own)."""
+        return (Redactor, self._spec)
 
     @classmethod
     def from_config(cls, settings: Mapping[str, Any] | None) -> Redactor:

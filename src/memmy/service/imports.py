@@ -20,6 +20,7 @@ from memmy.redact import DEFAULT_REDACTOR, Redactor
 from memmy.sources.adapters import ADAPTERS
 from memmy.sources.importer import Importer, ImportOptions, ImportProgress, JobControl, TurnState
 from memmy.sources.model import SourceAdapter
+from memmy.sources.reading import ReaderMode
 from memmy.sources.recipe import load_recipes
 from memmy.sources.turns import ImportedTurn
 from memmy.store.db import utc_now
@@ -155,9 +156,11 @@ class ImportOps(Configured):
         redactor: Redactor = DEFAULT_REDACTOR,
         adapters: Mapping[str, SourceAdapter] | None = None,
         env: Mapping[str, str] | None = None,
+        reader: ReaderMode = "auto",
     ) -> None:
         self.settings = settings
         self.redactor = redactor
+        self.reader = reader
         self.builtin = dict(adapters or ADAPTERS)
         self.adapters: dict[str, SourceAdapter] = dict(self.builtin)
         self.env = dict(os.environ if env is None else env)
@@ -246,7 +249,7 @@ class ImportOps(Configured):
             if job.stop_when_unfollowed:
                 job.control = ClientBoundControl(job.abandoned)
             self.jobs[job.id] = job
-        importer = Importer(self.adapters, self.sink, self.state, self.env, self.redactor)
+        importer = Importer(self.adapters, self.sink, self.state, self.env, self.redactor, self.reader)
 
         def publish(progress: ImportProgress) -> None:
             with job.changed:
@@ -271,7 +274,7 @@ class ImportOps(Configured):
         options = self._options(scan)
         job = ImportJob(new_id("import"), options)
         with self.db.bulk_writes():
-            Importer(self.adapters, self.sink, self.state, self.env, self.redactor).run(
+            Importer(self.adapters, self.sink, self.state, self.env, self.redactor, self.reader).run(
                 options, job.progress, job.control
             )
         return job.to_json()

@@ -9,7 +9,6 @@ again next time), and the per-source watermark only advances after a clean run.
 from __future__ import annotations
 
 import json
-import operator
 import threading
 import time
 from collections import Counter
@@ -18,18 +17,19 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from memmy.domain import sha256_hex
-from memmy.redact import DEFAULT_REDACTOR, RedactionReport, Redactor, replace_surrogates
-from memmy.sources.model import Conversation, ScanStats, SourceAdapter, SourceMessage
-from memmy.sources.turns import ImportedTurn, group_turns
+from memmy.redact import DEFAULT_REDACTOR, Redactor
+from memmy.sources.model import Conversation, ScanStats, SourceAdapter
+from memmy.sources.reading import ReadConversation, ReaderMode, read_conversations
+from memmy.sources.turns import ImportedTurn
 from memmy.store.db import utc_now
 from memmy.store.imports import Checkpoint, ImportStateRepository
-from memmy.transcripts.model import with_fields
 
 MAX_TURN_BYTES = 2 * 1024 * 1024
 BATCH_TURNS = 200  # turns per transaction and per batched write: few commits, yet the store is held ~0.1 s at most
 Mode = Literal["incremental", "full"]
 TurnState = Literal["new", "exists", "tombstoned"]
+#: A conversation of a first sync, kept until the newest turns of the whole source are known.
+Pending = tuple[Conversation, list[ImportedTurn], Checkpoint]
 
 
 class TurnSink(Protocol):
@@ -163,85 +163,6 @@ class JobControl:
         return not self.stopped
 
 
-def conversation_hash(conversation: Conversation) -> str:
-    """Content hash of a conversation (message ids and text), for unchanged-conversation detection."""
-    digest = sha256_hex(
-        "\x00".join(
-            f"{m.message_id}\x01{m.role}\x01{m.content}\x01{m.tool_output or ''}" for m in conversation.messages
-        )
-    )
-    return digest
-
-
-_TEXT_FIELDS = (
-    "message_id",
-    "conversation_id",
-    "content",
-    "workspace_path",
-    "git_root",
-    "tool_name",
-    "tool_call_id",
-    "tool_input",
-    "tool_output",
-    "tool_error",
-)
-
-
-_text_fields_of = operator.itemgetter(*_TEXT_FIELDS)
-
-
-def _scrubbed(message: SourceMessage) -> SourceMessage:
-    values = message.__dict__
-    texts = [value for value in _text_fields_of(values) if isinstance(value, str)]
-    joined = "\x00".join(texts)
-    if joined.isascii():
-        return message
-    try:
-        joined.encode("utf-8")  # no lone surrogate anywhere: nothing to replace
-        return message
-    except UnicodeEncodeError:
-        pass
-    fields = {}
-    for name in _TEXT_FIELDS:
-        value = values[name]
-        if isinstance(value, str) and (clean := replace_surrogates(value)) is not value:
-            fields[name] = clean
-    return with_fields(message, **fields) if fields else message
-
-
-def scrub_conversation(conversation: Conversation) -> Conversation:
-    """A copy with every lone UTF-16 surrogate replaced by U+FFFD (a cut emoji must not cost the conversation)."""
-    return Conversation(
-        conversation.source,
-        replace_surrogates(conversation.conversation_id),
-        [_scrubbed(message) for message in conversation.messages],
-        conversation.origin,
-        replace_surrogates(conversation.workspace_path) if conversation.workspace_path else None,
-    )
-
-
-_REDACTED_FIELDS = ("content", "tool_input", "tool_output", "tool_error")
-
-
-def redact_message(
-    message: SourceMessage, report: RedactionReport, redactor: Redactor = DEFAULT_REDACTOR
-) -> SourceMessage:
-    """``message`` with secrets removed from every text field (the message itself when it holds none).
-
-    One keyword scan over the fields joined clears most messages; the others are redacted field by field.
-    """
-    values = message.__dict__
-    texts = [value for name in _REDACTED_FIELDS if (value := values[name])]
-    if not redactor.could_redact("\n".join(texts)):
-        return message
-    fields = {}
-    for name in _REDACTED_FIELDS:
-        value = values[name]
-        if value and (clean := redactor.redact(value, report)) != value:
-            fields[name] = clean
-    return with_fields(message, **fields) if fields else message
-
-
 def turn_size(turn: ImportedTurn) -> int:
     """UTF-8 size of the write request the turn would become."""
     payload = {"user": turn.user_text, "assistant": turn.assistant_text, "tools": turn.tool_calls()}
@@ -275,8 +196,10 @@ class Importer:
         state: ImportStateRepository,
         env: Mapping[str, str],
         redactor: Redactor = DEFAULT_REDACTOR,
+        reader: ReaderMode = "auto",
     ) -> None:
         self.adapters = adapters
+        self.reader = reader
         self.redactor = redactor
         self.sink = sink
         self.state = state
@@ -332,26 +255,31 @@ class Importer:
         stats = ScanStats()
         waiting = self.state.waiting(adapter.name)  # read again whatever the cursor: their answer may come late
         newest_seen: str | None = None
-        pending: list[tuple[Conversation, list[ImportedTurn]]] = []
-        for conversation in adapter.conversations(self.env, stats):
-            if not control.checkpoint():
-                break
-            part.conversations += 1
-            part.messages_scanned += len(conversation.messages)
-            last = conversation.last_created_at
-            newest_seen = max(filter(None, [newest_seen, last]))
-            if since and last < since and conversation.conversation_id not in waiting:
-                part.skipped["before_watermark"] += 1
-                continue
-            try:
-                prepared = self._prepare(adapter.name, conversation, options, part, control, initial)
-            except Exception as exc:  # noqa: BLE001 - one broken conversation must not cost the others
-                part.failed += 1
-                part.errors.append(self.redactor.redact(f"{conversation.origin}: {type(exc).__name__}: {exc}"))
-                continue
-            if prepared is not None:
-                pending.append(prepared)
-            notify()
+        pending: list[Pending] = []
+        conversations = read_conversations(adapter, self.env, stats, self.redactor, self.reader)
+        try:
+            for read in conversations:
+                conversation = read.conversation
+                if not control.checkpoint():
+                    break
+                part.conversations += 1
+                part.messages_scanned += len(conversation.messages)
+                last = conversation.last_created_at
+                newest_seen = max(filter(None, [newest_seen, last]))
+                if since and last < since and conversation.conversation_id not in waiting:
+                    part.skipped["before_watermark"] += 1
+                    continue
+                try:
+                    prepared = self._prepare(adapter.name, read, options, part, control, initial)
+                except Exception as exc:  # noqa: BLE001 - one broken conversation must not cost the others
+                    part.failed += 1
+                    part.errors.append(self.redactor.redact(f"{conversation.origin}: {type(exc).__name__}: {exc}"))
+                    continue
+                if prepared is not None:
+                    pending.append(prepared)
+                notify()
+        finally:
+            conversations.close()  # a reader process stops now, not when the generator is collected
         if initial and pending:
             self._import_initial_subset(adapter.name, pending, options, part, control, notify)
         part.skipped.update(stats.skipped)
@@ -369,64 +297,46 @@ class Importer:
     def _prepare(
         self,
         source: str,
-        conversation: Conversation,
+        read: ReadConversation,
         options: ImportOptions,
         part: SourceProgress,
         control: JobControl,
         initial: bool,
-    ) -> tuple[Conversation, list[ImportedTurn]] | None:
-        """Scrub, redact and group one conversation; import it now, or return it for the initial subset."""
-        full = options.mode == "full"
-        conversation = scrub_conversation(conversation)
-        last = conversation.last_created_at
-        content_hash = conversation_hash(conversation)
+    ) -> Pending | None:
+        """Skip an unchanged conversation; redact and group any other; import it now, or return it for the initial
+        subset."""
+        conversation, checkpoint = read.conversation, read.checkpoint
         stored = self.state.checkpoint(source, conversation.conversation_id)
-        last_message = conversation.messages[-1] if conversation.messages else None
-        checkpoint = Checkpoint(last_message.message_id if last_message else None, last, content_hash)
-        if not full and stored == checkpoint:
+        if options.mode != "full" and stored == checkpoint:
             part.skipped["unchanged_conversation"] += 1
             return None
-        report = RedactionReport()
-        redacted = Conversation(
-            conversation.source,
-            conversation.conversation_id,
-            [redact_message(m, report, self.redactor) for m in conversation.messages],
-            conversation.origin,
-            conversation.workspace_path,
-        )
-        part.redacted.update(report.counts)
-        turns, orphans = group_turns(redacted)
-        if orphans:
-            part.skipped["message_before_first_user"] += orphans
+        grouped = read.turns(self.redactor)
+        part.redacted.update(grouped.redacted)
+        if grouped.orphans:
+            part.skipped["message_before_first_user"] += grouped.orphans
         if initial:
-            return conversation, turns
-        self._import_conversation(source, conversation, turns, checkpoint, options, part, control)
+            return conversation, grouped.turns, checkpoint
+        self._import_conversation(source, conversation, grouped.turns, checkpoint, options, part, control)
         return None
 
     def _import_initial_subset(
         self,
         source: str,
-        pending: list[tuple[Conversation, list[ImportedTurn]]],
+        pending: list[Pending],
         options: ImportOptions,
         part: SourceProgress,
         control: JobControl,
         notify: Callable[[], None],
     ) -> None:
         """First sync of a source: only the newest ``initial_limit`` complete turns (deep scan gets the rest)."""
-        complete = sorted((turn.created_at for _, turns in pending for turn in turns if turn.complete), reverse=True)
+        complete = sorted((turn.created_at for _, turns, _ in pending for turn in turns if turn.complete), reverse=True)
         limit = int(getattr(self.adapters[source], "initial_limit", options.initial_limit))
         cutoff = complete[min(len(complete), limit) - 1] if complete else ""
-        for conversation, turns in pending:
+        for conversation, turns, checkpoint in pending:
             kept = [t for t in turns if not t.complete or t.created_at >= cutoff]
             older = len(turns) - len(kept)
             if older:
                 part.skipped["older_than_initial_subset"] += older
-            last_message = conversation.messages[-1] if conversation.messages else None
-            checkpoint = Checkpoint(
-                last_message.message_id if last_message else None,
-                conversation.last_created_at,
-                conversation_hash(conversation),
-            )
             self._import_conversation(
                 source,
                 conversation,
