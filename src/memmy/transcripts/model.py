@@ -39,6 +39,16 @@ class SourceMessage:
     tool_output: str | None = None
     tool_error: str | None = None
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickled as a tuple of its values (the history reader process sends every message: 2-3x faster to load)."""
+        return (_message_from_values, tuple(self.__dict__.values()))
+
+
+def _message_from_values(*values: Any) -> SourceMessage:
+    message = object.__new__(SourceMessage)
+    message.__dict__.update(zip(_MESSAGE_FIELDS, values, strict=True))
+    return message
+
 
 def with_fields(message: SourceMessage, **changes: Any) -> SourceMessage:
     """A copy of ``message`` with some fields changed (``dataclasses.replace`` without re-running the frozen
@@ -47,6 +57,9 @@ def with_fields(message: SourceMessage, **changes: Any) -> SourceMessage:
     copy.__dict__.update(message.__dict__)
     copy.__dict__.update(changes)
     return copy
+
+
+_MESSAGE_FIELDS = tuple(SourceMessage.__dataclass_fields__)
 
 
 @dataclass
