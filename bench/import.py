@@ -28,6 +28,7 @@ from memmy.config import load_config
 from memmy.service import MemoryService
 from memmy.service.imports import ImportOps
 from memmy.sources.adapters import ADAPTERS
+from memmy.sources.reading import choose_mode, idle_cores
 
 TOPICS = (
     "flaky test",
@@ -214,6 +215,12 @@ def main(argv: list[str] | None = None) -> int:
         service.trace_writer,
         adapters={k: ADAPTERS[k] for k in ("claude_code", "codex")},
         env=env,
+    )
+    modes = {name: choose_mode(adapter, env) for name, adapter in service.imports.adapters.items()}
+    print(
+        f"history read by: {', '.join(f'{name} {mode}' for name, mode in modes.items())} "
+        f"(idle cores {idle_cores():.1f}; a reader process needs one)",
+        file=sys.stderr,
     )
     started, cpu_started, children_started = time.perf_counter(), time.process_time(), children_cpu()
     result = service.imports.run_sync(StartScan.from_json({"mode": "full", "confirm": True}))

@@ -30,7 +30,7 @@ ALLOWED: dict[str, set[str]] = {
     "jobs": {"domain", "errors", "llm", "store", "capture", "evolve", "indexing", "config", "namespace", "commands"},
     "dream": {"domain", "errors", "store", "indexing", "config", "namespace", "commands"},
     "transcripts": set(),
-    "traces": {"domain", "errors", "store", "capture", "indexing", "redact", "config", "transcripts"},
+    "traces": {"domain", "errors", "store", "capture", "indexing", "redact", "config", "transcripts", "namespace"},
     "service": {
         "domain",
         "errors",

@@ -19,9 +19,12 @@ from memmy.sources.adapters import ADAPTERS
 from memmy.sources.model import Conversation, ScanStats, SourceAdapter
 from memmy.sources.reading import (
     PROCESS_MIN_BYTES,
+    PreparationError,
     ReaderMode,
+    SkipRule,
     choose_mode,
     history_bytes,
+    idle_cores,
     read_conversations,
 )
 from tests.claude_transcripts import Transcript
@@ -30,7 +33,7 @@ from tests.conftest import ServiceFactory
 SECRET = "sk-ant-api03-" + "Q7x9" * 22
 
 
-def write_history(home: Path, repo: Path, conversations: int = 3, turns: int = 4) -> None:
+def write_history(home: Path, repo: Path, conversations: int = 3, turns: int = 4, waiting: bool = True) -> None:
     """Real-format Claude Code transcripts: tool calls, a secret, Chinese and an emoji, one unanswered last turn."""
     for c in range(conversations):
         transcript = Transcript(home, str(repo))
@@ -38,7 +41,8 @@ def write_history(home: Path, repo: Path, conversations: int = 3, turns: int = 4
             transcript.user(f"conversation {c} step {i}: fix the flaky test {i} 修复测试 🙂")
             transcript.tool("Bash", {"command": f"pytest -k t{i}"}, f"FAILED t{i} token={SECRET}")
             transcript.assistant(f"Fixed test {i} in conversation {c}.")
-        transcript.user(f"conversation {c}: and the last one?")
+        if waiting:
+            transcript.user(f"conversation {c}: and the last one?")
         transcript.write()
 
 
@@ -84,12 +88,38 @@ def test_a_reader_process_imports_exactly_what_the_importer_reads_itself(
 def test_a_second_sync_through_the_process_skips_unchanged_conversations(
     make_service: ServiceFactory, isolated_home: Path, tmp_path: Path
 ) -> None:
-    write_history(isolated_home, tmp_path / "repo", conversations=2)
+    write_history(isolated_home, tmp_path / "repo", conversations=2, waiting=False)
     service = make_service()
     ops = importer(service, isolated_home, "process")
     first = ops.run_sync(StartScan.from_json({"mode": "full", "confirm": True}))["totals"]
-    again = ops.run_sync(StartScan.from_json({}))["totals"]
+    newer = ops.run_sync(StartScan.from_json({}))["totals"]  # by the watermark
+    assert newer["skipped"] == {"before_watermark": 2}
+    again = ops.run_sync(StartScan.from_json({"since": "2000-01-01T00:00:00Z"}))["totals"]  # by their checkpoints
     assert first["turnsAdded"] == 8 and again["turnsAdded"] == 0 and again["failed"] == 0
+    assert again["skipped"] == {"unchanged_conversation": 2} and again["messagesScanned"] == first["messagesScanned"]
+
+
+def test_the_process_sends_a_conversation_the_importer_skips_without_its_messages(
+    isolated_home: Path, tmp_path: Path
+) -> None:
+    write_history(isolated_home, tmp_path / "repo", conversations=2)
+    env = {"HOME": str(isolated_home)}
+    first = list(read_conversations(ADAPTERS["claude_code"], env, ScanStats(), DEFAULT_REDACTOR, "inline"))
+    known = {first[0].conversation.conversation_id: first[0].checkpoint}
+    skip = SkipRule(known)
+    reads = list(read_conversations(ADAPTERS["claude_code"], env, ScanStats(), DEFAULT_REDACTOR, "process", None, skip))
+    by_id = {r.conversation.conversation_id: r for r in reads}
+    unchanged, changed = by_id[first[0].conversation.conversation_id], by_id[first[1].conversation.conversation_id]
+    assert unchanged.light and unchanged.conversation.messages == []
+    assert unchanged.message_count == len(first[0].conversation.messages) > 0
+    assert unchanged.checkpoint == first[0].checkpoint and unchanged.last_created_at == first[0].last_created_at
+    with pytest.raises(PreparationError):
+        unchanged.turns(DEFAULT_REDACTOR)
+    assert not changed.light and len(changed.turns(DEFAULT_REDACTOR).turns) == 5
+    older_than_watermark = SkipRule({}, since="9999")
+    assert older_than_watermark.skips(changed)
+    waiting = SkipRule({}, since="9999", waiting=frozenset({changed.conversation.conversation_id}))
+    assert not waiting.skips(changed)  # a conversation waiting for its answer is read whatever the watermark
 
 
 class BrokenAdapter:
@@ -194,7 +224,12 @@ def test_auto_uses_a_process_only_for_a_large_history(isolated_home: Path, tmp_p
     filler.parent.mkdir(parents=True)
     filler.write_bytes(b"x" * PROCESS_MIN_BYTES)
     assert history_bytes(adapter.roots(env)) >= PROCESS_MIN_BYTES
-    assert choose_mode(adapter, env) == ("process" if (os.cpu_count() or 1) >= 2 else "inline")
+    assert choose_mode(adapter, env) == ("process" if idle_cores() >= 1 else "inline")
+    with pytest.MonkeyPatch.context() as patch:  # a busy machine: the second core would not be free
+        patch.setattr(os, "getloadavg", lambda: (float(os.cpu_count() or 1), 0.0, 0.0))
+        assert idle_cores() < 1 and choose_mode(adapter, env) == "inline"
+        patch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+        assert choose_mode(adapter, env) == ("process" if (os.cpu_count() or 1) >= 2 else "inline")
 
 
 def test_closing_the_reading_early_stops_the_process(isolated_home: Path, tmp_path: Path) -> None:

@@ -25,7 +25,8 @@ from memmy.sources.recipe import load_recipes
 from memmy.sources.turns import ImportedTurn
 from memmy.store.db import utc_now
 from memmy.store.unit import Store
-from memmy.traces.turn import CapturedTurn, HostTurn, host_turn_key, session_of_conversation
+from memmy.traces.prepare import ImportPreparer, PreparedTrace, captured_import
+from memmy.traces.turn import host_turn_key
 from memmy.traces.writer import TraceWriter
 
 #: A job started with ``stopOnDisconnect`` and followed by nobody for this long is abandoned (its client died).
@@ -38,28 +39,6 @@ FINAL_STATES = ("done", "stopped", "failed")
 def import_key(source: str, turn_id: str) -> str:
     """The memory key of an imported turn (stable across syncs, and the key a hook gives the same turn)."""
     return host_turn_key(source, turn_id)
-
-
-def captured_import(turn: ImportedTurn, user_id: str) -> CapturedTurn:
-    """The typed turn an imported (already redacted) transcript turn becomes."""
-    return CapturedTurn(
-        session_id=session_of_conversation(turn.source, turn.conversation_id),
-        turn_id=turn.turn_id,
-        user_id=user_id,
-        project_id=turn.git_root or turn.workspace_path,
-        source=normalise_source(turn.source),
-        user_text=turn.user_text,
-        assistant_text=turn.assistant_text,
-        tool_calls=turn.tool_calls(),
-        tags=[turn.source.replace("_", "")],
-        host=HostTurn(turn.source, turn.conversation_id, turn.first_user.message_id),
-        conversation_id=turn.conversation_id,
-        workspace_path=turn.workspace_path,
-        created_at=turn.created_at,
-        source_message_ids=[m.message_id for m in turn.messages],
-        imported=True,
-        redacted=True,
-    )
 
 
 class ServiceTurnSink(Configured):
@@ -81,9 +60,19 @@ class ServiceTurnSink(Configured):
         stored = self.writer.memories.live_keys(keys)
         return ["tombstoned" if k in forgotten else "exists" if k in stored else "new" for k in keys]
 
+    def preparer(self) -> ImportPreparer:
+        """Builds a turn's trace in the history reader process (what :meth:`write_turns` would build here)."""
+        return self.writer.import_preparer()
+
     def write_turns(self, turns: Sequence[ImportedTurn]) -> list[str | None]:
         """Store new turns (recallable once their vectors are ready); None for a turn whose value was forgotten."""
-        return self.writer.write_imported([captured_import(turn, self.config.user_id) for turn in turns])
+        user_id = self.config.user_id
+        return self.writer.write_imported(
+            [
+                turn.prepared if isinstance(turn.prepared, PreparedTrace) else captured_import(turn, user_id)
+                for turn in turns
+            ]
+        )
 
 
 class ClientBoundControl(JobControl):
@@ -126,9 +115,7 @@ class ImportJob:
         if self.control.stopped:
             return True
         return (
-            self.stop_when_unfollowed
-            and self.followers == 0
-            and time.monotonic() - self.last_followed > FOLLOW_GRACE_S
+            self.stop_when_unfollowed and self.followers == 0 and time.monotonic() - self.last_followed > FOLLOW_GRACE_S
         )
 
     def notify(self) -> None:

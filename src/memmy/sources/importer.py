@@ -19,7 +19,7 @@ from typing import Any, Literal, Protocol
 
 from memmy.redact import DEFAULT_REDACTOR, Redactor
 from memmy.sources.model import Conversation, ScanStats, SourceAdapter
-from memmy.sources.reading import ReadConversation, ReaderMode, read_conversations
+from memmy.sources.reading import ReadConversation, ReaderMode, SkipRule, read_conversations
 from memmy.sources.turns import ImportedTurn
 from memmy.store.db import utc_now
 from memmy.store.imports import Checkpoint, ImportStateRepository
@@ -45,6 +45,11 @@ class TurnSink(Protocol):
 
     def batch(self) -> AbstractContextManager[Any]:
         """One transaction around a batch of writes (a failed batch is undone whole)."""
+        ...
+
+    def preparer(self) -> Callable[[ImportedTurn], object] | None:
+        """A picklable function that builds, from a complete turn, what :meth:`write_turns` would build from it
+        (the history reader process runs it and leaves the result in ``ImportedTurn.prepared``); None: nothing."""
         ...
 
 
@@ -256,15 +261,18 @@ class Importer:
         waiting = self.state.waiting(adapter.name)  # read again whatever the cursor: their answer may come late
         newest_seen: str | None = None
         pending: list[Pending] = []
-        conversations = read_conversations(adapter, self.env, stats, self.redactor, self.reader)
+        skip = SkipRule({} if full else self.state.checkpoints(adapter.name), since, frozenset(waiting))
+        conversations = read_conversations(
+            adapter, self.env, stats, self.redactor, self.reader, self.sink.preparer(), skip
+        )
         try:
             for read in conversations:
                 conversation = read.conversation
                 if not control.checkpoint():
                     break
                 part.conversations += 1
-                part.messages_scanned += len(conversation.messages)
-                last = conversation.last_created_at
+                part.messages_scanned += read.message_count
+                last = read.last_created_at
                 newest_seen = max(filter(None, [newest_seen, last]))
                 if since and last < since and conversation.conversation_id not in waiting:
                     part.skipped["before_watermark"] += 1

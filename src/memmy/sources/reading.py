@@ -20,8 +20,8 @@ import pickle
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Generator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Literal
 
@@ -144,17 +144,42 @@ class ReadConversation:
 
     conversation: Conversation
     checkpoint: Checkpoint
+    message_count: int
+    last_created_at: str
     grouped: Grouped | None = None
     #: Why redacting or grouping failed in the reader process (``Type: message``); the importer records it.
     error: str | None = None
+    #: Sent without its messages: the reader process knew the importer skips it (see :class:`SkipRule`).
+    light: bool = False
 
     def turns(self, redactor: Redactor) -> Grouped:
         """The redacted turns (grouped now when the reader process did not); raises what grouping raises."""
         if self.error is not None:
             raise PreparationError(self.error)
+        if self.light:
+            raise PreparationError("the reader process sent this conversation without its messages (read it again)")
         if self.grouped is None:
             self.grouped = group_redacted(self.conversation, redactor)
         return self.grouped
+
+
+@dataclass(frozen=True)
+class SkipRule:
+    """Which conversations the importer will skip: unchanged since their checkpoint, or older than the watermark.
+
+    The reader process sends those without their messages; the importer decides again on what it receives.
+    """
+
+    checkpoints: Mapping[str, Checkpoint]
+    since: str | None = None
+    waiting: frozenset[str] = frozenset()
+
+    def skips(self, read: ReadConversation) -> bool:
+        """True when ``read`` will not be imported."""
+        conversation_id = read.conversation.conversation_id
+        if self.since and read.last_created_at < self.since and conversation_id not in self.waiting:
+            return True
+        return self.checkpoints.get(conversation_id) == read.checkpoint
 
 
 class PreparationError(RuntimeError):
@@ -165,21 +190,41 @@ def read_one(conversation: Conversation) -> ReadConversation:
     """Scrub ``conversation`` and compute its checkpoint."""
     conversation = scrub_conversation(conversation)
     last_message = conversation.messages[-1] if conversation.messages else None
+    last_created_at = conversation.last_created_at
     checkpoint = Checkpoint(
-        last_message.message_id if last_message else None,
-        conversation.last_created_at,
-        conversation_hash(conversation),
+        last_message.message_id if last_message else None, last_created_at, conversation_hash(conversation)
     )
-    return ReadConversation(conversation, checkpoint)
+    return ReadConversation(conversation, checkpoint, len(conversation.messages), last_created_at)
 
 
-def prepare_one(conversation: Conversation, redactor: Redactor) -> ReadConversation:
-    """:func:`read_one` and the grouping, eagerly (what the reader process sends); a grouping error is kept."""
+#: Builds what the sink writes from a complete turn (``TurnSink.preparer``); it must pickle.
+Preparer = Callable[[ImportedTurn], object]
+
+
+def prepare_one(
+    conversation: Conversation, redactor: Redactor, preparer: Preparer | None = None, skip: SkipRule | None = None
+) -> ReadConversation:
+    """:func:`read_one` and the grouping, eagerly (what the reader process sends), and each complete turn prepared
+    by ``preparer``; a conversation ``skip`` skips comes back light (without its messages). A grouping error is kept
+    for the importer; a turn that fails to prepare is left to the importer, which prepares it again and fails it the
+    way it fails any turn."""
     read = read_one(conversation)
+    if skip is not None and skip.skips(read):
+        read.conversation = replace(read.conversation, messages=[])
+        read.light = True
+        return read
     try:
         read.grouped = group_redacted(read.conversation, redactor)
     except Exception as exc:  # noqa: BLE001 - one broken conversation must not cost the others
         read.error = f"{type(exc).__name__}: {exc}"
+        return read
+    if preparer is not None:
+        for turn in read.grouped.turns:
+            try:
+                if turn.complete:
+                    turn.prepared = preparer(turn)
+            except Exception:  # noqa: BLE001, S112 - see the docstring
+                continue
     return read
 
 
@@ -205,11 +250,23 @@ def history_bytes(roots: list[Path], at_least: int = PROCESS_MIN_BYTES) -> int:
     return total
 
 
+def idle_cores() -> float:
+    """Cores not in use right now, by the 1-minute load average (0 where the system cannot say)."""
+    try:
+        return (os.cpu_count() or 1) - os.getloadavg()[0]
+    except OSError:
+        return 0.0
+
+
 def choose_mode(adapter: SourceAdapter, env: Mapping[str, str], requested: ReaderMode = "auto") -> ReaderMode:
-    """``process`` or ``inline``: as asked, or in ``auto`` a process for a large history on a machine of 2+ cores."""
+    """``process`` or ``inline``: as asked, or in ``auto`` a process for a large history when a core is idle.
+
+    The two processes together spend about a third more CPU than one (every prepared turn is pickled and loaded
+    again): worth it only when the second core would otherwise wait, so a busy machine reads in-process.
+    """
     if requested != "auto":
         return requested
-    if (os.cpu_count() or 1) < 2:
+    if idle_cores() < 1.0:
         return "inline"
     try:
         roots = list(adapter.roots(env))
@@ -224,13 +281,17 @@ def read_conversations(
     stats: ScanStats,
     redactor: Redactor,
     mode: ReaderMode = "auto",
+    preparer: Preparer | None = None,
+    skip: SkipRule | None = None,
 ) -> Generator[ReadConversation, None, None]:
     """Every conversation of ``adapter``, read (and, in a reader process, grouped) in the adapter's order.
 
-    The reader process's counts and errors are added to ``stats`` when it finishes; an error the adapter raises
-    there is raised here, as it would be in-process. Closing the iterator early stops the process.
+    In a reader process each complete turn is also prepared by ``preparer``, and what ``skip`` skips is sent
+    without its messages (in-process nothing is prepared before the importer asks). The process's counts and errors are
+    added to ``stats`` when it finishes; an error the adapter raises there is raised here, as it would be
+    in-process. Closing the iterator early stops the process.
     """
-    request = _request(adapter, env, redactor) if choose_mode(adapter, env, mode) == "process" else None
+    request = _request(adapter, env, redactor, preparer, skip) if choose_mode(adapter, env, mode) == "process" else None
     if request is None:
         for conversation in adapter.conversations(env, stats):
             yield read_one(conversation)
@@ -254,9 +315,15 @@ def read_conversations(
             child.stdout.close()
 
 
-def _request(adapter: SourceAdapter, env: Mapping[str, str], redactor: Redactor) -> bytes | None:
+def _request(
+    adapter: SourceAdapter,
+    env: Mapping[str, str],
+    redactor: Redactor,
+    preparer: Preparer | None,
+    skip: SkipRule | None,
+) -> bytes | None:
     try:
-        return pickle.dumps((adapter, dict(env), redactor), protocol=pickle.HIGHEST_PROTOCOL)
+        return pickle.dumps((adapter, dict(env), redactor, preparer, skip), protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:  # noqa: BLE001 - an adapter defined where a child cannot import it: read in-process
         return None
 
@@ -291,13 +358,13 @@ def _merge(stats: ScanStats, child: ScanStats) -> None:
 
 def serve(stdin: IO[bytes], stdout: IO[bytes]) -> int:
     """The reader process's work: read the request, then send every prepared conversation and the stats."""
-    adapter, env, redactor = pickle.load(stdin)
+    adapter, env, redactor, preparer, skip = pickle.load(stdin)
     pickler = pickle.Pickler(stdout, protocol=pickle.HIGHEST_PROTOCOL)
     stats = ScanStats()
     error: Exception | None = None
     try:
         for conversation in adapter.conversations(env, stats):
-            pickler.dump(("read", prepare_one(conversation, redactor)))
+            pickler.dump(("read", prepare_one(conversation, redactor, preparer, skip)))
             pickler.clear_memo()
             stdout.flush()
     except Exception as exc:  # noqa: BLE001 - handed to the importer, which records it like an in-process error

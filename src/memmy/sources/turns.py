@@ -21,6 +21,8 @@ class ImportedTurn:
     source: str
     conversation_id: str
     messages: list[SourceMessage] = field(default_factory=list)
+    #: What the sink will write, built already by the history reader process (its ``TurnSink.preparer``).
+    prepared: object | None = field(default=None, compare=False, repr=False)
 
     @property
     def first_user(self) -> SourceMessage:

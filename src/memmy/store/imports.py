@@ -54,6 +54,15 @@ class ImportStateRepository:
         )
         return Checkpoint(row[0], row[1], row[2]) if row else None
 
+    def checkpoints(self, source: str) -> dict[str, Checkpoint]:
+        """Every stored checkpoint of a source, by conversation id."""
+        rows = self.db.query(
+            "SELECT conversation_id, last_message_id, last_created_at, content_hash FROM source_checkpoints "
+            "WHERE source = ?",
+            (source,),
+        )
+        return {row[0]: Checkpoint(row[1], row[2], row[3]) for row in rows}
+
     def save_checkpoint(self, source: str, conversation_id: str, checkpoint: Checkpoint, origin: str) -> None:
         """Record that a conversation was imported up to ``checkpoint``."""
         with self.db.transaction() as conn:

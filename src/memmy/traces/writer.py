@@ -7,28 +7,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from memmy.capture.trace import TraceStep, build_trace_step, normalize_tool_calls
 from memmy.config import Configured, Settings
 from memmy.domain import Memory, content_hash
 from memmy.indexing import Indexer
 from memmy.redact import DEFAULT_REDACTOR, Redactor
 from memmy.store.db import utc_now
 from memmy.store.jsontext import dumps_json
-from memmy.store.tombstones import Tombstone, value_hash
+from memmy.store.tombstones import value_hash
 from memmy.store.unit import Store
+from memmy.traces.prepare import ImportPreparer, PreparedTrace, build_trace
 from memmy.traces.turn import CapturedTurn
-
-
-@dataclass
-class PreparedTrace:
-    """A redacted turn with its trace step, and what the store already says about it."""
-
-    turn: CapturedTurn
-    tool_calls: list[dict[str, Any]]
-    step: TraceStep
-    tombstone: Tombstone | None = None
-    #: Another memory already holding this very turn (the other capture path stored it first).
-    duplicate: Memory | None = None
 
 
 @dataclass
@@ -91,20 +79,13 @@ class TraceWriter(Configured):
 
     def _build(self, turn: CapturedTurn) -> PreparedTrace:
         """Redact the turn, normalise its tool calls and build its trace step (no store access)."""
-        turn = self.redact(turn)
         capture = self.config.capture
-        tool_calls = normalize_tool_calls(turn.tool_calls, turn.tool_results)
-        step = build_trace_step(
-            user_text=turn.user_text,
-            assistant_text=turn.assistant_text,
-            tool_calls=tool_calls,
-            raw_turn_id=turn.raw_turn_id,
-            reasoning=turn.reasoning,
-            request_tags=turn.tags,
-            max_text_chars=capture.max_text_chars,
-            max_tool_output_chars=capture.max_tool_output_chars,
-        )
-        return PreparedTrace(turn, tool_calls, step)
+        return build_trace(self.redact(turn), capture.max_text_chars, capture.max_tool_output_chars)
+
+    def import_preparer(self) -> ImportPreparer:
+        """What builds an imported turn's trace outside this process, under the current capture settings."""
+        capture = self.config.capture
+        return ImportPreparer(self.config.user_id, capture.max_text_chars, capture.max_tool_output_chars)
 
     # -- writing ----------------------------------------------------------------------------------
     def write(self, prepared: PreparedTrace, episode_id: str | None = None) -> WrittenTrace:
@@ -144,13 +125,14 @@ class TraceWriter(Configured):
             self._import_sessions.add(turn.session_id)
         return WrittenTrace(memory, jobs)
 
-    def write_imported(self, turns: Sequence[CapturedTurn]) -> list[str | None]:
+    def write_imported(self, turns: Sequence[CapturedTurn | PreparedTrace]) -> list[str | None]:
         """Store many imported turns of one source in a few statements; each one's memory id, None when forgotten.
 
-        The caller checked that none of them is stored yet (or it was deleted and may come back); the batch joins
-        the caller's transaction, so a failure undoes the whole batch.
+        A turn may come prepared already (by :meth:`import_preparer`, in the history reader process). The caller
+        checked that none of them is stored yet (or it was deleted and may come back); the batch joins the caller's
+        transaction, so a failure undoes the whole batch.
         """
-        built = [self._build(turn) for turn in turns]
+        built = [turn if isinstance(turn, PreparedTrace) else self._build(turn) for turn in turns]
         if not built:
             return []
         user_id = built[0].turn.user_id
