@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import signal
 import socket
@@ -9,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from memmy.server.run import settle_heap
 from tests.conftest import Daemon, free_port
 
 ANIMALS = (
@@ -154,3 +156,15 @@ def test_port_in_use_is_one_clear_error(fresh_daemon: Daemon) -> None:
     assert result.returncode == 1
     assert f"cannot listen on 127.0.0.1:{fresh_daemon.port}" in result.stderr
     assert not db_path(fresh_daemon).with_name("memory.sqlite.server.lock").exists()
+
+
+def test_settling_the_heap_leaves_a_full_collection_nothing_of_startup_to_walk() -> None:
+    gc.collect()
+    try:
+        settle_heap()
+        frozen = gc.get_freeze_count()
+        assert frozen > 1000  # this test process's modules and objects, at least
+        assert sum(gc.get_count()) < frozen  # what a collection would walk is only what came after
+    finally:
+        gc.unfreeze()
+    assert gc.get_freeze_count() == 0

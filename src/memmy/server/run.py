@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import ipaddress
 import json
 import logging
@@ -97,6 +98,17 @@ def _share_token(hook_json: Path, token: str) -> None:
     log.info("wrote the token to %s; re-run `memmy-memory init` so agent plugins get it too", hook_json)
 
 
+def settle_heap() -> None:
+    """Move everything built at startup out of the garbage collector's sight (``gc.freeze``).
+
+    The service's modules, configuration, model session and store objects live as long as the process. Without
+    this, every full collection walks all of them again (about 30 ms with a 10k store, paid by whichever request
+    or import batch happens to trigger it); frozen, a full collection walks only what was allocated since.
+    """
+    gc.collect()
+    gc.freeze()
+
+
 def serve(config: MemmyConfig, host: str | None = None, port: int | None = None, log_level: str = "info") -> None:
     """Run the daemon in the foreground until SIGINT/SIGTERM; acknowledged writes are already committed."""
     host = host or config.server.host
@@ -128,6 +140,7 @@ def serve(config: MemmyConfig, host: str | None = None, port: int | None = None,
             log.info("backup of the previous schema written to %s", migration.backup_path)
         service.start_background()
         app = create_app(service, shutdown=lambda: os.kill(os.getpid(), signal.SIGTERM))
+        settle_heap()
         log.info("memmy memory service on http://%s:%d (db %s)", host, port, config.storage.sqlite_path)
         server = _Server(
             uvicorn.Config(
