@@ -25,6 +25,7 @@ from pathlib import Path
 
 from memmy.commands.imports import StartScan
 from memmy.config import load_config
+from memmy.server.run import settle_heap
 from memmy.service import MemoryService
 from memmy.service.imports import ImportOps
 from memmy.sources.adapters import ADAPTERS
@@ -216,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         adapters={k: ADAPTERS[k] for k in ("claude_code", "codex")},
         env=env,
     )
+    settle_heap()  # as the daemon does once it has started (imports run inside it)
     modes = {name: choose_mode(adapter, env) for name, adapter in service.imports.adapters.items()}
     print(
         f"history read by: {', '.join(f'{name} {mode}' for name, mode in modes.items())} "
