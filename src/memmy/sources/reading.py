@@ -15,6 +15,7 @@ adapter or redactor the child cannot be given (one that does not pickle): the fa
 
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 import subprocess
@@ -359,6 +360,7 @@ def _merge(stats: ScanStats, child: ScanStats) -> None:
 def serve(stdin: IO[bytes], stdout: IO[bytes]) -> int:
     """The reader process's work: read the request, then send every prepared conversation and the stats."""
     adapter, env, redactor, preparer, skip = pickle.load(stdin)
+    gc.freeze()  # the modules and the request live as long as the process: full collections need not walk them
     pickler = pickle.Pickler(stdout, protocol=pickle.HIGHEST_PROTOCOL)
     stats = ScanStats()
     error: Exception | None = None
