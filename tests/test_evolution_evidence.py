@@ -17,7 +17,7 @@ from memmy.evolve.episodes import EpisodeContext, evidence_shift
 from memmy.evolve.failure import FAILURE_SINK_PROMPT
 from memmy.evolve.policy import induce_heuristic
 from memmy.evolve.rules_text import task_text
-from memmy.evolve.topics import content_keywords, evidence_covers, topical
+from memmy.evolve.topics import Topic, content_keywords, evidence_covers, topical
 from memmy.recall.render import item_text
 from tests.conftest import Daemon
 from tests.test_evolution_quality import call, inject, memories, open_session, repo, turn
@@ -195,3 +195,33 @@ def test_a_reworded_repeat_gets_the_fix_and_a_step_elsewhere_is_its_own_task(fre
         assert "--upsert" in repeat, repeat  # the known fix, found by the task's evidence
         assert inject(client, webshop, week.reworded)["injectedContext"]["markdown"] == ""  # not in another project
         assert inject(client, dataetl, "红烧肉怎么做才不腻？")["injectedContext"]["markdown"] == ""
+
+
+def test_a_topic_read_once_judges_every_memory_as_topical_does() -> None:
+    cases = [
+        ("构建前端商城的生产版本", "给 storefront 做一次生产构建；用 Number.parseFloat 转换价格 前端", 0.9),
+        ("构建前端商城的生产版本", "给 storefront 做一次生产构建", 0.9),
+        ("why does the checkout service time out on postgres", "checkout service: raise the postgres timeout", 0.2),
+        ("why does the checkout service time out on postgres", "the checkout page renders slowly", 0.5),
+        ("why does the checkout service time out on postgres", "the checkout page renders slowly", 0.3),
+        ("why does the checkout service time out on postgres", "sourdough hydration notes", 0.9),
+        ("deploy it", "deploy the api", 0.0),
+        ("thanks, ok", "deploy the api", 0.9),
+    ]
+    vocabulary = " ".join(text for _, text, _ in cases).lower()
+    # verdicts of topical() as it was before Topic existed (one call per memory, the prompt read each time)
+    expected = {
+        None: [True, False, True, True, False, False, True, False],
+        vocabulary: [True, True, True, True, False, False, True, False],  # 前端 known: 2 of 6 bigrams suffice
+    }
+    for vocab, verdicts in expected.items():
+        topics = {prompt: Topic.of(prompt, vocab) for prompt, _, _ in cases}  # one per prompt, reused
+        assert [topics[p].covers(text, sim) for p, text, sim in cases] == verdicts
+        assert [topical(p, text, sim, vocab) for p, text, sim in cases] == verdicts
+    # one shared word and a strong meaning match count, except for a prompt with Chinese text
+    english = Topic.of("why does the checkout service time out on postgres")
+    assert english.needed == 2 and english.by_meaning
+    assert english.covers("the checkout page renders slowly", 0.5)
+    assert not english.covers("the checkout page renders slowly", 0.3)
+    assert not Topic.of("构建前端商城的生产版本").by_meaning
+    assert not Topic.of("thanks, ok").covers("thanks ok", 1.0)  # no content words: no topic

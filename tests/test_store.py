@@ -19,7 +19,7 @@ from memmy.errors import StoreError
 from memmy.namespace import Namespace
 from memmy.service import MemoryService
 from memmy.store.db import Database, ServerLock, utc_now
-from memmy.store.memories import MemoryFilter, MemoryRepository
+from memmy.store.memories import MemoryFilter, MemoryRepository, row_to_memory
 from memmy.store.schema import MIGRATION_001, MIGRATIONS, SCHEMA_VERSION
 from memmy.store.text import fts_match_expression, query_terms, segment_for_index
 
@@ -303,4 +303,37 @@ def test_bulk_writes_let_the_wal_grow_and_then_restore_the_default(tmp_path: Pat
     frames = db.query("PRAGMA wal_checkpoint(PASSIVE)")[0]
     assert frames[1] == frames[2]  # the end of the run checkpointed every frame already
     assert repo.get(make_memory("bulk 11 99 " + "x" * 3000).id) is not None
+    db.close()
+
+
+def test_row_to_memory_reads_any_select_list_and_empty_or_filled_json(tmp_path: Path) -> None:
+    db = Database(tmp_path / "m.sqlite")
+    repo = MemoryRepository(db)
+    plain = make_memory("plain memory without tags or properties", title="plain")
+    rich = make_memory("rich memory", title="rich")
+    rich.tags = ["deploy", "ci"]
+    rich.info = {"origin": "test", "n": 2}
+    rich.properties = {"summary": "a rich one", "value": 0.5}
+    for memory in (plain, rich):
+        repo.insert(memory, source="test")
+    read_twice = [repo.get(plain.id), repo.get(rich.id), repo.get(plain.id), repo.get(rich.id)]
+    assert [m.tags if m else None for m in read_twice] == [[], ["deploy", "ci"], [], ["deploy", "ci"]]
+    assert read_twice[1] is not None and read_twice[1].info == {"origin": "test", "n": 2}
+    assert read_twice[1].properties == {"summary": "a rich one", "value": 0.5}
+    # every read gets its own containers, even for the empty ones that skip the JSON parser
+    assert read_twice[0] is not None and read_twice[2] is not None
+    read_twice[0].tags.append("changed")
+    read_twice[0].properties["x"] = 1
+    assert read_twice[2].tags == [] and read_twice[2].properties == {}
+    # the same memories through a SELECT list in another order, with extra columns before and after
+    db.conn.row_factory = sqlite3.Row
+    columns = "m.visibility, 7 AS r, m.*, m.title AS ID"
+    rows = db.conn.execute(
+        f"SELECT {columns} FROM memories m WHERE m.id IN (?, ?) ORDER BY m.id", sorted([plain.id, rich.id])
+    ).fetchall()
+    by_select = {m.id: m for m in map(row_to_memory, rows)}
+    assert by_select[plain.id] == repo.get(plain.id) and by_select[rich.id] == repo.get(rich.id)
+    # a column the row lacks is an error, as a lookup by name is
+    with pytest.raises(IndexError):
+        row_to_memory(db.conn.execute("SELECT id, title FROM memories LIMIT 1").fetchone())
     db.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from memmy.evolve.model import TraceView
@@ -83,16 +84,40 @@ def topical(query: str, memory_text: str, similarity: float = 0.0, vocabulary: s
     nowhere in it (one across two words) does not count against every memory (see :func:`_known`).
 
     This is what keeps an unrelated prompt silent: meaning alone (MiniLM cosine) puts "run the checkout tests"
-    near "run the DAG tests", and Chinese text near any other Chinese text.
+    near "run the DAG tests", and Chinese text near any other Chinese text. To judge many memories against one
+    prompt, :class:`Topic` reads the prompt once.
     """
-    wanted = content_keywords(query)
-    if not wanted:
-        return False
-    found = wanted & content_keywords(memory_text)
-    if len(found) >= (1 if len(wanted) <= 2 else max(2, math.ceil(len(_known(wanted, vocabulary)) / 3))):
-        return True
-    # MiniLM cannot judge Chinese by meaning: its similarity only counts for text without CJK
-    return bool(found) and similarity >= STRONG_SIMILARITY and not _CJK_RUN.search(query)
+    return Topic.of(query, vocabulary).covers(memory_text, similarity)
+
+
+@dataclass(frozen=True)
+class Topic:
+    """A prompt's topic as :func:`topical` judges it, read once for the many memories of one recall.
+
+    ``wanted``: the prompt's content words; ``needed``: how many a memory must share; ``by_meaning``: whether
+    one shared word plus a ``STRONG_SIMILARITY`` meaning match is enough (not for a prompt with CJK text).
+    """
+
+    wanted: frozenset[str]
+    needed: int
+    by_meaning: bool
+
+    @classmethod
+    def of(cls, query: str, vocabulary: str | None = None) -> Topic:
+        """The topic of ``query``, with ``vocabulary`` as in :func:`topical`."""
+        wanted = content_keywords(query)
+        needed = 1 if len(wanted) <= 2 else max(2, math.ceil(len(_known(wanted, vocabulary)) / 3))
+        return cls(frozenset(wanted), needed, _CJK_RUN.search(query) is None)
+
+    def covers(self, memory_text: str, similarity: float = 0.0) -> bool:
+        """Whether a memory with this text (and this similarity to the prompt) is on the topic."""
+        if not self.wanted:
+            return False
+        found = self.wanted & content_keywords(memory_text)
+        if len(found) >= self.needed:
+            return True
+        # MiniLM cannot judge Chinese by meaning: its similarity only counts for text without CJK
+        return bool(found) and similarity >= STRONG_SIMILARITY and self.by_meaning
 
 
 def _known(wanted: set[str], vocabulary: str | None) -> set[str]:

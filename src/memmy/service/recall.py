@@ -14,7 +14,7 @@ from memmy.config import Configured, Settings
 from memmy.domain import sha256_hex
 from memmy.errors import InvalidArgument
 from memmy.evolve.scope import visible_in
-from memmy.evolve.topics import evidence_covers, topical
+from memmy.evolve.topics import Topic, evidence_covers
 from memmy.indexing import Indexer
 from memmy.namespace import Namespace
 from memmy.recall.channels import CHANNELS
@@ -365,9 +365,8 @@ class RecallOps(Configured):
                     status.append(f"semantic_gate:dropped:{dropped}")
             if gate:
                 before = len(candidates)
-                candidates = [
-                    c for c in candidates if topical(query, _topic_text(c), c.channels.get("vec", 0.0), vocabulary)
-                ]
+                topic = Topic.of(query, vocabulary)  # the prompt's words are read once, not once per candidate
+                candidates = [c for c in candidates if topic.covers(_topic_text(c), c.channels.get("vec", 0.0))]
                 if len(candidates) < before:
                     status.append(f"topic_gate:dropped:{before - len(candidates)}")
             return candidates

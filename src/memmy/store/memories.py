@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import operator
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,33 +40,85 @@ _COLUMNS = (
 _M_COLUMNS = ", ".join(f"m.{name.strip()}" for name in _COLUMNS.split(","))
 
 
+#: The columns :func:`row_to_memory` reads, in the order of its unpacking.
+_MEMORY_FIELDS = (
+    "id", "memory_layer", "memory_value", "title", "tags_json", "status", "user_id", "project_id", "source_agent",
+    "session_id", "turn_id", "conversation_id", "memory_key", "content_hash", "info_json", "properties_json",
+    "version", "created_at", "updated_at", "deleted_at", "valid_from", "valid_to", "superseded_by", "visibility",
+)  # fmt: skip
+#: ``{a query's column names: getter of _MEMORY_FIELDS by position}``, one per distinct SELECT list.
+_FIELD_GETTERS: dict[tuple[str, ...], Callable[[sqlite3.Row], tuple[Any, ...]]] = {}
+
+
+def _memory_fields(row: sqlite3.Row) -> tuple[Any, ...]:
+    """The values of :data:`_MEMORY_FIELDS` in ``row``, read by position.
+
+    ``sqlite3.Row`` finds a column by name with a case-insensitive scan of the row's columns, 24 times a row;
+    the positions are found once per SELECT list instead. A column the row lacks raises ``IndexError``, as a
+    lookup by name does.
+    """
+    keys = tuple(row.keys())
+    getter = _FIELD_GETTERS.get(keys)
+    if getter is None:
+        position = {name.lower(): i for i, name in reversed(list(enumerate(keys)))}  # the first of a name wins
+        missing = [name for name in _MEMORY_FIELDS if name not in position]
+        if missing:
+            raise IndexError(f"No item with that key: {missing[0]!r}")
+        getter = operator.itemgetter(*(position[name] for name in _MEMORY_FIELDS))
+        _FIELD_GETTERS[keys] = getter
+    return getter(row)
+
+
+def _json_list(text: str | None) -> list[Any]:
+    """A ``*_json`` list column: the empty list without the JSON parser (most rows), else the parsed text."""
+    if not text or text == "[]":
+        return []
+    value: list[Any] = json.loads(text)
+    return value
+
+
+def _json_object(text: str | None) -> dict[str, Any]:
+    """A ``*_json`` object column: the empty dict without the JSON parser (most rows), else the parsed text."""
+    if not text or text == "{}":
+        return {}
+    value: dict[str, Any] = json.loads(text)
+    return value
+
+
 def row_to_memory(row: sqlite3.Row) -> Memory:
-    """Map a memories row to :class:`Memory`."""
+    """Map a memories row to :class:`Memory` (any SELECT list holding the memories columns, in any order).
+
+    Every recalled candidate passes through here (about 150 rows a turn start, most of them on the keyword
+    worker that a recall waits for), so the columns are read by position and empty JSON skips the parser.
+    """
+    (memory_id, layer, content, title, tags, status, user_id, project_id, source_agent, session_id, turn_id,
+     conversation_id, memory_key, content_hash, info, properties, version, created_at, updated_at, deleted_at,
+     valid_from, valid_to, superseded_by, visibility) = _memory_fields(row)  # fmt: skip
     return Memory(
-        id=row["id"],
-        layer=row["memory_layer"],
-        content=row["memory_value"],
-        title=row["title"] or "",
-        tags=json.loads(row["tags_json"] or "[]"),
-        status=row["status"],
-        user_id=row["user_id"],
-        project_id=row["project_id"],
-        source_agent=row["source_agent"] or "unknown",
-        session_id=row["session_id"],
-        turn_id=row["turn_id"],
-        conversation_id=row["conversation_id"],
-        memory_key=row["memory_key"],
-        content_hash=row["content_hash"],
-        info=json.loads(row["info_json"] or "{}"),
-        properties=json.loads(row["properties_json"] or "{}"),
-        version=row["version"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        deleted_at=row["deleted_at"],
-        valid_from=row["valid_from"],
-        valid_to=row["valid_to"],
-        superseded_by=row["superseded_by"],
-        visibility=row["visibility"] or "private",
+        id=memory_id,
+        layer=layer,
+        content=content,
+        title=title or "",
+        tags=_json_list(tags),
+        status=status,
+        user_id=user_id,
+        project_id=project_id,
+        source_agent=source_agent or "unknown",
+        session_id=session_id,
+        turn_id=turn_id,
+        conversation_id=conversation_id,
+        memory_key=memory_key,
+        content_hash=content_hash,
+        info=_json_object(info),
+        properties=_json_object(properties),
+        version=version,
+        created_at=created_at,
+        updated_at=updated_at,
+        deleted_at=deleted_at,
+        valid_from=valid_from,
+        valid_to=valid_to,
+        superseded_by=superseded_by,
+        visibility=visibility or "private",
     )
 
 
