@@ -54,6 +54,7 @@ from memmy.commands.memory import AddMemory, SearchMemory
 from memmy.config import load_config
 from memmy.embed import LocalMiniLMEmbedder
 from memmy.namespace import Namespace
+from memmy.server.run import settle_heap
 from memmy.service import MemoryService
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -174,11 +175,13 @@ def bench_env(home: Path) -> dict[str, str]:
 
 
 def open_service(home: Path, db_path: Path, embedder: LocalMiniLMEmbedder) -> MemoryService:
-    """An in-process service over ``db_path`` with the given embedder and its vector index loaded."""
+    """An in-process service over ``db_path`` with the given embedder and its vector index loaded, its startup
+    heap settled as the daemon settles it before serving."""
     config = load_config(env=bench_env(home), db_override=db_path)
     require_local_model(config.embedding.provider)
     service = MemoryService.open(config, embedder=embedder)
     service.indexer.load_index()
+    settle_heap()
     return service
 
 
