@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -258,3 +259,15 @@ def reader_processes() -> list[int]:
         if parent == os.getpid() and state != "Z" and b"memmy.sources.reader_process" in cmdline:
             found.append(int(entry.name))
     return found
+
+
+def test_a_reader_process_that_cannot_start_leaves_the_reading_in_process(
+    isolated_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_history(isolated_home, tmp_path / "repo", conversations=2)
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
+    stats = ScanStats()
+    env = {"HOME": str(isolated_home)}
+    reads = list(read_conversations(ADAPTERS["claude_code"], env, stats, DEFAULT_REDACTOR, "process"))
+    assert len(reads) == 2 and stats.files == 2
+    assert all(r.grouped is None and len(r.turns(DEFAULT_REDACTOR).turns) == 5 for r in reads)  # grouped here

@@ -21,7 +21,7 @@ import pickle
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Literal
@@ -294,15 +294,18 @@ def read_conversations(
     """
     request = _request(adapter, env, redactor, preparer, skip) if choose_mode(adapter, env, mode) == "process" else None
     if request is None:
-        for conversation in adapter.conversations(env, stats):
-            yield read_one(conversation)
+        yield from _read_inline(adapter, env, stats)
         return
-    child = subprocess.Popen(
-        [sys.executable, "-m", "memmy.sources.reader_process"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
-    )
+    try:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "memmy.sources.reader_process"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+        )
+    except OSError:  # no interpreter to start (an embedded Python), or no process left: read in-process
+        yield from _read_inline(adapter, env, stats)
+        return
     try:
         assert child.stdin is not None and child.stdout is not None  # noqa: S101 - both are pipes above
         child.stdin.write(request)
@@ -314,6 +317,11 @@ def read_conversations(
         child.wait()
         if child.stdout is not None:
             child.stdout.close()
+
+
+def _read_inline(adapter: SourceAdapter, env: Mapping[str, str], stats: ScanStats) -> Iterator[ReadConversation]:
+    for conversation in adapter.conversations(env, stats):
+        yield read_one(conversation)
 
 
 def _request(
