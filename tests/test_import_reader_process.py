@@ -234,7 +234,7 @@ def test_auto_uses_a_process_only_for_a_large_history(isolated_home: Path, tmp_p
 
 
 def test_closing_the_reading_early_stops_the_process(isolated_home: Path, tmp_path: Path) -> None:
-    write_history(isolated_home, tmp_path / "repo", conversations=3)
+    write_history(isolated_home, tmp_path / "repo", conversations=3, turns=200)  # more than a pipe holds: it waits
     reads = read_conversations(
         ADAPTERS["claude_code"], {"HOME": str(isolated_home)}, ScanStats(), DEFAULT_REDACTOR, "process"
     )
