@@ -49,14 +49,11 @@ def write_history(home: Path, repo: Path, conversations: int = 3, turns: int = 4
 
 def importer(service: MemoryService, home: Path, reader: ReaderMode, adapter: SourceAdapter | None = None) -> ImportOps:
     source = adapter or ADAPTERS["claude_code"]
-    return ImportOps(
-        service.settings,
-        service.store,
-        service.trace_writer,
-        adapters={source.name: source},
-        env={"HOME": str(home)},
-        reader=reader,
+    ops = ImportOps(
+        service.settings, service.store, service.trace_writer, adapters={source.name: source}, env={"HOME": str(home)}
     )
+    ops.reader = reader
+    return ops
 
 
 def stored(service: MemoryService) -> list[tuple[str, str, str]]:
@@ -139,6 +136,10 @@ class BrokenAdapter:
             yield conversation
             if self.how == "raise":
                 raise OSError(5, "Input/output error")
+            if self.how == "bad_time":  # a conversation the adapter got wrong: its times cannot be compared
+                first, second = conversation.messages[:2]
+                timeless = [replace(first, created_at=None), second]  # type: ignore[arg-type]
+                yield replace(conversation, conversation_id="timeless", messages=timeless, origin="timeless.jsonl")
             if self.how == "poison":  # a conversation the adapter got wrong: grouping it fails
                 broken = replace(conversation.messages[0], content=123)  # type: ignore[arg-type]
                 yield replace(conversation, conversation_id="poisoned", messages=[broken], origin="poisoned.jsonl")
@@ -173,6 +174,20 @@ def test_a_conversation_that_fails_to_group_costs_only_itself_in_either_mode(
     assert part["turnsAdded"] == 8 and part["failed"] == 2 and part["watermarkAdvanced"] is False
     assert len(part["errors"]) == 2 and all(e.startswith("poisoned.jsonl: ") for e in part["errors"])
     assert all("TypeError" in e for e in part["errors"])
+
+
+@pytest.mark.parametrize("reader", ["inline", "process"])
+def test_a_conversation_that_cannot_even_be_read_costs_only_itself_in_either_mode(
+    make_service: ServiceFactory, isolated_home: Path, tmp_path: Path, reader: ReaderMode
+) -> None:
+    write_history(isolated_home, tmp_path / "repo", conversations=2, waiting=False)
+    service = make_service()
+    ops = importer(service, isolated_home, reader, BrokenAdapter("bad_time"))
+    part = ops.run_sync(StartScan.from_json({"mode": "full", "confirm": True}))["sources"][0]
+    assert part["failed"] == 2 and part["watermarkAdvanced"] is False and part["turnsAdded"] == 8
+    assert all(e.startswith("timeless.jsonl: PreparationError: TypeError: ") for e in part["errors"])
+    later = ops.run_sync(StartScan.from_json({"since": "2999-01-01T00:00:00Z"}))["sources"][0]
+    assert later["skipped"] == {"before_watermark": 2} and later["failed"] == 2  # a failure is never skipped
 
 
 def test_a_killed_reader_process_is_an_error_and_loses_nothing_written(

@@ -143,11 +143,11 @@ class ImportOps(Configured):
         redactor: Redactor = DEFAULT_REDACTOR,
         adapters: Mapping[str, SourceAdapter] | None = None,
         env: Mapping[str, str] | None = None,
-        reader: ReaderMode = "auto",
     ) -> None:
         self.settings = settings
         self.redactor = redactor
-        self.reader = reader
+        #: Where histories are read: ``auto`` (a reader process for a large one while a core is idle), or forced.
+        self.reader: ReaderMode = "auto"
         self.builtin = dict(adapters or ADAPTERS)
         self.adapters: dict[str, SourceAdapter] = dict(self.builtin)
         self.env = dict(os.environ if env is None else env)

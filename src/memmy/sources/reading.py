@@ -188,14 +188,19 @@ class PreparationError(RuntimeError):
 
 
 def read_one(conversation: Conversation) -> ReadConversation:
-    """Scrub ``conversation`` and compute its checkpoint."""
-    conversation = scrub_conversation(conversation)
-    last_message = conversation.messages[-1] if conversation.messages else None
-    last_created_at = conversation.last_created_at
-    checkpoint = Checkpoint(
-        last_message.message_id if last_message else None, last_created_at, conversation_hash(conversation)
-    )
-    return ReadConversation(conversation, checkpoint, len(conversation.messages), last_created_at)
+    """Scrub ``conversation`` and compute its checkpoint; a conversation that fails to is returned with its
+    ``error`` (no time, no checkpoint), which the importer records as that conversation's failure."""
+    try:
+        scrubbed = scrub_conversation(conversation)
+        last_message = scrubbed.messages[-1] if scrubbed.messages else None
+        last_created_at = scrubbed.last_created_at
+        checkpoint = Checkpoint(
+            last_message.message_id if last_message else None, last_created_at, conversation_hash(scrubbed)
+        )
+    except Exception as exc:  # noqa: BLE001 - one broken conversation must not cost the others
+        error = f"{type(exc).__name__}: {exc}"
+        return ReadConversation(conversation, Checkpoint(None, None, None), len(conversation.messages), "", error=error)
+    return ReadConversation(scrubbed, checkpoint, len(scrubbed.messages), last_created_at)
 
 
 #: Builds what the sink writes from a complete turn (``TurnSink.preparer``); it must pickle.
@@ -210,6 +215,8 @@ def prepare_one(
     for the importer; a turn that fails to prepare is left to the importer, which prepares it again and fails it the
     way it fails any turn."""
     read = read_one(conversation)
+    if read.error is not None:
+        return read
     if skip is not None and skip.skips(read):
         read.conversation = replace(read.conversation, messages=[])
         read.light = True
