@@ -274,7 +274,7 @@ class Importer:
                 part.messages_scanned += read.message_count
                 last = read.last_created_at
                 newest_seen = max(filter(None, [newest_seen, last]))
-                if read.error is None and since and last < since and conversation.conversation_id not in waiting:
+                if skip.before_watermark(read):
                     part.skipped["before_watermark"] += 1
                     continue
                 try:

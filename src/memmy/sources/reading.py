@@ -1,10 +1,11 @@
 """Everything an import does to a conversation before it touches the store, and a process that does it alongside.
 
 For each conversation an adapter yields: lone surrogates scrubbed, the checkpoint (last message, time, content hash)
-computed, secrets redacted message by message and the messages grouped into turns. None of it reads or writes the
-store, so a large history is read and prepared by a child process (``python -m memmy.sources.reader_process``) while
-the importer writes the previous conversations: the two halves of an import on two cores instead of taking turns on
-the GIL (reading and preparing are about a third of an import's CPU time). The child streams each prepared
+computed, secrets redacted message by message, the messages grouped into turns and, in the reader process, each
+complete turn's trace built (``TurnSink.preparer``). None of it reads or writes the store, so a large history is read
+and prepared by a child process (``python -m memmy.sources.reader_process``) while the importer writes the previous
+conversations: the two halves of an import on two cores instead of taking turns on the GIL (reading and preparing
+are about half of an import's CPU time). The child streams each prepared
 conversation back as a pickle over its stdout, in the adapter's order; the importer consumes exactly what it would
 have prepared itself. The child never opens the store, so killing either process mid-import loses nothing.
 
@@ -148,7 +149,7 @@ class ReadConversation:
     message_count: int
     last_created_at: str
     grouped: Grouped | None = None
-    #: Why redacting or grouping failed in the reader process (``Type: message``); the importer records it.
+    #: Why scrubbing, hashing, redacting or grouping it failed (``Type: message``); the importer records it.
     error: str | None = None
     #: Sent without its messages: the reader process knew the importer skips it (see :class:`SkipRule`).
     light: bool = False
@@ -175,16 +176,19 @@ class SkipRule:
     since: str | None = None
     waiting: frozenset[str] = frozenset()
 
+    def before_watermark(self, read: ReadConversation) -> bool:
+        """True when ``read`` is older than the watermark and not waiting for an answer (a failed read never is)."""
+        if not self.since or read.error is not None:
+            return False
+        return read.last_created_at < self.since and read.conversation.conversation_id not in self.waiting
+
     def skips(self, read: ReadConversation) -> bool:
         """True when ``read`` will not be imported."""
-        conversation_id = read.conversation.conversation_id
-        if self.since and read.last_created_at < self.since and conversation_id not in self.waiting:
-            return True
-        return self.checkpoints.get(conversation_id) == read.checkpoint
+        return self.before_watermark(read) or self.checkpoints.get(read.conversation.conversation_id) == read.checkpoint
 
 
 class PreparationError(RuntimeError):
-    """Redacting or grouping one conversation failed in the reader process (its message says how)."""
+    """Reading or grouping one conversation failed earlier, maybe in the reader process (its message says how)."""
 
 
 def read_one(conversation: Conversation) -> ReadConversation:
@@ -269,7 +273,7 @@ def idle_cores() -> float:
 def choose_mode(adapter: SourceAdapter, env: Mapping[str, str], requested: ReaderMode = "auto") -> ReaderMode:
     """``process`` or ``inline``: as asked, or in ``auto`` a process for a large history when a core is idle.
 
-    The two processes together spend about a third more CPU than one (every prepared turn is pickled and loaded
+    The two processes together spend up to a third more CPU than one (every prepared turn is pickled and loaded
     again): worth it only when the second core would otherwise wait, so a busy machine reads in-process.
     """
     if requested != "auto":
