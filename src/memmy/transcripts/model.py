@@ -7,6 +7,7 @@ readers, so a turn has the same message ids (and so the same identity) on both p
 from __future__ import annotations
 
 import json
+import operator
 import re
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -40,8 +41,9 @@ class SourceMessage:
     tool_error: str | None = None
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        """Pickled as a tuple of its values (the history reader process sends every message: 2-3x faster to load)."""
-        return (_message_from_values, tuple(self.__dict__.values()))
+        """Pickled as a tuple of its values in field order (the history reader process sends every message; about
+        a fifth less time to load than the default form)."""
+        return (_message_from_values, _message_values(self.__dict__))
 
 
 def _message_from_values(*values: Any) -> SourceMessage:
@@ -60,6 +62,7 @@ def with_fields(message: SourceMessage, **changes: Any) -> SourceMessage:
 
 
 _MESSAGE_FIELDS = tuple(SourceMessage.__dataclass_fields__)
+_message_values = operator.itemgetter(*_MESSAGE_FIELDS)
 
 
 @dataclass
