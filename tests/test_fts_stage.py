@@ -88,17 +88,74 @@ def test_selective_terms_keep_the_rarest_within_the_scoring_budget(tmp_path: Pat
     db.close()
 
 
+def change(repo: MemoryRepository, memory_id: str, *, content: str | None = None, status: str | None = None) -> None:
+    """Update one memory through the repository (new content, or a new status such as ``deleted``)."""
+    current = repo.get(memory_id)
+    assert current is not None
+    before = current.snapshot()
+    if content is not None:
+        current.content = content
+    if status is not None:
+        current.status = status
+    repo.update(current, before, "delete" if status == "deleted" else "update", "test")
+
+
 def test_term_statistics_count_the_documents_of_the_full_text_index(tmp_path: Path) -> None:
     db = Database(tmp_path / "m.sqlite")
     repo = MemoryRepository(db)
     repo.insert_many([memory(n, "alpha beta") for n in range(30)], source="test")
-    gone = repo.get("m_00003")
-    assert gone is not None
-    before = gone.snapshot()
-    gone.status = "deleted"
-    repo.update(gone, before, "delete", "test")
+    change(repo, "m_00003", status="deleted")
     live = db.query_one("SELECT count(*) FROM memories WHERE status != 'deleted'")
     stats = TermStats()
     assert live is not None and stats.total(db) == live[0] == 29
     assert stats.doc_count(db, "alpha") == 29
     db.close()
+
+
+def index_rows(db: Database) -> list[tuple[int, str]]:
+    """(fts rowid, memory id) of every full-text row."""
+    return [(int(r[0]), str(r[1])) for r in db.query("SELECT rowid, id FROM memories_fts ORDER BY rowid")]
+
+
+def memory_rows(db: Database) -> list[tuple[int, str]]:
+    """(rowid, id) of every memory that is not deleted: where the full-text rows must be."""
+    rows = db.query("SELECT rowid, id FROM memories WHERE status != 'deleted' ORDER BY rowid")
+    return [(int(r[0]), str(r[1])) for r in rows]
+
+
+def test_index_rows_live_under_their_memories_rowids_through_updates_and_deletes(tmp_path: Path) -> None:
+    db = Database(tmp_path / "m.sqlite")
+    repo = MemoryRepository(db)
+    repo.insert_many([memory(n, "deploy 数据库 rollback") for n in range(20)], source="test")
+    assert index_rows(db) == memory_rows(db) and len(index_rows(db)) == 20
+    change(repo, "m_00007", content="kubernetes 迁移 only now")
+    change(repo, "m_00011", status="deleted")
+    assert index_rows(db) == memory_rows(db) and len(index_rows(db)) == 19  # one row each, none left behind
+    assert [m for m, _ in repo.fts_search("kubernetes", 5, MemoryFilter())] == ["m_00007"]
+    assert [m for m, _ in repo.fts_search("迁移", 5, MemoryFilter())] == ["m_00007"]
+    found = {m for m, _ in repo.fts_search("rollback", 50, MemoryFilter())}
+    assert "m_00007" not in found and "m_00011" not in found and len(found) == 18
+    db.close()
+
+
+def test_a_store_indexed_before_schema_9_is_reindexed_under_memory_rowids(tmp_path: Path) -> None:
+    path = tmp_path / "m.sqlite"
+    db = Database(path)
+    MemoryRepository(db).insert_many([memory(n, f"topic{n} deploy") for n in range(30)], source="test")
+    with db.transaction() as conn:  # the schema-8 layout: index rows numbered on their own
+        conn.execute("DELETE FROM memories_fts")
+        for offset, (_rowid, memory_id) in enumerate(reversed(memory_rows(db))):
+            conn.execute(
+                "INSERT INTO memories_fts(rowid, id, identifier, memory_value, tags) VALUES (?, ?, '', ?, '')",
+                (1000 + offset, memory_id, f"topic{int(memory_id[2:])} deploy"),
+            )
+        conn.execute("DELETE FROM schema_migrations WHERE version = 9")
+    db.close()
+
+    again = Database(path)
+    assert again.migration.applied == ("009_fts_rowid_is_memory_rowid",)
+    assert index_rows(again) == memory_rows(again) and len(index_rows(again)) == 30
+    repo = MemoryRepository(again)
+    assert [m for m, _ in repo.fts_search("topic17", 5, MemoryFilter())] == ["m_00017"]
+    assert repo.token_search(["topic3"], 5, MemoryFilter(), order="recent") == ["m_00003"]
+    again.close()

@@ -19,12 +19,14 @@ import pytest
 
 from memmy.commands.memory import AddMemory
 from memmy.config import load_config
+from memmy.domain import Memory
 from memmy.embed import Embedder
 from memmy.errors import StorageFullError
 from memmy.namespace import Namespace
 from memmy.service import MemoryService
 from memmy.store.db import Database, create_store_file
 from memmy.store.integrity import check_store
+from memmy.store.memories import MemoryFilter, MemoryRepository
 from tests.conftest import Daemon, free_port, small_tmpfs
 
 MARKER = "zanzibarquokka"
@@ -337,3 +339,26 @@ def test_creating_a_store_leaves_an_existing_one_alone(tmp_path: Path) -> None:
     assert create_store_file(path) is False
     tables = {row[0] for row in sqlite3.connect(path).execute("SELECT name FROM sqlite_master")}
     assert "mine" in tables
+
+
+def test_index_rows_off_their_memories_rowids_are_found_by_doctor_and_reindexed_at_open(tmp_path: Path) -> None:
+    """A copy that renumbers ``memories`` (its key is text, so a row-by-row copy may) leaves every full-text row
+    under another memory's rowid: doctor reports it as repairable and the daemon re-indexes when it opens."""
+    path = tmp_path / "memory.sqlite"
+    db = Database(path)
+    repo = MemoryRepository(db)
+    for number in range(12):
+        content = f"subject{number} flaky pytest"
+        repo.insert(Memory(id=f"m_{number:02d}", layer="L1", content=content, content_hash=f"h{number}"), source="test")
+    db.close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE memories SET rowid = rowid + 100")
+    findings = check_store(path)
+    assert [f.code for f in findings] == ["fts_misaligned"] and findings[0].repairable
+    assert "not under the rowid of its memory" in findings[0].message
+
+    reopened = Database(path)
+    repo = MemoryRepository(reopened)
+    assert [m for m, _ in repo.fts_search("subject5", 5, MemoryFilter())] == ["m_05"]
+    reopened.close()
+    assert check_store(path) == []

@@ -27,8 +27,7 @@ from memmy.errors import Conflict, InvalidArgument, NotFound
 from memmy.namespace import Namespace
 from memmy.service.governance import GovernanceOps, brief
 from memmy.store.db import utc_now
-from memmy.store.schema import SCHEMA_VERSION
-from memmy.store.text import fts_row
+from memmy.store.schema import SCHEMA_VERSION, refill_fts
 from memmy.store.unit import Store
 
 FORMAT = "memmy-export/1"
@@ -299,13 +298,7 @@ class DataOps:
     @staticmethod
     def _rebuild_fts(conn: sqlite3.Connection) -> None:
         conn.execute("DELETE FROM memories_fts")
-        rows = conn.execute(
-            "SELECT id, memory_key, title, memory_value, tags_json FROM memories WHERE status != 'deleted'"
-        ).fetchall()
-        conn.executemany(
-            "INSERT INTO memories_fts(id, identifier, memory_value, tags) VALUES (?,?,?,?)",
-            ((row[0], *fts_row(row[1], row[2], row[3], row[4])) for row in rows),
-        )
+        refill_fts(conn)  # a replaced memory row may have a new rowid: every index row is written again
 
     # -- wipe -------------------------------------------------------------------------------------
     def wipe(self, backup: bool = True) -> dict[str, Any]:

@@ -19,8 +19,8 @@ from typing import Any
 import psutil
 
 from memmy.errors import StorageFullError, StoreError
-from memmy.store.integrity import STARTUP_CHECK_S, preflight, startup_check
-from memmy.store.schema import MIGRATIONS, SCHEMA_VERSION
+from memmy.store.integrity import STARTUP_CHECK_S, preflight, realign_fts, startup_check
+from memmy.store.schema import FTS_ROWID_VERSION, MIGRATIONS, SCHEMA_VERSION
 
 BUSY_TIMEOUT_MS = 5000
 #: SQLite's automatic checkpoint threshold (WAL pages), and the one a bulk run (a history import) uses: ~40 MiB.
@@ -137,6 +137,8 @@ class Database:
             self.conn.execute("PRAGMA synchronous=NORMAL")
             self.conn.execute("PRAGMA foreign_keys=ON")
             self.migration = migrate(self.conn, path)
+            if existed and self.migration.from_version >= FTS_ROWID_VERSION:  # (migrating re-indexes anyway)
+                realign_fts(self.conn, path, check_s)
         except sqlite3.DatabaseError as exc:
             self.conn.close()
             if is_disk_full(exc):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memmy.store.db import Database
-from memmy.store.text import fts_row
+from memmy.store.text import FTS_DELETE, FTS_INSERT, fts_row
 from memmy.store.vectors import Vector, VectorMeta, from_blob, meta_of
 
 #: Memory statuses a pass may change (archived and deleted rows are left alone).
@@ -205,11 +205,11 @@ class DreamRepository:
             f"UPDATE memories SET {', '.join(f'{c} = ?' for c in names)} WHERE id = ?",
             [*(row[c] for c in names), row["id"]],
         )
-        conn.execute("DELETE FROM memories_fts WHERE id = ?", (row["id"],))
+        conn.execute(FTS_DELETE, (row["id"],))
         if row.get("status") != "deleted":
             conn.execute(
-                "INSERT INTO memories_fts(id, identifier, memory_value, tags) VALUES (?,?,?,?)",
-                (row["id"], *fts_row(row.get("memory_key"), row.get("title"), row["memory_value"], row["tags_json"])),
+                FTS_INSERT,
+                (*fts_row(row.get("memory_key"), row.get("title"), row["memory_value"], row["tags_json"]), row["id"]),
             )
 
     # -- candidates ---------------------------------------------------------------------------------

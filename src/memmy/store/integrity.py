@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from memmy.errors import StoreError
-from memmy.store.schema import MEMORIES_FTS_DDL, refill_fts
+from memmy.store.schema import FTS_ROWID_VERSION, MEMORIES_FTS_DDL, refill_fts
 
 log = logging.getLogger("memmy.store")
 
@@ -198,6 +198,47 @@ def fts_problem(conn: sqlite3.Connection, seconds: float | None) -> str | None:
     return None
 
 
+def _schema_version(conn: sqlite3.Connection) -> int:
+    try:
+        row = conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()
+    except sqlite3.OperationalError:  # no migrations table yet
+        return 0
+    return int(row[0]) if row else 0
+
+
+def fts_misaligned(conn: sqlite3.Connection, seconds: float | None) -> str | None:
+    """A full-text row that is not under its memory's rowid, described; None when every row is (or the store's
+    schema predates that rule).
+
+    From schema 9 on, each memory's index row has the memory's own rowid, and search relies on it. SQLite keeps
+    rowids through VACUUM, but a tool that copies rows one by one may renumber ``memories`` (its key is text), and
+    search would then quietly return the wrong memories.
+    """
+    if not has_fts(conn) or _schema_version(conn) < FTS_ROWID_VERSION:
+        return None
+    with deadline(conn, seconds):
+        row = conn.execute(
+            f"SELECT f.rowid, f.id FROM {FTS_TABLE} f LEFT JOIN memories m ON m.rowid = f.rowid "
+            "WHERE m.id IS NOT f.id LIMIT 1"
+        ).fetchone()
+    return None if row is None else f"full-text row {row[0]} is not under the rowid of its memory {row[1]}"
+
+
+def realign_fts(conn: sqlite3.Connection, path: Path, seconds: float | None = STARTUP_CHECK_S) -> None:
+    """What the daemon does after migrating: re-index when the full-text rows are not under their memories'
+    rowids (with log lines; the file is sound, so nothing is backed up). A check that runs out of time is skipped."""
+    try:
+        problem = fts_misaligned(conn, seconds)
+    except CheckTimeout:
+        log.warning("%s: full-text rowid check skipped after %gs; `memmy-memory doctor` checks it fully", path, seconds)
+        return
+    if problem is None:
+        return
+    log.warning("%s: %s; re-indexing every memory", path, problem)
+    rows = rebuild_fts(conn)
+    log.warning("%s: full-text index rebuilt (%d memories indexed)", path, rows)
+
+
 def _drop_fts(conn: sqlite3.Connection) -> None:
     """Drop the full-text table; when its pages are too damaged for SQLite to drop it, unlink it from the schema
     and VACUUM (which copies every other table into sound pages and leaves the damaged ones behind)."""
@@ -366,12 +407,32 @@ def check_store(path: Path, *, seconds: float | None = None) -> list[Finding]:
                 )
             if problem is not None:
                 findings.append(_fts_finding(path, problem))
+            else:
+                findings.extend(_alignment_findings(conn, path, seconds))
     except sqlite3.DatabaseError as exc:
         findings.append(Finding("damaged", "error", f"{path} is damaged ({exc})", _restore_hint(path)))
     finally:
         conn.close()
     findings.extend(disk_findings(path))
     return findings
+
+
+def _alignment_findings(conn: sqlite3.Connection, path: Path, seconds: float | None) -> list[Finding]:
+    try:
+        problem = fts_misaligned(conn, seconds)
+    except CheckTimeout as exc:
+        return [Finding("check_incomplete", "warning", f"{path}: full-text rowid check {exc}", "memmy-memory doctor")]
+    if problem is None:
+        return []
+    return [
+        Finding(
+            "fts_misaligned",
+            "error",
+            f"{path}: {problem}; search returns the wrong memories until the index is rebuilt",
+            "memmy-memory doctor --repair  # or restart the daemon: it re-indexes at start",
+            repairable=True,
+        )
+    ]
 
 
 def _fts_finding(path: Path, problem: str) -> Finding:

@@ -14,7 +14,14 @@ from memmy.domain import Memory
 from memmy.store.db import Database, utc_now
 from memmy.store.jsontext import dumps_json
 from memmy.store.logs import append_change, append_creations
-from memmy.store.text import fts_match_expression, fts_row, phrase_match_expression, query_terms
+from memmy.store.text import (
+    FTS_DELETE,
+    FTS_INSERT,
+    fts_match_expression,
+    fts_row,
+    phrase_match_expression,
+    query_terms,
+)
 
 #: Rows that every normal read must skip: deleted, archived, superseded (valid_to in the past).
 MAX_FTS_WINDOW = 50_000
@@ -239,10 +246,10 @@ class MemoryRepository:
                     memory.visibility,
                 )
             )
-            fts.append((memory.id, *fts_row(memory.memory_key, memory.title, memory.content, tags_json)))
+            fts.append((*fts_row(memory.memory_key, memory.title, memory.content, tags_json), memory.id))
         with self.db.transaction() as conn:
             conn.executemany(f"INSERT INTO memories ({_COLUMNS}) VALUES ({','.join('?' * 26)})", rows)
-            conn.executemany("INSERT INTO memories_fts(id, identifier, memory_value, tags) VALUES (?,?,?,?)", fts)
+            conn.executemany(FTS_INSERT, fts)
             append_creations(conn, memories, source)
 
     def update(self, memory: Memory, before: dict[str, Any], change_type: str, source: str) -> None:
@@ -271,7 +278,7 @@ class MemoryRepository:
                     memory.id,
                 ),
             )
-            conn.execute("DELETE FROM memories_fts WHERE id = ?", (memory.id,))
+            conn.execute(FTS_DELETE, (memory.id,))
             if memory.status != "deleted":
                 self._index(conn, memory)
             append_change(conn, memory, change_type, before, memory.snapshot(), source)
@@ -280,10 +287,7 @@ class MemoryRepository:
         identifier, value, tags = fts_row(
             memory.memory_key, memory.title, memory.content, json.dumps(memory.tags, ensure_ascii=False)
         )
-        conn.execute(
-            "INSERT INTO memories_fts(id, identifier, memory_value, tags) VALUES (?,?,?,?)",
-            (memory.id, identifier, value, tags),
-        )
+        conn.execute(FTS_INSERT, (identifier, value, tags, memory.id))
 
     def get(self, memory_id: str, *, include_deleted: bool = False) -> Memory | None:
         """Fetch one memory; deleted ones only when asked."""
@@ -434,9 +438,9 @@ class MemoryRepository:
         found: dict[int, sqlite3.Row] = {}
         for start in range(0, len(rowids), 500):
             chunk = list(rowids[start : start + 500])
-            rows = self.db.query(
-                f"SELECT f.rowid AS r, {columns} FROM memories_fts f JOIN memories m ON m.id = f.id "
-                f"WHERE f.rowid IN ({','.join('?' * len(chunk))}) AND {where}",
+            rows = self.db.query(  # an index row's rowid is its memory's rowid (schema migration 009)
+                f"SELECT m.rowid AS r, {columns} FROM memories m "
+                f"WHERE m.rowid IN ({','.join('?' * len(chunk))}) AND {where}",
                 [*chunk, *params],
             )
             found.update((row["r"], row) for row in rows)
@@ -479,8 +483,8 @@ class MemoryRepository:
     ) -> list[str]:
         """Memories containing any term exactly (as a token or phrase), best-ranked or most recent first.
 
-        "Most recent" uses the FTS rowid, which grows with every (re)index of a memory, so the newest matches
-        come straight off the index without sorting every match. Only rowids come off the index; they are
+        "Most recent" uses the FTS rowid, which is the memory's rowid and so grows with every new memory: the
+        newest matches come straight off the index without sorting every match. Only rowids come off the index; they are
         filtered in order, a batch at a time, until ``limit`` pass (as in :meth:`fts_search_terms`, ``loaded``
         too).
         """

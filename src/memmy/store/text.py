@@ -46,6 +46,16 @@ def segment_for_index(text: str) -> str:
     return CJK_RUN.sub(lambda m: " " + " ".join(cjk_bigrams(m.group(0))) + " ", text)
 
 
+#: Index a memory: its full-text row takes the memory's own rowid (schema migration 009), so the row is found
+#: by rowid, never by the UNINDEXED ``id``. Parameters: the :func:`fts_row` columns, then the memory id.
+FTS_INSERT = (
+    "INSERT INTO memories_fts(rowid, id, identifier, memory_value, tags) "
+    "SELECT rowid, id, ?, ?, ? FROM memories WHERE id = ?"
+)
+#: Drop a memory's full-text row (parameter: the memory id); a no-op when it has none.
+FTS_DELETE = "DELETE FROM memories_fts WHERE rowid = (SELECT rowid FROM memories WHERE id = ?)"
+
+
 def fts_row(memory_key: str | None, title: str | None, value: str, tags_json: str | None) -> tuple[str, str, str]:
     """Build the (identifier, memory_value, tags) columns of a memories_fts row."""
     try:
