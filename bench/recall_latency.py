@@ -280,7 +280,8 @@ def build_stores(
         try:
             if args.fast_build is not None:
                 real = write_direct(service, bodies, args.fast_build, args.seed)
-                report.notes.append(f"store {size:,}: fast build, {real:,} real vectors, the rest derived")
+                derived = "the rest derived" if real < size else "every vector from the model"
+                report.notes.append(f"store {size:,}: fast build, {real:,} real vectors, {derived}")
             else:
                 grow_in_process(service, bodies, f"store {size:,}")
             count = service.memories.count_by_layer().get("L1", 0)

@@ -1,0 +1,137 @@
+"""Paired turn-start variants: every prompt runs under every variant in one process, so load hits them alike.
+
+    python bench/recall_latency.py --n 100000 --fast-build 100000 --home DIR --skip-http   # builds a store once
+    python bench/turn_variants.py --db DIR/store-100000/memory.sqlite --turns 200
+
+On a shared machine whole runs of ``recall_latency.py`` minutes apart differ by more than most code changes
+(the same code gave p95 36 and 42 ms in consecutive runs). Here one process times ``MemoryService.start_turn``
+for each prompt under each variant in turn, rotating which variant goes first, each variant in a session of
+its own (a session's recent turns are excluded from its recall). A variant swaps one part at run time and
+changes nothing else:
+
+- ``default``: the code as it is;
+- ``pattern-sum-of-pools``: the pattern channel reads as many hits as ``fts`` (the sum of the layers' pools, the
+  behaviour before its limit became one layer's pool);
+- ``no-token-channels``: neither ``pattern`` nor ``structural`` runs (what those two cost, an upper bound);
+- ``embed-1-thread``: the query is embedded by an onnxruntime session with one intra-op thread, not two.
+
+Prints p50 / p95 / mean per variant, each variant's median paired difference to the first one, and the load
+average. The store is copied first (a measurement never changes it); the vector index is loaded once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import memmy.recall.pipeline as pipeline_module
+from memmy.commands.turns import OpenSession, StartTurn
+from memmy.embed import OnnxMiniLMEmbedder
+from memmy.namespace import Namespace
+from memmy.recall.channels import ChannelHit, pattern_channel
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from recall_latency import BLAS_ENV, SOURCE, copy_db, realistic_prompts  # noqa: E402
+from service_bench import open_service  # noqa: E402
+
+VARIANTS = ("default", "pattern-sum-of-pools", "no-token-channels", "embed-1-thread")
+
+
+def _pattern_sum_of_pools(
+    repo: Any, terms: Sequence[str], flt: Any, limit: int, loaded: Any = None
+) -> list[ChannelHit]:
+    return pattern_channel(repo, terms, flt, limit * 4, loaded)  # 4 layers' pools, as fts reads
+
+
+class Switch:
+    """Puts one variant in place (and takes the previous one out)."""
+
+    def __init__(self, embedder: OnnxMiniLMEmbedder, one_thread: OnnxMiniLMEmbedder) -> None:
+        self.embedder = embedder
+        self.sessions = {"two": embedder._model, "one": one_thread._model}  # noqa: SLF001
+        self.token_work: Callable[..., bool] = pipeline_module.RecallEngine.__dict__["_token_work"]
+        self.pattern = pipeline_module.pattern_channel
+
+    def apply(self, variant: str) -> None:
+        """Make ``variant`` the running code."""
+        engine = pipeline_module.RecallEngine
+        self.embedder._model = self.sessions["one" if variant == "embed-1-thread" else "two"]  # noqa: SLF001
+        none: Callable[..., bool] = staticmethod(lambda request, layers: False)
+        engine._token_work = none if variant == "no-token-channels" else self.token_work  # type: ignore[method-assign]  # noqa: SLF001
+        pipeline_module.pattern_channel = self.pattern
+        if variant == "pattern-sum-of-pools":
+            pipeline_module.pattern_channel = _pattern_sum_of_pools
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Time every prompt under every variant; print the paired figures."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--db", type=Path, required=True, help="a built memory.sqlite (copied, never changed)")
+    parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
+    parser.add_argument("--seed", type=int, default=8)
+    parser.add_argument("--models", type=Path, help="built onnx graphs (default: DIR/models beside DIR/store-N)")
+    args = parser.parse_args(argv)
+    if os.environ.get("OPENBLAS_NUM_THREADS") != "1":  # numpy reads these when it loads BLAS: re-execute
+        os.environ.update(dict.fromkeys(BLAS_ENV, "1"))
+        os.execv(sys.executable, [sys.executable, str(Path(__file__).resolve()), *sys.argv[1:]])
+    variants = [v for v in args.variants.split(",") if v]
+    unknown = sorted(set(variants) - set(VARIANTS))
+    if unknown:
+        raise SystemExit(f"unknown variants: {', '.join(unknown)} (known: {', '.join(VARIANTS)})")
+    work = Path(tempfile.mkdtemp(prefix="memmy-variants-"))
+    try:
+        db = work / "memory.sqlite"
+        copy_db(args.db, db)
+        cache = args.models or args.db.resolve().parent.parent / "models"
+        embedder = OnnxMiniLMEmbedder(query_cache_size=0, cache_dir=cache)
+        one_thread = OnnxMiniLMEmbedder(query_cache_size=0, cache_dir=cache, threads=1)
+        embedder.load()
+        one_thread.load()
+        service = open_service(work / "env", db, embedder)
+        switch = Switch(embedder, one_thread)
+        ns = Namespace(source=SOURCE)
+        sessions = {
+            v: service.open_session(OpenSession.from_json({"source": SOURCE}), ns)["sessionId"] for v in variants
+        }
+        prompts = realistic_prompts(args.turns + args.warmup, args.seed, None)
+        times: dict[str, list[float]] = {v: [] for v in variants}
+        load_start = os.getloadavg()[0]
+        try:
+            for number, (_kind, prompt) in enumerate(prompts):
+                shift = number % len(variants)
+                for variant in variants[shift:] + variants[:shift]:
+                    switch.apply(variant)
+                    body = {"sessionId": sessions[variant], "turnId": f"t{number}-{variant}", "query": prompt}
+                    clock = time.perf_counter()
+                    service.start_turn(StartTurn.from_json(body), ns)
+                    if number >= args.warmup:
+                        times[variant].append((time.perf_counter() - clock) * 1000)
+        finally:
+            switch.apply("default")
+            service.close()
+        print(f"{len(times[variants[0]])} prompts x {len(variants)} variants, store {args.db}")
+        print(f"{'variant':22s} {'p50 ms':>7s} {'p95 ms':>7s} {'mean ms':>8s}  paired vs {variants[0]}")
+        base = np.array(times[variants[0]])
+        for variant in variants:
+            xs = np.array(times[variant])
+            p95_gap = np.percentile(xs, 95) - np.percentile(base, 95)
+            paired = "" if variant == variants[0] else f"median {np.median(xs - base):+.2f} ms, p95 {p95_gap:+.2f} ms"
+            print(f"{variant:22s} {np.percentile(xs, 50):7.1f} {np.percentile(xs, 95):7.1f} {xs.mean():8.1f}  {paired}")
+        print(f"load average (1 min) at start {load_start:.2f}, at end {os.getloadavg()[0]:.2f}; 2 cores shared")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
