@@ -7,7 +7,7 @@ from pathlib import Path
 
 from memmy.domain import Memory, content_hash
 from memmy.store.db import Database, utc_now
-from memmy.store.memories import MemoryFilter, MemoryRepository, TermStats
+from memmy.store.memories import MemoryFilter, MemoryRepository, TermStats, _first_new_rowid
 from memmy.store.text import fts_match_expression
 
 
@@ -159,3 +159,18 @@ def test_a_store_indexed_before_schema_9_is_reindexed_under_memory_rowids(tmp_pa
     assert [m for m, _ in repo.fts_search("topic17", 5, MemoryFilter())] == ["m_00017"]
     assert repo.token_search(["topic3"], 5, MemoryFilter(), order="recent") == ["m_00003"]
     again.close()
+
+
+def test_a_batch_is_indexed_under_the_rowids_it_got_and_anything_else_is_looked_up(tmp_path: Path) -> None:
+    db = Database(tmp_path / "m.sqlite")
+    repo = MemoryRepository(db)
+    repo.insert_many([memory(n, "alpha") for n in range(10)], source="test")
+    with db.transaction() as conn:  # the largest rowid goes: the next batch starts by reusing it
+        conn.execute("DELETE FROM memories_fts WHERE rowid = (SELECT rowid FROM memories WHERE id = 'm_00009')")
+        conn.execute("DELETE FROM memories WHERE id = 'm_00009'")
+    repo.insert_many([memory(n, "beta") for n in range(10, 40)], source="test")
+    assert index_rows(db) == memory_rows(db) and len(index_rows(db)) == 39
+    with db.transaction() as conn:  # rows that are not the last statement's: no rowid is guessed
+        assert _first_new_rowid(conn, ["m_00003", "m_00004"]) is None
+        assert _first_new_rowid(conn, []) is None
+    db.close()

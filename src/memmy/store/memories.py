@@ -17,6 +17,7 @@ from memmy.store.logs import append_change, append_creations
 from memmy.store.text import (
     FTS_DELETE,
     FTS_INSERT,
+    FTS_INSERT_AT,
     fts_match_expression,
     fts_row,
     phrase_match_expression,
@@ -158,6 +159,23 @@ class MemoryFilter:
         return " AND ".join(clauses), params
 
 
+def _first_new_rowid(conn: sqlite3.Connection, ids: Sequence[str]) -> int | None:
+    """The rowid of ``ids[0]`` when the memories just inserted (in this order, by one statement) hold consecutive
+    rowids; None when they cannot be shown to.
+
+    SQLite gives a new row the largest rowid + 1, so rows inserted one after another in one transaction are
+    numbered consecutively up to ``last_insert_rowid()``; the first and the last row are checked against that
+    (n strictly increasing rowids from ``first`` to ``first + n - 1`` leave no gap). Reading the rowid of each
+    memory instead (``FTS_INSERT``) costs a fifth more CPU per inserted memory.
+    """
+    if not ids:
+        return None
+    last = int(conn.execute("SELECT last_insert_rowid()").fetchone()[0])
+    first = last - len(ids) + 1
+    ends = dict(conn.execute("SELECT rowid, id FROM memories WHERE rowid IN (?, ?)", (first, last)).fetchall())
+    return first if ends.get(first) == ids[0] and ends.get(last) == ids[-1] else None
+
+
 class TermStats:
     """Document frequencies of query terms, cached for a few minutes (they change slowly)."""
 
@@ -249,7 +267,11 @@ class MemoryRepository:
             fts.append((*fts_row(memory.memory_key, memory.title, memory.content, tags_json), memory.id))
         with self.db.transaction() as conn:
             conn.executemany(f"INSERT INTO memories ({_COLUMNS}) VALUES ({','.join('?' * 26)})", rows)
-            conn.executemany(FTS_INSERT, fts)
+            first = _first_new_rowid(conn, [memory.id for memory in memories])
+            if first is None:
+                conn.executemany(FTS_INSERT, fts)
+            else:
+                conn.executemany(FTS_INSERT_AT, [(first + i, row[3], *row[:3]) for i, row in enumerate(fts)])
             append_creations(conn, memories, source)
 
     def update(self, memory: Memory, before: dict[str, Any], change_type: str, source: str) -> None:

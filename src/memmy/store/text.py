@@ -52,6 +52,8 @@ FTS_INSERT = (
     "INSERT INTO memories_fts(rowid, id, identifier, memory_value, tags) "
     "SELECT rowid, id, ?, ?, ? FROM memories WHERE id = ?"
 )
+#: The same with the memory's rowid known: rowid, memory id, then the :func:`fts_row` columns.
+FTS_INSERT_AT = "INSERT INTO memories_fts(rowid, id, identifier, memory_value, tags) VALUES (?,?,?,?,?)"
 #: Drop a memory's full-text row (parameter: the memory id); a no-op when it has none.
 FTS_DELETE = "DELETE FROM memories_fts WHERE rowid = (SELECT rowid FROM memories WHERE id = ?)"
 
