@@ -49,7 +49,7 @@ VARIANTS = ("default", "pattern-sum-of-pools", "no-token-channels", "embed-1-thr
 def _pattern_sum_of_pools(
     repo: Any, terms: Sequence[str], flt: Any, limit: int, loaded: Any = None
 ) -> list[ChannelHit]:
-    return pattern_channel(repo, terms, flt, limit * 4, loaded)  # 4 layers' pools, as fts reads
+    return pattern_channel(repo, terms, flt, limit * 4, loaded)  # turn_start's 4 layers' pools: what fts reads
 
 
 class Switch:

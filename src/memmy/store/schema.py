@@ -504,7 +504,7 @@ DROP INDEX IF EXISTS idx_raw_turns_episode_created;
 """
 
 #: The full-text table again, with every row's FTS rowid equal to its memory's rowid: a memory's index row is then
-#: found by rowid (an update or delete no longer scans the whole table for the UNINDEXED ``id``: 35 ms at 100k
+#: found by rowid (an update or delete no longer scans the whole table for the UNINDEXED ``id``: 35-53 ms at 100k
 #: memories, inside the write transaction), and the keyword channels filter their ranked rowids against
 #: ``memories`` directly instead of reading each match's stored text for its ``id`` first. The ``after`` step
 #: refills it (:func:`_rebuild_fts`).
