@@ -85,6 +85,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if os.environ.get("OPENBLAS_NUM_THREADS") != "1":  # numpy reads these when it loads BLAS: re-execute
         os.environ.update(dict.fromkeys(BLAS_ENV, "1"))
         os.execv(sys.executable, [sys.executable, str(Path(__file__).resolve()), *sys.argv[1:]])
+    if not args.db.is_file():
+        raise SystemExit(f"{args.db}: no such store (build one with recall_latency.py --home DIR, see --help)")
     variants = [v for v in args.variants.split(",") if v]
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown:
