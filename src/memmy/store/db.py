@@ -20,7 +20,7 @@ import psutil
 
 from memmy.errors import StorageFullError, StoreError
 from memmy.store.integrity import STARTUP_CHECK_S, preflight, realign_fts, startup_check
-from memmy.store.schema import FTS_ROWID_VERSION, MIGRATIONS, SCHEMA_VERSION
+from memmy.store.schema import FTS_ROWID_VERSION, MIGRATIONS, SCHEMA_VERSION, current_version
 
 BUSY_TIMEOUT_MS = 5000
 #: SQLite's automatic checkpoint threshold (WAL pages), and the one a bulk run (a history import) uses: ~40 MiB.
@@ -306,18 +306,6 @@ class MigrationResult:
     def last_migration_id(self) -> str:
         """Id of the newest migration in the file."""
         return MIGRATIONS[self.to_version - 1].id
-
-
-def current_version(conn: sqlite3.Connection) -> int:
-    """The schema version recorded in the file (0 for an empty database)."""
-    has_table = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='schema_migrations'").fetchone()
-    if not has_table:
-        has_memories = conn.execute("SELECT 1 FROM sqlite_master WHERE name='memories'").fetchone()
-        if has_memories:
-            raise StoreError("the database has memmy tables but no schema_migrations table; refusing to guess")
-        return 0
-    row = conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()
-    return int(row[0] or 0)
 
 
 def migrate(conn: sqlite3.Connection, path: Path | None, target: int = SCHEMA_VERSION) -> MigrationResult:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from memmy.errors import StoreError
-from memmy.store.schema import FTS_ROWID_VERSION, MEMORIES_FTS_DDL, refill_fts
+from memmy.store.schema import FTS_ROWID_VERSION, MEMORIES_FTS_DDL, current_version, refill_fts
 
 log = logging.getLogger("memmy.store")
 
@@ -198,14 +198,6 @@ def fts_problem(conn: sqlite3.Connection, seconds: float | None) -> str | None:
     return None
 
 
-def _schema_version(conn: sqlite3.Connection) -> int:
-    try:
-        row = conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()
-    except sqlite3.OperationalError:  # no migrations table yet
-        return 0
-    return int(row[0]) if row else 0
-
-
 def fts_misaligned(conn: sqlite3.Connection, seconds: float | None) -> str | None:
     """A full-text row that is not under its memory's rowid, described; None when every row is (or the store's
     schema predates that rule).
@@ -214,7 +206,12 @@ def fts_misaligned(conn: sqlite3.Connection, seconds: float | None) -> str | Non
     rowids through VACUUM, but a tool that copies rows one by one may renumber ``memories`` (its key is text), and
     search would then quietly return the wrong memories.
     """
-    if not has_fts(conn) or _schema_version(conn) < FTS_ROWID_VERSION:
+    if not has_fts(conn):
+        return None
+    try:
+        if current_version(conn) < FTS_ROWID_VERSION:
+            return None
+    except StoreError:  # tables without a migration record: not a file memmy migrated, nothing to compare
         return None
     with deadline(conn, seconds):
         row = conn.execute(

@@ -7,7 +7,7 @@ Migration 4 adds the associative key graph (keys, aliases, key vectors, weighted
 per-memory key state) and value-keyed tombstones (existing deleted memories are tombstoned on the way).
 Migration 5 adds Dream: one row per consolidation pass and the full before/after rows it changed.
 Migrations 6 and 7 add indexes for evolution and the panel; migration 8 drops two memories indexes no query needs
-and migration 6's duplicate of a raw_turns index.
+and migration 6's duplicate of a raw_turns index; migration 9 puts every full-text row under its memory's rowid.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
+from memmy.errors import StoreError
 from memmy.store.text import fts_row
 
 MIGRATION_001: Final = """
@@ -517,6 +518,18 @@ CREATE VIRTUAL TABLE memories_fts
 SCHEMA_VERSION: Final = 9
 #: From this schema version on, every full-text row is under its memory's rowid (``store.integrity`` checks it).
 FTS_ROWID_VERSION: Final = 9
+
+
+def current_version(conn: sqlite3.Connection) -> int:
+    """The schema version recorded in the file (0 for an empty database)."""
+    has_table = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='schema_migrations'").fetchone()
+    if not has_table:
+        has_memories = conn.execute("SELECT 1 FROM sqlite_master WHERE name='memories'").fetchone()
+        if has_memories:
+            raise StoreError("the database has memmy tables but no schema_migrations table; refusing to guess")
+        return 0
+    row = conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()
+    return int(row[0] or 0)
 
 
 @dataclass(frozen=True)
