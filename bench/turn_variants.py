@@ -13,7 +13,9 @@ changes nothing else:
 - ``pattern-sum-of-pools``: the pattern channel reads as many hits as ``fts`` (the sum of the layers' pools, the
   behaviour before its limit became one layer's pool);
 - ``no-token-channels``: neither ``pattern`` nor ``structural`` runs (what those two cost, an upper bound);
-- ``embed-1-thread``: the query is embedded by an onnxruntime session with one intra-op thread, not two.
+- ``embed-1-thread``: the query is embedded by an onnxruntime session with one intra-op thread, not two;
+- ``structural-before``: the structural channel as it was before its phrases were taken a sentence at a time
+  without one-word paths, and before BM25 ranked only its newest ``RANKED_TOKEN_POOL`` matches.
 
 Prints p50 / p95 / mean per variant, each variant's median paired difference to the first one, and the load
 average. The store is copied first (a measurement never changes it); the vector index is loaded once.
@@ -34,6 +36,9 @@ from typing import Any
 import numpy as np
 
 import memmy.recall.pipeline as pipeline_module
+import memmy.recall.query as query_module
+import memmy.store.memories as memories_module
+from memmy.capture.trace import error_signatures
 from memmy.commands.turns import OpenSession, StartTurn
 from memmy.embed import OnnxMiniLMEmbedder
 from memmy.namespace import Namespace
@@ -43,13 +48,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from recall_latency import BLAS_ENV, SOURCE, copy_db, realistic_prompts  # noqa: E402
 from service_bench import open_service  # noqa: E402
 
-VARIANTS = ("default", "pattern-sum-of-pools", "no-token-channels", "embed-1-thread")
+VARIANTS = ("default", "pattern-sum-of-pools", "no-token-channels", "embed-1-thread", "structural-before")
 
 
 def _pattern_sum_of_pools(
     repo: Any, terms: Sequence[str], flt: Any, limit: int, loaded: Any = None
 ) -> list[ChannelHit]:
     return pattern_channel(repo, terms, flt, limit * 4, loaded)  # turn_start's 4 layers' pools: what fts reads
+
+
+def _structural_fragments_before(text: str, limit: int = 6) -> list[str]:
+    found: dict[str, None] = dict.fromkeys(error_signatures(text, limit=4))
+    for pattern in (query_module._ERROR_CODE, query_module._PATH):  # noqa: SLF001
+        for match in pattern.finditer(text):
+            found.setdefault(match.group(0), None)
+    return list(found)[:limit]
 
 
 class Switch:
@@ -60,6 +73,8 @@ class Switch:
         self.sessions = {"two": embedder._model, "one": one_thread._model}  # noqa: SLF001
         self.token_work: Callable[..., bool] = pipeline_module.RecallEngine.__dict__["_token_work"]
         self.pattern = pipeline_module.pattern_channel
+        self.fragments = query_module.structural_fragments
+        self.pool = memories_module.RANKED_TOKEN_POOL
 
     def apply(self, variant: str) -> None:
         """Make ``variant`` the running code."""
@@ -70,6 +85,9 @@ class Switch:
         pipeline_module.pattern_channel = self.pattern
         if variant == "pattern-sum-of-pools":
             pipeline_module.pattern_channel = _pattern_sum_of_pools
+        before = variant == "structural-before"
+        query_module.structural_fragments = _structural_fragments_before if before else self.fragments
+        memories_module.RANKED_TOKEN_POOL = memories_module.MAX_FTS_WINDOW if before else self.pool
 
 
 def main(argv: Sequence[str] | None = None) -> None:

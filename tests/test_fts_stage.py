@@ -70,6 +70,21 @@ def test_recent_token_search_returns_the_newest_visible_matches(tmp_path: Path) 
     db.close()
 
 
+def test_ranked_token_search_scores_only_the_newest_matches(tmp_path: Path) -> None:
+    db = Database(tmp_path / "m.sqlite")
+    repo = MemoryRepository(db)
+    # The oldest memory says the phrase three times, so BM25 puts it first when every match is scored; 199 newer
+    # ones say it once.
+    texts = ["ECONNRESET ECONNRESET ECONNRESET peer reset"] + ["ECONNRESET peer reset"] * 199
+    repo.insert_many([memory(n, text) for n, text in enumerate(texts)], source="test")
+    every = repo.token_search(["ECONNRESET"], 5, MemoryFilter(), phrases=True, rank_pool=1000)
+    assert every[0] == "m_00000"
+    newest = repo.token_search(["ECONNRESET"], 5, MemoryFilter(), phrases=True, rank_pool=100)
+    assert len(newest) == 5
+    assert all(int(memory_id[2:]) >= 200 - 100 for memory_id in newest)
+    db.close()
+
+
 def test_selective_terms_keep_the_rarest_within_the_scoring_budget(tmp_path: Path) -> None:
     db = Database(tmp_path / "m.sqlite")
     repo = MemoryRepository(db)

@@ -13,6 +13,7 @@ from memmy.capture.sanitize import wrap_for_agent
 from memmy.commands.memory import AddMemory, ArchiveMemory, DeleteMemory, SearchMemory
 from memmy.commands.turns import CompleteTurn, OpenSession, StartTurn
 from memmy.namespace import Namespace
+from memmy.recall.query import structural_fragments
 from memmy.service import MemoryService
 from tests.llm_stub import run_chat_stub
 
@@ -404,3 +405,19 @@ def test_a_turn_hit_brings_its_neighbours_as_one_result(make_service) -> None:  
     for i, text in enumerate(turns):
         add(alone, text, sessionId="chat-1", createdAt=f"2026-01-05T10:00:0{i}Z")
     assert all("window" not in h for h in search(alone, "espresso grinder in the office kitchen")["hits"])
+
+
+def test_structural_phrases_are_what_a_trace_can_contain_word_for_word() -> None:
+    prompt = (
+        "I'm in the gateway repo right now. TypeError: 'NoneType' object is not subscriptable? "
+        "I already restarted it; git push origin/main fails with ECONNREFUSED and src/api/handlers.py is open"
+    )
+    fragments = structural_fragments(prompt)
+    # The error is cut at the end of its sentence: the question around it is not part of any output.
+    assert "TypeError: 'NoneType' object is not subscriptable?" in fragments
+    assert not any("restarted" in f or "gateway" in f for f in fragments if "TypeError" in f)
+    assert "ECONNREFUSED" in fragments  # an error code is one word and still a phrase of its own
+    assert "/api/handlers.py" in fragments
+    # "/main" of origin/main is one word as a phrase: the keyword channels rank it, not the structural one.
+    assert "/main" not in fragments
+    assert "/mobile-app" in structural_fragments("kubectl rollout restart deployment/mobile-app fails")

@@ -12,7 +12,7 @@ from typing import Any
 
 from memmy.capture.trace import derive_tags, error_signatures
 from memmy.recall.dates import DateRange, date_ranges
-from memmy.store.text import CHINESE_STOPWORDS, CJK_RUN, ENGLISH_STOPWORDS, cjk_bigrams
+from memmy.store.text import CHINESE_STOPWORDS, CJK_RUN, ENGLISH_STOPWORDS, cjk_bigrams, segment_for_index
 
 MAX_QUERY_CHARS = 1500
 _TOKEN = re.compile(r"[^\W_][\w\-]*", re.UNICODE)
@@ -23,6 +23,11 @@ _PATH = re.compile(
 _ERROR_CODE = re.compile(
     r"\b(?:[A-Z][A-Z0-9]*_[A-Z0-9_]+|E[A-Z]{3,}|[A-Z]{2,}\d{2,}|HTTP\s?[45]\d\d|exit (?:code )?\d+)\b"
 )
+#: The end of a sentence in running text: ``.``, ``?``, ``!`` or ``;`` and the space after it (not the dot of
+#: ``manage.py`` or ``127.0.0.1``).
+_SENTENCE_BREAK = re.compile(r"(?<=[.?!;])[ \t]+")
+#: A word as the full-text index splits it (what a phrase is made of).
+_INDEX_WORD = re.compile(r"[^\W_]+")
 _SHORT_ASCII = re.compile(r"(?<![A-Za-z0-9])[A-Za-z0-9]{2}(?![A-Za-z0-9])")
 QUESTION_WORDS = frozenset(
     "what when where which who whom whose why how did does do is are was were will would can could should "
@@ -130,12 +135,20 @@ def pattern_terms_of(text: str, limit: int = 16) -> list[str]:
 
 
 def structural_fragments(text: str, limit: int = 6) -> list[str]:
-    """Error signatures, file paths and error codes in the query (used by the L1 structural channel)."""
+    """Error signatures, file paths and error codes in the query (used by the L1 structural channel).
+
+    Each is looked for as an exact phrase, so each must be something a stored trace can contain word for word:
+    an error signature is taken from one sentence of the query at a time (the question around it, "I'm in the
+    gateway repo now.", is not part of the error), and a path that is one word ("/main" of ``origin/main``) is
+    left to the keyword channels: as a phrase it is only that word, which BM25 already ranks.
+    """
     found: dict[str, None] = {}
-    for fragment in error_signatures(text, limit=4):
+    for fragment in error_signatures(_SENTENCE_BREAK.sub("\n", text), limit=4):
         found.setdefault(fragment, None)
-    for pattern in (_ERROR_CODE, _PATH):
-        for match in pattern.finditer(text):
+    for match in _ERROR_CODE.finditer(text):
+        found.setdefault(match.group(0), None)
+    for match in _PATH.finditer(text):
+        if len(_INDEX_WORD.findall(segment_for_index(match.group(0)))) > 1:
             found.setdefault(match.group(0), None)
     return list(found)[:limit]
 

@@ -32,6 +32,10 @@ MAX_SELECTIVE_TERMS = 8
 #: In a large store, the BM25 query scores at most about this many (row, term) matches: bm25() costs ~1.2 us per
 #: matched row at 100k memories, while counting the matches costs a tenth of that.
 MAX_SCORED_MATCHES = 12_000
+#: A ranked exact-token search (the structural channel's error phrases and paths) scores the newest this many
+#: matches with bm25(): a phrase found in thousands of traces costs 5-12 ms to rank in full at 100k memories
+#: (0.9-2.3 ms this way), and those traces are alike in what the phrase says.
+RANKED_TOKEN_POOL = 512
 
 #: Rows a normal read may see: live, and not superseded (``valid_to`` in the past).
 VISIBLE = "m.status = 'activated' AND (m.valid_to IS NULL OR m.valid_to > ?)"
@@ -502,27 +506,37 @@ class MemoryRepository:
         order: str = "rank",
         phrases: bool = False,
         loaded: dict[str, Memory] | None = None,
+        rank_pool: int | None = None,
     ) -> list[str]:
         """Memories containing any term exactly (as a token or phrase), best-ranked or most recent first.
 
         "Most recent" uses the FTS rowid, which is the memory's rowid and so grows with every new memory: the
-        newest matches come straight off the index without sorting every match. Only rowids come off the index; they are
-        filtered in order, a batch at a time, until ``limit`` pass (as in :meth:`fts_search_terms`, ``loaded``
-        too).
+        newest matches come straight off the index without sorting every match. "Best-ranked" is BM25 among the
+        newest ``rank_pool`` matches (default :data:`RANKED_TOKEN_POOL`): bm25() costs per matched row, and a
+        phrase found in more rows than that no longer tells them apart, so the newest are the ones scored. Only
+        rowids come off the index; they are filtered in order, a batch at a time, until ``limit`` pass (as in
+        :meth:`fts_search_terms`, ``loaded`` too).
         """
         expression = phrase_match_expression(terms) if phrases else fts_match_expression(terms)
         if not expression:
             return []
         where, params = flt.sql(utc_now())
-        inner_order = "rowid DESC" if order == "recent" else "rank"
         window = max(limit * 4, 64)
+        pool = RANKED_TOKEN_POOL if rank_pool is None else rank_pool
         visible: dict[int, sqlite3.Row | None] = {}
         while True:
             try:
-                ranked = self.db.query(
-                    f"SELECT rowid AS r FROM memories_fts WHERE memories_fts MATCH ? ORDER BY {inner_order} LIMIT ?",
-                    [expression, window],
-                )
+                if order == "recent":
+                    ranked = self.db.query(
+                        "SELECT rowid AS r FROM memories_fts WHERE memories_fts MATCH ? ORDER BY rowid DESC LIMIT ?",
+                        [expression, window],
+                    )
+                else:
+                    ranked = self.db.query(
+                        "SELECT r FROM (SELECT rowid AS r, rank AS s FROM memories_fts WHERE memories_fts MATCH ? "
+                        "ORDER BY rowid DESC LIMIT ?) ORDER BY s LIMIT ?",
+                        [expression, max(pool, window), window],
+                    )
             except sqlite3.OperationalError:
                 return []
             in_order = [(int(row["r"]), 0.0) for row in ranked]
