@@ -421,3 +421,24 @@ def test_structural_phrases_are_what_a_trace_can_contain_word_for_word() -> None
     # "/main" of origin/main is one word as a phrase: the keyword channels rank it, not the structural one.
     assert "/main" not in fragments
     assert "/mobile-app" in structural_fragments("kubectl rollout restart deployment/mobile-app fails")
+    # A sentence that asks about an error: the error starts at its head, the question before it is not output.
+    assert structural_fragments("how do I fix Permission denied (publickey)") == ["Permission denied (publickey)"]
+    assert structural_fragments("fix Cannot find module '@/webhooks'") == ["Cannot find module '@/webhooks'"]
+    assert structural_fragments("how do I fix module 'parser' not found") == []  # "not found" alone says nothing
+    assert structural_fragments("bash: deploy.sh: command not found")[0] == "bash: deploy.sh: command not found"
+
+
+def test_a_question_about_an_error_finds_the_trace_that_printed_it(make_service) -> None:  # type: ignore[no-untyped-def]
+    service = make_service()
+    printed = add(
+        service,
+        "Ran `git push origin main` in billing-api: git@github.com: Permission denied (publickey). "
+        "Fixed by adding the deploy key with ssh-add ~/.ssh/deploy_ed25519.",
+        layer="L1",
+    )
+    add(service, "Permission reviews for the billing dashboard are denied until the audit is done.", layer="L1")
+    result = search(service, "how do I fix Permission denied (publickey)?", mode="turn_start")
+    assert result["debug"]["query"]["structural"] == ["Permission denied (publickey)?"]
+    structural = [c["id"] for c in result["debug"]["channels"] if "structural" in c["channels"]]
+    assert structural == [printed]
+    assert ids(result)[0] == printed

@@ -28,6 +28,13 @@ _ERROR_CODE = re.compile(
 _SENTENCE_BREAK = re.compile(r"(?<=[.?!;])[ \t]+")
 #: A word as the full-text index splits it (what a phrase is made of).
 _INDEX_WORD = re.compile(r"[^\W_]+")
+#: Where an error's own words start in the error patterns that also take the words before them (their subject).
+_ERROR_HEAD = re.compile(
+    r"\b(?:command not found|not found|no such file|permission denied|is required|must be|cannot|failed to)\b",
+    re.IGNORECASE,
+)
+#: Words that open a request rather than an error's output ("fix Permission denied …").
+_REQUEST_WORDS = frozenset({"fix", "help", "solve", "resolve", "debug", "explain"})
 _SHORT_ASCII = re.compile(r"(?<![A-Za-z0-9])[A-Za-z0-9]{2}(?![A-Za-z0-9])")
 QUESTION_WORDS = frozenset(
     "what when where which who whom whose why how did does do is are was were will would can could should "
@@ -144,13 +151,30 @@ def structural_fragments(text: str, limit: int = 6) -> list[str]:
     """
     found: dict[str, None] = {}
     for fragment in error_signatures(_SENTENCE_BREAK.sub("\n", text), limit=4):
-        found.setdefault(fragment, None)
+        error = _error_part(fragment)
+        if error is not None:
+            found.setdefault(error, None)
     for match in _ERROR_CODE.finditer(text):
         found.setdefault(match.group(0), None)
     for match in _PATH.finditer(text):
         if len(_INDEX_WORD.findall(segment_for_index(match.group(0)))) > 1:
             found.setdefault(match.group(0), None)
     return list(found)[:limit]
+
+
+def _error_part(fragment: str) -> str | None:
+    """The error in a sentence that asks about it: "how do I fix Permission denied (publickey)" -> "Permission
+    denied (publickey)" (the words before an error's head are its subject in an error's output, a question in a
+    prompt). Unchanged when the sentence does not start with a question word or a request (fix, help, …); None
+    when the error's part is under three words ("not found" alone is in every such trace)."""
+    first = fragment.split(maxsplit=1)[0].lower() if fragment.strip() else ""
+    if first not in QUESTION_WORDS and first not in _REQUEST_WORDS:
+        return fragment
+    head = _ERROR_HEAD.search(fragment)
+    if head is None:
+        return fragment
+    error = fragment[head.start() :]
+    return error if len(_INDEX_WORD.findall(segment_for_index(error))) >= 3 else None
 
 
 def is_identifier_like(text: str) -> bool:
