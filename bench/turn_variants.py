@@ -14,8 +14,8 @@ changes nothing else:
   behaviour before its limit became one layer's pool);
 - ``no-token-channels``: neither ``pattern`` nor ``structural`` runs (what those two cost, an upper bound);
 - ``embed-1-thread``: the query is embedded by an onnxruntime session with one intra-op thread, not two;
-- ``structural-before``: the structural channel as it was before its phrases were taken a sentence at a time
-  without one-word paths, and before BM25 ranked only its newest ``RANKED_TOKEN_POOL`` matches.
+- ``structural-before``: the structural channel as it was before 2026-12-04 (error signatures over the whole
+  prompt, one-word paths, every match ranked by BM25, not only the newest ``RANKED_TOKEN_POOL``).
 
 Prints p50 / p95 / mean per variant, each variant's median paired difference to the first one, and the load
 average. The store is copied first (a measurement never changes it); the vector index is loaded once.

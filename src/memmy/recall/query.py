@@ -146,8 +146,9 @@ def structural_fragments(text: str, limit: int = 6) -> list[str]:
 
     Each is looked for as an exact phrase, so each must be something a stored trace can contain word for word:
     an error signature is taken from one sentence of the query at a time (the question around it, "I'm in the
-    gateway repo now.", is not part of the error), and a path that is one word ("/main" of ``origin/main``) is
-    left to the keyword channels: as a phrase it is only that word, which BM25 already ranks.
+    gateway repo now.", is not part of the error), from the error's head when the sentence asks about it (see
+    :func:`_error_part`), and a path that is one word ("/main" of ``origin/main``) is left to the keyword
+    channels: as a phrase it is only that word, which BM25 already ranks.
     """
     found: dict[str, None] = {}
     for fragment in error_signatures(_SENTENCE_BREAK.sub("\n", text), limit=4):
