@@ -175,12 +175,14 @@ def bench_env(home: Path) -> dict[str, str]:
 
 
 def open_service(home: Path, db_path: Path, embedder: LocalMiniLMEmbedder) -> MemoryService:
-    """An in-process service over ``db_path`` with the given embedder and its vector index loaded, its startup
-    heap settled as the daemon settles it before serving."""
+    """An in-process service over ``db_path`` with the given embedder and its vector index loaded, its WAL
+    checkpointed in the background and its startup heap settled, as the daemon does before serving (the
+    embedding and evolution workers are not started)."""
     config = load_config(env=bench_env(home), db_override=db_path)
     require_local_model(config.embedding.provider)
     service = MemoryService.open(config, embedder=embedder)
     service.indexer.load_index()
+    service.db.checkpoint_in_background()
     settle_heap()
     return service
 

@@ -172,10 +172,12 @@ class MemoryService(Configured):
         return self.store.jobs
 
     def start_background(self) -> None:
-        """Load the vector index, start the embedding and evolution workers (the daemon calls this under its lock)."""
+        """Load the vector index, start the embedding and evolution workers and the WAL checkpoints (the daemon
+        calls this under its lock)."""
         self.queue.release_leases()
         self.jobs.release_all_leases()
         self.indexer.load_index()
+        self.db.checkpoint_in_background()
         self.indexer.start()
         self.worker.start()
 

@@ -19,6 +19,7 @@ from typing import Any
 import psutil
 
 from memmy.errors import StorageFullError, StoreError
+from memmy.store.checkpoints import CHECKPOINT_INTERVAL_S, SAFETY_NET_PAGES, BackgroundCheckpoints
 from memmy.store.integrity import STARTUP_CHECK_S, preflight, realign_fts, startup_check
 from memmy.store.schema import FTS_ROWID_VERSION, MIGRATIONS, SCHEMA_VERSION, current_version
 
@@ -116,6 +117,12 @@ class Database:
         self.last_write_error: str | None = None
         self._probe: tuple[float, str | None] | None = None
         self._bulk_depth = 0
+        #: Transactions committed on this connection (what the background checkpoints go by).
+        self.commits = 0
+        #: The connection's automatic checkpoint outside a bulk run: SQLite's default, or the safety net while
+        #: :meth:`checkpoint_in_background` runs.
+        self._auto_pages = DEFAULT_CHECKPOINT_PAGES
+        self._checkpoints: BackgroundCheckpoints | None = None
         path.parent.mkdir(parents=True, exist_ok=True)
         existed = path.exists()
         if not existed:
@@ -188,6 +195,7 @@ class Database:
                 except sqlite3.Error:
                     self._rollback()
                     raise
+                self.commits += 1
             except sqlite3.Error as exc:
                 if is_disk_full(exc):
                     raise self._full(exc) from exc
@@ -214,7 +222,8 @@ class Database:
     @contextmanager
     def bulk_writes(self, checkpoint_pages: int = BULK_CHECKPOINT_PAGES) -> Iterator[None]:
         """Let the WAL grow to ``checkpoint_pages`` before SQLite checkpoints it, for a run of many commits (a
-        history import); nested runs share one setting, and the last to end restores the default and checkpoints.
+        history import); nested runs share one setting, and the last to end restores the connection's own and
+        checkpoints (or leaves that to the background checkpoints, which stand aside during the run).
 
         Each batch of an import rewrites many of the same index pages: with the default (1,000 pages) nearly every
         commit also copied them back into the database file; with a larger WAL they are copied back once.
@@ -230,10 +239,30 @@ class Database:
                 self._bulk_depth -= 1
                 if self._bulk_depth == 0:
                     try:
-                        self.conn.execute(f"PRAGMA wal_autocheckpoint={DEFAULT_CHECKPOINT_PAGES}")
-                        self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                        self.conn.execute(f"PRAGMA wal_autocheckpoint={self._auto_pages}")
+                        if self._checkpoints is None:  # else the background thread copies the log back
+                            self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
                     except sqlite3.Error:
                         pass  # closed meanwhile, or a busy checkpoint: the next commit's automatic one retries
+
+    def checkpoint_in_background(self, interval_s: float = CHECKPOINT_INTERVAL_S) -> BackgroundCheckpoints:
+        """Copy the WAL back into the database file on a thread of its own from now on (looking every
+        ``interval_s`` seconds), not inside whichever commit crosses SQLite's threshold (see
+        :mod:`memmy.store.checkpoints`); the daemon calls this. The connection's own automatic checkpoint stays
+        as a safety net at :data:`SAFETY_NET_PAGES` pages. Returns the running checkpoints (the same on a
+        second call)."""
+        with self.lock:
+            if self._checkpoints is not None:
+                return self._checkpoints
+            checkpoints = BackgroundCheckpoints(
+                self.path, lambda: self.commits, lambda: self._bulk_depth > 0, interval_s
+            )
+            checkpoints.start()
+            self._checkpoints = checkpoints
+            self._auto_pages = SAFETY_NET_PAGES
+            if self._bulk_depth == 0:
+                self.conn.execute(f"PRAGMA wal_autocheckpoint={SAFETY_NET_PAGES}")
+            return checkpoints
 
     def query(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> list[sqlite3.Row]:
         """Run a read and return all rows."""
@@ -284,7 +313,9 @@ class Database:
         return None
 
     def close(self) -> None:
-        """Checkpoint the WAL and close the connection."""
+        """Stop the background checkpoints, checkpoint the WAL and close the connection."""
+        if self._checkpoints is not None:
+            self._checkpoints.stop()
         with self.lock:
             try:
                 self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
