@@ -84,7 +84,7 @@ class BackgroundCheckpoints:
         while not self._stop.wait(self.interval_s):
             try:
                 self.run_once()
-            except sqlite3.Error as exc:  # a full disk, a lock held too long: the next look retries
+            except sqlite3.Error as exc:  # a full disk, a lock held too long: retried after the next commit
                 log.warning("background checkpoint of %s failed: %s", self.path, exc)
 
     def run_once(self) -> bool:
@@ -94,7 +94,7 @@ class BackgroundCheckpoints:
         commits = self.commits()
         if commits == self._seen or self.bulk():
             return False
+        self._seen = commits  # a checkpoint that fails is tried again after the next commit, not every look
         self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-        self._seen = commits
         self.runs += 1
         return True
