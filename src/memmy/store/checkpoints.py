@@ -1,16 +1,17 @@
 """WAL checkpoints on a thread of their own, so that no request's commit pays for copying the WAL back.
 
 By default SQLite checkpoints inside the commit that takes the write-ahead log past ``wal_autocheckpoint`` pages:
-that commit copies every logged page back into the database file and syncs it before it returns. On the daemon
-that commit is whichever request happened to cross the threshold: with a 100k store, one turn start in about
-forty took 140-180 ms instead of 25. SQLite runs a checkpoint beside readers and writers, on any connection, so
-the daemon hands the work to :class:`BackgroundCheckpoints`: a thread with its own connection that runs a
-``PASSIVE`` checkpoint after the store has committed, at most once every ``interval_s`` seconds, while the
-shared connection's automatic checkpoint is raised to a safety net (:data:`SAFETY_NET_PAGES`) that only a
-stalled thread would let the log reach. During a bulk run (a history import, ``Database.bulk_writes``) the thread
-stands aside: the import's own commits checkpoint every 10,000 pages, as they do without it, so the index pages
-it rewrites batch after batch are copied back once per run of batches, not every few seconds. Processes without
-the thread (the CLI, tests, benches that do not start it) keep SQLite's default.
+that commit copies every logged page back into the database file and syncs it before it returns. On the daemon that
+commit is whichever request happened to cross the threshold: on the 100k bench store, the turn start whose commit
+crossed it first after the store file was copied took 140-180 ms instead of 25 (the sync wrote the copy's pages
+out), and any such commit waits for that sync, however long the disk takes. SQLite runs a checkpoint beside readers and
+writers, on any connection, so the daemon hands the work to :class:`BackgroundCheckpoints`: a thread with its own
+connection that runs a ``PASSIVE`` checkpoint after the store has committed, at most once every ``interval_s``
+seconds, while the shared connection's automatic checkpoint is raised to a safety net (:data:`SAFETY_NET_PAGES`)
+that only a stalled thread would let the log reach. During a bulk run (a history import, ``Database.bulk_writes``)
+the thread stands aside: the import's own commits checkpoint every 10,000 pages, as they do without it, so the index
+pages it rewrites batch after batch are copied back once per run of batches, not every few seconds. Processes
+without the thread (the CLI, tests, benches that do not start it) keep SQLite's default.
 
 SQLite 3.40 has no way to ask how many pages the log holds without checkpointing it, so the thread goes by the
 store's commit count instead: nothing committed, nothing to do.
