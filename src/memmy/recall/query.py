@@ -12,7 +12,7 @@ from typing import Any
 
 from memmy.capture.trace import derive_tags, error_signatures
 from memmy.recall.dates import DateRange, date_ranges
-from memmy.store.text import CHINESE_STOPWORDS, CJK_RUN, ENGLISH_STOPWORDS, cjk_bigrams, segment_for_index
+from memmy.store.text import CHINESE_STOPWORDS, CJK_RUN, ENGLISH_STOPWORDS, cjk_bigrams, phrase_words
 
 MAX_QUERY_CHARS = 1500
 _TOKEN = re.compile(r"[^\W_][\w\-]*", re.UNICODE)
@@ -26,8 +26,6 @@ _ERROR_CODE = re.compile(
 #: The end of a sentence in running text: ``.``, ``?``, ``!`` or ``;`` and the space after it (not the dot of
 #: ``manage.py`` or ``127.0.0.1``).
 _SENTENCE_BREAK = re.compile(r"(?<=[.?!;])[ \t]+")
-#: A word as the full-text index splits it (what a phrase is made of).
-_INDEX_WORD = re.compile(r"[^\W_]+")
 #: Where an error's own words start in the error patterns that also take the words before them (their subject).
 _ERROR_HEAD = re.compile(
     r"\b(?:command not found|not found|no such file|permission denied|is required|must be|cannot|failed to)\b",
@@ -158,7 +156,7 @@ def structural_fragments(text: str, limit: int = 6) -> list[str]:
     for match in _ERROR_CODE.finditer(text):
         found.setdefault(match.group(0), None)
     for match in _PATH.finditer(text):
-        if len(_INDEX_WORD.findall(segment_for_index(match.group(0)))) > 1:
+        if len(phrase_words(match.group(0))) > 1:
             found.setdefault(match.group(0), None)
     return list(found)[:limit]
 
@@ -175,7 +173,7 @@ def _error_part(fragment: str) -> str | None:
     if head is None:
         return fragment
     error = fragment[head.start() :]
-    return error if len(_INDEX_WORD.findall(segment_for_index(error))) >= 3 else None
+    return error if len(phrase_words(error)) >= 3 else None
 
 
 def is_identifier_like(text: str) -> bool:

@@ -110,12 +110,16 @@ def fts_match_expression(terms: Iterable[str]) -> str:
     return " OR ".join(_quote(p) for p in dict.fromkeys(parts))
 
 
+def phrase_words(fragment: str) -> list[str]:
+    """The words of ``fragment`` as the index splits them (CJK as bigrams): what an exact phrase of it is made of."""
+    return re.findall(r"[^\W_]+", segment_for_index(fragment))
+
+
 def phrase_match_expression(fragments: Iterable[str]) -> str:
     """OR of quoted phrases (each fragment tokenised like the index, CJK as bigrams)."""
     phrases = []
     for fragment in fragments:
-        segmented = " ".join(segment_for_index(fragment).split())
-        words = re.findall(r"[^\W_]+", segmented)
+        words = phrase_words(fragment)
         if words:
             phrases.append(_quote(" ".join(words)))
     return " OR ".join(dict.fromkeys(phrases))
