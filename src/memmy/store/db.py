@@ -119,9 +119,6 @@ class Database:
         self._bulk_depth = 0
         #: Transactions committed on this connection (what the background checkpoints go by).
         self.commits = 0
-        #: The connection's automatic checkpoint outside a bulk run: SQLite's default, or the safety net while
-        #: :meth:`checkpoint_in_background` runs.
-        self._auto_pages = DEFAULT_CHECKPOINT_PAGES
         self._checkpoints: BackgroundCheckpoints | None = None
         path.parent.mkdir(parents=True, exist_ok=True)
         existed = path.exists()
@@ -239,7 +236,7 @@ class Database:
                 self._bulk_depth -= 1
                 if self._bulk_depth == 0:
                     try:
-                        self.conn.execute(f"PRAGMA wal_autocheckpoint={self._auto_pages}")
+                        self.conn.execute(f"PRAGMA wal_autocheckpoint={self._auto_pages()}")
                         if self._checkpoints is None:  # else the background thread copies the log back
                             self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
                     except sqlite3.Error:
@@ -259,10 +256,14 @@ class Database:
             )
             checkpoints.start()
             self._checkpoints = checkpoints
-            self._auto_pages = SAFETY_NET_PAGES
             if self._bulk_depth == 0:
-                self.conn.execute(f"PRAGMA wal_autocheckpoint={SAFETY_NET_PAGES}")
+                self.conn.execute(f"PRAGMA wal_autocheckpoint={self._auto_pages()}")
             return checkpoints
+
+    def _auto_pages(self) -> int:
+        """The connection's automatic checkpoint outside a bulk run: SQLite's default, or the safety net while
+        :meth:`checkpoint_in_background` runs."""
+        return DEFAULT_CHECKPOINT_PAGES if self._checkpoints is None else SAFETY_NET_PAGES
 
     def query(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> list[sqlite3.Row]:
         """Run a read and return all rows."""
