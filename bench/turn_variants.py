@@ -16,6 +16,8 @@ changes nothing else:
 - ``embed-1-thread``: the query is embedded by an onnxruntime session with one intra-op thread, not two;
 - ``structural-before``: the structural channel as it was before 2026-12-04 (error signatures over the whole
   prompt, one-word paths, every match ranked by BM25, not only the newest ``RANKED_TOKEN_POOL``);
+- ``selective-before``: the large store's selective terms as before 2026-12-04's fourth session (a term no document
+  holds took one of the 8 places as the "rarest", a CJK run counted its documents, not each bigram's);
 - ``checkpoint-in-commit``: no checkpoint thread; the commit that takes the WAL past SQLite's default 1,000 pages
   copies it back, as before 2026-12-04 (compare the max, not the median).
 
@@ -59,6 +61,7 @@ VARIANTS = (
     "embed-1-thread",
     "structural-before",
     "checkpoint-in-commit",
+    "selective-before",
 )
 
 
@@ -76,6 +79,24 @@ def _structural_fragments_before(text: str, limit: int = 6) -> list[str]:
     return list(found)[:limit]
 
 
+def _selective_terms_before(repo: Any, terms: Sequence[str]) -> list[str]:
+    total = repo._term_stats.total(repo.db)  # noqa: SLF001
+    if total < repo.selective_min_docs or len(terms) <= 1:
+        return list(terms)
+    counts = {term: repo._term_stats.doc_count(repo.db, term) for term in terms}  # noqa: SLF001
+    ranked = sorted(terms, key=lambda t: counts[t])
+    share = memories_module.COMMON_TERM_SHARE * total
+    chosen = [t for t in ranked[: memories_module.MAX_SELECTIVE_TERMS] if counts[t] <= share or t in ranked[:2]]
+    keep: set[str] = set()
+    scored = 0
+    for term in chosen:
+        if keep and scored + counts[term] > repo.max_scored_matches:
+            break
+        keep.add(term)
+        scored += counts[term]
+    return [t for t in terms if t in keep]
+
+
 class Switch:
     """Puts one variant in place (and takes the previous one out)."""
 
@@ -88,6 +109,7 @@ class Switch:
         self.pattern = pipeline_module.pattern_channel
         self.fragments = query_module.structural_fragments
         self.pool = memories_module.RANKED_TOKEN_POOL
+        self.selective: Callable[..., list[str]] = memories_module.MemoryRepository.__dict__["selective_terms"]
 
     def apply(self, variant: str) -> None:
         """Make ``variant`` the running code."""
@@ -101,6 +123,8 @@ class Switch:
         before = variant == "structural-before"
         query_module.structural_fragments = _structural_fragments_before if before else self.fragments
         memories_module.RANKED_TOKEN_POOL = memories_module.MAX_FTS_WINDOW if before else self.pool
+        repository = memories_module.MemoryRepository
+        repository.selective_terms = _selective_terms_before if variant == "selective-before" else self.selective  # type: ignore[method-assign,assignment]
         if variant == "checkpoint-in-commit":
             self.checkpoints.stop()
             self.db.conn.execute(f"PRAGMA wal_autocheckpoint={DEFAULT_CHECKPOINT_PAGES}")

@@ -103,6 +103,39 @@ def test_selective_terms_keep_the_rarest_within_the_scoring_budget(tmp_path: Pat
     db.close()
 
 
+def test_a_term_no_document_holds_takes_no_place_among_the_selective_terms(tmp_path: Path) -> None:
+    db = Database(tmp_path / "m.sqlite")
+    repo = MemoryRepository(db)
+    repo.insert_many([memory(n, "zeta kappa" if n < 3 else "filler") for n in range(100)], source="test")
+    repo.selective_min_docs = 50
+    absent = [f"absent{n}" for n in range(10)]  # "现" or "请" of a Chinese prompt: in no document
+    terms = [*absent, "kappa", "zeta"]
+    assert repo.selective_terms(terms) == terms  # before: the ten absent terms were the "rarest" and filled all 8
+    repo.insert(memory(100, "absent3 appears now"), source="test")
+    flt = MemoryFilter()
+    assert [memory_id for memory_id, _ in repo.fts_search_terms(["absent3"], 5, flt)] == ["m_00100"]  # still asked
+    db.close()
+
+
+def test_the_scoring_budget_counts_a_chinese_run_by_each_of_its_bigrams(tmp_path: Path) -> None:
+    db = Database(tmp_path / "m.sqlite")
+    repo = MemoryRepository(db)
+    # 10 documents hold the whole run 部署测试环境 (5 bigrams), 4 hold the rare word "zeta".
+    repo.insert_many(
+        [memory(n, "部署测试环境" if n < 10 else ("zeta" if n < 14 else "filler")) for n in range(100)], source="test"
+    )
+    repo.selective_min_docs = 50
+    stats = TermStats()
+    assert stats.doc_count(db, "部署测试环境") == 10
+    assert stats.scored_matches(db, "部署测试环境") == 60  # 部署 署测 测试 试环 环境 and the phrase: 10 each
+    assert stats.scored_matches(db, "zeta") == 4
+    repo.max_scored_matches = 30  # documents alone (4 + 10) fit; the run's 60 scored matches do not
+    assert repo.selective_terms(["部署测试环境", "zeta"]) == ["zeta"]
+    repo.max_scored_matches = 70
+    assert repo.selective_terms(["部署测试环境", "zeta"]) == ["部署测试环境", "zeta"]
+    db.close()
+
+
 def change(repo: MemoryRepository, memory_id: str, *, content: str | None = None, status: str | None = None) -> None:
     """Update one memory through the repository (new content, or a new status such as ``deleted``)."""
     current = repo.get(memory_id)

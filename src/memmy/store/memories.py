@@ -19,6 +19,7 @@ from memmy.store.text import (
     FTS_INSERT,
     FTS_INSERT_AT,
     fts_match_expression,
+    fts_match_parts,
     fts_row,
     phrase_match_expression,
     query_terms,
@@ -203,12 +204,24 @@ class TermStats:
         return self._total[1]
 
     def doc_count(self, db: Database, term: str) -> int:
-        """How many documents contain ``term`` (as the index tokenises it)."""
+        """How many documents contain ``term`` (as the index tokenises it; a CJK run: any of its bigrams)."""
+        return self._count(db, fts_match_expression([term]))
+
+    def scored_matches(self, db: Database, term: str) -> int:
+        """The (row, token) matches bm25() scores for ``term``: its documents for a word; for a CJK run, the
+        sum over its bigrams (and phrase) of their documents, since each is a token of the OR query."""
+        parts = fts_match_parts([term])
+        if len(parts) <= 1:
+            return self.doc_count(db, term)
+        return sum(self._count(db, part) for part in parts)
+
+    def _count(self, db: Database, expression: str) -> int:
+        if not expression:
+            return 0
         now = time.monotonic()
-        cached = self._counts.get(term)
+        cached = self._counts.get(expression)
         if cached is not None and now - cached[0] <= self.ttl_s:
             return cached[1]
-        expression = fts_match_expression([term])
         try:
             row = db.query_one("SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?", [expression])
             count = int(row[0]) if row else 0
@@ -216,7 +229,7 @@ class TermStats:
             count = 0
         if len(self._counts) > 5000:
             self._counts.clear()
-        self._counts[term] = (now, count)
+        self._counts[expression] = (now, count)
         return count
 
 
@@ -476,25 +489,27 @@ class MemoryRepository:
         """In a large store keep the most selective terms, rarest first while they fit the scoring budget.
 
         At most the 8 rarest, none found in more than 15 % of documents (the two rarest excepted), and, rarest
-        first, no more than together match about ``max_scored_matches`` (:data:`MAX_SCORED_MATCHES`) (row, term)
-        pairs; the rarest term is always kept. BM25 ranking is carried by rare terms, and bm25() costs per matched
-        row. Document counts come from :class:`TermStats` (cached). In a small store (under
-        ``selective_min_docs``, 5,000 documents) every term is kept; in one under ~7,000 eight terms of at most
-        15 % each stay under the budget, so only the share rule applies.
+        first, no more than together match about ``max_scored_matches`` (:data:`MAX_SCORED_MATCHES`) (row, token)
+        pairs, a CJK run counted by each of its bigrams (:meth:`TermStats.scored_matches`); the rarest term is
+        always kept. A term no document contains costs nothing and takes none of the 8 places (it stays in the
+        query: a memory added since it was counted may hold it). BM25 ranking is carried by rare terms, and
+        bm25() costs per matched row. Counts come from :class:`TermStats` (cached). In a small store (under
+        ``selective_min_docs``, 5,000 documents) every term is kept.
         """
         total = self._term_stats.total(self.db)
         if total < self.selective_min_docs or len(terms) <= 1:
             return list(terms)
         counts = {term: self._term_stats.doc_count(self.db, term) for term in terms}
-        ranked = sorted(terms, key=lambda t: counts[t])
+        ranked = sorted((t for t in terms if counts[t] > 0), key=lambda t: counts[t])
         chosen = [t for t in ranked[:MAX_SELECTIVE_TERMS] if counts[t] <= COMMON_TERM_SHARE * total or t in ranked[:2]]
-        keep: set[str] = set()
+        keep = {t for t in terms if counts[t] == 0}
         scored = 0
-        for term in chosen:  # rarest first; the rarest is kept whatever it costs
-            if keep and scored + counts[term] > self.max_scored_matches:
+        for position, term in enumerate(chosen):  # rarest first; the rarest is kept whatever it costs
+            cost = self._term_stats.scored_matches(self.db, term)
+            if position and scored + cost > self.max_scored_matches:
                 break
             keep.add(term)
-            scored += counts[term]
+            scored += cost
         return [t for t in terms if t in keep]
 
     def token_search(

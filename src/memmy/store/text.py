@@ -93,13 +93,10 @@ def _cjk_parts(run: str) -> list[str]:
     return parts
 
 
-def fts_match_expression(terms: Iterable[str]) -> str:
-    """Turn terms into an FTS5 MATCH expression: every token OR-ed, BM25 does the ranking.
-
-    CJK runs contribute their bigrams (so a sentence matches documents that share its words) and, when
-    short, the whole run as a phrase. Every token is quoted, so user text can never inject FTS5 syntax
-    (``NEAR``, ``*``, column filters).
-    """
+def fts_match_parts(terms: Iterable[str]) -> list[str]:
+    """The quoted tokens and phrases a MATCH of ``terms`` ORs together, in order, each once: a word as it is, a
+    CJK run as its bigrams and, when short, the run as a phrase. Each is a MATCH expression of its own, and
+    bm25() scores each on its own."""
     parts: list[str] = []
     for term in terms:
         for piece in CJK_RUN.split(term):
@@ -107,7 +104,17 @@ def fts_match_expression(terms: Iterable[str]) -> str:
                 parts.append(piece)
         for run in CJK_RUN.findall(term):
             parts.extend(_cjk_parts(run))
-    return " OR ".join(_quote(p) for p in dict.fromkeys(parts))
+    return [_quote(p) for p in dict.fromkeys(parts)]
+
+
+def fts_match_expression(terms: Iterable[str]) -> str:
+    """Turn terms into an FTS5 MATCH expression: every token OR-ed, BM25 does the ranking.
+
+    CJK runs contribute their bigrams (so a sentence matches documents that share its words) and, when
+    short, the whole run as a phrase (:func:`fts_match_parts`). Every token is quoted, so user text can never
+    inject FTS5 syntax (``NEAR``, ``*``, column filters).
+    """
+    return " OR ".join(fts_match_parts(terms))
 
 
 def phrase_words(fragment: str) -> list[str]:
