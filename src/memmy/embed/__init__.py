@@ -1,5 +1,5 @@
-"""Text embeddings: the :class:`Embedder` contract, the local MiniLM (onnxruntime, numpy fallback) and
-OpenAI-compatible endpoints."""
+"""Text embeddings: the :class:`Embedder` contract, the local MiniLM (onnxruntime, numpy fallback), the optional
+multilingual-e5-small, OpenAI-compatible endpoints, and where each model's cosine stands on MiniLM's scale."""
 
 from memmy.embed.base import Embedder, EmbeddingFingerprint, EmbedRole, l2_normalize
 from memmy.embed.factory import LOCAL_MODEL_ALIASES, SUPPORTED_PROVIDERS, build_embedder

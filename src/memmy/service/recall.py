@@ -12,6 +12,7 @@ from memmy.capture.sanitize import sanitize_text
 from memmy.commands.memory import RecallOptions, SearchMemory
 from memmy.config import Configured, Settings
 from memmy.domain import sha256_hex
+from memmy.embed.scale import SimilarityScale, similarity_scale
 from memmy.errors import InvalidArgument
 from memmy.evolve.scope import visible_in
 from memmy.evolve.topics import Topic, evidence_covers
@@ -132,9 +133,11 @@ def semantic_gate(
     has_vector: Callable[[str], bool],
     query: PreparedQuery,
     vocabulary: str | None = None,
+    scale: SimilarityScale | None = None,
 ) -> tuple[list[Candidate], int]:
     """Injection stays silent on mere word overlap: keep a hit only if its meaning matches the prompt (vector
-    similarity >= ``min_sim``) or the prompt's error text, path or code was found in it (structural channel).
+    similarity >= ``min_sim``, a MiniLM cosine: another model's is put on that scale by ``scale``) or the
+    prompt's error text, path or code was found in it (structural channel).
 
     BM25 is normalised per query, so the best keyword match of an unrelated prompt still scores 1.0; without an
     LLM filter this gate is what keeps off-topic prompts from receiving memory. Memories that have no vector yet
@@ -153,12 +156,18 @@ def semantic_gate(
     kept = [
         c
         for c in selected
-        if c.channels.get("vec", 0.0) >= min_sim
+        if reference_similarity(c, scale or SimilarityScale()) >= min_sim
         or "structural" in c.channels
         or (not c.rollup_of and not has_vector(c.memory.id))  # not embedded yet: keyword evidence decides
         or by_evidence(c)
     ]
     return kept, len(selected) - len(kept)
+
+
+def reference_similarity(candidate: Candidate, scale: SimilarityScale) -> float:
+    """The candidate's cosine to the prompt as all-MiniLM-L6-v2 would score it (``scale``), 0 without one: the
+    scale the gates' thresholds are set on."""
+    return scale.to_reference(candidate.channels["vec"]) if "vec" in candidate.channels else 0.0
 
 
 def _topic_text(candidate: Candidate) -> str:
@@ -347,6 +356,7 @@ class RecallOps(Configured):
         be on topic). Each drop is counted in the status."""
         retrieval = self.config.retrieval
         gate = gated and retrieval.injection_semantic_gate
+        scale = similarity_scale(self.config.embedding.provider, self.config.embedding.model)
 
         def admit(candidates: list[Candidate], status: list[str]) -> list[Candidate]:
             if project_id is not None:
@@ -360,13 +370,14 @@ class RecallOps(Configured):
                     lambda mid: index is not None and index.contains(mid),
                     prepared,
                     vocabulary,
+                    scale,
                 )
                 if dropped:
                     status.append(f"semantic_gate:dropped:{dropped}")
             if gate:
                 before = len(candidates)
                 topic = Topic.of(query, vocabulary)  # the prompt's words are read once, not once per candidate
-                candidates = [c for c in candidates if topic.covers(_topic_text(c), c.channels.get("vec", 0.0))]
+                candidates = [c for c in candidates if topic.covers(_topic_text(c), reference_similarity(c, scale))]
                 if len(candidates) < before:
                     status.append(f"topic_gate:dropped:{before - len(candidates)}")
             return candidates

@@ -1,0 +1,55 @@
+"""Where a cosine of one embedding model stands on all-MiniLM-L6-v2's scale, for the thresholds that gate injection.
+
+Models do not share a cosine scale. MiniLM scores unrelated texts around 0.13 and spreads related ones up to 1;
+multilingual-e5-small (trained with a low InfoNCE temperature) scores unrelated texts around 0.81 and almost every
+pair between 0.78 and 0.95. The turn-start gates (``minTraceSim`` in the semantic gate, ``STRONG_SIMILARITY`` in the
+topic gate) are MiniLM cosines, so with e5 every hit passed them and an off-topic prompt got memory injected.
+
+A :class:`SimilarityScale` maps a model's cosine to the MiniLM cosine that the same share of unrelated text pairs
+stays under (quantile matching over one set of sentence pairs, embedded by both models as query against passage):
+a gate then lets through the same share of unrelated hits whatever the model. The anchors are measured by
+``bench/similarity_scale.py`` over sentences of memmy's own docs (not a set any recall figure is measured on).
+Ranking does not use this: it orders by each model's own cosine (a map onto MiniLM's floor cost the Chinese
+paraphrase set's recall with e5, see docs/recall.md), only the yes/no gates do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from memmy.embed.factory import LOCAL, MULTILINGUAL_ALIASES
+
+#: The shares of unrelated pairs the anchors are taken at.
+ANCHOR_SHARES = (0.5, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999)
+#: all-MiniLM-L6-v2's cosines at those shares (``python bench/similarity_scale.py``).
+MINILM_ANCHORS = (0.126, 0.183, 0.221, 0.279, 0.334, 0.4, 0.447, 0.496, 0.612)
+
+
+@dataclass(frozen=True)
+class SimilarityScale:
+    """A model's cosines at :data:`ANCHOR_SHARES` of unrelated pairs (``anchors``); None for MiniLM itself."""
+
+    anchors: tuple[float, ...] | None = None
+
+    def to_reference(self, cosine: float) -> float:
+        """``cosine`` of this model as the all-MiniLM-L6-v2 cosine at the same share of unrelated pairs (linear
+        between anchors, and from the outer anchors to -1 and 1)."""
+        if self.anchors is None:
+            return cosine
+        xs = (-1.0, *self.anchors, 1.0)
+        ys = (-1.0, *MINILM_ANCHORS, 1.0)
+        return float(np.interp(cosine, xs, ys))
+
+
+#: multilingual-e5-small's anchors (``python bench/similarity_scale.py --model multilingual-e5-small``).
+E5_SCALE = SimilarityScale((0.807, 0.819, 0.827, 0.837, 0.845, 0.855, 0.863, 0.87, 0.89))
+
+
+def similarity_scale(provider: str, model: str | None) -> SimilarityScale:
+    """The scale of the configured embedding model: e5's for the local multilingual model; MiniLM's own (the
+    identity) for MiniLM and for a remote model, whose scale is not measured (its gates use MiniLM's thresholds)."""
+    if (provider or "").strip().lower() == LOCAL and (model or "").strip() in MULTILINGUAL_ALIASES:
+        return E5_SCALE
+    return SimilarityScale()
