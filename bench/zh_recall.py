@@ -60,9 +60,14 @@ def cosine_ranks(embedder: Embedder, pairs: list[tuple[str, str]]) -> tuple[list
     return ranks, per_query
 
 
-def pipeline_ranks(embedder: Embedder, pairs: list[tuple[str, str]]) -> list[int]:
-    """Rank of each question's own fact in memmy's ``memory/search`` (10 = not in the top 10)."""
+def pipeline_ranks(embedder: Embedder, model: str, pairs: list[tuple[str, str]]) -> list[int]:
+    """Rank of each question's own fact in memmy's ``memory/search`` (10 = not in the top 10), with ``model``
+    configured as the embedding model (as a user would set it) and ``embedder`` running it."""
     home = Path(tempfile.mkdtemp(prefix="memmy-zh-"))
+    (home / ".memmy").mkdir(parents=True)
+    (home / ".memmy" / "config.yaml").write_text(
+        f"memmyMemory:\n  embedding:\n    provider: local\n    model: {model}\n", encoding="utf-8"
+    )
     config = load_config(env={"HOME": str(home), "MEMMY_HOME": str(home / ".memmy")})
     service = MemoryService.open(config, embedder=embedder)
     ns = Namespace(source="bench")
@@ -99,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         values = recall_at(ranks)
         print(f"{model + ' cosine':<38} " + " ".join(f"{values[k]:>6.3f}" for k in KS) + f" {per_query:>9.1f}")
         if not args.skip_pipeline:
-            values = recall_at(pipeline_ranks(embedder, pairs))
+            values = recall_at(pipeline_ranks(embedder, model, pairs))
             print(f"{'memmy full (' + model + ')':<38} " + " ".join(f"{values[k]:>6.3f}" for k in KS))
     print(f"\nload average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -10,10 +11,12 @@ import yaml
 from memmy.commands.memory import AddMemory
 from memmy.commands.turns import OpenSession, StartTurn
 from memmy.config import load_config
+from memmy.config_defaults import default_tree
 from memmy.domain import Memory, content_hash
 from memmy.embed.scale import E5_SCALE, MINILM_ANCHORS, SimilarityScale, similarity_scale
 from memmy.namespace import Namespace
-from memmy.recall.pipeline import Candidate
+from memmy.recall.fusion import calibrate
+from memmy.recall.pipeline import Candidate, RecallSettings
 from memmy.recall.query import prepare_query
 from memmy.service import MemoryService
 from memmy.service.recall import semantic_gate
@@ -39,6 +42,27 @@ def test_minilm_and_remote_models_keep_their_cosines_and_e5_is_put_on_minilms_sc
     mapped = [E5_SCALE.to_reference(x) for x in grid]
     assert mapped == sorted(mapped)  # order is kept: the map changes where thresholds fall, not rankings
     assert E5_SCALE.to_reference(0.80) < 0.126 < E5_SCALE.to_reference(0.81)  # e5's unrelated median ~ MiniLM's
+
+
+def test_from_reference_inverts_to_reference() -> None:
+    for reference in (-0.5, 0.0, 0.126, 0.15, 0.25, 0.45, 0.7, 1.0):
+        assert E5_SCALE.to_reference(E5_SCALE.from_reference(reference)) == pytest.approx(reference)
+    assert SimilarityScale().from_reference(0.25) == 0.25
+    assert 0.83 < E5_SCALE.from_reference(0.25) < 0.835  # e5's minTraceSim: as many unrelated pairs above it
+
+
+def test_fusion_scales_e5s_cosines_from_e5s_floor_so_its_narrow_band_still_ranks() -> None:
+    near = candidate("部署到生产环境之前必须先跑数据库迁移脚本", {"vec": 0.90})
+    far = candidate("用户偏好：代码评审意见要简短", {"vec": 0.84})
+    minilm_floor = RecallSettings.from_config(default_tree()["algorithm"])
+    calibrate([near, far], minilm_floor)
+    assert far.calibrated["vec"] == pytest.approx((0.84 - 0.25) / (0.90 - 0.25))  # 0.91: hardly below the best
+    e5_floor = dataclasses.replace(minilm_floor, scale=E5_SCALE)
+    calibrate([near, far], e5_floor)
+    low = E5_SCALE.from_reference(0.25)
+    assert near.calibrated["vec"] == 1.0
+    assert far.calibrated["vec"] == pytest.approx((0.84 - low) / (0.90 - low))  # about 0.12
+    assert far.calibrated["vec"] < 0.2
 
 
 def test_the_semantic_gate_drops_an_e5_hit_at_e5s_unrelated_level_that_minilms_floor_let_through() -> None:

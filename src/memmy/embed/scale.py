@@ -9,8 +9,9 @@ A :class:`SimilarityScale` maps a model's cosine to the MiniLM cosine that the s
 stays under (quantile matching over one set of sentence pairs, embedded by both models as query against passage):
 a gate then lets through the same share of unrelated hits whatever the model. The anchors are measured by
 ``bench/similarity_scale.py`` over sentences of memmy's own docs (not a set any recall figure is measured on).
-Ranking does not use this: it orders by each model's own cosine (a map onto MiniLM's floor cost the Chinese
-paraphrase set's recall with e5, see docs/recall.md), only the yes/no gates do.
+Ranking orders by each model's own cosine; fusion scales a cosine from the model's equivalent of ``minTraceSim``
+(:meth:`SimilarityScale.from_reference`), so that e5's narrow band still tells candidates apart. Which vector hits
+are kept at all stays ``minTraceSim`` as it is: moving that floor dropped e5's true paraphrases (docs/recall.md).
 """
 
 from __future__ import annotations
@@ -38,9 +39,14 @@ class SimilarityScale:
         between anchors, and from the outer anchors to -1 and 1)."""
         if self.anchors is None:
             return cosine
-        xs = (-1.0, *self.anchors, 1.0)
-        ys = (-1.0, *MINILM_ANCHORS, 1.0)
-        return float(np.interp(cosine, xs, ys))
+        return float(np.interp(cosine, (-1.0, *self.anchors, 1.0), (-1.0, *MINILM_ANCHORS, 1.0)))
+
+    def from_reference(self, reference: float) -> float:
+        """The cosine of this model at the share of unrelated pairs where all-MiniLM-L6-v2 scores ``reference``
+        (the inverse of :meth:`to_reference`): a MiniLM threshold such as ``minTraceSim`` on this model's scale."""
+        if self.anchors is None:
+            return reference
+        return float(np.interp(reference, (-1.0, *MINILM_ANCHORS, 1.0), (-1.0, *self.anchors, 1.0)))
 
 
 #: multilingual-e5-small's anchors (``python bench/similarity_scale.py --model multilingual-e5-small``).

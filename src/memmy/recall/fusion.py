@@ -35,10 +35,11 @@ def calibrate(candidates: list[Candidate], settings: RecallSettings, dates: Sequ
 
     BM25 is already relative to the tier's best match (0 = no match). Cosine has no natural zero (unrelated
     texts score 0.1-0.3 with MiniLM), so it is scaled between the floor below which a vector hit is no
-    evidence at all (``minTraceSim``, 0.15 for L3: the same floors the channel filter uses) and the tier's
-    best vector hit (1). Lexical evidence is the best of fts, structural and half the pattern channel (a
-    token present, ranked by recency, says less than a graded BM25 score); lexical and semantic evidence
-    count equally, and so does date evidence when the query names a date (the memory's time is in range).
+    evidence at all (``minTraceSim``, 0.15 for L3: MiniLM cosines, put on the embedding model's scale by
+    ``settings.scale``) and the tier's best vector hit (1). Lexical evidence is the best of fts, structural
+    and half the pattern channel (a token present, ranked by recency, says less than a graded BM25 score);
+    lexical and semantic evidence count equally, and so does date evidence when the query names a date (the
+    memory's time is in range).
     """
     for tier in (1, 2, 3):
         in_tier = [c for c in candidates if c.tier == tier and "vec" in c.channels]
@@ -46,7 +47,8 @@ def calibrate(candidates: list[Candidate], settings: RecallSettings, dates: Sequ
             continue
         high = max(c.channels["vec"] for c in in_tier)
         for cand in in_tier:
-            low = min(0.15 if cand.memory.layer == "L3" else settings.min_trace_sim, high - 1e-6)
+            floor = 0.15 if cand.memory.layer == "L3" else settings.min_trace_sim
+            low = min(settings.scale.from_reference(floor), high - 1e-6)
             cand.calibrated["vec"] = max(0.0, (cand.channels["vec"] - low) / (high - low))
     for cand in candidates:
         for channel in KEYWORD_CHANNELS:

@@ -23,6 +23,7 @@ from datetime import datetime
 from typing import Any
 
 from memmy.domain import Memory
+from memmy.embed.scale import SimilarityScale
 from memmy.errors import StoreError
 from memmy.recall.channels import (
     ChannelHit,
@@ -88,6 +89,8 @@ class RecallSettings:
     context_window: int = 1
     context_window_tokens: int = 256
     query_expansion: str = "off"
+    #: Where the embedding model's cosines stand on MiniLM's (``from_reference(minTraceSim)`` is fusion's zero).
+    scale: SimilarityScale = field(default_factory=SimilarityScale)
 
     @classmethod
     def from_config(cls, algorithm: dict[str, Any]) -> RecallSettings:

@@ -256,7 +256,8 @@ class RecallOps(Configured):
             status.append(extract_status)
         channels = frozenset(options.channels or CHANNELS)
         resolved = resolve_layers(mode, layers, self.config.domain, retrieval.read_only_injection_profile)
-        settings = RecallSettings.from_config(self.config.algorithm)
+        scale = similarity_scale(self.config.embedding.provider, self.config.embedding.model)
+        settings = dataclasses.replace(RecallSettings.from_config(self.config.algorithm), scale=scale)
         tags = frozenset(options.tags)
         request = RecallRequest(
             prepared,
