@@ -1,9 +1,10 @@
-"""Where a cosine of one embedding model stands on all-MiniLM-L6-v2's scale, for the thresholds that gate injection.
+"""Where a cosine of one embedding model stands on all-MiniLM-L6-v2's scale, for memmy's cosine thresholds.
 
 Models do not share a cosine scale. MiniLM scores unrelated texts around 0.13 and spreads related ones up to 1;
 multilingual-e5-small (trained with a low InfoNCE temperature) scores unrelated texts around 0.81 and almost every
 pair between 0.78 and 0.95. The turn-start gates (``minTraceSim`` in the semantic gate, ``STRONG_SIMILARITY`` in the
-topic gate) are MiniLM cosines, so with e5 every hit passed them and an off-topic prompt got memory injected.
+topic gate) and fusion's zero (``minTraceSim``) are MiniLM cosines, so with e5 every hit passed the gates (an
+off-topic prompt got memory injected) and every candidate's semantic evidence was nearly the same.
 
 A :class:`SimilarityScale` maps a model's cosine to the MiniLM cosine that the same share of unrelated text pairs
 stays under (quantile matching over one set of sentence pairs, embedded by both models as query against passage):
@@ -49,7 +50,7 @@ class SimilarityScale:
         return float(np.interp(reference, (-1.0, *MINILM_ANCHORS, 1.0), (-1.0, *self.anchors, 1.0)))
 
 
-#: multilingual-e5-small's anchors (``python bench/similarity_scale.py --model multilingual-e5-small``).
+#: multilingual-e5-small's anchors (``python bench/similarity_scale.py``, with ``memmy[multilingual]``).
 E5_SCALE = SimilarityScale((0.807, 0.819, 0.827, 0.837, 0.845, 0.855, 0.863, 0.87, 0.89))
 
 
