@@ -1,4 +1,4 @@
-"""The turn-start gates judge every model's cosine on all-MiniLM-L6-v2's scale (memmy/embed/scale.py)."""
+"""Every model's cosine judged on all-MiniLM-L6-v2's scale (embed/scale.py): turn-start gates, fusion's zero."""
 
 from __future__ import annotations
 
