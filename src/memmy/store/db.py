@@ -9,12 +9,12 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 
@@ -23,11 +23,13 @@ from memmy.store.checkpoints import CHECKPOINT_INTERVAL_S, SAFETY_NET_PAGES, Bac
 from memmy.store.integrity import STARTUP_CHECK_S, preflight, realign_fts, startup_check
 from memmy.store.schema import FTS_ROWID_VERSION, MIGRATIONS, SCHEMA_VERSION, current_version
 
+T = TypeVar("T")
 BUSY_TIMEOUT_MS = 5000
 #: SQLite's automatic checkpoint threshold (WAL pages), and the one a bulk run (a history import) uses: ~40 MiB.
 DEFAULT_CHECKPOINT_PAGES = 1000
 BULK_CHECKPOINT_PAGES = 10_000
 MIN_SQLITE = (3, 35, 0)
+SQLITE_BUSY = 5
 SQLITE_CORRUPT = 11
 SQLITE_FULL = 13
 #: Below this much free space the store is reported as unable to write (a page or two would not fit).
@@ -43,6 +45,33 @@ def is_disk_full(exc: BaseException) -> bool:
             return True
         return "database or disk is full" in str(exc)
     return isinstance(exc, OSError) and exc.errno == 28  # ENOSPC
+
+
+def is_busy(exc: BaseException) -> bool:
+    """True for SQLITE_BUSY ("database is locked"): another connection holds the lock this one needs."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(exc, sqlite3.OperationalError) and (
+        (code is not None and code & 0xFF == SQLITE_BUSY) or "database is locked" in str(exc)
+    )
+
+
+def retry_while_busy(step: Callable[[], T], seconds: float = BUSY_TIMEOUT_MS / 1000) -> T:
+    """Run ``step`` again, for up to ``seconds``, while SQLite answers "database is locked" at once.
+
+    SQLite skips the busy handler when waiting could deadlock: two connections that both hold a read lock and
+    both want to write (processes opening one store at once, each switching it to WAL) get SQLITE_BUSY straight
+    away, and the way out is to run the statement again once the other has finished.
+    """
+    end = time.monotonic() + seconds
+    pause = 0.005
+    while True:
+        try:
+            return step()
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc) or time.monotonic() >= end:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
 
 
 def is_corrupt(exc: BaseException) -> bool:
@@ -137,10 +166,10 @@ class Database:
             self.conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             if existed:
                 startup_check(self.conn, path, check_s)
-            self.conn.execute("PRAGMA journal_mode=WAL")
+            retry_while_busy(lambda: self.conn.execute("PRAGMA journal_mode=WAL").fetchall())
             self.conn.execute("PRAGMA synchronous=NORMAL")
             self.conn.execute("PRAGMA foreign_keys=ON")
-            self.migration = migrate(self.conn, path)
+            self.migration = retry_while_busy(lambda: migrate(self.conn, path))
             if existed and self.migration.from_version >= FTS_ROWID_VERSION:  # (migrating re-indexes anyway)
                 realign_fts(self.conn, path, check_s)
         except sqlite3.DatabaseError as exc:
