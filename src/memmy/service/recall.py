@@ -269,7 +269,7 @@ class RecallOps(Configured):
             channels,
             self.config.domain,
             tags,
-            admit=self._admission(query, prepared, flt.project_id, gated=mode == "turn_start"),
+            admit=self._admission(query, prepared, flt.project_id, settings.scale, gated=mode == "turn_start"),
         )
         outcome = self.engine.recall(request, settings)
         selected = outcome.selected
@@ -350,14 +350,13 @@ class RecallOps(Configured):
         )
 
     def _admission(
-        self, query: str, prepared: PreparedQuery, project_id: str | None, *, gated: bool
+        self, query: str, prepared: PreparedQuery, project_id: str | None, scale: SimilarityScale, *, gated: bool
     ) -> Callable[[list[Candidate], list[str]], list[Candidate]]:
         """The rules a candidate must pass before selection: derived memory resting on other projects stays
         there (evolve/scope.py); at turn start, the semantic gate and the topic gate (what the agent reads must
-        be on topic). Each drop is counted in the status."""
+        be on topic; cosines judged on MiniLM's scale through ``scale``). Each drop is counted in the status."""
         retrieval = self.config.retrieval
         gate = gated and retrieval.injection_semantic_gate
-        scale = similarity_scale(self.config.embedding.provider, self.config.embedding.model)
 
         def admit(candidates: list[Candidate], status: list[str]) -> list[Candidate]:
             if project_id is not None:

@@ -210,10 +210,7 @@ class TermStats:
     def scored_matches(self, db: Database, term: str) -> int:
         """The (row, token) matches bm25() scores for ``term``: its documents for a word; for a CJK run, the
         sum over its bigrams (and phrase) of their documents, since each is a token of the OR query."""
-        parts = fts_match_parts([term])
-        if len(parts) <= 1:
-            return self.doc_count(db, term)
-        return sum(self._count(db, part) for part in parts)
+        return sum(self._count(db, part) for part in fts_match_parts([term]))
 
     def _count(self, db: Database, expression: str) -> int:
         if not expression:
