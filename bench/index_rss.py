@@ -70,8 +70,9 @@ def main() -> None:
                 yield f"mem_{number:012d}", "vec_summary", vector, meta
 
     index.bulk_load(rows())
-    stored = index._blocks[next(iter(index._blocks))].matrix.dtype  # noqa: SLF001
-    report(f"index loaded ({len(index):,} rows, {stored})", started)
+    arrays = [a for b in index._blocks.values() for a in vars(b).values() if isinstance(a, np.ndarray)]  # noqa: SLF001
+    capacity = sum(a.nbytes for a in arrays) / 2**20
+    report(f"index loaded ({len(index):,} rows, {capacity:.1f} MiB of row arrays allocated)", started)
     with tempfile.TemporaryDirectory() as temporary:
         embedder = OnnxMiniLMEmbedder(query_cache_size=0, cache_dir=Path(args.cache_dir or temporary))
         embedder.load()

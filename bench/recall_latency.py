@@ -450,16 +450,17 @@ def stage_floors(
     """What each stage costs at its floor, on the same prompts and store, right after the timed turns.
 
     embed: the model alone on the prompt (``embed([prompt])``, no cache); vector: one bare scan of every indexed
-    row (``memmy.store.vectors.scan``, the index's float16 dot product; no masks, no top-k); fts: the bare
-    ``bm25()`` top-N over the FTS table with the same selective terms and window the channel uses (no join, no
+    row (``memmy.store.vectors.scan``, the index's int8 dot product; no masks, no top-k, no exact re-score); fts:
+    the bare ``bm25()`` top-N over the FTS table with the same selective terms and window the channel uses (no join, no
     filter); load: reading the rows of 30 memories by id.
     """
     from memmy.recall.query import prepare_query
     from memmy.store.text import fts_match_expression
-    from memmy.store.vectors import STORED_DTYPE, scan
+    from memmy.store.vectors import scan
 
     index = service.indexer.index
-    matrices = [block.matrix[: len(block.keys)] for block in index._blocks.values()] if index else []  # noqa: SLF001
+    blocks = list(index._blocks.values()) if index else []  # noqa: SLF001
+    codes = [(block.coarse[: len(block.keys)], block.scale[: len(block.keys)]) for block in blocks]
     ids = [row["id"] for row in service.db.query("SELECT id FROM memories ORDER BY random() LIMIT 30")]
     floors: dict[str, list[float]] = {"embed": [], "vector": [], "  fts": [], "load": []}
     for prompt in prompts:
@@ -467,9 +468,8 @@ def stage_floors(
         vector = embedder.embed([prompt], role="query")[0]
         floors["embed"].append((time.perf_counter() - clock) * 1000)
         clock = time.perf_counter()
-        stored = vector.astype(STORED_DTYPE)
-        for matrix in matrices:
-            scan(matrix, stored)
+        for coarse, scale in codes:
+            scan(coarse, scale, vector)
         floors["vector"].append((time.perf_counter() - clock) * 1000)
         terms = service.memories.selective_terms(prepare_query(prompt).fts_terms)
         expression = fts_match_expression(terms)
@@ -635,7 +635,7 @@ def print_report(
         print(markdown_table(headers, rows))
         print(
             "\nfloor: the stage's bare cost measured in the same run on the same prompts (embed: the model alone; "
-            "vector: one bare float16 scan (the index's kernel) over every row; fts: the bare bm25() top-N, no join "
+            "vector: one bare int8 scan (the index's kernel) over every row; fts: the bare bm25() top-N, no join "
             "or filter; load: 30 rows by id). "
             "embed .. select: RecallOutcome.timings_ms; vec/fts/pattern/structural: time inside each channel "
             "function (vec: all calls of the turn); prep+render: scope, query preparation, no-LLM fallback "

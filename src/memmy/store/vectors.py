@@ -3,16 +3,20 @@
 Every vector row is stamped with the embedding provider, model and dimension that produced it. Search
 never mixes spaces: the in-memory index holds only vectors of the current fingerprint, and rows with any
 other stamp are re-embedded in the background. The index is exact (every row scored, no recency window) and
-compact: rows are held as float16 (half the memory of float32; cosine error below 1e-3, far under the gaps
-that decide a ranking) and scored by SimSIMD's float16 dot-product kernel, which widens to float32 in
-registers, so one scan reads half the bytes of a float32 BLAS product. Rows are kept as one contiguous block
-per project: a project-scoped query scans its project and the shared rows only; an unscoped one scans every
-block.
+compact: a row is held as two int8 codes per dimension (:func:`quantize`): its values over the row's own scale
+(max |x| / 127), and what those leave over a 254th of that scale. A search scans only the first codes with
+SimSIMD's int8 dot product (one byte per dimension: a quarter of the float32 bytes, a third of float16's
+time), which puts each row within a few thousandths of its cosine; the best few hundred rows are then scored
+exactly from both codes (within 1e-5 of float32, closer than float16) and ranked by that. Two bytes a
+dimension in all, as float16 took. Rows are kept as one contiguous block per project: a project-scoped query
+scans its project and the shared rows only; an unscoped one scans every block.
 """
 
 from __future__ import annotations
 
 import bisect
+import ctypes
+import ctypes.util
 import itertools
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -26,18 +30,83 @@ from numpy.typing import NDArray
 from memmy.store.db import Database, utc_now
 
 Vector = NDArray[np.float32]
-Stored = NDArray[np.float16]
-#: How the index holds rows: float16 (2 bytes per dimension).
-STORED_DTYPE = np.float16
+Codes = NDArray[np.int8]
+#: The residual codes count in steps of ``scale / RESIDUAL_STEPS``: a coarse code leaves at most half a step
+#: of ``scale``, which 127 residual steps of either sign cover.
+RESIDUAL_STEPS = 254
+#: A search scores exactly this many times the rows it needs (per layer, two per memory) of the scan's best:
+#: the scan's error (under 0.004 on MiniLM rows) moves a row a few places, not past that margin.
+RERANK_FACTOR = 4
 
 
-def scan(rows: Stored, query: Stored) -> Vector:
-    """``rows @ query`` as float32: SimSIMD's float16 dot product (F16C / AVX-512 FP16 / NEON, float32
-    accumulation; it releases the GIL), one pass over the rows' bytes."""
-    if rows.shape[0] == 0:
+def release_freed_heap() -> None:
+    """Hand the C heap's freed pages back to the system (glibc's ``malloc_trim``; elsewhere nothing happens).
+
+    Loading the index frees, in the middle of the heap, a store's worth of chunks and batches that stay
+    resident otherwise (40-55 MiB at 100k rows), since glibc only returns memory at the heap's top by itself.
+    """
+    name = ctypes.util.find_library("c")
+    if not name:
+        return
+    try:
+        trim = ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl, macOS)
+        return
+    trim(0)
+
+
+def quantize(rows: Vector) -> tuple[Codes, Codes, Vector]:
+    """The index's layout of float32 ``rows`` (n x dim): coarse codes, residual codes and each row's scale.
+
+    A row ``x`` is ``scale * (coarse + residual / RESIDUAL_STEPS)`` to within ``scale / 508`` per dimension
+    (about 4e-6 for a unit MiniLM row, against float16's 1e-4). A zero row gets scale 1 and zero codes.
+    """
+    return _quantize_consuming(np.array(rows, dtype=np.float32, copy=True))
+
+
+def _quantize_consuming(work: Vector) -> tuple[Codes, Codes, Vector]:
+    """:func:`quantize`, computed in ``work`` itself (overwritten): the start-up load quantises a store a chunk
+    at a time in one buffer, and no temporary of a chunk's size is allocated (freed, they leave the heap larger)."""
+    scale = np.maximum(work.max(axis=1), -work.min(axis=1)) / np.float32(127)
+    scale[scale == 0] = 1.0
+    work /= scale[:, None]  # now within [-127, 127]
+    coarse = np.empty(work.shape, dtype=np.int8)
+    np.rint(work, out=coarse, casting="unsafe")
+    work -= coarse  # what the coarse codes leave, within half a step
+    work *= RESIDUAL_STEPS
+    residual = np.empty(work.shape, dtype=np.int8)
+    np.rint(np.clip(work, -127, 127, out=work), out=residual, casting="unsafe")
+    return coarse, residual, scale.astype(np.float32)
+
+
+def scan(coarse: Codes, scale: Vector, query: Vector) -> Vector:
+    """Approximately ``rows @ query`` for every row: SimSIMD's int8 dot product of the rows' coarse codes and
+    the query's own int8 codes (exact integer sums; it releases the GIL), times both scales. Off the float32
+    cosine by a few thousandths: good for choosing the rows :func:`exact_scores` then scores."""
+    if coarse.shape[0] == 0:
         return np.zeros(0, dtype=np.float32)
-    scores = simsimd.cdist(query[None, :], rows, metric="dot", out_dtype="float32")
-    result: Vector = np.asarray(scores, dtype=np.float32).reshape(-1)
+    query = np.asarray(query, dtype=np.float32)
+    query_scale = float(np.abs(query).max()) / 127 or 1.0
+    query_codes = np.clip(np.rint(query / query_scale), -127, 127).astype(np.int8)
+    sums = simsimd.cdist(query_codes[None, :], coarse, metric="dot", out_dtype="float32")
+    result: Vector = np.asarray(sums, dtype=np.float32).reshape(-1) * scale
+    result *= np.float32(query_scale)
+    return result
+
+
+def exact_scores(coarse: Codes, residual: Codes, scale: Vector, rows: NDArray[np.intp], query: Vector) -> Vector:
+    """``rows @ query`` for the listed rows from both codes (within 1e-5 of float32)."""
+    query = np.asarray(query, dtype=np.float32)
+    whole = coarse[rows].astype(np.float32) @ query
+    whole += (residual[rows].astype(np.float32) @ query) / np.float32(RESIDUAL_STEPS)
+    result: Vector = whole * scale[rows]
+    return result
+
+
+def decoded(coarse: Codes, residual: Codes, scale: Vector, row: int) -> Vector:
+    """One row back as float32 (within 1e-5 of what was stored)."""
+    whole = coarse[row].astype(np.float32) + residual[row].astype(np.float32) / np.float32(RESIDUAL_STEPS)
+    result: Vector = whole * scale[row]
     return result
 
 
@@ -51,35 +120,66 @@ class VectorMeta:
 
 
 class _Block:
-    """The rows of one project scope (or of the memories every project sees), contiguous in one matrix."""
+    """The rows of one project scope (or of the memories every project sees), each kind of code contiguous."""
 
     def __init__(self, dim: int, capacity: int) -> None:
         self.dim = dim
-        self.matrix: Stored = np.zeros((capacity, dim), dtype=STORED_DTYPE)
+        self.coarse: Codes = np.zeros((capacity, dim), dtype=np.int8)
+        self.residual: Codes = np.zeros((capacity, dim), dtype=np.int8)
+        self.scale: Vector = np.ones(capacity, dtype=np.float32)
         self.layer = np.zeros(capacity, dtype=np.int8)
         self.source = np.zeros(capacity, dtype=np.int32)
         self.keys: list[tuple[str, str]] = []
 
+    @property
+    def capacity(self) -> int:
+        """Rows the block has room for."""
+        return int(self.coarse.shape[0])
+
     def grow(self, needed: int) -> None:
-        size = self.matrix.shape[0]
+        size = self.capacity
         if needed <= size:
             return
         new_size = max(64, size * 2, needed)
-        for name in ("matrix", "layer", "source"):
+        for name in BLOCK_ARRAYS:
             old = getattr(self, name)
             # np.zeros leaves untouched pages unallocated, so spare capacity costs address space, not memory.
-            grown = np.zeros((new_size, self.dim) if name == "matrix" else (new_size,), dtype=old.dtype)
+            grown = np.zeros((new_size, *old.shape[1:]), dtype=old.dtype)
             grown[:size] = old
             setattr(self, name, grown)
 
+    def put(self, row: int, vector: Vector) -> None:
+        """Store ``vector`` in ``row``."""
+        coarse, residual, scale = quantize(vector[None, :])
+        self.coarse[row], self.residual[row], self.scale[row] = coarse[0], residual[0], scale[0]
+
+    def scan(self, query: Vector) -> Vector:
+        """The scan's approximate score of every row in use (see :func:`scan`)."""
+        n = len(self.keys)
+        return scan(self.coarse[:n], self.scale[:n], query)
+
+    def exact(self, rows: NDArray[np.intp], query: Vector) -> Vector:
+        """Exact scores of ``rows`` (see :func:`exact_scores`)."""
+        return exact_scores(self.coarse, self.residual, self.scale, rows, query)
+
+    def vector(self, row: int) -> Vector:
+        """One row as float32."""
+        return decoded(self.coarse, self.residual, self.scale, row)
+
+
+#: The per-row arrays of a block, moved together (growth, swap-with-last removal).
+BLOCK_ARRAYS = ("coarse", "residual", "scale", "layer", "source")
+
 
 class _Load:
-    """The rows of one block while the index loads: fixed-size chunks, joined once into an exact-size block."""
+    """The rows of one block while the index loads: quantised a chunk at a time, joined once into an exact-size
+    block (only one chunk is ever held as float32)."""
 
     def __init__(self, dim: int, chunk_rows: int) -> None:
         self.dim = dim
         self.chunk_rows = max(1, chunk_rows)
-        self.chunks: list[Stored] = []
+        self.staged: Vector = np.empty((self.chunk_rows, dim), dtype=np.float32)
+        self.chunks: list[tuple[Codes, Codes, Vector]] = []
         self.count = 0
         self.layers: list[int] = []
         self.sources: list[int] = []
@@ -87,21 +187,27 @@ class _Load:
 
     def add(self, key: tuple[str, str], vector: Vector, layer: int, source: int) -> None:
         row = self.count % self.chunk_rows
-        if row == 0:
-            self.chunks.append(np.empty((self.chunk_rows, self.dim), dtype=STORED_DTYPE))
-        self.chunks[-1][row] = vector
+        self.staged[row] = vector
         self.keys.append(key)
         self.layers.append(layer)
         self.sources.append(source)
         self.count += 1
+        if row == self.chunk_rows - 1:
+            self.chunks.append(_quantize_consuming(self.staged))
 
     def block(self) -> _Block:
         """The loaded rows as one block with room for 64 more."""
+        left = self.count % self.chunk_rows
+        if left:
+            self.chunks.append(_quantize_consuming(self.staged[:left]))
         block = _Block(self.dim, self.count + 64)
-        for number, chunk in enumerate(self.chunks):
-            first = number * self.chunk_rows
-            rows = min(self.chunk_rows, self.count - first)
-            block.matrix[first : first + rows] = chunk[:rows]
+        first = 0
+        for coarse, residual, scale in self.chunks:
+            rows = coarse.shape[0]
+            block.coarse[first : first + rows] = coarse
+            block.residual[first : first + rows] = residual
+            block.scale[first : first + rows] = scale
+            first += rows
         self.chunks.clear()
         block.layer[: self.count] = self.layers
         block.source[: self.count] = self.sources
@@ -110,7 +216,8 @@ class _Load:
 
 
 class VectorIndex:
-    """Exact cosine search over L2-normalised vectors, kept in one contiguous float16 block per project.
+    """Exact cosine search over L2-normalised vectors, kept in one contiguous block per project (int8 codes,
+    see the module docstring).
 
     A scoped search (one project) scans only that project's block and the block of memories every project
     sees (no project, or global), so its cost follows the project's size, not the store's. Each row also
@@ -163,7 +270,7 @@ class VectorIndex:
                 self._pos[key] = (project, row)
             else:
                 row = found[1]
-            block.matrix[row] = vector
+            block.put(row, vector)
             block.layer[row] = self._code("layer", meta.layer)
             block.source[row] = self._code("source", meta.source)
 
@@ -172,7 +279,8 @@ class VectorIndex:
 
         Into an empty index the rows are gathered per block in chunks of ``chunk_rows`` and each block is then
         allocated once, at its final size: blocks grown row by row double their capacity, and a block small
-        enough to come from the heap keeps all of it resident (about 50 MiB more at 100k in 20 projects).
+        enough to come from the heap keeps all of it resident (about 50 MiB more at 100k in 20 projects). The
+        chunks freed then are handed back to the system (:func:`release_freed_heap`).
         """
         with self._lock:
             if self._pos:
@@ -196,8 +304,10 @@ class VectorIndex:
                 load.add(key, vector, self._code("layer", meta.layer), self._code("source", meta.source))
             for project, load in loads.items():
                 self._blocks[project] = load.block()
+            loads.clear()
             for memory_id, field, vector, meta in repeated:
                 self.upsert(memory_id, field, vector, meta)
+        release_freed_heap()
 
     def _remove_key(self, key: tuple[str, str]) -> None:
         found = self._pos.pop(key, None)
@@ -208,7 +318,8 @@ class VectorIndex:
         last = len(block.keys) - 1
         if row != last:  # swap-with-last, O(1) per row
             moved = block.keys[last]
-            for array in (block.matrix, block.layer, block.source):
+            for name in BLOCK_ARRAYS:
+                array = getattr(block, name)
                 array[row] = array[last]
             block.keys[row] = moved
             self._pos[moved] = (project, row)
@@ -231,15 +342,14 @@ class VectorIndex:
             for field in ("vec_summary", "vec", "vec_action"):
                 found = self._pos.get((memory_id, field))
                 if found is not None:
-                    row: Vector = self._blocks[found[0]].matrix[found[1]].astype(np.float32)
-                    return row
+                    return self._blocks[found[0]].vector(found[1])
         return None
 
     def similarities(self, memory_ids: Iterable[str], query: Vector) -> dict[str, float]:
         """Cosine of ``query`` with each listed memory that has a vector (best field), for candidates that
         another channel found: their semantic evidence is known exactly, not only when they made the top k.
-        The query is rounded to float16 first, as :meth:`search_layers` does, so both give the same score."""
-        query = query.astype(STORED_DTYPE).astype(np.float32)
+        Scored from both codes, as :meth:`search_layers` scores the rows it returns, so both give the same score."""
+        query = np.asarray(query, dtype=np.float32)
         wanted: dict[int, tuple[list[int], list[str]]] = {}
         with self._lock:
             for memory_id in memory_ids:
@@ -250,7 +360,7 @@ class VectorIndex:
                         rows.append(pos[1])
                         owners.append(memory_id)
             scored = [
-                (owners, self._blocks[code].matrix[rows].astype(np.float32) @ query)
+                (owners, self._blocks[code].exact(np.asarray(rows, dtype=np.intp), query))
                 for code, (rows, owners) in wanted.items()
             ]
         found: dict[str, float] = {}
@@ -302,12 +412,14 @@ class VectorIndex:
         source: str | None = None,
         merge: bool = False,
     ) -> dict[str, list[tuple[str, float]]]:
-        """Top memories per layer (``{"L1": 20, ...}``; ``"*"`` = any layer), one matrix product per block.
+        """Top memories per layer (``{"L1": 20, ...}``; ``"*"`` = any layer), one scan per block.
 
         A ``project_id`` limits the scan to that project's block and the block every project sees. With
         ``merge`` the per-layer results are also merged into ``"*"`` (best first, capped at the largest k).
+        The scan's best rows (:data:`RERANK_FACTOR` times those needed) are scored exactly, and ranked and
+        returned with that score.
         """
-        stored_query: Stored = query.astype(STORED_DTYPE)
+        query = np.asarray(query, dtype=np.float32)
         with self._lock:
             if not self._pos or not pools:
                 return {name: [] for name in [*pools, "*"]}
@@ -322,7 +434,7 @@ class VectorIndex:
             # joined so that each layer takes one top-k pass, not one per block.
             scanned = [(block, len(block.keys)) for code in codes if (block := self._blocks.get(code)) and block.keys]
             if scanned:
-                scores = _joined([scan(block.matrix[:n], stored_query) for block, n in scanned])
+                scores = _joined([block.scan(query) for block, _n in scanned])
                 layer_codes = _joined([block.layer[:n] for block, n in scanned])
                 source_codes = _joined([block.source[:n] for block, n in scanned])
                 ends = list(itertools.accumulate(n for _block, n in scanned))
@@ -330,6 +442,16 @@ class VectorIndex:
                 def owner(row: int) -> str:
                     part = bisect.bisect_right(ends, row)
                     return scanned[part][0].keys[row - (ends[part - 1] if part else 0)][0]
+
+                starts = np.array([0, *ends[:-1]], dtype=np.intp)
+
+                def exact(rows: NDArray[np.intp]) -> Vector:
+                    parts = np.searchsorted(ends, rows, side="right")
+                    result: Vector = np.empty(rows.shape[0], dtype=np.float32)
+                    for part in np.unique(parts).tolist():
+                        here = parts == part
+                        result[here] = scanned[part][0].exact(rows[here] - starts[part], query)
+                    return result
 
                 total = ends[-1]
                 for name, k in pools.items():
@@ -342,7 +464,7 @@ class VectorIndex:
                             continue
                         if kept == total:
                             mask = None
-                    found[name] = self._top(owner, scores, mask, k)
+                    found[name] = self._top(owner, exact, scores, mask, k)
         results: dict[str, list[tuple[str, float]]] = {}
         for name, k in pools.items():
             best: dict[str, float] = {}
@@ -361,21 +483,26 @@ class VectorIndex:
 
     @staticmethod
     def _top(
-        owner: Callable[[int], str], scores: Vector, mask: NDArray[np.bool_] | None, k: int
+        owner: Callable[[int], str],
+        exact: Callable[[NDArray[np.intp]], Vector],
+        scores: Vector,
+        mask: NDArray[np.bool_] | None,
+        k: int,
     ) -> list[tuple[str, float]]:
+        """The best ``k`` memories by exact score among the scan's best rows (``scores`` is the scan's)."""
         n = scores.shape[0]
         if k <= 0:
             return []
         masked = scores if mask is None else np.where(mask, scores, np.float32(-np.inf))
-        take = min(n, k * 2)  # a memory may own two fields; over-take then de-duplicate
+        take = min(n, k * 2 * RERANK_FACTOR)  # a memory may own two fields; over-take then de-duplicate
         top = top_rows(masked, take) if take < n else np.arange(n)
-        order = top[np.argsort(-masked[top])]
-        order = order[np.isfinite(masked[order])]
+        top = top[np.isfinite(masked[top])]
+        exact_top = exact(top)
         best: dict[str, float] = {}
-        for i in order.tolist():
-            memory_id = owner(i)
+        for position in np.argsort(-exact_top, kind="stable").tolist():
+            memory_id = owner(int(top[position]))
             if memory_id not in best:
-                best[memory_id] = float(masked[i])
+                best[memory_id] = float(exact_top[position])
                 if len(best) >= k:
                     break
         return list(best.items())
