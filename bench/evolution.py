@@ -4,6 +4,7 @@
     python bench/evolution.py --episodes 1000 --families 50
     python bench/evolution.py --data tasks.txt     # one task sentence per line instead of the built-in families
     python bench/evolution.py --baseline-src /tmp/main/src   # this tree and another checkout's src/, back to back
+    python bench/evolution.py --model multilingual-e5-small  # another local embedding model (memmy[multilingual])
 
 With ``--baseline-src`` the bench runs twice in fresh processes under the same load, first the other tree (e.g.
 ``git archive main src | tar -x -C /tmp/main``), then this one, and prints turns/s, episodes/s and RSS of both
@@ -79,13 +80,18 @@ def main() -> int:
     parser.add_argument("--families", type=int, default=20, help="distinct tasks the episodes cycle through")
     parser.add_argument("--data", help="a text file with one task per line (used as the task families)")
     parser.add_argument("--baseline-src", help="another tree's src/ to measure back to back with this one")
+    parser.add_argument("--model", default="all-MiniLM-L6-v2", help="the local embedding model (default MiniLM)")
     args = parser.parse_args()
     if args.baseline_src:
         return compare(args)
 
     home = Path(tempfile.mkdtemp(prefix="memmy-evolution-bench-"))
     config = home / "config.yaml"
-    config.write_text("memmyMemory:\n  algorithm:\n    reward:\n      feedbackWindowSec: 0\n", encoding="utf-8")
+    config.write_text(
+        "memmyMemory:\n  algorithm:\n    reward:\n      feedbackWindowSec: 0\n"
+        f"  embedding:\n    provider: local\n    model: {args.model}\n",
+        encoding="utf-8",
+    )
     os.environ.update({"HOME": str(home), "MEMMY_HOME": str(home / ".memmy"), "MEMMY_CONFIG": str(config)})
     from memmy.config import load_config
     from memmy.namespace import Namespace
@@ -97,7 +103,10 @@ def main() -> int:
     families = tasks_from(args)
     start_ms: list[float] = []
     complete_ms: list[float] = []
-    print(f"# evolution bench: {args.episodes} episodes over {len(families)} task families, no LLM", file=sys.stderr)
+    print(
+        f"# evolution bench: {args.episodes} episodes over {len(families)} task families, no LLM, {args.model}",
+        file=sys.stderr,
+    )
     capture_started = time.perf_counter()
     for n in range(args.episodes):
         task, error = families[n % len(families)]
@@ -192,7 +201,16 @@ FIGURES = (
 def compare(args: argparse.Namespace) -> int:
     """Run the bench for ``--baseline-src`` and for this tree, back to back, and print both."""
     here = str(Path(__file__).resolve().parents[1] / "src")
-    argv = [sys.executable, __file__, "--episodes", str(args.episodes), "--families", str(args.families)]
+    argv = [
+        sys.executable,
+        __file__,
+        "--episodes",
+        str(args.episodes),
+        "--families",
+        str(args.families),
+        "--model",
+        args.model,
+    ]
     if args.data:
         argv += ["--data", args.data]
     found: dict[str, dict[str, float]] = {}

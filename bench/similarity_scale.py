@@ -5,11 +5,13 @@
 
 Takes sentences (40-200 characters, no tables or code) from the Markdown files under ``--data`` (default: this
 checkout's ``docs/``), shuffles them with a fixed seed, keeps ``--sentences`` of them, embeds each as a query and as
-a passage, and prints the cosine of query i against passage j (i != j: different sentences) at the shares of
-``ANCHOR_SHARES``, for all-MiniLM-L6-v2 and for multilingual-e5-small (when ``memmy[multilingual]`` is installed),
-next to the anchors memmy ships. The turn-start gates compare a model's cosine with MiniLM's thresholds after
-mapping it through these anchors (quantile matching), so that they let through the same share of unrelated hits
-whatever the model. No recall set is read: the sentences are the docs, which no figure is measured on.
+a passage, and prints, at the shares of ``ANCHOR_SHARES``, the cosine of query i against passage j (i != j:
+different sentences; the ``query-passage`` anchors) and of passage i against passage j (the ``texts`` anchors),
+for all-MiniLM-L6-v2 and for multilingual-e5-small (when ``memmy[multilingual]`` is installed), next to the
+anchors memmy ships. The turn-start gates compare a model's query-against-memory cosine with MiniLM's
+thresholds after mapping it through the first anchors (quantile matching), and evolution and dream compare two
+stored texts through the second, so that each lets through the same share of unrelated pairs whatever the model.
+No recall set is read: the sentences are the docs, which no figure is measured on.
 """
 
 from __future__ import annotations
@@ -25,10 +27,13 @@ from pathlib import Path
 import numpy as np
 
 from memmy.embed import build_embedder
-from memmy.embed.scale import ANCHOR_SHARES, E5_SCALE, MINILM_ANCHORS
+from memmy.embed.scale import ANCHOR_SHARES, E5_SCALE, E5_TEXTS_SCALE, MINILM_ANCHORS
 
 ROOT = Path(__file__).resolve().parents[1]
-SHIPPED = {"all-MiniLM-L6-v2": MINILM_ANCHORS, "multilingual-e5-small": E5_SCALE.anchors}
+SHIPPED = {
+    "all-MiniLM-L6-v2": (MINILM_ANCHORS, MINILM_ANCHORS),
+    "multilingual-e5-small": (E5_SCALE.anchors, E5_TEXTS_SCALE.anchors),
+}
 
 
 def sentences(data: Path, count: int, seed: int) -> list[str]:
@@ -44,13 +49,18 @@ def sentences(data: Path, count: int, seed: int) -> list[str]:
     return found[:count]
 
 
-def anchors(model: str, texts: list[str]) -> list[float]:
-    """The model's cosines of query i against passage j (i != j) at ``ANCHOR_SHARES``."""
+def anchors(model: str, texts: list[str]) -> tuple[list[float], list[float]]:
+    """The model's cosines at ``ANCHOR_SHARES`` of query i against passage j and of passage i against passage j
+    (i != j)."""
     embedder = build_embedder("local", model)
     queries = np.asarray(embedder.embed(texts, role="query"), dtype=np.float32)
     passages = np.asarray(embedder.embed(texts, role="document"), dtype=np.float32)
-    pairs = (queries @ passages.T)[~np.eye(len(texts), dtype=bool)]
-    return [round(float(np.quantile(pairs, share)), 3) for share in ANCHOR_SHARES]
+    different = ~np.eye(len(texts), dtype=bool)
+    found = []
+    for left in (queries, passages):
+        pairs = (left @ passages.T)[different]
+        found.append([round(float(np.quantile(pairs, share)), 3) for share in ANCHOR_SHARES])
+    return found[0], found[1]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: only {len(texts)} sentences under {args.data}", file=sys.stderr)
         return 2
     started = time.perf_counter()
-    print(f"{len(texts)} sentences of {args.data}, {len(texts) * (len(texts) - 1):,} query/passage pairs")
+    print(f"{len(texts)} sentences of {args.data}, {len(texts) * (len(texts) - 1):,} pairs of each kind")
     print(f"shares   {' '.join(f'{s:>6}' for s in ANCHOR_SHARES)}")
     for model, shipped in SHIPPED.items():
         try:
@@ -76,8 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as error:  # noqa: BLE001 - the optional model may be missing
             print(f"{model}: skipped ({error})")
             continue
-        print(f"{model}\n  now    {' '.join(f'{x:6.3f}' for x in measured)}")
-        print(f"  memmy  {' '.join(f'{x:6.3f}' for x in shipped or ())}")
+        print(model)
+        for kind, now, ships in zip(("query-passage", "texts"), measured, shipped, strict=True):
+            print(f"  {kind:<14} now    {' '.join(f'{x:6.3f}' for x in now)}")
+            print(f"  {'':<14} memmy  {' '.join(f'{x:6.3f}' for x in ships or ())}")
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"{time.perf_counter() - started:.1f} s   load average {load}")
     return 0

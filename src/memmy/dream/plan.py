@@ -274,6 +274,7 @@ class DreamPlanner:
             else:
                 by_hash[key] = row["id"]
         index = self.indexer.index
+        to_reference = self.indexer.texts_scale().to_reference  # the threshold is a MiniLM cosine
         if index is not None:
             pairs: list[tuple[str, str]] = []
             for row in recent:
@@ -281,7 +282,7 @@ class DreamPlanner:
                 if vector is None:
                     continue
                 for hit, score in index.search(vector, NEIGHBOURS + 1, layers=[row["memory_layer"]]):
-                    if hit != row["id"] and score >= threshold and hit not in taken:
+                    if hit != row["id"] and to_reference(score) >= threshold and hit not in taken:
                         pairs.append((row["id"], hit))
             missing = sorted({b for _a, b in pairs if b not in pool})
             for hit_id, hit_row in self.repo.memory_rows(missing).items():
@@ -295,13 +296,14 @@ class DreamPlanner:
         groups: dict[str, list[Row]] = {}
         for memory_id, row in pool.items():
             groups.setdefault(find(memory_id), []).append(row)
-        clusters = [self._cluster(rows, threshold) for rows in groups.values() if len(rows) > 1]
+        clusters = [self._cluster(rows, threshold, to_reference) for rows in groups.values() if len(rows) > 1]
         clusters = [c for c in clusters if c]
         clusters.sort(key=lambda c: c[-1].memory_id)
         return clusters, older, index is not None
 
-    def _cluster(self, rows: list[Row], threshold: float) -> list[Planned]:
-        """Keep the best row; supersede those that are its twins directly (same content, or cosine to it)."""
+    def _cluster(self, rows: list[Row], threshold: float, to_reference: Callable[[float], float]) -> list[Planned]:
+        """Keep the best row; supersede those that are its twins directly (same content, or cosine to it, read on
+        MiniLM's scale through ``to_reference``)."""
         rows.sort(key=rank, reverse=True)
         keeper, others = rows[0], rows[1:]
         keeper_hash = content_hash(keeper["memory_value"])
@@ -317,7 +319,7 @@ class DreamPlanner:
                 if keeper_vector is None or vector is None:
                     continue
                 score = float(np.dot(keeper_vector, vector))
-                if score < threshold or not compatible(keeper["memory_value"], row["memory_value"]):
+                if to_reference(score) < threshold or not compatible(keeper["memory_value"], row["memory_value"]):
                     continue
                 reason = f"near-duplicate of {keeper['id']} (cosine {score:.3f})"
             changes.append(Planned(row["id"], "supersede", reason, row, archive=True, superseded_by=keeper["id"]))

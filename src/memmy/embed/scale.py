@@ -13,11 +13,19 @@ a gate then lets through the same share of unrelated hits whatever the model. Th
 Ranking orders by each model's own cosine; fusion scales a cosine from the model's equivalent of ``minTraceSim``
 (:meth:`SimilarityScale.from_reference`), so that e5's narrow band still tells candidates apart. Which vector hits
 are kept at all stays ``minTraceSim`` as it is: moving that floor dropped e5's true paraphrases (docs/recall.md).
+
+Two stored texts (a trace against a policy, two policies of a world model, a memory against its would-be twin in
+Dream, a prompt against the task's earlier requests) have anchors of their own (``between="texts"``): e5 embeds
+both sides the same way, and such pairs sit higher on its scale than a query against a passage (its unrelated
+median 0.821 against 0.807, its 99.9 % 0.913 against 0.889), while MiniLM, which has no prefixes, gives the same
+cosines either way. Without them e5 put "The deploy script lives in scripts/deploy.sh" and "The build script
+lives in scripts/build.sh" at 0.976, over Dream's 0.95 for twins.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -50,13 +58,21 @@ class SimilarityScale:
         return float(np.interp(reference, (-1.0, *MINILM_ANCHORS, 1.0), (-1.0, *self.anchors, 1.0)))
 
 
-#: multilingual-e5-small's anchors (``python bench/similarity_scale.py``, with ``memmy[multilingual]``).
+#: multilingual-e5-small's anchors, query against passage (``python bench/similarity_scale.py``, with
+#: ``memmy[multilingual]``).
 E5_SCALE = SimilarityScale((0.807, 0.819, 0.827, 0.837, 0.845, 0.855, 0.863, 0.87, 0.89))
+#: multilingual-e5-small's anchors between two texts embedded alike (passage against passage; query against
+#: query lies within 0.008 of them), from the same run.
+E5_TEXTS_SCALE = SimilarityScale((0.821, 0.835, 0.843, 0.855, 0.864, 0.876, 0.884, 0.893, 0.913))
+
+#: Which cosines a scale is for: a query against stored passages (recall), or two texts embedded alike.
+Between = Literal["query-passage", "texts"]
 
 
-def similarity_scale(provider: str, model: str | None) -> SimilarityScale:
-    """The scale of the configured embedding model: e5's for the local multilingual model; MiniLM's own (the
-    identity) for MiniLM and for a remote model, whose scale is not measured (its gates use MiniLM's thresholds)."""
+def similarity_scale(provider: str, model: str | None, between: Between = "query-passage") -> SimilarityScale:
+    """The scale of the configured embedding model for cosines ``between`` a query and a passage or two texts:
+    e5's for the local multilingual model; MiniLM's own (the identity) for MiniLM and for a remote model, whose
+    scale is not measured (its thresholds are MiniLM's)."""
     if (provider or "").strip().lower() == LOCAL and (model or "").strip() in MULTILINGUAL_ALIASES:
-        return E5_SCALE
+        return E5_SCALE if between == "query-passage" else E5_TEXTS_SCALE
     return SimilarityScale()

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from memmy.domain import sha256_hex
 from memmy.evolve.model import PolicyDraft, PolicyView, TraceView
 from memmy.evolve.rules_text import (
+    CosineScale,
     as_str_list,
     as_text,
     as_unit,
@@ -26,6 +27,7 @@ from memmy.evolve.rules_text import (
     guidance,
     is_chinese,
     request_pattern,
+    same_scale,
     strip_prefix,
     success_evidence,
     task_text,
@@ -56,12 +58,15 @@ def split_signature(sig: str) -> tuple[str, str, str, str]:
     return parts[0], parts[1], parts[2], parts[3]
 
 
-def association_score(trace: TraceView, policy: PolicyView) -> tuple[float, float, int]:
+def association_score(
+    trace: TraceView, policy: PolicyView, to_reference: CosineScale = same_scale
+) -> tuple[float, float, int]:
     """(score, cos, shared) of a trace against a policy: cosine plus 0.05 per shared signature part.
 
-    When both the primary tag and the error code differ the score is hard-gated to at most 0.4.
+    The cosine is read on MiniLM's scale (``to_reference``, see :data:`CosineScale`). When both the primary tag
+    and the error code differ the score is hard-gated to at most 0.4.
     """
-    cos = max(0.0, cosine(trace.vector, policy.vector))
+    cos = max(0.0, to_reference(cosine(trace.vector, policy.vector)))
     a, b = split_signature(trace.signature), split_signature(policy.signature)
     shared = sum(1 for x, y in zip(a, b, strict=True) if x != "_" and x == y)
     if a[0] != b[0] and a[3] != b[3]:
@@ -72,9 +77,13 @@ def association_score(trace: TraceView, policy: PolicyView) -> tuple[float, floa
 
 
 def best_association(
-    trace: TraceView, policies: list[PolicyView], min_similarity: float = 0.65
+    trace: TraceView,
+    policies: list[PolicyView],
+    min_similarity: float = 0.65,
+    to_reference: CosineScale = same_scale,
 ) -> tuple[PolicyView, float, float, str] | None:
-    """The best non-archived policy for a trace, or None under ``min_similarity``.
+    """The best non-archived policy for a trace, or None under ``min_similarity`` (a MiniLM cosine; the model's
+    cosines are read through ``to_reference``).
 
     Returns (policy, score, cos, relation). An equal signature always associates (``matches_signature``,
     score raised to at least ``min_similarity``), even without vectors.
@@ -83,7 +92,7 @@ def best_association(
     for policy in policies:
         if policy.status == "archived":
             continue
-        score, cos, _shared = association_score(trace, policy)
+        score, cos, _shared = association_score(trace, policy, to_reference)
         same = bool(trace.signature) and trace.signature == policy.signature
         if same:
             score = max(score, min_similarity)

@@ -9,6 +9,7 @@ import json
 import math
 import re
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -195,6 +196,16 @@ def as_unit(value: Any, default: float) -> float:
 def clamp01(value: float) -> float:
     """Clamp to [0, 1]."""
     return max(0.0, min(1.0, value))
+
+
+#: A cosine of the configured model as all-MiniLM-L6-v2 would score the same pair (``memmy.embed.scale``): the
+#: thresholds of evolution are MiniLM cosines.
+CosineScale = Callable[[float], float]
+
+
+def same_scale(cosine: float) -> float:
+    """The identity :data:`CosineScale` (all-MiniLM-L6-v2 itself, and any model without measured anchors)."""
+    return cosine
 
 
 def cosine(a: Vector | None, b: Vector | None) -> float:

@@ -13,6 +13,7 @@ from typing import Any
 from memmy.domain import sha256_hex
 from memmy.evolve.model import PolicyView, WorldModelDraft
 from memmy.evolve.rules_text import (
+    CosineScale,
     as_str_list,
     as_text,
     as_unit,
@@ -22,6 +23,7 @@ from memmy.evolve.rules_text import (
     cosine,
     first_sentence,
     is_chinese,
+    same_scale,
     strip_prefix,
 )
 from memmy.llm.client import JsonLLM, LLMError
@@ -172,18 +174,22 @@ def _body(title: str, domain: str, policies: list[PolicyView], zh: bool) -> str:
 
 
 def world_model_heuristic(
-    domain: str, policies: list[PolicyView], cluster_min_similarity: float = 0.3
+    domain: str,
+    policies: list[PolicyView],
+    cluster_min_similarity: float = 0.3,
+    to_reference: CosineScale = same_scale,
 ) -> WorldModelDraft | None:
     """A rule-made world model for one bucket; None without policies.
 
-    Cohesion is the mean cosine of the members' vectors to their centroid (0 without vectors); admission is
+    Cohesion is the mean cosine of the members' vectors to their centroid (0 without vectors), read on MiniLM's
+    scale (``to_reference``, see :data:`CosineScale`), like ``cluster_min_similarity``; admission is
     strict when every embedded member reaches ``cluster_min_similarity``; confidence = clamp01(.7·avgGain +
     .3·cohesion), multiplied by (.6 + .4·cohesion) when loose.
     """
     if not policies:
         return None
     center = centroid([p.vector for p in policies if p.vector is not None])
-    sims = [cosine(p.vector, center) for p in policies if p.vector is not None and center is not None]
+    sims = [to_reference(cosine(p.vector, center)) for p in policies if p.vector is not None and center is not None]
     cohesion = sum(sims) / len(sims) if sims else 0.0
     strict = bool(sims) and len(sims) == len(policies) and all(s >= cluster_min_similarity for s in sims)
     avg_gain = sum(p.gain for p in policies) / len(policies)
@@ -264,13 +270,14 @@ def world_model_llm(
     timeout_s: float = 120.0,
     cluster_min_similarity: float = 0.3,
     existing: list[tuple[str, str]] | None = None,
+    to_reference: CosineScale = same_scale,
 ) -> WorldModelDraft | None:
     """L3 abstraction through the model; :func:`world_model_heuristic` on no model, error or bad shape.
 
     Centroid, cohesion and admission stay rule-made; the confidence is the mean of the model's and the rule's.
     ``supersedes`` keeps only ids of ``existing`` world models (the model cannot retire anything else).
     """
-    fallback = world_model_heuristic(domain, policies, cluster_min_similarity)
+    fallback = world_model_heuristic(domain, policies, cluster_min_similarity, to_reference)
     if llm is None or fallback is None:
         return fallback
     try:

@@ -42,6 +42,8 @@ class EpisodeOps(Configured):
         self.memories = store.memories
         self.jobs = store.jobs
         self.embed: Callable[[str], Any] | None = None  # set by the service: the query embedder (topic shifts)
+        #: set by the service: the embedder's cosine between two texts on MiniLM's scale (SHIFT_SIMILARITY's)
+        self.to_reference: Callable[[float], float] = lambda cosine: cosine
         self._vectors: dict[str, Any] = {}
 
     # -- routing ----------------------------------------------------------------------------------
@@ -78,7 +80,7 @@ class EpisodeOps(Configured):
         if any(v is None for v in vectors) or len(vectors) < 2:
             return None
         head = vectors[0]
-        return max(float(np.dot(head, v)) for v in vectors[1:])
+        return self.to_reference(max(float(np.dot(head, v)) for v in vectors[1:]))
 
     def _vector(self, text: str) -> Any:
         cached = self._vectors.get(text)

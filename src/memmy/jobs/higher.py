@@ -140,6 +140,7 @@ class HigherEvolution(Configured):
                 llm,
                 timeout_s=self.config.evolution.timeout_ms / 1000,
                 cluster_min_similarity=cfg.cluster_min_similarity,
+                to_reference=self.indexer.texts_scale().to_reference,
                 existing=[(m.id, m.title) for m in stored if _supersedable(m, domain, policies)],
             )
             if draft is not None:
