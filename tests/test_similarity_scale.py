@@ -1,4 +1,5 @@
-"""Every model's cosine judged on all-MiniLM-L6-v2's scale (embed/scale.py): turn-start gates, fusion's zero."""
+"""Every model's cosine judged on all-MiniLM-L6-v2's scale (embed/scale.py): turn-start gates, fusion's zero, and the
+cosines between two stored texts in evolution and Dream."""
 
 from __future__ import annotations
 
