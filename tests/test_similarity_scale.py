@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,6 +21,7 @@ from memmy.domain import Memory, content_hash
 from memmy.embed.scale import E5_SCALE, E5_TEXTS_SCALE, MINILM_ANCHORS, SimilarityScale, similarity_scale
 from memmy.evolve.model import PolicyView, TraceView
 from memmy.evolve.policy import association_score
+from memmy.keys.args import key_args
 from memmy.namespace import Namespace
 from memmy.recall.fusion import calibrate
 from memmy.recall.pipeline import Candidate, RecallSettings
@@ -162,3 +164,20 @@ def test_with_multilingual_e5_dream_merges_twins_but_not_facts_that_only_look_al
     superseded = {c["memoryId"] for c in result["changes"] if c["action"] == "supersede"}
     assert superseded & {ids["twin_a"], ids["twin_b"]}, result["changes"]  # the real twins still merge
     assert not superseded - {ids["twin_a"], ids["twin_b"]}, result["changes"]
+
+
+def test_with_multilingual_e5_the_key_graph_merges_variants_but_keeps_related_keys_apart(
+    e5_service: MemoryService,
+) -> None:
+    def call(op: str, **body: Any) -> Any:
+        return e5_service.keys_call(key_args(op, body), NS)
+
+    gates = call("memory_stats")["thresholds"]
+    assert gates["multilingual"] is True and gates["key_merge"] > 0.95  # MiniLM's 0.85 on e5's scale
+    call("remember", content="The web frontend is built with Vite", keys=["frontend", "configuration"])
+    second = call("remember", content="The backend serves the API on port 8000", keys=["backend", "config"])
+    merged = {m["key"]: m["into"] for m in second.get("hints", {}).get("merged_keys", [])}
+    assert merged == {"config": "configuration"}  # e5: config/configuration 0.981, frontend/backend 0.959
+    e5_service.indexer.drain()
+    assert call("recall", query="a strawberry jam recipe")["status"] == "no_match"  # e5 ~0.75 to every key
+    assert call("recall", query="how is the frontend built?")["keys"][0]["concept"] == "frontend"

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from memmy.commands.base import Command, param
 from memmy.commands.fields import NOT_BLANK
 from memmy.embed import EmbeddingFingerprint
+from memmy.embed.scale import similarity_scale
 from memmy.errors import InvalidArgument, NotFound
 from memmy.recall.freshness import DECAY_PROFILES
 from memmy.store.keys import KEY_TYPES
@@ -111,6 +112,16 @@ def thresholds_for(fingerprint: EmbeddingFingerprint | None, env: Mapping[str, s
         # all-MiniLM-L6-v2 (English only): measured on 30 same-concept and 30 related-but-different pairs,
         # 0.85 merges half of the synonyms/variants with no false merge (worst negative: frontend/backend 0.815).
         base = KeyThresholds(0.60, 0.85, 0.75, False, "minilm")
+    elif similarity_scale(fingerprint.provider, fingerprint.model).anchors is not None:
+        # A local model with measured anchors (multilingual-e5-small): MiniLM's gates carried onto its scale,
+        # query against a key surface through the query/passage anchors, key against key through the texts
+        # anchors. Taken as they were (0.60 / 0.85 / 0.75), every e5 key scored above them: e5 puts
+        # frontend/backend at 0.959 and strawberry/fruit at 0.921.
+        query = similarity_scale(fingerprint.provider, fingerprint.model)
+        texts = similarity_scale(fingerprint.provider, fingerprint.model, "texts")
+        gates = (query.from_reference(0.60), texts.from_reference(0.85), texts.from_reference(0.75))
+        recall, merge, near = (round(gate, 4) for gate in gates)
+        base = KeyThresholds(recall, merge, near, True, fingerprint.model)
     else:
         multilingual = any(hint in model for hint in _MULTILINGUAL_HINTS)
         base = KeyThresholds(0.60, 0.85, 0.75, multilingual, "default")
