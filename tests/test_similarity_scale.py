@@ -24,7 +24,7 @@ from memmy.evolve.policy import association_score
 from memmy.keys.args import key_args
 from memmy.namespace import Namespace
 from memmy.recall.fusion import calibrate
-from memmy.recall.pipeline import Candidate, RecallSettings
+from memmy.recall.pipeline import Candidate, RecallEngine, RecallSettings
 from memmy.recall.query import prepare_query
 from memmy.service import MemoryService
 from memmy.service.recall import semantic_gate
@@ -181,3 +181,17 @@ def test_with_multilingual_e5_the_key_graph_merges_variants_but_keeps_related_ke
     e5_service.indexer.drain()
     assert call("recall", query="a strawberry jam recipe")["status"] == "no_match"  # e5 ~0.75 to every key
     assert call("recall", query="how is the frontend built?")["keys"][0]["concept"] == "frontend"
+
+
+def test_an_episode_rollup_needs_its_representatives_cosine_on_minilms_scale() -> None:
+    def member(number: int, cosine: float) -> Candidate:
+        trace = {"episode_id": "ep-1", "summary": f"step {number} of the migration"}
+        memory = Memory(id=f"trace_{number}", layer="L1", content=f"step {number}", properties={"trace": trace})
+        return Candidate(memory, channels={"vec": cosine})
+
+    minilm = RecallSettings.from_config(default_tree()["algorithm"])
+    e5 = dataclasses.replace(minilm, scale=E5_SCALE)
+    # 0.84 is a related MiniLM cosine but an unrelated e5 one (MiniLM 0.29 on its scale; the gate is 0.45)
+    assert len(RecallEngine._episode_rollups([member(1, 0.84), member(2, 0.80)], minilm, None)) == 1  # noqa: SLF001
+    assert RecallEngine._episode_rollups([member(1, 0.84), member(2, 0.80)], e5, None) == []  # noqa: SLF001
+    assert len(RecallEngine._episode_rollups([member(1, 0.90), member(2, 0.80)], e5, None)) == 1  # noqa: SLF001

@@ -587,10 +587,8 @@ class RecallEngine:
             if len({m.memory.id for m in members}) < 2:
                 continue
             rep = max(members, key=lambda c: (_num(c.memory.properties, "value", 0.0), c.channels.get("vec", 0.0)))
-            if (
-                rep.channels.get("vec", 0.0) < settings.episode_goal_min_sim
-                or _num(rep.memory.properties, "value", 0) < 0
-            ):
+            cosine = settings.scale.to_reference(rep.channels.get("vec", 0.0))  # the gate is a MiniLM cosine
+            if cosine < settings.episode_goal_min_sim or _num(rep.memory.properties, "value", 0) < 0:
                 continue
             steps = []
             for number, member in enumerate(members[:6], start=1):
