@@ -21,6 +21,7 @@ from memmy.domain import Memory, content_hash
 from memmy.embed.scale import E5_SCALE, E5_TEXTS_SCALE, MINILM_ANCHORS, SimilarityScale, similarity_scale
 from memmy.evolve.model import PolicyView, TraceView
 from memmy.evolve.policy import association_score
+from memmy.evolve.skill import select_evidence
 from memmy.keys.args import key_args
 from memmy.namespace import Namespace
 from memmy.recall.fusion import calibrate
@@ -195,3 +196,15 @@ def test_an_episode_rollup_needs_its_representatives_cosine_on_minilms_scale() -
     assert len(RecallEngine._episode_rollups([member(1, 0.84), member(2, 0.80)], minilm, None)) == 1  # noqa: SLF001
     assert RecallEngine._episode_rollups([member(1, 0.84), member(2, 0.80)], e5, None) == []  # noqa: SLF001
     assert len(RecallEngine._episode_rollups([member(1, 0.90), member(2, 0.80)], e5, None)) == 1  # noqa: SLF001
+
+
+def test_a_skills_evidence_weighs_e5s_cosine_as_minilms_would() -> None:
+    def trace(name: str, value: float, cosine: float) -> TraceView:
+        view = TraceView(name, None, None, "2026-12-04T00:00:00Z", "deploy", "done", "deploy", [], "_|_|_|_", [], [])
+        view.value, view.vector = value, _at_cosine(cosine, 1)
+        return view
+
+    policy = PolicyView(id="p", title="t", trigger="t", procedure="p", vector=_at_cosine(1.0, 0))
+    close, unrelated = trace("close", 0.30, 0.95), trace("unrelated", 0.33, 0.85)  # e5: MiniLM 0.78 and 0.26
+    assert select_evidence(policy, [close, unrelated])[0][0].id == "unrelated"  # e5's narrow band, raw
+    assert select_evidence(policy, [close, unrelated], 6, E5_TEXTS_SCALE.to_reference)[0][0].id == "close"

@@ -13,6 +13,7 @@ from memmy.domain import sha256_hex
 from memmy.evolve.episodes import classify_feedback
 from memmy.evolve.model import PolicyView, SkillDraft, TraceView
 from memmy.evolve.rules_text import (
+    CosineScale,
     as_str_list,
     as_text,
     call_failed,
@@ -24,6 +25,7 @@ from memmy.evolve.rules_text import (
     guidance,
     is_chinese,
     salient_tokens,
+    same_scale,
     short_input,
     strip_prefix,
     task_text,
@@ -106,15 +108,18 @@ def rebuild_level(previous: dict[str, Any], fingerprint: str, evidence_ids: list
 
 
 def select_evidence(
-    policy: PolicyView, traces: list[TraceView], limit: int = 6
+    policy: PolicyView, traces: list[TraceView], limit: int = 6, to_reference: CosineScale = same_scale
 ) -> tuple[list[TraceView], list[TraceView]]:
-    """(evidence, counter-examples): traces with value > −0.15 ranked by value + 0.2·cos (top ``limit``),
-    and traces with value < 0, worst first (top 5). Redacted traces are skipped; the caller drops failure
+    """(evidence, counter-examples): traces with value > −0.15 ranked by value + 0.2·cos (top ``limit``; the
+    cosine read on MiniLM's scale through ``to_reference``, so it weighs the same whatever the model), and
+    traces with value < 0, worst first (top 5). Redacted traces are skipped; the caller drops failure
     episodes (rTask ≤ −0.15)."""
     usable = [t for t in traces if "[REDACTED]" not in (t.user_text, t.agent_text)]
-    evidence = sorted(
-        (t for t in usable if t.value > -0.15), key=lambda t: -(t.value + 0.2 * cosine(t.vector, policy.vector))
-    )
+
+    def merit(trace: TraceView) -> float:
+        return trace.value + 0.2 * to_reference(cosine(trace.vector, policy.vector))
+
+    evidence = sorted((t for t in usable if t.value > -0.15), key=lambda t: -merit(t))
     counter = sorted((t for t in usable if t.value < 0), key=lambda t: t.value)
     return evidence[:limit], counter[:5]
 

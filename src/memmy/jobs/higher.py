@@ -197,7 +197,7 @@ class HigherEvolution(Configured):
         traces = [
             trace_view(m, self.indexer) for m in self.memories.get_many(self.evolution.traces_of(policy.id)).values()
         ]
-        evidence, counter = select_evidence(policy, traces, cfg.evidence_limit)
+        evidence, counter = select_evidence(policy, traces, cfg.evidence_limit, self.indexer.texts_scale().to_reference)
         llm = self.models.evolution if cfg.use_llm else None
         existing = self.memories.find_by_key("Skill", skill_key(policy.id))
         previous = dict((existing.properties.get("skill") or {}) if existing else {})
