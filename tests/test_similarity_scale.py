@@ -18,10 +18,13 @@ from memmy.commands.turns import OpenSession, StartTurn
 from memmy.config import load_config
 from memmy.config_defaults import default_tree
 from memmy.domain import Memory, content_hash
+from memmy.embed import Embedder
 from memmy.embed.scale import E5_SCALE, E5_TEXTS_SCALE, MINILM_ANCHORS, SimilarityScale, similarity_scale
+from memmy.errors import EmbeddingError
 from memmy.evolve.model import PolicyView, TraceView
 from memmy.evolve.policy import association_score
 from memmy.evolve.skill import select_evidence
+from memmy.indexing import Indexer
 from memmy.keys.args import key_args
 from memmy.namespace import Namespace
 from memmy.recall.fusion import calibrate
@@ -29,6 +32,8 @@ from memmy.recall.pipeline import Candidate, RecallEngine, RecallSettings
 from memmy.recall.query import prepare_query
 from memmy.service import MemoryService
 from memmy.service.recall import semantic_gate
+from memmy.store.db import Database
+from memmy.store.unit import Store
 
 NS = Namespace(source="claude_code")
 
@@ -208,3 +213,11 @@ def test_a_skills_evidence_weighs_e5s_cosine_as_minilms_would() -> None:
     close, unrelated = trace("close", 0.30, 0.95), trace("unrelated", 0.33, 0.85)  # e5: MiniLM 0.78 and 0.26
     assert select_evidence(policy, [close, unrelated])[0][0].id == "unrelated"  # e5's narrow band, raw
     assert select_evidence(policy, [close, unrelated], 6, E5_TEXTS_SCALE.to_reference)[0][0].id == "close"
+
+
+def test_without_an_embedder_stored_texts_keep_minilms_scale(tmp_path: Path) -> None:
+    def unavailable() -> Embedder:
+        raise EmbeddingError("no embedding backend configured")
+
+    indexer = Indexer(unavailable, Store(Database(tmp_path / "m.sqlite")))
+    assert indexer.texts_scale() == SimilarityScale()  # a dream pass or an evolution job still runs

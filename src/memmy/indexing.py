@@ -163,8 +163,12 @@ class Indexer:
 
     def texts_scale(self) -> SimilarityScale:
         """How a cosine between two stored texts of the current model reads on all-MiniLM-L6-v2's scale, which
-        evolution's and Dream's thresholds are written in (see :mod:`memmy.embed.scale`)."""
-        fingerprint = self.embedder.fingerprint
+        evolution's and Dream's thresholds are written in (see :mod:`memmy.embed.scale`); MiniLM's own (the
+        identity) when no embedder can be had, as then no cosine is taken either."""
+        try:
+            fingerprint = self.embedder.fingerprint
+        except MemmyError:
+            return SimilarityScale()
         return similarity_scale(fingerprint.provider, fingerprint.model, "texts")
 
     def replace_embedder(self, factory: Callable[[], Embedder]) -> None:
