@@ -220,4 +220,5 @@ def test_without_an_embedder_stored_texts_keep_minilms_scale(tmp_path: Path) -> 
         raise EmbeddingError("no embedding backend configured")
 
     indexer = Indexer(unavailable, Store(Database(tmp_path / "m.sqlite")))
-    assert indexer.texts_scale() == SimilarityScale()  # a dream pass or an evolution job still runs
+    # a recall, a dream pass or an evolution job still runs
+    assert indexer.cosine_scale("texts") == indexer.cosine_scale("query-passage") == SimilarityScale()

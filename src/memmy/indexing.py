@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from memmy.embed import Embedder
-from memmy.embed.scale import SimilarityScale, similarity_scale
+from memmy.embed.scale import Between, SimilarityScale, similarity_scale
 from memmy.errors import MemmyError
 from memmy.store.db import utc_now
 from memmy.store.queue import QueueItem
@@ -161,15 +161,16 @@ class Indexer:
                 self._embedder = self._embedder_factory()
             return self._embedder
 
-    def texts_scale(self) -> SimilarityScale:
-        """How a cosine between two stored texts of the current model reads on all-MiniLM-L6-v2's scale, which
-        evolution's and Dream's thresholds are written in (see :mod:`memmy.embed.scale`); MiniLM's own (the
-        identity) when no embedder can be had, as then no cosine is taken either."""
+    def cosine_scale(self, between: Between) -> SimilarityScale:
+        """How a cosine of the model that made the vectors reads on all-MiniLM-L6-v2's scale, which memmy's
+        thresholds are written in (see :mod:`memmy.embed.scale`): ``between`` a query and a stored text
+        (recall) or two stored texts (evolution, Dream); MiniLM's own (the identity) when no embedder can be
+        had, as then no cosine is taken either."""
         try:
             fingerprint = self.embedder.fingerprint
         except MemmyError:
             return SimilarityScale()
-        return similarity_scale(fingerprint.provider, fingerprint.model, "texts")
+        return similarity_scale(fingerprint.provider, fingerprint.model, between)
 
     def replace_embedder(self, factory: Callable[[], Embedder]) -> None:
         """Swap the embedding backend (config reload) and rebuild the index for its fingerprint."""

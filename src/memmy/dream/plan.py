@@ -274,7 +274,7 @@ class DreamPlanner:
             else:
                 by_hash[key] = row["id"]
         index = self.indexer.index
-        to_reference = self.indexer.texts_scale().to_reference  # the threshold is a MiniLM cosine
+        to_reference = self.indexer.cosine_scale("texts").to_reference  # the threshold is a MiniLM cosine
         if index is not None:
             pairs: list[tuple[str, str]] = []
             for row in recent:

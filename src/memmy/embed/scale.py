@@ -70,9 +70,9 @@ Between = Literal["query-passage", "texts"]
 
 
 def similarity_scale(provider: str, model: str | None, between: Between = "query-passage") -> SimilarityScale:
-    """The scale of the configured embedding model for cosines ``between`` a query and a passage or two texts:
-    e5's for the local multilingual model; MiniLM's own (the identity) for MiniLM and for a remote model, whose
-    scale is not measured (its thresholds are MiniLM's)."""
+    """The scale of the embedding model ``provider``/``model`` for cosines ``between`` a query and a passage or
+    two texts: e5's for the local multilingual model; MiniLM's own (the identity) for MiniLM and for a remote
+    model, whose scale is not measured (its thresholds are MiniLM's)."""
     if (provider or "").strip().lower() == LOCAL and (model or "").strip() in MULTILINGUAL_ALIASES:
         return E5_SCALE if between == "query-passage" else E5_TEXTS_SCALE
     return SimilarityScale()

@@ -140,7 +140,7 @@ class HigherEvolution(Configured):
                 llm,
                 timeout_s=self.config.evolution.timeout_ms / 1000,
                 cluster_min_similarity=cfg.cluster_min_similarity,
-                to_reference=self.indexer.texts_scale().to_reference,
+                to_reference=self.indexer.cosine_scale("texts").to_reference,
                 existing=[(m.id, m.title) for m in stored if _supersedable(m, domain, policies)],
             )
             if draft is not None:
@@ -197,7 +197,9 @@ class HigherEvolution(Configured):
         traces = [
             trace_view(m, self.indexer) for m in self.memories.get_many(self.evolution.traces_of(policy.id)).values()
         ]
-        evidence, counter = select_evidence(policy, traces, cfg.evidence_limit, self.indexer.texts_scale().to_reference)
+        evidence, counter = select_evidence(
+            policy, traces, cfg.evidence_limit, self.indexer.cosine_scale("texts").to_reference
+        )
         llm = self.models.evolution if cfg.use_llm else None
         existing = self.memories.find_by_key("Skill", skill_key(policy.id))
         previous = dict((existing.properties.get("skill") or {}) if existing else {})

@@ -201,7 +201,9 @@ class PolicyEvolution(Configured):
         if memory.project_id is not None:  # a trace supports only its own project's (or a global) policy
             projects = {m.id: m.project_id for m in self.memories.get_many([p.id for p in success]).values()}
             success = [p for p in success if projects.get(p.id) in (memory.project_id, None)]
-        best = best_association(trace, success, self._l2.min_similarity, self.indexer.texts_scale().to_reference)
+        best = best_association(
+            trace, success, self._l2.min_similarity, self.indexer.cosine_scale("texts").to_reference
+        )
         if best is None:
             return None
         policy, _score, cos, relation = best
@@ -245,7 +247,7 @@ class PolicyEvolution(Configured):
                     plans.append((keyed, cands, traces, existing.id if existing else None, None))
                     continue
                 local = [p for p in success if policy_projects.get(p.id) in (project, None)]
-                to_reference = self.indexer.texts_scale().to_reference
+                to_reference = self.indexer.cosine_scale("texts").to_reference
                 similar = [best_association(t, local, self._l2.min_similarity, to_reference) for t in traces]
                 match = next((s for s in similar if s is not None), None)
                 if match is not None:

@@ -122,7 +122,7 @@ def bootstrap(config: MemmyConfig, embedder: Embedder | None = None, store: Stor
     recall_ops = RecallOps(settings, store, indexer, models)
     episode_ops = EpisodeOps(settings, store)
     episode_ops.embed = indexer.embed_query  # topic shifts measure meaning, not only words
-    episode_ops.to_reference = lambda cosine: indexer.texts_scale().to_reference(cosine)
+    episode_ops.to_reference = lambda cosine: indexer.cosine_scale("texts").to_reference(cosine)
     groups: list[EvolutionGroup] = [
         EpisodeEvolution(settings, store, indexer, episode_ops, slots),
         PolicyEvolution(settings, store, indexer, slots),

@@ -12,7 +12,7 @@ from memmy.capture.sanitize import sanitize_text
 from memmy.commands.memory import RecallOptions, SearchMemory
 from memmy.config import Configured, Settings
 from memmy.domain import sha256_hex
-from memmy.embed.scale import SimilarityScale, similarity_scale
+from memmy.embed.scale import SimilarityScale
 from memmy.errors import InvalidArgument
 from memmy.evolve.scope import visible_in
 from memmy.evolve.topics import Topic, evidence_covers
@@ -133,7 +133,7 @@ def semantic_gate(
     has_vector: Callable[[str], bool],
     query: PreparedQuery,
     vocabulary: str | None = None,
-    scale: SimilarityScale | None = None,
+    scale: SimilarityScale = SimilarityScale(),  # noqa: B008 - frozen, so one shared default is safe
 ) -> tuple[list[Candidate], int]:
     """Injection stays silent on mere word overlap: keep a hit only if its meaning matches the prompt (vector
     similarity >= ``min_sim``, a MiniLM cosine: another model's is put on that scale by ``scale``) or the
@@ -156,7 +156,7 @@ def semantic_gate(
     kept = [
         c
         for c in selected
-        if reference_similarity(c, scale or SimilarityScale()) >= min_sim
+        if reference_similarity(c, scale) >= min_sim
         or "structural" in c.channels
         or (not c.rollup_of and not has_vector(c.memory.id))  # not embedded yet: keyword evidence decides
         or by_evidence(c)
@@ -210,6 +210,7 @@ class RecallOps(Configured):
         self.settings = settings
         self.models = models
         self.logs = store.logs
+        self.indexer = indexer
         self.engine = RecallEngine(store.memories, lambda: indexer.index, indexer.embed_query)
 
     def scope_filter(self, options: RecallOptions, ns: Namespace) -> tuple[str, MemoryFilter]:
@@ -256,7 +257,7 @@ class RecallOps(Configured):
             status.append(extract_status)
         channels = frozenset(options.channels or CHANNELS)
         resolved = resolve_layers(mode, layers, self.config.domain, retrieval.read_only_injection_profile)
-        scale = similarity_scale(self.config.embedding.provider, self.config.embedding.model)
+        scale = self.indexer.cosine_scale("query-passage")  # of the model that made the vectors searched
         settings = dataclasses.replace(RecallSettings.from_config(self.config.algorithm), scale=scale)
         tags = frozenset(options.tags)
         request = RecallRequest(
