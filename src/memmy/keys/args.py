@@ -112,12 +112,11 @@ def thresholds_for(fingerprint: EmbeddingFingerprint | None, env: Mapping[str, s
         # all-MiniLM-L6-v2 (English only): measured on 30 same-concept and 30 related-but-different pairs,
         # 0.85 merges half of the synonyms/variants with no false merge (worst negative: frontend/backend 0.815).
         base = KeyThresholds(0.60, 0.85, 0.75, False, "minilm")
-    elif similarity_scale(fingerprint.provider, fingerprint.model).anchors is not None:
+    elif (query := similarity_scale(fingerprint.provider, fingerprint.model)).anchors is not None:
         # A local model with measured anchors (multilingual-e5-small): MiniLM's gates carried onto its scale,
         # query against a key surface through the query/passage anchors, key against key through the texts
         # anchors. Taken as they were (0.60 / 0.85 / 0.75), every e5 key scored above them: e5 puts
         # frontend/backend at 0.959 and strawberry/fruit at 0.921.
-        query = similarity_scale(fingerprint.provider, fingerprint.model)
         texts = similarity_scale(fingerprint.provider, fingerprint.model, "texts")
         gates = (query.from_reference(0.60), texts.from_reference(0.85), texts.from_reference(0.75))
         recall, merge, near = (round(gate, 4) for gate in gates)
