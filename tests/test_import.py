@@ -173,7 +173,7 @@ def test_import_job_over_http_sse_and_cli(fresh_daemon: Daemon, tmp_path: Path) 
     assert result.exit_code == 0, result.output
     repeat = json.loads(result.output[result.output.index("{") :])
     assert repeat["state"] == "done" and repeat["totals"]["turnsAdded"] == 0  # a repeat sync adds nothing
-    assert repeat["totals"]["skipped"].get("before_watermark") == 1
+    assert repeat["totals"]["skipped"].get("unchanged_conversation") == 1  # the cursor is inclusive
     human = runner.invoke(cli, ["--url", fresh_daemon.url, "--token", str(fresh_daemon.token), "sources"])
     assert "claude_code" in human.output and "4" in human.output
     deep = runner.invoke(cli, ["--url", fresh_daemon.url, "--token", str(fresh_daemon.token), "import", "--deep"])

@@ -63,6 +63,25 @@ def skipped_table(status: dict[str, Any]) -> Table | None:
     return table
 
 
+def history_hints(status: dict[str, Any]) -> list[str]:
+    """What a run found outside its usual window, and how to get the rest: nothing older is left behind unsaid."""
+    totals = status.get("totals", {})
+    hints = []
+    late = int(totals.get("lateConversations") or 0)
+    if late:
+        hints.append(
+            f"Found {late} conversation(s) older than the last sync that were never read before (history restored "
+            "or added later); their turns are included above."
+        )
+    older = int((totals.get("skipped") or {}).get("older_than_initial_subset") or 0)
+    if older:
+        hints.append(
+            f"{older} older turn(s) were left out of this first sync (it takes only the newest turns): "
+            "`memmy-memory import --deep --yes` imports them."
+        )
+    return hints
+
+
 STOP_WAIT_S = 30.0
 
 
@@ -218,6 +237,8 @@ def import_history(
     skipped = skipped_table(status)
     if skipped is not None:
         console.print(skipped)
+    for hint in history_hints(status):
+        console.print(hint, markup=False, highlight=False)
     errors = [error for part in status.get("sources", []) for error in part.get("errors", [])]
     for error in errors[:10]:
         console.print(f"[red]failed:[/] {error}", markup=True, highlight=False)

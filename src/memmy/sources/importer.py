@@ -80,6 +80,8 @@ class SourceProgress:
     redacted: Counter[str] = field(default_factory=Counter)
     errors: list[str] = field(default_factory=list)
     watermark_advanced: bool = False
+    #: Conversations older than the watermark read for the first time (history that appeared after the last sync).
+    late_conversations: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """API shape."""
@@ -96,6 +98,7 @@ class SourceProgress:
             "redacted": dict(self.redacted),
             "errors": self.errors[:20],
             "watermarkAdvanced": self.watermark_advanced,
+            "lateConversations": self.late_conversations,
         }
 
 
@@ -130,6 +133,7 @@ class ImportProgress:
                 "turnsExisting": sum(p.turns_existing for p in parts),
                 "turnsWaiting": sum(p.turns_waiting for p in parts),
                 "failed": sum(p.failed for p in parts),
+                "lateConversations": sum(p.late_conversations for p in parts),
                 "skipped": dict(skipped),
             },
             "sources": [p.to_json() for p in parts],
@@ -255,13 +259,15 @@ class Importer:
         baseline = utc_now()
         watermark = self.state.watermark(adapter.name)
         full = options.mode == "full"
-        since = options.since or (None if full or watermark is None else watermark.cursor)
-        initial = watermark is None and not full and options.since is None
+        cursor = None if full or watermark is None else watermark.cursor
+        since = options.since or cursor
+        initial = cursor is None and not full and options.since is None
         stats = ScanStats()
         waiting = self.state.waiting(adapter.name)  # read again whatever the cursor: their answer may come late
         newest_seen: str | None = None
         pending: list[Pending] = []
-        skip = SkipRule({} if full else self.state.checkpoints(adapter.name), since, frozenset(waiting))
+        checkpoints = {} if full else self.state.checkpoints(adapter.name)
+        skip = SkipRule(checkpoints, since, frozenset(waiting), late_history=options.since is None)
         conversations = read_conversations(
             adapter, self.env, stats, self.redactor, self.reader, self.sink.preparer(), skip
         )
@@ -277,6 +283,8 @@ class Importer:
                 if skip.before_watermark(read):
                     part.skipped["before_watermark"] += 1
                     continue
+                if skip.late(read):
+                    part.late_conversations += 1
                 try:
                     prepared = self._prepare(adapter.name, read, options, part, control, initial)
                 except Exception as exc:  # noqa: BLE001 - one broken conversation must not cost the others

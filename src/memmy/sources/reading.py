@@ -175,12 +175,24 @@ class SkipRule:
     checkpoints: Mapping[str, Checkpoint]
     since: str | None = None
     waiting: frozenset[str] = frozenset()
+    #: ``since`` is the source's watermark (not a ``--since`` the user gave): an older conversation that was never
+    #: read (no checkpoint) is history restored or added after the last sync, and is imported, not skipped.
+    late_history: bool = False
 
     def before_watermark(self, read: ReadConversation) -> bool:
-        """True when ``read`` is older than the watermark and not waiting for an answer (a failed read never is)."""
-        if not self.since or read.error is not None:
+        """True when ``read`` is older than the watermark, not waiting for an answer and not :meth:`late` (a failed
+        read never is)."""
+        if not self._older(read):
             return False
-        return read.last_created_at < self.since and read.conversation.conversation_id not in self.waiting
+        return read.conversation.conversation_id not in self.waiting and not self.late(read)
+
+    def late(self, read: ReadConversation) -> bool:
+        """True when ``read`` is older than the watermark yet was never read before: it appeared after the last sync
+        (a restored history folder, an agent installed later) and is imported now."""
+        return self.late_history and self._older(read) and read.conversation.conversation_id not in self.checkpoints
+
+    def _older(self, read: ReadConversation) -> bool:
+        return bool(self.since) and read.error is None and read.last_created_at < str(self.since)
 
     def skips(self, read: ReadConversation) -> bool:
         """True when ``read`` will not be imported."""

@@ -24,7 +24,8 @@ WAITING = "waiting"
 
 @dataclass(frozen=True)
 class Watermark:
-    """A source's incremental cursor: the later of the first scan's start and the newest message seen."""
+    """A source's incremental cursor: the newest message seen in any conversation read from it (``baseline_at``, the
+    first clean scan's start, is kept for the record only: a source with nothing yet has no cursor)."""
 
     mode: str
     baseline_at: str | None
@@ -34,9 +35,8 @@ class Watermark:
 
     @property
     def cursor(self) -> str | None:
-        """``since`` for the next incremental scan (inclusive)."""
-        values = [v for v in (self.baseline_at, self.latest_seen_created_at) if v]
-        return max(values) if values else None
+        """``since`` for the next incremental scan (inclusive); None until a conversation was read."""
+        return self.latest_seen_created_at or None
 
 
 class ImportStateRepository:
