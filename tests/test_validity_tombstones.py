@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from memmy.cli.main import cli
 from memmy.commands.governance import ListTombstones, RestoreTombstone
 from memmy.commands.imports import StartScan
-from memmy.commands.memory import AddMemory, DeleteMemory, SearchMemory
+from memmy.commands.memory import AddMemory, SearchMemory
 from memmy.commands.turns import CompleteTurn, OpenSession
 from memmy.keys.args import key_args
 from memmy.namespace import Namespace
@@ -118,7 +118,8 @@ def test_freshness_decays_ranking_and_confirmation_refreshes_it(service: MemoryS
 
 def test_forgotten_content_is_refused_by_memory_add_and_remember(service: MemoryService) -> None:
     added = service.add_memory(AddMemory.from_json({"content": "The staging password rotates weekly"}), NS)
-    deleted = service.delete_memory(added["id"], DeleteMemory.from_json({"reason": "wrong"}), NS)
+    forgot = call(service, "forget", memory_id=added["id"], reason="wrong")
+    deleted = {"tombstoneId": forgot["tombstone_id"]}
     assert deleted["tombstoneId"].startswith("tomb_")
     count = memory_count(service)
     again = service.add_memory(AddMemory.from_json({"content": "the staging  password rotates WEEKLY"}), NS)
@@ -138,8 +139,9 @@ def test_forgotten_content_is_refused_by_memory_add_and_remember(service: Memory
     gone = call(service, "forget", memory_id=kept["saved"], reason="not true")
     assert gone["deleted"] is True and gone["tombstone_id"]
     assert call(service, "recall", query="billing")["status"] == "no_match"
+    assert call(service, "forget", memory_id=kept["saved"])["tombstone_id"] == gone["tombstone_id"]  # idempotent
     with pytest.raises(Exception, match="not found"):
-        call(service, "forget", memory_id=kept["saved"])
+        call(service, "forget", memory_id="mem_missing")
     assert call(service, "remember", content="Mina owns the billing service", keys=["billing"])["tombstoned"]
 
 
@@ -147,7 +149,7 @@ def test_turn_capture_of_a_forgotten_turn_writes_nothing(service: MemoryService)
     session = service.open_session(OpenSession.from_json({"source": "codex"}), NS)["sessionId"]
     body = {"sessionId": session, "query": "what port does the API use", "answer": "It listens on 8080."}
     first = service.complete_turn(CompleteTurn.from_json(body, "turn-1"), NS)
-    service.delete_memory(first["l1MemoryId"], DeleteMemory.from_json({}), NS)
+    call(service, "forget", memory_id=first["l1MemoryId"])
     count = memory_count(service)
     again = service.complete_turn(CompleteTurn.from_json(body, "turn-1"), NS)
     assert again["tombstoned"] is True and again["captured"] is False and again["l1MemoryId"] is None
@@ -218,7 +220,8 @@ def test_history_forget_and_tombstones_over_http_and_cli(daemon: Daemon) -> None
         chain = client.get(f"/api/v1/memory/{second}/history").json()["chain"]
         assert [c["id"] for c in chain] == [first, second] and chain[1]["validity"]["status"] == "fresh"
         assert client.get("/api/v1/memory/trace_missing/history").status_code == 404
-        deleted = client.request("DELETE", f"/api/v1/memory/{second}", json={"reason": "typo"}).json()
+        forgot_second = client.post("/api/v1/keys/forget", json={"memory_id": second, "reason": "typo"}).json()
+        deleted = {"tombstoneId": forgot_second["tombstone_id"]}
         tombstones = client.get("/api/v1/tombstones").json()["tombstones"]
         assert tombstones[0]["id"] == deleted["tombstoneId"] and tombstones[0]["reason"] == "typo"
         refused = client.post("/api/v1/memory/add", json={"content": "The office moved to floor 5"}).json()

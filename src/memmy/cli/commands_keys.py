@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -156,10 +156,8 @@ def keys_remember(
     )
     result = obj.call("POST", "/keys/remember", body)
     if result.get("tombstoned"):
-        human = f"Not saved: this content was forgotten (tombstone {result['tombstone_id']})."
-    else:
-        human = ("Already stored as " if result.get("deduplicated") else "Saved ") + str(result["saved"])
-    obj.output(result, human)
+        _refuse_forgotten(obj, result["tombstone_id"])
+    obj.output(result, ("Already stored as " if result.get("deduplicated") else "Saved ") + str(result["saved"]))
 
 
 @keys.command("stats")
@@ -203,9 +201,16 @@ def correct(
     )
     result = obj.call("POST", "/keys/correct", body)
     if result.get("tombstoned"):
-        obj.output(result, f"Not saved: this content was forgotten (tombstone {result['tombstone_id']}).")
-        return
+        _refuse_forgotten(obj, result["tombstone_id"])
     obj.output(result, f"{result['superseded']} -> {result['new_id']}")
+
+
+def _refuse_forgotten(obj: CliContext, tombstone: str) -> NoReturn:
+    message = (
+        f"not saved: this content was forgotten (tombstone {tombstone}); "
+        f"`memmy-memory tombstones restore {tombstone}` allows it again"
+    )
+    obj.refuse("tombstoned", message, tombstoneId=tombstone)
 
 
 @click.command("confirm")
@@ -223,7 +228,8 @@ def confirm(obj: CliContext, memory_id: str, evidence: str) -> None:
 @click.option("--reason", help="Why (kept with the tombstone).")
 @pass_ctx
 def forget(obj: CliContext, memory_id: str, reason: str | None) -> None:
-    """Delete a memory for good: re-imports and re-captures cannot bring it back (see `tombstones`)."""
+    """Forget a memory for good: it is deleted and a tombstone keeps its text out (adds, captures, re-imports are
+    refused) until `tombstones restore`. Works on a deleted memory too."""
     result = obj.call("POST", "/keys/forget", strip_none({"memory_id": memory_id, "reason": reason}))
     obj.output(result, f"Forgot {memory_id} (tombstone {result['tombstone_id']})")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -49,6 +49,15 @@ class CliContext:
             fail(exc.message)
         finally:
             client.close()
+
+    def refuse(self, code: str, message: str, **detail: Any) -> NoReturn:
+        """A write the daemon answered but did not store (forgotten content): one line on stderr and exit 1; under
+        ``--json`` the error object ``{"error": {"code", "message", ...}}`` on stdout, exit 1."""
+        if self.as_json:
+            emit_json({"error": {"code": code, "message": message, **detail}})
+            raise SystemExit(1)
+        fail(message)
+        raise SystemExit(1)  # unreachable: fail exits
 
     def output(self, value: Any, human: str) -> None:
         """JSON with ``--json``, else the human text."""

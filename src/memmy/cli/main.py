@@ -247,9 +247,10 @@ def add(
     )
     result = obj.call("POST", "/memory/add", body)
     if result.get("tombstoned"):
-        obj.output(result, f"Not added: {result['summary']}")
-        return
+        obj.refuse("tombstoned", result["summary"], tombstoneId=result.get("tombstoneId"))
     verb = "Already stored as" if result.get("deduplicated") else "Added"
+    if result.get("restored"):
+        verb = "Restored (it was deleted)"
     obj.output(result, f"{verb} {result['id']} ({result['memoryLayer']}): {result['summary']}")
 
 
@@ -276,12 +277,23 @@ def get(obj: CliContext, memory_id: str | None, id_opt: str | None, verbose: boo
 @click.option("--reason", help="Why (kept in the audit log).")
 @pass_ctx
 def delete(obj: CliContext, memory_id: str | None, id_opt: str | None, reason: str | None) -> None:
-    """Delete a memory (soft delete, audited; it is never recalled again)."""
+    """Delete (hide) a memory: no longer recalled or listed; `restore` undoes it, and adding the same text
+    again brings it back. To keep a value out for good, use `forget`."""
     target = id_opt or memory_id
     if not target:
         raise click.UsageError("give a memory id: memmy-memory delete <id>")
     result = obj.call("DELETE", f"/memory/{target}", strip_none({"reason": reason}))
-    obj.output(result, f"Deleted {result['id']} (audit {result['auditId']})")
+    obj.output(result, f"Deleted {result['id']} (undo: memmy-memory restore {result['id']})")
+
+
+@cli.command()
+@click.argument("memory_id")
+@click.option("--reason", help="Why (kept in the audit log).")
+@pass_ctx
+def restore(obj: CliContext, memory_id: str, reason: str | None) -> None:
+    """Bring back a deleted memory (a forgotten one needs `tombstones restore` first)."""
+    result = obj.call("POST", f"/memory/{memory_id}/restore", strip_none({"reason": reason}))
+    obj.output(result, f"Restored {result['id']}")
 
 
 @cli.command("reload-config")

@@ -39,7 +39,8 @@ class Accepted(TypedDict):
 
 
 class MemoryAdded(TypedDict):
-    """A memory written, merged into an identical one (``deduplicated``) or refused as forgotten (``tombstoned``)."""
+    """A memory written, merged into an identical one (``deduplicated``), a deleted identical one brought back
+    (``restored``), or refused as forgotten (``tombstoned``)."""
 
     id: str | None
     kind: str
@@ -55,6 +56,7 @@ class MemoryAdded(TypedDict):
     createdAt: NotRequired[str]
     tombstoned: NotRequired[bool]
     tombstoneId: NotRequired[str]
+    restored: NotRequired[bool]
     duplicate: NotRequired[bool]
 
 
@@ -71,16 +73,28 @@ class SearchAnswer(TypedDict):
 
 
 class MemoryDeleted(TypedDict):
-    """A memory soft-deleted; its value tombstoned."""
+    """A memory deleted (hidden; ``restorable`` until it is forgotten)."""
 
     ok: bool
     id: str
     kind: str
     status: str
-    tombstoneId: str
+    restorable: bool
     changeSeq: int
     syncCursor: str
-    auditId: int | str
+    auditId: int | str | None
+    serverTime: str
+    duplicate: NotRequired[bool]
+
+
+class MemoryRestored(TypedDict):
+    """A deleted memory active again."""
+
+    ok: bool
+    id: str
+    kind: str
+    status: str
+    auditId: str
     serverTime: str
     duplicate: NotRequired[bool]
 

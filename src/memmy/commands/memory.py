@@ -104,9 +104,17 @@ class SearchMemory(Command):
 
 @dataclass(frozen=True)
 class DeleteMemory(Command):
-    """``DELETE /api/v1/memory/{id}``: soft-delete one memory and tombstone its value."""
+    """``DELETE /api/v1/memory/{id}``: delete (hide) one memory; ``POST …/restore`` undoes it."""
 
-    summary: ClassVar[str] = "Soft-delete a memory"
+    summary: ClassVar[str] = "Delete a memory (undo with restore)"
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class RestoreMemory(Command):
+    """``POST /api/v1/memory/{id}/restore``: bring a deleted memory back."""
+
+    summary: ClassVar[str] = "Restore a deleted memory"
     reason: str | None = None
 
 

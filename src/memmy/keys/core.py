@@ -71,18 +71,18 @@ class RankedMemory:
 
 #: Soft-deletes one memory for ``forget`` (``(memory_id, reason, ns) -> {"tombstoneId": ...}``); the service
 #: passes its own delete so the key graph shares the audited path without importing the service layer.
-DeleteMemory = Callable[[str, str, Namespace], dict[str, Any]]
+ForgetMemory = Callable[[str, str, Namespace], dict[str, Any]]
 
 class KeyCore(Configured):
     """State and helpers shared by the key-graph reads and writes."""
 
-    def __init__(self, settings: Settings, store: Store, indexer: Indexer, delete_memory: DeleteMemory) -> None:
+    def __init__(self, settings: Settings, store: Store, indexer: Indexer, forget_memory: ForgetMemory) -> None:
         self.settings = settings
         self.store = store
         self.memories = store.memories
         self.logs = store.logs
         self.indexer = indexer
-        self.delete_memory = delete_memory
+        self.forget_memory = forget_memory
         self.keys: KeyRepository = indexer.keys
         self.tombstones = store.tombstones
         self._thresholds: tuple[str, KeyThresholds] | None = None

@@ -409,11 +409,11 @@ class KeyWriter(KeyCore):
 
     # -- deletion ---------------------------------------------------------------------------------
     def forget(self, args: ForgetArgs, ns: Namespace) -> dict[str, Any]:
-        """Delete a memory for good: a tombstone (content hash + memory key) stops it from coming back."""
-        memory = self.require_memory(args.memory_id, visible=False)
-        reason = args.reason or "forget"
-        result = self.delete_memory(memory.id, reason, ns)
-        return {"deleted": True, "memory_id": memory.id, "tombstone_id": result.get("tombstoneId")}
+        """Delete a memory for good: a tombstone (content hash + memory key) stops it from coming back. A memory
+        deleted earlier (hidden, restorable) can be forgotten too."""
+        memory_id = args.memory_id.strip()
+        result = self.forget_memory(memory_id, args.reason or "forget", ns)
+        return {"deleted": True, "memory_id": memory_id, "tombstone_id": result.get("tombstoneId")}
 
     def cleanup_expired(self, args: CleanupExpiredArgs, ns: Namespace) -> dict[str, Any]:
         """Delete the key-graph memories whose TTL has passed (no tombstone: expiry is not a judgement)."""

@@ -62,7 +62,16 @@ TEXTS: dict[str, tuple[str, str]] = {
     "edit": ("Edit (new version)", "编辑（新版本）"),
     "save": ("Save", "保存"),
     "delete": ("Delete", "删除"),
-    "forget": ("Forget (tombstone)", "遗忘（墓碑）"),
+    "delete_confirm": (
+        "Delete? It is hidden and no longer recalled; Restore brings it back, and adding the same text again does too.",
+        "删除？它会被隐藏、不再被召回；可以恢复，再次添加相同内容也会让它回来。",
+    ),
+    "forget": ("Forget for good", "永久遗忘"),
+    "forget_confirm": (
+        "Forget for good? It is deleted and its text can never be stored again (adds, captures and re-imports are "
+        "refused) until you restore it under Forgotten values.",
+        "永久遗忘？它会被删除，且其内容不会再被保存（添加、捕获和重新导入都会被拒绝），除非在“已遗忘的内容”中恢复。",
+    ),
     "archive": ("Archive", "归档"),
     "activate": ("Activate", "启用"),
     "restore": ("Restore", "恢复"),

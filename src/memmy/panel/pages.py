@@ -202,7 +202,7 @@ def search(
 
 def memory(service: MemoryService, memory_id: str) -> dict[str, Any]:
     """One memory: text, provenance, versions, validity, the recalls it appeared in, its audit rows."""
-    detail = service.get_memory(memory_id)
+    detail = service.get_memory(memory_id, include_deleted=True)  # a deleted memory is shown with Restore
     chain = version_chain(service, memory_id)
     recalls = service.governance.audit_log.recalls_of(memory_id, limit=20)
     audits = service.governance.audit_log.audits_of(memory_id)

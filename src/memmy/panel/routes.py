@@ -24,7 +24,7 @@ from memmy.commands.dream import DreamRestore
 from memmy.commands.evolution import Feedback
 from memmy.commands.governance import RestoreTombstone, ReviewDecision, ReviewQueue
 from memmy.commands.imports import StartScan
-from memmy.commands.memory import DeleteMemory
+from memmy.commands.memory import DeleteMemory, RestoreMemory
 from memmy.errors import InvalidArgument, MemmyError
 from memmy.keys.args import ForgetArgs, key_args
 from memmy.namespace import Namespace
@@ -227,10 +227,13 @@ class Panel:
             return f"saved as {result.get('new_id')}"
         if verb == "delete":
             svc.delete_memory(memory_id, DeleteMemory(reason=reason), ns)
-            return f"deleted {memory_id}"
+            return f"deleted {memory_id} (Restore on its page undoes it)"
+        if verb == "restore":
+            svc.restore_memory(memory_id, RestoreMemory(reason=reason), ns)
+            return f"restored {memory_id}"
         if verb == "forget":
-            svc.keys_call(ForgetArgs(memory_id=memory_id, reason=reason), ns)
-            return f"forgot {memory_id}"
+            result = svc.keys_call(ForgetArgs(memory_id=memory_id, reason=reason), ns)
+            return f"forgot {memory_id} (tombstone {result.get('tombstone_id')})"
         if verb in ("archive", "activate"):
             svc.governance.set_status(memory_id, "archived" if verb == "archive" else "activated", ns)
             return f"{verb}d {memory_id}"

@@ -21,7 +21,14 @@ from memmy.commands.dream import DreamGet, DreamLog, DreamRestore, DreamRun
 from memmy.commands.evolution import Feedback, ListEpisodes, ListJobs, RunWorker
 from memmy.commands.governance import ListLogs, ListTombstones, RestoreTombstone, ReviewDecision, ReviewQueue
 from memmy.commands.imports import StartScan
-from memmy.commands.memory import AddMemory, ArchiveMemory, DeleteMemory, ProcessingStatus, SearchMemory
+from memmy.commands.memory import (
+    AddMemory,
+    ArchiveMemory,
+    DeleteMemory,
+    ProcessingStatus,
+    RestoreMemory,
+    SearchMemory,
+)
 from memmy.commands.panel import MemoryLogs, PanelItems, PanelTasks
 from memmy.commands.turns import CloseSession, CompleteTurn, OpenSession, StartTurn
 from memmy.keys.args import KEY_ARGS, KeyArgs, key_args
@@ -190,6 +197,15 @@ ROUTES: tuple[Row, ...] = (
         lambda c, q: c.service.archive_memory(c.path["memory_id"], q, c.ns),
         ArchiveMemory,
         r.MemoryArchived,
+    ),
+    Row(
+        "POST",
+        "/api/v1/memory/{memory_id}/restore",
+        RestoreMemory.summary,
+        lambda c, q: c.service.restore_memory(c.path["memory_id"], q, c.ns),
+        RestoreMemory,
+        r.MemoryRestored,
+        "memory.restore:{memory_id}",
     ),
     Row(
         "GET",

@@ -12,7 +12,14 @@ from memmy.commands.base import Command
 from memmy.commands.dream import DreamGet, DreamLog, DreamRestore, DreamRun
 from memmy.commands.evolution import Feedback, ListEpisodes, ListJobs, RunWorker
 from memmy.commands.governance import ListTombstones, RestoreTombstone
-from memmy.commands.memory import AddMemory, ArchiveMemory, DeleteMemory, ProcessingStatus, SearchMemory
+from memmy.commands.memory import (
+    AddMemory,
+    ArchiveMemory,
+    DeleteMemory,
+    ProcessingStatus,
+    RestoreMemory,
+    SearchMemory,
+)
 from memmy.commands.turns import CloseSession, CompleteTurn, OpenSession, StartTurn
 from memmy.config import Configured, MemmyConfig, load_config, reload_requires_restart
 from memmy.embed import Embedder
@@ -201,11 +208,11 @@ class MemoryService(Configured):
         """Write one memory."""
         return self.memory_ops.add(self.redacted(cmd), ns)
 
-    def get_memory(self, memory_id: str) -> dict[str, Any]:
+    def get_memory(self, memory_id: str, *, include_deleted: bool = False) -> dict[str, Any]:
         """Read one memory with its refs and history (an ``episode_…`` id returns the episode)."""
         if isinstance(memory_id, str) and memory_id.startswith("episode_"):
             return self.episode_ops.episode_detail(memory_id)
-        return self.memory_ops.get(memory_id)
+        return self.memory_ops.get(memory_id, include_deleted=include_deleted)
 
     # -- evolution --------------------------------------------------------------------------------
     def give_feedback(self, cmd: Feedback, ns: Namespace) -> dict[str, Any]:
@@ -227,8 +234,12 @@ class MemoryService(Configured):
         return {"items": [j.as_dict() for j in jobs], "counts": self.jobs.counts(), "serverTime": utc_now()}
 
     def delete_memory(self, memory_id: str, cmd: DeleteMemory, ns: Namespace) -> dict[str, Any]:
-        """Soft-delete one memory."""
+        """Delete (hide) one memory; :meth:`restore_memory` undoes it."""
         return self.memory_ops.delete(memory_id, self.redacted(cmd), ns)
+
+    def restore_memory(self, memory_id: str, cmd: RestoreMemory, ns: Namespace) -> dict[str, Any]:
+        """Bring a deleted memory back."""
+        return self.memory_ops.restore(memory_id, self.redacted(cmd), ns)
 
     def archive_memory(self, memory_id: str, cmd: ArchiveMemory, ns: Namespace) -> dict[str, Any]:
         """Archive one memory."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from memmy.commands.memory import DeleteMemory
 from memmy.config import MemmyConfig, Settings
 from memmy.dream.ops import DreamOps
 from memmy.embed import Embedder, build_embedder, model_cache_dir
@@ -142,7 +141,7 @@ def bootstrap(config: MemmyConfig, embedder: Embedder | None = None, store: Stor
         settings,
         store,
         indexer,
-        lambda memory_id, reason, ns: memory_ops.delete(memory_id, DeleteMemory(reason=reason), ns),
+        memory_ops.forget,
     )
     data = DataOps(settings, store, indexer.load_index)
     return Components(

@@ -7,7 +7,7 @@ from typing import Any
 
 from memmy.capture.sanitize import sanitize_text
 from memmy.commands.answers import ProcessingRetried
-from memmy.commands.memory import AddMemory, DeleteMemory, ProcessingStatus
+from memmy.commands.memory import AddMemory, DeleteMemory, ProcessingStatus, RestoreMemory
 from memmy.config import Configured, Settings
 from memmy.domain import ID_PREFIX_BY_LAYER, KIND_BY_LAYER, Memory, content_hash, new_id, sha256_hex, summarise
 from memmy.errors import Conflict, Forbidden, InvalidArgument, NotFound
@@ -70,8 +70,7 @@ class MemoryOps(Configured):
     def add(self, cmd: AddMemory, ns: Namespace) -> dict[str, Any]:
         """Write one memory (L1 by default); identical content in the same layer is merged, not duplicated."""
         started = time.perf_counter()
-        if not self.config.flags.enable_memory_add:
-            raise Forbidden("memory writes are disabled (algorithm.enableMemoryAdd: false)")
+        self._check_writable()
         content = sanitize_text(cmd.content, unwrap_request=False)
         if not content:
             raise InvalidArgument("content: nothing left after removing injected memmy context")
@@ -95,6 +94,10 @@ class MemoryOps(Configured):
         existing = self.memories.find_duplicate(ns.user_id, layer, digest)
         if existing is not None:
             return self._merge_duplicate(existing, title, tags, ns, started)
+        deleted = self.memories.find_duplicate(ns.user_id, layer, digest, deleted=True)
+        if deleted is not None:  # deleted, not forgotten: adding it again brings the same memory back
+            self._revive(deleted, "added again", ns)
+            return {**self._merge_duplicate(deleted, title, tags, ns, started), "restored": True}
         now = utc_now()
         memory = Memory(
             id=new_id(ID_PREFIX_BY_LAYER[layer]),
@@ -195,20 +198,23 @@ class MemoryOps(Configured):
         }
 
     def delete(self, memory_id: str, cmd: DeleteMemory, ns: Namespace) -> dict[str, Any]:
-        """Soft-delete: status ``deleted``, removed from FTS and vectors, audited; excluded from every read."""
-        if not self.config.flags.enable_memory_add:
-            raise Forbidden("memory writes are disabled (algorithm.enableMemoryAdd: false)")
+        """Delete (hide) a memory: status ``deleted``, out of FTS and vectors, audited, never recalled; undone by
+        :meth:`restore`, and adding the same content again brings it back. No tombstone: that is :meth:`forget`."""
+        self._check_writable()
         memory = self._require(memory_id)
         reason = cmd.reason or "user request"
-        before = memory.snapshot()
-        now = utc_now()
-        memory.status = "deleted"
-        memory.deleted_at = now
-        memory.updated_at = now
-        memory.version += 1
+        audit_id = self._hide(memory, reason, ns, tombstone_id=None)
+        return self._deleted_answer(memory, audit_id, None)
+
+    def forget(self, memory_id: str, reason: str, ns: Namespace) -> dict[str, Any]:
+        """Forget a memory for good: hide it (if it is not already deleted) and write a tombstone (content hash +
+        memory key), so no add, capture or re-import stores that value again until the tombstone is restored."""
+        self._check_writable()
+        memory = self._require(memory_id, include_deleted=True)
         with self.store.transaction():
-            self.memories.update(memory, before, "delete", ns.source)
-            self.indexer.forget(memory_id)
+            known = self.tombstones.match(memory.user_id, value_hash(memory.content), memory.memory_key)
+            if known is not None:  # forgotten already: the same tombstone
+                return self._deleted_answer(memory, self._hide(memory, reason, ns, tombstone_id=known.id), known.id)
             tombstone_id = self.tombstones.add(
                 user_id=memory.user_id,
                 content_hash=value_hash(memory.content),
@@ -218,33 +224,85 @@ class MemoryOps(Configured):
                 reason=reason,
                 preview=summarise(memory.content, 140),
             )
-            audit_id = self.logs.audit(
-                "memory.delete",
+            audit_id = self._hide(memory, reason, ns, tombstone_id=tombstone_id)
+        return self._deleted_answer(memory, audit_id, tombstone_id)
+
+    def restore(self, memory_id: str, cmd: RestoreMemory, ns: Namespace) -> dict[str, Any]:
+        """Undo a delete: the memory is active again, re-indexed and recalled; audited. A forgotten value (its
+        tombstone still there) is refused: restore the tombstone first."""
+        self._check_writable()
+        memory = self._require(memory_id, include_deleted=True)
+        if memory.status != "deleted":
+            raise Conflict(f"memory {memory_id} is {memory.status}, not deleted: nothing to restore")
+        tombstone = self.tombstones.match(memory.user_id, value_hash(memory.content), memory.memory_key)
+        if tombstone is not None:
+            raise Conflict(
+                f"memory {memory_id} was forgotten (tombstone {tombstone.id}); "
+                f"`memmy-memory tombstones restore {tombstone.id}` allows it again"
+            )
+        audit_id = self._revive(memory, cmd.reason or "user request", ns)
+        answer = {"ok": True, "id": memory_id, "kind": memory.kind, "status": memory.status, "auditId": audit_id}
+        return {**answer, "serverTime": utc_now()}
+
+    def _check_writable(self) -> None:
+        if not self.config.flags.enable_memory_add:
+            raise Forbidden("memory writes are disabled (algorithm.enableMemoryAdd: false)")
+
+    def _hide(self, memory: Memory, reason: str, ns: Namespace, *, tombstone_id: str | None) -> str | None:
+        """Mark a memory deleted and drop it from every index; audited as ``memory.delete`` (None: it already was)."""
+        if memory.status == "deleted":
+            return None
+        return self._set_status(memory, "deleted", ns, {"reason": reason, "tombstoneId": tombstone_id})
+
+    def _revive(self, memory: Memory, reason: str, ns: Namespace) -> str:
+        """A deleted memory active again: back in FTS (``update``) and queued for its vector; audited."""
+        return self._set_status(memory, "activated", ns, {"reason": reason})
+
+    def _set_status(self, memory: Memory, status: str, ns: Namespace, meta: dict[str, Any]) -> str:
+        """Delete or bring back ``memory`` in one transaction: the row, its indexes and the audit row."""
+        deleting = status == "deleted"
+        before = memory.snapshot()
+        now = utc_now()
+        memory.status, memory.deleted_at, memory.updated_at = status, now if deleting else None, now
+        memory.version += 1
+        with self.store.transaction():
+            self.memories.update(memory, before, "delete" if deleting else "restore", ns.source)
+            if deleting:
+                self.indexer.forget(memory.id)
+            else:
+                text = embedding_text(memory.layer, memory.title, memory.content, memory.properties)
+                self.indexer.enqueue(memory.id, memory.layer, text)
+            return self.logs.audit(
+                "memory.delete" if deleting else "memory.restore",
                 memory.kind,
-                memory_id,
+                memory.id,
                 user_id=ns.user_id,
                 actor={"source": ns.source, "userId": ns.user_id},
                 before=before,
                 after=memory.snapshot(),
-                meta={"reason": reason, "tombstoneId": tombstone_id},
+                meta=meta,
             )
+
+    def _deleted_answer(self, memory: Memory, audit_id: str | None, tombstone_id: str | None) -> dict[str, Any]:
         seq = self.logs.latest_change_seq()
-        return {
+        answer: dict[str, Any] = {
             "ok": True,
-            "id": memory_id,
+            "id": memory.id,
             "kind": memory.kind,
             "status": "deleted",
-            "tombstoneId": tombstone_id,
+            "restorable": tombstone_id is None,
             "changeSeq": seq,
             "syncCursor": f"seq:{seq}",
             "auditId": audit_id,
             "serverTime": utc_now(),
         }
+        if tombstone_id is not None:
+            answer["tombstoneId"] = tombstone_id
+        return answer
 
     def archive(self, memory_id: str, ns: Namespace, reason: str | None = None) -> dict[str, Any]:
         """Archive a memory: kept, but no longer recalled; audited."""
-        if not self.config.flags.enable_memory_add:
-            raise Forbidden("memory writes are disabled (algorithm.enableMemoryAdd: false)")
+        self._check_writable()
         memory = self._require(memory_id)
         before = memory.snapshot()
         memory.status = "archived"
@@ -266,19 +324,19 @@ class MemoryOps(Configured):
         return {"ok": True, "id": memory_id, "status": "archived", "auditId": audit_id, "serverTime": utc_now()}
 
     # -- reads ------------------------------------------------------------------------------------
-    def _require(self, memory_id: str) -> Memory:
+    def _require(self, memory_id: str, *, include_deleted: bool = False) -> Memory:
         if not isinstance(memory_id, str) or not memory_id.strip():
             raise InvalidArgument("id: expected a memory id")
         if memory_id.startswith("raw_"):
             raise InvalidArgument("raw turn ids are internal; use the trace memory id instead")
-        memory = self.memories.get(memory_id)
+        memory = self.memories.get(memory_id, include_deleted=include_deleted)
         if memory is None:
             raise NotFound(f"memory {memory_id} not found")
         return memory
 
-    def get(self, memory_id: str) -> dict[str, Any]:
-        """Full detail of one memory, with its raw turn for traces."""
-        memory = self._require(memory_id)
+    def get(self, memory_id: str, *, include_deleted: bool = False) -> dict[str, Any]:
+        """Full detail of one memory, with its raw turn for traces (a deleted one only when asked: the panel)."""
+        memory = self._require(memory_id, include_deleted=include_deleted)
         processing = self.queue.states([memory_id]).get(memory_id)
         detail = memory_item(memory, processing)
         detail.update(

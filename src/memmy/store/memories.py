@@ -381,11 +381,13 @@ class MemoryRepository:
         )
         return frozenset(r["id"] for r in rows)
 
-    def find_duplicate(self, user_id: str, layer: str, digest: str) -> Memory | None:
-        """An existing live memory with the same content hash in the same layer, if any."""
+    def find_duplicate(self, user_id: str, layer: str, digest: str, *, deleted: bool = False) -> Memory | None:
+        """An existing live memory with the same content hash in the same layer, if any (``deleted``: a deleted one,
+        the newest)."""
+        status, order = ("= 'deleted'", "updated_at DESC") if deleted else ("!= 'deleted'", "created_at")
         row = self.db.query_one(
             f"SELECT {_COLUMNS} FROM memories WHERE user_id = ? AND memory_layer = ? AND content_hash = ? "
-            "AND status != 'deleted' ORDER BY created_at LIMIT 1",
+            f"AND status {status} ORDER BY {order} LIMIT 1",
             (user_id, layer, digest),
         )
         return row_to_memory(row) if row else None
