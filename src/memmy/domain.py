@@ -12,6 +12,8 @@ Layer = Literal["L1", "L2", "L3", "Skill"]
 LAYERS: tuple[Layer, ...] = ("L1", "L2", "L3", "Skill")
 KIND_BY_LAYER: dict[str, str] = {"L1": "trace", "L2": "policy", "L3": "world_model", "Skill": "skill"}
 ID_PREFIX_BY_LAYER: dict[str, str] = {"L1": "trace", "L2": "policy", "L3": "world", "Skill": "skill"}
+#: Every ``doctor --canary`` marker starts with this; only turns carrying their marker can be purged.
+CANARY_PREFIX = "memmy-canary-"
 STATUSES = ("activated", "resolving", "archived", "deleted")
 DEFAULT_USER_ID = "local-user"
 DEFAULT_SOURCE = "unknown"

@@ -15,11 +15,14 @@ from memmy.config import load_config
 from memmy.errors import MemmyError
 
 if TYPE_CHECKING:
+    from memmy.cli.client import ClientSettings
     from memmy.service.store_health import Finding
 
 
 def finding_line(finding: Finding) -> str:
-    """``error  fts_damaged  message`` and, indented below, ``fix: command``."""
+    """``error  fts_damaged  message`` and, indented below, ``fix: command`` (none for an ``ok`` line)."""
+    if finding.severity == "info":
+        return f"{'ok':<7} {finding.code:<16} {finding.message}"
     return f"{finding.severity:<7} {finding.code:<16} {finding.message}\n{'':<25}fix: {finding.fix}"
 
 
@@ -27,10 +30,16 @@ def finding_line(finding: Finding) -> str:
 @click.option("--repair", "do_repair", is_flag=True, help="Fix what can be fixed in place (the full-text index).")
 @click.option("--db", "db_path", type=click.Path(dir_okay=False), help="SQLite file (default: from config).")
 @click.option("--offline", is_flag=True, help="Only the store file's checks and disk space (no daemon, hooks, model).")
+@click.option(
+    "--canary",
+    is_flag=True,
+    help="Also send a marker turn through each installed agent's real hooks: stored, recalled, then removed.",
+)
 @pass_ctx
-def doctor(obj: CliContext, do_repair: bool, db_path: str | None, offline: bool) -> None:
+def doctor(obj: CliContext, do_repair: bool, db_path: str | None, offline: bool, canary: bool) -> None:
     """Check config, daemon and token, installed hooks, the store (integrity, full-text and vector index, disk
-    space) and the embedding model; one line per finding with the command that fixes it; exit 1 on an error."""
+    space) and the embedding model; one line per finding with the command that fixes it; exit 1 on an error.
+    With --canary, run each installed agent's hooks end to end (after a host upgrade)."""
     # Imported here so other commands never pay for the service layer at start-up.
     from memmy.cli import doctor_checks as checks
     from memmy.cli.client import ClientSettings
@@ -61,7 +70,19 @@ def doctor(obj: CliContext, do_repair: bool, db_path: str | None, offline: bool)
         )
         findings += checks.daemon_findings(settings, config)
         findings += checks.hook_findings(config, settings.url)
+        if canary:
+            findings += _canaries(settings, findings)
     _report(obj, path, repaired, findings)
+
+
+def _canaries(settings: ClientSettings, findings: list[Finding]) -> list[Finding]:
+    from memmy.cli.doctor_canary import canary_findings
+    from memmy.service.store_health import Finding
+
+    down = [f for f in findings if f.code in ("daemon_down", "token_refused")]
+    if down:
+        return [Finding("canary_skipped", "error", "no canary was sent: the daemon cannot be reached", down[0].fix)]
+    return canary_findings(settings)
 
 
 def _report(obj: CliContext, path: Path | None, repaired: list[str], findings: list[Finding]) -> None:
@@ -76,7 +97,7 @@ def _report(obj: CliContext, path: Path | None, repaired: list[str], findings: l
             click.echo(f"repaired {line}")
         for finding in findings:
             click.echo(finding_line(finding))
-        if not findings:
+        if not [f for f in findings if f.severity != "info"]:
             click.echo(
                 f"ok      all              {path} passed quick_check and the full-text and vector index checks; "
                 "the daemon, hooks and model are in order"

@@ -87,6 +87,16 @@ class MemoryDeleted(TypedDict):
     duplicate: NotRequired[bool]
 
 
+class CanaryPurged(TypedDict):
+    """What a ``doctor --canary`` run wrote, removed."""
+
+    purged: bool
+    memories: int
+    turns: int
+    serverTime: str
+    duplicate: NotRequired[bool]
+
+
 class MemoryRestored(TypedDict):
     """A deleted memory active again."""
 

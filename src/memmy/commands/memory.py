@@ -3,6 +3,7 @@ processing status."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -19,7 +20,7 @@ from memmy.commands.fields import (
     tags_field,
 )
 from memmy.commands.validate import opt_list
-from memmy.domain import Layer
+from memmy.domain import CANARY_PREFIX, Layer
 from memmy.errors import InvalidArgument
 
 Scope = Literal["auto", "pooled", "project", "agent"]
@@ -131,6 +132,35 @@ def _memory_ids(body: dict[str, Any], key: str) -> tuple[str, ...]:
     if len(ids) > 10_000 or not all(isinstance(i, str) for i in ids):
         raise InvalidArgument(f"{key}: expected at most 10000 string ids")
     return tuple(ids)
+
+
+_MARKER = {"type": "string", "pattern": f"^{CANARY_PREFIX}.{{8,}}$"}
+_SESSION_IDS = {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1, "maxItems": 16}
+
+
+def _canary_marker(body: dict[str, Any], key: str) -> str:
+    marker = body.get(key)
+    if not isinstance(marker, str) or not re.fullmatch(_MARKER["pattern"], marker):
+        raise InvalidArgument(f"{key}: expected a doctor canary marker ({CANARY_PREFIX}<at least 8 characters>)")
+    return marker
+
+
+def _session_ids(body: dict[str, Any], key: str) -> tuple[str, ...]:
+    ids = opt_list(body, key)
+    if not ids or len(ids) > 16 or not all(isinstance(i, str) and i for i in ids):
+        raise InvalidArgument(f"{key}: expected 1 to 16 session ids")
+    return tuple(ids)
+
+
+@dataclass(frozen=True)
+class PurgeCanary(Command):
+    """``POST /api/v1/admin/canary/purge``: remove every row a ``doctor --canary`` run left (sessions, turns, the
+    trace, its vectors, jobs, recall and API log rows); refused unless every turn of those sessions holds the
+    marker."""
+
+    summary: ClassVar[str] = "Remove what a doctor canary wrote"
+    marker: str = param(read=_canary_marker, schema=_MARKER, redact=False)
+    session_ids: tuple[str, ...] = param(read=_session_ids, schema=_SESSION_IDS)
 
 
 @dataclass(frozen=True)

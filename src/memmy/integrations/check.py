@@ -73,23 +73,29 @@ def check_command(agent: str, where: Path, executable: str) -> list[Finding]:
     ]
 
 
-def _hook_commands(installer: JsonHookInstaller, env: Mapping[str, str]) -> tuple[Path, list[str]]:
+def memmy_hook_commands(installer: JsonHookInstaller, env: Mapping[str, str]) -> tuple[Path, list[tuple[str, str]]]:
+    """The agent's hooks file and every memmy hook installed there, as ``(event, command line)``."""
     path = installer.root(env) / installer.hooks_file
     text = read_text(path)
     try:
         data = json.loads(text) if text else {}
     except json.JSONDecodeError:
         return path, []
-    commands: list[str] = []
+    commands: list[tuple[str, str]] = []
     hooks = data.get("hooks") if isinstance(data, dict) else None
-    for entries in (hooks or {}).values() if isinstance(hooks, dict) else ():
+    for event, entries in hooks.items() if isinstance(hooks, dict) else ():
         for entry in entries if isinstance(entries, list) else ():
             handlers = entry.get("hooks") if isinstance(entry, dict) and "hooks" in entry else [entry]
             for handler in handlers if isinstance(handlers, list) else ():
                 command = handler.get("command") if isinstance(handler, dict) else None
                 if is_memmy_command(command):
-                    commands.append(str(command))
+                    commands.append((str(event), str(command)))
     return path, commands
+
+
+def _hook_commands(installer: JsonHookInstaller, env: Mapping[str, str]) -> tuple[Path, list[str]]:
+    path, commands = memmy_hook_commands(installer, env)
+    return path, [command for _, command in commands]
 
 
 def installed_hook_files(env: Mapping[str, str]) -> dict[str, Path]:

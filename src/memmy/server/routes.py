@@ -26,6 +26,7 @@ from memmy.commands.memory import (
     ArchiveMemory,
     DeleteMemory,
     ProcessingStatus,
+    PurgeCanary,
     RestoreMemory,
     SearchMemory,
 )
@@ -197,6 +198,14 @@ ROUTES: tuple[Row, ...] = (
         lambda c, q: c.service.archive_memory(c.path["memory_id"], q, c.ns),
         ArchiveMemory,
         r.MemoryArchived,
+    ),
+    Row(
+        "POST",
+        "/api/v1/admin/canary/purge",
+        PurgeCanary.summary,
+        lambda c, q: c.service.purge_canary(q),
+        PurgeCanary,
+        r.CanaryPurged,
     ),
     Row(
         "POST",

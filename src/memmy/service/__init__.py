@@ -17,6 +17,7 @@ from memmy.commands.memory import (
     ArchiveMemory,
     DeleteMemory,
     ProcessingStatus,
+    PurgeCanary,
     RestoreMemory,
     SearchMemory,
 )
@@ -236,6 +237,10 @@ class MemoryService(Configured):
     def delete_memory(self, memory_id: str, cmd: DeleteMemory, ns: Namespace) -> dict[str, Any]:
         """Delete (hide) one memory; :meth:`restore_memory` undoes it."""
         return self.memory_ops.delete(memory_id, self.redacted(cmd), ns)
+
+    def purge_canary(self, cmd: PurgeCanary) -> dict[str, Any]:
+        """Remove what a ``doctor --canary`` run wrote (only turns holding its marker)."""
+        return self.memory_ops.purge_canary(cmd)
 
     def restore_memory(self, memory_id: str, cmd: RestoreMemory, ns: Namespace) -> dict[str, Any]:
         """Bring a deleted memory back."""

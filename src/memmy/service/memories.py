@@ -7,7 +7,7 @@ from typing import Any
 
 from memmy.capture.sanitize import sanitize_text
 from memmy.commands.answers import ProcessingRetried
-from memmy.commands.memory import AddMemory, DeleteMemory, ProcessingStatus, RestoreMemory
+from memmy.commands.memory import AddMemory, DeleteMemory, ProcessingStatus, PurgeCanary, RestoreMemory
 from memmy.config import Configured, Settings
 from memmy.domain import ID_PREFIX_BY_LAYER, KIND_BY_LAYER, Memory, content_hash, new_id, sha256_hex, summarise
 from memmy.errors import Conflict, Forbidden, InvalidArgument, NotFound
@@ -16,6 +16,7 @@ from memmy.namespace import Namespace
 from memmy.recall.freshness import validity_payload
 from memmy.store.db import utc_now
 from memmy.store.sessions import raw_turn_dict
+from memmy.store.text import FTS_DELETE
 from memmy.store.tombstones import value_hash
 from memmy.store.unit import Store
 
@@ -243,6 +244,46 @@ class MemoryOps(Configured):
         audit_id = self._revive(memory, cmd.reason or "user request", ns)
         answer = {"ok": True, "id": memory_id, "kind": memory.kind, "status": memory.status, "auditId": audit_id}
         return {**answer, "serverTime": utc_now()}
+
+    def purge_canary(self, cmd: PurgeCanary) -> dict[str, Any]:
+        """Remove, row by row, what a ``doctor --canary`` run wrote through an agent's hooks: its sessions (their
+        episodes and raw turns go with them), the traces of those sessions with their full-text rows, vectors,
+        queue and change log, their evolution jobs, recall events, API log and idempotency rows. Refused unless
+        every turn and memory of those sessions holds the marker, so nothing else can be purged this way."""
+        marks = ",".join("?" * len(cmd.session_ids))
+        sessions = list(cmd.session_ids)
+        turns = self.store.query(
+            f"SELECT turn_id, user_text, assistant_text FROM raw_turns WHERE session_id IN ({marks})", sessions
+        )
+        memories = self.store.query(f"SELECT id, memory_value FROM memories WHERE session_id IN ({marks})", sessions)
+        foreign = [t["turn_id"] for t in turns if cmd.marker not in f"{t['user_text']}\n{t['assistant_text']}"]
+        foreign += [m["id"] for m in memories if cmd.marker not in (m["memory_value"] or "")]
+        if foreign:
+            raise Conflict(f"not a canary: {', '.join(foreign[:5])} in these sessions does not hold {cmd.marker}")
+        memory_ids = [m["id"] for m in memories]
+        turn_ids = [t["turn_id"] for t in turns]
+        like = f"%{cmd.marker}%"
+        with self.store.transaction() as conn:
+            for memory_id in memory_ids:
+                conn.execute(FTS_DELETE, (memory_id,))
+                self.indexer.forget(memory_id)
+                conn.execute("DELETE FROM memory_change_log WHERE memory_id = ?", (memory_id,))
+                conn.execute("DELETE FROM evolution_jobs WHERE target_memory_id = ?", (memory_id,))
+                conn.execute("DELETE FROM trace_policy_links WHERE l1_memory_id = ?", (memory_id,))
+                conn.execute("DELETE FROM memories WHERE id = ?", (memory_id,))
+            conn.execute(
+                f"DELETE FROM evolution_jobs WHERE session_id IN ({marks}) OR episode_id IN "
+                f"(SELECT id FROM episodes WHERE session_id IN ({marks}))",
+                [*sessions, *sessions],
+            )
+            conn.execute(f"DELETE FROM recall_events WHERE session_id IN ({marks}) OR query LIKE ?", [*sessions, like])
+            for table in ("l2_candidate_pool", "skill_trials"):
+                conn.execute(f"DELETE FROM {table} WHERE session_id IN ({marks})", sessions)
+            conn.execute("DELETE FROM api_logs WHERE input_json LIKE ? OR output_json LIKE ?", (like, like))
+            for turn_id in turn_ids:
+                conn.execute("DELETE FROM idempotency_keys WHERE key LIKE ?", (f"%{turn_id}%",))
+            conn.execute(f"DELETE FROM sessions WHERE id IN ({marks})", sessions)
+        return {"purged": True, "memories": len(memory_ids), "turns": len(turn_ids), "serverTime": utc_now()}
 
     def _check_writable(self) -> None:
         if not self.config.flags.enable_memory_add:

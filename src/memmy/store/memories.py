@@ -382,9 +382,11 @@ class MemoryRepository:
         return frozenset(r["id"] for r in rows)
 
     def find_duplicate(self, user_id: str, layer: str, digest: str, *, deleted: bool = False) -> Memory | None:
-        """An existing live memory with the same content hash in the same layer, if any (``deleted``: a deleted one,
-        the newest)."""
-        status, order = ("= 'deleted'", "updated_at DESC") if deleted else ("!= 'deleted'", "created_at")
+        """An existing live memory with the same content hash in the same layer, if any (``deleted``: a deleted one
+        that no later version replaced, the newest)."""
+        status, order = ("!= 'deleted'", "created_at")
+        if deleted:
+            status, order = ("= 'deleted' AND superseded_by IS NULL", "updated_at DESC")
         row = self.db.query_one(
             f"SELECT {_COLUMNS} FROM memories WHERE user_id = ? AND memory_layer = ? AND content_hash = ? "
             f"AND status {status} ORDER BY {order} LIMIT 1",
