@@ -112,9 +112,14 @@ class Canary:
             output = self._turn(keys[1], f"memmy canary recall: what is the canary word {self.marker} for?")
             self._recalled(memory_id, output)
         except CanaryFailed as failed:
-            return failed.finding
-        finally:
             self._remove(keys)
+            return failed.finding
+        except httpx.HTTPError as exc:
+            self._remove(keys)
+            return self.fail(f"the daemon stopped answering during the canary ({type(exc).__name__}: {exc})").finding
+        left = self._remove(keys)
+        if left:
+            return self.fail(f"the canary went through but could not be removed: {left}").finding
         prompt, _, stop = EVENTS[self.agent]
         return Finding(
             "canary_ok",
@@ -200,14 +205,23 @@ class Canary:
         if self.agent != "cursor" and self.marker not in output:  # Cursor's hooks cannot inject text
             raise self.fail(f"the {prompt_event} hook recalled the canary but did not hand it to the agent")
 
-    def _remove(self, keys: tuple[str, ...]) -> None:
-        sessions = [session_id(self.agent, key) for key in keys]
-        try:
-            self.client.post("/api/v1/admin/canary/purge", json={"marker": self.marker, "sessionIds": sessions})
-        except httpx.HTTPError:
-            pass  # the finding already says what failed; a later canary run purges nothing of this one
+    def _remove(self, keys: tuple[str, ...]) -> str | None:
+        """Purge both turns and their hook state files; None when done, else what went wrong."""
         for key in keys:
             State(self.agent, f"{key}\x00session").clear()
+        sessions = [session_id(self.agent, key) for key in keys]
+        try:
+            answer = self.client.post(
+                "/api/v1/admin/canary/purge", json={"marker": self.marker, "sessionIds": sessions}
+            )
+        except httpx.HTTPError as exc:
+            return f"{type(exc).__name__}: {exc}"
+        if answer.status_code == 200:
+            return None
+        try:
+            return str(answer.json()["error"]["message"])
+        except (ValueError, KeyError, TypeError):
+            return f"HTTP {answer.status_code}"
 
 
 def canary_findings(settings: ClientSettings, env: Mapping[str, str] | None = None) -> list[Finding]:
