@@ -101,8 +101,8 @@ class FakeTelegram:
         self.wake: asyncio.Event | None = None
         self.url = ""
         self.injected_at: dict[int, float] = {}
-        self.delivered_at: dict[int, float] = {}
-        self.update_of: dict[str, int] = {}  # message text -> its update id  # when getUpdates first handed an update to the bot
+        self.delivered_at: dict[int, float] = {}  # when getUpdates first handed an update to the bot
+        self.update_of: dict[str, int] = {}  # message text -> its update id
 
     # --- the test's side -------------------------------------------------------------------------------------
     def say(self, chat_id: int, user_id: int, text: str = "", document: tuple[str, bytes, str] | None = None) -> int:

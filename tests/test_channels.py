@@ -30,6 +30,7 @@ from memmy.agent.cli import cli
 from memmy.agent.config import load_agent_config
 from tests.agent_stubs import ModelStub, Reply, last_user_text, run_model_stub, write_agent_config
 from tests.conftest import Daemon, free_port
+from tests.fake_dingtalk import FakeDingTalk, fake_dingtalk
 from tests.fake_telegram import FakeTelegram, fake_telegram, shown_text
 
 OWNER = 42
@@ -324,3 +325,48 @@ def test_the_bot_token_never_reaches_a_log_line(isolated_home: Path, caplog: pyt
     logged = "\n".join(record.getMessage() for record in caplog.records)
     assert "/bot<token>/getUpdates" in logged  # httpx logged the requests …
     assert fake.token.split(":")[1] not in logged  # … without the token
+
+
+def dingtalk_config(home: Path, stub: ModelStub, fake: FakeDingTalk, daemon: Daemon | None) -> None:
+    memory = f"memmyMemory:\n  storage: {{endpoint: '{daemon.url}', token: '{daemon.token}'}}\n" if daemon else ""
+    channels = (
+        "channels:\n  dingtalk:\n    clientId: ding-app-id\n    clientSecret: ${TEST_DING_SECRET}\n"
+        f"    apiBase: '{fake.url}'\n    allowFrom: ['staff-owner']\n"
+    )
+    os.environ["TEST_DING_SECRET"] = fake.client_secret
+    write_agent_config(home, stub, extra=memory + channels, memory=daemon is not None)
+
+
+def test_dingtalk_answers_with_memory_refuses_strangers_and_survives_a_drop(
+    isolated_home: Path, daemon: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TEST_DING_SECRET", "")
+    with daemon.client() as http:
+        added = http.post("/api/v1/memory/add", json={"content": "The kestrel queue is drained by make drain-kestrel"})
+        assert added.status_code == 200, added.text
+    daemon.drain()
+    with run_model_stub(brain) as stub, fake_dingtalk() as fake:
+        dingtalk_config(isolated_home, stub, fake, daemon)
+        with supervising() as supervisor:
+            fake.wait_for(lambda: fake.connections == 1)
+            fake.say("conv-1", "staff-owner", "How is the kestrel queue drained?")
+            fake.wait_for(lambda: "echo: How is the kestrel queue drained?" in fake.texts("conv-1"))
+            assert "make drain-kestrel" in user_requests(stub)[-1]  # recalled into the model's request
+            assert fake.acks and all(ack["code"] == 200 for ack in fake.acks)  # every frame acknowledged
+
+            fake.say("conv-2", "staff-stranger", "let me in")
+            fake.wait_for(lambda: bool(fake.texts("conv-2")))
+            assert "private" in fake.texts("conv-2")[0] and len(stub.requests) == 1
+
+            fake.say("conv-1", "staff-owner", "slow step while the link drops")
+            fake.wait_for(lambda: len(stub.requests) == 2)
+            fake.drop()
+            fake.wait_for(lambda: fake.connections == 2, 60)  # reconnected (by the supervisor)
+            fake.wait_for(lambda: "done: slow step while the link drops" in fake.texts("conv-1"), 60)
+            fake.say("conv-1", "staff-owner", "write the long report")
+            fake.wait_for(lambda: sum(len(t) for t in fake.texts("conv-1")) > 4000, 60)
+            texts = fake.texts("conv-1")
+            assert texts.count("done: slow step while the link drops") == 1
+            assert supervisor.states["dingtalk"].restarts >= 1
+    report = "".join(t for t in texts if "Step one" in t or "make all" in t)
+    assert all(len(t) <= 5000 for t in texts) and report.count("make all") == 120

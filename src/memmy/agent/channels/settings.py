@@ -28,11 +28,11 @@ KNOWN: dict[str, tuple[str, tuple[str, ...], int]] = {
     "telegram": ("Telegram", ("token",), 4096),
     "discord": ("Discord", ("token",), 2000),
     "feishu": ("Feishu / Lark", ("appId", "appSecret"), 30000),
-    "dingtalk": ("DingTalk", ("clientId", "clientSecret"), 20000),
+    "dingtalk": ("DingTalk", ("clientId", "clientSecret"), 5000),
     "wecom": ("WeCom (WeChat Work) app bot", ("corpId", "agentId", "secret"), 2048),
     "imessage": ("iMessage (macOS)", (), 20000),
 }
-DEFAULT_API_BASE = {"telegram": "https://api.telegram.org"}
+DEFAULT_API_BASE = {"telegram": "https://api.telegram.org", "dingtalk": "https://api.dingtalk.com"}
 PUBLIC_OPTIONS = ("apiBase", "appId", "clientId", "corpId", "agentId")
 
 

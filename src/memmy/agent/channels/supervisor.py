@@ -53,8 +53,14 @@ def _telegram(settings: ChannelSettings, home: Path) -> ChannelAdapter:
     return TelegramChannel(settings, home)
 
 
-ADAPTERS: dict[str, AdapterFactory] = {"telegram": _telegram}
-SDK_MODULES = {"telegram": "telegram"}  # the maintained SDK each adapter runs on
+def _dingtalk(settings: ChannelSettings, home: Path) -> ChannelAdapter:
+    from memmy.agent.channels.dingtalk import DingTalkChannel
+
+    return DingTalkChannel(settings, home)
+
+
+ADAPTERS: dict[str, AdapterFactory] = {"telegram": _telegram, "dingtalk": _dingtalk}
+SDK_MODULES = {"telegram": "telegram", "dingtalk": "dingtalk_stream"}  # the maintained SDK each adapter runs on
 
 
 def status_path(home: Path) -> Path:
@@ -130,12 +136,12 @@ class ChannelSupervisor:
             self.write_status()
             started = time.monotonic()
             try:
-                adapter = factory(settings, self.home)
                 router = self.routers.get(settings.name)
-                if router is None:
+                if router is None:  # one adapter and router per channel: chats' queues, running turns and the
+                    # platform's reply handles (DingTalk's session webhooks) survive a reconnect
+                    adapter = factory(settings, self.home)
                     router = self.routers[settings.name] = ChatRouter(settings, adapter, self.runner, self.home, state)
-                else:  # the chats' queues and running turns survive a reconnect
-                    router.adapter = adapter
+                adapter = router.adapter
                 state.moved("connected")
                 self.write_status()
                 await adapter.run(router.deliver)
