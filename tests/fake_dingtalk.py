@@ -12,21 +12,18 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import threading
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import uvicorn
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.routing import Route, WebSocketRoute
+from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from tests.conftest import free_port
+from tests.fake_platform import PlatformFake, serving
 
 TOPIC = "/v1.0/im/bot/messages/get"
 
@@ -41,22 +38,17 @@ class DingReply:
     at: float = field(default_factory=time.monotonic)
 
 
-class FakeDingTalk:
+class FakeDingTalk(PlatformFake):
     """The fake's state; thread-safe helpers for the test, asyncio inside the server."""
 
     def __init__(self, client_id: str = "ding-app-id", client_secret: str = "ding-app-secret") -> None:
+        super().__init__()
         self.client_id = client_id
         self.client_secret = client_secret
-        self.url = ""
         self.replies: list[DingReply] = []
         self.acks: list[dict[str, Any]] = []
         self.connections = 0
-        self.pending: list[dict[str, Any]] = []
         self._ids = itertools.count(1)
-        self._lock = threading.Lock()
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.wake: asyncio.Event | None = None
-        self.drops = 0
 
     def say(self, conversation: str, staff_id: str, text: str) -> None:
         """Queue a message from user ``staff_id`` in ``conversation``."""
@@ -92,32 +84,14 @@ class FakeDingTalk:
             },
             "data": json.dumps(data, ensure_ascii=False),
         }
-        with self._lock:
-            self.pending.append(frame)
-        self._notify()
-
-    def drop(self) -> None:
-        """Close the open WebSocket (the client must reconnect)."""
-        self.drops += 1
-        self._notify()
-
-    def _notify(self) -> None:
-        if self.loop is not None and self.wake is not None:
-            self.loop.call_soon_threadsafe(self.wake.set)
+        self.push(frame)
 
     def texts(self, conversation: str) -> list[str]:
         """The answers posted to one conversation, in order."""
         return [r.text for r in self.replies if r.conversation == conversation]
 
-    def wait_for(self, predicate: Any, timeout_s: float = 60.0) -> None:
-        """Wait until ``predicate()`` holds."""
-        deadline = time.monotonic() + timeout_s
-        while not predicate():
-            if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"timed out; replies so far: {[(r.conversation, r.text[:80]) for r in self.replies]}"
-                )
-            time.sleep(0.02)
+    def outbox(self) -> list[Any]:
+        return [(r.conversation, r.text[:80]) for r in self.replies]
 
     async def open_connection(self, request: Request) -> JSONResponse:
         body = await request.json()
@@ -135,8 +109,6 @@ class FakeDingTalk:
             return
         await socket.accept()
         self.connections += 1
-        drops = self.drops
-        assert self.wake is not None
 
         async def read_acks() -> None:
             try:
@@ -145,23 +117,10 @@ class FakeDingTalk:
             except WebSocketDisconnect:
                 return
 
-        reader = asyncio.create_task(read_acks())
-        try:
-            while not reader.done():
-                if self.drops != drops:
-                    await socket.close(code=1011)
-                    return
-                with self._lock:
-                    frames, self.pending = self.pending, []
-                for frame in frames:
-                    await socket.send_text(json.dumps(frame, ensure_ascii=False))
-                self.wake.clear()
-                try:
-                    await asyncio.wait_for(self.wake.wait(), timeout=0.2)
-                except TimeoutError:
-                    pass
-        finally:
-            reader.cancel()
+        async def send(frame: dict[str, Any]) -> None:
+            await socket.send_text(json.dumps(frame, ensure_ascii=False))
+
+        await self.pump(socket, asyncio.create_task(read_acks()), send, drop_code=1011)
 
     async def session_webhook(self, request: Request) -> JSONResponse:
         body = await request.json()
@@ -172,39 +131,17 @@ class FakeDingTalk:
         self.replies.append(DingReply(request.path_params["conversation"], str(kind), text))
         return JSONResponse({"errcode": 0, "errmsg": "ok"})
 
-    def app(self) -> Starlette:
-        @asynccontextmanager
-        async def lifespan(app: Starlette) -> AsyncIterator[None]:
-            self.loop = asyncio.get_running_loop()
-            self.wake = asyncio.Event()
-            yield
-
-        return Starlette(
-            routes=[
-                Route("/v1.0/gateway/connections/open", self.open_connection, methods=["POST"]),
-                WebSocketRoute("/gateway", self.gateway),
-                Route("/robot/sendBySession/{conversation}", self.session_webhook, methods=["POST"]),
-            ],
-            lifespan=lifespan,
-        )
+    def routes(self) -> list[BaseRoute]:
+        return [
+            Route("/v1.0/gateway/connections/open", self.open_connection, methods=["POST"]),
+            WebSocketRoute("/gateway", self.gateway),
+            Route("/robot/sendBySession/{conversation}", self.session_webhook, methods=["POST"]),
+        ]
 
 
 @contextmanager
 def fake_dingtalk() -> Iterator[FakeDingTalk]:
     """Run a fake DingTalk Stream server on a free loopback port for the ``with`` block (``.url``: its apiBase)."""
     fake = FakeDingTalk()
-    port = free_port()
-    fake.url = f"http://127.0.0.1:{port}"
-    server = uvicorn.Server(uvicorn.Config(fake.app(), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if time.monotonic() > deadline:
-            raise RuntimeError("the fake DingTalk server did not start")
-        time.sleep(0.02)
-    try:
+    with serving(fake):
         yield fake
-    finally:
-        server.should_exit = True
-        thread.join(10)

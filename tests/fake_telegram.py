@@ -16,19 +16,17 @@ import json
 import re
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Any
 
-import uvicorn
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
-from tests.conftest import free_port
+from tests.fake_platform import PlatformFake, serving
 
 ALLOWED_TAGS = {"b", "strong", "i", "em", "u", "ins", "s", "strike", "del", "code", "pre", "a", "tg-spoiler",
                 "blockquote", "span"}  # fmt: skip
@@ -82,10 +80,11 @@ class Sent:
     at: float = field(default_factory=time.monotonic)
 
 
-class FakeTelegram:
+class FakeTelegram(PlatformFake):
     """The fake server's state; thread-safe helpers for the test, asyncio inside the server."""
 
     def __init__(self, token: str) -> None:
+        super().__init__()
         self.token = token
         self.updates: list[dict[str, Any]] = []
         self.sent: list[Sent] = []
@@ -97,9 +96,6 @@ class FakeTelegram:
         self._ids = itertools.count(1)
         self._message_ids = itertools.count(1000)
         self._lock = threading.Lock()
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.wake: asyncio.Event | None = None
-        self.url = ""
         self.injected_at: dict[int, float] = {}
         self.delivered_at: dict[int, float] = {}  # when getUpdates first handed an update to the bot
         self.update_of: dict[str, int] = {}  # message text -> its update id
@@ -131,8 +127,7 @@ class FakeTelegram:
             self.updates.append({"update_id": update_id, "message": message})
             self.update_of.setdefault(text, update_id)
             self.injected_at[update_id] = time.monotonic()
-        if self.loop is not None and self.wake is not None:
-            self.loop.call_soon_threadsafe(self.wake.set)
+        self.notify()
         return update_id
 
     def drop_polls(self, count: int) -> None:
@@ -142,14 +137,6 @@ class FakeTelegram:
     def texts(self, chat_id: int) -> list[str]:
         """The texts (as shown) sent to one chat, in order."""
         return [s.text for s in self.sent if s.chat_id == str(chat_id) and s.method == "sendMessage"]
-
-    def wait_for(self, predicate: Any, timeout_s: float = 60.0) -> None:
-        """Wait until ``predicate()`` holds (AssertionError with what was sent when it does not)."""
-        deadline = time.monotonic() + timeout_s
-        while not predicate():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out; sent so far: {[(s.chat_id, s.text[:80]) for s in self.sent]}")
-            time.sleep(0.02)
 
     # --- the server's side -----------------------------------------------------------------------------------
     def _message(self, chat_id: str, **extra: Any) -> dict[str, Any]:
@@ -260,38 +247,19 @@ class FakeTelegram:
                 return Response(data, media_type="application/octet-stream")
         return Response("Not Found", status_code=404)
 
-    def app(self) -> Starlette:
-        @asynccontextmanager
-        async def lifespan(app: Starlette) -> AsyncIterator[None]:
-            self.loop = asyncio.get_running_loop()
-            self.wake = asyncio.Event()
-            yield
+    def outbox(self) -> list[Any]:
+        return [(s.chat_id, s.text[:80]) for s in self.sent]
 
-        return Starlette(
-            routes=[
-                Route("/bot{token}/{method}", self.method, methods=["GET", "POST"]),
-                Route("/file/bot{token}/{path:path}", self.download, methods=["GET"]),
-            ],
-            lifespan=lifespan,
-        )
+    def routes(self) -> list[BaseRoute]:
+        return [
+            Route("/bot{token}/{method}", self.method, methods=["GET", "POST"]),
+            Route("/file/bot{token}/{path:path}", self.download, methods=["GET"]),
+        ]
 
 
 @contextmanager
 def fake_telegram(token: str = "123456:TEST-token") -> Iterator[FakeTelegram]:
     """Run a fake Bot API server on a free loopback port for the ``with`` block (``.url`` is its apiBase)."""
     fake = FakeTelegram(token)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(fake.app(), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if time.monotonic() > deadline:
-            raise RuntimeError("the fake Bot API server did not start")
-        time.sleep(0.02)
-    fake.url = f"http://127.0.0.1:{port}"
-    try:
+    with serving(fake):
         yield fake
-    finally:
-        server.should_exit = True
-        thread.join(10)

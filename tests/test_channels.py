@@ -31,6 +31,7 @@ from memmy.agent.config import load_agent_config
 from tests.agent_stubs import ModelStub, Reply, last_user_text, run_model_stub, write_agent_config
 from tests.conftest import Daemon, free_port
 from tests.fake_dingtalk import FakeDingTalk, fake_dingtalk
+from tests.fake_discord import fake_discord
 from tests.fake_telegram import FakeTelegram, fake_telegram, shown_text
 
 OWNER = 42
@@ -50,14 +51,19 @@ def brain(body: dict[str, Any]) -> Reply:
     return Reply(text="echo: " + question)
 
 
-def channel_config(home: Path, stub: ModelStub, fake: FakeTelegram, daemon: Daemon | None, extra: str = "") -> None:
+def write_config(home: Path, stub: ModelStub, daemon: Daemon | None, channels: str) -> None:
+    """config.yaml: the fake provider, the daemon (when given) and the ``channels`` section."""
     memory = f"memmyMemory:\n  storage: {{endpoint: '{daemon.url}', token: '{daemon.token}'}}\n" if daemon else ""
+    write_agent_config(home, stub, extra=memory + channels, memory=daemon is not None)
+
+
+def channel_config(home: Path, stub: ModelStub, fake: FakeTelegram, daemon: Daemon | None, extra: str = "") -> None:
+    os.environ["TEST_TG_TOKEN"] = fake.token
     channels = (
         "channels:\n  telegram:\n    token: ${TEST_TG_TOKEN}\n"
         f"    apiBase: '{fake.url}'\n    allowFrom: ['{OWNER}']\n{extra}"
     )
-    os.environ["TEST_TG_TOKEN"] = fake.token
-    write_agent_config(home, stub, extra=memory + channels, memory=daemon is not None)
+    write_config(home, stub, daemon, channels)
 
 
 @contextmanager
@@ -73,12 +79,21 @@ def supervising() -> Iterator[ChannelSupervisor]:
         supervisor.start()
 
     asyncio.run_coroutine_threadsafe(start(), loop).result(10)
+    async def stop() -> None:
+        await supervisor.close()
+        others = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in others:  # what the SDKs left running (keep-alives, readers)
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
+        await loop.shutdown_asyncgens()
+
     try:
         yield supervisor
     finally:
-        asyncio.run_coroutine_threadsafe(supervisor.close(), loop).result(60)
+        asyncio.run_coroutine_threadsafe(stop(), loop).result(60)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
+        loop.close()
 
 
 def user_requests(stub: ModelStub) -> list[str]:
@@ -328,13 +343,12 @@ def test_the_bot_token_never_reaches_a_log_line(isolated_home: Path, caplog: pyt
 
 
 def dingtalk_config(home: Path, stub: ModelStub, fake: FakeDingTalk, daemon: Daemon | None) -> None:
-    memory = f"memmyMemory:\n  storage: {{endpoint: '{daemon.url}', token: '{daemon.token}'}}\n" if daemon else ""
+    os.environ["TEST_DING_SECRET"] = fake.client_secret
     channels = (
         "channels:\n  dingtalk:\n    clientId: ding-app-id\n    clientSecret: ${TEST_DING_SECRET}\n"
         f"    apiBase: '{fake.url}'\n    allowFrom: ['staff-owner']\n"
     )
-    os.environ["TEST_DING_SECRET"] = fake.client_secret
-    write_agent_config(home, stub, extra=memory + channels, memory=daemon is not None)
+    write_config(home, stub, daemon, channels)
 
 
 def test_dingtalk_answers_with_memory_refuses_strangers_and_survives_a_drop(
@@ -370,3 +384,43 @@ def test_dingtalk_answers_with_memory_refuses_strangers_and_survives_a_drop(
             assert supervisor.states["dingtalk"].restarts >= 1
     report = "".join(t for t in texts if "Step one" in t or "make all" in t)
     assert all(len(t) <= 5000 for t in texts) and report.count("make all") == 120
+
+
+def test_discord_answers_with_memory_refuses_strangers_and_survives_a_drop(
+    isolated_home: Path, daemon: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with daemon.client() as http:
+        added = http.post("/api/v1/memory/add", json={"content": "The osprey cache is warmed by make warm-osprey"})
+        assert added.status_code == 200, added.text
+    daemon.drain()
+    with run_model_stub(brain) as stub, fake_discord() as fake:
+        monkeypatch.setenv("TEST_DISCORD_TOKEN", fake.token)
+        channels = (
+            "channels:\n  discord:\n    token: ${TEST_DISCORD_TOKEN}\n"
+            f"    apiBase: '{fake.url}'\n    allowFrom: ['5001']\n"
+        )
+        write_config(isolated_home, stub, daemon, channels)
+        with supervising() as supervisor:
+            fake.wait_for(lambda: fake.identified == 1)
+            fake.say("7001", "5001", "How is the osprey cache warmed?")
+            fake.wait_for(lambda: "echo: How is the osprey cache warmed?" in fake.texts("7001"))
+            assert "make warm-osprey" in user_requests(stub)[-1]
+            assert "7001" in fake.typing
+
+            fake.say("7002", "5002", "let me in")
+            fake.wait_for(lambda: bool(fake.texts("7002")))
+            assert "private" in fake.texts("7002")[0] and len(stub.requests) == 1
+
+            fake.say("7001", "5001", "slow step while the gateway drops")
+            fake.wait_for(lambda: len(stub.requests) == 2)
+            fake.drop()
+            fake.wait_for(lambda: fake.identified == 2, 60)
+            fake.wait_for(lambda: "done: slow step while the gateway drops" in fake.texts("7001"), 60)
+            fake.say("7001", "5001", "write the long report")
+            fake.wait_for(lambda: sum(len(t) for t in fake.texts("7001")) > 4500, 60)
+            texts = fake.texts("7001")
+            assert texts.count("done: slow step while the gateway drops") == 1
+            assert supervisor.states["discord"].restarts >= 1
+    report = [t for t in texts if "Step one" in t or "make all" in t]
+    assert len(report) >= 3 and all(len(t) <= 2000 for t in report)
+    assert "".join(report).count("make all") == 120 and all(t.count("```") % 2 == 0 for t in report)

@@ -32,7 +32,11 @@ KNOWN: dict[str, tuple[str, tuple[str, ...], int]] = {
     "wecom": ("WeCom (WeChat Work) app bot", ("corpId", "agentId", "secret"), 2048),
     "imessage": ("iMessage (macOS)", (), 20000),
 }
-DEFAULT_API_BASE = {"telegram": "https://api.telegram.org", "dingtalk": "https://api.dingtalk.com"}
+DEFAULT_API_BASE = {
+    "telegram": "https://api.telegram.org",
+    "dingtalk": "https://api.dingtalk.com",
+    "discord": "https://discord.com",
+}
 PUBLIC_OPTIONS = ("apiBase", "appId", "clientId", "corpId", "agentId")
 
 

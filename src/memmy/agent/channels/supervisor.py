@@ -59,8 +59,15 @@ def _dingtalk(settings: ChannelSettings, home: Path) -> ChannelAdapter:
     return DingTalkChannel(settings, home)
 
 
-ADAPTERS: dict[str, AdapterFactory] = {"telegram": _telegram, "dingtalk": _dingtalk}
-SDK_MODULES = {"telegram": "telegram", "dingtalk": "dingtalk_stream"}  # the maintained SDK each adapter runs on
+def _discord(settings: ChannelSettings, home: Path) -> ChannelAdapter:
+    from memmy.agent.channels.discord import DiscordChannel
+
+    return DiscordChannel(settings, home)
+
+
+ADAPTERS: dict[str, AdapterFactory] = {"telegram": _telegram, "dingtalk": _dingtalk, "discord": _discord}
+# the maintained SDK each adapter runs on
+SDK_MODULES = {"telegram": "telegram", "dingtalk": "dingtalk_stream", "discord": "discord"}
 
 
 def status_path(home: Path) -> Path:
