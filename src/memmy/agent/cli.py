@@ -1,4 +1,5 @@
-"""The ``memmy`` command: the TUI (bare ``memmy``), ``onboard``, ``status``, ``agent``, ``serve``, ``sessions``."""
+"""The ``memmy`` command: the TUI (bare ``memmy``), ``onboard``, ``status``, ``agent``, ``serve``, ``sessions``,
+``channels``."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 import click
 
 from memmy import __version__
+from memmy.agent.channels.cli import channels
 from memmy.agent.config import DEFAULT_SESSION, PROVIDERS, AgentConfig, load_agent_config, write_agent_sections
 from memmy.agent.loop import TurnEvent
 from memmy.agent.onboard import probe_model, run_onboard
@@ -295,6 +297,9 @@ def sessions_list(ctx: click.Context, as_json: bool) -> None:
     for item in found:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(item.updated))
         click.echo(f"{item.name:<40} {item.turns:>4} turns  {when}  {item.project or ''}".rstrip())
+
+
+cli.add_command(channels)
 
 
 def main() -> None:

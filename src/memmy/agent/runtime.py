@@ -10,7 +10,7 @@ from pathlib import Path
 from memmy.agent.config import DEFAULT_SESSION, AgentConfig
 from memmy.agent.loop import Agent, Emit
 from memmy.agent.mcp_tools import McpHub
-from memmy.agent.memory import MemoryBridge, resolve_settings
+from memmy.agent.memory import SOURCE, MemoryBridge, resolve_settings
 from memmy.agent.sessions import SessionStore
 from memmy.agent.tools import Approver, ToolBox
 
@@ -38,10 +38,16 @@ def capture_spool(config: AgentConfig) -> Path:
     return config.home / "agent" / "pending-captures.jsonl"
 
 
-def open_memory(config: AgentConfig, enabled: bool = True, config_file: str | None = None) -> MemoryBridge:
-    """The memory client with the CLI's URL/token resolution."""
+def open_memory(
+    config: AgentConfig, enabled: bool = True, config_file: str | None = None, source: str = SOURCE
+) -> MemoryBridge:
+    """The memory client with the CLI's URL/token resolution; ``source`` names the host in memory (``memmy``,
+    or a chat channel such as ``telegram``)."""
     return MemoryBridge(
-        resolve_settings(config_file), enabled=enabled and config.memory_enabled, spool=capture_spool(config)
+        resolve_settings(config_file),
+        enabled=enabled and config.memory_enabled,
+        spool=capture_spool(config),
+        source=source,
     )
 
 
@@ -54,11 +60,12 @@ async def open_runtime(
     emit: Emit | None = None,
     memory: bool = True,
     config_file: str | None = None,
+    source: str = SOURCE,
 ) -> Runtime:
     """Load (or create) the session, connect memory and MCP servers, build the agent."""
     store = SessionStore(config.home)
     session = store.load(session_name, str(Path(project).resolve()) if project else None)
-    bridge = open_memory(config, memory, config_file)
+    bridge = open_memory(config, memory, config_file, source)
     base = Path(session.project) if session.project else config.workspace
     base.mkdir(parents=True, exist_ok=True)
     tools = ToolBox(config.tools, base, memory=bridge, approve=approve)

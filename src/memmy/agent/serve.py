@@ -276,8 +276,14 @@ def _finish(done: Completion) -> str:
     return "tool_calls" if done.tool_calls else ("length" if done.finish_reason == "length" else "stop")
 
 
-def create_app(config: AgentConfig, memory: MemoryBridge | None = None, config_file: str | None = None) -> Starlette:
-    """The Starlette app (tests mount it under uvicorn on a free port)."""
+def create_app(
+    config: AgentConfig,
+    memory: MemoryBridge | None = None,
+    config_file: str | None = None,
+    with_channels: bool = True,
+) -> Starlette:
+    """The Starlette app (tests mount it under uvicorn on a free port); it also runs the IM channels config.yaml
+    enables (``channels.<name>``), unless ``with_channels`` is false."""
     bridge = memory or MemoryBridge(
         resolve_settings(config_file), enabled=config.memory_enabled, source=SOURCE, spool=capture_spool(config)
     )
@@ -285,7 +291,15 @@ def create_app(config: AgentConfig, memory: MemoryBridge | None = None, config_f
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        from memmy.agent.channels.supervisor import supervisor_for  # only when serving: the SDKs load lazily
+
+        channels = supervisor_for(config, config_file) if with_channels else None
+        if channels is not None:
+            channels.start()
+        app.state.channels = channels
         yield
+        if channels is not None:
+            await channels.close()
         # Shutdown (SIGTERM, SIGINT, Ctrl-C): deliver the captures still queued, or spool what the daemon cannot
         # take now, before the process goes. uvicorn re-raises SIGTERM after shutdown, so an ``atexit`` flush
         # would never run.

@@ -1,0 +1,78 @@
+"""The channel contract: what an inbound chat message is, what a platform adapter must do, and its status."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """A file that came with a message, already downloaded: its name, MIME type and bytes."""
+
+    name: str
+    mime: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Inbound:
+    """One message from a chat: who sent it, where, and what it says."""
+
+    channel: str
+    chat_id: str
+    user_id: str
+    text: str
+    user_name: str = ""
+    message_id: str = ""
+    attachments: tuple[Attachment, ...] = ()
+    received_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def chat_key(self) -> str:
+        """The chat's key across channels (``telegram:12345``)."""
+        return f"{self.channel}:{self.chat_id}"
+
+
+InboundHandler = Callable[[Inbound], Awaitable[None]]
+
+
+class ChannelAdapter(Protocol):
+    """A platform connection. ``run`` receives messages until it is cancelled or the connection drops (then it
+    raises, and the supervisor starts it again with backoff)."""
+
+    name: str
+    text_limit: int
+
+    async def run(self, deliver: InboundHandler) -> None:
+        """Connect, hand every inbound message to ``deliver``, return or raise when the connection ends."""
+
+    async def send_text(self, chat_id: str, text: str) -> None:
+        """Send one message (already within ``text_limit``, in Markdown the adapter converts)."""
+
+    async def send_file(self, chat_id: str, path: Path) -> None:
+        """Send a file the agent made."""
+
+    async def typing(self, chat_id: str) -> None:
+        """Show the platform's typing indicator once (it lasts a few seconds)."""
+
+
+@dataclass
+class ChannelState:
+    """What ``memmy channels status`` shows for one channel."""
+
+    name: str
+    state: str = "stopped"  # stopped | connecting | connected | retrying | failed | unavailable
+    detail: str = ""
+    since: float = field(default_factory=time.time)
+    restarts: int = 0
+    messages_in: int = 0
+    messages_out: int = 0
+    refused: int = 0
+
+    def moved(self, state: str, detail: str = "") -> None:
+        """Record a new state (and when it began)."""
+        self.state, self.detail, self.since = state, detail, time.time()

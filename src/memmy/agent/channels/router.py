@@ -1,0 +1,280 @@
+"""From chat messages to agent turns: who may talk (allow-list and pairing), one agent session per chat
+(``/new`` starts another), one ordered queue per chat (a message that arrives while a turn runs waits its turn,
+never dropped), ``/stop`` and ``/status`` answered at once, typing shown while the agent works, and the answer
+sent back split at the platform's limit with the files the agent wrote."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from memmy.agent.channels.access import AccessBook
+from memmy.agent.channels.base import Attachment, ChannelAdapter, ChannelState, Inbound
+from memmy.agent.channels.settings import ChannelSettings
+from memmy.agent.channels.text import split_message
+
+log = logging.getLogger("memmy.channels")
+
+TYPING_EVERY_S = 4.0
+TEXT_SUFFIXES = (".md", ".txt", ".csv", ".json", ".yaml", ".yml", ".log", ".py", ".ts", ".js", ".sh")
+MAX_ATTACHMENT_TEXT = 60_000
+HELP = (
+    "Send a message and the agent answers, with your memory.\n"
+    "/new - start a new session in this chat\n/stop - stop the running turn\n"
+    "/status - session, queue and memory state\n/pair CODE - pair with a code from `memmy channels pair`"
+)
+
+
+@dataclass
+class Answer:
+    """How a turn ended, as the chat sees it."""
+
+    text: str
+    status: str = "succeeded"
+    files: list[Path] = field(default_factory=list)
+    memory_ids: list[str] = field(default_factory=list)
+
+
+class TurnRunner(Protocol):
+    """Runs one agent turn in a named session (the agent runtime, or a test double in unit tests)."""
+
+    async def run(self, session: str, text: str, *, source: str, tools: bool) -> Answer:
+        """Run the turn to its end (cancellation stops it)."""
+
+    async def describe(self, session: str) -> str:
+        """One line on the session for ``/status``."""
+
+    async def close(self) -> None:
+        """Deliver what is pending and release the sessions."""
+
+
+def attachment_text(item: Attachment) -> str | None:
+    """The text of a document attachment (UTF-8 text formats), or ``None`` when it is not text."""
+    if item.mime.startswith("text/") or item.name.lower().endswith(TEXT_SUFFIXES) or item.mime == "application/json":
+        try:
+            return item.data.decode("utf-8")[:MAX_ATTACHMENT_TEXT]
+        except UnicodeDecodeError:
+            return None
+    return None
+
+
+def compose_prompt(message: Inbound) -> tuple[str, list[str]]:
+    """The user text the agent receives (attached documents appended as text) and notes on what was not read."""
+    parts = [message.text.strip()] if message.text.strip() else []
+    notes: list[str] = []
+    for item in message.attachments:
+        text = attachment_text(item)
+        if text is not None:
+            parts.append(f"[Attached file {item.name}]\n{text}")
+        else:
+            notes.append(f"{item.name} ({item.mime}) was not read: only text documents are read in chats so far")
+    return "\n\n".join(parts), notes
+
+
+class SessionBook:
+    """Which agent session each chat is in (``/new`` moves a chat to a fresh one); kept across restarts."""
+
+    def __init__(self, home: Path) -> None:
+        self.path = home / "channels" / "sessions.json"
+
+    def _read(self) -> dict[str, int]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            return {str(k): int(v) for k, v in data.items()} if isinstance(data, dict) else {}
+        except (OSError, ValueError, TypeError):
+            return {}
+
+    def session(self, chat_key: str) -> str:
+        """The chat's current agent session name."""
+        generation = self._read().get(chat_key, 1)
+        return f"channel:{chat_key}" + (f":{generation}" if generation > 1 else "")
+
+    def renew(self, chat_key: str) -> str:
+        """Start a new session for the chat; its name."""
+        data = self._read()
+        data[chat_key] = data.get(chat_key, 1) + 1
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data), encoding="utf-8")
+        os.replace(tmp, self.path)
+        return self.session(chat_key)
+
+
+@dataclass
+class Lane:
+    """One chat's queue and its running turn."""
+
+    queue: asyncio.Queue[Inbound] = field(default_factory=asyncio.Queue)
+    worker: asyncio.Task[None] | None = None
+    turn: asyncio.Task[Answer] | None = None
+    started: float = 0.0
+
+
+Reply = Callable[[ChannelAdapter, str, str], Awaitable[None]]
+
+
+class ChatRouter:
+    """Routes one channel's inbound messages to agent turns and the answers back."""
+
+    def __init__(
+        self,
+        settings: ChannelSettings,
+        adapter: ChannelAdapter,
+        runner: TurnRunner,
+        home: Path,
+        state: ChannelState | None = None,
+    ) -> None:
+        self.settings = settings
+        self.adapter = adapter
+        self.runner = runner
+        self.access = AccessBook(home)
+        self.sessions = SessionBook(home)
+        self.state = state or ChannelState(settings.name)
+        self.lanes: dict[str, Lane] = {}
+        self.timings: list[tuple[str, float]] = []  # (stage, seconds) of the channel layer, for bench/channels.py
+
+    async def deliver(self, message: Inbound) -> None:
+        """Take one inbound message: refuse strangers, answer commands, queue the rest for the chat's turn."""
+        self.state.messages_in += 1
+        text = message.text.strip()
+        if text.startswith("/pair"):
+            await self._pair(message, text)
+            return
+        if not self.access.allowed(self.settings.name, message.user_id, self.settings.allow_from):
+            self.state.refused += 1
+            log.info("%s: refused a message from user %s (not paired)", self.settings.name, message.user_id)
+            await self._say(
+                message.chat_id,
+                "This bot is private. Its owner can let you in: `memmy channels pair "
+                f"{self.settings.name}` prints a one-time code; send it here as /pair CODE.",
+            )
+            return
+        command = text.split()[0].split("@")[0].lower() if text.startswith("/") else ""
+        lane = self.lanes.setdefault(message.chat_key, Lane())
+        if command == "/stop":
+            stopped = lane.turn is not None and not lane.turn.done()
+            if stopped and lane.turn is not None:
+                lane.turn.cancel()
+            await self._say(message.chat_id, "Stopped." if stopped else "Nothing is running.")
+            return
+        if command == "/status":
+            await self._say(message.chat_id, await self._status(message, lane))
+            return
+        if command in ("/help", "/start"):
+            await self._say(message.chat_id, HELP)
+            return
+        if lane.worker is not None and not lane.worker.done():
+            await self._say(message.chat_id, f"Queued: it runs after the current turn ({lane.queue.qsize() + 1}).")
+        lane.queue.put_nowait(message)
+        if lane.worker is None or lane.worker.done():
+            lane.worker = asyncio.create_task(self._drain(message.chat_key, lane))
+
+    async def _pair(self, message: Inbound, text: str) -> None:
+        parts = text.split()
+        if len(parts) != 2:
+            await self._say(message.chat_id, "Send /pair CODE with the code `memmy channels pair` printed.")
+            return
+        if self.access.redeem(self.settings.name, parts[1], message.user_id, message.user_name):
+            log.info("%s: user %s paired", self.settings.name, message.user_id)
+            await self._say(message.chat_id, "Paired. Send a message and the agent answers.")
+        else:
+            self.state.refused += 1
+            await self._say(message.chat_id, "That code is not valid (codes work once, for 10 minutes).")
+
+    async def _status(self, message: Inbound, lane: Lane) -> str:
+        session = self.sessions.session(message.chat_key)
+        running = lane.turn is not None and not lane.turn.done()
+        lines = [
+            f"Session: {session}",
+            f"Running: {'yes, for %.0f s' % (time.monotonic() - lane.started) if running else 'no'}",
+            f"Queued: {lane.queue.qsize()}",
+            f"Tools: {'shell and files on' if self.settings.tools else 'shell and files off (chat sessions)'}",
+        ]
+        with contextlib.suppress(Exception):
+            lines.append(await self.runner.describe(session))
+        return "\n".join(lines)
+
+    async def _drain(self, chat_key: str, lane: Lane) -> None:
+        while not lane.queue.empty():
+            message = lane.queue.get_nowait()
+            try:
+                await self._handle(message, lane)
+            except Exception:  # one bad turn must not stop the chat's queue
+                log.exception("%s: a turn failed in chat %s", self.settings.name, message.chat_id)
+                with contextlib.suppress(Exception):
+                    await self._say(message.chat_id, "Something went wrong with that turn; the chat goes on.")
+
+    async def _handle(self, message: Inbound, lane: Lane) -> None:
+        text = message.text.strip()
+        if text.split()[:1] and text.split()[0].split("@")[0].lower() == "/new":
+            session = self.sessions.renew(message.chat_key)
+            await self._say(message.chat_id, f"New session started ({session}).")
+            return
+        prompt, notes = compose_prompt(message)
+        for note in notes:
+            await self._say(message.chat_id, note)
+        if not prompt:
+            return
+        session = self.sessions.session(message.chat_key)
+        typing = asyncio.create_task(self._keep_typing(message.chat_id))
+        lane.started = time.monotonic()
+        self.timings.append(("receive_to_turn", time.monotonic() - message.received_at))
+        lane.turn = asyncio.create_task(
+            self.runner.run(session, prompt, source=self.settings.name, tools=self.settings.tools)
+        )
+        try:
+            answer = await lane.turn
+        except asyncio.CancelledError:
+            if lane.turn.cancelled() and not _current_cancelled():
+                return  # /stop: the turn was cancelled, the chat goes on
+            raise
+        finally:
+            typing.cancel()
+        await self._send_answer(message.chat_id, answer)
+
+    async def _send_answer(self, chat_id: str, answer: Answer) -> None:
+        text = answer.text.strip() or ("(no answer)" if answer.status == "succeeded" else f"[{answer.status}]")
+        for chunk in split_message(text, self.adapter.text_limit):
+            await self._say(chat_id, chunk)
+        for path in answer.files:
+            try:
+                await self.adapter.send_file(chat_id, path)
+                self.state.messages_out += 1
+            except Exception as exc:  # a file the platform refuses must not lose the answer
+                log.warning("%s: could not send %s: %s", self.settings.name, path.name, exc)
+
+    async def _say(self, chat_id: str, text: str) -> None:
+        started = time.monotonic()
+        await self.adapter.send_text(chat_id, text)
+        self.timings.append(("send", time.monotonic() - started))
+        self.state.messages_out += 1
+
+    async def _keep_typing(self, chat_id: str) -> None:
+        with contextlib.suppress(Exception):
+            while True:
+                await self.adapter.typing(chat_id)
+                await asyncio.sleep(TYPING_EVERY_S)
+
+    async def close(self) -> None:
+        """Stop every chat's worker and running turn."""
+        for lane in self.lanes.values():
+            for task in (lane.turn, lane.worker):
+                if task is not None and not task.done():
+                    task.cancel()
+        for lane in self.lanes.values():
+            if lane.worker is not None:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await lane.worker
+
+
+def _current_cancelled() -> bool:
+    task = asyncio.current_task()
+    return bool(task is not None and task.cancelling())

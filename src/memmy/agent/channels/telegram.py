@@ -1,0 +1,172 @@
+"""Telegram through python-telegram-bot's own client (``telegram.Bot``): long polling with ``getUpdates``, the
+offset kept on disk so a restart neither loses nor repeats a message, ``sendMessage`` in Telegram's HTML parse
+mode (plain text when Telegram refuses the markup), ``sendChatAction`` for typing, documents in and out. The API
+base is ``channels.telegram.apiBase`` (default ``https://api.telegram.org``; requests go to
+``{apiBase}/bot{token}/{method}``), so a self-hosted Bot API server or a test stands in for Telegram."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+from memmy.agent.channels.base import Attachment, Inbound, InboundHandler
+from memmy.agent.channels.settings import ChannelSettings
+from memmy.agent.channels.text import markdown_to_telegram_html
+
+log = logging.getLogger("memmy.channels.telegram")
+BOT_PATH = re.compile(r"/bot\d+:[A-Za-z0-9_-]+")
+
+
+class _HideBotToken(logging.Filter):
+    """httpx logs every request URL at INFO, and a Bot API URL carries the token: log ``/bot<token>`` instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.args:
+            record.msg = record.msg % record.args
+            record.args = ()
+        record.msg = BOT_PATH.sub("/bot<token>", str(record.msg))
+        return True
+
+
+_HIDE = _HideBotToken()
+# A logger's filters see only its own records, not its children's: every logger that prints a Bot API URL.
+TOKEN_LOGGERS = ("httpx", "httpcore", "telegram", "telegram.Bot", "telegram.HTTPXRequest", "telegram.BaseRequest")
+
+POLL_TIMEOUT_S = 25
+SEND_ATTEMPTS = 4
+MAX_DOWNLOAD_BYTES = 10 * 1024 * 1024
+
+
+class TelegramChannel:
+    """One bot, polled for updates."""
+
+    name = "telegram"
+
+    def __init__(self, settings: ChannelSettings, home: Path, poll_timeout_s: int = POLL_TIMEOUT_S) -> None:
+        from telegram import Bot
+        from telegram.request import HTTPXRequest
+
+        for name in TOKEN_LOGGERS:
+            if _HIDE not in logging.getLogger(name).filters:
+                logging.getLogger(name).addFilter(_HIDE)
+        self.settings = settings
+        self.text_limit = settings.text_limit
+        self.poll_timeout_s = poll_timeout_s
+        self.offset_file = home / "channels" / "telegram.offset"
+        base = settings.api_base
+        token = settings.options.get("token", "")
+        self.bot = Bot(
+            token,
+            base_url=f"{base}/bot",
+            base_file_url=f"{base}/file/bot",
+            request=HTTPXRequest(connection_pool_size=16, read_timeout=30, connect_timeout=10),
+            get_updates_request=HTTPXRequest(read_timeout=poll_timeout_s + 10, connect_timeout=10),
+        )
+
+    def _offset(self) -> int | None:
+        try:
+            return int(self.offset_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def _keep_offset(self, offset: int) -> None:
+        self.offset_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.offset_file.with_name(self.offset_file.name + ".tmp")
+        tmp.write_text(str(offset))
+        tmp.replace(self.offset_file)
+
+    async def run(self, deliver: InboundHandler) -> None:
+        """Poll until cancelled; a network failure raises (the supervisor reconnects with backoff)."""
+        await self.bot.initialize()  # getMe: a wrong token fails here, with Telegram's own message
+        try:
+            await self.bot.delete_webhook()
+            while True:
+                updates = await self.bot.get_updates(
+                    offset=self._offset(), timeout=self.poll_timeout_s, allowed_updates=["message"]
+                )
+                for update in updates:
+                    # The offset is kept before the message is handled: a crash then loses at most the turn
+                    # in flight instead of answering every message of the batch twice.
+                    self._keep_offset(update.update_id + 1)
+                    message = await self._inbound(update)
+                    if message is not None:
+                        await deliver(message)
+        finally:
+            await self.bot.shutdown()
+
+    async def _inbound(self, update: Any) -> Inbound | None:
+        message = update.message
+        if message is None or message.from_user is None:
+            return None
+        attachments: list[Attachment] = []
+        file_ref: Any = None
+        name, mime = "", ""
+        if message.document is not None:
+            file_ref, name = message.document, message.document.file_name or "document"
+            mime = message.document.mime_type or "application/octet-stream"
+        elif message.photo:
+            file_ref, name, mime = message.photo[-1], "photo.jpg", "image/jpeg"
+        elif message.voice is not None:
+            file_ref, name, mime = message.voice, "voice.ogg", message.voice.mime_type or "audio/ogg"
+        if file_ref is not None:
+            size = getattr(file_ref, "file_size", None) or 0
+            if size > MAX_DOWNLOAD_BYTES:
+                name += f" (over {MAX_DOWNLOAD_BYTES // 1024 // 1024} MB, not downloaded)"
+                attachments.append(Attachment(name, mime, b""))
+            else:
+                found = await file_ref.get_file()
+                attachments.append(Attachment(name, mime, bytes(await found.download_as_bytearray())))
+        return Inbound(
+            channel=self.name,
+            chat_id=str(message.chat.id),
+            user_id=str(message.from_user.id),
+            user_name=message.from_user.username or message.from_user.full_name or "",
+            text=message.text or message.caption or "",
+            message_id=str(message.message_id),
+            attachments=tuple(attachments),
+        )
+
+    async def _retrying(self, call: Any) -> Any:
+        from telegram.error import BadRequest, NetworkError, RetryAfter
+
+        for attempt in range(SEND_ATTEMPTS):
+            try:
+                return await call()
+            except BadRequest:
+                raise  # Telegram read the request and said no: sending it again would not change that
+            except RetryAfter as exc:
+                delay = exc.retry_after
+                await asyncio.sleep(min(30.0, float(delay if isinstance(delay, int | float) else 1.0)))
+            except NetworkError as exc:
+                if attempt == SEND_ATTEMPTS - 1:
+                    raise
+                log.info("telegram send failed (%s); trying again", self.settings.scrub(str(exc)))
+                await asyncio.sleep(0.5 * 2**attempt)
+        return None
+
+    async def send_text(self, chat_id: str, text: str) -> None:
+        """Send one message, as HTML; as plain text when Telegram cannot parse the markup."""
+        from telegram.constants import ParseMode
+        from telegram.error import BadRequest
+
+        try:
+            await self._retrying(
+                lambda: self.bot.send_message(chat_id, markdown_to_telegram_html(text), parse_mode=ParseMode.HTML)
+            )
+        except BadRequest as exc:
+            log.info("telegram refused the markup (%s); sending plain text", self.settings.scrub(str(exc)))
+            await self._retrying(lambda: self.bot.send_message(chat_id, text))
+
+    async def send_file(self, chat_id: str, path: Path) -> None:
+        """Send a file the agent made as a document."""
+        data = path.read_bytes()
+        await self._retrying(lambda: self.bot.send_document(chat_id, document=data, filename=path.name))
+
+    async def typing(self, chat_id: str) -> None:
+        """Show "typing…" for a few seconds."""
+        from telegram.constants import ChatAction
+
+        await self.bot.send_chat_action(chat_id, ChatAction.TYPING)

@@ -1,0 +1,147 @@
+"""A small DingTalk Stream-mode server on loopback for the channel tests, speaking the documented wire format
+(open.dingtalk.com, "Stream mode"): ``POST /v1.0/gateway/connections/open`` with ``clientId``/``clientSecret``
+answers ``{endpoint, ticket}``; the WebSocket at ``endpoint?ticket=…`` pushes ``CALLBACK`` frames on the robot
+topic ``/v1.0/im/bot/messages/get`` (the message JSON as a string in ``data``) and takes the client's acks;
+each message carries a ``sessionWebhook`` on this server, where the robot's answers are posted.
+
+Tests push messages with :meth:`FakeDingTalk.say`, read answers in :attr:`FakeDingTalk.replies` and close the
+WebSocket with :meth:`FakeDingTalk.drop` to stand for a dropped connection."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import BaseRoute, Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from tests.fake_platform import PlatformFake, serving
+
+TOPIC = "/v1.0/im/bot/messages/get"
+
+
+@dataclass
+class DingReply:
+    """One answer the robot posted to a session webhook."""
+
+    conversation: str
+    msgtype: str
+    text: str
+    at: float = field(default_factory=time.monotonic)
+
+
+class FakeDingTalk(PlatformFake):
+    """The fake's state; thread-safe helpers for the test, asyncio inside the server."""
+
+    def __init__(self, client_id: str = "ding-app-id", client_secret: str = "ding-app-secret") -> None:
+        super().__init__()
+        self.client_id = client_id
+        self.client_secret = client_secret
+        self.replies: list[DingReply] = []
+        self.acks: list[dict[str, Any]] = []
+        self.connections = 0
+        self._ids = itertools.count(1)
+
+    def say(self, conversation: str, staff_id: str, text: str) -> None:
+        """Queue a message from user ``staff_id`` in ``conversation``."""
+        number = next(self._ids)
+        data = {
+            "conversationId": conversation,
+            "chatbotCorpId": "corp1",
+            "chatbotUserId": "bot1",
+            "msgId": f"msg{number}",
+            "senderNick": f"user {staff_id}",
+            "isAdmin": False,
+            "senderStaffId": staff_id,
+            "sessionWebhookExpiredTime": int(time.time() * 1000) + 3_600_000,
+            "createAt": int(time.time() * 1000),
+            "senderCorpId": "corp1",
+            "conversationType": "1",
+            "senderId": f"$:LWCP_v1:${staff_id}",
+            "sessionWebhook": f"{self.url}/robot/sendBySession/{conversation}",
+            "text": {"content": text},
+            "robotCode": self.client_id,
+            "msgtype": "text",
+        }
+        frame = {
+            "specVersion": "1.0",
+            "type": "CALLBACK",
+            "headers": {
+                "appId": "app1",
+                "connectionId": "conn1",
+                "contentType": "application/json",
+                "messageId": f"frame{number}",
+                "time": str(int(time.time() * 1000)),
+                "topic": TOPIC,
+            },
+            "data": json.dumps(data, ensure_ascii=False),
+        }
+        self.push(frame)
+
+    def texts(self, conversation: str) -> list[str]:
+        """The answers posted to one conversation, in order."""
+        return [r.text for r in self.replies if r.conversation == conversation]
+
+    def outbox(self) -> list[Any]:
+        return [(r.conversation, r.text[:80]) for r in self.replies]
+
+    async def open_connection(self, request: Request) -> JSONResponse:
+        body = await request.json()
+        if body.get("clientId") != self.client_id or body.get("clientSecret") != self.client_secret:
+            return JSONResponse({"code": "InvalidAuthentication", "message": "clientId or clientSecret is wrong"}, 401)
+        topics = [s.get("topic") for s in body.get("subscriptions") or []]
+        if TOPIC not in topics:
+            return JSONResponse({"code": "InvalidParameter", "message": "no subscription"}, 400)
+        host = self.url.replace("http://", "ws://")
+        return JSONResponse({"endpoint": f"{host}/gateway", "ticket": f"ticket-{self.connections + 1}"})
+
+    async def gateway(self, socket: WebSocket) -> None:
+        if not socket.query_params.get("ticket", "").startswith("ticket-"):
+            await socket.close(code=4001)
+            return
+        await socket.accept()
+        self.connections += 1
+
+        async def read_acks() -> None:
+            try:
+                while True:
+                    self.acks.append(json.loads(await socket.receive_text()))
+            except WebSocketDisconnect:
+                return
+
+        async def send(frame: dict[str, Any]) -> None:
+            await socket.send_text(json.dumps(frame, ensure_ascii=False))
+
+        await self.pump(socket, asyncio.create_task(read_acks()), send, drop_code=1011)
+
+    async def session_webhook(self, request: Request) -> JSONResponse:
+        body = await request.json()
+        kind = body.get("msgtype")
+        text = body["markdown"]["text"] if kind == "markdown" else body.get("text", {}).get("content", "")
+        if not text or len(text) > 5000:
+            return JSONResponse({"errcode": 400, "errmsg": "content too long or empty"}, 400)
+        self.replies.append(DingReply(request.path_params["conversation"], str(kind), text))
+        return JSONResponse({"errcode": 0, "errmsg": "ok"})
+
+    def routes(self) -> list[BaseRoute]:
+        return [
+            Route("/v1.0/gateway/connections/open", self.open_connection, methods=["POST"]),
+            WebSocketRoute("/gateway", self.gateway),
+            Route("/robot/sendBySession/{conversation}", self.session_webhook, methods=["POST"]),
+        ]
+
+
+@contextmanager
+def fake_dingtalk() -> Iterator[FakeDingTalk]:
+    """Run a fake DingTalk Stream server on a free loopback port for the ``with`` block (``.url``: its apiBase)."""
+    fake = FakeDingTalk()
+    with serving(fake):
+        yield fake
