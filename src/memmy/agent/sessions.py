@@ -1,4 +1,7 @@
-"""Local, resumable agent sessions: one JSON file per session under ``$MEMMY_HOME/agent/sessions``."""
+"""Local, resumable agent sessions: one JSON file per session under ``$MEMMY_HOME/agent/sessions``, shared by
+``memmy agent``, the TUI and the workbench of ``memmy serve`` (a session started in one continues in the others).
+The workbench's list metadata (title, pinned, archived, unread) lives in the same file; files written before
+those fields existed load with their defaults, and unknown keys are ignored."""
 
 from __future__ import annotations
 
@@ -27,6 +30,24 @@ class Session:
     preset: str = "default"
     created: float = field(default_factory=time.time)
     updated: float = field(default_factory=time.time)
+    title: str = ""
+    pinned: bool = False
+    archived: bool = False
+    unread: bool = False
+
+    @property
+    def id(self) -> str:
+        """The session's id in URLs: its file name without ``.json`` (safe, unique per name)."""
+        return file_name(self.name).removesuffix(".json")
+
+    @property
+    def label(self) -> str:
+        """What a list shows: the title, else the first user message, else the name."""
+        if self.title:
+            return self.title
+        first = next((m.get("content") for m in self.messages if m.get("role") == "user"), None)
+        text = first if isinstance(first, str) else ""
+        return " ".join(text.split())[:80] or self.name
 
     @property
     def key(self) -> str:
@@ -37,6 +58,11 @@ class Session:
     def turns(self) -> int:
         """How many user messages the session holds."""
         return sum(1 for m in self.messages if m.get("role") == "user")
+
+
+def from_dict(data: dict[str, Any]) -> Session:
+    """A session from its saved JSON (unknown keys ignored, missing ones defaulted)."""
+    return Session(**{k: v for k, v in data.items() if k in Session.__dataclass_fields__})
 
 
 def file_name(name: str) -> str:
@@ -65,15 +91,32 @@ class SessionStore:
             data = json.loads(self.path(name).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return Session(name=name, project=project)
-        known = {k: v for k, v in data.items() if k in Session.__dataclass_fields__}
-        session = Session(**known)
+        session = from_dict(data)
         if project and not session.project:
             session.project = project
         return session
 
-    def save(self, session: Session) -> None:
-        """Write the session (0600, atomic)."""
-        session.updated = time.time()
+    def by_id(self, session_id: str) -> Session | None:
+        """The saved session whose :attr:`Session.id` is ``session_id``, or None."""
+        if not re.fullmatch(r"[A-Za-z0-9._-]{1,80}", session_id) or session_id.startswith("."):
+            return None
+        try:
+            return from_dict(json.loads((self.dir / f"{session_id}.json").read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def delete(self, session: Session) -> bool:
+        """Remove the session's file; whether there was one."""
+        try:
+            self.path(session.name).unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+    def save(self, session: Session, touch: bool = True) -> None:
+        """Write the session (0600, atomic); ``touch=False`` keeps its ``updated`` time (a rename, a pin)."""
+        if touch:
+            session.updated = time.time()
         self.dir.mkdir(parents=True, exist_ok=True)
         target = self.path(session.name)
         tmp = target.with_name(target.name + ".tmp")
@@ -86,8 +129,7 @@ class SessionStore:
         found = []
         for path in self.dir.glob("*.json") if self.dir.exists() else []:
             try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-                found.append(Session(**{k: v for k, v in data.items() if k in Session.__dataclass_fields__}))
+                found.append(from_dict(json.loads(path.read_text(encoding="utf-8"))))
             except (OSError, ValueError, TypeError):
                 continue
         return sorted(found, key=lambda s: s.updated, reverse=True)
