@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +21,8 @@ from memmy.agent.cli import cli
 from memmy.agent.sessions import Session, SessionStore
 from memmy.workbench.attachments import AttachmentError, convert, message_text
 from memmy.workbench.routes import group
-from tests.agent_stubs import ModelStub, Reply, last_user_text, run_model_stub
+from tests.agent_stubs import ModelStub, Reply, last_user_text, run_model_stub, write_agent_config
+from tests.conftest import Daemon, free_port
 from tests.workbench_client import TOKEN, Bench, serve_process, sign_in_link
 
 
@@ -176,8 +179,9 @@ def test_the_pet_continues_the_running_or_recent_session(served: tuple[str, Mode
     sid = bench.send("hello from the workbench")["id"]
     bench.wait_idle(sid, seq)
     assert bench.state()["pet"] == sid  # finished within five minutes
+    seq = bench.state()["seq"]
     assert bench.send("and from the pet", pet=True)["id"] == sid
-    bench.wait_idle(sid, seq + 1)
+    bench.wait_idle(sid, seq)
     users = [m["content"] for m in bench.task(sid)["messages"] if m["role"] == "user"]
     assert users == ["hello from the workbench", "and from the pet"]
     assert bench.http.get("/pet").status_code == 200 and 'data-page="pet"' in bench.http.get("/pet").text
@@ -247,3 +251,51 @@ def test_office_files_and_refusals() -> None:
     assert (
         message_text("hi", [convert("../../etc/n.md", b"# N")]) == 'hi\n\n<attachment name="n.md">\n# N\n</attachment>'
     )
+
+
+def test_the_memory_a_turn_was_given_is_shown_with_links_to_the_panel(isolated_home: Path, daemon: Daemon) -> None:
+    extra = f"memmyMemory:\n  storage: {{endpoint: '{daemon.url}', token: '{daemon.token}'}}\n"
+    with run_model_stub(brain) as stub, serve_process(isolated_home, stub, extra, memory=True) as base:
+        bench = Bench(base)
+        seq = bench.state()["seq"]
+        sid = bench.send("The heron deploy script lives in tools/heron/ship.sh and needs VPN")["id"]
+        bench.wait_idle(sid, seq)
+        with daemon.client() as http:  # the capture runs after the answer: wait until it is stored
+            deadline = time.monotonic() + 30
+            while not http.get("/api/v1/panel/tasks", params={"q": "heron deploy script"}).json()["tasks"]:
+                assert time.monotonic() < deadline, "the first turn was never captured"
+                time.sleep(0.05)
+        daemon.drain()
+        seq = bench.state()["seq"]
+        other = bench.send("where does the heron deploy script live?")["id"]
+        memory = next(e for e in bench.wait_idle(other, seq) if e["kind"] == "memory")
+        assert "tools/heron/ship.sh" in memory["text"] and memory["data"]["ids"]
+        page = bench.http.get("/").text
+        assert f'"panel": "{daemon.url}/panel"' in page  # each memory id links to /panel/memories/<id>
+        sent = [m for m in stub.requests[-1]["body"]["messages"] if m["role"] == "user"][-1]["content"]
+        assert "tools/heron/ship.sh" in sent
+
+
+def test_memmy_workbench_prints_a_link_and_starts_serve_when_needed(
+    isolated_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with run_model_stub(brain) as stub:
+        port = free_port()
+        write_agent_config(isolated_home, stub, extra=f"serve: {{port: {port}}}\n", memory=False)
+        refused = CliRunner().invoke(cli, ["workbench", "--no-open", "--no-start"])
+        assert refused.exit_code == 1 and f"not running at http://127.0.0.1:{port}" in refused.output
+        monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[1] / "src"))
+        started = CliRunner().invoke(cli, ["workbench", "--no-open", "--pet"])
+        pid = int(started.output.split("(pid ")[1].split(",")[0])
+        try:
+            assert started.exit_code == 0, started.output
+            link = started.output.strip().splitlines()[-1]
+            assert link.startswith(f"http://127.0.0.1:{port}/signin?code=") and link.endswith("&next=/pet")
+            assert "token:" in (isolated_home / ".memmy" / "config.yaml").read_text()  # serve.token was created
+            client = httpx.Client(follow_redirects=True)
+            answer = client.get(link)
+            assert answer.status_code == 200 and 'data-page="pet"' in answer.text
+            again = CliRunner().invoke(cli, ["workbench", "--no-open"])
+            assert again.exit_code == 0 and "started" not in again.output  # the running one is reused
+        finally:
+            os.kill(pid, signal.SIGTERM)

@@ -47,6 +47,7 @@ class Session:
             return self.title
         first = next((m.get("content") for m in self.messages if m.get("role") == "user"), None)
         text = first if isinstance(first, str) else ""
+        text = text.split("<attachment name=", 1)[0].split("[image attached: ", 1)[0]  # the user's own words
         return " ".join(text.split())[:80] or self.name
 
     @property

@@ -269,10 +269,12 @@
     history.replaceState(null, "", `/?s=${id}`);
     $("#title").textContent = data.task.title;
     const stream = $("#stream");
-    stream.replaceChildren();
-    state.view = new View(stream);
+    const built = document.createDocumentFragment();  // one insertion: the page lays out once
+    state.view = new View(built);
     state.view.history(data.messages);
     for (const event of data.live) state.view.apply(event);
+    stream.replaceChildren(built);
+    state.view.root = stream;
     setRunning(data.task.running);
     renderTasks();
     scrollDown();
