@@ -18,10 +18,11 @@ import pytest
 from click.testing import CliRunner
 
 from memmy.agent.cli import cli
+from memmy.agent.providers import to_anthropic
 from memmy.agent.sessions import Session, SessionStore
 from memmy.workbench.attachments import AttachmentError, convert, message_text
 from memmy.workbench.routes import group
-from tests.agent_stubs import ModelStub, Reply, last_user_text, run_model_stub, write_agent_config
+from tests.agent_stubs import ModelStub, Reply, last_user_text, run_model_stub, tool_results, write_agent_config
 from tests.conftest import Daemon, free_port
 from tests.workbench_client import TOKEN, Bench, serve_process, sign_in_link
 
@@ -299,3 +300,58 @@ def test_memmy_workbench_prints_a_link_and_starts_serve_when_needed(
             assert again.exit_code == 0 and "started" not in again.output  # the running one is reused
         finally:
             os.kill(pid, signal.SIGTERM)
+
+
+def shell_brain(body: dict[str, Any]) -> Reply:
+    if tool_results(body):
+        return Reply(text="result: " + tool_results(body)[-1].replace("\n", " "))
+    if "slowly" in last_user_text(body):
+        return Reply(text="a b c d e f g h i j k l m n o p", chunk_delay_s=0.3)
+    return Reply(tool_calls=[("exec", json.dumps({"command": "echo approved-run"}))])
+
+
+def test_shell_approval_and_deleting_a_running_task(isolated_home: Path) -> None:
+    with run_model_stub(shell_brain) as stub, serve_process(isolated_home, stub, approval="ask") as base:
+        bench = Bench(base)
+        for allow, expected in ((True, "approved-run"), (False, "did not approve")):
+            seq = bench.state()["seq"]
+            sid = bench.send("run the command")["id"]
+            with bench.http.stream("GET", f"/api/events?after={seq}") as stream:
+                ask = next(
+                    json.loads(line[6:])
+                    for line in stream.iter_lines()
+                    if line.startswith("data: ") and json.loads(line[6:])["kind"] == "approval"
+                )
+            assert ask["text"] == "echo approved-run" and bench.task(sid)["task"]["running"]
+            assert bench.post(f"/api/sessions/{sid}/approve", {"id": ask["data"]["id"], "allow": allow}).json()["ok"]
+            events = bench.wait_idle(sid, seq)
+            result = next(e for e in events if e["kind"] == "tool_result")
+            assert expected in result["text"] and result["data"]["ok"] is allow
+        assert not bench.post(f"/api/sessions/{sid}/approve", {"id": ask["data"]["id"], "allow": True}).json()["ok"]
+        seq = bench.state()["seq"]
+        sid = bench.send("answer slowly")["id"]
+        with bench.http.stream("GET", f"/api/events?after={seq}") as stream:
+            next(line for line in stream.iter_lines() if line.startswith("data: ") and '"kind": "text"' in line)
+        assert bench.post(f"/api/sessions/{sid}/delete").json() == {"ok": True}
+        assert bench.http.get(f"/api/sessions/{sid}").status_code == 404
+        assert sid not in {t["id"] for t in bench.state()["sessions"]}  # the stopped turn did not save it again
+
+
+def test_images_reach_anthropic_models_as_image_blocks() -> None:
+    system, messages = to_anthropic(
+        [
+            {"role": "system", "content": "be brief"},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "what is this?"},
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+                ],
+            },
+        ]
+    )
+    assert system == "be brief"
+    assert messages[0]["content"] == [
+        {"type": "text", "text": "what is this?"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+    ]

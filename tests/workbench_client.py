@@ -22,10 +22,13 @@ TOKEN = "workbench-test-token"
 
 
 @contextmanager
-def serve_process(home: Path, stub: ModelStub, extra: str = "", memory: bool = False) -> Iterator[str]:
+def serve_process(
+    home: Path, stub: ModelStub, extra: str = "", memory: bool = False, approval: str = "allow"
+) -> Iterator[str]:
     """``memmy serve`` as a child process with HOME/MEMMY_HOME under ``home``; yields its base URL."""
     port = free_port()
-    write_agent_config(home, stub, extra=f"serve: {{port: {port}, token: {TOKEN}}}\n{extra}", memory=memory)
+    serve = f"serve: {{port: {port}, token: {TOKEN}}}\n{extra}"
+    write_agent_config(home, stub, extra=serve, memory=memory, approval=approval)
     env = {**os.environ, "HOME": str(home), "MEMMY_HOME": str(home / ".memmy")}
     src = str(Path(__file__).resolve().parents[1] / "src")
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")

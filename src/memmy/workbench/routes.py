@@ -358,7 +358,7 @@ class Workbench:
         return set_flag
 
     async def _delete(self, request: Request, session: Session, body: dict[str, Any]) -> dict[str, Any]:
-        self.turns.delete(session)
+        await self.turns.delete(session)
         return {"ok": True}
 
     async def _stop(self, request: Request, session: Session, body: dict[str, Any]) -> dict[str, Any]:

@@ -160,11 +160,10 @@ class Turns:
         self.store.save(session, touch=False)
         self.hub.publish(session.id, "meta")
 
-    def delete(self, session: Session) -> None:
-        """Stop its turn and remove the session."""
-        runner = self.runners.pop(session.id, None)
-        if runner is not None and runner.task is not None:
-            runner.task.cancel()
+    async def delete(self, session: Session) -> None:
+        """Stop its turn (which saves the session one last time), then remove the session."""
+        await self.stop(session.id)
+        self.runners.pop(session.id, None)
         self.store.delete(session)
         self.hub.publish(session.id, "deleted")
 
