@@ -112,6 +112,26 @@ def test_list_metadata_groups_and_old_session_files(served: tuple[str, ModelStub
     assert not store.exists("cli:old") and bench.http.get(f"/api/sessions/{sid}").status_code == 404
 
 
+def test_settings_and_a_diagnostic_report_without_secrets(served: tuple[str, ModelStub, Path]) -> None:
+    base, _, home = served
+    bench = Bench(base)
+    settings = bench.http.get("/api/settings").json()
+    assert [(m["name"], m["model"], m["key"]) for m in settings["models"]] == [
+        ("default", "stub-model", True),
+        ("fast", "stub-fast", True),
+    ]
+    assert bench.post("/api/settings/test", {"name": "default"}).json()["ok"] is True
+    assert bench.post("/api/settings/test", {"name": "nope"}).status_code == 404
+    assert bench.post("/api/settings/log-level", {"level": "debug"}).json() == {"logLevel": "DEBUG"}
+    assert bench.post("/api/settings/log-level", {"level": "loud"}).status_code == 400
+    bench.send("my secret plan is ZEPHYR-7")
+    report = bench.http.get("/api/diagnostics")
+    assert report.json()["logLevel"] == "DEBUG" and report.json()["sessions"] >= 1
+    for secret in ("sk-test-key", TOKEN, "ZEPHYR", bench.csrf):
+        assert secret not in report.text
+    assert "attachment" in report.headers["content-disposition"]
+
+
 def test_groups_by_local_day() -> None:
     now = time.mktime((2026, 12, 4, 15, 0, 0, 0, 0, -1))
     day = 86400.0

@@ -215,3 +215,26 @@ def test_the_pet_continues_a_session_and_opens_the_workbench(browser: Browser, s
     assert full.url.endswith(f"/?s={sid}")
     page.context.close()
     pet.context.close()
+
+
+def test_settings_connection_test_language_and_log_level(browser: Browser, served: tuple[str, ModelStub]) -> None:
+    base, _ = served
+    page = sign_in(browser, base)
+    page.goto(base + "/settings")
+    rows = page.locator("#models tbody tr")
+    expect(rows).to_have_count(2)
+    expect(rows.first.locator("td").nth(2)).to_have_text("stub-model")
+    expect(rows.first.locator("td").nth(4)).to_have_text("set")
+    rows.first.locator("button").click()
+    expect(rows.first.locator(".test-status")).to_contain_text("✓")
+    page.locator("#log-level").select_option("DEBUG")
+    shot(page, "settings")
+    page.locator("#language").select_option("zh")
+    expect(page.locator(".card h2").first).to_have_text("模型")
+    page.goto(base + "/")
+    expect(page.locator("#title")).to_have_text("新任务")
+    say(page, "你好，记住我喜欢用 pytest")
+    expect(page.locator(".msg.assistant .md").last).to_have_text("echo: 你好，记住我喜欢用 pytest")
+    expect(page.locator('[data-group="today"] h2')).to_have_text("今天")
+    shot(page, "workbench-zh")
+    page.context.close()

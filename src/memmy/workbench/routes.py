@@ -23,6 +23,7 @@ from memmy.agent.sessions import Session
 from memmy.signin import CookieAuth, CookieSession, host_allowed
 from memmy.workbench import slash
 from memmy.workbench.attachments import MAX_BYTES, MAX_FILES, AttachmentError, Converted, convert, message_text
+from memmy.workbench.settings import Settings
 from memmy.workbench.turns import Input, Turns
 
 COOKIE = "memmy_workbench"
@@ -76,6 +77,7 @@ class Workbench:
         self.turns = turns
         self.auth = auth
         self.panel_url = panel_url
+        self.settings = Settings(config, turns)
         self.verbs: dict[str, Callable[[Request, Session, dict[str, Any]], Awaitable[dict[str, Any]]]] = {
             "rename": self._rename,
             "pin": self._flag("pinned", True),
@@ -381,6 +383,11 @@ class Workbench:
         return [
             Route("/", self.page("workbench.html"), methods=["GET"]),
             Route("/pet", self.page("pet.html"), methods=["GET"]),
+            Route("/settings", self.page("settings.html"), methods=["GET"]),
+            Route("/api/settings", self.read(self.settings.read), methods=["GET"]),
+            Route("/api/settings/test", self.write(self.settings.test), methods=["POST"]),
+            Route("/api/settings/log-level", self.write(self.settings.log_level), methods=["POST"]),
+            Route("/api/diagnostics", self.read(self.settings.diagnostics), methods=["GET"]),
             Route("/signin", self.signin, methods=["GET"]),
             Route("/signout", self.write(self.signout), methods=["POST"]),
             Route("/workbench/link", self.link, methods=["POST"]),

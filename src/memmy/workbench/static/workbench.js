@@ -5,8 +5,34 @@
   const BOOT = JSON.parse(document.getElementById("boot").textContent);
   const PAGE = document.body.dataset.page;
   const $ = (sel) => document.querySelector(sel);
-  const GROUPS = [["pinned", "Pinned"], ["today", "Today"], ["yesterday", "Yesterday"], ["week", "Last 7 days"],
-    ["older", "Older"], ["archived", "Archived"]];
+  const ZH = {
+    "New": "新建", "Search": "搜索", "Pinned": "置顶", "Today": "今天", "Yesterday": "昨天", "Last 7 days": "最近 7 天",
+    "Older": "更早", "Archived": "已归档", "New task": "新任务", "Stop": "停止", "Restart": "重新运行", "Send": "发送",
+    "Memory panel ↗": "记忆面板 ↗", "Pet": "桌宠", "Settings": "设置", "What should memmy do?": "想让 memmy 做什么？",
+    "Your tasks share memory with your other agents. Type / for commands.": "你的任务与其他智能体共享记忆。输入 / 查看命令。",
+    "Message memmy — Enter sends, Shift+Enter new line, / for commands": "给 memmy 发消息 — Enter 发送，Shift+Enter 换行，/ 打开命令",
+    "Search tasks…": "搜索任务…", "Ask memmy…": "问问 memmy…", "running…": "运行中…", "stopped": "已停止",
+    "Rename": "重命名", "Pin": "置顶", "Unpin": "取消置顶", "Archive": "归档", "Restore": "恢复", "Delete": "删除",
+    "Rename task": "重命名任务", "memory for this turn": "本轮注入的记忆", "(nothing recalled)": "（没有召回内容）",
+    "memmy wants to run:": "memmy 想运行：", "Allow": "允许", "Deny": "拒绝", "allowed": "已允许", "denied": "已拒绝",
+    "queued": "已排队", "running": "运行中", "unread": "未读", "Back to the workbench": "返回工作台", "Models": "模型",
+    "Slot": "槽位", "Provider": "提供方", "Model": "模型", "Endpoint": "端点", "Key": "密钥", "General": "通用",
+    "Language": "语言", "Developer": "开发者", "Log level": "日志级别", "Test connection": "测试连接",
+    "Download a diagnostic report": "下载诊断报告", "set": "已设置", "not set": "未设置", "testing…": "测试中…",
+    "No keys, tokens, prompts or messages are in it.": "其中不含任何密钥、令牌、提示词或消息。",
+    "Models are set in ~/.memmy/config.yaml (agents.defaults, agents.presets) or with memmy onboard; keys may be ${ENV} references.":
+      "模型在 ~/.memmy/config.yaml（agents.defaults、agents.presets）中或用 memmy onboard 设置；密钥可写成 ${ENV} 引用。",
+  };
+  const LANG = localStorage.getItem("memmy.lang") || (navigator.language.startsWith("zh") ? "zh" : "en");
+  const t = (text) => (LANG === "zh" && ZH[text]) || text;
+  const tr = t;  // inside functions whose task argument is named t
+  const GROUPS = [["pinned", t("Pinned")], ["today", t("Today")], ["yesterday", t("Yesterday")],
+    ["week", t("Last 7 days")], ["older", t("Older")], ["archived", t("Archived")]];
+  function translate() {
+    document.documentElement.lang = LANG === "zh" ? "zh-CN" : "en";
+    document.querySelectorAll("[data-i18n]").forEach((node) => { node.textContent = t(node.textContent.trim()); });
+    document.querySelectorAll("[data-i18n-ph]").forEach((node) => { node.placeholder = t(node.placeholder); });
+  }
   const state = { tasks: [], current: null, viewSeq: 0, running: false, seq: 0, files: [], view: null, composing: false, petThread: null };
 
   function el(tag, attrs, ...children) {
@@ -78,22 +104,22 @@
       links.append(el("a", { href: `${BOOT.panel}/memories/${encodeURIComponent(id)}`, target: "_blank", rel: "noopener" }, id), " ");
     }
     const body = el("div", { class: "md" });
-    md(body, markdown || "(nothing recalled)");
-    this.root.append(el("details", { class: "memory" }, el("summary", {}, `◈ memory for this turn (${(ids || []).length})`), body, links));
+    md(body, markdown || t("(nothing recalled)"));
+    this.root.append(el("details", { class: "memory" }, el("summary", {}, `◈ ${t("memory for this turn")} (${(ids || []).length})`), body, links));
   };
   View.prototype.note = function (text, kind) {
     this.root.append(el("div", { class: "note " + (kind || "") }, el("pre", {}, text)));
     this.bubble = null;
   };
   View.prototype.approval = function (sid, id, command) {
-    const box = el("div", { class: "approval" }, el("div", {}, "memmy wants to run:"), el("pre", {}, command));
+    const box = el("div", { class: "approval" }, el("div", {}, t("memmy wants to run:")), el("pre", {}, command));
     const answer = async (allow) => {
       box.querySelectorAll("button").forEach((b) => { b.disabled = true; });
       await api("POST", `/api/sessions/${sid}/approve`, { id, allow });
-      box.append(el("div", { class: "muted" }, allow ? "allowed" : "denied"));
+      box.append(el("div", { class: "muted" }, t(allow ? "allowed" : "denied")));
     };
-    box.append(el("button", { class: "btn primary", type: "button", onclick: () => answer(true) }, "Allow"),
-      el("button", { class: "btn", type: "button", onclick: () => answer(false) }, "Deny"));
+    box.append(el("button", { class: "btn primary", type: "button", onclick: () => answer(true) }, t("Allow")),
+      el("button", { class: "btn", type: "button", onclick: () => answer(false) }, t("Deny")));
     this.root.append(box);
   };
   View.prototype.apply = function (event) {
@@ -107,12 +133,12 @@
       case "notice": case "compaction": this.note(event.text, "notice"); break;
       case "error": this.note(event.text, "error"); break;
       case "approval": this.approval(event.session, d.id, event.text); break;
-      case "queued": this.note(`queued: ${event.text}`, "notice"); break;
+      case "queued": this.note(`${t("queued")}: ${event.text}`, "notice"); break;
       case "done":
         if (this.bubble && !this.buffer) { this.bubble.parentNode.remove(); this.bubble = null; }
         if (this.bubble) md(this.bubble, this.buffer);
         this.bubble = null;
-        if (d.status === "cancelled") this.note("stopped", "notice");
+        if (d.status === "cancelled") this.note(t("stopped"), "notice");
         break;
       default: break;
     }
@@ -229,10 +255,10 @@
 
   function taskRow(t) {
     const menu = el("span", { class: "actions" },
-      el("button", { type: "button", title: "Rename", "data-act": "rename", onclick: (e) => act(e, t, "rename") }, "✎"),
-      el("button", { type: "button", title: t.pinned ? "Unpin" : "Pin", "data-act": t.pinned ? "unpin" : "pin", onclick: (e) => act(e, t, t.pinned ? "unpin" : "pin") }, t.pinned ? "☆" : "★"),
-      el("button", { type: "button", title: t.archived ? "Restore" : "Archive", "data-act": t.archived ? "restore" : "archive", onclick: (e) => act(e, t, t.archived ? "restore" : "archive") }, t.archived ? "↩" : "⊟"),
-      el("button", { type: "button", title: "Delete", "data-act": "delete", onclick: (e) => act(e, t, "delete") }, "✕"));
+      el("button", { type: "button", title: tr("Rename"), "data-act": "rename", onclick: (e) => act(e, t, "rename") }, "✎"),
+      el("button", { type: "button", title: t.pinned ? tr("Unpin") : tr("Pin"), "data-act": t.pinned ? "unpin" : "pin", onclick: (e) => act(e, t, t.pinned ? "unpin" : "pin") }, t.pinned ? "☆" : "★"),
+      el("button", { type: "button", title: t.archived ? tr("Restore") : tr("Archive"), "data-act": t.archived ? "restore" : "archive", onclick: (e) => act(e, t, t.archived ? "restore" : "archive") }, t.archived ? "↩" : "⊟"),
+      el("button", { type: "button", title: tr("Delete"), "data-act": "delete", onclick: (e) => act(e, t, "delete") }, "✕"));
     return el("a", { class: "task" + (t.id === state.current ? " current" : ""), href: `/?s=${t.id}`, "data-id": t.id,
       onclick: (e) => { e.preventDefault(); open(t.id); } },
     t.running ? el("span", { class: "spinner", title: "running" }) : t.unread ? el("span", { class: "dot", title: "unread" }) : el("span", { class: "gap" }),
@@ -243,7 +269,7 @@
     e.preventDefault(); e.stopPropagation();
     let body = {};
     if (verb === "rename") {
-      const title = prompt("Rename task", t.title);
+      const title = prompt(tr("Rename task"), t.title);
       if (title === null) return;
       body = { title };
     }
@@ -254,9 +280,9 @@
   }
 
   function blank() {
-    $("#stream").replaceChildren(el("div", { class: "empty" }, el("h2", {}, "What should memmy do?"),
-      el("p", { class: "muted" }, "Your tasks share memory with your other agents. Type / for commands.")));
-    $("#title").textContent = "New task";
+    $("#stream").replaceChildren(el("div", { class: "empty" }, el("h2", {}, t("What should memmy do?")),
+      el("p", { class: "muted" }, t("Your tasks share memory with your other agents. Type / for commands."))));
+    $("#title").textContent = t("New task");
     state.view = new View($("#stream"));
     history.replaceState(null, "", "/");
     setRunning(false);
@@ -286,7 +312,7 @@
     if (PAGE !== "workbench") return;
     $("#stop").hidden = !running;
     $("#restart").hidden = !state.current;
-    $("#state").textContent = running ? "running…" : "";
+    $("#state").textContent = running ? t("running…") : "";
     $("#state").classList.toggle("busy", running);
   }
 
@@ -334,7 +360,7 @@
     if (event.kind === "start") { petText = ""; preview.textContent = "…"; }
     if (event.kind === "text") { petText += event.text; md(preview, petText); }
     if (event.kind === "error") preview.textContent = event.text;
-    if (event.kind === "done" && event.data && event.data.status === "cancelled") preview.textContent = "stopped";
+    if (event.kind === "done" && event.data && event.data.status === "cancelled") preview.textContent = t("stopped");
   }
 
   function renderPet(data) {
@@ -359,7 +385,32 @@
   }
 
   // -- start -----------------------------------------------------------------------------------------------
+  // -- settings --------------------------------------------------------------------------------------------
+  async function settingsPage() {
+    const data = await api("GET", "/api/settings");
+    $("#models tbody").replaceChildren(...data.models.map((m) => {
+      const status = el("span", { class: "muted test-status" });
+      const test = async () => {
+        status.textContent = t("testing…");
+        const r = await api("POST", "/api/settings/test", { name: m.name }).catch((e) => ({ ok: false, message: String(e.message) }));
+        status.textContent = (r.ok ? "✓ " : "✗ ") + r.message;
+        status.className = "test-status " + (r.ok ? "ok" : "bad");
+      };
+      return el("tr", { "data-name": m.name }, el("td", {}, m.name), el("td", {}, m.provider), el("td", {}, m.model),
+        el("td", {}, m.apiBase || "—"), el("td", {}, t(m.key ? "set" : "not set")),
+        el("td", {}, el("button", { class: "btn small", type: "button", onclick: test }, t("Test connection")), " ", status));
+    }));
+    const level = $("#log-level");
+    level.replaceChildren(...data.levels.map((l) => el("option", { value: l, selected: l === data.logLevel }, l)));
+    level.addEventListener("change", () => api("POST", "/api/settings/log-level", { level: level.value }));
+    const lang = $("#language");
+    lang.value = LANG;
+    lang.addEventListener("change", () => { localStorage.setItem("memmy.lang", lang.value); location.reload(); });
+  }
+
   async function main() {
+    translate();
+    if (PAGE === "settings") return settingsPage();
     wireComposer();
     if (PAGE === "pet") {
       $("#preview").addEventListener("dblclick", () => { if (state.petThread) window.open(`/?s=${state.petThread}`, "_blank"); });
