@@ -33,6 +33,8 @@ def brain(body: dict[str, Any]) -> Reply:
     text = last_user_text(body)
     if "slowly" in text:
         return Reply(text=" ".join(f"word{i}" for i in range(60)), chunk_delay_s=0.25)
+    if "gently" in text:
+        return Reply(text=" ".join(f"step{i}" for i in range(40)), chunk_delay_s=0.1)
     if "run a tool" in text and not tool_results(body):
         return Reply(tool_calls=[("exec", json.dumps({"command": "echo tool-output-42"}))])
     if "run a tool" in text:
@@ -128,6 +130,23 @@ def test_stop_while_streaming(browser: Browser, served: tuple[str, ModelStub]) -
     expect(page.locator("#stop")).to_be_hidden()
     assert "word59" not in page.locator(".msg.assistant .md").last.inner_text()
     page.context.close()
+
+
+def test_a_turn_keeps_running_when_the_window_closes(browser: Browser, served: tuple[str, ModelStub]) -> None:
+    base, _ = served
+    page = sign_in(browser, base)
+    say(page, "count gently")
+    expect(page.locator(".msg.assistant .md").last).to_contain_text("step1")
+    sid = page.url.split("s=")[1]
+    page.context.close()  # the turn runs in memmy serve, not in the page
+    again = sign_in(browser, base)
+    again.goto(f"{base}/?s={sid}")
+    answer = again.locator(".msg.assistant .md").last
+    expect(answer).to_contain_text("step0 step1")  # what streamed before the window opened, replayed
+    expect(answer).to_have_text(" ".join(f"step{i}" for i in range(40)), timeout=30_000)
+    expect(again.locator(".task.current .spinner")).to_have_count(0)
+    expect(again.locator(".msg.assistant")).to_have_count(1)
+    again.context.close()
 
 
 def test_a_docx_attachment_reaches_the_provider(

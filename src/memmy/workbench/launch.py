@@ -10,6 +10,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from typing import Any
 
 from memmy.agent.config import AgentConfig
 
@@ -42,8 +43,13 @@ def start_serve(config: AgentConfig, config_file: str | None) -> subprocess.Pope
     if config_file:
         args += ["--config", config_file]
     args.append("serve")
+    detach: dict[str, Any] = (
+        {"creationflags": 0x00000200 | 0x00000008}  # CREATE_NEW_PROCESS_GROUP | DETACHED_PROCESS
+        if sys.platform == "win32"
+        else {"start_new_session": True}
+    )
     with open(log, "ab") as out:
-        return subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
+        return subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out, stderr=out, **detach)
 
 
 def sign_in_link(

@@ -46,7 +46,9 @@ class EventHub:
 
     def __init__(self) -> None:
         self.events: deque[Event] = deque(maxlen=HISTORY)
-        self.seq = 0
+        # Numbered from the start time in milliseconds: after a restart of the process the numbers keep growing,
+        # so a page that reconnects with its last number still gets every new event.
+        self.seq = int(time.time() * 1000)
         self._listeners: set[asyncio.Queue[Event]] = set()
 
     def publish(self, session: str, kind: str, text: str = "", data: dict[str, Any] | None = None) -> Event:
