@@ -132,6 +132,23 @@ def test_settings_and_a_diagnostic_report_without_secrets(served: tuple[str, Mod
     assert "attachment" in report.headers["content-disposition"]
 
 
+def test_the_task_list_rereads_only_changed_session_files(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path)
+    chat = [{"role": "user", "content": "first question"}, {"role": "assistant", "content": "an answer"}] * 3
+    store.save(Session(name="a", messages=chat))
+    store.save(Session(name="b", messages=chat[:2]))
+    heads = {s.name: (s, turns) for s, turns in store.heads()}
+    assert heads["a"][1] == 3 and heads["a"][0].messages == chat[:1] and heads["a"][0].label == "first question"
+    cached = heads["b"][0]
+    store.save(Session(name="a", messages=chat[:2], title="renamed", created=heads["a"][0].created))
+    again = {s.name: (s, turns) for s, turns in store.heads()}
+    assert again["a"][0].title == "renamed" and again["a"][1] == 1  # changed file read again
+    assert again["b"][0] is cached  # unchanged file not parsed again
+    assert [s.name for s, _ in store.heads()] == ["a", "b"]  # most recently used first
+    store.delete(again["b"][0])
+    assert [s.name for s, _ in store.heads()] == ["a"]
+
+
 def test_groups_by_local_day() -> None:
     now = time.mktime((2026, 12, 4, 15, 0, 0, 0, 0, -1))
     day = 86400.0

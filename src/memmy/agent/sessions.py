@@ -10,7 +10,7 @@ import json
 import os
 import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,7 @@ class SessionStore:
 
     def __init__(self, home: Path) -> None:
         self.dir = home / "agent" / "sessions"
+        self._heads: dict[Path, tuple[tuple[int, int], Session, int]] = {}
 
     def path(self, name: str) -> Path:
         """Where the session ``name`` lives."""
@@ -124,6 +125,25 @@ class SessionStore:
         tmp.write_text(json.dumps(asdict(session), ensure_ascii=False), encoding="utf-8")
         os.chmod(tmp, 0o600)
         os.replace(tmp, target)
+
+    def heads(self) -> list[tuple[Session, int]]:
+        """Every saved session with its number of turns, most recently used first; each session holds only its first
+        user message (what a list shows). A file is read again only when its time or size changed."""
+        found: dict[Path, tuple[tuple[int, int], Session, int]] = {}
+        for path in self.dir.glob("*.json") if self.dir.exists() else []:
+            try:
+                stat = path.stat()
+                stamp = (stat.st_mtime_ns, stat.st_size)
+                known = self._heads.get(path)
+                if known is None or known[0] != stamp:
+                    full = from_dict(json.loads(path.read_text(encoding="utf-8")))
+                    first = next(([m] for m in full.messages if m.get("role") == "user"), [])
+                    known = (stamp, replace(full, messages=first), full.turns)
+            except (OSError, ValueError, TypeError):
+                continue
+            found[path] = known
+        self._heads = found
+        return sorted(((s, turns) for _, s, turns in found.values()), key=lambda row: row[0].updated, reverse=True)
 
     def list(self) -> list[Session]:
         """Every saved session, most recently used first."""

@@ -53,8 +53,8 @@ def group(session: Session, running: bool, now: float) -> str:
     return "week" if when >= midnight - 6 * DAY else "older"
 
 
-def summary(session: Session, running: bool, now: float) -> dict[str, Any]:
-    """A task list row."""
+def summary(session: Session, running: bool, now: float, turns: int | None = None) -> dict[str, Any]:
+    """A task list row (``turns`` when ``session`` holds only its first message)."""
     return {
         "id": session.id,
         "name": session.name,
@@ -65,7 +65,7 @@ def summary(session: Session, running: bool, now: float) -> dict[str, Any]:
         "archived": session.archived,
         "unread": session.unread and not running,
         "running": running,
-        "turns": session.turns,
+        "turns": session.turns if turns is None else turns,
     }
 
 
@@ -189,8 +189,8 @@ class Workbench:
         """Every task with its group, running and unread marks; the stream's position."""
         running = self.turns.running_ids()
         now = time.time()
-        sessions = await asyncio.to_thread(self.turns.store.list)
-        rows = [summary(s, s.id in running, now) for s in sessions]
+        heads = await asyncio.to_thread(self.turns.store.heads)
+        rows = [summary(s, s.id in running, now, turns) for s, turns in heads]
         recent = self.turns.recent()
         return JSONResponse({"sessions": rows, "seq": self.turns.hub.seq, "pet": recent.id if recent else None})
 
