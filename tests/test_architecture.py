@@ -113,7 +113,7 @@ ALLOWED: dict[str, set[str]] = {
         "__init__",
         "workbench",
     },
-    "workbench": {"agent", "signin"},
+    "workbench": {"agent", "signin", "__init__"},
     "__init__": set(),
 }
 
