@@ -25,6 +25,7 @@ class Reply:
     tool_calls: list[tuple[str, str]] = field(default_factory=list)
     status: int = 200
     delay_s: float = 0.0
+    chunk_delay_s: float = 0.0  # a pause before each streamed chunk (50 tokens/s: 0.02)
 
 
 Brain = Callable[[dict[str, Any]], Reply]
@@ -37,6 +38,7 @@ class ModelStub:
     openai_url: str = ""  # http://127.0.0.1:<port>/v1  (OpenAI SDK base_url)
     anthropic_url: str = ""  # http://127.0.0.1:<port>    (Anthropic SDK base_url)
     requests: list[dict[str, Any]] = field(default_factory=list)
+    sent: list[tuple[float, dict[str, Any]]] = field(default_factory=list)  # (wall time, chunk) of paced replies
 
 
 def last_user_text(body: dict[str, Any]) -> str:
@@ -213,7 +215,12 @@ def run_model_stub(brain: Brain = echo_brain, delay_s: float = 0.0) -> Iterator[
                         self.wfile.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
                 else:
                     for chunk in _openai_chunks(reply, model):
+                        if reply.chunk_delay_s:
+                            time.sleep(reply.chunk_delay_s)
                         self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                        self.wfile.flush()
+                        if reply.chunk_delay_s:
+                            stub.sent.append((time.time(), chunk))
                     self.wfile.write(b"data: [DONE]\n\n")
                 self.wfile.flush()
             except (BrokenPipeError, ConnectionResetError):

@@ -18,6 +18,7 @@ ALLOWED: dict[str, set[str]] = {
     "embed": {"errors"},
     "redact": set(),
     "httpguard": set(),
+    "signin": set(),
     "capture": {"domain", "errors", "redact"},
     "recall": {"domain", "errors", "store", "embed", "capture", "llm"},
     "llm": {"errors"},
@@ -79,6 +80,7 @@ ALLOWED: dict[str, set[str]] = {
         "namespace",
         "commands",
         "keys",
+        "signin",
     },
     "cli": {
         "service",
@@ -109,7 +111,9 @@ ALLOWED: dict[str, set[str]] = {
         "redact",
         "httpguard",
         "__init__",
+        "workbench",
     },
+    "workbench": {"agent", "signin", "__init__"},
     "__init__": set(),
 }
 

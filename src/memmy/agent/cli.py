@@ -1,5 +1,5 @@
-"""The ``memmy`` command: the TUI (bare ``memmy``), ``onboard``, ``status``, ``agent``, ``serve``, ``sessions``,
-``channels``."""
+"""The ``memmy`` command: the TUI (bare ``memmy``), ``onboard``, ``status``, ``agent``, ``serve``, ``workbench``,
+``sessions``, ``channels``."""
 
 from __future__ import annotations
 
@@ -262,17 +262,57 @@ async def _one_turn(
 @click.option("--port", type=int, help="Port (default serve.port or 18990).")
 @click.pass_context
 def serve(ctx: click.Context, host: str | None, port: int | None) -> None:
-    """The OpenAI-compatible API with memory (GET /health, GET /v1/models, POST /v1/chat/completions)."""
-    from memmy.agent.serve import run_server, serve_token
+    """The long-lived agent process: the workbench at / and the OpenAI-compatible API with memory (/v1)."""
+    from memmy.agent.serve import run_server
+    from memmy.workbench.app import mounter
 
-    config = _config(ctx)
-    token = serve_token(config)
-    if not config.serve_token:
-        write_agent_sections(config.path, {"serve": {"token": token}})
-        click.echo(f"memmy serve: created a bearer token in {config.path} (serve.token)", err=True)
+    config = _with_token(_config(ctx), "memmy serve")
     run_server(
-        replace(config, serve_token=token), host or config.serve_host, port or config.serve_port, ctx.obj.get("config")
+        config,
+        host or config.serve_host,
+        port or config.serve_port,
+        ctx.obj.get("config"),
+        mounter(config, ctx.obj.get("config")),
     )
+
+
+def _with_token(config: AgentConfig, who: str) -> AgentConfig:
+    """The config with ``serve.token`` set, writing a new random one to the config file when it had none."""
+    from memmy.agent.serve import serve_token
+
+    if config.serve_token:
+        return config
+    token = serve_token(config)
+    write_agent_sections(config.path, {"serve": {"token": token}})
+    click.echo(f"{who}: created a bearer token in {config.path} (serve.token)", err=True)
+    return replace(config, serve_token=token)
+
+
+@cli.command()
+@click.option("--no-open", is_flag=True, help="Print the sign-in link instead of opening a browser.")
+@click.option("--pet", is_flag=True, help="Open the compact pet page (/pet) instead of the full workbench.")
+@click.option("--no-start", is_flag=True, help="Do not start `memmy serve` when it is not running.")
+@click.pass_context
+def workbench(ctx: click.Context, no_open: bool, pet: bool, no_start: bool) -> None:
+    """Open the workbench signed in (a one-time link), starting `memmy serve` in the background if needed."""
+    from memmy.workbench.launch import LaunchError, sign_in_link
+
+    config = _with_token(_config(ctx), "memmy workbench")
+    try:
+        link = sign_in_link(
+            config, ctx.obj.get("config"), pet=pet, start=not no_start, say=lambda m: click.echo(m, err=True)
+        )
+    except LaunchError as exc:
+        click.echo(f"memmy workbench: {exc}", err=True)
+        ctx.exit(EXIT_FAILED)
+    click.echo(link)
+    if not no_open:
+        import webbrowser
+
+        if not webbrowser.open(link):
+            click.echo(
+                "memmy workbench: no browser could be opened; open the link above (valid 10 minutes, once)", err=True
+            )
 
 
 @cli.group()

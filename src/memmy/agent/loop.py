@@ -84,6 +84,7 @@ class Agent:
         self.last_recall: Recall | None = None
         self.last_usage: dict[str, int] = {}
         self.running = False
+        self.parts: list[dict[str, Any]] = []  # image parts the current turn's user message carries
         self._provider: Provider | None = None
         choice = config.model(session.preset) or config.default
         self.choice: ModelChoice | None = choice
@@ -127,8 +128,13 @@ class Agent:
 
     def _view(self, user_index: int, recall: Recall | None) -> list[dict[str, Any]]:
         messages = [dict(m) for m in self.session.messages]
-        if recall is not None and 0 <= user_index < len(messages):
-            messages[user_index]["content"] = recall.wrapped(str(messages[user_index]["content"]))
+        if (recall is not None or self.parts) and 0 <= user_index < len(messages):
+            content = str(messages[user_index]["content"])
+            content = recall.wrapped(content) if recall is not None else content
+            # Images go to the provider for this turn only; the session file keeps the text (and their names).
+            messages[user_index]["content"] = (
+                [{"type": "text", "text": content}, *self.parts] if self.parts else content
+            )
         return [{"role": "system", "content": self.system_prompt()}, *messages]
 
     async def compact(self, force: bool = False) -> str | None:
@@ -168,11 +174,14 @@ class Agent:
         self.emit(TurnEvent("compaction", summary, record))
         return summary
 
-    async def run_turn(self, text: str) -> TurnResult:
-        """Run one turn to its end; cancellation propagates after the turn is recorded as cancelled."""
+    async def run_turn(self, text: str, parts: list[dict[str, Any]] | None = None) -> TurnResult:
+        """Run one turn to its end; cancellation propagates after the turn is recorded as cancelled.
+
+        ``parts`` are OpenAI-shaped content parts (images) sent with this turn's message but not saved."""
         started = time.perf_counter()
         result = TurnResult()
         self.running = True
+        self.parts = list(parts or [])
         self.appended = []
         # Recall first: its request is on the wire while the agent compacts, saves the session and gets the
         # provider ready, so the turn waits only for what is left of the daemon's answer.

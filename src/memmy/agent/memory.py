@@ -294,6 +294,10 @@ class MemoryBridge:
             body["tags"] = tags
         return await self._call("POST", "/memory/add", body, workspace)
 
+    async def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """Any daemon route under ``/api/v1`` (the workbench's ``/dream`` commands); raises :class:`DaemonError`."""
+        return await self._call(method, path, body)
+
     async def health(self) -> dict[str, Any] | None:
         """The daemon's health, or None when it cannot be reached."""
         try:

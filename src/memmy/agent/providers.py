@@ -259,8 +259,23 @@ def to_anthropic(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, An
             if blocks:
                 push("assistant", blocks)
         else:
-            push("user", [{"type": "text", "text": str(content)}])
+            push("user", user_blocks(content))
     return "\n\n".join(system), out
+
+
+def user_blocks(content: Any) -> list[dict[str, Any]]:
+    """A user message's content as Anthropic blocks: text, and ``data:`` image parts as base64 image blocks."""
+    if not isinstance(content, list):
+        return [{"type": "text", "text": str(content)}]
+    blocks: list[dict[str, Any]] = []
+    for part in content:
+        url = str((part.get("image_url") or {}).get("url", "")) if isinstance(part, dict) else ""
+        if url.startswith("data:") and ";base64," in url:
+            media, data = url[5:].split(";base64,", 1)
+            blocks.append({"type": "image", "source": {"type": "base64", "media_type": media, "data": data}})
+        elif isinstance(part, dict) and part.get("type") == "text":
+            blocks.append({"type": "text", "text": str(part.get("text", ""))})
+    return blocks
 
 
 class AnthropicProvider:

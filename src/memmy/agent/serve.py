@@ -15,7 +15,7 @@ import json
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -276,18 +276,25 @@ def _finish(done: Completion) -> str:
     return "tool_calls" if done.tool_calls else ("length" if done.finish_reason == "length" else "stop")
 
 
+#: Adds routes to the app (the workbench) and returns what to await when the server stops.
+Extension = Callable[[Starlette], Callable[[], Awaitable[None]]]
+
+
 def create_app(
     config: AgentConfig,
     memory: MemoryBridge | None = None,
     config_file: str | None = None,
     with_channels: bool = True,
+    extend: Extension | None = None,
 ) -> Starlette:
-    """The Starlette app (tests mount it under uvicorn on a free port); it also runs the IM channels config.yaml
-    enables (``channels.<name>``), unless ``with_channels`` is false."""
+    """The Starlette app (tests mount it under uvicorn on a free port); ``extend`` mounts the workbench, and the IM
+    channels config.yaml enables (``channels.<name>``) run with it unless ``with_channels`` is false."""
     bridge = memory or MemoryBridge(
         resolve_settings(config_file), enabled=config.memory_enabled, source=SOURCE, spool=capture_spool(config)
     )
     handler = ServeApp(config, bridge)
+
+    closers: list[Callable[[], Awaitable[None]]] = []
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -298,6 +305,8 @@ def create_app(
             channels.start()
         app.state.channels = channels
         yield
+        for close in closers:  # the workbench: running turns are recorded as cancelled, captures delivered
+            await close()
         if channels is not None:
             await channels.close()
         # Shutdown (SIGTERM, SIGINT, Ctrl-C): deliver the captures still queued, or spool what the daemon cannot
@@ -315,12 +324,19 @@ def create_app(
         middleware=[Middleware(LocalGuard, allowed_origins=config.serve_allowed_origins)],
     )
     app.state.memmy = handler
+    if extend is not None:
+        closers.append(extend(app))
     return app
 
 
-def run_server(config: AgentConfig, host: str, port: int, config_file: str | None = None) -> None:
-    """Serve until interrupted."""
+def run_server(
+    config: AgentConfig, host: str, port: int, config_file: str | None = None, extend: Extension | None = None
+) -> None:
+    """Serve until interrupted (a streaming workbench page gets 5 s to go when it is stopped)."""
     if host not in ("127.0.0.1", "localhost", "::1") and not config.serve_token:
         raise SystemExit("memmy serve: refusing a non-loopback address without serve.token")
     print(f"memmy serve: http://{host}:{port}/v1 (model {config.default.model if config.default else 'none'})")
-    uvicorn.run(create_app(config, config_file=config_file), host=host, port=port, log_level="warning")
+    if extend is not None:
+        print(f"memmy serve: the workbench is at http://{host}:{port}/ (sign in with `memmy workbench`)")
+    app = create_app(config, config_file=config_file, extend=extend)
+    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)

@@ -1,4 +1,7 @@
-"""Local, resumable agent sessions: one JSON file per session under ``$MEMMY_HOME/agent/sessions``."""
+"""Local, resumable agent sessions: one JSON file per session under ``$MEMMY_HOME/agent/sessions``, shared by
+``memmy agent``, the TUI and the workbench of ``memmy serve`` (a session started in one continues in the others).
+The workbench's list metadata (title, pinned, archived, unread) lives in the same file; files written before
+those fields existed load with their defaults, and unknown keys are ignored."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ import json
 import os
 import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,25 @@ class Session:
     preset: str = "default"
     created: float = field(default_factory=time.time)
     updated: float = field(default_factory=time.time)
+    title: str = ""
+    pinned: bool = False
+    archived: bool = False
+    unread: bool = False
+
+    @property
+    def id(self) -> str:
+        """The session's id in URLs: its file name without ``.json`` (safe, unique per name)."""
+        return file_name(self.name).removesuffix(".json")
+
+    @property
+    def label(self) -> str:
+        """What a list shows: the title, else the first user message, else the name."""
+        if self.title:
+            return self.title
+        first = next((m.get("content") for m in self.messages if m.get("role") == "user"), None)
+        text = first if isinstance(first, str) else ""
+        text = text.split("<attachment name=", 1)[0].split("[image attached: ", 1)[0]  # the user's own words
+        return " ".join(text.split())[:80] or self.name
 
     @property
     def key(self) -> str:
@@ -37,6 +59,11 @@ class Session:
     def turns(self) -> int:
         """How many user messages the session holds."""
         return sum(1 for m in self.messages if m.get("role") == "user")
+
+
+def from_dict(data: dict[str, Any]) -> Session:
+    """A session from its saved JSON (unknown keys ignored, missing ones defaulted)."""
+    return Session(**{k: v for k, v in data.items() if k in Session.__dataclass_fields__})
 
 
 def file_name(name: str) -> str:
@@ -50,6 +77,7 @@ class SessionStore:
 
     def __init__(self, home: Path) -> None:
         self.dir = home / "agent" / "sessions"
+        self._heads: dict[Path, tuple[tuple[int, int], Session, int]] = {}
 
     def path(self, name: str) -> Path:
         """Where the session ``name`` lives."""
@@ -65,15 +93,32 @@ class SessionStore:
             data = json.loads(self.path(name).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return Session(name=name, project=project)
-        known = {k: v for k, v in data.items() if k in Session.__dataclass_fields__}
-        session = Session(**known)
+        session = from_dict(data)
         if project and not session.project:
             session.project = project
         return session
 
-    def save(self, session: Session) -> None:
-        """Write the session (0600, atomic)."""
-        session.updated = time.time()
+    def by_id(self, session_id: str) -> Session | None:
+        """The saved session whose :attr:`Session.id` is ``session_id``, or None."""
+        if not re.fullmatch(r"[A-Za-z0-9._-]{1,80}", session_id) or session_id.startswith("."):
+            return None
+        try:
+            return from_dict(json.loads((self.dir / f"{session_id}.json").read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def delete(self, session: Session) -> bool:
+        """Remove the session's file; whether there was one."""
+        try:
+            self.path(session.name).unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+    def save(self, session: Session, touch: bool = True) -> None:
+        """Write the session (0600, atomic); ``touch=False`` keeps its ``updated`` time (a rename, a pin)."""
+        if touch:
+            session.updated = time.time()
         self.dir.mkdir(parents=True, exist_ok=True)
         target = self.path(session.name)
         tmp = target.with_name(target.name + ".tmp")
@@ -81,13 +126,31 @@ class SessionStore:
         os.chmod(tmp, 0o600)
         os.replace(tmp, target)
 
+    def heads(self) -> list[tuple[Session, int]]:
+        """Every saved session with its number of turns, most recently used first; each session holds only its first
+        user message (what a list shows). A file is read again only when its time or size changed."""
+        found: dict[Path, tuple[tuple[int, int], Session, int]] = {}
+        for path in self.dir.glob("*.json") if self.dir.exists() else []:
+            try:
+                stat = path.stat()
+                stamp = (stat.st_mtime_ns, stat.st_size)
+                known = self._heads.get(path)
+                if known is None or known[0] != stamp:
+                    full = from_dict(json.loads(path.read_text(encoding="utf-8")))
+                    first = next(([m] for m in full.messages if m.get("role") == "user"), [])
+                    known = (stamp, replace(full, messages=first), full.turns)
+            except (OSError, ValueError, TypeError):
+                continue
+            found[path] = known
+        self._heads = found
+        return sorted(((s, turns) for _, s, turns in found.values()), key=lambda row: row[0].updated, reverse=True)
+
     def list(self) -> list[Session]:
         """Every saved session, most recently used first."""
         found = []
         for path in self.dir.glob("*.json") if self.dir.exists() else []:
             try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-                found.append(Session(**{k: v for k, v in data.items() if k in Session.__dataclass_fields__}))
+                found.append(from_dict(json.loads(path.read_text(encoding="utf-8"))))
             except (OSError, ValueError, TypeError):
                 continue
         return sorted(found, key=lambda s: s.updated, reverse=True)
