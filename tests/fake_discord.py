@@ -48,7 +48,7 @@ class FakeDiscord(PlatformFake):
         self.token = token
         self.posted: list[Posted] = []
         self.typing: list[str] = []
-        self.identified = 0
+        self.connections = 0  # gateway sessions identified
         self.heartbeats = 0
         self.frames: list[dict[str, Any]] = []
         self._ids = itertools.count(910000000000000000)
@@ -166,12 +166,12 @@ class FakeDiscord(PlatformFake):
         if identify.get("op") != 2 or identify["d"].get("token") != self.token:
             await socket.close(code=4004, reason="Authentication failed.")
             return
-        self.identified += 1
+        self.connections += 1
         ready = {
             "v": 10,
             "user": self._user(BOT_ID, "memmy-bot", bot=True),
             "guilds": [],
-            "session_id": f"session{self.identified}",
+            "session_id": f"session{self.connections}",
             "resume_gateway_url": self.url.replace("http://", "ws://") + "/gateway",
             "application": {"id": BOT_ID, "flags": 0},
         }

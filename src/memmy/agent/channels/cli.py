@@ -13,7 +13,7 @@ import click
 
 from memmy.agent.channels.access import CODE_TTL_S, AccessBook
 from memmy.agent.channels.settings import KNOWN, ChannelSettings, load_channels
-from memmy.agent.channels.supervisor import read_status, unavailable_reason
+from memmy.agent.channels.supervisor import CHECKS, read_status, unavailable_reason
 from memmy.agent.config import AgentConfig, load_agent_config, write_agent_sections
 from memmy.errors import MemmyError
 
@@ -105,25 +105,19 @@ def status(ctx: click.Context, as_json: bool) -> None:
     _emit(as_json, {"running": running, "channels": rows}, human)
 
 
-async def _check_telegram(settings: ChannelSettings) -> str:
-    from telegram import Bot
-
-    token = settings.options.get("token", "")
-    async with Bot(token, base_url=f"{settings.api_base}/bot", base_file_url=f"{settings.api_base}/file/bot") as bot:
-        return f"@{bot.username}"
-
-
 def check_connection(settings: ChannelSettings) -> str:
-    """Reach the platform with these credentials; what it says the bot is (raises ClickException when it fails)."""
+    """Reach the platform with these credentials; who it says the bot is (ClickException with the platform's own
+    message, credentials scrubbed, when it refuses)."""
     reason = unavailable_reason(settings)
     if reason is not None:
         raise click.ClickException(reason)
-    if settings.name == "telegram":
-        try:
-            return asyncio.run(_check_telegram(settings))
-        except Exception as exc:  # the SDK's own message: Unauthorized, Not Found, a network error
-            raise click.ClickException(settings.scrub(f"Telegram refused the connection: {exc}")) from None
-    return settings.label
+    checker = CHECKS.get(settings.name)
+    if checker is None:
+        return settings.label
+    try:
+        return asyncio.run(checker(settings))
+    except Exception as exc:  # the SDK's own message: Unauthorized, a missing scope, a network error
+        raise click.ClickException(settings.scrub(f"{settings.label} refused the connection: {exc}")) from None
 
 
 @channels.command()

@@ -22,6 +22,14 @@ from memmy.agent.channels.settings import ChannelSettings
 log = logging.getLogger("memmy.channels.dingtalk")
 
 
+async def check(settings: ChannelSettings) -> str:
+    """Ask DingTalk to open a Stream connection with these credentials (nothing is connected)."""
+    channel = DingTalkChannel(settings, Path("."))
+    if not await asyncio.to_thread(channel.client.open_connection):
+        raise ConnectionError("DingTalk did not open a connection (check clientId and clientSecret)")
+    return f"app {settings.options.get('clientId', '')}"
+
+
 class DingTalkChannel:
     """One DingTalk app robot over Stream mode."""
 

@@ -19,6 +19,19 @@ log = logging.getLogger("memmy.channels.discord")
 MAX_DOWNLOAD_BYTES = 10 * 1024 * 1024
 
 
+async def check(settings: ChannelSettings) -> str:
+    """Log in over REST (``GET /users/@me``) with the token; the bot's name."""
+    import discord
+
+    DiscordChannel(settings, Path("."))  # points the REST base at apiBase
+    client = discord.Client(intents=discord.Intents.default())
+    try:
+        await client.login(settings.options.get("token", ""))
+        return f"{client.user}" if client.user else "the bot"
+    finally:
+        await client.close()
+
+
 class DiscordChannel:
     """One Discord bot."""
 

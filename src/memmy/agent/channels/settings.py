@@ -36,6 +36,7 @@ DEFAULT_API_BASE = {
     "telegram": "https://api.telegram.org",
     "dingtalk": "https://api.dingtalk.com",
     "discord": "https://discord.com",
+    "feishu": "https://open.feishu.cn",
 }
 PUBLIC_OPTIONS = ("apiBase", "appId", "clientId", "corpId", "agentId")
 

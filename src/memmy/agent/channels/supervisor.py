@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import importlib.util
 import json
 import logging
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -65,9 +66,30 @@ def _discord(settings: ChannelSettings, home: Path) -> ChannelAdapter:
     return DiscordChannel(settings, home)
 
 
-ADAPTERS: dict[str, AdapterFactory] = {"telegram": _telegram, "dingtalk": _dingtalk, "discord": _discord}
+def _feishu(settings: ChannelSettings, home: Path) -> ChannelAdapter:
+    from memmy.agent.channels.feishu import FeishuChannel
+
+    return FeishuChannel(settings, home)
+
+
+ADAPTERS: dict[str, AdapterFactory] = {
+    "telegram": _telegram,
+    "dingtalk": _dingtalk,
+    "discord": _discord,
+    "feishu": _feishu,
+}
+
+
+async def _check(settings: ChannelSettings) -> str:
+    """Reach the channel's platform with its credentials (``memmy channels connect``); who the bot is."""
+    module = importlib.import_module(f"memmy.agent.channels.{settings.name}")
+    found: str = await module.check(settings)
+    return found
+
+
+CHECKS: dict[str, Callable[[ChannelSettings], Coroutine[Any, Any, str]]] = dict.fromkeys(ADAPTERS, _check)
 # the maintained SDK each adapter runs on
-SDK_MODULES = {"telegram": "telegram", "dingtalk": "dingtalk_stream", "discord": "discord"}
+SDK_MODULES = {"telegram": "telegram", "dingtalk": "dingtalk_stream", "discord": "discord", "feishu": "lark_oapi"}
 
 
 def status_path(home: Path) -> Path:

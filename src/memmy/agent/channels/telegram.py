@@ -40,6 +40,15 @@ SEND_ATTEMPTS = 4
 MAX_DOWNLOAD_BYTES = 10 * 1024 * 1024
 
 
+async def check(settings: ChannelSettings) -> str:
+    """Ask Telegram who the bot is (``getMe``) with these credentials."""
+    from telegram import Bot
+
+    base = settings.api_base
+    async with Bot(settings.options.get("token", ""), base_url=f"{base}/bot", base_file_url=f"{base}/file/bot") as bot:
+        return f"@{bot.username}"
+
+
 class TelegramChannel:
     """One bot, polled for updates."""
 
