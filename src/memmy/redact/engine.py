@@ -197,6 +197,12 @@ def _escaped_break(text: str, start: int) -> bool:
     return start >= 2 and text[start - 1] in "nrt" and text[start - 2] == "\\"
 
 
+def _unescape(match: re.Match[str]) -> str:
+    """One JSON escape (``\\uXXXX`` or ``\\/``) as the character it stands for."""
+    escape = match.group()
+    return "/" if escape == "\\/" else chr(int(escape[2:], 16))
+
+
 def _json_style(text: str) -> dict[str, Any]:
     """How ``text`` was serialised (compact separators, ``\\u`` escapes), so a re-encoded copy reads alike."""
     compact = '": ' not in text and '", "' not in text and ", " not in text
@@ -266,12 +272,11 @@ class Redactor:
     def could_redact(self, text: str) -> bool:
         """False when no rule can match anywhere in ``text`` (no keyword occurs, too short for the keyword-less
         rules), so nothing in it, nor in any part of it, would be redacted: one scan may clear many fields.
-        A text with ``\\u`` or ``\\/`` escapes may hide a keyword (``\\u5bc6\\u7801`` is 密码 and ``:\\/\\/`` is ``://``
-        in a JSON string): True."""
-        if "\\u" in text or "\\/" in text:
-            return True
+        JSON escapes that may hide a keyword are read decoded (``\\u5bc6\\u7801`` is 密码, ``:\\/\\/`` is ``://``)."""
         if any(len(text) >= self.rules[index].min_len for index in self._always):
             return True
+        if "\\u" in text or "\\/" in text:
+            text = _compiled(r"\\u[0-9a-fA-F]{4}|\\/").sub(_unescape, text)
         return bool(self._keywords.found(text.lower()))
 
     def redact(self, text: str | None, report: RedactionReport | None = None) -> str:
