@@ -303,18 +303,22 @@ def openai_tool_call(line: str, n: int) -> dict[str, Any]:
 
 def structured_cases(seed: int) -> list[Case]:
     """Every corpus item at line start in a tool input, in function arguments and in a heredoc, plus every AWS
-    partner phrasing in prose (values drawn from ``seed``)."""
+    partner phrasing in prose. Each placement draws its own values (from ``seed``), so a secret found in a file
+    names the one placement it came from."""
     cases: list[Case] = []
-    for n, (kind, text, needle) in enumerate(make_corpus(seed)):
-        line = _line(kind, text, needle)
-        tool_input = tool_use_input(line, n)
-        cases.append(
-            Case("tool_use_input", kind, json.dumps(tool_input, ensure_ascii=False, sort_keys=True), needle, tool_input)
-        )
-        call = openai_tool_call(line, n)
-        cases.append(Case("function_arguments", kind, call["function"]["arguments"], needle, call))
-        heredoc = f"Put this in the credentials file:\ncat <<EOF > ~/.config/app/credentials\n{line}\nEOF\nthen restart"
-        cases.append(Case("heredoc", kind, heredoc, needle, None))
+    for offset, context in enumerate(CONTEXTS[:3]):
+        for n, (kind, text, needle) in enumerate(make_corpus(seed * len(CONTEXTS) + offset)):
+            line = _line(kind, text, needle)
+            if context == "tool_use_input":
+                tool_input = tool_use_input(line, n)
+                serialised = json.dumps(tool_input, ensure_ascii=False, sort_keys=True)
+                cases.append(Case(context, kind, serialised, needle, tool_input))
+            elif context == "function_arguments":
+                call = openai_tool_call(line, n)
+                cases.append(Case(context, kind, call["function"]["arguments"], needle, call))
+            else:
+                heredoc = f"Put this in the credentials file:\ncat <<EOF > ~/.config/app/credentials\n{line}\nEOF\ndone"
+                cases.append(Case(context, kind, heredoc, needle, None))
     for template in AWS_PARTNER_PROSE:
         for _ in range(2):
             key_id, secret = aws_pair()
