@@ -96,6 +96,11 @@ def test_redact_json_redacts_values_under_secret_keys() -> None:
         "password": "[REDACTED:password]",
         "api_key": "[REDACTED:secret_assignment]",
     }
+    headers = {"headers": {"Authorization": "Basic dXNlcjpwYXNzd29yZA==", "Accept": "application/json"}}
+    assert Redactor().redact_json(headers) == {
+        "headers": {"Authorization": "Basic [REDACTED:authorization_bearer]", "Accept": "application/json"}
+    }
+    assert redact(json.dumps(headers)).startswith('{"headers": {"Authorization": "Basic [REDACTED:')
 
 
 # -- the corpus through a real daemon ---------------------------------------------------------------------------
@@ -203,12 +208,13 @@ def _store_files(daemon: Daemon) -> dict[str, bytes]:
     return blobs
 
 
-def _start_with_history(daemon: Daemon, *writers: Callable[[Path], None]) -> None:
+def _start_with_history(daemon: Daemon, *writers: Callable[[Path], object]) -> str:
     """Write the agents' history files into the daemon's home, then start it with a token (MCP needs one)."""
     for write in writers:
         write(daemon.home)
-    daemon.token = "corpus-token-0123"
+    daemon.token = token = "corpus-token-0123"
     daemon.start()
+    return token
 
 
 def _scan_to_done(client: httpx.Client, turns_at_least: int) -> None:
@@ -224,7 +230,7 @@ def _scan_to_done(client: httpx.Client, turns_at_least: int) -> None:
 
 def test_no_secret_survives_any_write_path_of_a_real_daemon(fresh_daemon: Daemon, tmp_path: Path) -> None:
     corpora = {path: make_corpus(1000 + n) for n, path in enumerate(PATHS)}
-    _start_with_history(
+    token = _start_with_history(
         fresh_daemon,
         lambda home: _write_claude(home, corpora["import_claude_code"], str(tmp_path / "repo")),
         lambda home: _write_codex(home, corpora["import_codex"]),
@@ -243,7 +249,7 @@ def test_no_secret_survives_any_write_path_of_a_real_daemon(fresh_daemon: Daemon
                 feedback = {"id": added[n], "polarity": "negative", "note": text}
                 assert client.post("/api/v1/feedback", json=feedback).status_code == 200
         _scan_to_done(client, 40)
-    _remember_over_mcp(fresh_daemon.url, fresh_daemon.token, [(k, text) for k, text, _ in corpora["mcp_remember"]])
+    _remember_over_mcp(fresh_daemon.url, token, [(k, text) for k, text, _ in corpora["mcp_remember"]])
     fresh_daemon.drain()
     blobs = _store_files(fresh_daemon)
     rates, leaks = {}, []
@@ -497,7 +503,7 @@ def test_structured_generator_leaks_nothing_through_a_real_daemon(fresh_daemon: 
     heredocs and next to its partner id, through turn completion, both importers, memory add, MCP ``remember``
     and the agent's own capture: no byte of any secret in the database, its -wal and -shm, or the logs."""
     cases = {path: structured_cases(3000 + n) for n, path in enumerate(STRUCTURED_PATHS)}
-    _start_with_history(
+    token = _start_with_history(
         fresh_daemon,
         lambda home: _structured_claude(home, cases["import_claude_code"], str(tmp_path / "repo")),
         lambda home: _structured_codex(home, cases["import_codex"]),
@@ -509,9 +515,9 @@ def test_structured_generator_leaks_nothing_through_a_real_daemon(fresh_daemon: 
         _structured_turns(client, cases["turn_http"])
         _scan_to_done(client, 80)
     remembered = [(chunk[0].kind, note) for chunk, note in notes(cases["mcp_remember"])]
-    _remember_over_mcp(fresh_daemon.url, fresh_daemon.token, remembered)
-    _agent_captures(fresh_daemon.url, fresh_daemon.token, cases["agent_capture"])
-    with httpx.Client(base_url=fresh_daemon.url, headers={"authorization": f"Bearer {fresh_daemon.token}"}) as slow:
+    _remember_over_mcp(fresh_daemon.url, token, remembered)
+    _agent_captures(fresh_daemon.url, token, cases["agent_capture"])
+    with httpx.Client(base_url=fresh_daemon.url, headers={"authorization": f"Bearer {token}"}) as slow:
         for _ in range(200):  # embed the backlog in small batches (one big one outlasts a client timeout)
             slow.post("/api/v1/worker/run", json={"limit": 64}, timeout=300).raise_for_status()
             if slow.get("/api/v1/health").json()["embeddingQueue"]["pending"] == 0:

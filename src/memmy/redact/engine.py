@@ -185,6 +185,8 @@ _CHECKS = {
     "bearer": looks_like_token,
     "aws_secret": looks_like_aws_secret,
 }
+#: Keys whose string is an HTTP credential header's value (``Bearer …``, ``Basic …``, ``Token …``).
+_AUTH_HEADERS = frozenset({"authorization", "proxy-authorization"})
 #: How many ``{`` or ``[`` a text may have tried as the start of an embedded JSON value (see ``_redact_embedded``).
 _EMBEDDED_TRIES = 256
 #: A marker already in the text: a later rule's match that overlaps one is widened to it (markers never nest).
@@ -420,6 +422,10 @@ class Redactor:
                             report.counts["password" if password else "secret_assignment"] += 1
                         out[key] = "[REDACTED:password]" if password else "[REDACTED:secret_assignment]"
                         continue
+                if isinstance(item, str) and isinstance(key, str) and key.lower() in _AUTH_HEADERS:
+                    # A header object ({"Authorization": "Basic …"}): read as the header line the rules know.
+                    out[key] = self.redact(f"{key}: {item}", report)[len(key) + 2 :]
+                    continue
                 if isinstance(key, str) and self.could_redact(key):
                     key = self.redact(key, report)
                 out[key] = self.redact_json(item, report)
