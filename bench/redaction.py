@@ -5,7 +5,13 @@ every text field of every message, next to a baseline measured in the same run: 
 (``str.lower`` only). With ``--detect-secrets DIR`` it also times detect-secrets' default plugins scanning the
 same texts line by line (DIR holds the package, e.g. ``pip install --target DIR detect-secrets==1.5.0``).
 
+With ``--structured`` it instead counts, per placement, the secrets of ``tests/secret_corpus.py``'s structured
+generator (every kind at line start in a ``tool_use`` input, in ``function.arguments``, in a heredoc, and an AWS
+secret next to its key id) that the in-process paths keep, and the benign texts they change; run it with
+``PYTHONPATH=<another checkout>/src`` to measure that checkout's redactor with the same cases.
+
 Run:  python bench/redaction.py --turns 20000 [--detect-secrets /tmp/ds]
+      python bench/redaction.py --structured [--seed 3]
 """
 
 from __future__ import annotations
@@ -64,13 +70,39 @@ def detect_secrets_scanner(path: str) -> Any:
     return scan
 
 
+def structured(seed: int) -> None:
+    """Print, per placement, how many generated secrets survive the in-process paths and how many benign texts
+    are changed."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.secret_corpus import benign_cases, leaks, stored_in_process, structured_cases
+
+    redactor = Redactor()
+    kept: dict[str, list[int]] = {}
+    for case in structured_cases(seed):
+        counts = kept.setdefault(case.context, [0, 0])
+        counts[0] += any(leaks(case.needle, text) for text in stored_in_process(redactor, case))
+        counts[1] += 1
+    for context, (missed, total) in kept.items():
+        print(f"{context:20s} {missed:4d} of {total:4d} secrets kept")
+    changed = sum(
+        redactor.redact(case.text) != case.text
+        or (case.value is not None and redactor.redact_json(case.value) != case.value)
+        for case in benign_cases()
+    )
+    print(f"{'benign':20s} {changed:4d} of {len(benign_cases()):4d} placements changed")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--turns", type=int, default=20_000)
     parser.add_argument("--per-conversation", type=int, default=200)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--detect-secrets", default="")
+    parser.add_argument("--structured", action="store_true")
     args = parser.parse_args()
+    if args.structured:
+        structured(args.seed)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"
         build_home(home, args.turns, args.per_conversation, args.seed)

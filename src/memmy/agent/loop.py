@@ -337,4 +337,4 @@ def _parse_args(arguments: str) -> Any:
     try:
         return json.loads(arguments or "{}")
     except ValueError:
-        return {"raw": redact(arguments[:2000])}
+        return {"raw": redact(arguments)[:2000]}  # redacted whole: a cut could leave half a key unrecognised

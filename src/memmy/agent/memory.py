@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import time
 import uuid
 from concurrent.futures import Future
@@ -24,6 +23,7 @@ from memmy.cli.client import ClientSettings
 from memmy.config import load_config
 from memmy.errors import MemmyError
 from memmy.hook.runtime import packet
+from memmy.redact import redact_json
 from memmy.sources.redact import redact
 
 SOURCE = "memmy"
@@ -63,11 +63,9 @@ def resolve_settings(config_file: str | None = None) -> ClientSettings:
 
 
 def _redact_value(value: Any) -> Any:
-    """Redact secrets anywhere inside a JSON value (tool inputs)."""
-    try:
-        return json.loads(redact(json.dumps(value, ensure_ascii=False)))
-    except ValueError:
-        return redact(str(value))
+    """Redact secrets anywhere inside a JSON value (tool inputs), on its decoded strings (a line break in a
+    heredoc is a line break to the rules, not the two characters of its JSON escape)."""
+    return redact_json(value)
 
 
 class MemoryBridge:

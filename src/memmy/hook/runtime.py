@@ -47,12 +47,13 @@ PACKET_INTRO = (
 #: 25-45 ms it takes to import the redactor, so a plain prompt keeps the hook fast. Each built-in rule of
 #: :mod:`memmy.redact.rules` that can match without a 16-character run needs one of these: a name (password,
 #: token, api key, auth ...) followed by ``:``, ``=``, ``：``, ``是`` or ``为``; a ``://`` URL; a private key
-#: block; a base64 data URI (its data may hold spaces); a Slack token (15 characters at least). So "the auth
+#: block; a base64 data URI (its data may hold spaces); a Slack token (15 characters at least); a password on a
+#: command line (``sshpass -p``, ``mysql -p``; ``curl -u user:pw`` has its ``:``). So "the auth
 #: service" or "a key decision" skips the import, and ``password: x`` does not (tests/test_hook_startup.py).
-_SECRET_WORDS = ("pass", "pwd", "secret", "token", "key", "credential", "auth", "bearer")
+_SECRET_WORDS = ("pass", "pwd", "secret", "token", "key", "credential", "auth", "bearer", "curl")
 _SECRET_WORDS_CJK = ("密码", "密钥", "口令", "令牌")
 _ASSIGN_SIGNS = (":", "=", "：", "是", "为")
-_ALWAYS_WORDS = ("://", "private key", "-----begin", ";base64,", "xox", "xapp-")
+_ALWAYS_WORDS = ("://", "private key", "-----begin", ";base64,", "xox", "xapp-", "sshpass", "mysql", "mariadb")
 _TOKEN_RUN = 16
 #: Byte table: token characters -> ``a``, every other byte -> a space (non-ASCII is ``?`` before it applies).
 _TOKEN_BYTES = bytes(

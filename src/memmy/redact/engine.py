@@ -6,6 +6,7 @@ search per keyword: the same keywords, found ~10x faster.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections import Counter
@@ -108,12 +109,26 @@ def _unquote(value: str) -> str:
     return value
 
 
+def _random_base64(value: str) -> bool:
+    """A long base64 run that is random (mixed case, digits, >= 4.25 bits a character): a key that happens to
+    start with ``/`` or ``+``, not a path (``/Users/Alice/Project2024/src`` stays near 4.1 bits)."""
+    return (
+        len(value) >= 32
+        and value.count("/") <= 4
+        and bool(_compiled(r"[A-Za-z0-9+/]+={0,2}").fullmatch(value))
+        and any(c.isupper() for c in value)
+        and any(c.islower() for c in value)
+        and any(c.isdigit() for c in value)
+        and shannon_entropy(value) >= 4.25
+    )
+
+
 def _placeholder(value: str) -> bool:
     lowered = value.lower()
     return (
         not value.strip()
         or lowered in _PLACEHOLDERS
-        or lowered.startswith(_PLACEHOLDER_START)
+        or (lowered.startswith(_PLACEHOLDER_START) and not _random_base64(value))
         or "(" in value
         or "REDACTED" in value
         or len(set(value)) <= 2
@@ -153,7 +168,50 @@ def looks_like_token(value: str) -> bool:
     return not _placeholder(value) and not re.fullmatch(r"[A-Z_]+", value)
 
 
-_CHECKS = {"password": looks_like_password, "entropy": looks_like_secret, "bearer": looks_like_token}
+def looks_like_aws_secret(value: str) -> bool:
+    """A 40-character run next to an AWS key id that is random base64 (both cases and a digit or ``/``/``+``), not a
+    40-hex git SHA or a word."""
+    return (
+        any(c.isupper() for c in value)
+        and any(c.islower() for c in value)
+        and any(c.isdigit() or c in "/+" for c in value)
+        and shannon_entropy(value) >= 3.5
+    )
+
+
+_CHECKS = {
+    "password": looks_like_password,
+    "entropy": looks_like_secret,
+    "bearer": looks_like_token,
+    "aws_secret": looks_like_aws_secret,
+}
+#: Keys whose string is an HTTP credential header's value (``Bearer …``, ``Basic …``, ``Token …``).
+_AUTH_HEADERS = frozenset({"authorization", "proxy-authorization"})
+#: How many ``{`` or ``[`` a text may have tried as the start of an embedded JSON value (see ``_redact_embedded``).
+_EMBEDDED_TRIES = 256
+#: A marker already in the text: a later rule's match that overlaps one is widened to it (markers never nest).
+_MARKER = r"\[REDACTED:[a-z0-9_]{1,40}\]"
+
+
+def _escaped_break(text: str, start: int) -> bool:
+    """The two characters before ``start`` are an escaped line break or tab (``\\n``, ``\\r``, ``\\t``) of a JSON
+    or shell string: a line boundary for the rules, although ``n`` is a letter."""
+    return start >= 2 and text[start - 1] in "nrt" and text[start - 2] == "\\"
+
+
+def _unescape(match: re.Match[str]) -> str:
+    """One JSON escape (``\\uXXXX`` or ``\\/``) as the character it stands for."""
+    escape = match.group()
+    return "/" if escape == "\\/" else chr(int(escape[2:], 16))
+
+
+def _json_style(text: str) -> dict[str, Any]:
+    """How ``text`` was serialised (compact separators, ``\\u`` escapes), so a re-encoded copy reads alike."""
+    compact = '": ' not in text and '", "' not in text and ", " not in text
+    return {
+        "ensure_ascii": text.isascii() and "\\u" in text,
+        "separators": (",", ":") if compact else (", ", ": "),
+    }
 
 
 class Redactor:
@@ -215,15 +273,79 @@ class Redactor:
 
     def could_redact(self, text: str) -> bool:
         """False when no rule can match anywhere in ``text`` (no keyword occurs, too short for the keyword-less
-        rules), so nothing in it, nor in any part of it, would be redacted: one scan may clear many fields."""
+        rules), so nothing in it, nor in any part of it, would be redacted: one scan may clear many fields.
+        JSON escapes that may hide a keyword are read decoded (``\\u5bc6\\u7801`` is 密码, ``:\\/\\/`` is ``://``)."""
         if any(len(text) >= self.rules[index].min_len for index in self._always):
             return True
+        if "\\u" in text or "\\/" in text:
+            text = _compiled(r"\\u[0-9a-fA-F]{4}|\\/").sub(_unescape, text)
         return bool(self._keywords.found(text.lower()))
 
     def redact(self, text: str | None, report: RedactionReport | None = None) -> str:
-        """Replace every secret in ``text`` with a ``[REDACTED:<kind>]`` marker."""
+        """Replace every secret in ``text`` with a ``[REDACTED:<kind>]`` marker.
+
+        A text that is a JSON document (a tool's serialised input, OpenAI ``function.arguments``) is redacted on
+        its decoded keys and strings, newlines and all, and re-encoded when something was found; any other text is
+        read as it is, where an escaped ``\\n`` counts as a line break for the rules that need a word boundary."""
         if not text:
             return text or ""
+        head = text.lstrip()[:1] if text[0].isspace() else text[0]
+        if head in ("{", "[", '"'):
+            structured = self._redact_structured(text, report)
+            if structured is not None:
+                return structured
+        if "\\" in text and self.could_redact(text):
+            parts = self._embedded_json(text, report)
+            if len(parts) > 1:
+                return "".join(part if decoded else self._redact_text(part, report) for part, decoded in parts)
+        return self._redact_text(text, report)
+
+    def _embedded_json(self, text: str, report: RedactionReport | None) -> list[tuple[str, bool]]:
+        """``text`` cut into the JSON objects and arrays inside it (``echo {"command": "…\\n…"}``, serialised tool
+        inputs pasted into a note), each already redacted decoded as :meth:`redact` does a JSON text (``True``),
+        and the text between them (``False``), to be read as text. At most ``_EMBEDDED_TRIES`` places are tried
+        as the start of a value, so a text full of brackets costs little."""
+        decoder = json.JSONDecoder()
+        parts: list[tuple[str, bool]] = []
+        last = position = 0
+        for _ in range(_EMBEDDED_TRIES):
+            found = _compiled(r"[\[{]").search(text, position)
+            if found is None:
+                break
+            start = found.start()
+            try:
+                value, end = decoder.raw_decode(text, start)
+            except (ValueError, RecursionError):
+                position = start + 1
+                continue
+            position = end
+            if isinstance(value, (dict, list)) and value:
+                cleaned = self._redact_structured(text[start:end], report)
+                if cleaned is not None:
+                    parts += [(text[last:start], False), (cleaned, True)]
+                    last = end
+        parts.append((text[last:], False))
+        return [(part, decoded) for part, decoded in parts if part]
+
+    def _redact_structured(self, text: str, report: RedactionReport | None) -> str | None:
+        """``text`` as JSON with its keys and strings redacted (re-encoded only when one changed), or None when
+        it is not a JSON object, array or string."""
+        if not self.could_redact(text):
+            return text  # no keyword in it, nor in any string it holds (see could_redact)
+        try:
+            value = json.loads(text)
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(value, (dict, list, str)):
+            return None
+        try:
+            cleaned = self.redact_json(value, report)
+        except RecursionError:
+            return None
+        return text if cleaned == value else json.dumps(cleaned, **_json_style(text))
+
+    def _redact_text(self, text: str, report: RedactionReport | None) -> str:
+        """Every rule whose keywords occur in ``text``, in order."""
         lowered = text.lower()
         selected = set(self._always)
         for keyword in self._keywords.found(lowered):
@@ -239,16 +361,26 @@ class Redactor:
         return text
 
     def _apply(self, rule: Rule, text: str, lowered: str | None, report: RedactionReport | None) -> str:
-        """``text`` with ``rule``'s matches replaced (searched in ``lowered`` with the folded pattern if given)."""
+        """``text`` with ``rule``'s matches replaced (searched in ``lowered`` with the folded pattern if given).
+
+        A match that overlaps a marker already in the text is widened to cover it and one marker replaces both;
+        a match inside a marker is skipped: markers never nest."""
         check = _CHECKS.get(rule.check)
         pattern = rule.folded if lowered is not None and rule.folded is not None else rule.pattern
         groups = pattern.groupindex
+        markers = [m.span() for m in _compiled(_MARKER).finditer(text)] if "[REDACTED:" in text else []
         pieces: list[str] = []
         last = found = 0
         marker = f"[REDACTED:{rule.kind}]"
         for match in pattern.finditer(lowered if lowered is not None else text):
             start = match.start()
-            if rule.boundary and start and text[start - 1].isascii() and text[start - 1].isalnum():
+            if (
+                rule.boundary
+                and start
+                and text[start - 1].isascii()
+                and text[start - 1].isalnum()
+                and not _escaped_break(text, start)
+            ):
                 continue
             if "tail" in groups and not _tail_ok(text, match.start("tail"), match.end("tail")):
                 continue
@@ -256,9 +388,17 @@ class Redactor:
             secret = text[begin:end]
             if (check is not None and not check(secret)) or self._allowed(secret):
                 continue
-            pieces += [text[last:begin], marker]
-            last = end
-            found += 1
+            for left, right in markers:
+                if left < end and begin < right:
+                    if left <= begin and end <= right:
+                        break  # already a marker
+                    begin, end = min(begin, left), max(end, right)
+            else:
+                if begin < last:
+                    continue
+                pieces += [text[last:begin], marker]
+                last = end
+                found += 1
         if not found:
             return text
         if report is not None:
@@ -282,6 +422,12 @@ class Redactor:
                             report.counts["password" if password else "secret_assignment"] += 1
                         out[key] = "[REDACTED:password]" if password else "[REDACTED:secret_assignment]"
                         continue
+                if isinstance(item, str) and isinstance(key, str) and key.lower() in _AUTH_HEADERS:
+                    # A header object ({"Authorization": "Basic …"}): read as the header line the rules know.
+                    out[key] = self.redact(f"{key}: {item}", report)[len(key) + 2 :]
+                    continue
+                if isinstance(key, str) and self.could_redact(key):
+                    key = self.redact(key, report)
                 out[key] = self.redact_json(item, report)
             return out
         return value

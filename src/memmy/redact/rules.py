@@ -96,6 +96,15 @@ _ASSIGN = r"[\"']?\s*(?:[:=]|:=|=>|：|是|为)\s*"
 # Quoted values may sit inside a JSON string (a tool's input), where their quotes are escaped: \"value\".
 _QUOTED_OR_BARE = r"(?P<s>\\?\"[^\"\n]{1,512}?\\?\"|'[^'\n]{1,512}'|`[^`\n]{1,512}`|[^\s,;\"'`，。；）)}\]<>]{3,512})"
 
+#: A word starts here: no letter, digit or ``_`` before it, or an escaped line break (``\\n`` in a JSON string).
+_WORD_START = r"(?:(?<![A-Za-z0-9_])|(?<=\\[nrt]))"
+_AWS_ID = r"(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|AROA|APKA)[A-Z0-9]{16}"
+_AWS_KEYWORDS = ("akia", "asia", "abia", "acca", "a3t", "agpa", "aida", "aipa", "anpa", "anva", "aroa", "apka")
+# Not inside a longer run; an escaped line break (``\n`` in a JSON string) before it counts as a boundary.
+_AWS_SECRET = r"(?:(?<![A-Za-z0-9/+=])|(?<=\\[nrt]))(?P<s>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
+# A password given on a command line, quoted (also with a JSON string's escaped quotes) or bare.
+_CLI_VALUE = r"(?P<s>\\?\"[^\"\n]{1,256}?\\?\"|'[^'\n]{1,256}'|[^\s'\"`;|&]{1,256})"
+
 RULES: tuple[Rule, ...] = (
     _rule(
         "private_key",
@@ -116,10 +125,26 @@ RULES: tuple[Rule, ...] = (
     _rule("xai_api_key", _B + r"xai-[A-Za-z0-9]{60,90}" + _E, ("xai-",)),
     _rule("replicate_token", _B + r"r8_[A-Za-z0-9]{37}" + _E, ("r8_",)),
     # --- cloud --------------------------------------------------------------------------------------
+    # Hand-written (neither gitleaks nor detect-secrets pairs them): an AWS secret key written next to its key
+    # id in prose or a console CSV ("the key is AKIA... with secret wJalr..."), not after an ``aws_secret`` name.
+    # Both orders; runs before ``aws_access_key`` (which replaces the id the pairing reads); the 40-character
+    # run must be random base64 (``check="aws_secret"``: both cases and a digit), so a 40-hex git SHA is kept.
+    _rule(
+        "aws_secret_key",
+        _B + _AWS_ID + r"(?![A-Za-z0-9])[\s\S]{0,200}?" + _AWS_SECRET,
+        _AWS_KEYWORDS,
+        check="aws_secret",
+    ),
+    _rule(
+        "aws_secret_key",
+        _AWS_SECRET + r"[\s\S]{0,200}?(?<![A-Za-z0-9])" + _AWS_ID + r"(?![A-Za-z0-9])",
+        _AWS_KEYWORDS,
+        check="aws_secret",
+    ),
     _rule(
         "aws_access_key",
-        _B + r"(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|AROA|APKA)[A-Z0-9]{16}" + _E,
-        ("akia", "asia", "abia", "acca", "a3t", "agpa", "aida", "aipa", "anpa", "anva", "aroa", "apka"),
+        _B + _AWS_ID + _E,
+        _AWS_KEYWORDS,
     ),
     _rule(
         "aws_secret_key",
@@ -225,6 +250,25 @@ RULES: tuple[Rule, ...] = (
         "url_credentials",
         r"://[^\s:/@\"'<>]*:(?P<s>[^\s@/\"'<>]{1,256})@[^\s@/\"'<>]",
         ("://",),
+    ),
+    # Hand-written (no gitleaks or detect-secrets rule reads command lines): a password given as an option of a
+    # tool that takes it there. ``sshpass -p PW``; ``mysql``/``mysqldump``/``mariadb`` ``-pPW`` (attached: ``-p``
+    # alone prompts, ``-P 3306`` is the port, ``docker run --name mysql -p3306:3306`` maps one); ``curl -u
+    # user:PW`` / ``--user user:PW`` (``-u user`` alone prompts and is kept). ``$VAR`` and other placeholders are
+    # kept (``check="password"``).
+    _rule("cli_password", _WORD_START + r"sshpass\s+(?:-\w+\s+)*?-p\s*" + _CLI_VALUE, ("sshpass",), check="password"),
+    _rule(
+        "cli_password",
+        _WORD_START + r"(?i:mysql|mariadb)[\w-]*\b[^\n|;&]{0,200}?\s-p(?!\d{1,5}:\d)" + _CLI_VALUE,
+        ("mysql", "mariadb"),
+        check="password",
+    ),
+    _rule(
+        "cli_password",
+        _WORD_START
+        + r"curl\b[^\n|;&]{0,300}?\s(?:-u\s*|--user[\s=]+)(?:\\?[\"'])?[^\s:'\"]{1,128}:(?P<s>[^\s'\"]{1,256})",
+        ("curl",),
+        check="password",
     ),
     _rule(
         "password",
