@@ -10,7 +10,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-BODY_DROP_PREFIXES = ("RawTurn:", "TraceStep:", "Alpha:", "Value:", "Priority:")
+from memmy.domain import readable_text
 
 
 def make_console(stderr: bool = False) -> Console:
@@ -32,13 +32,13 @@ def fail(message: str, code: int = 1) -> None:
     raise SystemExit(code)
 
 
-_ENVELOPE = re.compile(r"\b(?:RawTurn|TraceStep|Alpha|Value|Priority): \S+\s*")
-_LABELS = re.compile(r"(?:^|(?<=\s))(?:Summary|User|Assistant):\s*")
+_LABELS = re.compile(r"(?:^|(?<=\s))(?:User|Assistant|Agent):\s*")
 
 
 def clean_snippet(text: str, width: int = 200) -> str:
-    """A hit's preview without memmy's capture envelope (``RawTurn: raw_… TraceStep: 0 User: …``)."""
-    cleaned = " ".join(_LABELS.sub("", _ENVELOPE.sub("", text)).split())
+    """A hit's preview without memmy's internal labels (``Summary: … RawTurn: raw_… TraceStep: 0 User: …``,
+    ``step 1 / … / RELATED_DEFAULT``): see :func:`memmy.domain.readable_text`."""
+    cleaned = " ".join(_LABELS.sub("", readable_text(text)).split())
     return cleaned if len(cleaned) <= width else cleaned[: width - 1] + "…"
 
 
@@ -132,8 +132,7 @@ def format_memory(detail: dict[str, Any]) -> str:
                         lines.append(f"  {key}: {text}")
         lines += ["Assistant:", raw_turn.get("assistantText") or ""]
     else:
-        body = [ln for ln in (detail.get("content") or "").splitlines() if not ln.startswith(BODY_DROP_PREFIXES)]
-        lines += body
+        lines += readable_text(detail.get("content") or "").splitlines()
     return "\n".join(lines)
 
 

@@ -26,6 +26,7 @@ from memmy.commands.evolution import Feedback
 from memmy.commands.governance import RestoreTombstone, ReviewDecision, ReviewQueue
 from memmy.commands.imports import StartScan
 from memmy.commands.memory import DeleteMemory
+from memmy.domain import readable_text
 from memmy.errors import InvalidArgument, MemmyError
 from memmy.keys.args import ForgetArgs, key_args
 from memmy.namespace import Namespace
@@ -109,6 +110,7 @@ class Panel:
             loader=PackageLoader("memmy.panel", "templates"), autoescape=select_autoescape(["html"]), enable_async=False
         )
         self.env.filters["tojson_pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False, default=str)
+        self.env.filters["readable"] = lambda v: readable_text(str(v or ""))  # no RawTurn:/step 1 / labels
 
     @property
     def ns(self) -> Namespace:
