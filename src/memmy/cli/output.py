@@ -26,9 +26,27 @@ def emit_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, ensure_ascii=False))
 
 
-def fail(message: str, code: int = 1) -> None:
-    """Print ``Error: message`` on stderr and exit with ``code``."""
-    click.echo(f"Error: {message}", err=True)
+def json_mode() -> bool:
+    """True when the running command was given ``--json`` (read off the root command's parameters)."""
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.find_root().params.get("as_json"))
+
+
+def emit_error(message: str, error_code: str = "error", status: int | None = None, as_json: bool | None = None) -> None:
+    """One error on stderr: ``{"error": {"code", "message"[, "status"]}}`` under ``--json`` (``as_json``, by
+    default read off the running command), else ``Error: …``."""
+    if json_mode() if as_json is None else as_json:
+        error: dict[str, Any] = {"code": error_code, "message": message}
+        if status is not None:
+            error["status"] = status
+        click.echo(json.dumps({"error": error}, ensure_ascii=False), err=True)
+    else:
+        click.echo(f"Error: {message}", err=True)
+
+
+def fail(message: str, code: int = 1, *, error_code: str = "error", status: int | None = None) -> None:
+    """Report the error on stderr (a JSON object under ``--json``: :func:`emit_error`) and exit with ``code``."""
+    emit_error(message, error_code, status)
     raise SystemExit(code)
 
 
