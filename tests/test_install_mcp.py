@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -142,6 +143,36 @@ def test_remove_after_the_user_edited_the_file_keeps_their_edit(isolated_home: P
     text = files["codex"].read_text()
     assert 'model = "gpt-6"   # the default model' in text and "memmy" not in text
     assert "[mcp_servers.docs]" in text and "# keep this one" in text
+
+
+def test_compact_json_stays_compact_and_comes_back_byte_for_byte(isolated_home: Path) -> None:
+    home = isolated_home
+    (home / ".claude").mkdir()
+    (home / ".cursor").mkdir()
+    minified = {
+        home / ".claude" / "settings.json": '{"model":"opus","permissions":{"allow":["Bash(ls, -la)","Read(a: b)"]}}',
+        home / ".claude.json": '{"numStartups":3,"theme":"dark","mcpServers":{}}\n',
+    }
+    one_line = {home / ".cursor" / "hooks.json": '{"version": 1, "hooks": {"stop": [{"command": "say done"}]}}\n'}
+    for path, text in {**minified, **one_line}.items():
+        path.write_text(text)
+    before = snapshot(home)
+    assert run_cli(home, "init", "--agent", "claude_code,cursor", "--no-model").exit_code == 0
+    for path, text in {**minified, **one_line}.items():
+        after = path.read_text()
+        assert after.strip().count("\n") == 0, (path, after)  # still one line
+        assert after.endswith("\n") == text.endswith("\n"), path
+        assert len(after) > len(text) and "memmy" in after, path
+    for path in minified:
+        shape = re.sub(r'"(?:[^"\\]|\\.)*"', '""', path.read_text())
+        assert ", " not in shape and ": " not in shape, path  # no spaces added between items
+    cursor_shape = re.sub(r'"(?:[^"\\]|\\.)*"', '""', (home / ".cursor" / "hooks.json").read_text())
+    assert ", " in cursor_shape and ": " in cursor_shape and ",\"" not in cursor_shape
+    settings = json.loads((home / ".claude" / "settings.json").read_text())
+    assert settings["permissions"]["allow"] == ["Bash(ls, -la)", "Read(a: b)"] and settings["hooks"]["Stop"]
+    assert json.loads((home / ".claude.json").read_text())["mcpServers"]["memmy"]["args"][-1] == "mcp"
+    assert run_cli(home, "remove", "--agent", "claude_code,cursor").exit_code == 0
+    assert snapshot(home) == before
 
 
 def _python_copy(target: Path) -> Path:

@@ -529,3 +529,36 @@ def test_time_ordered_panel_reads_walk_an_index(service: MemoryService) -> None:
         ("2026-11-03",),
     )
     assert "COVERING INDEX idx_memories_created_layer" in per_day  # memories per day in Analytics
+
+
+def test_the_language_choice_lasts_past_one_page_and_the_switch_keeps_the_query(client: TestClient) -> None:
+    sign_in(client)
+    english_browser = {"accept-language": "en-US,en;q=0.9"}
+    chosen = client.get("/panel?lang=zh", headers=english_browser)
+    assert 'lang="zh-CN"' in chosen.text and "memmy_lang=zh" in chosen.headers["set-cookie"]
+    assert "Path=/panel" in chosen.headers["set-cookie"]
+    for path in ("/panel/memories", "/panel/logs?kind=api", "/panel/settings"):  # nav links carry no ?lang
+        later = client.get(path, headers=english_browser)
+        assert 'lang="zh-CN"' in later.text and "记忆" in later.text, path
+    filtered = client.get("/panel/memories?layer=L1&status=active", headers=english_browser)
+    switch = re.search(r'<span class="lang">(.*?)</span>', filtered.text)
+    assert switch is not None
+    assert 'href="/panel/memories?layer=L1&amp;status=active&amp;lang=en"' in switch.group(1)
+    back = client.get("/panel/memories?layer=L1&lang=en")
+    assert 'lang="en"' in back.text and "memmy_lang=en" in back.headers["set-cookie"]
+    assert 'lang="en"' in client.get("/panel", headers={"accept-language": "zh-CN"}).text
+
+
+def test_the_favicon_needs_no_token_and_every_page_links_it(client: TestClient) -> None:
+    icon = client.get("/favicon.ico")  # no token, no session: what a browser sends
+    assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
+    assert icon.content.startswith(b"<svg")
+    assert client.get("/panel/static/favicon.svg").content == icon.content
+    signed_out = client.get("/panel")
+    assert '<link rel="icon" href="/panel/static/favicon.svg"' in signed_out.text
+
+
+def test_a_token_protected_daemon_serves_the_favicon_without_the_token(daemon: Daemon) -> None:
+    icon = httpx.get(f"{daemon.url}/favicon.ico")
+    assert icon.status_code == 200 and icon.content.startswith(b"<svg")
+    assert httpx.get(f"{daemon.url}/api/v1/memory/logs").status_code == 401  # the rest still needs it

@@ -249,3 +249,25 @@ def test_the_panel_in_a_browser(browser: Browser, panel_daemon: Daemon, embedder
     audit = cli_run(daemon, "logs", "--audit")
     for action in ("store.export", "store.wipe", "store.import", "review.approve", "memory.delete"):
         assert action in audit
+
+
+def test_the_language_switch_lasts_and_no_page_asks_for_anything_it_may_not_have(
+    browser: Browser, panel_daemon: Daemon
+) -> None:
+    page = sign_in(browser, panel_daemon, locale="en-US")
+    refused: list[str] = []
+    page.on("response", lambda response: refused.append(response.url) if response.status >= 400 else None)
+    page.goto(f"{panel_daemon.url}/panel/memories?layer=L1")
+    page.locator(".lang a[lang='zh']").click()
+    page.wait_for_url("**/panel/memories?layer=L1&lang=zh")
+    assert page.locator("html").get_attribute("lang") == "zh-CN"
+    page.locator("nav a[href='/panel/settings']").click()  # a plain nav link, no ?lang
+    page.wait_for_url("**/panel/settings")
+    assert page.locator("html").get_attribute("lang") == "zh-CN"
+    assert page.locator("h1").inner_text() == "设置"
+    page.locator("nav a[href='/panel']").click()
+    page.wait_for_url("**/panel")
+    assert page.locator("h1").inner_text() == "概览"
+    icon = page.evaluate("fetch('/favicon.ico').then(r => r.status)")
+    assert icon == 200
+    assert refused == []  # no 401 for a favicon (or anything else) on any page

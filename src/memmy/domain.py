@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import secrets
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -147,3 +148,27 @@ def normalise_tags(tags: Any) -> list[str]:
         if tag:
             seen.setdefault(tag[:64], None)
     return list(seen)
+
+
+_BEFORE = r"(?:^|(?<=\s))"
+#: memmy's own bookkeeping inside stored text: a trace's ``RawTurn: raw_…`` / ``TraceStep: 0`` lines (and the
+#: numeric ``Alpha:`` / ``Value:`` / ``Priority:`` lines of older rows), a trace's ``Summary:`` label, an episode
+#: roll-up's ``step N / … / RELATED_DEFAULT`` and its reflection labels.
+_ENVELOPE = re.compile(_BEFORE + r"(?:(?:RawTurn|TraceStep): \S+|(?:Alpha|Value|Priority): -?[\d.]+)[ \t]*\n?")
+_SUMMARY_LABEL = re.compile(_BEFORE + r"Summary: ")
+_STEP = re.compile(_BEFORE + r"step (\d+) / ")
+_LABELS = r"(?:IRRELEVANT|RELATED_DEFAULT|RELATED|PIVOTAL)"
+_REFLECTION_LABEL = re.compile(r" / " + _LABELS + r"(?=\s|$)")
+_STEP_LINE = re.compile(r"^([ \t]*)step (\d+) / (.*?)(?: / " + _LABELS + r")?[ \t]*$", re.MULTILINE)
+
+
+def readable_text(text: str) -> str:
+    """``text`` as a person should see it in the panel or the CLI: without memmy's internal labels
+    (``Summary:``, ``RawTurn: raw_…``, ``TraceStep: 0``, ``step 1 / … / RELATED_DEFAULT`` becomes ``1. …``)."""
+    if not text:
+        return text
+    text = _ENVELOPE.sub("", text)
+    text = _SUMMARY_LABEL.sub("", text)
+    if text.startswith("step 1 / ") and "\n" not in text:  # a roll-up folded onto one line (a hit's snippet)
+        return _REFLECTION_LABEL.sub("", _STEP.sub(r"\1. ", text))
+    return _STEP_LINE.sub(r"\1\2. \3", text)  # a roll-up's lines, also inside a rendered context block

@@ -16,7 +16,7 @@ def _without_context_blocks(text: str, tags: list[Tag]) -> tuple[str, bool]:
     out, last, removed, index = [], 0, False, 0
     while index < len(tags):
         tag = tags[index]
-        if tag.name in CONTEXT_NAMES and not tag.closing:
+        if tag.name in CONTEXT_NAMES and not tag.closing and tag.complete:
             close = next((j for j in range(index + 1, len(tags)) if tags[j].name == tag.name and tags[j].closing), None)
             out.append(text[last : tag.start])
             removed = True
@@ -44,7 +44,7 @@ def _only_request(text: str) -> str | None:
 
 
 def sanitize_text(text: str | None, *, unwrap_request: bool = True) -> str:
-    """Remove injected ``<memmy_memory_context>`` blocks, then make every remaining wrapper tag inert.
+    """Remove injected ``<memmy_memory_context>`` blocks, then make every remaining wrapper or control tag inert.
 
     The text inside ``<current_user_request>`` replaces the whole text only when ``unwrap_request`` is set and
     the text has exactly the shape memmy's wrapper gives a prompt (context blocks, then one request block and
@@ -60,7 +60,7 @@ def sanitize_text(text: str | None, *, unwrap_request: bool = True) -> str:
         inner = _only_request(cleaned.strip()) if removed and unwrap_request else None
         if inner is not None:
             cleaned = inner
-        cleaned = neutralize_tags(cleaned)
+    cleaned = neutralize_tags(cleaned)  # wrapper tags, and control tags such as <system-reminder> or <|im_start|>
     cleaned = _MANY_NEWLINES.sub("\n\n", cleaned)
     return cleaned.strip()
 

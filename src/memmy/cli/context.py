@@ -46,7 +46,7 @@ class CliContext:
         try:
             return client.request(method, path, body, params)
         except ClientError as exc:
-            fail(exc.message)
+            fail(exc.message, error_code=exc.code, status=exc.status)
         finally:
             client.close()
 

@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from memmy import __version__
+from memmy.cli.client import ClientSettings
 from memmy.cli.commands_agents import init, remove
 from memmy.cli.commands_data import COMMANDS as DATA_COMMANDS
 from memmy.cli.commands_doctor import doctor
@@ -29,7 +30,7 @@ from memmy.cli.commands_resume import resume
 from memmy.cli.commands_service import service
 from memmy.cli.commands_session import session, turn
 from memmy.cli.context import CliContext, list_option, pass_ctx, strip_none
-from memmy.cli.output import emit_json, fail, format_debug, format_health, format_hits, format_memory
+from memmy.cli.output import emit_error, emit_json, fail, format_debug, format_health, format_hits, format_memory
 from memmy.config import load_config
 from memmy.errors import MemmyError
 from memmy.integrations.registry import INSTALLERS
@@ -47,6 +48,36 @@ class JsonAnywhereGroup(click.Group):
         if any(arg in JSON_FLAGS for arg in head):
             args = ["--json", *(arg for arg in head if arg not in JSON_FLAGS), *tail]
         return super().parse_args(ctx, args)
+
+    def main(  # type: ignore[override]
+        self,
+        args: list[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        """Under ``--json`` every error, a usage error included, is one JSON object on stderr (exit status 1, or
+        click's 2 for a usage error); without it click reports errors as usual."""
+        argv = list(sys.argv[1:] if args is None else args)
+        head = argv[: argv.index("--")] if "--" in argv else argv
+        if not standalone_mode or not any(arg in JSON_FLAGS for arg in head):
+            return super().main(argv, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.ClickException as exc:
+            kind = "usage_error" if isinstance(exc, click.UsageError) else "error"
+            emit_error(exc.format_message(), kind, as_json=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            emit_error("aborted", "aborted", as_json=True)
+            sys.exit(1)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # an unexpected failure: still one JSON object, never a traceback
+            emit_error(f"{type(exc).__name__}: {exc}", "internal", as_json=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
 
 
 @click.group(cls=JsonAnywhereGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -327,6 +358,16 @@ def raw(obj: CliContext, method: str, path: str, body: str | None) -> None:
         except (json.JSONDecodeError, OSError) as exc:
             raise click.BadParameter(f"--body is not valid JSON: {exc}") from None
     emit_json(obj.call(method.upper(), path, payload))
+
+
+@cli.command("token")
+@pass_ctx
+def token_command(obj: CliContext) -> None:
+    """Print the service token this CLI sends (--token, then MEMMY_MEMORY_TOKEN, then storage.token)."""
+    settings = ClientSettings.resolve(url=obj.url, token=obj.token, user_id=None, source=None, config=obj.config())
+    if not settings.token:
+        fail("no service token yet: `memmy-memory init` (or `serve`) creates one in ~/.memmy/config.yaml")
+    obj.output({"token": settings.token}, str(settings.token))
 
 
 @cli.command()

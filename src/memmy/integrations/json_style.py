@@ -12,6 +12,7 @@ from typing import Any
 
 _INDENT = re.compile(r"^[{\[][^\n]*\n([ \t]+)\S", re.MULTILINE)
 _ASCII_ESCAPE = re.compile(r"\\u[0-9a-fA-F]{4}")
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,7 @@ class JsonStyle:
     ensure_ascii: bool = False
     final_newline: bool = True
     colon: str = ": "
+    comma: str = ", "  # between items on one line: ", " as Python writes it, "," when minified
 
     @classmethod
     def of(cls, text: str | None) -> JsonStyle:
@@ -29,15 +31,19 @@ class JsonStyle:
         if text is None or not text.strip():
             return cls()
         body = text.strip()
+        shape = _STRING.sub('""', body)  # the layout without the strings, whose commas and colons are content
+        if "\n" not in shape and ":" not in shape:  # ``{}``: nothing to go by, so the agents' own 2-space layout
+            return cls(final_newline=text.endswith("\n"))
         match = _INDENT.search(body)
-        indent = match.group(1) if match else ("  " if "\n" in body else None)
+        indent = match.group(1) if match else ("  " if "\n" in shape else None)
         ensure_ascii = bool(_ASCII_ESCAPE.search(body)) and body.isascii()
-        colon = ": " if re.search(r'"\s*:\s', body) or not re.search(r'":\S', body) else ":"
-        return cls(indent=indent, ensure_ascii=ensure_ascii, final_newline=text.endswith("\n"), colon=colon)
+        colon = ": " if re.search(r'"\s*:\s', shape) or not re.search(r'":\S', shape) else ":"
+        comma = ", " if re.search(r",\s", shape) or "," not in shape else ","
+        return cls(indent, ensure_ascii, text.endswith("\n"), colon, comma)
 
     def dumps(self, data: Mapping[str, Any]) -> str:
         """Serialise ``data`` in this style."""
-        separators = ("," if self.indent is not None else ", ", self.colon)
+        separators = ("," if self.indent is not None else self.comma, self.colon)
         text = json.dumps(data, indent=self.indent, ensure_ascii=self.ensure_ascii, separators=separators)
         return text + ("\n" if self.final_newline else "")
 

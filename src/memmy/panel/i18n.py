@@ -1,8 +1,11 @@
-"""The panel's two languages: English and Chinese, chosen from ``?lang=`` or the browser's Accept-Language."""
+"""The panel's two languages: English and Chinese, chosen from ``?lang=`` (kept in a cookie), or the browser's
+Accept-Language."""
 
 from __future__ import annotations
 
 LANGUAGES = ("en", "zh")
+#: The cookie that keeps a ``?lang=`` choice for the next pages (a year, path ``/panel``).
+LANG_COOKIE = "memmy_lang"
 
 #: key -> (English, Chinese)
 TEXTS: dict[str, tuple[str, str]] = {
@@ -170,10 +173,12 @@ TEXTS: dict[str, tuple[str, str]] = {
 }
 
 
-def pick_language(accept_language: str | None, override: str | None = None) -> str:
-    """``override`` when it is a known language, else the first known one in Accept-Language, else English."""
-    if override in LANGUAGES:
-        return str(override)
+def pick_language(accept_language: str | None, override: str | None = None, kept: str | None = None) -> str:
+    """``override`` (``?lang=``) when it is a known language, else ``kept`` (the cookie), else the first known one
+    in Accept-Language, else English."""
+    for choice in (override, kept):
+        if choice in LANGUAGES:
+            return str(choice)
     ranked: list[tuple[float, str]] = []
     for index, part in enumerate((accept_language or "").split(",")):
         pieces = part.strip().split(";")

@@ -7,9 +7,10 @@ import json
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs, quote, urlencode
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.concurrency import run_in_threadpool
@@ -25,12 +26,13 @@ from memmy.commands.evolution import Feedback
 from memmy.commands.governance import RestoreTombstone, ReviewDecision, ReviewQueue
 from memmy.commands.imports import StartScan
 from memmy.commands.memory import DeleteMemory, RestoreMemory
+from memmy.domain import readable_text
 from memmy.errors import InvalidArgument, MemmyError
 from memmy.keys.args import ForgetArgs, key_args
 from memmy.namespace import Namespace
 from memmy.panel import integrations, pages
 from memmy.panel.auth import SESSIONS_FILE, PanelAuth, PanelSession, host_allowed
-from memmy.panel.i18n import pick_language, translator
+from memmy.panel.i18n import LANG_COOKIE, LANGUAGES, pick_language, translator
 from memmy.service import MemoryService, custom_sources
 
 NAV = (
@@ -83,6 +85,21 @@ def _safe_next(value: str | None, default: str = "/panel") -> str:
     return default
 
 
+def _language_links(request: Request) -> dict[str, str]:
+    """The language switch's links: this page with its query kept and ``lang`` set."""
+    kept = [(k, v) for k, v in request.query_params.multi_items() if k not in ("lang", "msg", "err")]
+    return {code: f"{request.url.path}?{urlencode([*kept, ('lang', code)])}" for code in LANGUAGES}
+
+
+#: A favicon that needs no token or session: browsers ask for ``/favicon.ico`` on every page.
+FAVICON = files("memmy.panel").joinpath("static", "favicon.svg")
+
+
+async def favicon(request: Request) -> Response:
+    """``GET /favicon.ico`` (and the panel's ``<link rel=icon>``): memmy's icon, anonymous."""
+    return Response(FAVICON.read_bytes(), media_type="image/svg+xml", headers={"cache-control": "max-age=86400"})
+
+
 class Panel:
     """Routes for ``/panel`` bound to one service."""
 
@@ -93,6 +110,7 @@ class Panel:
             loader=PackageLoader("memmy.panel", "templates"), autoescape=select_autoescape(["html"]), enable_async=False
         )
         self.env.filters["tojson_pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False, default=str)
+        self.env.filters["readable"] = lambda v: readable_text(str(v or ""))  # no RawTurn:/step 1 / labels
 
     @property
     def ns(self) -> Namespace:
@@ -104,10 +122,12 @@ class Panel:
         self, request: Request, template: str, session: PanelSession | None, http_status: int = 200, **ctx: Any
     ) -> Response:
         """Render a page in the request's language."""
-        language = pick_language(request.headers.get("accept-language"), request.query_params.get("lang"))
+        chosen = request.query_params.get("lang")
+        language = pick_language(request.headers.get("accept-language"), chosen, request.cookies.get(LANG_COOKIE))
         body = self.env.get_template(template).render(
             t=translator(language),
             lang=language,
+            lang_links=_language_links(request),
             nav=NAV,
             path=request.url.path,
             csrf=session.csrf if session else "",
@@ -116,7 +136,7 @@ class Panel:
             request=request,
             **ctx,
         )
-        return HTMLResponse(
+        response = HTMLResponse(
             body,
             status_code=http_status,
             headers={
@@ -127,6 +147,9 @@ class Panel:
                 "cache-control": "no-store",
             },
         )
+        if chosen in LANGUAGES and chosen != request.cookies.get(LANG_COOKIE):  # the choice lasts past this page
+            response.set_cookie(LANG_COOKIE, chosen, max_age=365 * 86400, path="/panel", samesite="lax", httponly=True)
+        return response
 
     def _refuse(self, request: Request, status: int, message: str) -> Response:
         return self.render(request, "signin.html", None, http_status=status, problem=message)
@@ -417,6 +440,7 @@ class Panel:
         ]
         routes: list[BaseRoute] = [
             Route("/panel/login", self.login, methods=["GET"]),
+            Route("/favicon.ico", favicon, methods=["GET"]),
             Route("/panel/logout", self.logout, methods=["POST"]),
             Route("/panel/sync/{job_id}/events", self.sync_events, methods=["GET"]),
             Mount("/panel/static", StaticFiles(packages=[("memmy.panel", "static")]), name="panel-static"),

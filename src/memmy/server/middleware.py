@@ -18,7 +18,7 @@ from memmy.httpguard import refusal
 
 log = logging.getLogger("memmy.server")
 
-ANONYMOUS_PATHS = frozenset({"/api/v1/health"})
+ANONYMOUS_PATHS = frozenset({"/api/v1/health", "/favicon.ico"})
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 #: Methods whose body the routes read as JSON; any body on them must say ``content-type: application/json``.
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})

@@ -14,7 +14,8 @@ from typing import Any
 
 from memmy.integrations.base import InstallContext, home_of, instruction_change, skill_change
 from memmy.integrations.hooks_json import with_memmy, without_memmy
-from memmy.integrations.plan import FileChange, Plan, change, dump_json, load_json_object, read_text
+from memmy.integrations.json_style import dump_like
+from memmy.integrations.plan import FileChange, Plan, change, load_json_object, read_text
 
 HOOK_TIMEOUT_S = 10
 RESUME_COMMAND = """---
@@ -82,14 +83,14 @@ class JsonHookInstaller:
             if self.flat:
                 data.setdefault("version", 1)
             updated = with_memmy(data, {event: self._entry(ctx, event) for event in self.events}, self.flat)
-            return FileChange(path, before, dump_json(updated))
+            return FileChange(path, before, dump_like(updated, before))  # the user's own layout, compact or not
         stripped = without_memmy(data, self.flat)
         if before is None:
             return FileChange(path, None, None)
         if stripped == data:
             return FileChange(path, before, before)
         only_version = self.flat and set(stripped) <= {"version"}
-        return FileChange(path, before, None if (not stripped or only_version) else dump_json(stripped))
+        return FileChange(path, before, None if (not stripped or only_version) else dump_like(stripped, before))
 
     def _plan(self, ctx: InstallContext, install: bool) -> Plan:
         root = self.root(ctx.env)

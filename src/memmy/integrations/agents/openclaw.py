@@ -28,6 +28,7 @@ from memmy.integrations.base import (
     runtime_config,
     skill_change,
 )
+from memmy.integrations.json_style import dump_like
 from memmy.integrations.plan import FileChange, Plan, dump_json, load_json_object, read_text
 
 NAME = "openclaw"
@@ -264,7 +265,7 @@ class OpenClawInstaller:
             file_change(plugin_dir / "index.mjs", True, plugin_module("openclaw_index.mjs")),
             file_change(plugin_dir / "memmy-memory-config.json", True, runtime_config(ctx), SECRET_MODE),
             file_change(plugin_dir / STATE_FILE, True, read_text(plugin_dir / STATE_FILE) or dump_json(state)),
-            FileChange(path, before, dump_json(self._merged(ctx, config))),
+            FileChange(path, before, dump_like(self._merged(ctx, config), before)),
             instructions,
             skill_change(root, NAME, install=True),
         ]
@@ -290,7 +291,7 @@ class OpenClawInstaller:
             elif not restored and state is not None and not state.get("configExisted"):
                 after = None
             else:
-                after = dump_json(restored)
+                after = dump_like(restored, before)
             changes.append(FileChange(path, before, after))
         changes.append(instruction_change(self.workspace(ctx.env, config) / "AGENTS.md", NAME, install=False))
         changes.append(skill_change(self.root(ctx.env), NAME, install=False))
