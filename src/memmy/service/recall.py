@@ -32,7 +32,7 @@ from memmy.recall.render import RenderItem, render_context, snippet
 from memmy.service.models import ModelClients
 from memmy.store.db import utc_now
 from memmy.store.memories import MemoryFilter
-from memmy.store.text import CJK_RUN, cjk_bigrams
+from memmy.store.text import CJK_RUN, cjk_bigrams, without_markers
 from memmy.store.unit import Store
 
 SCOPES = ("auto", "pooled", "project", "agent")
@@ -120,7 +120,7 @@ def keyword_coverage(memory_text: str, keywords: Sequence[str]) -> float:
     units = [unit for k in keywords for unit in (cjk_bigrams(k) if CJK_RUN.fullmatch(k) else [k.lower()])]
     if not units:
         return 0.0
-    lowered = memory_text.lower()
+    lowered = without_markers(memory_text).lower()
     return sum(1 for unit in units if unit in lowered) / len(units)
 
 
@@ -183,7 +183,7 @@ def vocabulary_of(candidates: list[Candidate]) -> str:
 def recall_reason(candidate: Candidate, query: PreparedQuery) -> str:
     """One line on why a memory was recalled: the prompt words it shares, its meaning match, its layer."""
     memory = candidate.memory
-    text = f"{memory.title}\n{memory.content}".lower()
+    text = without_markers(f"{memory.title}\n{memory.content}").lower()
     words = [k for k in query.keywords if len(k) >= 3 and k.lower() in text][:3]
     parts = []
     if words:
