@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ from memmy.domain import sha256_hex
 from memmy.embed.scale import SimilarityScale
 from memmy.errors import InvalidArgument
 from memmy.evolve.scope import visible_in
-from memmy.evolve.topics import Topic, evidence_covers
+from memmy.evolve.topics import Topic, content_keywords, evidence_covers
 from memmy.indexing import Indexer
 from memmy.namespace import Namespace
 from memmy.recall.channels import CHANNELS
@@ -162,6 +163,23 @@ def semantic_gate(
         or by_evidence(c)
     ]
     return kept, len(selected) - len(kept)
+
+
+_ERROR_PART = re.compile(r"[(（]([^()（）]+)[)）]?\s*[.。]?\s*$")
+
+
+def restates_failure(properties: dict[str, Any], prompt: str) -> bool:
+    """Whether a failure-avoidance policy with no fix (Avoid lines, no Prefer) only tells the agent what the
+    prompt already says: the failure its first Avoid line names (the error in its closing parentheses) shares
+    content words with the prompt ("生产构建又内存不足了" and "… JavaScript heap out of memory 内存不足"). Such a
+    line warns of nothing the user has not just reported; one whose failure the prompt does not mention warns of
+    it, and one without an error (a feedback note: "never delete the lock table") is guidance of its own."""
+    policy = properties.get("policy") or {}
+    avoid = policy.get("anti_pattern") or []
+    if policy.get("type") not in ("failure_avoidance", "repair_instruction") or policy.get("preference") or not avoid:
+        return False
+    error = _ERROR_PART.search(str(avoid[0] if isinstance(avoid, list) else avoid))
+    return error is not None and bool(content_keywords(error.group(1)) & content_keywords(prompt))
 
 
 def reference_similarity(candidate: Candidate, scale: SimilarityScale) -> float:
@@ -381,6 +399,11 @@ class RecallOps(Configured):
                 candidates = [c for c in candidates if topic.covers(_topic_text(c), reference_similarity(c, scale))]
                 if len(candidates) < before:
                     status.append(f"topic_gate:dropped:{before - len(candidates)}")
+            if gate:
+                before = len(candidates)
+                candidates = [c for c in candidates if not restates_failure(c.memory.properties, query)]
+                if len(candidates) < before:
+                    status.append(f"restated_failure:dropped:{before - len(candidates)}")
             return candidates
 
         return admit
