@@ -18,8 +18,11 @@ import httpx
 from memmy.agent.config import load_agent_config
 from memmy.agent.runtime import open_runtime
 from memmy.domain import Memory
+from memmy.recall.pipeline import Candidate
+from memmy.recall.query import prepare_query
 from memmy.recall.render import episode_text, parse_step, whole_sentences
 from memmy.recall.rollup import step_line, trace_outcome
+from memmy.service.recall import recall_reason
 from tests.agent_stubs import Reply, last_user_text, run_model_stub, write_agent_config
 from tests.conftest import Daemon
 from tests.test_evolution_scenario import drain
@@ -148,3 +151,12 @@ def test_small_store_ranks_the_answer_first_and_ignores_redaction_markers(daemon
             json={"query": "redacted aws access key", "scope": "pooled", "verbose": True, "channels": ["fts"]},
         ).json()
         assert added[1] not in {h["id"] for h in marked["hits"]}, marked["hits"]
+
+
+def test_a_why_line_calls_a_meaning_similar_only_when_it_is() -> None:
+    query = prepare_query("Which make target deploys the invoicing service?")
+    billing = Memory(id="trace_1", layer="L1", content="The billing service runs on port 7421.")
+    loose = recall_reason(Candidate(billing, channels={"vec": 0.32, "fts": 0.2}), query)
+    close = recall_reason(Candidate(billing, channels={"vec": 0.62}), query)
+    assert loose == 'shares "service"; loosely related meaning (0.32)'
+    assert close == 'shares "service"; similar meaning (0.62)'

@@ -16,7 +16,7 @@ from memmy.domain import sha256_hex
 from memmy.embed.scale import SimilarityScale
 from memmy.errors import InvalidArgument
 from memmy.evolve.scope import visible_in
-from memmy.evolve.topics import Topic, content_keywords, evidence_covers
+from memmy.evolve.topics import STRONG_SIMILARITY, Topic, content_keywords, evidence_covers
 from memmy.indexing import Indexer
 from memmy.namespace import Namespace
 from memmy.recall.channels import CHANNELS
@@ -198,8 +198,16 @@ def vocabulary_of(candidates: list[Candidate]) -> str:
     return "\n".join(_topic_text(c) for c in candidates).lower()
 
 
-def recall_reason(candidate: Candidate, query: PreparedQuery) -> str:
-    """One line on why a memory was recalled: the prompt words it shares, its meaning match, its layer."""
+def recall_reason(
+    candidate: Candidate,
+    query: PreparedQuery,
+    scale: SimilarityScale = SimilarityScale(),  # noqa: B008 - frozen, so one shared default is safe
+) -> str:
+    """One line on why a memory was recalled: the prompt words it shares, its meaning match, its layer.
+
+    A meaning match is called similar only at ``STRONG_SIMILARITY`` (a MiniLM cosine, another model's read on
+    that scale through ``scale``); below it the line says the meaning is only loosely related, so a score
+    that merely ranked the memory is not passed off as relevance."""
     memory = candidate.memory
     text = without_markers(f"{memory.title}\n{memory.content}").lower()
     words = [k for k in query.keywords if len(k) >= 3 and k.lower() in text][:3]
@@ -207,7 +215,8 @@ def recall_reason(candidate: Candidate, query: PreparedQuery) -> str:
     if words:
         parts.append("shares " + ", ".join(f'"{w}"' for w in words))
     if candidate.channels.get("vec", 0.0) > 0:
-        parts.append(f"similar meaning ({candidate.channels['vec']:.2f})")
+        close = reference_similarity(candidate, scale) >= STRONG_SIMILARITY
+        parts.append(f"{'similar' if close else 'loosely related'} meaning ({candidate.channels['vec']:.2f})")
     if "structural" in candidate.channels:
         parts.append("same error or path")
     kind = {"L2": "learned policy", "L3": "environment note", "Skill": "skill"}.get(memory.layer)
@@ -308,7 +317,7 @@ class RecallOps(Configured):
         )
         status.append(filter_status)
         rendered = render_context(
-            [RenderItem(c.memory, c.source, recall_reason(c, prepared), c.relevance) for c in selected],
+            [RenderItem(c.memory, c.source, recall_reason(c, prepared, settings.scale), c.relevance) for c in selected],
             mode=mode,
             skill_mode=retrieval.skill_injection_mode,
             skill_summary_chars=retrieval.skill_summary_chars,
