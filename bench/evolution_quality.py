@@ -1,6 +1,7 @@
 """Evolution and injection quality on a realistic multi-project week, against its ground truth.
 
-    python bench/evolution_quality.py                     # seed 1, built-in generator, no LLM
+    python bench/evolution_quality.py                     # seed 1, built-in generator, no LLM: both weeks
+    python bench/evolution_quality.py --week zh           # only the Chinese week (--week mixed: the other)
     python bench/evolution_quality.py --seed 2 --seed 3   # several seeds, one table per seed plus the mean
     python bench/evolution_quality.py --dump week.json    # write the generated scenario and exit
     python bench/evolution_quality.py --data week.json    # run a scenario file (same JSON shape)
@@ -13,7 +14,10 @@ English and Chinese requests, several agents, sessions of two to four tasks one 
 without explicit cues such as "next," or "接下来"), failures whose fix comes one or two turns later (sometimes
 after a diagnostic step), successful tasks, the same tasks repeated in later sessions, implicit feedback
 ("thanks, works") and explicit feedback notes ("use pnpm, never npm"). Every turn carries its task label and
-every failed task its error marker and fix marker, which is the ground truth.
+every failed task its error marker and fix marker, which is the ground truth. The Chinese week (``--week zh``)
+has two projects (webshop, infra), every turn in Chinese, fixes often asked for in the user's own words ("调大内存后
+重新构建") instead of by quoting the error, a production build that runs out of memory (内存不足) beside the other
+failing build, and repeat probes that report the failure ("生产构建又内存不足了"). By default both weeks run.
 
 It drives the real service in-process (fresh store in a temporary HOME, local MiniLM, no LLM unless
 ``--llm-stub`` / ``--llm-base-url``), closes the sessions, runs the worker until every job is done, then sends
@@ -50,6 +54,7 @@ import argparse
 import json
 import os
 import random
+import re
 import statistics
 import sys
 import tempfile
@@ -326,7 +331,41 @@ TASKS: tuple[TaskSpec, ...] = (
         "pod 在 512Mi 限制下被 OOMKilled；调到 1Gi 后发布完成。",
     ),
 )
-BY_ID = {t.id: t for t in TASKS}
+#: The Chinese week (issue 28): two projects, every turn in Chinese, fixes often asked for in the user's own words
+#: ("调大内存后重新构建") instead of by quoting the error, and a build that runs out of memory (内存不足) besides the
+#: webshop's other pnpm build failure. The mixed week above does not use any of this.
+HEAP_TASK = TaskSpec(
+    "web-heap",
+    "webshop",
+    ("Build the admin dashboard for production", "Make a production build of the admin dashboard"),
+    ("打包管理后台的生产版本", "给管理后台做一次生产构建"),
+    "pnpm build --filter admin",
+    "FATAL ERROR: Reached heap limit Allocation failed - JavaScript heap out of memory 内存不足",
+    True,
+    ("NODE_OPTIONS=--max-old-space-size=4096 pnpm build --filter admin",),
+    "admin: build completed in 96s",
+    "heap out of memory",
+    "max-old-space-size=4096",
+    None,
+    "Raised Node's heap to 4 GB with NODE_OPTIONS; the admin build completes.",
+    "用 NODE_OPTIONS 把 Node 的内存调到 4GB，管理后台构建成功。",
+)
+ZH_PROJECTS = ("infra", "webshop")
+FIX_REQUESTS_ZH = {  # the fix, asked for in the user's words (no error quoted)
+    "web-tests": "先把缺的 payments 包装上再跑测试",
+    "web-build": "把价格字符串转成数字再构建",
+    "web-dev": "把占用端口的旧进程杀掉再启动",
+    "web-lint": "用自动修复把 lint 问题修掉",
+    "web-heap": "调大内存后重新构建",
+    "infra-plan": "确认没有 CI 在跑之后解锁再 plan",
+    "infra-helm": "先回滚卡住的 release 再升级",
+    "infra-oom": "把内存限制调大再发布",
+}
+SYMPTOMS_ZH = {  # a later prompt that reports the failure rather than repeating the request
+    "web-heap": "生产构建又内存不足了",
+    "infra-oom": "api 的 pod 又一直重启了",
+}
+BY_ID = {t.id: t for t in (*TASKS, HEAP_TASK)}
 AGENTS = ("claude_code", "codex", "cursor")
 CUES_EN = ("Next, ", "Now let's ", "Another thing: ", "OK, moving on. ")
 CUES_ZH = ("接下来，", "另外，", "下一个：")
@@ -367,8 +406,11 @@ def _call(command: str, output: str, ok: bool) -> dict[str, Any]:
     return call
 
 
-def _task_turns(spec: TaskSpec, rng: random.Random, zh: bool, opener: str) -> list[dict[str, Any]]:
-    """The turns of one task: first attempt, then (when it fails) an optional diagnosis, then the fix."""
+def _task_turns(
+    spec: TaskSpec, rng: random.Random, zh: bool, opener: str, fix_requests: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """The turns of one task: first attempt, then (when it fails) an optional diagnosis, then the fix (asked for
+    by quoting the error, or, with ``fix_requests``, often in the user's own words)."""
     request = rng.choice(spec.requests_zh if zh else spec.requests_en)
     fail_answer = f"运行 `{spec.cmd}` 失败了。" if zh else f"Running `{spec.cmd}` failed; see the error."
     first_answer = fail_answer if spec.fails else (spec.answer_zh if zh else spec.answer_en)
@@ -398,7 +440,9 @@ def _task_turns(spec: TaskSpec, rng: random.Random, zh: bool, opener: str) -> li
     turns.append(
         {
             "task": spec.id,
-            "query": rng.choice(RETRY_ZH if zh else RETRY_EN).format(err=err),
+            "query": fix_requests[spec.id]
+            if fix_requests and spec.id in fix_requests and rng.random() < 0.6
+            else rng.choice(RETRY_ZH if zh else RETRY_EN).format(err=err),
             "answer": spec.answer_zh if zh else spec.answer_en,
             "toolCalls": calls,
         }
@@ -406,30 +450,32 @@ def _task_turns(spec: TaskSpec, rng: random.Random, zh: bool, opener: str) -> li
     return turns
 
 
-def generate(seed: int, sessions_per_project: int = 4) -> dict[str, Any]:
-    """A week of sessions in three projects with ground truth, and the probes to send afterwards."""
+def generate(seed: int, sessions_per_project: int = 4, zh_only: bool = False) -> dict[str, Any]:
+    """A week of sessions in three projects with ground truth, and the probes to send afterwards; with
+    ``zh_only`` the Chinese week (two projects, every turn in Chinese, see ``FIX_REQUESTS_ZH``)."""
     rng = random.Random(seed)
-    projects = sorted({t.project for t in TASKS})
+    bank = (*(t for t in TASKS if t.project in ZH_PROJECTS), HEAP_TASK) if zh_only else TASKS
+    projects = sorted({t.project for t in bank})
     sessions: list[dict[str, Any]] = []
     used: dict[str, int] = {}
     languages: dict[str, set[bool]] = {}
     for _round in range(sessions_per_project):
         for project in projects:
-            pool = [t for t in TASKS if t.project == project]
+            pool = [t for t in bank if t.project == project]
             count = rng.randint(2, 4)
             # every failing task appears at least once over the week; some tasks repeat in later sessions
             chosen = sorted(pool, key=lambda t: (used.get(t.id, 0), rng.random()))[:count]
             rng.shuffle(chosen)
-            zh_session = rng.random() < 0.4
+            zh_session = rng.random() < 0.4 or zh_only
             turns: list[dict[str, Any]] = []
             for position, spec in enumerate(chosen):
                 used[spec.id] = used.get(spec.id, 0) + 1
-                zh = zh_session if rng.random() < 0.85 else not zh_session
+                zh = zh_session if rng.random() < 0.85 or zh_only else not zh_session
                 languages.setdefault(spec.id, set()).add(zh)
                 opener = ""
                 if position and rng.random() < 0.4:
                     opener = rng.choice(CUES_ZH if zh else CUES_EN)
-                task_turns = _task_turns(spec, rng, zh, opener)
+                task_turns = _task_turns(spec, rng, zh, opener, FIX_REQUESTS_ZH if zh_only else None)
                 if spec.fails and rng.random() < 0.5:
                     task_turns.append(
                         {
@@ -447,19 +493,21 @@ def generate(seed: int, sessions_per_project: int = 4) -> dict[str, Any]:
                 note = FEEDBACK_NOTES[fb_task.id][int(zh_session)]
                 session["feedback"] = [{"task": fb_task.id, "polarity": "negative", "note": note}]
             sessions.append(session)
-    tasks = {t.id: {"project": t.project, "errorMarker": t.error_marker, "fixMarker": t.fix_marker} for t in TASKS}
+    tasks = {t.id: {"project": t.project, "errorMarker": t.error_marker, "fixMarker": t.fix_marker} for t in bank}
     probes: list[dict[str, Any]] = []
-    for spec in TASKS:
+    for spec in bank:
         # a repeat of each failed task, in each language the task was done in (a user asks again as before)
         for zh in sorted(languages.get(spec.id, set())):
             if spec.fails:
                 requests = spec.requests_zh if zh else spec.requests_en
                 probes.append({"project": spec.project, "query": requests[-1], "kind": "repeat", "task": spec.id})
+        if zh_only and spec.id in SYMPTOMS_ZH and spec.id in languages:
+            probes.append({"project": spec.project, "query": SYMPTOMS_ZH[spec.id], "kind": "repeat", "task": spec.id})
         others = [p for p in projects if p != spec.project]
         probes.append(
             {
                 "project": rng.choice(others),
-                "query": rng.choice(spec.requests_en + spec.requests_zh),
+                "query": rng.choice(spec.requests_zh if zh_only else spec.requests_en + spec.requests_zh),
                 "kind": "foreign",
                 "task": spec.id,
             }
@@ -473,12 +521,15 @@ def generate(seed: int, sessions_per_project: int = 4) -> dict[str, Any]:
                     "task": spec.id,
                 }
             )
-    for text in UNRELATED:
+    for text in (t for t in UNRELATED if not zh_only or CJK_TEXT.search(t)):
         probes.append({"project": rng.choice(projects), "query": text, "kind": "unrelated", "task": ""})
     return {"seed": seed, "projects": projects, "tasks": tasks, "sessions": sessions, "probes": probes}
 
 
 # --------------------------------------------------------------------------- running a scenario
+
+
+CJK_TEXT = re.compile(r"[\u4e00-\u9fff]")
 
 
 def _f1(precision: float, recall: float) -> float:
@@ -743,6 +794,12 @@ def main() -> int:
     parser.add_argument("--dump", help="write the generated scenario (first seed) to this JSON file and exit")
     parser.add_argument("--sessions", type=int, default=4, help="sessions per project in the generated week")
     parser.add_argument(
+        "--week",
+        choices=("mixed", "zh", "both"),
+        default="both",
+        help="the generated week: mixed (three projects, English and Chinese), zh (two projects, all Chinese), both",
+    )
+    parser.add_argument(
         "--llm-base-url",
         "--llm-url",
         help="an OpenAI-compatible endpoint (a real provider) for the summary and evolution models",
@@ -762,12 +819,14 @@ def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench.llm_stub
     seeds = args.seed or [1]
     if args.dump:
-        Path(args.dump).write_text(json.dumps(generate(seeds[0], args.sessions), ensure_ascii=False, indent=1))
+        week = generate(seeds[0], args.sessions, args.week == "zh")
+        Path(args.dump).write_text(json.dumps(week, ensure_ascii=False, indent=1))
         return 0
     if args.data:
         scenarios = [(args.data, json.loads(Path(args.data).read_text(encoding="utf-8")))]
     else:
-        scenarios = [(f"seed {seed}", generate(seed, args.sessions)) for seed in seeds]
+        weeks = [(name, zh) for name, zh in (("", False), ("zh ", True)) if args.week in ("both", ("mixed", "zh")[zh])]
+        scenarios = [(f"{name}seed {seed}", generate(seed, args.sessions, zh)) for name, zh in weeks for seed in seeds]
     offline = not args.llm_base_url or args.offline_too
     modes: list[tuple[str, str | None, str]] = [("offline", None, "")] if offline else []
     stub = None

@@ -26,6 +26,7 @@ from memmy.embed.scale import Between, SimilarityScale, similarity_scale
 from memmy.errors import MemmyError
 from memmy.store.db import utc_now
 from memmy.store.queue import QueueItem
+from memmy.store.text import without_markers
 from memmy.store.unit import Store
 from memmy.store.vectors import Vector, VectorIndex, meta_of
 
@@ -319,7 +320,8 @@ class Indexer:
             return self.refresh_keys(), 0
         try:
             embedder = self.embedder
-            vectors = embedder.embed([item.source_text for item in items], role="document")
+            # a redaction marker's words ("aws", "key", "password") are not what the memory is about
+            vectors = embedder.embed([without_markers(item.source_text) for item in items], role="document")
             fingerprint = embedder.fingerprint
         except MemmyError as exc:
             return 0, self._fail_all(items, exc.message)

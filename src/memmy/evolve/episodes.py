@@ -71,6 +71,7 @@ class EpisodeContext:
     last_activity_at: datetime | None  # aware UTC
     evidence_text: str = ""  # the open task's other turns: requests, answers, commands, files, errors
     similarity: float | None = None  # cosine of the new message to the task's requests (None: not measured)
+    open_failure: bool = False  # the task's latest step failed (its last tool call), and nothing fixed it yet
 
 
 _R1_REVISION = re.compile(
@@ -208,6 +209,12 @@ def _topic_rule(text: str, prev: EpisodeContext, gap: timedelta, fired: list[Tur
     # a short reply that is feedback stays; one shaped like guidance ("把 parquet 导出改成按天分区") that names
     # enough of its own and nothing of the task is a request for something else
     if verdict is not None and (verdict.shape != "guidance" or share > 0):
+        return None
+    if prev.open_failure and gap <= IDLE_GAP:
+        # Right after a failed step the next message is about getting it through, often in the user's own words
+        # ("调大内存后重新构建", "raise the memory limit and retry") that share little with the failed request: a
+        # topic shift is not read from words there. A cue still starts a new task, and once the step's tool calls
+        # are known, a step about other files, commands and errors is split off (``evidence_shift``).
         return None
     similar = prev.similarity is not None and prev.similarity >= SHIFT_SIMILARITY
     distant = prev.similarity is not None and prev.similarity < SHIFT_SIMILARITY - 0.2

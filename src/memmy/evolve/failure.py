@@ -48,6 +48,9 @@ __all__ = [
     "FeedbackShape",
     "RepairDraft",
     "avoidance_draft",
+    "best_success",
+    "bare_command",
+    "rerun_kind",
     "avoidance_llm",
     "classify_feedback_shape",
     "context_hash",
@@ -180,15 +183,35 @@ def dedupe_lines(lines: list[str], limit: int) -> list[str]:
     return out[:limit]
 
 
+_ENV_PREFIX = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)+")
+
+
+def bare_command(command: str) -> str:
+    """A command without its leading environment assignments (``NODE_OPTIONS=… pnpm build`` → ``pnpm build``)."""
+    return _ENV_PREFIX.sub("", " ".join(command.split()))
+
+
+def rerun_kind(failed: list[dict[str, Any]], later: list[dict[str, Any]]) -> int:
+    """How a later step's successful calls re-run the failed ones: 2 the same command (environment
+    assignments aside), 1 the same program and subcommand (its first two words), 0 neither."""
+    bad = {bare_command(_command(c)) for c in failed if call_failed(c)}
+    heads = {" ".join(b.split()[:2]) for b in bad}
+    ran = [bare_command(_command(c)) for c in later if not call_failed(c)]
+    return 2 if any(r in bad for r in ran) else 1 if any(" ".join(r.split()[:2]) in heads for r in ran) else 0
+
+
+def best_success(succeeded: list[TraceView], failed: list[TraceView] | None = None) -> TraceView:
+    """The step that got the failed command through: the one that re-runs it (the same command before the same
+    program), else the latest successful step, not a diagnostic look on the way."""
+    bad = [c for t in failed or [] for c in t.tool_calls]
+    return max(
+        succeeded, key=lambda t: (rerun_kind(bad, t.tool_calls), t.value > 0, t.created_at, len(t.tool_calls))
+    )
+
+
 def _prefer_line(succeeded: list[TraceView], failed: list[TraceView] | None = None) -> str:
-    """What worked instead: the step that got the failed command through (it re-runs it successfully), else
-    the latest successful step, not a diagnostic look on the way."""
-    heads = {" ".join(_command(c).split()[:2]) for t in failed or [] for c in t.tool_calls if call_failed(c)}
-
-    def reruns(trace: TraceView) -> bool:
-        return any(" ".join(_command(c).split()[:2]) in heads for c in trace.tool_calls if not call_failed(c))
-
-    best = max(succeeded, key=lambda t: (reruns(t), t.value > 0, t.created_at, len(t.tool_calls)))
+    """What worked instead: the steps of :func:`best_success`, else its answer."""
+    best = best_success(succeeded, failed)
     steps = [s.split(": ", 1)[-1] for s in tool_steps(best)]
     if steps:
         return guidance("Prefer", " → ".join(f"`{s}`" for s in steps))
@@ -205,7 +228,7 @@ def avoidance_draft(failed: list[TraceView], succeeded: list[TraceView], feedbac
         phrase = clip(failed[0].summary or requests[0], 80)
     error = next((e for e in (trace_error(t) for t in failed) if e), "")
     ok = [t for t in succeeded if not failed_step(t)]
-    ok_steps = tool_steps(max(ok, key=lambda t: t.value)) if ok else []
+    ok_steps = tool_steps(best_success(ok, failed)) if ok else []  # the run whose steps the failed one skipped
     avoid: list[str] = []
     prefer: list[str] = [_prefer_line(ok, failed)] if ok else []
     shape = classify_feedback_shape(feedback_text) if feedback_text.strip() else None

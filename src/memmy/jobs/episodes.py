@@ -10,6 +10,7 @@ import numpy as np
 
 from memmy.commands.evolution import Feedback
 from memmy.config import Configured, Settings
+from memmy.domain import Memory
 from memmy.errors import NotFound
 from memmy.evolve.episodes import (
     EPISODE_IDLE_TIMEOUT,
@@ -22,6 +23,8 @@ from memmy.evolve.episodes import (
     evidence_shift,
     has_cjk,
 )
+from memmy.evolve.failure import rerun_kind
+from memmy.evolve.rules_text import call_failed
 from memmy.evolve.topics import step_keywords
 from memmy.jobs.writer import iso, parse_iso
 from memmy.store.db import utc_now
@@ -29,6 +32,18 @@ from memmy.store.episodes import EpisodeRecord, FeedbackRecord
 from memmy.store.unit import Store
 
 _CONTEXT_TAG_STOP = frozenset({"trace", "turn", "memory", "openclaw", "codex", "hermes"})
+
+
+def _open_failure(traces: list[Memory]) -> bool:
+    """Whether a step of the task (``traces`` in time order) failed and no later step re-ran its command."""
+    failed: list[dict[str, Any]] = []
+    for memory in traces:
+        calls = [c for c in (memory.properties.get("trace") or {}).get("tool_calls") or [] if isinstance(c, dict)]
+        if failed and rerun_kind(failed, calls):
+            failed = []
+        if calls and call_failed(calls[-1]):
+            failed = calls
+    return bool(failed)
 
 
 class EpisodeOps(Configured):
@@ -52,7 +67,8 @@ class EpisodeOps(Configured):
         first, latest, answer = self.episodes.context_texts(episode.id)
         tags: list[str] = []
         evidence: list[str] = []
-        for memory in self.memories.get_many(episode.l1_memory_ids[-8:]).values():
+        traces = self.memories.get_many(episode.l1_memory_ids[-8:])
+        for memory in traces.values():
             tags.extend(t for t in memory.tags if t not in _CONTEXT_TAG_STOP and t not in tags)
             trace = memory.properties.get("trace") or {}
             evidence.append(str(trace.get("userText") or "")[:400])
@@ -69,6 +85,7 @@ class EpisodeOps(Configured):
             tags=tags,
             last_activity_at=parse_iso(self.episodes.last_turn_at(episode.id) or episode.updated_at),
             evidence_text="\n".join(evidence),
+            open_failure=_open_failure([traces[i] for i in episode.l1_memory_ids[-8:] if i in traces]),
         )
 
     def _similarity(self, text: str, prev: EpisodeContext) -> float | None:

@@ -39,6 +39,8 @@ from memmy.recall.freshness import freshness_factor
 from memmy.recall.fusion import KEYWORD_CHANNELS as FUSION_KEYWORD_CHANNELS
 from memmy.recall.fusion import calibrate, select, turn_tokens, window_positions
 from memmy.recall.query import PreparedQuery
+from memmy.recall.render import SENTENCE_END, episode_text, whole_sentences
+from memmy.recall.rollup import step_line, trace_outcome
 from memmy.store.memories import MemoryFilter, MemoryRepository
 from memmy.store.reader import ReadOnlyDatabase
 from memmy.store.vectors import Vector, VectorIndex
@@ -218,6 +220,11 @@ def _age_days(memory: Memory, now: float) -> float:
 def _num(props: dict[str, Any], key: str, default: float) -> float:
     value = props.get(key, default)
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else default
+
+
+def _outcome_parts(trace: dict[str, Any]) -> list[str]:
+    """The sentences of a trace's outcome as a rollup's text would carry them (each closed the same way)."""
+    return [part.rstrip(".。") for part in SENTENCE_END.split(trace_outcome(trace)) if part.strip()]
 
 
 def _rank_key(channel: str) -> Callable[[Candidate], int]:
@@ -590,13 +597,12 @@ class RecallEngine:
             cosine = settings.scale.to_reference(rep.channels.get("vec", 0.0))  # the gate is a MiniLM cosine
             if cosine < settings.episode_goal_min_sim or _num(rep.memory.properties, "value", 0) < 0:
                 continue
-            steps = []
-            for number, member in enumerate(members[:6], start=1):
-                trace = member.memory.properties.get("trace") or {}
-                line = f"step {number} / {str(trace.get('summary') or member.memory.summary)[:160]}"
-                if trace.get("reflection"):
-                    line += f" / {str(trace['reflection'])[:160]}"
-                steps.append(line)
+            members.sort(key=lambda c: -(c.fused + c.bonus))
+            best = members[0]  # the strongest match: the rollup ranks where it would, and shows it first
+            steps = [
+                step_line(number, member.memory.properties.get("trace") or {}, member.memory.summary)
+                for number, member in enumerate(members[:6], start=1)
+            ]
             rollup_memory = Memory(
                 id=episode_id,
                 layer="L1",
@@ -605,12 +611,23 @@ class RecallEngine:
                 created_at=rep.memory.created_at,
                 updated_at=rep.memory.updated_at,
             )
+            # It stands in only for the members whose conclusion its injected text carries; the rest stay.
+            shown = whole_sentences(episode_text(rollup_memory))
+            covered = [
+                m.memory.id
+                for m in members[:6]
+                if all(part in shown for part in _outcome_parts(m.memory.properties.get("trace") or {}))
+            ]
+            if not covered:
+                continue
             rollup = Candidate(
                 rollup_memory,
-                channels=dict(rep.channels),
-                ranks=dict(rep.ranks),
+                channels=dict(best.channels),
+                ranks=dict(best.ranks),
                 source="episode",
-                rollup_of=[m.memory.id for m in members],
+                rollup_of=covered,
+                calibrated=dict(best.calibrated),
+                fused=best.fused,
             )
             rollup.bonus = 0.3 * max(_num(m.memory.properties, "value", 0.0) for m in members)
             rollups.append(rollup)
@@ -644,7 +661,8 @@ class RecallEngine:
 
     @staticmethod
     def _dedup(selected: list[Candidate], dropped: list[dict[str, Any]]) -> list[Candidate]:
-        rolled = {mid for c in selected if c.rollup_of for mid in c.rollup_of}
+        rolled: set[str] = set()  # traces a rollup selected before them stands in for
+        shown: set[str] = set()
         skill_policies: dict[str, str] = {}
         for cand in selected:
             if cand.memory.layer == "Skill":
@@ -653,9 +671,16 @@ class RecallEngine:
         kept = []
         seen_exchanges: set[str] = set()
         for cand in selected:
-            if cand.memory.id in rolled and not cand.rollup_of:
+            if cand.rollup_of:  # members selected before it keep their place; it stands in for the others
+                rest = [mid for mid in cand.rollup_of if mid not in shown]
+                if not rest:
+                    dropped.append({"id": cand.memory.id, "reason": "episode_members_shown"})
+                    continue
+                rolled.update(rest)
+            elif cand.memory.id in rolled:
                 dropped.append({"id": cand.memory.id, "reason": "covered_by_episode_rollup"})
                 continue
+            shown.add(cand.memory.id)
             if cand.memory.layer == "L1" and not cand.rollup_of:
                 trace = cand.memory.properties.get("trace") or {}
                 exchange = " ".join(

@@ -12,7 +12,14 @@ from typing import Any
 
 from memmy.capture.trace import derive_tags, error_signatures
 from memmy.recall.dates import DateRange, date_ranges
-from memmy.store.text import CHINESE_STOPWORDS, CJK_RUN, ENGLISH_STOPWORDS, cjk_bigrams, phrase_words
+from memmy.store.text import (
+    CHINESE_STOPWORDS,
+    CJK_RUN,
+    ENGLISH_STOPWORDS,
+    cjk_bigrams,
+    phrase_words,
+    without_markers,
+)
 
 MAX_QUERY_CHARS = 1500
 _TOKEN = re.compile(r"[^\W_][\w\-]*", re.UNICODE)
@@ -191,7 +198,8 @@ def prepare_query(text: str, context_hints: dict[str, Any] | None = None, keywor
     if context_hints:
         lines = [f"{k}: {v}" for k, v in list(context_hints.items())[:8] if isinstance(v, str | int | float)]
         hints = "\n".join(lines)
-    full = truncate_query(text.strip() + (f"\n{hints}" if hints else ""))
+    # a redaction marker left in a prompt (a pasted, redacted memory) matches every redacted memory: not a term
+    full = truncate_query(without_markers(text).strip() + (f"\n{hints}" if hints else ""))
     keywords = extract_keywords(full, keyword_limit)
     fts_terms = keywords[:24] if keywords else []
     return PreparedQuery(

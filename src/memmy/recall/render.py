@@ -259,8 +259,7 @@ def usefulness(item: RenderItem) -> float:
     return (item.score or 0.0) * weight
 
 
-_STEP = re.compile(r"^step \d+ / (.*?)(?: / (?:IRRELEVANT|RELATED\w*|PIVOTAL\w*|[A-Z_]{6,}))?$")
-_SENTENCE_END = re.compile(r"(?<=[.!?。！？；;])\s+|\n+|(?<=[。！？；])")
+SENTENCE_END = re.compile(r"(?<=[.!?。！？；;])\s+|\n+|(?<=[。！？；])")
 _CJK_CHAR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
 
 
@@ -273,7 +272,7 @@ def estimate_tokens(text: str) -> int:
 def whole_sentences(text: str, limit: int = ITEM_CHARS) -> str:
     """The leading whole sentences of ``text`` that fit in ``limit`` characters ("" when not even one fits)."""
     out = ""
-    for sentence in (" ".join(s.split()) for s in _SENTENCE_END.split(text)):
+    for sentence in (" ".join(s.split()) for s in SENTENCE_END.split(text)):
         if not sentence:
             continue
         candidate = f"{out} {sentence}".strip()
@@ -312,17 +311,43 @@ def _plain(value: Any) -> str:
     return " ".join(str(value).split())
 
 
+ARROW = " → "  # between a rollup step's ask and its outcome (memmy.recall.rollup.step_line)
+_STEP = re.compile(r"^step \d+ / (.*?)(?: / (?:IRRELEVANT|RELATED\w*|PIVOTAL\w*|[A-Z_]{6,}))?$")
+
+
+def parse_step(line: str) -> tuple[str, str]:
+    """``(ask, outcome)`` of a rollup step line (outcome "" when the step has none; a plain line is its ask)."""
+    match = _STEP.match(line.strip())
+    body = (match.group(1) if match else line).strip()
+    ask, _, outcome = body.partition(ARROW.strip())
+    return ask.strip(), outcome.strip()
+
+
+def _sentence(text: str) -> str:
+    """``text`` closed by a period unless it already ends a sentence."""
+    return text if re.search(r"[.!?。！？]$", text) else text + "."
+
+
+def episode_text(memory: Memory) -> str:
+    """A rollup in plain words: the task, what it concluded, then its other steps with theirs (best match first)."""
+    title = memory.title.removeprefix("Past similar episode: ").strip()
+    steps: list[tuple[str, str]] = []
+    for line in memory.content.splitlines():
+        ask, outcome = parse_step(line)
+        if ask and _norm_line(ask) not in {_norm_line(a) for a, _ in steps}:
+            steps.append((ask, outcome))
+    text = f"Past task: {_sentence(title)}"
+    result = next((o for a, o in steps if _norm_line(a) == _norm_line(title)), "")
+    if result:
+        text += f" Result: {_sentence(result)}"
+    others = [f"{a} → {o.rstrip('.。')}" if o else a for a, o in steps if _norm_line(a) != _norm_line(title)][:3]
+    return text + (" Steps: " + "; ".join(others).rstrip(".。") + "." if others else "")
+
+
 def item_text(memory: Memory, source: str) -> str:
     """What one recalled memory says, in plain words: no ids, labels or scores, whole sentences only."""
     if source == "episode":
-        steps: list[str] = []
-        for line in memory.content.splitlines():
-            match = _STEP.match(line.strip())
-            step = (match.group(1) if match else line).strip()
-            if step and _norm_line(step) not in {_norm_line(s) for s in steps}:
-                steps.append(step)
-        title = memory.title.removeprefix("Past similar episode: ")
-        return f"Past task: {title}. Steps: " + "; ".join(steps[1:4]) if len(steps) > 1 else f"Past task: {title}"
+        return episode_text(memory)
     if memory.layer == "L1":
         trace = memory.properties.get("trace") or {}
         asked, answer = str(trace.get("userText") or ""), str(trace.get("agentText") or "")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ from memmy.domain import sha256_hex
 from memmy.embed.scale import SimilarityScale
 from memmy.errors import InvalidArgument
 from memmy.evolve.scope import visible_in
-from memmy.evolve.topics import Topic, evidence_covers
+from memmy.evolve.topics import STRONG_SIMILARITY, Topic, content_keywords, evidence_covers
 from memmy.indexing import Indexer
 from memmy.namespace import Namespace
 from memmy.recall.channels import CHANNELS
@@ -32,7 +33,7 @@ from memmy.recall.render import RenderItem, render_context, snippet
 from memmy.service.models import ModelClients
 from memmy.store.db import utc_now
 from memmy.store.memories import MemoryFilter
-from memmy.store.text import CJK_RUN, cjk_bigrams
+from memmy.store.text import CJK_RUN, cjk_bigrams, without_markers
 from memmy.store.unit import Store
 
 SCOPES = ("auto", "pooled", "project", "agent")
@@ -120,7 +121,7 @@ def keyword_coverage(memory_text: str, keywords: Sequence[str]) -> float:
     units = [unit for k in keywords for unit in (cjk_bigrams(k) if CJK_RUN.fullmatch(k) else [k.lower()])]
     if not units:
         return 0.0
-    lowered = memory_text.lower()
+    lowered = without_markers(memory_text).lower()
     return sum(1 for unit in units if unit in lowered) / len(units)
 
 
@@ -164,6 +165,23 @@ def semantic_gate(
     return kept, len(selected) - len(kept)
 
 
+_ERROR_PART = re.compile(r"[(（]([^()（）]+)[)）]?\s*[.。]?\s*$")
+
+
+def restates_failure(properties: dict[str, Any], prompt: str) -> bool:
+    """Whether a failure-avoidance policy with no fix (Avoid lines, no Prefer) only tells the agent what the
+    prompt already says: the failure its first Avoid line names (the error in its closing parentheses) shares
+    content words with the prompt ("生产构建又内存不足了" and "… JavaScript heap out of memory 内存不足"). Such a
+    line warns of nothing the user has not just reported; one whose failure the prompt does not mention warns of
+    it, and one without an error (a feedback note: "never delete the lock table") is guidance of its own."""
+    policy = properties.get("policy") or {}
+    avoid = policy.get("anti_pattern") or []
+    if policy.get("type") not in ("failure_avoidance", "repair_instruction") or policy.get("preference") or not avoid:
+        return False
+    error = _ERROR_PART.search(str(avoid[0] if isinstance(avoid, list) else avoid))
+    return error is not None and bool(content_keywords(error.group(1)) & content_keywords(prompt))
+
+
 def reference_similarity(candidate: Candidate, scale: SimilarityScale) -> float:
     """The candidate's cosine to the prompt as all-MiniLM-L6-v2 would score it (``scale``), 0 without one: the
     scale the gates' thresholds are set on."""
@@ -180,16 +198,25 @@ def vocabulary_of(candidates: list[Candidate]) -> str:
     return "\n".join(_topic_text(c) for c in candidates).lower()
 
 
-def recall_reason(candidate: Candidate, query: PreparedQuery) -> str:
-    """One line on why a memory was recalled: the prompt words it shares, its meaning match, its layer."""
+def recall_reason(
+    candidate: Candidate,
+    query: PreparedQuery,
+    scale: SimilarityScale = SimilarityScale(),  # noqa: B008 - frozen, so one shared default is safe
+) -> str:
+    """One line on why a memory was recalled: the prompt words it shares, its meaning match, its layer.
+
+    A meaning match is called similar only at ``STRONG_SIMILARITY`` (a MiniLM cosine, another model's read on
+    that scale through ``scale``); below it the line says the meaning is only loosely related, so a score
+    that merely ranked the memory is not passed off as relevance."""
     memory = candidate.memory
-    text = f"{memory.title}\n{memory.content}".lower()
+    text = without_markers(f"{memory.title}\n{memory.content}").lower()
     words = [k for k in query.keywords if len(k) >= 3 and k.lower() in text][:3]
     parts = []
     if words:
         parts.append("shares " + ", ".join(f'"{w}"' for w in words))
     if candidate.channels.get("vec", 0.0) > 0:
-        parts.append(f"similar meaning ({candidate.channels['vec']:.2f})")
+        close = reference_similarity(candidate, scale) >= STRONG_SIMILARITY
+        parts.append(f"{'similar' if close else 'loosely related'} meaning ({candidate.channels['vec']:.2f})")
     if "structural" in candidate.channels:
         parts.append("same error or path")
     kind = {"L2": "learned policy", "L3": "environment note", "Skill": "skill"}.get(memory.layer)
@@ -290,7 +317,7 @@ class RecallOps(Configured):
         )
         status.append(filter_status)
         rendered = render_context(
-            [RenderItem(c.memory, c.source, recall_reason(c, prepared), c.relevance) for c in selected],
+            [RenderItem(c.memory, c.source, recall_reason(c, prepared, settings.scale), c.relevance) for c in selected],
             mode=mode,
             skill_mode=retrieval.skill_injection_mode,
             skill_summary_chars=retrieval.skill_summary_chars,
@@ -381,6 +408,11 @@ class RecallOps(Configured):
                 candidates = [c for c in candidates if topic.covers(_topic_text(c), reference_similarity(c, scale))]
                 if len(candidates) < before:
                     status.append(f"topic_gate:dropped:{before - len(candidates)}")
+            if gate:
+                before = len(candidates)
+                candidates = [c for c in candidates if not restates_failure(c.memory.properties, query)]
+                if len(candidates) < before:
+                    status.append(f"restated_failure:dropped:{before - len(candidates)}")
             return candidates
 
         return admit

@@ -32,6 +32,16 @@ CHINESE_STOPWORDS = frozenset(
 )
 
 
+#: A redaction marker (``[REDACTED:<kind>]``, ``[REDACTED]``, or a broken one left open). Its words say that a
+#: secret was removed, not what the memory is about: they are not indexed, embedded or matched.
+REDACTION_MARKER = re.compile(r"\[REDACTED(?::[\w.\-]*)?\]?")
+
+
+def without_markers(text: str) -> str:
+    """``text`` with every redaction marker replaced by a space (unchanged when it has none)."""
+    return REDACTION_MARKER.sub(" ", text) if "[REDACTED" in text else text
+
+
 def cjk_bigrams(run: str) -> list[str]:
     """Split one CJK run into overlapping bigrams ("数据库" -> ["数据", "据库"])."""
     if len(run) <= 1:
@@ -65,8 +75,8 @@ def fts_row(memory_key: str | None, title: str | None, value: str, tags_json: st
     except ValueError:
         tags = []
     tag_text = " ".join(str(t) for t in tags) if isinstance(tags, list) else ""
-    identifier = " ".join(part for part in (memory_key or "", title or "") if part)
-    return segment_for_index(identifier), segment_for_index(value), segment_for_index(tag_text)
+    identifier = without_markers(" ".join(part for part in (memory_key or "", title or "") if part))
+    return segment_for_index(identifier), segment_for_index(without_markers(value)), segment_for_index(tag_text)
 
 
 def query_terms(query: str, *, drop_stopwords: bool = True) -> list[str]:
