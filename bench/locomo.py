@@ -288,6 +288,7 @@ def evaluate(
         if category not in (1, 2, 3, 4) or not evidence:
             continue
         ranked: dict[str, list[list[str]]] = {}
+        scored: dict[str, list[float]] = {}
         for name, channels in PIPELINES.items():
             if name not in pipelines:
                 continue
@@ -298,6 +299,7 @@ def evaluate(
             result = service.search(SearchMemory.from_json(body), ns)
             latencies[name].append((time.perf_counter() - started) * 1000)
             ranked[name] = pipeline_items(result)
+            scored[name] = [float(hit.get("score", 0.0)) for hit in result["hits"]]
         ranked.update(baselines.rank(qa["question"]))
         for name, items in ranked.items():
             score(items, conv, evidence, name, category, scores, half)
@@ -309,6 +311,7 @@ def evaluate(
                     "category": category,
                     "evidence": evidence,
                     "rows": {n: [[conv.dia_of.get(m, "") for m in item] for item in it] for n, it in ranked.items()},
+                    "scores": scored,
                 }
             )
 
