@@ -99,6 +99,19 @@ def test_only_the_best_result_spends_the_budget_on_its_neighbours(make_service: 
     assert "window" not in hits[1]  # the second shows its own turn: 4 injected turns, not 6
 
 
+def test_the_best_trace_brings_its_window_when_a_policy_ranks_above_it(make_service: ServiceFactory) -> None:
+    service: MemoryService = make_service(FIXED_WINDOWS)
+    made = chat(service, GREYHOUND)
+    body = {"content": "Marta greyhound Comet: walk Comet the greyhound twice a day.", "layer": "L2"}
+    policy = service.add_memory(AddMemory.from_json(body), NS)["id"]
+    service.indexer.drain()
+    hits = service.search(SearchMemory.from_json({"query": "Marta greyhound Comet", "limit": 3}), NS)["hits"]
+    assert hits[0]["id"] == policy and "window" not in hits[0]
+    traces = [hit for hit in hits if hit["id"] in made]
+    assert len(traces) == 2
+    assert len(traces[0]["window"]) == 3 and "window" not in traces[1]
+
+
 def test_a_trace_hit_is_judged_by_the_meaning_of_its_window(make_service: ServiceFactory) -> None:
     service: MemoryService = make_service(FIXED_WINDOWS)
     texts = [

@@ -128,7 +128,7 @@ def select(
     best). A trace hit brings ``2 x contextWindow`` neighbouring turns of the same session as one result
     (the nearest ones no better result shows already, more while they fit in ``contextWindowTokens``, see
     ``turn_window``); a later candidate that is already inside a selected window is absorbed (``in_window``)
-    instead of taking a slot. Only the first ``contextWindowResults`` results bring a window (0 = every one): a
+    instead of taking a slot. Only the first ``contextWindowResults`` trace results bring a window (0 = all): a
     neighbour costs the reader as much as a result, and next to the best match it is more often the evidence
     than a lower result is, further down less often (docs/recall.md, Quality: LoCoMo). Traces of an episode
     already selected are penalised by ``(1 - mmrLambda)`` x their relevance, so one task's steps do not crowd
@@ -154,7 +154,8 @@ def select(
         episode = episode_of(cand)
         if episode:
             episodes.add(episode)
-        if window > 0 and len(selected) <= windowed and cand.memory.layer == "L1" and not cand.rollup_of:
+        shown_windows = sum(1 for c in selected if c.window)  # this one's is not set yet
+        if window > 0 and shown_windows < windowed and cand.memory.layer == "L1" and not cand.rollup_of:
             around = neighbours(cand.memory, 4 * window, request.scope)
             cand.window = turn_window(cand.memory, around, covered, window, settings.context_window_tokens)
             covered.update(m.id for m in cand.window)

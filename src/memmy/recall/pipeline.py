@@ -88,7 +88,7 @@ class RecallSettings:
     read_only_profile: str
     context_window: int = 1
     context_window_tokens: int = 256
-    #: How many of the best results bring their turn window (0 = every result).
+    #: How many of the best trace results bring their turn window (0 = every one).
     context_window_results: int = 1
     query_expansion: str = "off"
     #: Where the embedding model's cosines stand on MiniLM's (``from_reference(minTraceSim)`` is fusion's zero).
