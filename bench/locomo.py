@@ -15,13 +15,18 @@ Rows, all over the same stored memories of one conversation:
 
 Scores: turn-level evidence recall@k = |evidence turns in the top k| / |evidence turns|, averaged over
 questions, per category (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop) and overall; session-level
-recall@k the same over sessions. The same figures are printed for two halves of the conversations (``A`` = the
-first ``--split`` conversations, default half of them; ``B`` = the rest), so a change developed while looking at
-one half can be checked on the other. ``--dump FILE`` writes every question's ranked items per row (JSON lines)
-for reading misses. A result that comes back as a window of neighbouring turns (``hits[].window``)
-counts as ONE item of k and credits every turn inside it.
+recall@k the same over sessions. A result that comes back as a window of neighbouring turns (``hits[].window``)
+counts as ONE item of k there and credits every turn inside it, so the same rankings are also read at the cost
+the reader pays (``bench/recall_budget.py``): turn recall within a budget of 5, 10 and 20 injected turns and of
+400 and 800 injected tokens (each memory's stored content, memmy's own estimate: 4 characters a token, 1 per CJK
+character), for every row; the headline is the full pipeline's gain over the best plain baseline at equal budget.
+The same figures are printed for two halves of the conversations (``A`` = the first ``--split`` conversations,
+default half of them; ``B`` = the rest), so a change developed while looking at one half can be checked on the
+other. ``--dump FILE`` writes every question's ranked items per row (JSON lines)
+for reading misses (each item: its hit first, then its window's other turns nearest first).
 
 Run:   python bench/locomo.py                      (default data: ../shared/bench/locomo-dev.json)
+       python bench/locomo.py --data ../shared/bench/locomo-dev.json --home DIR --split 3   (the documented run)
        python bench/locomo.py --split 3 --dump misses.jsonl
        python bench/locomo.py --home DIR           (keep the store) ... then --home DIR --reuse (skip ingest)
 """
@@ -45,10 +50,12 @@ from typing import Any
 
 import numpy as np
 from model_check import require_local_model
+from recall_budget import within_tokens, within_turns
 
 from memmy.commands.memory import AddMemory, SearchMemory
 from memmy.config import load_config
 from memmy.namespace import Namespace
+from memmy.recall.render import estimate_tokens
 from memmy.service import MemoryService
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "bench" / "locomo-dev.json"
@@ -56,6 +63,12 @@ PIPELINES: dict[str, list[str] | None] = {"full": None, "fts": ["fts"], "vector"
 BASELINES = ("bm25", "cosine", "rrf")
 ROWS = (*PIPELINES, *BASELINES)
 TURN_KS = (1, 5, 10)
+#: Budgets of injected turns and of injected tokens the rankings are also read at (``bench/recall_budget.py``).
+TURN_BUDGETS = (5, 10, 20)
+TOKEN_BUDGETS = (400, 800)
+BUDGETS = (*(f"{n} turns" for n in TURN_BUDGETS), *(f"{n} tok" for n in TOKEN_BUDGETS))
+#: Items a plain baseline ranks (enough to fill the largest budget).
+BASELINE_DEPTH = 40
 SESSION_KS = (5, 10)
 RRF_K = 60
 _EVIDENCE = re.compile(r"D(\d+):(\d+)")
@@ -113,6 +126,9 @@ class Scores:
     turn: dict[tuple[str, int], list[float]] = field(default_factory=lambda: defaultdict(list))
     session: dict[tuple[str, int], list[float]] = field(default_factory=lambda: defaultdict(list))
     items: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    budget: dict[tuple[str, str], list[float]] = field(default_factory=lambda: defaultdict(list))
+    spent_turns: dict[tuple[str, str], list[float]] = field(default_factory=lambda: defaultdict(list))
+    spent_tokens: dict[tuple[str, str], list[float]] = field(default_factory=lambda: defaultdict(list))
 
 
 @dataclass
@@ -123,6 +139,7 @@ class Conversation:
     memory_ids: list[str]
     dia_of: dict[str, str]
     texts: list[str]
+    tokens: dict[str, int]
 
 
 def ingest(service: MemoryService, sample: dict[str, Any]) -> None:
@@ -166,6 +183,7 @@ def load_conversation(service: MemoryService, sample: dict[str, Any]) -> Convers
         memory_ids=[r["id"] for r in rows],
         dia_of={r["id"]: r["turn_id"] for r in rows},
         texts=[f"{r['title']}\n{r['memory_value']}" for r in rows],
+        tokens={r["id"]: estimate_tokens(r["memory_value"]) for r in rows},
     )
 
 
@@ -198,30 +216,34 @@ class Baselines:
                 fused[int(i)] += 1.0 / (RRF_K + rank + 1)
         rrf_order = sorted(fused, key=lambda i: -fused[i])
         return {
-            name: [[ids[int(i)]] for i in order[: max(TURN_KS)]]
+            name: [[ids[int(i)]] for i in order[:BASELINE_DEPTH]]
             for name, order in (("bm25", bm25_order), ("cosine", cos_order), ("rrf", rrf_order))
         }
 
 
 def pipeline_items(result: dict[str, Any]) -> list[list[str]]:
-    """The pipeline's result as items: a hit with a ``window`` is one item holding every memory in it."""
+    """The pipeline's result as items: a hit with a ``window`` is one item holding every memory in it, the hit
+    first and then the window's other turns nearest first (the order they are injected in under a budget)."""
     items = []
     for hit in result["hits"]:
-        window = hit.get("window") or [hit["id"]]
-        items.append([str(mid) for mid in window])
+        window = [str(mid) for mid in hit.get("window") or [hit["id"]]]
+        at = window.index(hit["id"]) if hit["id"] in window else 0
+        items.append(sorted(window, key=lambda mid: (abs(window.index(mid) - at), window.index(mid))))
     return items
 
 
 def score(
     items: Sequence[Sequence[str]],
-    dia_of: dict[str, str],
+    conv: Conversation,
     evidence: list[str],
     name: str,
     category: int,
     s: Scores,
     half: str = "",
 ) -> None:
-    """Record turn- and session-level recall of one ranking (per category, overall and per half)."""
+    """Record turn- and session-level recall of one ranking (per category, overall and per half), per item of k
+    and within each budget of injected turns and tokens."""
+    dia_of = conv.dia_of
     wanted = set(evidence)
     keys = (str(category), "all", *((f"half {half}",) if half else ()))
     for k in TURN_KS:
@@ -236,6 +258,14 @@ def score(
         for cat in keys:
             s.session[(f"{name}:{cat}", k)].append(value)
     s.items[name].append(statistics.fmean(len(item) for item in items[: max(TURN_KS)]) if items else 0.0)
+    injected = [within_turns(items, n) for n in TURN_BUDGETS]
+    injected += [within_tokens(items, lambda mid: conv.tokens.get(mid, 0), n) for n in TOKEN_BUDGETS]
+    for label, turns in zip(BUDGETS, injected, strict=True):
+        value = len({dia_of.get(mid, "") for mid in turns} & wanted) / len(wanted)
+        for cat in keys:
+            s.budget[(f"{name}:{cat}", label)].append(value)
+        s.spent_turns[(name, label)].append(float(len(turns)))
+        s.spent_tokens[(name, label)].append(float(sum(conv.tokens.get(mid, 0) for mid in turns)))
 
 
 def evaluate(
@@ -258,6 +288,7 @@ def evaluate(
         if category not in (1, 2, 3, 4) or not evidence:
             continue
         ranked: dict[str, list[list[str]]] = {}
+        scored: dict[str, list[float]] = {}
         for name, channels in PIPELINES.items():
             if name not in pipelines:
                 continue
@@ -268,9 +299,10 @@ def evaluate(
             result = service.search(SearchMemory.from_json(body), ns)
             latencies[name].append((time.perf_counter() - started) * 1000)
             ranked[name] = pipeline_items(result)
+            scored[name] = [float(hit.get("score", 0.0)) for hit in result["hits"]]
         ranked.update(baselines.rank(qa["question"]))
         for name, items in ranked.items():
-            score(items, conv.dia_of, evidence, name, category, scores, half)
+            score(items, conv, evidence, name, category, scores, half)
         if dump is not None:
             dump.append(
                 {
@@ -279,6 +311,7 @@ def evaluate(
                     "category": category,
                     "evidence": evidence,
                     "rows": {n: [[conv.dia_of.get(m, "") for m in item] for item in it] for n, it in ranked.items()},
+                    "scores": scored,
                 }
             )
 
@@ -307,11 +340,55 @@ def print_table(scores: Scores, latencies: dict[str, list[float]]) -> None:
         best = statistics.fmean(scores.turn[(f"{best_name}:all", k)])
         print(f"turn@{k:<2} full {full:.3f} - best plain baseline ({best_name}) {best:.3f} = {full - best:+.3f}")
     print()
+    print_budget_table(scores)
+    print()
     for name, values in latencies.items():
         ordered = sorted(values)
         p50 = ordered[len(ordered) // 2]
         p95 = ordered[max(0, int(len(ordered) * 0.95) - 1)]
         print(f"search latency {name:<7} p50 {p50:6.1f} ms   p95 {p95:6.1f} ms   (n={len(values)})")
+
+
+def mean(values: list[float]) -> float:
+    """The mean of ``values`` (0.0 for none)."""
+    return statistics.fmean(values) if values else 0.0
+
+
+def print_budget_table(scores: Scores) -> None:
+    """Turn recall within each budget of injected turns and tokens, every row, then the headline: the full
+    pipeline's gain over the best plain baseline at equal budget, overall and per half."""
+    print("turn recall at equal cost: within N injected turns / N injected tokens (each turn once, hit first)")
+    header = f"{'row':<8} {'cat':>6} " + " ".join(f"{label:>9}" for label in BUDGETS)
+    print(header)
+    print("-" * len(header))
+    for cat in ("1", "2", "3", "4", "all", "half A", "half B"):
+        for name in ROWS:
+            key = f"{name}:{cat}"
+            if not scores.budget[(key, BUDGETS[0])]:
+                continue
+            print(f"{name:<8} {cat:>6} " + " ".join(f"{mean(scores.budget[(key, b)]):>9.3f}" for b in BUDGETS))
+        print()
+    print("spent per question (turns / tokens, mean)")
+    for name in ROWS:
+        if scores.spent_turns[(name, BUDGETS[0])]:
+            turns = (mean(scores.spent_turns[(name, b)]) for b in BUDGETS)
+            spent = (mean(scores.spent_tokens[(name, b)]) for b in BUDGETS)
+            cells = (f"{n:.1f}/{t:.0f}" for n, t in zip(turns, spent, strict=True))
+            print(f"{name:<8} {'':>6} " + " ".join(f"{c:>9}" for c in cells))
+    print()
+    if not scores.budget[("full:all", BUDGETS[0])]:
+        return
+    print("HEADLINE: the full pipeline's turn recall at equal budget minus the best plain baseline's (bm25/cosine/rrf)")
+    halves = [cat for cat in ("all", "half A", "half B") if scores.budget[(f"full:{cat}", BUDGETS[0])]]
+    print(f"{'budget':<9} " + " ".join(f"{cat:<30}" for cat in halves))
+    for label in BUDGETS:
+        cells = []
+        for cat in halves:
+            full = mean(scores.budget[(f"full:{cat}", label)])
+            best_name = max(BASELINES, key=lambda b: mean(scores.budget[(f"{b}:{cat}", label)]))
+            best = mean(scores.budget[(f"{best_name}:{cat}", label)])
+            cells.append(f"{full:.3f} - {best_name:<6} {best:.3f} = {full - best:+.3f}")
+        print(f"{label:<9} " + " ".join(f"{cell:<30}" for cell in cells).rstrip())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -322,7 +399,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--home", type=Path, default=None, help="store directory (default: a temporary one)")
     parser.add_argument("--reuse", action="store_true", help="with --home: skip ingest, reuse the stored turns")
     parser.add_argument("--config", type=Path, default=None, help="a config.yaml to tune retrieval settings")
-    parser.add_argument("--limit", type=int, default=max(TURN_KS), help="results asked from the pipeline")
+    parser.add_argument(
+        "--limit",
+        type=int,
+        default=max(TURN_BUDGETS),
+        help="results asked from the pipeline (per item: the first 10; the budgets need 20 single turns)",
+    )
     parser.add_argument(
         "--split", type=int, default=-1, help="conversations in half A (the rest are half B; default: half)"
     )
@@ -345,6 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     require_local_model(config.embedding.provider)
     service = MemoryService.open(config)
     started = time.perf_counter()
+    print("load average at start " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     if not args.reuse:
         for sample in samples:
             ingest(service, sample)

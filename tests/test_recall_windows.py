@@ -16,6 +16,8 @@ from tests.conftest import ServiceFactory
 NS = Namespace(source="claude_code")
 #: Windows of exactly ``contextWindow`` turns on each side, whatever the turns' length.
 FIXED_WINDOWS = {"algorithm": {"retrieval": {"contextWindowTokens": 0}}}
+#: The same, for every result rather than the first ``contextWindowResults`` (1 by default).
+EVERY_RESULT_WINDOWED = {"algorithm": {"retrieval": {"contextWindowTokens": 0, "contextWindowResults": 0}}}
 
 
 def session(n: int) -> list[Memory]:
@@ -62,19 +64,21 @@ def test_a_window_skips_turns_a_better_result_shows_and_takes_the_next_nearest()
     assert ids(turn_window(turns[4], turns[2:7], {"t2", "t3", "t5", "t6"}, 1)) == ["t4"]  # nothing left nearby
 
 
+GREYHOUND = [
+    "We talked about the weather on Monday.",
+    "The release train leaves on Thursday afternoon.",
+    "Marta adopted a greyhound called Comet from the shelter.",
+    "Coffee in the new office is terrible.",
+    "Comet the greyhound already sleeps on Marta's sofa.",
+    "The changelog still needs an entry for the parser fix.",
+    "Lunch is at noon tomorrow.",
+    "Someone left a bicycle in the hallway.",
+]
+
+
 def test_two_hits_two_turns_apart_return_six_distinct_turns(make_service: ServiceFactory) -> None:
-    service: MemoryService = make_service(FIXED_WINDOWS)
-    texts = [
-        "We talked about the weather on Monday.",
-        "The release train leaves on Thursday afternoon.",
-        "Marta adopted a greyhound called Comet from the shelter.",
-        "Coffee in the new office is terrible.",
-        "Comet the greyhound already sleeps on Marta's sofa.",
-        "The changelog still needs an entry for the parser fix.",
-        "Lunch is at noon tomorrow.",
-        "Someone left a bicycle in the hallway.",
-    ]
-    made = chat(service, texts)
+    service: MemoryService = make_service(EVERY_RESULT_WINDOWED)
+    made = chat(service, GREYHOUND)
     result = service.search(SearchMemory.from_json({"query": "Marta greyhound Comet", "limit": 2}), NS)
     windows = [hit["window"] for hit in result["hits"]]
     assert len(windows) == 2
@@ -83,6 +87,29 @@ def test_two_hits_two_turns_apart_return_six_distinct_turns(make_service: Servic
     assert {made[2], made[4]} <= set(shown)
     for window in windows:
         assert window == [m for m in made if m in window]  # each window in time order
+
+
+def test_only_the_best_result_spends_the_budget_on_its_neighbours(make_service: ServiceFactory) -> None:
+    service: MemoryService = make_service(FIXED_WINDOWS)  # contextWindowResults: 1, the default
+    made = chat(service, GREYHOUND)
+    hits = service.search(SearchMemory.from_json({"query": "Marta greyhound Comet", "limit": 2}), NS)["hits"]
+    assert len(hits) == 2 and {hits[0]["id"], hits[1]["id"]} == {made[2], made[4]}
+    first = made.index(hits[0]["id"])
+    assert hits[0]["window"] == made[first - 1 : first + 2]  # the best match shows its passage
+    assert "window" not in hits[1]  # the second shows its own turn: 4 injected turns, not 6
+
+
+def test_the_best_trace_brings_its_window_when_a_policy_ranks_above_it(make_service: ServiceFactory) -> None:
+    service: MemoryService = make_service(FIXED_WINDOWS)
+    made = chat(service, GREYHOUND)
+    body = {"content": "Marta greyhound Comet: walk Comet the greyhound twice a day.", "layer": "L2"}
+    policy = service.add_memory(AddMemory.from_json(body), NS)["id"]
+    service.indexer.drain()
+    hits = service.search(SearchMemory.from_json({"query": "Marta greyhound Comet", "limit": 3}), NS)["hits"]
+    assert hits[0]["id"] == policy and "window" not in hits[0]
+    traces = [hit for hit in hits if hit["id"] in made]
+    assert len(traces) == 2
+    assert len(traces[0]["window"]) == 3 and "window" not in traces[1]
 
 
 def test_a_trace_hit_is_judged_by_the_meaning_of_its_window(make_service: ServiceFactory) -> None:

@@ -198,6 +198,7 @@ def default_tree() -> dict[str, Any]:
                 "mmrLambda": 0.7,
                 "contextWindow": 1,
                 "contextWindowTokens": 256,
+                "contextWindowResults": 1,
                 "queryExpansion": "off",
                 "rrfConstant": 60,
                 "relativeThresholdFloor": 0.2,

@@ -128,14 +128,18 @@ def select(
     best). A trace hit brings ``2 x contextWindow`` neighbouring turns of the same session as one result
     (the nearest ones no better result shows already, more while they fit in ``contextWindowTokens``, see
     ``turn_window``); a later candidate that is already inside a selected window is absorbed (``in_window``)
-    instead of taking a slot. Traces of an episode already selected are penalised by ``(1 - mmrLambda)`` x their
-    relevance, so one task's steps do not crowd out everything else.
+    instead of taking a slot. Only the first ``contextWindowResults`` trace results bring a window (0 = all): a
+    neighbour costs the reader as much as a result, and next to the best match it is more often the evidence
+    than a lower result is, further down less often (docs/recall.md, Quality: LoCoMo). Traces of an episode
+    already selected are penalised by ``(1 - mmrLambda)`` x their relevance, so one task's steps do not crowd
+    out everything else.
     """
     if not candidates:
         return []
     # The hook's injected text renders each result alone (recall/render.py), so on turn start a window would
     # only hide its neighbours: windows apply to searches until the renderer shows them.
     window = 0 if request.mode == "turn_start" else settings.context_window
+    windowed = settings.context_window_results or request.limit
     pool = sorted(candidates, key=lambda c: (-c.relevance, -c.rrf, c.memory.id))
     selected: list[Candidate] = []
     covered: set[str] = set()
@@ -150,7 +154,8 @@ def select(
         episode = episode_of(cand)
         if episode:
             episodes.add(episode)
-        if window > 0 and cand.memory.layer == "L1" and not cand.rollup_of:
+        shown_windows = sum(1 for c in selected if c.window)  # this one's is not set yet
+        if window > 0 and shown_windows < windowed and cand.memory.layer == "L1" and not cand.rollup_of:
             around = neighbours(cand.memory, 4 * window, request.scope)
             cand.window = turn_window(cand.memory, around, covered, window, settings.context_window_tokens)
             covered.update(m.id for m in cand.window)

@@ -90,6 +90,8 @@ class RecallSettings:
     read_only_profile: str
     context_window: int = 1
     context_window_tokens: int = 256
+    #: How many of the best trace results bring their turn window (0 = every one).
+    context_window_results: int = 1
     query_expansion: str = "off"
     #: Where the embedding model's cosines stand on MiniLM's (``from_reference(minTraceSim)`` is fusion's zero).
     scale: SimilarityScale = field(default_factory=SimilarityScale)
@@ -118,6 +120,7 @@ class RecallSettings:
             read_only_profile=str(r["readOnlyInjectionProfile"]),
             context_window=max(0, int(r.get("contextWindow", 1))),
             context_window_tokens=max(0, int(r.get("contextWindowTokens", 256))),
+            context_window_results=max(0, int(r.get("contextWindowResults", 1))),
             query_expansion=str(r.get("queryExpansion", "off")),
         )
 
