@@ -8,6 +8,7 @@ import io
 import json
 import os
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -392,3 +393,25 @@ def test_images_reach_anthropic_models_as_image_blocks() -> None:
         {"type": "text", "text": "what is this?"},
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
     ]
+
+
+def mcp_brain(body: dict[str, Any]) -> Reply:
+    if tool_results(body):
+        return Reply(text="tool said: " + tool_results(body)[-1])
+    return Reply(tool_calls=[("mcp_echo_shout", json.dumps({"text": "quiet words"}))])
+
+
+def test_mcp_servers_give_their_tools_to_workbench_turns(isolated_home: Path) -> None:
+    echo = Path(__file__).parent / "mcp_echo_server.py"
+    extra = (
+        f"  mcpServers:\n    echo: {{type: stdio, command: '{sys.executable}', args: ['{echo}'], toolTimeout: 20}}\n"
+    )
+    with run_model_stub(mcp_brain) as stub, serve_process(isolated_home, stub, extra) as base:
+        bench = Bench(base)
+        for _ in range(2):  # the second turn reuses the connection the first one made
+            seq = bench.state()["seq"]
+            sid = bench.send("shout it")["id"]
+            events = bench.wait_idle(sid, seq)
+            assert [e["text"] for e in events if e["kind"] == "tool_call"] == ["mcp_echo_shout"]
+            assert "".join(e["text"] for e in events if e["kind"] == "text") == "tool said: QUIET WORDS!"
+        assert "mcp_echo_shout" in {t["function"]["name"] for t in stub.requests[-1]["body"]["tools"]}

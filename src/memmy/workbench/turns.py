@@ -17,6 +17,7 @@ from typing import Any
 
 from memmy.agent.config import AgentConfig
 from memmy.agent.loop import Agent, TurnEvent
+from memmy.agent.mcp_tools import McpHub
 from memmy.agent.memory import MemoryBridge
 from memmy.agent.sessions import Session, SessionStore
 from memmy.agent.tools import ToolBox
@@ -113,6 +114,8 @@ class Turns:
         self.memory = memory
         self.hub = hub
         self.runners: dict[str, Runner] = {}
+        self.hub_mcp: McpHub | None = None
+        self._mcp_lock = asyncio.Lock()
 
     # -- sessions -------------------------------------------------------------------------------------
     def session(self, session_id: str) -> Session | None:
@@ -204,9 +207,22 @@ class Turns:
         runner.task = asyncio.create_task(self._run(runner, message), name=f"memmy-turn-{sid}")
         runner.live.append(self.hub.publish(sid, "start", message.text, {"images": len(message.parts)}))
 
+    async def _mcp(self, runner: Runner) -> None:
+        """Give the agent the MCP servers' tools; the servers are connected once, at the process's first turn."""
+        if not self.config.tools.mcp_servers:
+            return
+        async with self._mcp_lock:
+            if self.hub_mcp is None:
+                self.hub_mcp = McpHub(self.config.tools.mcp_servers)
+                await self.hub_mcp.start()
+                for problem in self.hub_mcp.problems:
+                    runner.live.append(self.hub.publish(runner.agent.session.id, "notice", problem))
+        self.hub_mcp.install(runner.agent.tools)
+
     async def _run(self, runner: Runner, message: Input) -> None:
         agent = runner.agent
         with contextlib.suppress(asyncio.CancelledError):
+            await self._mcp(runner)
             await agent.run_turn(message.text, message.parts)
         runner.finished = time.time()
         agent.session.unread = True
@@ -277,6 +293,8 @@ class Turns:
         return True
 
     async def close(self) -> None:
-        """Cancel every running turn (the server is stopping); each is recorded as cancelled."""
+        """Cancel every running turn (the server is stopping; each is recorded as cancelled), close the MCP servers."""
         for session_id in list(self.running_ids()):
             await self.stop(session_id)
+        if self.hub_mcp is not None:
+            await self.hub_mcp.close()
