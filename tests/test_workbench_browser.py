@@ -257,3 +257,28 @@ def test_settings_connection_test_language_and_log_level(browser: Browser, serve
     expect(page.locator('[data-group="today"] h2')).to_have_text("今天")
     shot(page, "workbench-zh")
     page.context.close()
+
+
+def test_a_notification_when_a_task_finishes_out_of_sight(browser: Browser, served: tuple[str, ModelStub]) -> None:
+    base, _ = served
+    page = sign_in(browser, base)
+    page.context.grant_permissions(["notifications"])
+    page.goto(base + "/settings")
+    page.locator("#notify").check()
+    page.context.add_init_script(
+        "window.__shown = []; window.Notification = class { static permission = 'granted';"
+        " constructor(title, options) { window.__shown.push(options.body); } };"
+    )
+    page.goto(base + "/")
+    say(page, "first task to watch")
+    expect(page.locator(".msg.assistant .md").last).to_have_text("echo: first task to watch")
+    sid = page.url.split("s=")[1]
+    say(page, "/new")
+    expect(page.locator("#title")).to_have_text("New task")
+    assert page.evaluate("window.__shown") == []  # it finished while it was on screen
+    bench = page.context.request
+    csrf = page.evaluate("JSON.parse(document.getElementById('boot').textContent).csrf")
+    bench.post(f"{base}/api/send", multipart={"text": "second round", "session": sid}, headers={"x-csrf-token": csrf})
+    page.wait_for_function("() => window.__shown.length === 1")
+    assert page.evaluate("window.__shown") == ["first task to watch — finished"]
+    page.context.close()

@@ -58,7 +58,7 @@ def summary(session: Session, running: bool, now: float, turns: int | None = Non
     return {
         "id": session.id,
         "name": session.name,
-        "title": session.label,
+        "title": session.label if session.title or session.messages else "",  # "": the page says "New task"
         "updated": session.updated,
         "group": group(session, running, now),
         "pinned": session.pinned,

@@ -18,7 +18,8 @@
     "queued": "已排队", "running": "运行中", "unread": "未读", "Back to the workbench": "返回工作台", "Models": "模型",
     "Slot": "槽位", "Provider": "提供方", "Model": "模型", "Endpoint": "端点", "Key": "密钥", "General": "通用",
     "Language": "语言", "Developer": "开发者", "Log level": "日志级别", "Test connection": "测试连接",
-    "Download a diagnostic report": "下载诊断报告", "set": "已设置", "not set": "未设置", "testing…": "测试中…",
+    "Download a diagnostic report": "下载诊断报告", "finished": "已完成",
+    "Notify me when a task finishes while I look elsewhere": "任务在我看别处时完成，发通知提醒我", "set": "已设置", "not set": "未设置", "testing…": "测试中…",
     "No keys, tokens, prompts or messages are in it.": "其中不含任何密钥、令牌、提示词或消息。",
     "Models are set in ~/.memmy/config.yaml (agents.defaults, agents.presets) or with memmy onboard; keys may be ${ENV} references.":
       "模型在 ~/.memmy/config.yaml（agents.defaults、agents.presets）中或用 memmy onboard 设置；密钥可写成 ${ENV} 引用。",
@@ -262,7 +263,7 @@
     return el("a", { class: "task" + (t.id === state.current ? " current" : ""), href: `/?s=${t.id}`, "data-id": t.id,
       onclick: (e) => { e.preventDefault(); open(t.id); } },
     t.running ? el("span", { class: "spinner", title: "running" }) : t.unread ? el("span", { class: "dot", title: "unread" }) : el("span", { class: "gap" }),
-    el("span", { class: "task-title" }, t.title), menu);
+    el("span", { class: "task-title" }, t.title || tr("New task")), menu);
   }
 
   async function act(e, t, verb) {
@@ -293,7 +294,7 @@
     state.current = id;
     state.viewSeq = data.seq;  // events up to here are in the answer; the stream may bring them again
     history.replaceState(null, "", `/?s=${id}`);
-    $("#title").textContent = data.task.title;
+    $("#title").textContent = data.task.title || t("New task");
     const stream = $("#stream");
     const built = document.createDocumentFragment();  // one insertion: the page lays out once
     state.view = new View(built);
@@ -326,7 +327,7 @@
     const q = $("#search-input").value;
     const data = await api("GET", `/api/search?q=${encodeURIComponent(q)}`);
     $("#search-results").replaceChildren(...data.sessions.map((t, i) => el("li", { class: i === 0 ? "active" : "", "data-id": t.id,
-      onclick: () => { closeSearch(); open(t.id); } }, t.title)));
+      onclick: () => { closeSearch(); open(t.id); } }, t.title || tr("New task"))));
   }
   function closeSearch() { $("#search").hidden = true; }
 
@@ -341,7 +342,16 @@
     source.onerror = () => { source.close(); setTimeout(() => listen(state.seq), 1000); };
   }
 
+  // A finished task the user is not looking at: a system notification, when Settings turned them on.
+  function notifyDone(event) {
+    if (localStorage.getItem("memmy.notify") !== "1" || !window.Notification || Notification.permission !== "granted") return;
+    if (event.session === state.current && !document.hidden) return;
+    const task = state.tasks.find((x) => x.id === event.session);
+    new Notification("memmy", { body: `${task ? task.title || t("New task") : event.session} — ${t("finished")}`, tag: event.session });
+  }
+
   function onEvent(event) {
+    if (event.kind === "idle" && PAGE === "workbench") notifyDone(event);
     const mine = PAGE === "pet" ? event.session === state.petThread : event.session === state.current;
     if (["start", "idle", "meta", "deleted", "queued", "restart"].includes(event.kind)) refreshSoon();
     if (!mine) return;
@@ -374,7 +384,7 @@
       onclick: () => { state.petThread = t.id; renderPet(data); loadPreview(t.id); },
       ondblclick: () => window.open(`/?s=${t.id}`, "_blank") },
     t.running ? el("span", { class: "spinner" }) : t.unread ? el("span", { class: "dot" }) : el("span", { class: "gap" }),
-    el("span", { class: "task-title" }, t.title))));
+    el("span", { class: "task-title" }, t.title || tr("New task")))));
   }
 
   async function loadPreview(id) {
@@ -403,6 +413,14 @@
     const level = $("#log-level");
     level.replaceChildren(...data.levels.map((l) => el("option", { value: l, selected: l === data.logLevel }, l)));
     level.addEventListener("change", () => api("POST", "/api/settings/log-level", { level: level.value }));
+    const notify = $("#notify");
+    notify.checked = localStorage.getItem("memmy.notify") === "1";
+    notify.addEventListener("change", async () => {
+      if (notify.checked && window.Notification && Notification.permission !== "granted") {
+        notify.checked = (await Notification.requestPermission()) === "granted";
+      }
+      localStorage.setItem("memmy.notify", notify.checked ? "1" : "0");
+    });
     const lang = $("#language");
     lang.value = LANG;
     lang.addEventListener("change", () => { localStorage.setItem("memmy.lang", lang.value); location.reload(); });
