@@ -39,6 +39,11 @@ def brain(body: dict[str, Any]) -> Reply:
         return Reply(tool_calls=[("exec", json.dumps({"command": "echo tool-output-42"}))])
     if "run a tool" in text:
         return Reply(text="The command printed " + tool_results(body)[0].split()[-1])
+    if "write the plan" in text and not tool_results(body):
+        plan = {"path": "notes/plan.md", "content": "# Plan\n<b>not bold</b>\n- ship it"}
+        return Reply(tool_calls=[("write_file", json.dumps(plan))])
+    if "write the plan" in text:
+        return Reply(text="Wrote notes/plan.md")
     if "markdown" in text:
         return Reply(text=MARKDOWN)
     return Reply(text="echo: " + text[-300:])
@@ -114,6 +119,20 @@ def test_send_stream_markdown_tool_call_and_the_task_list(browser: Browser, serv
     shot(page, "search")
     page.keyboard.press("Escape")
     assert any("tool-output-42" in str(m.get("content")) for m in stub.requests[-1]["body"]["messages"])
+    page.context.close()
+
+
+def test_a_file_the_agent_writes_is_previewed(browser: Browser, served: tuple[str, ModelStub]) -> None:
+    base, _ = served
+    page = sign_in(browser, base)
+    say(page, "write the plan please")
+    expect(page.locator(".msg.assistant .md").last).to_have_text("Wrote notes/plan.md")
+    artifact = page.locator(".artifact").last
+    expect(artifact.locator(".code-head")).to_have_text("▤ notes/plan.md")
+    expect(artifact.locator("code")).to_have_text("# Plan\n<b>not bold</b>\n- ship it")
+    assert artifact.locator("b").count() == 0
+    page.reload()  # the preview comes back from the saved session too
+    expect(page.locator(".artifact .code-head")).to_have_text("▤ notes/plan.md")
     page.context.close()
 
 

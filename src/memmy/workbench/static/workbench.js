@@ -91,8 +91,23 @@
       el("pre", { class: "tool-in" }, prettyJson(args)), result);
     this.calls[id] = { box, result };
     this.root.append(box);
+    const artifact = preview(name, args);
+    if (artifact) this.root.append(artifact);
     this.bubble = null;
   };
+  // A file the agent writes or edits, shown as it will be on disk (text only, never as HTML).
+  function preview(name, args) {
+    let a;
+    try { a = JSON.parse(args || "{}"); } catch (e) { return null; }
+    if (!a || typeof a.path !== "string") return null;
+    let body;
+    if (name === "write_file" && typeof a.content === "string") body = a.content;
+    else if (name === "edit_file" && typeof a.old_text === "string") {
+      body = a.old_text.split("\n").map((l) => "- " + l).concat(String(a.new_text || "").split("\n").map((l) => "+ " + l)).join("\n");
+    } else return null;
+    return el("div", { class: "artifact" }, el("pre", { class: "code" },
+      el("div", { class: "code-head" }, el("span", {}, (name === "edit_file" ? "✎ " : "▤ ") + a.path)), el("code", {}, body)));
+  }
   View.prototype.toolResult = function (id, output, ok) {
     const call = this.calls[id];
     if (!call) return;
