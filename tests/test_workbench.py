@@ -208,6 +208,9 @@ def test_slash_commands(served: tuple[str, ModelStub, Path]) -> None:
     fresh = bench.send("/new", sid)
     assert fresh["id"] != sid and bench.task(fresh["id"])["messages"] == []
     assert bench.send("/nope", sid)["text"].startswith("unknown command /nope")
+    before = {t["id"] for t in bench.state()["sessions"]}
+    assert bench.send("/help")["id"] == ""  # a command outside any task saves no empty task
+    assert {t["id"] for t in bench.state()["sessions"]} == before
     assert len(stub.requests) == asked  # no command reached the model
 
 

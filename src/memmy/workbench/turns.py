@@ -149,14 +149,15 @@ class Turns:
             return self.store.by_id(max(done, key=lambda r: r.finished).agent.session.id)
         return None
 
-    def new_session(self, prefix: str = "web") -> Session:
-        """A new, saved, empty session named ``web:<time>-<n>``."""
+    def new_session(self, prefix: str = "web", save: bool = True) -> Session:
+        """A new, empty session named ``web:<time>-<n>`` (saved unless ``save`` is false)."""
         stamp = time.strftime("%Y%m%d-%H%M%S")
         for n in itertools.count(1):
             name = f"{prefix}:{stamp}-{n}"
             if not self.store.exists(name):
                 session = Session(name=name)
-                self.store.save(session)
+                if save:
+                    self.store.save(session)
                 return session
         raise AssertionError("unreachable")
 
@@ -227,7 +228,7 @@ class Turns:
         runner.finished = time.time()
         agent.session.unread = True
         self.store.save(agent.session, touch=False)
-        self.hub.publish(agent.session.id, "idle")
+        self.hub.publish(agent.session.id, "idle", agent.session.label)  # the label: what a notification says
         if runner.waiting:  # stop() empties it, so a stopped turn starts nothing
             self._start(runner, runner.waiting.popleft())
 

@@ -200,8 +200,8 @@
     input.value = ""; state.files = []; chips(); hideCommands();
     let answer;
     try { answer = await api("POST", "/api/send", form); } catch (e) { input.value = text; flash(String(e.message || e)); return; }
-    if (PAGE === "pet") { state.petThread = answer.id; if (answer.text) $("#preview").textContent = answer.text; return refresh(); }
-    if (answer.id !== state.current) await open(answer.id);
+    if (PAGE === "pet") { state.petThread = answer.id || state.petThread; if (answer.text) $("#preview").textContent = answer.text; return refresh(); }
+    if (answer.id && answer.id !== state.current) await open(answer.id);
     if (answer.status === "command" && answer.text) state.view.note(answer.text, "command");
   }
 
@@ -361,8 +361,7 @@
   function notifyDone(event) {
     if (localStorage.getItem("memmy.notify") !== "1" || !window.Notification || Notification.permission !== "granted") return;
     if (event.session === state.current && !document.hidden) return;
-    const task = state.tasks.find((x) => x.id === event.session);
-    new Notification("memmy", { body: `${task ? task.title || t("New task") : event.session} — ${t("finished")}`, tag: event.session });
+    new Notification("memmy", { body: `${event.text || t("New task")} — ${t("finished")}`, tag: event.session });
   }
 
   function onEvent(event) {
