@@ -300,4 +300,5 @@ def test_a_notification_when_a_task_finishes_out_of_sight(browser: Browser, serv
     bench.post(f"{base}/api/send", multipart={"text": "second round", "session": sid}, headers={"x-csrf-token": csrf})
     page.wait_for_function("() => window.__shown.length === 1")
     assert page.evaluate("window.__shown") == ["first task to watch — finished"]
+    expect(page.locator(f'.task[data-id="{sid}"] .dot')).to_have_count(1)  # unread, in the list
     page.context.close()

@@ -247,8 +247,11 @@
   }
 
   // -- the task list ---------------------------------------------------------------------------------------
+  let refreshes = 0;
   async function refresh() {
+    const mine = ++refreshes;
     const data = await api("GET", "/api/state");
+    if (mine !== refreshes) return;  // a later refresh was asked for: its answer wins, whatever comes first
     state.tasks = data.sessions;
     if (PAGE === "pet") return renderPet(data);
     renderTasks();
