@@ -34,7 +34,7 @@
     document.querySelectorAll("[data-i18n]").forEach((node) => { node.textContent = t(node.textContent.trim()); });
     document.querySelectorAll("[data-i18n-ph]").forEach((node) => { node.placeholder = t(node.placeholder); });
   }
-  const state = { tasks: [], current: null, viewSeq: 0, running: false, seq: 0, files: [], view: null, composing: false, petThread: null };
+  const state = { tasks: [], current: null, viewSeq: 0, log: [], running: false, seq: 0, files: [], view: null, composing: false, petThread: null };
 
   function el(tag, attrs, ...children) {
     const node = document.createElement(tag);
@@ -198,9 +198,17 @@
     if (PAGE === "pet") form.append("pet", "1");
     for (const f of state.files) form.append("files", f, f.name);
     input.value = ""; state.files = []; chips(); hideCommands();
+    const sentAt = state.seq;
     let answer;
     try { answer = await api("POST", "/api/send", form); } catch (e) { input.value = text; flash(String(e.message || e)); return; }
-    if (PAGE === "pet") { state.petThread = answer.id || state.petThread; if (answer.text) $("#preview").textContent = answer.text; return refresh(); }
+    if (PAGE === "pet") {
+      const known = state.petThread === answer.id;
+      state.petThread = answer.id || state.petThread;
+      if (answer.text) $("#preview").textContent = answer.text;
+      // A new thread's first events may have come before its id did: show them now.
+      if (!known) for (const e of state.log.filter((x) => x.session === answer.id && x.seq > sentAt)) petEvent(e);
+      return refresh();
+    }
     if (answer.id && answer.id !== state.current) await open(answer.id);
     if (answer.status === "command" && answer.text) state.view.note(answer.text, "command");
   }
@@ -321,6 +329,8 @@
     stream.replaceChildren(built);
     state.view.root = stream;
     setRunning(data.task.running);
+    // Events of this task that came while its answer was on the way were not this page's yet: apply them now.
+    for (const event of state.log.filter((e) => e.session === id && e.seq > data.seq)) onEvent(event);
     renderTasks();
     scrollDown();
     $("#input").focus();
@@ -355,6 +365,8 @@
     source.onmessage = (message) => {
       const event = JSON.parse(message.data);
       state.seq = event.seq;
+      state.log.push(event);
+      if (state.log.length > 4000) state.log.splice(0, 2000);
       onEvent(event);
     };
     source.onerror = () => { source.close(); setTimeout(() => listen(state.seq), 1000); };
