@@ -263,6 +263,29 @@ def test_attachments_reach_the_provider_as_text_and_images(served: tuple[str, Mo
     assert answer.status_code == 400 and "at most 4" in answer.text
 
 
+def minimal_pdf(text: str) -> bytes:
+    """A one-page PDF with ``text`` in Helvetica, written by hand (no PDF writer needed)."""
+    stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R"
+        b" /Resources << /Font << /F1 5 0 R >> >> >>",
+        b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
+
+
 def test_office_files_and_refusals() -> None:
     from openpyxl import Workbook
     from pptx import Presentation
@@ -284,6 +307,7 @@ def test_office_files_and_refusals() -> None:
     deck.save(out)
     assert "Quarterly plan" in str(convert("deck.pptx", out.getvalue()).text)
     assert json.loads(str(convert("x.json", b'{"a": [1, 2]}').text)) == {"a": [1, 2]}
+    assert convert("minutes.pdf", minimal_pdf("Budget approved for Q3")).text == "Budget approved for Q3"
     with pytest.raises(AttachmentError, match="larger than 10 MB"):
         convert("big.txt", b"x" * (10 * 1024 * 1024 + 1))
     with pytest.raises(AttachmentError, match="not supported"):
