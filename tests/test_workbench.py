@@ -8,6 +8,7 @@ import io
 import json
 import os
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -207,6 +208,9 @@ def test_slash_commands(served: tuple[str, ModelStub, Path]) -> None:
     fresh = bench.send("/new", sid)
     assert fresh["id"] != sid and bench.task(fresh["id"])["messages"] == []
     assert bench.send("/nope", sid)["text"].startswith("unknown command /nope")
+    before = {t["id"] for t in bench.state()["sessions"]}
+    assert bench.send("/help")["id"] == ""  # a command outside any task saves no empty task
+    assert {t["id"] for t in bench.state()["sessions"]} == before
     assert len(stub.requests) == asked  # no command reached the model
 
 
@@ -259,6 +263,29 @@ def test_attachments_reach_the_provider_as_text_and_images(served: tuple[str, Mo
     assert answer.status_code == 400 and "at most 4" in answer.text
 
 
+def minimal_pdf(text: str) -> bytes:
+    """A one-page PDF with ``text`` in Helvetica, written by hand (no PDF writer needed)."""
+    stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R"
+        b" /Resources << /Font << /F1 5 0 R >> >> >>",
+        b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
+
+
 def test_office_files_and_refusals() -> None:
     from openpyxl import Workbook
     from pptx import Presentation
@@ -280,6 +307,7 @@ def test_office_files_and_refusals() -> None:
     deck.save(out)
     assert "Quarterly plan" in str(convert("deck.pptx", out.getvalue()).text)
     assert json.loads(str(convert("x.json", b'{"a": [1, 2]}').text)) == {"a": [1, 2]}
+    assert convert("minutes.pdf", minimal_pdf("Budget approved for Q3")).text == "Budget approved for Q3"
     with pytest.raises(AttachmentError, match="larger than 10 MB"):
         convert("big.txt", b"x" * (10 * 1024 * 1024 + 1))
     with pytest.raises(AttachmentError, match="not supported"):
@@ -392,3 +420,25 @@ def test_images_reach_anthropic_models_as_image_blocks() -> None:
         {"type": "text", "text": "what is this?"},
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
     ]
+
+
+def mcp_brain(body: dict[str, Any]) -> Reply:
+    if tool_results(body):
+        return Reply(text="tool said: " + tool_results(body)[-1])
+    return Reply(tool_calls=[("mcp_echo_shout", json.dumps({"text": "quiet words"}))])
+
+
+def test_mcp_servers_give_their_tools_to_workbench_turns(isolated_home: Path) -> None:
+    echo = Path(__file__).parent / "mcp_echo_server.py"
+    extra = (
+        f"  mcpServers:\n    echo: {{type: stdio, command: '{sys.executable}', args: ['{echo}'], toolTimeout: 20}}\n"
+    )
+    with run_model_stub(mcp_brain) as stub, serve_process(isolated_home, stub, extra) as base:
+        bench = Bench(base)
+        for _ in range(2):  # the second turn reuses the connection the first one made
+            seq = bench.state()["seq"]
+            sid = bench.send("shout it")["id"]
+            events = bench.wait_idle(sid, seq)
+            assert [e["text"] for e in events if e["kind"] == "tool_call"] == ["mcp_echo_shout"]
+            assert "".join(e["text"] for e in events if e["kind"] == "text") == "tool said: QUIET WORDS!"
+        assert "mcp_echo_shout" in {t["function"]["name"] for t in stub.requests[-1]["body"]["tools"]}

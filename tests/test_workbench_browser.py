@@ -39,6 +39,11 @@ def brain(body: dict[str, Any]) -> Reply:
         return Reply(tool_calls=[("exec", json.dumps({"command": "echo tool-output-42"}))])
     if "run a tool" in text:
         return Reply(text="The command printed " + tool_results(body)[0].split()[-1])
+    if "write the plan" in text and not tool_results(body):
+        plan = {"path": "notes/plan.md", "content": "# Plan\n<b>not bold</b>\n- ship it"}
+        return Reply(tool_calls=[("write_file", json.dumps(plan))])
+    if "write the plan" in text:
+        return Reply(text="Wrote notes/plan.md")
     if "markdown" in text:
         return Reply(text=MARKDOWN)
     return Reply(text="echo: " + text[-300:])
@@ -114,6 +119,20 @@ def test_send_stream_markdown_tool_call_and_the_task_list(browser: Browser, serv
     shot(page, "search")
     page.keyboard.press("Escape")
     assert any("tool-output-42" in str(m.get("content")) for m in stub.requests[-1]["body"]["messages"])
+    page.context.close()
+
+
+def test_a_file_the_agent_writes_is_previewed(browser: Browser, served: tuple[str, ModelStub]) -> None:
+    base, _ = served
+    page = sign_in(browser, base)
+    say(page, "write the plan please")
+    expect(page.locator(".msg.assistant .md").last).to_have_text("Wrote notes/plan.md")
+    artifact = page.locator(".artifact").last
+    expect(artifact.locator(".code-head")).to_have_text("▤ notes/plan.md")
+    expect(artifact.locator("code")).to_have_text("# Plan\n<b>not bold</b>\n- ship it")
+    assert artifact.locator("b").count() == 0
+    page.reload()  # the preview comes back from the saved session too
+    expect(page.locator(".artifact .code-head")).to_have_text("▤ notes/plan.md")
     page.context.close()
 
 
@@ -256,4 +275,30 @@ def test_settings_connection_test_language_and_log_level(browser: Browser, serve
     expect(page.locator(".msg.assistant .md").last).to_have_text("echo: 你好，记住我喜欢用 pytest")
     expect(page.locator('[data-group="today"] h2')).to_have_text("今天")
     shot(page, "workbench-zh")
+    page.context.close()
+
+
+def test_a_notification_when_a_task_finishes_out_of_sight(browser: Browser, served: tuple[str, ModelStub]) -> None:
+    base, _ = served
+    page = sign_in(browser, base)
+    page.context.grant_permissions(["notifications"])
+    page.goto(base + "/settings")
+    page.locator("#notify").check()
+    page.context.add_init_script(
+        "window.__shown = []; window.Notification = class { static permission = 'granted';"
+        " constructor(title, options) { window.__shown.push(options.body); } };"
+    )
+    page.goto(base + "/")
+    say(page, "first task to watch")
+    expect(page.locator(".msg.assistant .md").last).to_have_text("echo: first task to watch")
+    sid = page.url.split("s=")[1]
+    say(page, "/new")
+    expect(page.locator("#title")).to_have_text("New task")
+    assert page.evaluate("window.__shown") == []  # it finished while it was on screen
+    bench = page.context.request
+    csrf = page.evaluate("JSON.parse(document.getElementById('boot').textContent).csrf")
+    bench.post(f"{base}/api/send", multipart={"text": "second round", "session": sid}, headers={"x-csrf-token": csrf})
+    page.wait_for_function("() => window.__shown.length === 1")
+    assert page.evaluate("window.__shown") == ["first task to watch — finished"]
+    expect(page.locator(f'.task[data-id="{sid}"] .dot')).to_have_count(1)  # unread, in the list
     page.context.close()

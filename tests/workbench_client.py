@@ -27,7 +27,7 @@ def serve_process(
 ) -> Iterator[str]:
     """``memmy serve`` as a child process with HOME/MEMMY_HOME under ``home``; yields its base URL."""
     port = free_port()
-    serve = f"serve: {{port: {port}, token: {TOKEN}}}\n{extra}"
+    serve = f"{extra}serve: {{port: {port}, token: {TOKEN}}}\n"  # extra may continue the tools: section
     write_agent_config(home, stub, extra=serve, memory=memory, approval=approval)
     env = {**os.environ, "HOME": str(home), "MEMMY_HOME": str(home / ".memmy")}
     src = str(Path(__file__).resolve().parents[1] / "src")

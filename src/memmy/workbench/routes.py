@@ -58,7 +58,7 @@ def summary(session: Session, running: bool, now: float, turns: int | None = Non
     return {
         "id": session.id,
         "name": session.name,
-        "title": session.label,
+        "title": session.label if session.title or session.messages else "",  # "": the page says "New task"
         "updated": session.updated,
         "group": group(session, running, now),
         "pinned": session.pinned,
@@ -295,24 +295,26 @@ class Workbench:
         text = str(form.get("text") or "")
         if not text.strip() and not files:
             return _error(400, "an empty message")
-        session = await self._target(str(form.get("session") or ""), str(form.get("pet") or "") == "1")
+        command = text.strip().startswith("/") and not files
+        session = self._target(str(form.get("session") or ""), str(form.get("pet") or "") == "1", not command)
         if session is None:
             return _error(404, "no such task")
-        if text.strip().startswith("/") and not files:
+        if command:  # a command in a new task does not save the task (/goal or a turn will)
             return JSONResponse(await self._slash(session, text.strip()))
         message = Input(message_text(text, files), [f.image for f in files if f.image is not None])
         outcome = self.turns.send(session, message)
         return JSONResponse({"id": session.id, "status": outcome, "files": [f.name for f in files]})
 
-    async def _target(self, sid: str, pet: bool) -> Session | None:
+    def _target(self, sid: str, pet: bool, save: bool) -> Session | None:
         if sid:
             return self.turns.session(sid)
         if pet:
             recent = self.turns.recent()
             if recent is not None:
                 return recent
-        session = self.turns.new_session()
-        self.turns.hub.publish(session.id, "meta")
+        session = self.turns.new_session(save=save)
+        if save:
+            self.turns.hub.publish(session.id, "meta")
         return session
 
     async def _slash(self, session: Session, line: str) -> dict[str, Any]:
@@ -327,7 +329,10 @@ class Workbench:
         elif outcome.action == "restart":
             restarted = await self.turns.restart(session)
             result["text"] = "restarted" if restarted else "nothing to run again"
-        self.turns.hub.publish(result["id"], "meta")
+        if self.turns.store.by_id(result["id"]) is None:
+            result["id"] = ""  # a command in a task that was never saved: the page stays where it is
+        else:
+            self.turns.hub.publish(result["id"], "meta")
         return result
 
     async def act(self, request: Request, _: CookieSession) -> Response:

@@ -17,6 +17,7 @@ from typing import Any
 
 from memmy.agent.config import AgentConfig
 from memmy.agent.loop import Agent, TurnEvent
+from memmy.agent.mcp_tools import McpHub
 from memmy.agent.memory import MemoryBridge
 from memmy.agent.sessions import Session, SessionStore
 from memmy.agent.tools import ToolBox
@@ -113,6 +114,8 @@ class Turns:
         self.memory = memory
         self.hub = hub
         self.runners: dict[str, Runner] = {}
+        self.hub_mcp: McpHub | None = None
+        self._mcp_lock = asyncio.Lock()
 
     # -- sessions -------------------------------------------------------------------------------------
     def session(self, session_id: str) -> Session | None:
@@ -146,14 +149,15 @@ class Turns:
             return self.store.by_id(max(done, key=lambda r: r.finished).agent.session.id)
         return None
 
-    def new_session(self, prefix: str = "web") -> Session:
-        """A new, saved, empty session named ``web:<time>-<n>``."""
+    def new_session(self, prefix: str = "web", save: bool = True) -> Session:
+        """A new, empty session named ``web:<time>-<n>`` (saved unless ``save`` is false)."""
         stamp = time.strftime("%Y%m%d-%H%M%S")
         for n in itertools.count(1):
             name = f"{prefix}:{stamp}-{n}"
             if not self.store.exists(name):
                 session = Session(name=name)
-                self.store.save(session)
+                if save:
+                    self.store.save(session)
                 return session
         raise AssertionError("unreachable")
 
@@ -204,14 +208,27 @@ class Turns:
         runner.task = asyncio.create_task(self._run(runner, message), name=f"memmy-turn-{sid}")
         runner.live.append(self.hub.publish(sid, "start", message.text, {"images": len(message.parts)}))
 
+    async def _mcp(self, runner: Runner) -> None:
+        """Give the agent the MCP servers' tools; the servers are connected once, at the process's first turn."""
+        if not self.config.tools.mcp_servers:
+            return
+        async with self._mcp_lock:
+            if self.hub_mcp is None:
+                self.hub_mcp = McpHub(self.config.tools.mcp_servers)
+                await self.hub_mcp.start()
+                for problem in self.hub_mcp.problems:
+                    runner.live.append(self.hub.publish(runner.agent.session.id, "notice", problem))
+        self.hub_mcp.install(runner.agent.tools)
+
     async def _run(self, runner: Runner, message: Input) -> None:
         agent = runner.agent
         with contextlib.suppress(asyncio.CancelledError):
+            await self._mcp(runner)
             await agent.run_turn(message.text, message.parts)
         runner.finished = time.time()
         agent.session.unread = True
         self.store.save(agent.session, touch=False)
-        self.hub.publish(agent.session.id, "idle")
+        self.hub.publish(agent.session.id, "idle", agent.session.label)  # the label: what a notification says
         if runner.waiting:  # stop() empties it, so a stopped turn starts nothing
             self._start(runner, runner.waiting.popleft())
 
@@ -277,6 +294,8 @@ class Turns:
         return True
 
     async def close(self) -> None:
-        """Cancel every running turn (the server is stopping); each is recorded as cancelled."""
+        """Cancel every running turn (the server is stopping; each is recorded as cancelled), close the MCP servers."""
         for session_id in list(self.running_ids()):
             await self.stop(session_id)
+        if self.hub_mcp is not None:
+            await self.hub_mcp.close()

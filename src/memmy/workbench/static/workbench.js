@@ -18,7 +18,8 @@
     "queued": "已排队", "running": "运行中", "unread": "未读", "Back to the workbench": "返回工作台", "Models": "模型",
     "Slot": "槽位", "Provider": "提供方", "Model": "模型", "Endpoint": "端点", "Key": "密钥", "General": "通用",
     "Language": "语言", "Developer": "开发者", "Log level": "日志级别", "Test connection": "测试连接",
-    "Download a diagnostic report": "下载诊断报告", "set": "已设置", "not set": "未设置", "testing…": "测试中…",
+    "Download a diagnostic report": "下载诊断报告", "finished": "已完成",
+    "Notify me when a task finishes while I look elsewhere": "任务在我看别处时完成，发通知提醒我", "set": "已设置", "not set": "未设置", "testing…": "测试中…",
     "No keys, tokens, prompts or messages are in it.": "其中不含任何密钥、令牌、提示词或消息。",
     "Models are set in ~/.memmy/config.yaml (agents.defaults, agents.presets) or with memmy onboard; keys may be ${ENV} references.":
       "模型在 ~/.memmy/config.yaml（agents.defaults、agents.presets）中或用 memmy onboard 设置；密钥可写成 ${ENV} 引用。",
@@ -33,7 +34,7 @@
     document.querySelectorAll("[data-i18n]").forEach((node) => { node.textContent = t(node.textContent.trim()); });
     document.querySelectorAll("[data-i18n-ph]").forEach((node) => { node.placeholder = t(node.placeholder); });
   }
-  const state = { tasks: [], current: null, viewSeq: 0, running: false, seq: 0, files: [], view: null, composing: false, petThread: null };
+  const state = { tasks: [], current: null, viewSeq: 0, log: [], running: false, seq: 0, files: [], view: null, composing: false, petThread: null };
 
   function el(tag, attrs, ...children) {
     const node = document.createElement(tag);
@@ -90,8 +91,23 @@
       el("pre", { class: "tool-in" }, prettyJson(args)), result);
     this.calls[id] = { box, result };
     this.root.append(box);
+    const artifact = preview(name, args);
+    if (artifact) this.root.append(artifact);
     this.bubble = null;
   };
+  // A file the agent writes or edits, shown as it will be on disk (text only, never as HTML).
+  function preview(name, args) {
+    let a;
+    try { a = JSON.parse(args || "{}"); } catch (e) { return null; }
+    if (!a || typeof a.path !== "string") return null;
+    let body;
+    if (name === "write_file" && typeof a.content === "string") body = a.content;
+    else if (name === "edit_file" && typeof a.old_text === "string") {
+      body = a.old_text.split("\n").map((l) => "- " + l).concat(String(a.new_text || "").split("\n").map((l) => "+ " + l)).join("\n");
+    } else return null;
+    return el("div", { class: "artifact" }, el("pre", { class: "code" },
+      el("div", { class: "code-head" }, el("span", {}, (name === "edit_file" ? "✎ " : "▤ ") + a.path)), el("code", {}, body)));
+  }
   View.prototype.toolResult = function (id, output, ok) {
     const call = this.calls[id];
     if (!call) return;
@@ -182,10 +198,18 @@
     if (PAGE === "pet") form.append("pet", "1");
     for (const f of state.files) form.append("files", f, f.name);
     input.value = ""; state.files = []; chips(); hideCommands();
+    const sentAt = state.seq;
     let answer;
     try { answer = await api("POST", "/api/send", form); } catch (e) { input.value = text; flash(String(e.message || e)); return; }
-    if (PAGE === "pet") { state.petThread = answer.id; if (answer.text) $("#preview").textContent = answer.text; return refresh(); }
-    if (answer.id !== state.current) await open(answer.id);
+    if (PAGE === "pet") {
+      const known = state.petThread === answer.id;
+      state.petThread = answer.id || state.petThread;
+      if (answer.text) $("#preview").textContent = answer.text;
+      // A new thread's first events may have come before its id did: show them now.
+      if (!known) for (const e of state.log.filter((x) => x.session === answer.id && x.seq > sentAt)) petEvent(e);
+      return refresh();
+    }
+    if (answer.id && answer.id !== state.current) await open(answer.id);
     if (answer.status === "command" && answer.text) state.view.note(answer.text, "command");
   }
 
@@ -231,8 +255,11 @@
   }
 
   // -- the task list ---------------------------------------------------------------------------------------
+  let refreshes = 0;
   async function refresh() {
+    const mine = ++refreshes;
     const data = await api("GET", "/api/state");
+    if (mine !== refreshes) return;  // a later refresh was asked for: its answer wins, whatever comes first
     state.tasks = data.sessions;
     if (PAGE === "pet") return renderPet(data);
     renderTasks();
@@ -262,7 +289,7 @@
     return el("a", { class: "task" + (t.id === state.current ? " current" : ""), href: `/?s=${t.id}`, "data-id": t.id,
       onclick: (e) => { e.preventDefault(); open(t.id); } },
     t.running ? el("span", { class: "spinner", title: "running" }) : t.unread ? el("span", { class: "dot", title: "unread" }) : el("span", { class: "gap" }),
-    el("span", { class: "task-title" }, t.title), menu);
+    el("span", { class: "task-title" }, t.title || tr("New task")), menu);
   }
 
   async function act(e, t, verb) {
@@ -293,7 +320,7 @@
     state.current = id;
     state.viewSeq = data.seq;  // events up to here are in the answer; the stream may bring them again
     history.replaceState(null, "", `/?s=${id}`);
-    $("#title").textContent = data.task.title;
+    $("#title").textContent = data.task.title || t("New task");
     const stream = $("#stream");
     const built = document.createDocumentFragment();  // one insertion: the page lays out once
     state.view = new View(built);
@@ -302,6 +329,8 @@
     stream.replaceChildren(built);
     state.view.root = stream;
     setRunning(data.task.running);
+    // Events of this task that came while its answer was on the way were not this page's yet: apply them now.
+    for (const event of state.log.filter((e) => e.session === id && e.seq > data.seq)) onEvent(event);
     renderTasks();
     scrollDown();
     $("#input").focus();
@@ -326,7 +355,7 @@
     const q = $("#search-input").value;
     const data = await api("GET", `/api/search?q=${encodeURIComponent(q)}`);
     $("#search-results").replaceChildren(...data.sessions.map((t, i) => el("li", { class: i === 0 ? "active" : "", "data-id": t.id,
-      onclick: () => { closeSearch(); open(t.id); } }, t.title)));
+      onclick: () => { closeSearch(); open(t.id); } }, t.title || tr("New task"))));
   }
   function closeSearch() { $("#search").hidden = true; }
 
@@ -336,12 +365,22 @@
     source.onmessage = (message) => {
       const event = JSON.parse(message.data);
       state.seq = event.seq;
+      state.log.push(event);
+      if (state.log.length > 4000) state.log.splice(0, 2000);
       onEvent(event);
     };
     source.onerror = () => { source.close(); setTimeout(() => listen(state.seq), 1000); };
   }
 
+  // A finished task the user is not looking at: a system notification, when Settings turned them on.
+  function notifyDone(event) {
+    if (localStorage.getItem("memmy.notify") !== "1" || !window.Notification || Notification.permission !== "granted") return;
+    if (event.session === state.current && !document.hidden) return;
+    new Notification("memmy", { body: `${event.text || t("New task")} — ${t("finished")}`, tag: event.session });
+  }
+
   function onEvent(event) {
+    if (event.kind === "idle" && PAGE === "workbench") notifyDone(event);
     const mine = PAGE === "pet" ? event.session === state.petThread : event.session === state.current;
     if (["start", "idle", "meta", "deleted", "queued", "restart"].includes(event.kind)) refreshSoon();
     if (!mine) return;
@@ -374,7 +413,7 @@
       onclick: () => { state.petThread = t.id; renderPet(data); loadPreview(t.id); },
       ondblclick: () => window.open(`/?s=${t.id}`, "_blank") },
     t.running ? el("span", { class: "spinner" }) : t.unread ? el("span", { class: "dot" }) : el("span", { class: "gap" }),
-    el("span", { class: "task-title" }, t.title))));
+    el("span", { class: "task-title" }, t.title || tr("New task")))));
   }
 
   async function loadPreview(id) {
@@ -403,6 +442,14 @@
     const level = $("#log-level");
     level.replaceChildren(...data.levels.map((l) => el("option", { value: l, selected: l === data.logLevel }, l)));
     level.addEventListener("change", () => api("POST", "/api/settings/log-level", { level: level.value }));
+    const notify = $("#notify");
+    notify.checked = localStorage.getItem("memmy.notify") === "1";
+    notify.addEventListener("change", async () => {
+      if (notify.checked && window.Notification && Notification.permission !== "granted") {
+        notify.checked = (await Notification.requestPermission()) === "granted";
+      }
+      localStorage.setItem("memmy.notify", notify.checked ? "1" : "0");
+    });
     const lang = $("#language");
     lang.value = LANG;
     lang.addEventListener("change", () => { localStorage.setItem("memmy.lang", lang.value); location.reload(); });
