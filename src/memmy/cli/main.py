@@ -6,7 +6,6 @@ Every client command talks to the daemon over HTTP (one code path, one error map
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import sys
@@ -18,6 +17,7 @@ import click
 from memmy import __version__
 from memmy.cli.client import ClientSettings
 from memmy.cli.context import CliContext, list_option, pass_ctx, strip_none
+from memmy.cli.lazy import LazyGroup
 from memmy.cli.output import emit_error, emit_json, fail, format_debug, format_health, format_hits, format_memory
 from memmy.errors import MemmyError
 
@@ -25,142 +25,128 @@ from memmy.errors import MemmyError
 #: help): name -> (module, attribute, the short help ``memmy-memory --help`` lists). A test checks each short help
 #: against the command's own, so the listing cannot drift from the code.
 LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
-    "confirm": ("commands_keys", "confirm", "Confirm a fact is still current (refreshes its freshness)."),
+    "confirm": ("memmy.cli.commands_keys", "confirm", "Confirm a fact is still current (refreshes its freshness)."),
     "correct": (
-        "commands_keys",
+        "memmy.cli.commands_keys",
         "correct",
         "Replace a fact with a new version; the old one stays in the history but is no longer recalled.",
     ),
     "doctor": (
-        "commands_doctor",
+        "memmy.cli.commands_doctor",
         "doctor",
         "Check config, daemon and token, installed hooks, the store (integrity, full-text and vector index, disk "
         "space) and the embedding model; one line per finding with the command that fixes it; exit 1 on an error.",
     ),
     "dream": (
-        "commands_dream",
+        "memmy.cli.commands_dream",
         "dream",
         "Consolidate recent memories (merge duplicates, archive stale or contradicted ones); every pass can be "
         "restored exactly.",
     ),
     "episodes": (
-        "commands_evolve",
+        "memmy.cli.commands_evolve",
         "episodes",
         "List recent episodes with their reward and the policies they produced.",
     ),
     "export": (
-        "commands_data",
+        "memmy.cli.commands_data",
         "export",
         "Write the whole store to one portable archive (consistent while the daemon runs).",
     ),
     "feedback": (
-        "commands_evolve",
+        "memmy.cli.commands_evolve",
         "feedback",
         "Give feedback on a memory id (trace_/policy_/skill_…) or an episode id (episode_…).",
     ),
     "forget": (
-        "commands_keys",
+        "memmy.cli.commands_keys",
         "forget",
         "Forget a memory for good: it is deleted and a tombstone keeps its text out (adds, captures, re-imports "
         "are refused) until `tombstones restore`.",
     ),
-    "history": ("commands_keys", "history", "The version chain of a memory, oldest first."),
+    "history": ("memmy.cli.commands_keys", "history", "The version chain of a memory, oldest first."),
     "import": (
-        "commands_import",
+        "memmy.cli.commands_import",
         "import_history",
         "Import history from every detected agent (or --source X) into memory.",
     ),
-    "import-store": ("commands_data", "import_store", "Merge or restore an archive made by `memmy-memory export`."),
+    "import-store": (
+        "memmy.cli.commands_data",
+        "import_store",
+        "Merge or restore an archive made by `memmy-memory export`.",
+    ),
     "init": (
-        "commands_agents",
+        "memmy.cli.commands_agents",
         "init",
         "Write ~/.memmy/config.yaml, create the database, and install hooks/plugins/skills/MCP into your agents.",
     ),
-    "jobs": ("commands_evolve", "jobs", "Evolution jobs and per-status counts (what the background worker is doing)."),
+    "jobs": (
+        "memmy.cli.commands_evolve",
+        "jobs",
+        "Evolution jobs and per-status counts (what the background worker is doing).",
+    ),
     "keys": (
-        "commands_keys",
+        "memmy.cli.commands_keys",
         "keys",
         "The associative key graph: recall by key clusters, walk Key -> Memory -> Key, remember under keys.",
     ),
-    "logs": ("commands_data", "logs", "Show the audit, API, change or recall log, newest last."),
+    "logs": ("memmy.cli.commands_data", "logs", "Show the audit, API, change or recall log, newest last."),
     "mcp": (
-        "commands_mcp",
+        "memmy.cli.commands_mcp",
         "mcp",
         "Serve the MCP tools on stdin/stdout (for Claude Code, Codex, Cursor, ...), backed by the daemon.",
     ),
     "model": (
-        "commands_model",
+        "memmy.cli.commands_model",
         "model",
         "The local embedding model (all-MiniLM-L6-v2): fetch its weights once, show where they are.",
     ),
     "panel": (
-        "commands_panel",
+        "memmy.cli.commands_panel",
         "panel",
         "Open the Memory panel in the browser (prints the one-time sign-in link, valid 10 minutes, used once).",
     ),
     "remove": (
-        "commands_agents",
+        "memmy.cli.commands_agents",
         "remove",
         "Remove memmy's hooks, plugins, skills and instruction blocks from agents (memories are kept).",
     ),
     "resume": (
-        "commands_resume",
+        "memmy.cli.commands_resume",
         "resume",
         "List up to five earlier tasks matching QUERY; with --pick N, print that task's turns to continue it.",
     ),
     "service": (
-        "commands_service",
+        "memmy.cli.commands_service",
         "service",
         "Run the memory service at login (systemd user unit on Linux, launchd agent on macOS).",
     ),
-    "session": ("commands_session", "session", "Open and close agent sessions."),
-    "sources": ("commands_import", "sources", "List detected agents (default), or add / remove a custom agent."),
+    "session": ("memmy.cli.commands_session", "session", "Open and close agent sessions."),
+    "sources": (
+        "memmy.cli.commands_import",
+        "sources",
+        "List detected agents (default), or add / remove a custom agent.",
+    ),
     "tombstones": (
-        "commands_keys",
+        "memmy.cli.commands_keys",
         "tombstones",
         "Forgotten values: list them (the default), or restore one so it may come back.",
     ),
-    "turn": ("commands_session", "turn", "Record turn start (recall) and turn completion (capture)."),
+    "turn": ("memmy.cli.commands_session", "turn", "Record turn start (recall) and turn completion (capture)."),
     "wipe": (
-        "commands_data",
+        "memmy.cli.commands_data",
         "wipe",
         "Remove every memory and all history from the store (config and tokens are kept).",
     ),
-    "worker": ("commands_evolve", "worker", "The background worker (embeddings and evolution jobs)."),
+    "worker": ("memmy.cli.commands_evolve", "worker", "The background worker (embeddings and evolution jobs)."),
 }
 
 JSON_FLAGS = ("--json", "-j")
 
 
-class JsonAnywhereGroup(click.Group):
+class JsonAnywhereGroup(LazyGroup):
     """The root group: ``--json`` / ``-j`` is accepted before or after any subcommand (``search foo --json``), and
     the commands of :data:`LAZY_COMMANDS` are imported only when they run."""
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        """Every command name, the lazy ones included, sorted."""
-        return sorted({*self.commands, *LAZY_COMMANDS})
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        """The command, importing its module on first use."""
-        if cmd_name not in self.commands and cmd_name in LAZY_COMMANDS:
-            module, attribute, _ = LAZY_COMMANDS[cmd_name]
-            self.add_command(getattr(importlib.import_module(f"memmy.cli.{module}"), attribute), cmd_name)
-        return self.commands.get(cmd_name)
-
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        """The command list of ``--help``, with the lazy commands' declared short help (nothing is imported)."""
-        names = self.list_commands(ctx)
-        limit = formatter.width - 6 - max(len(name) for name in names)
-        rows = []
-        for name in names:
-            if name in self.commands:
-                command = self.commands[name]
-                if not command.hidden:
-                    rows.append((name, command.get_short_help_str(limit)))
-            else:
-                rows.append((name, click.Command(name, help=LAZY_COMMANDS[name][2]).get_short_help_str(limit)))
-        with formatter.section("Commands"):
-            formatter.write_dl(rows)
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         """Move every ``--json`` / ``-j`` before a ``--`` separator to the front, where the group reads it."""
@@ -201,7 +187,9 @@ class JsonAnywhereGroup(click.Group):
         sys.exit(code if isinstance(code, int) else 0)
 
 
-@click.group(cls=JsonAnywhereGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=JsonAnywhereGroup, lazy_commands=LAZY_COMMANDS, context_settings={"help_option_names": ["-h", "--help"]}
+)
 @click.version_option(__version__, "-v", "--version", prog_name="memmy-memory")
 @click.option("--url", envvar=None, help="Daemon URL (default: config storage.endpoint or http://127.0.0.1:18960).")
 @click.option("--token", help="Bearer token (default: MEMMY_MEMORY_TOKEN or config storage.token).")
