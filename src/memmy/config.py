@@ -16,14 +16,11 @@ import json
 import os
 import re
 import secrets
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any, TypeVar
-
-import yaml
 
 from memmy.config_defaults import ENUMS, FREE_FORM, default_tree
 from memmy.errors import ConfigError
@@ -524,6 +521,21 @@ def default_sqlite_path(env: Mapping[str, str] | None = None) -> Path:
     return base / "memory.sqlite"
 
 
+def _parse_config_text(text: str, path: Path) -> Any:
+    """The file's JSON or YAML (yaml is imported here, not by every import of memmy.config)."""
+    if path.suffix == ".json":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path}: not valid JSON: {exc}") from exc
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+
+
 def read_config_file(path: Path) -> dict[str, Any]:
     """Parse a YAML (or ``.json``) config file into its top-level mapping; {} when absent."""
     if not path.exists():
@@ -532,10 +544,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config file: {exc.strerror}") from exc
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}") from exc
+    data = _parse_config_text(text, path)
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -794,12 +803,16 @@ def update_config_file(path: Path, updates: Mapping[str, Any]) -> dict[str, Any]
     _deep_merge(section, updates)
     raw[ROOT_KEY] = section
     path.parent.mkdir(parents=True, exist_ok=True)
+    import tempfile
+
     fd, tmp = tempfile.mkstemp(prefix=".config.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             if path.suffix == ".json":
                 json.dump(raw, handle, indent=2, ensure_ascii=False)
             else:
+                import yaml
+
                 yaml.safe_dump(raw, handle, sort_keys=False, allow_unicode=True)
         os.chmod(tmp, 0o600)
         os.replace(tmp, path)

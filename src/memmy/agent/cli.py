@@ -3,25 +3,24 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import secrets
 import sys
 import time
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from memmy import __version__
-from memmy.agent.channels.cli import channels
 from memmy.agent.config import DEFAULT_SESSION, PROVIDERS, AgentConfig, load_agent_config, write_agent_sections
-from memmy.agent.loop import TurnEvent
-from memmy.agent.onboard import probe_model, run_onboard
-from memmy.agent.runtime import open_memory, open_runtime
 from memmy.agent.sessions import SessionStore
+from memmy.cli.lazy import LazyGroup
 from memmy.errors import MemmyError
+
+if TYPE_CHECKING:  # the loop, the providers' SDKs, MCP and Textual load in the commands that use them
+    from memmy.agent.loop import TurnEvent
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -52,7 +51,17 @@ def session_choice(session: str | None, standalone: bool, project: str | None) -
     return session or DEFAULT_SESSION, None
 
 
-@click.group(invoke_without_command=True)
+#: Commands in modules of their own, imported when they run (see memmy.cli.lazy).
+LAZY_COMMANDS = {
+    "channels": (
+        "memmy.agent.channels.cli",
+        "channels",
+        "Chat apps the agent answers in (Telegram, Discord, Feishu, DingTalk, WeCom, iMessage).",
+    ),
+}
+
+
+@click.group(cls=LazyGroup, lazy_commands=LAZY_COMMANDS, invoke_without_command=True)
 @click.option(
     "--config", "config_file", type=click.Path(dir_okay=False), help="Config file (default ~/.memmy/config.yaml)."
 )
@@ -82,6 +91,8 @@ def cli(
             click.echo("memmy: " + "; ".join(config.problems), err=True)
             ctx.exit(EXIT_CONFIG)
         click.echo("memmy: no model configured yet; starting `memmy onboard`", err=True)
+        from memmy.agent.onboard import run_onboard
+
         if run_onboard(config_file, False) != 0:
             ctx.exit(EXIT_CONFIG)
         config = _config(ctx)
@@ -97,6 +108,8 @@ def cli(
 @click.pass_context
 def onboard(ctx: click.Context, defaults: bool) -> None:
     """Set up models, providers and tools (a menu with a connection test), or `--defaults`."""
+    from memmy.agent.onboard import run_onboard
+
     ctx.exit(run_onboard(ctx.obj.get("config"), defaults))
 
 
@@ -106,6 +119,8 @@ def onboard(ctx: click.Context, defaults: bool) -> None:
 def status(ctx: click.Context, as_json: bool) -> None:
     """Config, workspace, model, provider reachability, memory daemon and tokens."""
     config = _config(ctx)
+    import asyncio
+
     report = asyncio.run(_status(config, ctx.obj.get("config")))
     if as_json:
         click.echo(json.dumps(report, indent=2))
@@ -116,6 +131,9 @@ def status(ctx: click.Context, as_json: bool) -> None:
 
 
 async def _status(config: AgentConfig, config_file: str | None) -> dict[str, Any]:
+    from memmy.agent.onboard import probe_model
+    from memmy.agent.runtime import open_memory
+
     choice = config.default
     memory = open_memory(config, True, config_file)
     try:
@@ -179,6 +197,8 @@ def agent(
         ctx.exit(EXIT_CONFIG)
     name, path = session_choice(session, standalone, project)
     try:
+        import asyncio
+
         code = asyncio.run(
             _one_turn(config, ctx.obj.get("config"), name, path, message, as_json, preset, not no_memory)
         )
@@ -189,6 +209,8 @@ def agent(
 
 
 async def _ask(command: str) -> bool:
+    import asyncio
+
     return await asyncio.to_thread(click.confirm, f"\nmemmy wants to run: {command}\nAllow?", default=False, err=True)
 
 
@@ -212,6 +234,8 @@ async def _one_turn(
             click.echo(f"\n⚙ {event.text} {event.data.get('arguments', '')[:120]}", err=True)
         elif event.kind in ("notice", "compaction") and not as_json:
             click.echo(f"memmy: {event.text.splitlines()[0] if event.text else event.kind}", err=True)
+
+    from memmy.agent.runtime import open_runtime
 
     approve = _ask if sys.stdin.isatty() and config.tools.exec_approval == "ask" else None
     runtime = await open_runtime(
@@ -339,7 +363,6 @@ def sessions_list(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"{item.name:<40} {item.turns:>4} turns  {when}  {item.project or ''}".rstrip())
 
 
-cli.add_command(channels)
 
 
 def main() -> None:

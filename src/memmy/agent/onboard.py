@@ -7,9 +7,7 @@ import asyncio
 import secrets
 from typing import Any
 
-import anthropic
 import click
-import openai
 
 from memmy.agent.config import PROVIDERS, ModelChoice, load_agent_config, write_agent_sections
 from memmy.agent.providers import ProviderError, _status_message
@@ -28,6 +26,9 @@ DEFAULT_SECTIONS: dict[str, Any] = {
 
 async def probe_model(choice: ModelChoice, timeout_s: float = 10.0) -> tuple[bool, str]:
     """List the provider's models (a cheap authenticated call): (ok, message)."""
+    import anthropic
+    import openai
+
     try:
         if choice.kind == "anthropic":
             client_a = anthropic.AsyncAnthropic(

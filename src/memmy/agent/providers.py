@@ -9,9 +9,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import anthropic
-import openai
-
 from memmy.agent.config import ModelChoice
 from memmy.errors import MemmyError
 
@@ -141,6 +138,9 @@ class Provider(Protocol):
 
 
 def _status_message(choice: ModelChoice, exc: Exception) -> ProviderError:
+    import anthropic
+    import openai
+
     where = f"{choice.provider} ({choice.api_base or 'default endpoint'})"
     if isinstance(exc, openai.APITimeoutError | anthropic.APITimeoutError):
         return ProviderError(f"{where} did not answer within {choice.timeout_s:g} s; try again", "timeout")
@@ -165,7 +165,10 @@ class OpenAIProvider:
     """Chat Completions through ``openai.AsyncOpenAI`` (OpenAI, DeepSeek, Ollama, vLLM, any base URL)."""
 
     def __init__(self, choice: ModelChoice) -> None:
+        import openai  # the SDKs load with the first provider, not with every `memmy` command
+
         self.choice = choice
+        self.sdk = openai
         self.client = openai.AsyncOpenAI(
             api_key=choice.api_key or "not-needed",
             base_url=choice.api_base or None,
@@ -219,7 +222,7 @@ class OpenAIProvider:
                             slot["arguments"] += fragment.function.arguments or ""
                     if choice.finish_reason:
                         done.finish_reason = choice.finish_reason
-        except openai.OpenAIError as exc:
+        except self.sdk.OpenAIError as exc:
             raise _status_message(self.choice, exc) from None
         done.text = "".join(parts)
         done.tool_calls = [
@@ -282,7 +285,10 @@ class AnthropicProvider:
     """Messages through ``anthropic.AsyncAnthropic``, streamed from the raw events."""
 
     def __init__(self, choice: ModelChoice) -> None:
+        import anthropic
+
         self.choice = choice
+        self.sdk = anthropic
         self.client = anthropic.AsyncAnthropic(
             api_key=choice.api_key or "not-needed",
             base_url=choice.api_base or None,
@@ -348,7 +354,7 @@ class AnthropicProvider:
                     done.usage["completion_tokens"] = event.usage.output_tokens or 0
                     if event.delta.stop_reason:
                         done.finish_reason = "tool_calls" if event.delta.stop_reason == "tool_use" else "stop"
-        except anthropic.AnthropicError as exc:
+        except self.sdk.AnthropicError as exc:
             raise _status_message(self.choice, exc) from None
         done.text = "".join(parts)
         done.tool_calls = [ToolCall(b["id"], b["name"], b["arguments"] or "{}") for _, b in sorted(blocks.items())]

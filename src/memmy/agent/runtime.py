@@ -6,13 +6,16 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from memmy.agent.config import DEFAULT_SESSION, AgentConfig
-from memmy.agent.loop import Agent, Emit
-from memmy.agent.mcp_tools import McpHub
 from memmy.agent.memory import SOURCE, MemoryBridge, resolve_settings
 from memmy.agent.sessions import SessionStore
-from memmy.agent.tools import Approver, ToolBox
+
+if TYPE_CHECKING:  # the loop, the tools and MCP load when a runtime opens (`memmy status` needs only memory)
+    from memmy.agent.loop import Agent, Emit
+    from memmy.agent.mcp_tools import McpHub
+    from memmy.agent.tools import Approver
 
 
 @dataclass
@@ -63,6 +66,10 @@ async def open_runtime(
     source: str = SOURCE,
 ) -> Runtime:
     """Load (or create) the session, connect memory and MCP servers, build the agent."""
+    from memmy.agent.loop import Agent
+    from memmy.agent.mcp_tools import McpHub
+    from memmy.agent.tools import ToolBox
+
     store = SessionStore(config.home)
     session = store.load(session_name, str(Path(project).resolve()) if project else None)
     bridge = open_memory(config, memory, config_file, source)

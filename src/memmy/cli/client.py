@@ -8,9 +8,10 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
+if TYPE_CHECKING:  # httpx loads on the first request: `--help` and local commands never pay for it
+    import httpx
 
 from memmy.config import MemmyConfig, load_config
 from memmy.config_defaults import DEFAULT_ENDPOINT
@@ -88,6 +89,8 @@ class MemoryClient:
     """Calls ``/api/v1/...`` on the daemon."""
 
     def __init__(self, settings: ClientSettings, transport: httpx.BaseTransport | None = None) -> None:
+        import httpx
+
         self.settings = settings
         headers = {"accept": "application/json"}
         if settings.token:
@@ -109,6 +112,8 @@ class MemoryClient:
     @contextmanager
     def stream_events(self, path: str) -> Iterator[Iterator[Any]]:
         """Open a server-sent event stream (``GET /api/v1/<path>``) and yield its decoded ``data`` payloads."""
+        import httpx
+
         url = path if path.startswith("/api/") else "/api/v1" + path
         with self._http.stream("GET", url, timeout=httpx.Timeout(30.0, read=None)) as response:
             if response.status_code >= 400:
@@ -118,6 +123,8 @@ class MemoryClient:
 
     def request(self, method: str, path: str, body: Any = None, params: Mapping[str, Any] | None = None) -> Any:
         """Send one request; return the decoded JSON or raise :class:`ClientError` with the server's message."""
+        import httpx
+
         if not path.startswith("/"):
             path = "/" + path
         if not path.startswith("/api/"):

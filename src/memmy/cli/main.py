@@ -16,30 +16,137 @@ import click
 
 from memmy import __version__
 from memmy.cli.client import ClientSettings
-from memmy.cli.commands_agents import init, remove
-from memmy.cli.commands_data import COMMANDS as DATA_COMMANDS
-from memmy.cli.commands_doctor import doctor
-from memmy.cli.commands_dream import dream
-from memmy.cli.commands_evolve import episodes, feedback, jobs, worker
-from memmy.cli.commands_import import import_history, sources
-from memmy.cli.commands_keys import COMMANDS as KEY_COMMANDS
-from memmy.cli.commands_mcp import mcp
-from memmy.cli.commands_model import fetch_for_local_provider, model
-from memmy.cli.commands_panel import panel
-from memmy.cli.commands_resume import resume
-from memmy.cli.commands_service import service
-from memmy.cli.commands_session import session, turn
 from memmy.cli.context import CliContext, list_option, pass_ctx, strip_none
+from memmy.cli.lazy import LazyGroup
 from memmy.cli.output import emit_error, emit_json, fail, format_debug, format_health, format_hits, format_memory
-from memmy.config import load_config
 from memmy.errors import MemmyError
-from memmy.integrations.registry import INSTALLERS
+
+#: The commands that live in modules of their own, loaded only when one of them runs (or asks for its own
+#: help): name -> (module, attribute, the short help ``memmy-memory --help`` lists). A test checks each short help
+#: against the command's own, so the listing cannot drift from the code.
+LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
+    "confirm": ("memmy.cli.commands_keys", "confirm", "Confirm a fact is still current (refreshes its freshness)."),
+    "correct": (
+        "memmy.cli.commands_keys",
+        "correct",
+        "Replace a fact with a new version; the old one stays in the history but is no longer recalled.",
+    ),
+    "doctor": (
+        "memmy.cli.commands_doctor",
+        "doctor",
+        "Check config, daemon and token, installed hooks, the store (integrity, full-text and vector index, disk "
+        "space) and the embedding model; one line per finding with the command that fixes it; exit 1 on an error.",
+    ),
+    "dream": (
+        "memmy.cli.commands_dream",
+        "dream",
+        "Consolidate recent memories (merge duplicates, archive stale or contradicted ones); every pass can be "
+        "restored exactly.",
+    ),
+    "episodes": (
+        "memmy.cli.commands_evolve",
+        "episodes",
+        "List recent episodes with their reward and the policies they produced.",
+    ),
+    "export": (
+        "memmy.cli.commands_data",
+        "export",
+        "Write the whole store to one portable archive (consistent while the daemon runs).",
+    ),
+    "feedback": (
+        "memmy.cli.commands_evolve",
+        "feedback",
+        "Give feedback on a memory id (trace_/policy_/skill_…) or an episode id (episode_…).",
+    ),
+    "forget": (
+        "memmy.cli.commands_keys",
+        "forget",
+        "Forget a memory for good: it is deleted and a tombstone keeps its text out (adds, captures, re-imports "
+        "are refused) until `tombstones restore`.",
+    ),
+    "history": ("memmy.cli.commands_keys", "history", "The version chain of a memory, oldest first."),
+    "import": (
+        "memmy.cli.commands_import",
+        "import_history",
+        "Import history from every detected agent (or --source X) into memory.",
+    ),
+    "import-store": (
+        "memmy.cli.commands_data",
+        "import_store",
+        "Merge or restore an archive made by `memmy-memory export`.",
+    ),
+    "init": (
+        "memmy.cli.commands_agents",
+        "init",
+        "Write ~/.memmy/config.yaml, create the database, and install hooks/plugins/skills/MCP into your agents.",
+    ),
+    "jobs": (
+        "memmy.cli.commands_evolve",
+        "jobs",
+        "Evolution jobs and per-status counts (what the background worker is doing).",
+    ),
+    "keys": (
+        "memmy.cli.commands_keys",
+        "keys",
+        "The associative key graph: recall by key clusters, walk Key -> Memory -> Key, remember under keys.",
+    ),
+    "logs": ("memmy.cli.commands_data", "logs", "Show the audit, API, change or recall log, newest last."),
+    "mcp": (
+        "memmy.cli.commands_mcp",
+        "mcp",
+        "Serve the MCP tools on stdin/stdout (for Claude Code, Codex, Cursor, ...), backed by the daemon.",
+    ),
+    "model": (
+        "memmy.cli.commands_model",
+        "model",
+        "The local embedding model (all-MiniLM-L6-v2): fetch its weights once, show where they are.",
+    ),
+    "panel": (
+        "memmy.cli.commands_panel",
+        "panel",
+        "Open the Memory panel in the browser (prints the one-time sign-in link, valid 10 minutes, used once).",
+    ),
+    "remove": (
+        "memmy.cli.commands_agents",
+        "remove",
+        "Remove memmy's hooks, plugins, skills and instruction blocks from agents (memories are kept).",
+    ),
+    "resume": (
+        "memmy.cli.commands_resume",
+        "resume",
+        "List up to five earlier tasks matching QUERY; with --pick N, print that task's turns to continue it.",
+    ),
+    "service": (
+        "memmy.cli.commands_service",
+        "service",
+        "Run the memory service at login (systemd user unit on Linux, launchd agent on macOS).",
+    ),
+    "session": ("memmy.cli.commands_session", "session", "Open and close agent sessions."),
+    "sources": (
+        "memmy.cli.commands_import",
+        "sources",
+        "List detected agents (default), or add / remove a custom agent.",
+    ),
+    "tombstones": (
+        "memmy.cli.commands_keys",
+        "tombstones",
+        "Forgotten values: list them (the default), or restore one so it may come back.",
+    ),
+    "turn": ("memmy.cli.commands_session", "turn", "Record turn start (recall) and turn completion (capture)."),
+    "wipe": (
+        "memmy.cli.commands_data",
+        "wipe",
+        "Remove every memory and all history from the store (config and tokens are kept).",
+    ),
+    "worker": ("memmy.cli.commands_evolve", "worker", "The background worker (embeddings and evolution jobs)."),
+}
 
 JSON_FLAGS = ("--json", "-j")
 
 
-class JsonAnywhereGroup(click.Group):
-    """The root group: ``--json`` / ``-j`` is accepted before or after any subcommand (``search foo --json``)."""
+class JsonAnywhereGroup(LazyGroup):
+    """The root group: ``--json`` / ``-j`` is accepted before or after any subcommand (``search foo --json``), and
+    the commands of :data:`LAZY_COMMANDS` are imported only when they run."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         """Move every ``--json`` / ``-j`` before a ``--`` separator to the front, where the group reads it."""
@@ -80,7 +187,9 @@ class JsonAnywhereGroup(click.Group):
         sys.exit(code if isinstance(code, int) else 0)
 
 
-@click.group(cls=JsonAnywhereGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=JsonAnywhereGroup, lazy_commands=LAZY_COMMANDS, context_settings={"help_option_names": ["-h", "--help"]}
+)
 @click.version_option(__version__, "-v", "--version", prog_name="memmy-memory")
 @click.option("--url", envvar=None, help="Daemon URL (default: config storage.endpoint or http://127.0.0.1:18960).")
 @click.option("--token", help="Bearer token (default: MEMMY_MEMORY_TOKEN or config storage.token).")
@@ -120,6 +229,8 @@ def serve(obj: CliContext, host: str | None, port: int | None, db_path: str | No
     for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(variable, "1")
     # Imported here so client commands never pay for uvicorn and the embedding stack at start-up.
+    from memmy.cli.commands_model import fetch_for_local_provider
+    from memmy.config import load_config
     from memmy.server.run import serve as run_server
 
     try:
@@ -166,6 +277,8 @@ def status(obj: CliContext) -> None:
 
 def agent_status(obj: CliContext) -> list[dict[str, Any]]:
     """Per detected agent: memmy installed or not, last captured turn, last recall."""
+    from memmy.integrations.registry import INSTALLERS
+
     env = dict(os.environ)
     rows = []
     for name, installer in INSTALLERS.items():
@@ -380,26 +493,6 @@ def completion(shell: str) -> None:
     if completer is None:  # pragma: no cover - the three choices are all built into click
         raise click.UsageError(f"no completion for {shell}")
     click.echo(completer(cli, {}, "memmy-memory", "_MEMMY_MEMORY_COMPLETE").source())
-
-
-cli.add_command(init)
-cli.add_command(service)
-cli.add_command(remove)
-cli.add_command(session)
-cli.add_command(turn)
-cli.add_command(import_history)
-cli.add_command(sources)
-cli.add_command(mcp)
-cli.add_command(model)
-cli.add_command(resume)
-cli.add_command(dream)
-cli.add_command(doctor)
-cli.add_command(feedback)
-cli.add_command(episodes)
-cli.add_command(jobs)
-cli.add_command(worker)
-for _command in (*KEY_COMMANDS, *DATA_COMMANDS, panel):
-    cli.add_command(_command)
 
 
 def main() -> None:

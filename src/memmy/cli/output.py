@@ -5,16 +5,20 @@ from __future__ import annotations
 import json
 import re
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
+
+if TYPE_CHECKING:  # rich loads when something is printed through it
+    from rich.console import Console
 
 from memmy.domain import readable_text
 
 
 def make_console(stderr: bool = False) -> Console:
     """A rich console that never cuts ids or paths: at a terminal its width, elsewhere (pipes, logs) unbounded."""
+    from rich.console import Console
+
     stream = sys.stderr if stderr else sys.stdout
     if stream.isatty():
         return Console(stderr=stderr)
