@@ -23,6 +23,7 @@ from memmy.agent.sessions import Session
 from memmy.signin import CookieAuth, CookieSession, host_allowed
 from memmy.workbench import slash
 from memmy.workbench.attachments import MAX_BYTES, MAX_FILES, AttachmentError, Converted, convert, message_text
+from memmy.workbench.channels import ChannelsPage
 from memmy.workbench.settings import Settings
 from memmy.workbench.turns import Input, Turns
 
@@ -78,6 +79,7 @@ class Workbench:
         self.auth = auth
         self.panel_url = panel_url
         self.settings = Settings(config, turns)
+        self.channels = ChannelsPage(config)
         self.verbs: dict[str, Callable[[Request, Session, dict[str, Any]], Awaitable[dict[str, Any]]]] = {
             "rename": self._rename,
             "pin": self._flag("pinned", True),
@@ -389,6 +391,11 @@ class Workbench:
             Route("/", self.page("workbench.html"), methods=["GET"]),
             Route("/pet", self.page("pet.html"), methods=["GET"]),
             Route("/settings", self.page("settings.html"), methods=["GET"]),
+            Route("/channels", self.page("channels.html"), methods=["GET"]),
+            Route("/api/channels", self.read(self.channels.read), methods=["GET"]),
+            Route("/api/channels/connect", self.write(self.channels.connect), methods=["POST"]),
+            Route("/api/channels/disconnect", self.write(self.channels.disconnect), methods=["POST"]),
+            Route("/api/channels/pair", self.write(self.channels.pair), methods=["POST"]),
             Route("/api/settings", self.read(self.settings.read), methods=["GET"]),
             Route("/api/settings/test", self.write(self.settings.test), methods=["POST"]),
             Route("/api/settings/log-level", self.write(self.settings.log_level), methods=["POST"]),

@@ -12,9 +12,11 @@ from typing import Any
 import click
 
 from memmy.agent.channels.access import CODE_TTL_S, AccessBook
+from memmy.agent.channels.connect import connect as connect_channel
+from memmy.agent.channels.connect import disconnect as disconnect_channel
 from memmy.agent.channels.settings import KNOWN, ChannelSettings, load_channels
-from memmy.agent.channels.supervisor import CHECKS, read_status, unavailable_reason
-from memmy.agent.config import AgentConfig, load_agent_config, write_agent_sections
+from memmy.agent.channels.supervisor import read_status, unavailable_reason
+from memmy.agent.config import AgentConfig, load_agent_config
 from memmy.errors import MemmyError
 
 
@@ -105,21 +107,6 @@ def status(ctx: click.Context, as_json: bool) -> None:
     _emit(as_json, {"running": running, "channels": rows}, human)
 
 
-def check_connection(settings: ChannelSettings) -> str:
-    """Reach the platform with these credentials; who it says the bot is (ClickException with the platform's own
-    message, credentials scrubbed, when it refuses)."""
-    reason = unavailable_reason(settings)
-    if reason is not None:
-        raise click.ClickException(reason)
-    checker = CHECKS.get(settings.name)
-    if checker is None:
-        return settings.label
-    try:
-        return asyncio.run(checker(settings))
-    except Exception as exc:  # the SDK's own message: Unauthorized, a missing scope, a network error
-        raise click.ClickException(settings.scrub(f"{settings.label} refused the connection: {exc}")) from None
-
-
 @channels.command()
 @click.argument("name", type=click.Choice(list(KNOWN)))
 @click.option("--token", help="Bot token (Telegram, Discord); '${ENV_NAME}' keeps a reference instead of the value.")
@@ -141,7 +128,7 @@ def connect(
 ) -> None:
     """Connect a channel: check the credentials with the platform, then enable it in config.yaml."""
     config = _config(ctx)
-    entry: dict[str, Any] = {"enabled": True}
+    entry: dict[str, Any] = {}
     if token:
         entry["token"] = token
     if api_base:
@@ -155,13 +142,12 @@ def connect(
         entry["allowFrom"] = list(allow_from)
     if tools is not None:
         entry["tools"] = tools
-    existing = dict((config.raw.get("channels") or {}).get(name) or {})
-    merged = {**existing, **entry}
-    settings = load_channels({"channels": {name: merged}}, config.path)[0]
-    if not no_check:
-        who = check_connection(settings)
+    try:
+        settings, who = asyncio.run(connect_channel(config, name, entry, verify=not no_check))
+    except MemmyError as exc:
+        raise click.ClickException(str(exc)) from None
+    if who:
         click.echo(f"{settings.label}: connected as {who}")
-    write_agent_sections(config.path, {"channels": {name: entry}})
     click.echo(f"channels.{name} enabled in {config.path}. `memmy serve` runs it (restart it if it is running).")
     if not settings.allow_from and not AccessBook(config.home).paired(name):
         click.echo(f"Nobody may talk to the bot yet: run `memmy channels pair {name}` and send the code to it.")
@@ -172,10 +158,10 @@ def connect(
 @click.pass_context
 def disconnect(ctx: click.Context, name: str) -> None:
     """Turn a channel off (its settings stay in config.yaml)."""
-    config = _config(ctx)
-    if name not in _configured(config):
-        raise click.ClickException(f"channels.{name} is not configured")
-    write_agent_sections(config.path, {"channels": {name: {"enabled": False}}})
+    try:
+        disconnect_channel(_config(ctx), name)
+    except MemmyError as exc:
+        raise click.ClickException(str(exc)) from None
     click.echo(f"channels.{name} disabled. Restart `memmy serve` if it is running.")
 
 

@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -79,15 +79,6 @@ ADAPTERS: dict[str, AdapterFactory] = {
     "feishu": _feishu,
 }
 
-
-async def _check(settings: ChannelSettings) -> str:
-    """Reach the channel's platform with its credentials (``memmy channels connect``); who the bot is."""
-    module = importlib.import_module(f"memmy.agent.channels.{settings.name}")
-    found: str = await module.check(settings)
-    return found
-
-
-CHECKS: dict[str, Callable[[ChannelSettings], Coroutine[Any, Any, str]]] = dict.fromkeys(ADAPTERS, _check)
 # the maintained SDK each adapter runs on
 SDK_MODULES = {"telegram": "telegram", "dingtalk": "dingtalk_stream", "discord": "discord", "feishu": "lark_oapi"}
 
@@ -136,12 +127,35 @@ class ChannelSupervisor:
         self.states = {c.name: ChannelState(c.name) for c in self.channels}
         self.routers: dict[str, ChatRouter] = {}
         self.tasks: list[asyncio.Task[None]] = []
+        self.running: dict[str, asyncio.Task[None]] = {}  # one task per channel
 
     def start(self) -> None:
         """Start a task per enabled channel."""
         for settings in self.channels:
-            self.tasks.append(asyncio.create_task(self._keep(settings), name=f"channel:{settings.name}"))
+            self.running[settings.name] = asyncio.create_task(self._keep(settings), name=f"channel:{settings.name}")
         self.tasks.append(asyncio.create_task(self._heartbeat(), name="channels:status"))
+        self.write_status()
+
+    async def restart(self, settings: ChannelSettings) -> None:
+        """Run ``settings`` now (a channel connected or changed while the process runs), replacing its old task."""
+        await self.stop(settings.name)
+        self.channels = [c for c in self.channels if c.name != settings.name] + [settings]
+        self.states[settings.name] = ChannelState(settings.name)
+        self.running[settings.name] = asyncio.create_task(self._keep(settings), name=f"channel:{settings.name}")
+        self.write_status()
+
+    async def stop(self, name: str) -> None:
+        """Stop one channel (its chats' running turns too) and forget it."""
+        task = self.running.pop(name, None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        router = self.routers.pop(name, None)
+        if router is not None:
+            await router.close()
+        self.channels = [c for c in self.channels if c.name != name]
+        self.states.pop(name, None)
         self.write_status()
 
     async def _heartbeat(self) -> None:
@@ -206,6 +220,8 @@ class ChannelSupervisor:
 
     async def close(self) -> None:
         """Stop every channel and its chats' turns."""
+        for name in list(self.running):
+            await self.stop(name)
         for task in self.tasks:
             task.cancel()
         for task in self.tasks:
@@ -217,11 +233,10 @@ class ChannelSupervisor:
         self.write_status()
 
 
-def supervisor_for(config: AgentConfig, config_file: str | None = None) -> ChannelSupervisor | None:
-    """The supervisor of the channels config.yaml enables (``None`` when none is), for ``memmy serve``."""
+def supervisor_for(config: AgentConfig, config_file: str | None = None) -> ChannelSupervisor:
+    """The supervisor of the channels config.yaml enables, for ``memmy serve`` (with none it waits for one to be
+    connected from the workbench; agent runtimes open with a chat's first message, so it costs nothing idle)."""
     from memmy.agent.channels.agent_turns import AgentTurns
 
     channels = [c for c in load_channels(config.raw, config.path) if c.enabled]
-    if not channels:
-        return None
     return ChannelSupervisor(channels, AgentTurns(config, config_file), config.home)

@@ -21,6 +21,14 @@
     "Download a diagnostic report": "下载诊断报告", "finished": "已完成",
     "Notify me when a task finishes while I look elsewhere": "任务在我看别处时完成，发通知提醒我", "set": "已设置", "not set": "未设置", "testing…": "测试中…",
     "No keys, tokens, prompts or messages are in it.": "其中不含任何密钥、令牌、提示词或消息。",
+    "Channels": "消息渠道", "Connect": "连接", "Update": "更新", "Disconnect": "断开", "Pairing code": "配对码",
+    "connected": "已连接", "connecting": "连接中", "retrying": "重试中", "unavailable": "不可用", "disabled": "已停用",
+    "not configured": "未配置", "Allowed user ids": "允许的用户 ID", "checking with the platform…": "正在向平台验证…",
+    "connected as": "已连接为", "Send this to the bot within 10 minutes:": "10 分钟内把这条发给机器人：",
+    "in": "收", "out": "发", "refused": "拒绝", "paired": "已配对", "or the value": "或直接填值",
+    "Not available in this version yet; see docs/channels.md.": "此版本尚不可用；见 docs/channels.md。",
+    "Talk to the agent from your chat apps, with the same memory. Nobody may talk to a bot until you pair them with a one-time code or list their user id.":
+      "在聊天应用里与智能体对话，记忆相同。在你用一次性配对码配对或列出其用户 ID 之前，任何人都不能与机器人对话。",
     "Models are set in ~/.memmy/config.yaml (agents.defaults, agents.presets) or with memmy onboard; keys may be ${ENV} references.":
       "模型在 ~/.memmy/config.yaml（agents.defaults、agents.presets）中或用 memmy onboard 设置；密钥可写成 ${ENV} 引用。",
   };
@@ -455,9 +463,72 @@
     lang.addEventListener("change", () => { localStorage.setItem("memmy.lang", lang.value); location.reload(); });
   }
 
+  // -- channels --------------------------------------------------------------------------------------------
+  function channelCard(c) {
+    const fields = c.form.map((f) => el("label", {}, el("span", {}, t(f.label)),
+      el("input", { name: f.key, type: f.secret ? "password" : "text", autocomplete: "off",
+        placeholder: f.secret ? "${ENV_NAME} " + t("or the value") : "", value: c.public[f.key] || "" })));
+    const allow = el("input", { name: "allowFrom", type: "text", value: c.allowFrom.join(", "), placeholder: "123456789, …" });
+    const result = el("p", { class: "muted result" });
+    const connect = async (event) => {
+      event.preventDefault();
+      const options = {};
+      for (const f of c.form) {
+        const v = event.target.querySelector(`[name="${f.key}"]`).value.trim();
+        if (v) options[f.key] = v;
+      }
+      result.textContent = t("checking with the platform…");
+      const r = await api("POST", "/api/channels/connect", { name: c.name, options,
+        allowFrom: allow.value.split(",").map((x) => x.trim()).filter(Boolean) }).catch((e) => ({ ok: false, error: String(e.message) }));
+      result.textContent = r.ok ? `✓ ${t("connected as")} ${r.bot}` : `✗ ${r.error}`;
+      result.className = "result " + (r.ok ? "ok" : "bad");
+      refreshChannels();
+    };
+    const pair = async () => {
+      const r = await api("POST", "/api/channels/pair", { name: c.name });
+      result.textContent = `${t("Send this to the bot within 10 minutes:")} /pair ${r.code}`;
+      result.className = "result pair-code";
+    };
+    const off = async () => { await api("POST", "/api/channels/disconnect", { name: c.name }); refreshChannels(); };
+    const form = c.form.length
+      ? el("form", { class: "connect", onsubmit: connect }, ...fields, el("label", {}, el("span", {}, t("Allowed user ids")), allow),
+          el("button", { class: "btn", type: "submit" }, t(c.enabled ? "Update" : "Connect")))
+      : el("p", { class: "muted" }, t("Not available in this version yet; see docs/channels.md."));
+    return el("section", { class: "card wide channel", "data-name": c.name },
+      el("h2", {}, c.label, " ", el("span", { class: "state state-" + c.state.replace(/\s+/g, "-") }, t(c.state))),
+      c.detail || c.problem ? el("p", { class: "muted detail" }, c.problem || c.detail) : null,
+      c.enabled ? el("p", { class: "muted counts" }, `${t("in")} ${c.messagesIn} · ${t("out")} ${c.messagesOut} · ${t("refused")} ${c.refused}`
+        + (c.paired.length ? ` · ${t("paired")}: ${c.paired.join(", ")}` : "")) : null,
+      form,
+      c.form.length ? el("p", {}, el("button", { class: "btn small", type: "button", onclick: pair }, t("Pairing code")), " ",
+        c.enabled ? el("button", { class: "btn small", type: "button", onclick: off }, t("Disconnect")) : null) : null,
+      result);
+  }
+
+  async function refreshChannels() {
+    const data = await api("GET", "/api/channels");
+    const box = $("#channels");
+    const keep = {};  // what the person is typing survives the 5-second refresh
+    box.querySelectorAll(".channel").forEach((card) => { keep[card.dataset.name] = card; });
+    box.replaceChildren(...data.channels.map((c) => {
+      const old = keep[c.name];
+      if (old && old.contains(document.activeElement)) {
+        old.querySelector("h2 .state").textContent = t(c.state);
+        return old;
+      }
+      return channelCard(c);
+    }));
+  }
+
+  async function channelsPage() {
+    await refreshChannels();
+    setInterval(refreshChannels, 5000);
+  }
+
   async function main() {
     translate();
     if (PAGE === "settings") return settingsPage();
+    if (PAGE === "channels") return channelsPage();
     wireComposer();
     if (PAGE === "pet") {
       $("#preview").addEventListener("dblclick", () => { if (state.petThread) window.open(`/?s=${state.petThread}`, "_blank"); });
