@@ -18,6 +18,7 @@ from memmy.agent.channels.supervisor import ChannelSupervisor, read_status, unav
 from memmy.agent.config import AgentConfig, load_agent_config
 from memmy.errors import MemmyError
 from memmy.signin import CookieSession
+from memmy.workbench.settings import json_body
 
 #: The fields of each platform's connect form (secrets are password fields; ``${ENV}`` references are kept).
 FORMS: dict[str, list[dict[str, Any]]] = {
@@ -32,14 +33,6 @@ FORMS: dict[str, list[dict[str, Any]]] = {
         {"key": "clientSecret", "label": "Client Secret (AppSecret)", "secret": True},
     ],
 }
-
-
-async def _body(request: Request) -> dict[str, Any]:
-    try:
-        body = await request.json()
-    except ValueError:
-        return {}
-    return body if isinstance(body, dict) else {}
 
 
 class ChannelsPage:
@@ -94,7 +87,7 @@ class ChannelsPage:
 
     async def connect(self, request: Request, _: CookieSession) -> Response:
         """``{name, options: {...}, allowFrom?: [...]}``: check with the platform, write config.yaml, start it."""
-        body = await _body(request)
+        body = await json_body(request)
         name = str(body.get("name", ""))
         options = body.get("options") or {}
         if not isinstance(options, dict) or not all(isinstance(v, str) for v in options.values()):
@@ -116,7 +109,7 @@ class ChannelsPage:
 
     async def disconnect(self, request: Request, _: CookieSession) -> Response:
         """``{name}``: turn the channel off in config.yaml and stop it here."""
-        name = str((await _body(request)).get("name", ""))
+        name = str((await json_body(request)).get("name", ""))
         try:
             disconnect(self._config(), name)
         except MemmyError as exc:
@@ -128,7 +121,7 @@ class ChannelsPage:
 
     async def pair(self, request: Request, _: CookieSession) -> Response:
         """``{name}``: a one-time pairing code to send to the bot as ``/pair CODE``."""
-        name = str((await _body(request)).get("name", ""))
+        name = str((await json_body(request)).get("name", ""))
         if name not in KNOWN:
             return JSONResponse({"error": f"unknown channel {name!r}"}, status_code=400)
         code = AccessBook(self._config().home).new_code(name)

@@ -23,7 +23,7 @@ LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOGGER = "memmy"
 
 
-async def _body(request: Request) -> dict[str, Any]:
+async def json_body(request: Request) -> dict[str, Any]:
     """The JSON object body, or ``{}`` when there is none or it is not an object."""
     try:
         body = await request.json()
@@ -66,7 +66,7 @@ class Settings:
 
     async def test(self, request: Request, _: CookieSession) -> Response:
         """``{name}``: a real authenticated call to that model's provider (it lists the provider's models)."""
-        choice = self.choices().get(str((await _body(request)).get("name", "")))
+        choice = self.choices().get(str((await json_body(request)).get("name", "")))
         if choice is None:
             return JSONResponse({"error": "no such model"}, status_code=404)
         ok, message = await probe_model(choice)
@@ -74,7 +74,7 @@ class Settings:
 
     async def log_level(self, request: Request, _: CookieSession) -> Response:
         """``{level}``: the log level of this process (until it restarts)."""
-        level = str((await _body(request)).get("level", "")).upper()
+        level = str((await json_body(request)).get("level", "")).upper()
         if level not in LEVELS:
             return JSONResponse({"error": f"level: one of {', '.join(LEVELS)}"}, status_code=400)
         logging.getLogger(LOGGER).setLevel(level)
