@@ -64,6 +64,9 @@ class Row:
     documented: bool = True
     #: Success media types other than JSON.
     media: str = "application/json"
+    #: The answer carries recalled context for an agent: while the store cannot write, it says so (see
+    #: :func:`memmy.server.app.mark_unavailable`).
+    recall: bool = False
 
 
 def _key_row(args: type[KeyArgs]) -> Row:
@@ -132,6 +135,7 @@ ROUTES: tuple[Row, ...] = (
         StartTurn,
         r.TurnStarted,
         idempotency="turn.start",
+        recall=True,
     ),
     Row(
         "POST",
@@ -150,6 +154,7 @@ ROUTES: tuple[Row, ...] = (
         SearchMemory,
         r.SearchAnswer,
         "memory.search",
+        recall=True,
     ),
     Row(
         "POST",
@@ -333,7 +338,7 @@ ROUTES: tuple[Row, ...] = (
         "/api/v1/sources/scan/{job_id}/events",
         "Import progress as server-sent events",
         handler="scan_events",
-        response=str,
+        response=r.ImportJob,
         media="text/event-stream",
     ),
     *(_scan_control_row(action) for action in ("pause", "resume", "stop")),
