@@ -307,6 +307,22 @@ def test_disk_full_is_a_storage_full_error_and_nothing_half_saved(small_disk: Pa
     store.close()
 
 
+def test_a_store_that_refuses_writes_is_degraded_until_a_probe_write_succeeds(tmp_path: Path) -> None:
+    """The third way a write fails: SQLite refusing it as read-only ("attempt to write a readonly database", what a
+    file or folder without write permission gives; as root here, the connection is made read-only instead)."""
+    store = Database(tmp_path / "memory.sqlite")
+    assert store.write_probe(max_age_s=0) is None
+    store.conn.execute("PRAGMA query_only=ON")
+    with pytest.raises(sqlite3.OperationalError, match="readonly"), store.transaction() as conn:
+        conn.execute("INSERT INTO runtime_kv(key, value_json, updated_at) VALUES ('refused', '1', 'now')")
+    reason = store.write_probe(max_age_s=0)
+    assert reason is not None and "cannot write" in reason and str(store.path) in reason
+    assert store.write_probe(max_age_s=0) == reason  # its probe write is refused too: still degraded
+    store.conn.execute("PRAGMA query_only=OFF")
+    assert store.write_probe(max_age_s=0) is None  # a probe write succeeded: the failure is cleared
+    store.close()
+
+
 def test_disk_full_on_the_real_daemon(small_disk: Path, tmp_path: Path) -> None:
     db = small_disk / "memory.sqlite"
     daemon = daemon_on(db, tmp_path)
