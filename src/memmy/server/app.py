@@ -137,12 +137,10 @@ class Api:
     def _damage(self, exc: BaseException) -> MemmyError:
         """An unexpected store error: SQLITE_CORRUPT in the full-text index is repaired now (as at start) and the
         caller told to retry; damage elsewhere is named with ``doctor``; anything else is re-raised (a 500)."""
-        repaired = self.service.db.recover(exc)
-        if repaired is not None:
-            return StoreDamaged(f"{repaired}; nothing of this request was saved: retry it")
-        if self.service.db.last_write_error is not None and "damaged" in self.service.db.last_write_error:
-            return StoreDamaged(self.service.db.last_write_error)
-        raise exc
+        found = self.service.db.recover(exc)
+        if found is None:
+            raise exc
+        return StoreDamaged(found)
 
     def _idempotent(
         self, op: str, body: dict[str, Any], fn: Callable[..., dict[str, Any]], args: tuple[Any, ...]

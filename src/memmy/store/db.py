@@ -209,9 +209,10 @@ class Database:
         self._probe = None
 
     def recover(self, exc: BaseException) -> str | None:
-        """After ``exc`` reached a caller: when it is SQLITE_CORRUPT and the full-text index is what is damaged, the
-        index is backed up and rebuilt as at start (log lines) and the line saying so is returned; a store damaged
-        elsewhere stays marked failed (``doctor`` names it) and None is returned, as for any other error."""
+        """After ``exc`` reached a caller: None unless it is SQLITE_CORRUPT. When the full-text index is what is
+        damaged, it is backed up and rebuilt as at start (log lines) and the line saying so is returned (ending in
+        "has been rebuilt …"); a store damaged elsewhere stays marked failed and the line naming ``doctor`` is
+        returned."""
         if not is_corrupt(exc):
             return None
         with self.lock:
@@ -222,9 +223,11 @@ class Database:
             except sqlite3.Error as failed:
                 log.error("%s: rebuilding the full-text index failed: %s", self.path, failed)
                 repaired = None
-            if repaired is None:
-                self.mark_failed(f"the store {self.path} is damaged ({exc}): run `memmy-memory doctor`")
-            return repaired
+            if repaired is not None:
+                return f"{repaired}; nothing of this request was saved: retry it"
+            damaged = f"the store {self.path} is damaged ({exc}): run `memmy-memory doctor`"
+            self.mark_failed(damaged)
+            return damaged
 
     def _rollback(self, name: str | None = None) -> None:
         if not self.conn.in_transaction:
@@ -348,12 +351,13 @@ class Database:
 
         Under :data:`MIN_FREE_BYTES` free on the store's disk is a full disk. After a failed write (see
         :meth:`mark_failed`) a tiny committed write to ``runtime_kv`` decides: its success clears the failure, its
-        failure is the reason. The answer is cached for ``max_age_s`` seconds (a new failure drops the cache).
+        failure keeps the first reason. A sound answer is cached for ``max_age_s`` seconds (a new failure drops
+        it); a degraded one is not, so the first call after space comes back says so.
         """
         now = time.monotonic()
         with self.lock:
-            if self._probe is not None and now - self._probe[0] < max_age_s:
-                return self._probe[1]
+            if self._probe is not None and self._probe[1] is None and now - self._probe[0] < max_age_s:
+                return None
             reason = self._low_disk()
             if reason is None and self.last_write_error is not None:
                 reason = self._probe_write()
@@ -371,6 +375,7 @@ class Database:
         return None
 
     def _probe_write(self) -> str | None:
+        first = self.last_write_error
         try:
             with self.transaction() as conn:
                 conn.execute(
@@ -378,10 +383,9 @@ class Database:
                     "ON CONFLICT(key) DO UPDATE SET value_json = excluded.value_json, updated_at = excluded.updated_at",
                     (json.dumps(utc_now()), utc_now()),
                 )
-        except StorageFullError as exc:
-            return exc.message
-        except sqlite3.Error as exc:
-            return self.last_write_error or f"the store {self.path} cannot write: {exc}"
+        except (StorageFullError, sqlite3.Error) as exc:
+            self.last_write_error = first or str(exc)  # the write that failed first says best what is wrong
+            return self.last_write_error
         return None
 
     def close(self) -> None:
