@@ -23,6 +23,7 @@ REFUSED: list[tuple[str, str, dict[str, Any] | None, str | None, str]] = [
     ("GET", "/api/v1/logs", {"after": str(HUGE)}, None, "after: expected an integer"),
     ("GET", "/api/v1/logs", {"after": "-1"}, None, "after: expected an integer between 0"),
     ("GET", "/api/v1/logs", {"offset": str(2**63)}, None, "offset: expected an integer between 0 and"),
+    ("GET", "/api/v1/logs", {"kind": ""}, None, "kind: expected one of audit, api, changes, recalls"),
     ("GET", "/api/v1/tombstones", {"offset": str(HUGE)}, None, "offset: expected an integer between 0 and"),
     ("GET", "/api/v1/dream/log", {"offset": str(2**63)}, None, "offset: expected an integer between 0 and"),
     ("GET", "/api/v1/panel/items", {"pageSize": "-1"}, None, "pageSize: expected an integer between 1 and 100"),

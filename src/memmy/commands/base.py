@@ -100,9 +100,9 @@ def _query_bool(body: dict[str, Any], key: str, default: bool) -> bool:
     return opt_bool(body, key, default)
 
 
-def _read_literal(body: dict[str, Any], key: str, choices: tuple[Any, ...], default: Any, query: bool) -> Any:
+def _read_literal(body: dict[str, Any], key: str, choices: tuple[Any, ...], default: Any) -> Any:
     value = opt_str(body, key)
-    if value is None or (query and value == ""):
+    if value is None:
         return default
     if value not in choices:
         raise InvalidArgument(f"{key}: expected one of {', '.join(map(str, choices))}, got {value!r}")
@@ -150,7 +150,7 @@ def field_reader(field: dataclasses.Field[Any], hint: Any, *, query: bool) -> Ca
         return text
     if get_origin(inner) is Literal:
         choices = get_args(inner)
-        return lambda body: _read_literal(body, key, choices, default, query)
+        return lambda body: _read_literal(body, key, choices, default)
     if inner is bool:
         if query:
             return lambda body: _query_bool(body, key, bool(default))

@@ -15,6 +15,9 @@ from memmy.server.routes import ROUTES, Row
 _STR = {"type": "string"}
 #: Ids in paths (the daemon's own ids look like ``trace_0a1b…``).
 _PATH_ID = {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,200}$"}
+#: Session and turn ids in paths are the caller's own: up to 200 characters without NUL, CR or LF.
+_CALLER_ID = {"type": "string", "pattern": "^[^\\x00\\n\\r]{1,200}$"}
+_CALLER_IDS = ("session_id", "turn_id")
 _ERROR = {
     "type": "object",
     "properties": {
@@ -77,7 +80,12 @@ def _operation(row: Row) -> dict[str, Any]:
             "content": {"application/json": {"schema": body}},
         }
     params = [
-        {"name": part[1:-1], "in": "path", "required": True, "schema": _PATH_ID}
+        {
+            "name": part[1:-1],
+            "in": "path",
+            "required": True,
+            "schema": _CALLER_ID if part[1:-1] in _CALLER_IDS else _PATH_ID,
+        }
         for part in row.path.split("/")
         if part.startswith("{")
     ]
