@@ -126,7 +126,7 @@ def main() -> int:
                 *(arg for path in SKIPPED for arg in ("--exclude-path", path)),
             ]
             started = time.monotonic()
-            run = subprocess.run(command, capture_output=True, text=True)
+            run = subprocess.run(command, capture_output=True, text=True, cwd=home)  # (its .schemathesis cache)
             elapsed = time.monotonic() - started
         finally:
             daemon.terminate()
