@@ -19,7 +19,7 @@ _LAYER_RE = "(L1|L2|L3|Skill)"
 LAYERS_SCHEMA: Final[dict[str, Any]] = {
     "oneOf": [
         {"type": "array", "items": {"enum": list(LAYER_NAMES)}},
-        {"type": "string", "pattern": f"^{_LAYER_RE}(,{_LAYER_RE})*$", "description": "comma-separated"},
+        {"type": "string", "pattern": f"^({_LAYER_RE}(,{_LAYER_RE})*)?$", "description": "comma-separated"},
     ]
 }
 MAX_CONTENT_CHARS: Final = 200_000

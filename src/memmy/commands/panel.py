@@ -27,7 +27,7 @@ def _csv(body: dict[str, Any], key: str) -> tuple[str, ...]:
 
 
 def _layer(body: dict[str, Any], key: str) -> Layer | None:
-    return layer_of(body[key], key) if body.get(key) else None
+    return None if body.get(key) is None else layer_of(body[key], key)
 
 
 def _text(body: dict[str, Any], key: str) -> str | None:

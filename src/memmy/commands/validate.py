@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -11,6 +12,10 @@ from memmy.errors import InvalidArgument
 #: The largest integer a request may carry where its field names no bound of its own (JavaScript's safe integer:
 #: JSON clients, Python and SQLite's 64-bit integers all hold every value up to it).
 MAX_INT = 2**53 - 1
+#: A number as a query string spells it: ASCII digits only (``int("²")`` fails, ``int("١٢")`` is 12: neither is
+#: a number the API documents).
+_INTEGER = re.compile(r"-?[0-9]{1,30}")
+_NUMBER = re.compile(r"-?[0-9]{1,30}(\.[0-9]{1,30})?([eE][-+]?[0-9]{1,3})?")
 
 
 def require_object(body: Any) -> dict[str, Any]:
@@ -60,7 +65,7 @@ def opt_int(
     if name not in body:
         return default
     value = body[name]
-    if strings and isinstance(value, str) and value.strip().lstrip("-").isdigit() and len(value) < 30:
+    if strings and isinstance(value, str) and _INTEGER.fullmatch(value):
         value = int(value)
     if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:  # JSON's 10.0 is an integer too
         value = int(value)
@@ -89,10 +94,9 @@ def opt_float(body: dict[str, Any], name: str, default: float, *, strings: bool 
         return default
     value = body[name]
     if strings and isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            raise InvalidArgument(f"{name}: expected a number, got {value[:40]!r}") from None
+        if not _NUMBER.fullmatch(value):
+            raise InvalidArgument(f"{name}: expected a number, got {value[:40]!r}")
+        value = float(value)
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         raise InvalidArgument(f"{name}: expected a number, got {_kind(value)}")
     try:
@@ -137,8 +141,8 @@ def opt_tags(body: dict[str, Any], name: str = "tags") -> list[str]:
 
 def layer_of(value: Any, name: str = "layer") -> Layer:
     """A memory layer (L1, L2, L3, Skill; case-insensitive)."""
-    if value is not None and not isinstance(value, str):
-        raise InvalidArgument(f"{name}: expected one of L1, L2, L3, Skill")
+    if (value is not None and not isinstance(value, str)) or value == "":
+        raise InvalidArgument(f"{name}: expected one of L1, L2, L3, Skill, got {value!r}"[:120])
     try:
         return normalise_layer(value)
     except ValueError as exc:
