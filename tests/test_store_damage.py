@@ -15,6 +15,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from memmy.commands.memory import AddMemory
@@ -159,21 +160,32 @@ def test_daemon_refuses_damaged_table_pages(sample_store: Path, tmp_path: Path) 
     assert [f.code for f in findings] == ["damaged"] and "memories" in findings[0].message
 
 
-def test_damaged_fts_pages_are_rebuilt_at_start(sample_store: Path, tmp_path: Path) -> None:
-    db = copy_store(sample_store, tmp_path / "store")
-    garble_pages(db, "memories_fts_data")
-    assert [f.code for f in check_store(db)] == ["fts_damaged"]
+def daemon_on(db: Path, tmp_path: Path) -> Daemon:
+    """A started daemon serving ``db``, with a home of its own under ``tmp_path``."""
     home = tmp_path / "daemon-home"
     home.mkdir()
     daemon = Daemon(home=home, port=free_port(), extra_env={"MEMMY_MEMORY_DB": str(db)})
     daemon.start()
+    return daemon
+
+
+def assert_marker_found(client: httpx.Client) -> None:
+    """Full-text search finds the sample store's marker memory."""
+    hits = client.post("/api/v1/memory/search", json={"query": MARKER, "limit": 5, "scope": "pooled"})
+    assert hits.status_code == 200, hits.text
+    assert any(MARKER in (h.get("snippet") or "") for h in hits.json()["hits"]), hits.text
+
+
+def test_damaged_fts_pages_are_rebuilt_at_start(sample_store: Path, tmp_path: Path) -> None:
+    db = copy_store(sample_store, tmp_path / "store")
+    garble_pages(db, "memories_fts_data")
+    assert [f.code for f in check_store(db)] == ["fts_damaged"]
+    daemon = daemon_on(db, tmp_path)
     try:
         with daemon.client() as client:
             added = client.post("/api/v1/memory/add", json={"content": "a fresh note after the repair, kumquat"})
             assert added.status_code == 200, added.text
-            hits = client.post("/api/v1/memory/search", json={"query": MARKER, "limit": 5, "scope": "pooled"})
-            assert hits.status_code == 200, hits.text
-            assert any(MARKER in (h.get("snippet") or "") for h in hits.json()["hits"]), hits.text
+            assert_marker_found(client)
     finally:
         assert daemon.stop() == 0
     log = (daemon.log_path or Path()).read_text()
@@ -210,6 +222,45 @@ def test_doctor_refuses_to_repair_a_served_store(sample_store: Path, tmp_path: P
     assert [f.code for f in check_store(db)] == ["fts_damaged"]  # untouched
 
 
+def damage_fts_under_a_running_daemon(db: Path) -> None:
+    """Garble the full-text pages of a store a daemon serves: the WAL is copied back first (no newer copy of those
+    pages may hide the damage), then another connection commits, so the daemon's page cache is dropped."""
+    with sqlite3.connect(db) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    garble_pages(db, "memories_fts_data")
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "INSERT OR REPLACE INTO runtime_kv(key, value_json, updated_at) VALUES ('test.touch', '1', 'now')"
+        )
+
+
+def test_fts_damaged_while_the_daemon_runs_is_rebuilt(sample_store: Path, tmp_path: Path) -> None:
+    """Damage met at run time is repaired as at start (backup + log lines), the caller is told to retry instead of
+    a bare 500, and add, search and health work again (on main: every add and search answered 500 `internal`)."""
+    db = copy_store(sample_store, tmp_path / "store")
+    daemon = daemon_on(db, tmp_path)
+    try:
+        with daemon.client() as client:
+            assert client.get("/api/v1/health").json()["status"] == "ok"
+            damage_fts_under_a_running_daemon(db)
+            first = client.post("/api/v1/memory/search", json={"query": MARKER, "scope": "pooled"})
+            assert first.status_code == 503, first.text
+            error = first.json()["error"]
+            assert error["code"] == "store_damaged"
+            assert "has been rebuilt (300 memories indexed" in error["message"] and "retry" in error["message"]
+            added = client.post("/api/v1/memory/add", json={"content": "after the run-time repair, persimmon"})
+            assert added.status_code == 200, added.text
+            assert_marker_found(client)
+            health = client.get("/api/v1/health").json()
+            assert health["ok"] is True and health["status"] == "ok", health
+    finally:
+        daemon.stop()
+    log = (daemon.log_path or Path()).read_text()
+    assert "the full-text index is damaged" in log and "full-text index rebuilt (300 memories indexed)" in log
+    assert list(db.parent.glob("memory.sqlite.damaged-*.bak"))  # the damaged file is kept
+    assert check_store(db) == []
+
+
 # -- disk full ------------------------------------------------------------------------------------------------
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
@@ -218,9 +269,9 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         yield mount
 
 
-def fill(disk: Path, leave_bytes: int) -> Path:
-    """Fill the disk until only about ``leave_bytes`` are free."""
-    filler = disk / "filler.bin"
+def fill(disk: Path, leave_bytes: int, name: str = "filler.bin") -> Path:
+    """Fill the disk until only about ``leave_bytes`` are free (with a file of its own per ``name``)."""
+    filler = disk / name
     stats = os.statvfs(disk)
     free = stats.f_bavail * stats.f_frsize
     with filler.open("wb") as handle:
@@ -256,14 +307,27 @@ def test_disk_full_is_a_storage_full_error_and_nothing_half_saved(small_disk: Pa
     store.close()
 
 
+def test_a_store_that_refuses_writes_is_degraded_until_a_probe_write_succeeds(tmp_path: Path) -> None:
+    """The third way a write fails: SQLite refusing it as read-only ("attempt to write a readonly database", what a
+    file or folder without write permission gives; as root here, the connection is made read-only instead)."""
+    store = Database(tmp_path / "memory.sqlite")
+    assert store.write_probe(max_age_s=0) is None
+    store.conn.execute("PRAGMA query_only=ON")
+    with pytest.raises(sqlite3.OperationalError, match="readonly"), store.transaction() as conn:
+        conn.execute("INSERT INTO runtime_kv(key, value_json, updated_at) VALUES ('refused', '1', 'now')")
+    reason = store.write_probe(max_age_s=0)
+    assert reason is not None and "cannot write" in reason and str(store.path) in reason
+    assert store.write_probe(max_age_s=0) == reason  # its probe write is refused too: still degraded
+    store.conn.execute("PRAGMA query_only=OFF")
+    assert store.write_probe(max_age_s=0) is None  # a probe write succeeded: the failure is cleared
+    store.close()
+
+
 def test_disk_full_on_the_real_daemon(small_disk: Path, tmp_path: Path) -> None:
     db = small_disk / "memory.sqlite"
-    home = tmp_path / "daemon-home"
-    home.mkdir()
-    daemon = Daemon(home=home, port=free_port(), extra_env={"MEMMY_MEMORY_DB": str(db)})
-    daemon.start()
+    daemon = daemon_on(db, tmp_path)
     try:
-        filler = fill(small_disk, 256 * 1024)
+        fill(small_disk, 256 * 1024)
         acknowledged: list[str] = []
         refused: dict[str, object] | None = None
         with daemon.client() as client:
@@ -279,7 +343,21 @@ def test_disk_full_on_the_real_daemon(small_disk: Path, tmp_path: Path) -> None:
             assert refused["status"] in (500, 507)  # 507 once the HTTP edge maps storage_full
             error = refused.get("error") or refused
             assert "storage_full" in json.dumps(error) and "is full" in json.dumps(error), refused
-            filler.unlink()
+            fill(small_disk, 0, "filler-rest.bin")  # 0 bytes free
+            degraded = client.get("/api/v1/health").json()
+            assert degraded["ok"] is False and degraded["status"] == "degraded", degraded
+            assert "is full" in degraded["reason"]
+            assert httpx.get(f"{daemon.url}/api/v1/health").json()["ok"] is False  # without the token too
+            found = client.post("/api/v1/memory/search", json={"query": "lorem", "scope": "pooled"})
+            assert found.status_code == 200, found.text  # reads keep working, and say memory is unavailable
+            assert found.json()["unavailable"].startswith("memmy: memory unavailable (the disk holding")
+            assert found.json()["injectedContext"].startswith("memmy: memory unavailable")
+            hook = run_prompt_hook(daemon, "why does the deploy fail with lorem ipsum errors?")
+            context = json.loads(hook)["hookSpecificOutput"]["additionalContext"]
+            assert "memmy: memory unavailable (" in context and "full" in context, hook
+            for leftover in small_disk.glob("filler*.bin"):
+                leftover.unlink()
+            assert client.get("/api/v1/health").json()["status"] == "ok"  # space again: nothing needs a restart
             for memory_id in acknowledged:  # every acknowledged write was committed
                 assert client.get(f"/api/v1/memory/{memory_id}").status_code == 200
             after = client.post("/api/v1/memory/add", json={"content": "space again"})
@@ -290,6 +368,31 @@ def test_disk_full_on_the_real_daemon(small_disk: Path, tmp_path: Path) -> None:
         titles = {r[0] for r in conn.execute("SELECT title FROM memories")}
     assert {f"n{i}" for i in range(len(acknowledged))} <= titles
     assert f"n{len(acknowledged)}" not in titles  # the refused write was not saved
+
+
+def run_prompt_hook(daemon: Daemon, prompt: str) -> str:
+    """Claude Code's prompt hook, run as the agent runs it, against ``daemon``: what it prints."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMMY_", "MEMORY_SERVICE_"))}
+    env.update(
+        {
+            "HOME": str(daemon.home),
+            "MEMMY_HOME": str(daemon.home / ".memmy"),
+            "MEMMY_MEMORY_URL": daemon.url,
+            "MEMMY_MEMORY_TOKEN": str(daemon.token),
+            "MEMMY_HOOK_TIMEOUT_MS": "60000",
+        }
+    )
+    payload = {"session_id": "disk-full", "hook_event_name": "UserPromptSubmit", "prompt": prompt, "cwd": "/"}
+    done = subprocess.run(
+        [sys.executable, "-m", "memmy.hook", "claude_code", "UserPromptSubmit"],
+        input=json.dumps(payload),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=90,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
 
 
 def test_leaked_pages_are_a_warning_not_a_rebuild(sample_store: Path, tmp_path: Path) -> None:

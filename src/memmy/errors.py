@@ -71,8 +71,20 @@ class StorageFullError(MemmyError):
     code = "storage_full"
 
 
-#: SQLite messages that mean "the store cannot write right now" (disk full, quota, I/O failure).
-_STORAGE_FAILURES = ("database or disk is full", "disk i/o error", "no space left on device", "disk quota exceeded")
+class StoreDamaged(MemmyError):
+    """The store met damage while it runs: the full-text index was rebuilt (retry), or ``doctor`` names the rest."""
+
+    code = "store_damaged"
+
+
+#: SQLite messages that mean "the store cannot write right now" (disk full, quota, I/O failure, read-only file).
+_STORAGE_FAILURES = (
+    "database or disk is full",
+    "disk i/o error",
+    "no space left on device",
+    "disk quota exceeded",
+    "attempt to write a readonly database",
+)
 
 
 def storage_failure(exc: BaseException) -> StorageFullError | None:
@@ -102,6 +114,7 @@ HTTP_STATUS_BY_CODE: dict[str, int] = {
     "invalid_json": 400,
     "rate_limited": 429,
     "storage_full": 507,
+    "store_damaged": 503,
 }
 
 

@@ -70,6 +70,8 @@ class SearchAnswer(TypedDict):
     serverTime: str
     debug: NotRequired[JSONObject]
     duplicate: NotRequired[bool]
+    #: Only while the store cannot write: the "memory unavailable" line (also the first line of the context).
+    unavailable: NotRequired[str]
 
 
 class MemoryDeleted(TypedDict):
@@ -383,6 +385,8 @@ class TurnStarted(TypedDict):
     status: list[str]
     serverTime: str
     duplicate: NotRequired[bool]
+    #: Only while the store cannot write: the "memory unavailable" line (also the first line of the context).
+    unavailable: NotRequired[str]
 
 
 class JobScheduled(TypedDict):

@@ -102,7 +102,7 @@ def _query_bool(body: dict[str, Any], key: str, default: bool) -> bool:
 
 def _read_literal(body: dict[str, Any], key: str, choices: tuple[Any, ...], default: Any) -> Any:
     value = opt_str(body, key)
-    if value is None or value == "":
+    if value is None:
         return default
     if value not in choices:
         raise InvalidArgument(f"{key}: expected one of {', '.join(map(str, choices))}, got {value!r}")
@@ -159,16 +159,16 @@ def field_reader(field: dataclasses.Field[Any], hint: Any, *, query: bool) -> Ca
         minimum, maximum = int(schema.get("minimum", 0)), schema.get("maximum")
 
         def integer(body: dict[str, Any]) -> int | None:
-            if optional and body.get(key) in (None, ""):
+            if optional and body.get(key) is None:
                 return None
-            return opt_int(body, key, int(default or 0), minimum=minimum, maximum=maximum)
+            return opt_int(body, key, int(default or 0), minimum=minimum, maximum=maximum, strings=query)
 
         return integer
     if inner is float:
         low, high = schema.get("minimum"), schema.get("maximum")
 
         def number(body: dict[str, Any]) -> float:
-            value = opt_float(body, key, float(default or 0.0))
+            value = opt_float(body, key, float(default or 0.0), strings=query)
             if (low is not None and value < low) or (high is not None and value > high):
                 raise InvalidArgument(f"{key}: expected a number between {low} and {high}")
             return value
@@ -238,6 +238,47 @@ def type_hints(cls: type) -> dict[str, Any]:
     return found
 
 
+_WIRE_KEYS: dict[type, dict[str, bool]] = {}
+
+
+def wire_keys(cls: type[Command]) -> dict[str, bool]:
+    """``{json key: null accepted}`` for every field a body may carry (nested requests flattened, aliases added);
+    a field typed ``X | None`` takes ``null`` (read as absent), any other refuses it (cached per type)."""
+    keys = _WIRE_KEYS.get(cls)
+    if keys is None:
+        hints = type_hints(cls)
+        keys = {}
+        for f in dataclasses.fields(cls):
+            if not on_wire(f):
+                continue
+            hint = hints[f.name]
+            if isinstance(hint, type) and issubclass(hint, Command):
+                keys.update(wire_keys(hint))
+                continue
+            keys[field_key(f)] = unwrap_optional(hint)[1]
+        keys.update(dict.fromkeys(cls.alias_keys, True))
+        _WIRE_KEYS[cls] = keys
+    return keys
+
+
+def check_body(cls: type[Command], body: object, extra: Mapping[str, bool] | None = None) -> dict[str, Any]:
+    """The edge's strictness before a body is read: a JSON object (not ``null``), no key the request does not
+    have (``extra``: keys the route adds, such as the idempotency pair, with whether they take ``null``), and
+    ``null`` only for an optional field. Each refusal is an :class:`InvalidArgument` naming the key."""
+    if body is None:
+        raise InvalidArgument("request body must be a JSON object, got null (send {} for no fields)")
+    data = require_object(body)
+    known = {**wire_keys(cls), **(extra or {})}
+    unknown = [key for key in data if key not in known]
+    if unknown:
+        expected = ", ".join(sorted(known)) or "no fields"
+        raise InvalidArgument(f"{unknown[0][:60]!r}: unknown field (expected {expected})")
+    for key, value in data.items():
+        if value is None and not known[key]:
+            raise InvalidArgument(f"{key}: null is not a value here (leave the field out for its default)")
+    return data
+
+
 @dataclasses.dataclass(frozen=True)
 class Command:
     """A typed request: frozen, read from JSON by :meth:`from_json`, described by :func:`schema.request_schema`."""
@@ -248,6 +289,8 @@ class Command:
     in_query: ClassVar[bool] = False
     #: Extra JSON Schema keywords for the whole request (``anyOf`` between fields, ...).
     schema_extra: ClassVar[dict[str, Any]] = {}
+    #: Other names a body may give a field (``{key: schema}``; documented beside the field they stand for).
+    alias_keys: ClassVar[dict[str, dict[str, Any]]] = {}
 
     @classmethod
     def read_fields(cls, body: object) -> dict[str, Any]:

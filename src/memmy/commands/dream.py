@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from memmy.commands.base import Command, param
+from memmy.commands.governance import MAX_OFFSET
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,7 @@ class DreamLog(Command):
     summary: ClassVar[str] = "Past Dream passes with counts per action (limit, offset)"
     in_query: ClassVar[bool] = True
     limit: int = param(20, schema={"minimum": 1, "maximum": 1000})
-    offset: int = param(0, schema={"minimum": 0})
+    offset: int = param(0, schema={"minimum": 0, "maximum": MAX_OFFSET})
 
 
 @dataclass(frozen=True)

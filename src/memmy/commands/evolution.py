@@ -8,7 +8,7 @@ from typing import Any, ClassVar, Self
 
 from memmy.commands.base import Command, param
 from memmy.commands.fields import TEXT
-from memmy.commands.validate import opt_list, opt_str, require_object
+from memmy.commands.validate import opt_int, opt_list, opt_str, require_object
 from memmy.errors import InvalidArgument
 
 POLARITIES = ("positive", "negative", "neutral")
@@ -33,6 +33,10 @@ class Feedback(Command):
     """``POST /api/v1/feedback``: explicit feedback on a memory or an episode (reward and guidance follow)."""
 
     summary: ClassVar[str] = "Explicit feedback on a memory or episode (reward, guidance)"
+    alias_keys: ClassVar[dict[str, dict[str, Any]]] = {
+        "memoryId": {**TEXT, "description": "another name for id"},
+        "episodeId": {**TEXT, "description": "another name for id"},
+    }
     id: str = param(read=_target, schema=TEXT, doc="a memory id (trace_/policy_/skill_…) or an episode id (episode_…)")
     polarity: str = param(read=_polarity, schema={"enum": list(POLARITIES)})
     magnitude: float = param(1.0, schema={"minimum": 0, "maximum": 1})
@@ -66,7 +70,10 @@ class ListJobs(Command):
 
 
 def _targets(body: dict[str, Any], key: str) -> tuple[str, ...]:
-    return tuple(t for t in opt_list(body, key) if isinstance(t, str))
+    targets = opt_list(body, key)
+    if not all(isinstance(t, str) for t in targets):
+        raise InvalidArgument(f"{key}: expected an array of memory ids (strings)")
+    return tuple(targets)
 
 
 @dataclass(frozen=True)
@@ -80,7 +87,7 @@ class RunWorker(Command):
     @classmethod
     def from_request(cls, body: object, query: Mapping[str, str], path: Mapping[str, str] | None = None) -> Self:
         """The body, with ``?limit=`` filling in a limit the body does not give."""
-        data, limit = require_object(body), query.get("limit")
-        if limit and "limit" not in data:
-            data = {**data, "limit": limit}
+        data = require_object(body)
+        if query.get("limit") and "limit" not in data:
+            data = {**data, "limit": opt_int(dict(query), "limit", 20, minimum=1, maximum=10_000, strings=True)}
         return cls.from_json(data)

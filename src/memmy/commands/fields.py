@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from memmy.commands.validate import layer_of, layers_of, opt_iso_time, opt_tags
+from memmy.commands.validate import layer_of, layers_of, opt_iso_time, opt_str, opt_tags
 from memmy.domain import Layer
 
 #: Text the service requires to hold more than whitespace.
@@ -12,21 +12,22 @@ from memmy.domain import Layer
 NOT_BLANK: Final = "[^\\x09-\\x0d\\x1c-\\x20\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]"
 TEXT: Final[dict[str, Any]] = {"type": "string", "pattern": NOT_BLANK}
 STR_LIST: Final[dict[str, Any]] = {"type": "array", "items": {"type": "string"}}
+#: Tags: an array of strings or one comma-separated string.
+TAGS_SCHEMA: Final[dict[str, Any]] = {"anyOf": [STR_LIST, {"type": "string", "description": "comma-separated"}]}
 LAYER_NAMES: Final = ("L1", "L2", "L3", "Skill")
 _LAYER_RE = "(L1|L2|L3|Skill)"
 LAYERS_SCHEMA: Final[dict[str, Any]] = {
     "oneOf": [
         {"type": "array", "items": {"enum": list(LAYER_NAMES)}},
-        {"type": "string", "pattern": f"^{_LAYER_RE}(,{_LAYER_RE})*$", "description": "comma-separated"},
+        {"type": "string", "pattern": f"^({_LAYER_RE}(,{_LAYER_RE})*)?$", "description": "comma-separated"},
     ]
 }
 MAX_CONTENT_CHARS: Final = 200_000
 
 
 def loose_str(body: dict[str, Any], key: str) -> str | None:
-    """A string when the field holds one; anything else is ignored (``source``, ``workspacePath``)."""
-    value = body.get(key)
-    return value if isinstance(value, str) else None
+    """An optional string where an empty one means absent (``source``, ``workspacePath``); another type is a 400."""
+    return opt_str(body, key) or None
 
 
 def tags_field(body: dict[str, Any], key: str) -> tuple[str, ...]:
@@ -47,11 +48,3 @@ def layers_field(body: dict[str, Any], key: str) -> tuple[Layer, ...]:
 def iso_time_field(body: dict[str, Any], key: str) -> str | None:
     """An ISO-8601 date-time with a timezone, normalised to UTC."""
     return opt_iso_time(body, key)
-
-
-def digits_field(body: dict[str, Any], key: str) -> int | None:
-    """A non-negative integer given as digits (a cursor such as ``after``); anything else means absent."""
-    value = body.get(key)
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    return int(value) if isinstance(value, str) and value.isdigit() else None

@@ -6,11 +6,13 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from memmy.commands.base import Command, param
-from memmy.commands.fields import digits_field, loose_str
+from memmy.commands.fields import loose_str
 from memmy.commands.validate import opt_str
 from memmy.errors import InvalidArgument
 
 LOG_KINDS = ("audit", "api", "changes", "recalls")
+#: The furthest a page may start (far beyond any real store; a bound keeps SQLite's 64-bit OFFSET in range).
+MAX_OFFSET = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -20,7 +22,7 @@ class ListTombstones(Command):
     summary: ClassVar[str] = "Forgotten values (content hash + memory key)"
     in_query: ClassVar[bool] = True
     limit: int = param(100, schema={"minimum": 1, "maximum": 10_000})
-    offset: int = param(0, schema={"minimum": 0})
+    offset: int = param(0, schema={"minimum": 0, "maximum": MAX_OFFSET})
 
 
 @dataclass(frozen=True)
@@ -39,9 +41,9 @@ class ListLogs(Command):
     in_query: ClassVar[bool] = True
     kind: Literal["audit", "api", "changes", "recalls"] = "audit"
     limit: int = param(50, schema={"minimum": 1, "maximum": 1000})
-    offset: int = param(0, schema={"minimum": 0})
+    offset: int = param(0, schema={"minimum": 0, "maximum": MAX_OFFSET})
     action: str | None = param(None, doc="only audit rows of this action")
-    after: int | None = param(None, read=digits_field, schema={"minimum": 0}, doc="rows after this id (follow)")
+    after: int | None = param(None, doc="rows after this id (follow)")
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,9 @@ from typing import Any
 
 from memmy.domain import stable_hash
 
+#: The body keys of an idempotency key (any write route with an ``idempotency`` operation takes them).
+IDEMPOTENCY_KEYS = ("adapterId", "requestId")
+
 
 @dataclass(frozen=True)
 class IdempotencyKey:

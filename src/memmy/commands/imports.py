@@ -15,7 +15,10 @@ SOURCE_NAMES = ("claude_code", "codex", "cursor", "hermes", "openclaw", "opencod
 
 
 def _names(body: dict[str, Any], key: str) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(str(name) for name in opt_list(body, key)))
+    names = opt_list(body, key)
+    if not all(isinstance(name, str) for name in names):
+        raise InvalidArgument(f"{key}: expected an array of source names (strings)")
+    return tuple(dict.fromkeys(names))
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,7 @@ class StartScan(Command):
     confirm: bool = param(False, doc="required for mode=full")
     since: str | None = param(None, read=iso_time_field, schema={"format": "date-time"})
     dry_run: bool = False
-    initial_limit: int = param(1000, schema={"minimum": 1})
+    initial_limit: int = param(1000, schema={"minimum": 1, "maximum": 1_000_000})
     stop_on_disconnect: bool = param(False, doc="stop when the last events follower leaves")
 
     @classmethod
@@ -51,5 +54,5 @@ class StartScan(Command):
         """Parse the body; a full re-read must be confirmed."""
         scan = super().from_json(body)
         if scan.mode == "full" and not scan.confirm:
-            raise InvalidArgument('mode \'full\' re-reads all history: confirm it with "confirm": true')
+            raise InvalidArgument("mode 'full' re-reads all history: confirm it with \"confirm\": true")
         return scan

@@ -12,6 +12,7 @@ from memmy.commands.fields import (
     LAYERS_SCHEMA,
     MAX_CONTENT_CHARS,
     STR_LIST,
+    TAGS_SCHEMA,
     TEXT,
     iso_time_field,
     layer_field,
@@ -42,7 +43,7 @@ _WORKSPACE = {"description": "the caller's working directory (its repository is 
 
 def _channels(body: dict[str, Any], key: str) -> tuple[str, ...]:
     requested = opt_list(body, key)
-    unknown = [c for c in requested if c not in CHANNEL_NAMES]
+    unknown = [c for c in requested if not isinstance(c, str) or c not in CHANNEL_NAMES]
     if unknown:
         raise InvalidArgument(f"{key}: unknown {unknown!r}; expected any of {', '.join(CHANNEL_NAMES)}")
     return tuple(dict.fromkeys(requested))
@@ -50,7 +51,9 @@ def _channels(body: dict[str, Any], key: str) -> tuple[str, ...]:
 
 def _hints(body: dict[str, Any], key: str) -> dict[str, Any] | None:
     value = body.get(key)
-    return value if isinstance(value, dict) else None
+    if value is not None and not isinstance(value, dict):
+        raise InvalidArgument(f"{key}: expected an object")
+    return value
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,7 @@ class RecallOptions(Command):
         (), read=_channels, schema={"type": "array", "items": {"enum": list(CHANNEL_NAMES)}}
     )
     context_hints: dict[str, Any] | None = param(None, read=_hints, schema={"type": "object"}, redact=False)
-    tags: tuple[str, ...] = param((), read=tags_field, schema=STR_LIST, doc="only memories carrying all of these")
+    tags: tuple[str, ...] = param((), read=tags_field, schema=TAGS_SCHEMA, doc="only memories carrying all of these")
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ class AddMemory(Command):
     content: str = param(schema={**TEXT, "maxLength": MAX_CONTENT_CHARS})
     layer: Layer = param("L1", read=layer_field, schema={"enum": ["L1", "L2", "L3", "Skill"], "default": "L1"})
     title: str = param("")
-    tags: tuple[str, ...] = param((), read=tags_field, schema=STR_LIST)
+    tags: tuple[str, ...] = param((), read=tags_field, schema=TAGS_SCHEMA)
     source: str | None = param(None, read=loose_str, schema=_SOURCE)
     workspace_path: str | None = param(None, read=loose_str, schema=_WORKSPACE)
     session_id: str | None = None

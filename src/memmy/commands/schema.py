@@ -11,7 +11,10 @@ from typing import Any, Literal, NotRequired, Required, get_args, get_origin, is
 
 from memmy.commands.answers import JSONValue
 from memmy.commands.base import Command, field_key, is_required, on_wire, type_hints, unwrap_optional
+from memmy.commands.validate import MAX_INT
 
+#: Keywords that describe a schema without constraining it.
+_ANNOTATIONS = frozenset({"description", "default", "title", "examples"})
 _SCALARS: dict[Any, dict[str, Any]] = {
     str: {"type": "string"},
     int: {"type": "integer"},
@@ -66,22 +69,45 @@ def typeddict_schema(cls: Any) -> dict[str, Any]:
     return schema
 
 
-def field_schema(field: dataclasses.Field[Any], hint: Any) -> dict[str, Any]:
-    """The schema of one command field: its declared extra schema over the schema of its type."""
+def field_schema(field: dataclasses.Field[Any], hint: Any, *, body: bool = False) -> dict[str, Any]:
+    """The schema of one command field: its declared extra schema over the schema of its type.
+
+    An integer gets the bounds its reader enforces (``minimum`` 0, ``maximum`` :data:`MAX_INT` unless the field
+    names its own). In a JSON ``body`` an optional field (``X | None``) also takes ``null``; a query string
+    cannot send one.
+    """
     extra: dict[str, Any] = dict(field.metadata.get("schema", {}))
-    inner, _optional = unwrap_optional(hint)  # null is read as absent; the document offers the value's type only
+    inner, optional = unwrap_optional(hint)
     schema = {} if {"enum", "const", "oneOf", "anyOf"} & set(extra) else type_schema(inner)
     schema.update(extra)
+    if schema.get("type") == "integer" and field.metadata.get("read") is None:
+        schema.setdefault("minimum", 0)
+        schema.setdefault("maximum", MAX_INT)
     doc = field.metadata.get("doc")
     if doc and "description" not in schema:
         schema["description"] = doc
     if isinstance(field.default, (str, int, float, bool)):
         schema.setdefault("default", field.default)
+    if body and optional:
+        schema = nullable(schema)
     return schema
 
 
-def request_fields(cls: type[Command]) -> list[tuple[str, dict[str, Any], bool]]:
-    """``(json key, schema, required)`` for every field of a command, nested commands flattened."""
+def nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` that also takes ``null``."""
+    if set(schema) <= _ANNOTATIONS or isinstance(schema.get("type"), list):
+        return schema  # any value already, or a type list the field chose
+    combined = {"not", "anyOf", "oneOf", "allOf"} & set(schema)  # (a ``not`` would refuse null: wrap it)
+    if isinstance(schema.get("type"), str) and not combined:
+        return {**schema, "type": [schema["type"], "null"]}
+    if "enum" in schema and not combined:
+        return {**schema, "enum": [*schema["enum"], None]}
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def request_fields(cls: type[Command], *, body: bool = False) -> list[tuple[str, dict[str, Any], bool]]:
+    """``(json key, schema, required)`` for every field of a command, nested commands flattened (``body``: as
+    a JSON body carries them, see :func:`field_schema`)."""
     hints = type_hints(cls)
     found: list[tuple[str, dict[str, Any], bool]] = []
     for field in dataclasses.fields(cls):
@@ -89,16 +115,18 @@ def request_fields(cls: type[Command]) -> list[tuple[str, dict[str, Any], bool]]
             continue
         hint = hints[field.name]
         if isinstance(hint, type) and issubclass(hint, Command):
-            found.extend(request_fields(hint))
+            found.extend(request_fields(hint, body=body))
             continue
-        found.append((field_key(field), field_schema(field, hint), is_required(field)))
+        found.append((field_key(field), field_schema(field, hint, body=body), is_required(field)))
     return found
 
 
 def request_schema(cls: type[Command]) -> dict[str, Any]:
-    """The object schema of a request body."""
-    fields = request_fields(cls)
-    schema: dict[str, Any] = {"type": "object", "properties": {key: s for key, s, _req in fields}}
+    """The object schema of a request body: its fields (and their aliases), nothing else."""
+    fields = request_fields(cls, body=True)
+    properties = {key: s for key, s, _req in fields}
+    properties.update({key: nullable(s) for key, s in cls.alias_keys.items()})
+    schema: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
     required = [key for key, _s, req in fields if req]
     if required:
         schema["required"] = required

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Self
 
 from memmy.commands.base import Command, Redacts, param
-from memmy.commands.fields import LAYERS_SCHEMA, STR_LIST, TEXT
+from memmy.commands.fields import LAYERS_SCHEMA, TAGS_SCHEMA, TEXT
 from memmy.commands.idempotency import IdempotencyKey, idempotency_key
 from memmy.commands.memory import PROJECT_SCOPE, RecallOptions
 from memmy.commands.validate import layers_of, opt_int, opt_list, opt_str, opt_tags, req_str, require_object
@@ -37,8 +37,17 @@ _STATUS_ALIASES = {
 #: A caller-chosen id: up to 200 characters, no NUL or line breaks (see :func:`safe_id`).
 _ID: dict[str, Any] = {"maxLength": 200, "not": {"pattern": "[\\x00\\n\\r]"}}
 _SID: dict[str, Any] = {**_ID, "pattern": TEXT["pattern"]}
-_OPT_TEXT = {"description": "used when a non-empty string (anything else is ignored)"}
-_STATUS = {"enum": ["succeeded", "failed", "cancelled"], "description": "host words (ok, error, ...) are mapped"}
+_OPT_TEXT = {"description": "used when a non-blank string (blank or null: absent)"}
+_STATUS = {
+    "enum": ["succeeded", "failed", "cancelled", *sorted(set(_STATUS_ALIASES) - {"succeeded", "failed", "cancelled"})],
+    "description": "succeeded, failed or cancelled; host words (ok, error, timeout, ...) are mapped onto them",
+}
+
+
+def _both(given: str, needed: str) -> dict[str, Any]:
+    """JSON Schema: when ``given`` is a string, ``needed`` must be one too."""
+    string = {"properties": {given: {"type": "string"}}, "required": [given]}
+    return {"if": string, "then": {"properties": {needed: {"type": "string"}}, "required": [needed]}}
 
 
 def normalize_status(value: Any) -> str:
@@ -58,9 +67,10 @@ def safe_id(value: str, name: str) -> str:
 
 
 def _opt_text(body: dict[str, Any], name: str) -> str | None:
-    """A body-level ``source``/``workspacePath``: used when it is a non-empty string, ignored otherwise (as before)."""
-    value = body.get(name)
-    return value if isinstance(value, str) and value.strip() else None
+    """A body-level ``source``/``workspacePath``: used when it is a non-blank string (blank or null: absent);
+    another type is a 400."""
+    value = opt_str(body, name)
+    return value if value is not None and value.strip() else None
 
 
 def _path_value(path: Mapping[str, str] | None, name: str) -> str:
@@ -178,9 +188,9 @@ class CompleteTurn(Command):
     """
 
     summary: ClassVar[str] = "Record a turn completion (capture)"
-    #: The host transcript's two ids name the turn together: both or neither.
+    #: The host transcript's two ids name the turn together: both or neither (null is neither).
     schema_extra: ClassVar[dict[str, Any]] = {
-        "dependentRequired": {"hostConversationId": ["hostMessageId"], "hostMessageId": ["hostConversationId"]}
+        "allOf": [_both("hostConversationId", "hostMessageId"), _both("hostMessageId", "hostConversationId")]
     }
     turn_id: str = param(wire=False, doc="from the path")
     session_id: str = param(schema=_SID)
@@ -191,7 +201,7 @@ class CompleteTurn(Command):
     tool_calls: list[Any] = param(factory=list, schema={"items": {"type": "object"}})
     tool_results: list[Any] = param(factory=list)
     source_memory_ids: list[str] = param(factory=list, schema={"description": "ids recalled for this turn"})
-    tags: list[str] = param(factory=list, schema=STR_LIST)
+    tags: list[str] = param(factory=list, schema=TAGS_SCHEMA)
     usage: dict[str, Any] | None = None
     episode_id: str | None = None
     source: str | None = param(None, schema=_OPT_TEXT)
@@ -216,7 +226,11 @@ class CompleteTurn(Command):
         status = normalize_status(data.get("status"))
         reasoning = opt_str(data, "reasoningSummary")
         tool_calls, tool_results = opt_list(data, "toolCalls"), opt_list(data, "toolResults")
-        source_ids = [i for i in opt_list(data, "sourceMemoryIds") if isinstance(i, str)]
+        if not all(isinstance(call, dict) for call in tool_calls):
+            raise InvalidArgument("toolCalls: expected an array of objects")
+        source_ids = opt_list(data, "sourceMemoryIds")
+        if not all(isinstance(i, str) for i in source_ids):
+            raise InvalidArgument("sourceMemoryIds: expected an array of memory ids (strings)")
         tags = opt_tags(data)
         usage = data.get("usage")
         if usage is not None and not isinstance(usage, dict):

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
 from memmy.domain import Layer, normalise_layer, normalise_tags
 from memmy.errors import InvalidArgument
+
+#: The largest integer a request may carry where its field names no bound of its own (JavaScript's safe integer:
+#: JSON clients, Python and SQLite's 64-bit integers all hold every value up to it).
+MAX_INT = 2**53 - 1
+#: A number as a query string spells it: ASCII digits only (``int("²")`` fails, ``int("١٢")`` is 12: neither is
+#: a number the API documents).
+_INTEGER = re.compile(r"-?[0-9]{1,30}")
+_NUMBER = re.compile(r"-?[0-9]{1,30}(\.[0-9]{1,30})?([eE][-+]?[0-9]{1,3})?")
 
 
 def require_object(body: Any) -> dict[str, Any]:
@@ -39,36 +48,64 @@ def opt_str(body: dict[str, Any], name: str) -> str | None:
     return value
 
 
-def opt_int(body: dict[str, Any], name: str, default: int, *, minimum: int = 0, maximum: int | None = None) -> int:
-    """An optional integer within bounds."""
-    value = body.get(name, default)
-    if value is None:
+def opt_int(
+    body: dict[str, Any],
+    name: str,
+    default: int,
+    *,
+    minimum: int = 0,
+    maximum: int | None = None,
+    strings: bool = False,
+) -> int:
+    """An optional integer within bounds (at most :data:`MAX_INT` when no ``maximum`` is given).
+
+    ``strings``: digits in a string count (a query string's values are all strings); a JSON body's ``"10"`` is
+    refused, as a ``null`` is (absent is the default, ``null`` is not a number).
+    """
+    if name not in body:
         return default
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+    value = body[name]
+    if strings and isinstance(value, str) and _INTEGER.fullmatch(value):
         value = int(value)
     if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:  # JSON's 10.0 is an integer too
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidArgument(f"{name}: expected an integer, got {type(value).__name__}")
-    if value < minimum or (maximum is not None and value > maximum):
-        bound = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
-        raise InvalidArgument(f"{name}: expected an integer {bound}, got {value}")
+        raise InvalidArgument(f"{name}: expected an integer, got {_kind(value)}")
+    high = MAX_INT if maximum is None else maximum
+    if value < minimum or value > high:
+        shown = str(value) if len(str(value)) <= 30 else f"a {len(str(value))}-digit number"
+        raise InvalidArgument(f"{name}: expected an integer between {minimum} and {high}, got {shown}")
     return value
 
 
-def opt_float(body: dict[str, Any], name: str, default: float) -> float:
-    """An optional number (int or float; numeric strings accepted)."""
-    value = body.get(name, default)
+def _kind(value: Any) -> str:
+    """How a wrong value is named in a message: ``null``, ``a string ('10')``, ``an array``..."""
     if value is None:
-        return default
+        return "null"
     if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            raise InvalidArgument(f"{name}: expected a number, got {value!r}") from None
+        return f"a string ({value[:40]!r})"
+    names = {bool: "a boolean", list: "an array", dict: "an object", float: "a number with a fraction"}
+    return names.get(type(value), type(value).__name__)
+
+
+def opt_float(body: dict[str, Any], name: str, default: float, *, strings: bool = False) -> float:
+    """An optional finite number (``strings``: numeric strings count, for a query string)."""
+    if name not in body:
+        return default
+    value = body[name]
+    if strings and isinstance(value, str):
+        if not _NUMBER.fullmatch(value):
+            raise InvalidArgument(f"{name}: expected a number, got {value[:40]!r}")
+        value = float(value)
     if not isinstance(value, (int, float)) or isinstance(value, bool):
-        raise InvalidArgument(f"{name}: expected a number, got {type(value).__name__}")
-    return float(value)
+        raise InvalidArgument(f"{name}: expected a number, got {_kind(value)}")
+    try:
+        number = float(value)
+    except OverflowError:
+        raise InvalidArgument(f"{name}: the number is too large") from None
+    if number != number or number in (float("inf"), float("-inf")):
+        raise InvalidArgument(f"{name}: expected a finite number")
+    return number
 
 
 def opt_bool(body: dict[str, Any], name: str, default: bool = False) -> bool:
@@ -92,17 +129,20 @@ def opt_list(body: dict[str, Any], name: str) -> list[Any]:
 
 
 def opt_tags(body: dict[str, Any], name: str = "tags") -> list[str]:
-    """Tags as a list of strings or a comma-separated string."""
+    """Tags as a list of strings or a comma-separated string (an array holding anything else is refused)."""
+    value = body.get(name)
+    if isinstance(value, list) and not all(isinstance(tag, str) for tag in value):
+        raise InvalidArgument(f"{name}: expected an array of strings (a nested array or object is not a tag)")
     try:
-        return normalise_tags(body.get(name))
+        return normalise_tags(value)
     except ValueError as exc:
         raise InvalidArgument(f"{name}: {exc}") from None
 
 
 def layer_of(value: Any, name: str = "layer") -> Layer:
     """A memory layer (L1, L2, L3, Skill; case-insensitive)."""
-    if value is not None and not isinstance(value, str):
-        raise InvalidArgument(f"{name}: expected one of L1, L2, L3, Skill")
+    if (value is not None and not isinstance(value, str)) or value == "":
+        raise InvalidArgument(f"{name}: expected one of L1, L2, L3, Skill, got {value!r}"[:120])
     try:
         return normalise_layer(value)
     except ValueError as exc:

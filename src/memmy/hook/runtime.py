@@ -511,6 +511,16 @@ def on_prompt(
     )
 
 
+def unavailable_output(hook_event: str, exc: HTTPError) -> str:
+    """The context a failed turn start injects: one line saying memory is unavailable, and why."""
+    try:
+        reason = str(json.loads(exc.body)["error"]["message"])[:300]
+    except (ValueError, KeyError, TypeError):
+        reason = f"the memory service answered HTTP {exc.code}"
+    line = f"memmy: memory unavailable ({reason}); nothing was recalled for this prompt"
+    return json.dumps({"hookSpecificOutput": {"hookEventName": hook_event, "additionalContext": line}})
+
+
 def on_answer(agent: str, event: str, payload: dict[str, Any], state: TurnStates) -> str:
     """Cursor's afterAgentResponse: keep the answer for the stop event."""
     current = state.load()
@@ -590,7 +600,12 @@ def handle(agent: str, event: str, raw_stdin: str, deadline: float, config: dict
     state = TurnStates(agent, session_key, str(host_turn) if host_turn else None)
     name = event_key(event)
     if name in PROMPT_EVENTS:
-        return on_prompt(agent, event, payload, client, state, session_key)
+        try:
+            return on_prompt(agent, event, payload, client, state, session_key)
+        except HTTPError as exc:  # the store is damaged or full: say so instead of silence (Cursor cannot inject)
+            if exc.code < 500 or agent == "cursor":
+                raise
+            return unavailable_output(first(payload, "hook_event_name", "hookEventName") or "UserPromptSubmit", exc)
     if name in ANSWER_EVENTS:
         return on_answer(agent, event, payload, state)
     if name in STOP_EVENTS:

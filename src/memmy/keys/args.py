@@ -176,12 +176,10 @@ def opt_text(body: Mapping[str, Any], name: str, where: str = "") -> str | None:
 
 
 def opt_number(body: Mapping[str, Any], name: str, default: int, lo: int, hi: int, where: str = "") -> int:
-    """An optional integer in [lo, hi] (numeric strings accepted)."""
+    """An optional integer in [lo, hi] (a JSON number: ``"8"`` is refused like any other string)."""
     value = body.get(name)
     if value is None:
         return default
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value)
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -19,9 +18,18 @@ from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from memmy import __version__
-from memmy.commands.idempotency import idempotency_key
+from memmy.commands.base import check_body
+from memmy.commands.idempotency import IDEMPOTENCY_KEYS, idempotency_key
 from memmy.config import store_id
-from memmy.errors import Conflict, MemmyError, StorageFullError, http_status_for, storage_failure
+from memmy.errors import (
+    Conflict,
+    InvalidArgument,
+    MemmyError,
+    StorageFullError,
+    StoreDamaged,
+    http_status_for,
+    storage_failure,
+)
 from memmy.mcp.http import McpHttpEndpoint
 from memmy.namespace import Namespace
 from memmy.panel import Panel
@@ -47,6 +55,24 @@ def _request_id(request: Request) -> str:
     return str(request.scope.get("state", {}).get("request_id", ""))
 
 
+#: The line an agent gets instead of silence while the store cannot write (first in the injected context).
+UNAVAILABLE = "memmy: memory unavailable ({reason}); recalled memory may be incomplete and nothing new is being saved"
+
+
+def mark_unavailable(answer: dict[str, Any], reason: str) -> dict[str, Any]:
+    """A recall answer (turn start, search) told that memory is unavailable: ``unavailable`` holds the line, and
+    the injected context opens with it (so a hook, the MCP tool and the agent's memory block all show it)."""
+    line = UNAVAILABLE.format(reason=reason)
+    injected = answer.get("injectedContext")
+    if isinstance(injected, dict):
+        markdown = str(injected.get("markdown") or "")
+        answer["injectedContext"] = {**injected, "markdown": f"{line}\n\n{markdown}".strip()}
+    elif isinstance(injected, str):
+        answer["injectedContext"] = f"{line}\n\n{injected}".strip()
+    answer["unavailable"] = line
+    return answer
+
+
 def error_response(request: Request, exc: MemmyError) -> Response:
     """Map a domain error to its status and the error envelope."""
     status = http_status_for(exc.code)
@@ -68,8 +94,6 @@ class Api:
     def __init__(self, service: MemoryService, shutdown: Callable[[], None] | None) -> None:
         self.service = service
         self.shutdown_callback = shutdown
-        #: Why the last write failed for want of storage (health clears it once a probe write succeeds).
-        self.storage_fault: str | None = None
 
     def namespace(self, request: Request) -> Namespace:
         """Caller identity from the ``x-memmy-*`` headers and ``?source=``."""
@@ -85,8 +109,10 @@ class Api:
         *args: Any,
         idempotency_op: str | None = None,
         body: Any = None,
+        recall: bool = False,
     ) -> Response:
-        """Run a service call in the thread pool with idempotency and error mapping."""
+        """Run a service call in the thread pool with idempotency and error mapping (``recall``: an answer with
+        context for an agent, marked while the store cannot write)."""
         try:
             if idempotency_op and isinstance(body, dict) and body.get("adapterId") and body.get("requestId"):
                 result = await run_in_threadpool(self._idempotent, idempotency_op, body, fn, args)
@@ -94,15 +120,27 @@ class Api:
                 result = await run_in_threadpool(fn, *args)
         except MemmyError as exc:
             if isinstance(exc, StorageFullError):
-                self.storage_fault = exc.message
+                self.service.db.mark_failed(exc.message)
             return error_response(request, exc)
-        except (sqlite3.Error, OSError, StorageFullError) as exc:  # the store raises StorageFullError itself
-            failure = exc if isinstance(exc, StorageFullError) else storage_failure(exc)
+        except (sqlite3.Error, OSError) as exc:
+            failure = storage_failure(exc)
             if failure is None:
-                raise
-            self.storage_fault = failure.message
+                return error_response(request, await run_in_threadpool(self._damage, exc))
+            self.service.db.mark_failed(failure.message)
             return error_response(request, failure)
+        if recall and isinstance(result, dict):
+            reason = await run_in_threadpool(self.service.db.write_probe)
+            if reason is not None:
+                result = mark_unavailable(dict(result), reason)
         return json_response(result)
+
+    def _damage(self, exc: BaseException) -> MemmyError:
+        """An unexpected store error: SQLITE_CORRUPT in the full-text index is repaired now (as at start) and the
+        caller told to retry; damage elsewhere is named with ``doctor``; anything else is re-raised (a 500)."""
+        found = self.service.db.recover(exc)
+        if found is None:
+            raise exc
+        return StoreDamaged(found)
 
     def _idempotent(
         self, op: str, body: dict[str, Any], fn: Callable[..., dict[str, Any]], args: tuple[Any, ...]
@@ -141,14 +179,26 @@ class Api:
                 return error_response(request, exc)
             context = Call(self.service, self.namespace(request), path)
             op = row.idempotency.format(**path) if row.idempotency else None
-            return await self.call(request, call, context, request_value, idempotency_op=op, body=body)
+            return await self.call(
+                request, call, context, request_value, idempotency_op=op, body=body, recall=row.recall
+            )
 
         return endpoint
 
     @staticmethod
     def parse(row: Row, request: Request, body: Any, path: dict[str, str]) -> Any:
-        """The row's request: a Command from the body (or the query string), the raw body, or the query dict."""
+        """The row's request: a Command from the body (or the query string), the raw body, or the query dict.
+
+        A JSON body is checked first (:func:`~memmy.commands.base.check_body`): an object, no unknown key, ``null``
+        only where a field is optional; the idempotency pair, where the row takes one, must be strings.
+        """
         if isinstance(row.request, type):
+            if row.method != "GET" and not row.request.in_query:
+                extra = dict.fromkeys(IDEMPOTENCY_KEYS, True) if row.idempotency else None
+                data = check_body(row.request, body, extra)
+                for key in IDEMPOTENCY_KEYS if row.idempotency else ():
+                    if data.get(key) is not None and not isinstance(data[key], str):
+                        raise InvalidArgument(f"{key}: expected a string")
             return row.request.from_request(body, dict(request.query_params), path)
         if row.request is not None:
             return body
@@ -157,7 +207,7 @@ class Api:
     # -- handlers ---------------------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
         """``{ok, version}`` for anyone; the details (storage, models, queue, store id) only with the token."""
-        fault = await run_in_threadpool(self._storage_probe) if self.storage_fault else None
+        fault = await run_in_threadpool(self.service.db.write_probe)
         if not request.scope.get("state", {}).get("authenticated"):
             return json_response({"ok": fault is None, "version": __version__})
         try:
@@ -169,21 +219,6 @@ class Api:
         if fault is not None:
             payload.update({"ok": False, "status": "degraded", "reason": fault})
         return json_response(payload)
-
-    def _storage_probe(self) -> str | None:
-        """After a failed write: try one small committed write; clear the fault when it succeeds."""
-        try:
-            with self.service.db.transaction() as conn:
-                conn.execute(
-                    "INSERT INTO runtime_kv(key, value_json, updated_at) VALUES ('health.writeProbe', ?, ?) "
-                    "ON CONFLICT(key) DO UPDATE SET value_json = excluded.value_json, updated_at = excluded.updated_at",
-                    (json.dumps(time.time()), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())),
-                )
-        except (sqlite3.Error, OSError, StorageFullError) as exc:  # the store raises StorageFullError itself
-            failure = exc if isinstance(exc, StorageFullError) else storage_failure(exc)
-            return failure.message if failure is not None else f"the store cannot write: {exc}"
-        self.storage_fault = None
-        return None
 
     async def scan_events(self, request: Request) -> Response:
         """Server-sent events: one ``progress`` event per change until the job ends."""
@@ -230,10 +265,22 @@ class Api:
         )
 
 
+def by_method(handlers: dict[str, Handler]) -> Handler:
+    """One endpoint serving several methods of a path (HEAD as GET)."""
+
+    async def endpoint(request: Request) -> Response:
+        return await handlers["GET" if request.method == "HEAD" else request.method](request)
+
+    return endpoint
+
+
 def create_app(service: MemoryService, shutdown: Callable[[], None] | None = None) -> Starlette:
     """Build the ASGI app for a service (the daemon's composition root calls this)."""
     api = Api(service, shutdown)
-    routes = [Route(row.path, api.endpoint(row), methods=[row.method]) for row in ROUTES]
+    by_path: dict[str, dict[str, Handler]] = {}
+    for row in ROUTES:  # one route per path, so a 405 names every method of the path in its Allow header
+        by_path.setdefault(row.path, {})[row.method] = api.endpoint(row)
+    routes = [Route(path, by_method(handlers), methods=list(handlers)) for path, handlers in by_path.items()]
     routes.append(Route("/docs", docs_page, methods=["GET"]))  # the browsable API page (same guard)
 
     async def not_found(request: Request, exc: Exception) -> Response:
@@ -244,8 +291,12 @@ def create_app(service: MemoryService, shutdown: Callable[[], None] | None = Non
             code, message = "not_found", f"{request.method} {request.url.path} is not registered"
         else:
             code, message = "internal", "internal error"
+        headers = exc.headers if isinstance(exc, HTTPException) else None  # 405 names the methods (Allow)
         return Response(
-            error_body(code, message, _request_id(request)), status_code=status, media_type="application/json"
+            error_body(code, message, _request_id(request)),
+            status_code=status,
+            media_type="application/json",
+            headers=headers,
         )
 
     def token() -> str:

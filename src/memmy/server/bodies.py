@@ -15,6 +15,8 @@ from memmy.errors import MemmyError
 
 #: Deepest nesting of arrays/objects a body may have (real bodies stay under ten levels).
 MAX_DEPTH = 128
+#: Most digits a JSON number may have (2**63 has 19; a longer one is no id, count or bound the API takes).
+MAX_NUMBER_CHARS = 40
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -64,18 +66,37 @@ def clean(value: Any) -> Any:
     return value
 
 
-def parse_body(raw: bytes) -> Any:
-    """Decode a request body: empty is ``{}``; invalid UTF-8 and lone surrogates become U+FFFD.
+def _parse_int(text: str) -> int:
+    if len(text) > MAX_NUMBER_CHARS:
+        raise InvalidJson(f"request body has a {len(text)}-digit number (at most {MAX_NUMBER_CHARS} digits)")
+    return int(text)
 
-    Raises :class:`InvalidJson` (HTTP 400) for malformed JSON or nesting deeper than :data:`MAX_DEPTH`.
+
+def _parse_float(text: str) -> float:
+    value = float(text) if len(text) <= MAX_NUMBER_CHARS * 2 else float("inf")
+    if value in (float("inf"), float("-inf")):
+        raise InvalidJson(f"request body has a number too large for a float ({text[:20]}...)")
+    return value
+
+
+def _refuse_constant(name: str) -> Any:
+    raise InvalidJson(f"request body is not valid JSON: {name} is not a JSON number")
+
+
+def parse_body(raw: bytes) -> Any:
+    """Decode a request body: no bytes is ``{}`` (blanks alone are not JSON); invalid UTF-8 and lone surrogates
+    become U+FFFD.
+
+    Raises :class:`InvalidJson` (HTTP 400) for malformed JSON, nesting deeper than :data:`MAX_DEPTH`, a number
+    longer than :data:`MAX_NUMBER_CHARS` digits or beyond a float's range, and ``NaN``/``Infinity`` (not JSON).
     """
-    text = raw.decode("utf-8", "replace")
-    if not text.strip():
+    if not raw:
         return {}
+    text = raw.decode("utf-8", "replace")
     if len(text) > 2 * MAX_DEPTH and not _depth_ok(text):
         raise InvalidJson(f"request body is nested deeper than {MAX_DEPTH} levels")
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_refuse_constant)
     except json.JSONDecodeError as exc:
         raise InvalidJson(
             f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"

@@ -15,6 +15,9 @@ from memmy.server.routes import ROUTES, Row
 _STR = {"type": "string"}
 #: Ids in paths (the daemon's own ids look like ``trace_0a1b…``).
 _PATH_ID = {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,200}$"}
+#: Session and turn ids in paths are the caller's own: up to 200 characters without NUL, CR or LF.
+_CALLER_ID = {"type": "string", "pattern": "^[^\\x00\\n\\r]{1,200}$"}
+_CALLER_IDS = ("session_id", "turn_id")
 _ERROR = {
     "type": "object",
     "properties": {
@@ -27,8 +30,8 @@ _ERROR = {
     "required": ["error"],
 }
 _IDEMPOTENCY = {
-    "adapterId": {"type": "string", "description": "with requestId: a retry returns the first answer"},
-    "requestId": {"type": "string"},
+    "adapterId": {"type": ["string", "null"], "description": "with requestId: a retry returns the first answer"},
+    "requestId": {"type": ["string", "null"]},
 }
 #: Error answers any operation may give, by status (the body is always the error envelope).
 ERROR_STATUSES: dict[str, str] = {
@@ -40,7 +43,9 @@ ERROR_STATUSES: dict[str, str] = {
     "413": "Body over server.maxBodyBytes (2 MiB by default)",
     "415": "A body not sent as `content-type: application/json`",
     "421": "A Host header that does not name this loopback service (DNS rebinding guard)",
-    "507": "The store cannot write (disk full or I/O error); nothing of the request was saved",
+    "503": "The store met damage while running (`store_damaged`): a damaged full-text index was rebuilt (retry), "
+    "or `memmy-memory doctor` names the damage",
+    "507": "The store cannot write (disk full, read-only or I/O error); nothing of the request was saved",
 }
 
 
@@ -57,6 +62,10 @@ def _operation(row: Row) -> dict[str, Any]:
     """One operation object from one route row."""
     if row.media == "application/json":
         content = {row.media: {"schema": type_schema(row.response)}}
+    elif row.media == "text/event-stream":  # the schema of one event; its data is the answer type as JSON
+        data = {"type": "string", "contentMediaType": "application/json", "contentSchema": type_schema(row.response)}
+        event = {"type": "object", "properties": {"event": {"type": "string"}, "data": data}, "required": ["data"]}
+        content = {row.media: {"schema": event}}
     else:
         content = {row.media: {"schema": {"type": "string"}}}
     responses: dict[str, Any] = {"200": {"description": "OK", "content": content}}
@@ -71,7 +80,12 @@ def _operation(row: Row) -> dict[str, Any]:
             "content": {"application/json": {"schema": body}},
         }
     params = [
-        {"name": part[1:-1], "in": "path", "required": True, "schema": _PATH_ID}
+        {
+            "name": part[1:-1],
+            "in": "path",
+            "required": True,
+            "schema": _CALLER_ID if part[1:-1] in _CALLER_IDS else _PATH_ID,
+        }
         for part in row.path.split("/")
         if part.startswith("{")
     ]

@@ -72,6 +72,9 @@ class Row:
     documented: bool = True
     #: Success media types other than JSON.
     media: str = "application/json"
+    #: The answer carries recalled context for an agent: while the store cannot write, it says so (see
+    #: :func:`memmy.server.app.mark_unavailable`).
+    recall: bool = False
 
 
 def _key_row(args: type[KeyArgs]) -> Row:
@@ -140,6 +143,7 @@ ROUTES: tuple[Row, ...] = (
         StartTurn,
         r.TurnStarted,
         idempotency="turn.start",
+        recall=True,
     ),
     Row(
         "POST",
@@ -158,6 +162,7 @@ ROUTES: tuple[Row, ...] = (
         SearchMemory,
         r.SearchAnswer,
         "memory.search",
+        recall=True,
     ),
     Row(
         "POST",
@@ -358,7 +363,7 @@ ROUTES: tuple[Row, ...] = (
         "/api/v1/sources/scan/{job_id}/events",
         "Import progress as server-sent events",
         handler="scan_events",
-        response=str,
+        response=r.ImportJob,
         media="text/event-stream",
     ),
     *(_scan_control_row(action) for action in ("pause", "resume", "stop")),

@@ -196,7 +196,7 @@ class ImportOps(Configured):
         names = [normalise_source(s) for s in scan.sources]
         unknown = [n for n in names if n not in self.adapters]
         if unknown:
-            raise InvalidArgument(f"sources: unknown {unknown}; known: {', '.join(sorted(self.adapters))}")
+            raise NotFound(f"sources: unknown {unknown}; known: {', '.join(sorted(self.adapters))}")
         if not names:
             names = [n for n, a in self.adapters.items() if any(r.exists() for r in a.roots(self.env))]
         return ImportOptions(
@@ -232,7 +232,8 @@ class ImportOps(Configured):
             raise Forbidden("memory writes are disabled (algorithm.enableMemoryAdd: false); only --dry-run works")
         with self._lock:
             self._take_over()
-            job = ImportJob(new_id("import"), options, stop_when_unfollowed=scan.stop_on_disconnect)
+            first = ImportProgress(mode=options.mode, dry_run=options.dry_run)  # the first answer says dry run
+            job = ImportJob(new_id("import"), options, first, stop_when_unfollowed=scan.stop_on_disconnect)
             if job.stop_when_unfollowed:
                 job.control = ClientBoundControl(job.abandoned)
             self.jobs[job.id] = job

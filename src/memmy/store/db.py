@@ -4,6 +4,7 @@ and disk-full errors named as such."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import sqlite3
@@ -20,9 +21,10 @@ import psutil
 
 from memmy.errors import StorageFullError, StoreError
 from memmy.store.checkpoints import CHECKPOINT_INTERVAL_S, SAFETY_NET_PAGES, BackgroundCheckpoints
-from memmy.store.integrity import STARTUP_CHECK_S, preflight, realign_fts, startup_check
+from memmy.store.integrity import STARTUP_CHECK_S, preflight, realign_fts, repair_fts_at_run_time, startup_check
 from memmy.store.schema import FTS_ROWID_VERSION, MIGRATIONS, SCHEMA_VERSION, current_version
 
+log = logging.getLogger("memmy.store")
 T = TypeVar("T")
 BUSY_TIMEOUT_MS = 5000
 #: SQLite's automatic checkpoint threshold (WAL pages), and the one a bulk run (a history import) uses: ~40 MiB.
@@ -30,8 +32,15 @@ DEFAULT_CHECKPOINT_PAGES = 1000
 BULK_CHECKPOINT_PAGES = 10_000
 MIN_SQLITE = (3, 35, 0)
 SQLITE_BUSY = 5
+SQLITE_PERM = 3
+SQLITE_READONLY = 8
+SQLITE_IOERR = 10
 SQLITE_CORRUPT = 11
 SQLITE_FULL = 13
+SQLITE_CANTOPEN = 14
+#: Primary result codes of a write the store itself could not make (not a constraint, not the caller's SQL): they
+#: mark the store degraded until a probe write succeeds.
+STORE_FAILURES = (SQLITE_PERM, SQLITE_READONLY, SQLITE_IOERR, SQLITE_CORRUPT, SQLITE_FULL, SQLITE_CANTOPEN)
 #: Below this much free space the store is reported as unable to write (a page or two would not fit).
 MIN_FREE_BYTES = 64 * 1024
 PROBE_MAX_AGE_S = 5.0
@@ -72,6 +81,11 @@ def retry_while_busy(step: Callable[[], T], seconds: float = BUSY_TIMEOUT_MS / 1
                 raise
         time.sleep(pause)
         pause = min(pause * 2, 0.1)
+
+
+def _primary_code(exc: BaseException) -> int | None:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return None if code is None else int(code) & 0xFF
 
 
 def is_corrupt(exc: BaseException) -> bool:
@@ -185,9 +199,35 @@ class Database:
 
     def _full(self, exc: BaseException) -> StorageFullError:
         message = f"the disk holding {self.path} is full: the write was not saved (free some space, then retry)"
-        self.last_write_error = message
-        self._probe = None
+        self.mark_failed(message)
         return StorageFullError(message)
+
+    def mark_failed(self, reason: str) -> None:
+        """A write failed for a reason of the store's own (disk, permissions, damage): :meth:`write_probe` reports
+        ``reason`` until a write succeeds."""
+        self.last_write_error = reason
+        self._probe = None
+
+    def recover(self, exc: BaseException) -> str | None:
+        """After ``exc`` reached a caller: None unless it is SQLITE_CORRUPT. When the full-text index is what is
+        damaged, it is backed up and rebuilt as at start (log lines) and the line saying so is returned (ending in
+        "has been rebuilt …"); a store damaged elsewhere stays marked failed and the line naming ``doctor`` is
+        returned."""
+        if not is_corrupt(exc):
+            return None
+        with self.lock:
+            if self.conn.in_transaction:  # (a read inside a caller's transaction: nothing of it may stand)
+                self._rollback()
+            try:
+                repaired = repair_fts_at_run_time(self.conn, self.path)
+            except sqlite3.Error as failed:
+                log.error("%s: rebuilding the full-text index failed: %s", self.path, failed)
+                repaired = None
+            if repaired is not None:
+                return f"{repaired}; nothing of this request was saved: retry it"
+            damaged = f"the store {self.path} is damaged ({exc}): run `memmy-memory doctor`"
+            self.mark_failed(damaged)
+            return damaged
 
     def _rollback(self, name: str | None = None) -> None:
         if not self.conn.in_transaction:
@@ -226,8 +266,9 @@ class Database:
                 if is_disk_full(exc):
                     raise self._full(exc) from exc
                 if is_corrupt(exc):  # health says so until a write succeeds (`memmy-memory doctor` names it)
-                    self.last_write_error = f"the store {self.path} is damaged ({exc}): run `memmy-memory doctor`"
-                    self._probe = None
+                    self.mark_failed(f"the store {self.path} is damaged ({exc}): run `memmy-memory doctor`")
+                elif _primary_code(exc) in STORE_FAILURES:  # read-only file or folder, I/O error
+                    self.mark_failed(f"the store {self.path} cannot write ({exc})")
                 raise
             if self.last_write_error is not None:
                 self.last_write_error = None
@@ -308,27 +349,33 @@ class Database:
     def write_probe(self, max_age_s: float = PROBE_MAX_AGE_S) -> str | None:
         """Why the store cannot write right now (disk full, read-only, damaged), or None when it can.
 
-        The last failed write's reason stands until a write succeeds; otherwise a tiny committed write to
-        ``runtime_kv`` and the free space on the disk decide. The answer is cached for ``max_age_s`` seconds.
+        Under :data:`MIN_FREE_BYTES` free on the store's disk is a full disk. After a failed write (see
+        :meth:`mark_failed`) a tiny committed write to ``runtime_kv`` decides: its success clears the failure, its
+        failure keeps the first reason. A sound answer is cached for ``max_age_s`` seconds (a new failure drops
+        it); a degraded one is not, so the first call after space comes back says so.
         """
         now = time.monotonic()
         with self.lock:
-            if self._probe is not None and now - self._probe[0] < max_age_s:
-                return self._probe[1]
-            reason = self.last_write_error
-            if reason is None:
+            if self._probe is not None and self._probe[1] is None and now - self._probe[0] < max_age_s:
+                return None
+            reason = self._low_disk()
+            if reason is None and self.last_write_error is not None:
                 reason = self._probe_write()
             self._probe = (now, reason)
             return reason
 
-    def _probe_write(self) -> str | None:
+    def _low_disk(self) -> str | None:
         try:
             stats = os.statvfs(self.path.parent)
             free = stats.f_bavail * stats.f_frsize
         except OSError:
-            free = MIN_FREE_BYTES
+            return None
         if free < MIN_FREE_BYTES:
             return f"the disk holding {self.path} is full ({free // 1024} KiB free): writes fail until space is freed"
+        return None
+
+    def _probe_write(self) -> str | None:
+        first = self.last_write_error
         try:
             with self.transaction() as conn:
                 conn.execute(
@@ -336,10 +383,9 @@ class Database:
                     "ON CONFLICT(key) DO UPDATE SET value_json = excluded.value_json, updated_at = excluded.updated_at",
                     (json.dumps(utc_now()), utc_now()),
                 )
-        except StorageFullError as exc:
-            return exc.message
-        except sqlite3.Error as exc:
-            return f"the store {self.path} cannot write: {exc}"
+        except (StorageFullError, sqlite3.Error) as exc:
+            self.last_write_error = first or str(exc)  # the write that failed first says best what is wrong
+            return self.last_write_error
         return None
 
     def close(self) -> None:
@@ -486,7 +532,7 @@ def lock_holder_alive(holder: dict[str, Any]) -> bool:
 
 class ServerLock:
     """``<db>.server.lock``: refuses a second daemon on the same file; takes over a lock whose writer is gone
-(its pid dead, or now an unrelated process)."""
+    (its pid dead, or now an unrelated process)."""
 
     def __init__(self, db_path: Path) -> None:
         self.path = db_path.with_name(db_path.name + ".server.lock")

@@ -329,16 +329,38 @@ def startup_check(conn: sqlite3.Connection, path: Path, seconds: float | None = 
             log.warning("%s: full-text index check skipped after %gs", path, seconds)
     if fts_broken is None:
         return
+    rebuild_damaged_fts(conn, path, fts_broken)
+
+
+def rebuild_damaged_fts(conn: sqlite3.Connection, path: Path, problem: str) -> str:
+    """Back the damaged file up, rebuild the full-text index from the memories table, log both steps (at start
+    and at run time alike); returns one line saying what was done."""
     backup = backup_damaged(path)
     log.warning(
-        "%s: the full-text index is damaged (%s); rebuilding it from the memories table (copy of the damaged "
-        "file: %s)",
+        "%s: the full-text index is damaged (%s); rebuilding it from the memories table (copy of the damaged file: %s)",
         path,
-        fts_broken,
+        problem,
         backup,
     )
     rows = rebuild_fts(conn)
     log.warning("%s: full-text index rebuilt (%d memories indexed)", path, rows)
+    return (
+        f"the full-text index was damaged ({problem}) and has been rebuilt ({rows} memories indexed; "
+        f"copy of the damaged file: {backup})"
+    )
+
+
+def repair_fts_at_run_time(conn: sqlite3.Connection, path: Path, seconds: float | None = STARTUP_CHECK_S) -> str | None:
+    """What the daemon does when a request meets SQLITE_CORRUPT while it runs: when FTS5's ``integrity-check``
+    finds the full-text index damaged, it is rebuilt as at start (:func:`rebuild_damaged_fts`); returns that line,
+    or None when the index is sound or the check ran out of time (the damage is elsewhere: ``doctor`` names it).
+    Must run outside a transaction."""
+    try:
+        problem = fts_problem(conn, seconds)
+    except CheckTimeout:
+        log.warning("%s: full-text index check skipped after %gs; `memmy-memory doctor` checks it", path, seconds)
+        return None
+    return None if problem is None else rebuild_damaged_fts(conn, path, problem)
 
 
 def _connect(path: Path) -> sqlite3.Connection:

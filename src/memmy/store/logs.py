@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
 from memmy.domain import Memory, new_id, stable_json
@@ -77,9 +76,9 @@ class LogRepository:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    @contextmanager
-    def _best_effort(self, what: str) -> Iterator[sqlite3.Connection]:
-        """A log write of its own that may fail (disk full) without failing the call that was already committed.
+    def _best_effort(self, what: str, sql: str, params: tuple[Any, ...]) -> None:
+        """A log write of its own that may fail (disk full, read-only store) without failing the call that was
+        already committed, whether the write or its ``BEGIN`` fails.
 
         Inside a caller's transaction the failure is the caller's: it is raised, so nothing half-written is
         acknowledged.
@@ -88,7 +87,7 @@ class LogRepository:
             nested = self.db.conn.in_transaction
             try:
                 with self.db.transaction() as conn:
-                    yield conn
+                    conn.execute(sql, params)
             except (StorageFullError, sqlite3.OperationalError) as exc:
                 if nested:
                     raise
@@ -169,12 +168,12 @@ class LogRepository:
     ) -> None:
         """Record one memory_add / memory_search call for the logs page and latency analysis (best effort: a full
         disk loses the log line, never the call)."""
-        with self._best_effort("API log") as conn:
-            conn.execute(
-                "INSERT INTO api_logs(tool_name, source_agent, input_json, output_json, duration_ms, success, "
-                "called_at, user_id) VALUES (?,?,?,?,?,?,?,?)",
-                (tool_name, source_agent, _json(payload), _json(result), duration_ms, int(success), utc_now(), user_id),
-            )
+        self._best_effort(
+            "API log",
+            "INSERT INTO api_logs(tool_name, source_agent, input_json, output_json, duration_ms, success, "
+            "called_at, user_id) VALUES (?,?,?,?,?,?,?,?)",
+            (tool_name, source_agent, _json(payload), _json(result), duration_ms, int(success), utc_now(), user_id),
+        )
 
     def api_logs(
         self,
@@ -255,26 +254,26 @@ class LogRepository:
     ) -> str:
         """Record one recall (search or turn start); return the search event id (best effort, like the API log)."""
         event_id = new_id("recall")
-        with self._best_effort("recall event") as conn:
-            conn.execute(
-                "INSERT INTO recall_events(id, session_id, turn_id, user_id, query, query_hash, layers_json, "
-                "candidate_memory_ids_json, injected_memory_ids_json, hit_memory_ids_json, request_json, "
-                "created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    event_id,
-                    session_id,
-                    turn_id,
-                    user_id,
-                    query,
-                    query_hash,
-                    _json(layers),
-                    _json(candidate_ids),
-                    _json(injected_ids),
-                    _json(hit_ids),
-                    _json(request),
-                    utc_now(),
-                ),
-            )
+        self._best_effort(
+            "recall event",
+            "INSERT INTO recall_events(id, session_id, turn_id, user_id, query, query_hash, layers_json, "
+            "candidate_memory_ids_json, injected_memory_ids_json, hit_memory_ids_json, request_json, "
+            "created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                event_id,
+                session_id,
+                turn_id,
+                user_id,
+                query,
+                query_hash,
+                _json(layers),
+                _json(candidate_ids),
+                _json(injected_ids),
+                _json(hit_ids),
+                _json(request),
+                utc_now(),
+            ),
+        )
         return event_id
 
     def recall_stats(self) -> tuple[int, float, float]:
