@@ -302,6 +302,7 @@ class RetrievalSettings:
     mmr_lambda: float
     context_window: int
     context_window_tokens: int
+    context_window_results: int
     rrf_constant: int
     relative_threshold_floor: float
     min_skill_eta: float

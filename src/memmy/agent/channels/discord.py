@@ -66,7 +66,7 @@ class DiscordChannel:
         attachments = []
         for item in message.attachments:
             if item.size > MAX_DOWNLOAD_BYTES:
-                attachments.append(Attachment(item.filename + " (over 10 MB, not downloaded)", "", b""))
+                attachments.append(Attachment(item.filename + " (over the 10 MiB limit, not read)", "", b""))
             else:
                 attachments.append(Attachment(item.filename, item.content_type or "", await item.read()))
         return Inbound(

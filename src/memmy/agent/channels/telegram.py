@@ -123,7 +123,7 @@ class TelegramChannel:
         if file_ref is not None:
             size = getattr(file_ref, "file_size", None) or 0
             if size > MAX_DOWNLOAD_BYTES:
-                name += f" (over {MAX_DOWNLOAD_BYTES // 1024 // 1024} MB, not downloaded)"
+                name += f" (over the {MAX_DOWNLOAD_BYTES // 1024 // 1024} MiB limit, not read)"
                 attachments.append(Attachment(name, mime, b""))
             else:
                 found = await file_ref.get_file()
