@@ -19,6 +19,7 @@ from memmy.llm.budget import BudgetedLLM, CircuitBreakerLLM, CircuitOpen, DailyB
 from memmy.llm.client import LLMEndpoint, LLMError, LLMUsage, OpenAICompatibleLLM, parse_json_answer
 from memmy.llm.guard import vet_text, why_not
 from memmy.namespace import Namespace
+from memmy.recall.llm_steps import rewrite_queries
 from memmy.service import MemoryService
 from memmy.service.models import build_model_clients, endpoint_of
 from memmy.store.db import Database
@@ -459,3 +460,26 @@ def test_vet_text_keeps_a_good_answer_cleaned_and_logs_refusals(caplog: pytest.L
     assert [r.getMessage().split(" answer")[0] for r in caplog.records] == ["LLM trace_summary"] * 2
     assert "not_text" in caplog.records[0].getMessage() and "sk-aaaa" not in caplog.text
     assert "Example answer" not in caplog.text  # the prompt is never logged
+
+
+@pytest.mark.parametrize(
+    ("content", "queries", "status"),
+    [
+        (  # fenced; the request restated and the prompt's example copied are dropped
+            '```json\n{"queries": ["invoicing deploy target", "Where do we deploy the invoicing service?", '
+            '"billing API port"]}\n```',
+            ["invoicing deploy target"],
+            "query_rewrite:1",
+        ),
+        ('Sure: ["deploy cluster for invoicing", "make target invoicing"]', None, "query_rewrite:2"),  # a bare list
+        ('{"queries": "invoicing"}', [], "query_rewrite:invalid_output"),
+        ('{"queries": ["生产环境构建时内存不足的解决办法"]}', [], "query_rewrite:invalid_output"),  # another language
+        ("I cannot help with that.", [], "query_rewrite:fallback"),
+    ],
+)
+def test_the_query_rewrite_keeps_only_usable_queries(content: str, queries: list[str] | None, status: str) -> None:
+    with run_chat_stub(lambda s, u: content) as stub:
+        llm = OpenAICompatibleLLM(LLMEndpoint(stub.url, "m", json_mode=False), malformed_retries=0)
+        got, got_status = rewrite_queries(llm, "Where do we deploy the invoicing service?", timeout_s=5)
+    assert got_status == status
+    assert got == (queries if queries is not None else ["deploy cluster for invoicing", "make target invoicing"])
