@@ -16,7 +16,14 @@ from memmy.commands.memory import AddMemory, SearchMemory
 from memmy.config import load_config
 from memmy.embed import Embedder
 from memmy.llm.budget import BudgetedLLM, CircuitBreakerLLM, CircuitOpen, DailyBudget, LLMBudgetExhausted
-from memmy.llm.client import LLMEndpoint, LLMError, LLMUsage, OpenAICompatibleLLM, parse_json_answer
+from memmy.llm.client import (
+    JSON_REMINDER,
+    LLMEndpoint,
+    LLMError,
+    LLMUsage,
+    OpenAICompatibleLLM,
+    parse_json_answer,
+)
 from memmy.llm.guard import vet_text, why_not
 from memmy.namespace import Namespace
 from memmy.recall.llm_steps import rewrite_queries
@@ -102,6 +109,8 @@ def test_malformed_then_good_answer_is_retried_and_both_are_counted() -> None:
     with run_chat_stub(lambda s, u: next(answers)) as stub:
         assert client(stub.url, usages=usages).complete_json("s", "u", timeout_s=5) == {"ok": True}
         assert len(stub.requests) == 2
+        asked = [r["body"]["messages"][1]["content"] for r in stub.requests]
+        assert asked == ["u", "u" + JSON_REMINDER]  # the same prompt again would get the same prose back
     assert len(usages) == 2 and all(u.total_tokens > 0 for u in usages)
     with run_chat_stub(lambda s, u: "never json") as stub, pytest.raises(LLMError, match="not valid JSON"):
         client(stub.url).complete_json("s", "u", timeout_s=5)

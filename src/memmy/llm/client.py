@@ -44,6 +44,9 @@ VENDOR_ENDPOINTS: dict[str, str] = {
 #: Statuses worth another attempt: rate limits and server-side failures.
 TRANSIENT_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+#: Appended to the prompt when a malformed answer is asked again: the same prompt at temperature 0 gets the
+#: same prose back from a deterministic local server.
+JSON_REMINDER = "\n\n(Your previous answer was not JSON. Answer with the JSON object only, nothing else.)"
 _MIN_ATTEMPT_S = 0.05  # below this much time left another attempt cannot succeed
 
 
@@ -239,10 +242,11 @@ class OpenAICompatibleLLM:
 
     Transient failures (HTTP 408/429/5xx, connection errors) are retried up to ``config.max_retries`` times
     with a backoff of at most 0.5 s x attempt; a malformed JSON answer is asked again ``malformed_retries``
-    times; a 400 naming ``response_format``, ``repeat_penalty`` (or the thinking flag) is asked again once without
-    it, and the field stays off for this client (Ollama and LM Studio variants). ``json_mode=False`` never sends
-    ``response_format`` (llama.cpp's server turns it into a grammar that made a 0.5B model 5-10x slower);
-    ``repeat_penalty > 0`` sends llama.cpp's and Ollama's repeat penalty. Nothing goes past ``timeout_s``.
+    times, with :data:`JSON_REMINDER` after the prompt; a 400 naming ``response_format``, ``repeat_penalty``
+    (or the thinking flag) is asked again once without it, and the field stays off for this client (Ollama and
+    LM Studio variants). ``json_mode=False`` never sends ``response_format`` (llama.cpp's server turns it into a
+    grammar that made a 0.5B model 5-10x slower); ``repeat_penalty > 0`` sends llama.cpp's and Ollama's repeat
+    penalty. Nothing goes past ``timeout_s``.
     """
 
     def __init__(
@@ -324,10 +328,10 @@ class OpenAICompatibleLLM:
         prompt_chars = len(system) + len(user)
         transient_left = max(self.config.max_retries, 0)
         malformed_left = max(self.malformed_retries, 0)
-        attempt = 0
+        attempt, reminded = 0, False
         while True:
             attempt += 1
-            body = self.request_body(system, user)
+            body = self.request_body(system, user if attempt == 1 or not reminded else user + JSON_REMINDER)
             try:
                 return self._attempt(body, deadline, timeout_s, prompt_chars, on_usage)
             except _Transient as exc:
@@ -340,7 +344,7 @@ class OpenAICompatibleLLM:
                 if malformed_left <= 0:
                     raise exc.error from None
                 malformed_left -= 1
-                reason, backoff = exc.error.message, 0.0
+                reason, backoff, reminded = exc.error.message, 0.0, True
             except _Rejected as exc:
                 self._dropped.add(exc.field)
                 reason, backoff = f"endpoint rejected {exc.field}; asking again without it", 0.0
