@@ -456,6 +456,8 @@ def test_vet_text_keeps_a_good_answer_cleaned_and_logs_refusals(caplog: pytest.L
     good = "Summary: The invoicing service deploys to the blue cluster via `make deploy-blue`. " * 2
     kept = vet_text("trace_summary", good, instructions=PROMPT, source="invoicing 发布", max_chars=400)
     assert kept == "The invoicing service deploys to the blue cluster via `make deploy-blue`."  # label, repeat gone
+    command = "git rebase -i origin/main"  # copied from a Chinese request: not a switch to English
+    assert vet_text("query_rewrite", command, instructions=PROMPT, source=f"运行 {command} 时报错了怎么办") == command
     zh = "调大内存后重新构建：NODE_OPTIONS=--max-old-space-size=4096"
     assert vet_text("trace_summary", zh, instructions=PROMPT, source="生产构建又内存不足了") == zh
     long = "First fact about the deploy. " + "More words here and there. " * 20

@@ -108,7 +108,9 @@ def wrong_language(text: str, source: str) -> bool:
         return False
     cjk = given.get("CJK", 0)
     if cjk >= 4 and cjk / sum(given.values()) >= 0.2 and answer.get("CJK", 0) == 0:
-        return True  # a Chinese (Japanese, Korean) exchange, commands and all, summarised in English only
+        # a Chinese (Japanese, Korean) exchange, commands and all, answered in English only; an answer made only
+        # of words the source already has (a command, a path, a name copied from it) is no language switch
+        return bool(set(_tokens(text)) - set(_tokens(source)))
     foreign = sum(n for script, n in answer.items() if script not in given and script != "LATIN")
     return foreign / letters > 0.3
 
