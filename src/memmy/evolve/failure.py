@@ -43,7 +43,7 @@ from memmy.evolve.rules_text import (
 )
 from memmy.evolve.topics import evidence_keywords, shares_evidence
 from memmy.llm.client import JsonLLM, LLMError
-from memmy.llm.guard import reject, vet_text, why_not
+from memmy.llm.guard import reject, vet_text
 
 __all__ = [
     "FeedbackShape",
@@ -307,9 +307,10 @@ def avoidance_llm(
     def lines(*keys: str) -> list[str]:
         raw = as_str_list(guidance_obj.get(keys[0], guidance_obj.get(keys[1])), 6)
         vetted = (
-            why_not(line, instructions=FAILURE_SINK_PROMPT, source=source, grounding=source, min_anchors=1)[0]
+            vet_text(f"failure_sink.{keys[0]}", line, instructions=FAILURE_SINK_PROMPT, source=source,
+                     grounding=source, min_anchors=1)
             for line in raw
-        )
+        )  # fmt: skip
         return [line for line in vetted if line]
 
     prefer, avoid = lines("prefer", "preference"), lines("avoid", "anti_pattern")

@@ -27,7 +27,7 @@ from memmy.evolve.rules_text import (
 )
 from memmy.evolve.topics import content_keywords, evidence_keywords, shares_evidence
 from memmy.llm.client import JsonLLM, LLMError
-from memmy.llm.guard import reject, why_not
+from memmy.llm.guard import reject, vet_text
 
 DECISION_REPAIR_PROMPT = (
     "You write one decision repair for a coding agent that is about to repeat a mistake. From CURRENT_CONTEXT, "
@@ -336,8 +336,8 @@ def repair_llm(
         reject("decision_repair", "not an object", answer)
         return fallback
     prefer, avoid = (
-        why_not(as_text(answer.get(key)), instructions=DECISION_REPAIR_PROMPT, source=user, max_chars=300,
-                grounding=user, min_anchors=1)[0] if as_text(answer.get(key)) else ""
+        vet_text(f"decision_repair.{key}", as_text(answer.get(key)), instructions=DECISION_REPAIR_PROMPT,
+                 source=user, max_chars=300, grounding=user, min_anchors=1) if as_text(answer.get(key)) else ""
         for key in ("preference", "anti_pattern")
     )  # fmt: skip
     if not (prefer or avoid) or ("preference" not in answer and "anti_pattern" not in answer):

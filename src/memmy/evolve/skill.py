@@ -32,7 +32,7 @@ from memmy.evolve.rules_text import (
     trace_block,
 )
 from memmy.llm.client import JsonLLM, LLMError
-from memmy.llm.guard import reject, vet_text, why_not
+from memmy.llm.guard import reject, vet_text
 
 SKILL_CRYSTALLIZE_PROMPT = (
     "You turn one learned policy and its evidence traces into a reusable Skill for a coding agent: a named, "
@@ -273,10 +273,10 @@ def _llm_steps(value: Any, source: str = "") -> list[dict[str, str]] | None:
         else:
             return None
         if body:  # an echoed, looping or foreign-language step is dropped; fewer than two left: no Skill
-            body = why_not(
-                body, instructions=SKILL_CRYSTALLIZE_PROMPT, source=source, max_chars=600, grounding=source,
-                min_anchors=1,
-            )[0]  # fmt: skip
+            body = vet_text(
+                "skill.step", body, instructions=SKILL_CRYSTALLIZE_PROMPT, source=source, max_chars=600,
+                grounding=source, min_anchors=1,
+            )  # fmt: skip
             title = title if body else ""
         if title or body:
             steps.append({"title": clip(title or body, 60), "body": clip(body or title, 600)})

@@ -27,7 +27,7 @@ from memmy.evolve.rules_text import (
     strip_prefix,
 )
 from memmy.llm.client import JsonLLM, LLMError
-from memmy.llm.guard import reject, vet_text, why_not
+from memmy.llm.guard import reject, vet_text
 
 L3_ABSTRACTION_PROMPT = (
     "You abstract stable knowledge about one environment (an L3 world model) from several policies a coding "
@@ -228,7 +228,9 @@ def _items(value: Any, allowed: set[str], source: str = "") -> list[dict[str, An
             return None
         label, description = as_text(item.get("label")), as_text(item.get("description"))
         if description:  # an echoed, looping or foreign-language item is dropped, the rest kept
-            description = why_not(description, instructions=L3_ABSTRACTION_PROMPT, source=source)[0]
+            description = vet_text(
+                "l3_abstraction.item", description, instructions=L3_ABSTRACTION_PROMPT, source=source
+            )
         if not (label or description):
             continue
         ids = [i for i in as_str_list(item.get("evidenceIds"), 20) if i in allowed]
