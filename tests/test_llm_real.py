@@ -10,9 +10,8 @@ The model server is the test fixture ``../shared/tools/local-llm/serve.sh`` (nev
 once per session on a free loopback port and stopped by its PID. Its first run builds a venv and unpacks the
 weights into ``$LOCAL_LLM_HOME`` (default ``~/.cache/memmy-local-llm``: the fixture's cache, not memmy's home),
 about a minute; later runs start in a second or two. The tests are skipped, with that reason, only where the
-fixture directory is absent. Cost: the three tests took 24 min on a 2-core machine shared with other test suites
-(load average 15-22; the model answered in 15-100 s per call there); on an idle machine SmolLM2 decodes about
-100 tokens/s and the answers are capped at 96-160 tokens, so they take a few minutes.
+fixture directory is absent. Cost on a 2-core machine, the server already built: 63 s for the three tests at load
+average 2-3 (the evolved episode 55 s of it); 9 and 24 min when other test suites kept the load at 10-22.
 """
 
 from __future__ import annotations
