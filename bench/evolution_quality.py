@@ -8,6 +8,8 @@
     python bench/evolution_quality.py --llm-stub          # offline, then the same with a local deterministic model
     python bench/evolution_quality.py --llm-base-url https://api.example.com/v1 --llm-model m   # a real provider
                                                           # (its API key from $MEMMY_BENCH_LLM_API_KEY)
+    python bench/evolution_quality.py --llm-base-url http://127.0.0.1:8765/v1 --llm-model local --llm-local \
+        --offline-too     # a small local model (../shared/tools/local-llm/serve.sh); --llm-rewrite: also at turn start
 
 The generator builds a week of coding-agent work: at least three git projects (webshop / dataetl / infra),
 English and Chinese requests, several agents, sessions of two to four tasks one after the other (with and
@@ -540,6 +542,15 @@ def _has(text: str, marker: str) -> bool:
     return bool(marker) and marker.lower() in text.lower()
 
 
+#: Extra config lines for both model slots (``--llm-local``) and for ``algorithm`` (``--llm-rewrite``).
+SLOT_EXTRA = ""
+ALGORITHM_EXTRA = ""
+LOCAL_SLOT = (
+    "    jsonMode: false\n    repeatPenalty: 1.3\n    maxTokens: 256\n    maxRetries: 0\n    timeoutMs: 300000\n"
+)
+REWRITE = "    enableQueryRewrite: true\n    retrieval:\n      llmInHookPath: true\n      llmTimeoutMs: 60000\n"
+
+
 class Runner:
     """One scenario through one fresh in-process service."""
 
@@ -549,7 +560,8 @@ class Runner:
         config = home / "config.yaml"
         text = "memmyMemory:\n  algorithm:\n    reward:\n      feedbackWindowSec: 0\n"
         if llm_url:
-            slot = f"    provider: openai_compatible\n    endpoint: {llm_url}\n    model: {llm_model}\n"
+            text += ALGORITHM_EXTRA
+            slot = f"    provider: openai_compatible\n    endpoint: {llm_url}\n    model: {llm_model}\n" + SLOT_EXTRA
             if os.environ.get("MEMMY_BENCH_LLM_API_KEY"):  # a real provider: the key stays in the environment
                 slot += "    apiKey: ${MEMMY_BENCH_LLM_API_KEY}\n"
             text += f"  summary:\n{slot}  evolution:\n{slot}"
@@ -807,6 +819,14 @@ def main() -> int:
     parser.add_argument("--llm-model", default="stub-model", help="the model name for --llm-base-url")
     parser.add_argument("--offline-too", action="store_true", help="with --llm-base-url, also run offline")
     parser.add_argument(
+        "--llm-local",
+        action="store_true",
+        help="a small local model: no response_format, repeatPenalty 1.3, 256 tokens, 300 s per call, no retries",
+    )
+    parser.add_argument(
+        "--llm-rewrite", action="store_true", help="with an LLM: the query rewrite at turn start (llmInHookPath)"
+    )
+    parser.add_argument(
         "--llm-stub",
         action="store_true",
         help="also run with a local deterministic model (bench/llm_stub.py) that answers every JSON contract",
@@ -816,6 +836,9 @@ def main() -> int:
         "--misses", action="store_true", help="print (stderr) every missed repeat and every non-silent probe"
     )
     args = parser.parse_args()
+    global SLOT_EXTRA, ALGORITHM_EXTRA
+    SLOT_EXTRA = LOCAL_SLOT if args.llm_local else ""
+    ALGORITHM_EXTRA = REWRITE if args.llm_rewrite else ""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench.llm_stub
     seeds = args.seed or [1]
     if args.dump:

@@ -29,6 +29,8 @@ Run:   python bench/locomo.py                      (default data: ../shared/benc
        python bench/locomo.py --data ../shared/bench/locomo-dev.json --home DIR --split 3   (the documented run)
        python bench/locomo.py --split 3 --dump misses.jsonl
        python bench/locomo.py --home DIR           (keep the store) ... then --home DIR --reuse (skip ingest)
+       python bench/locomo.py --home DIR --reuse --pipelines full --questions 20 \
+           --llm-base-url http://127.0.0.1:8765/v1 --llm-local --rewrite   (the LLM query rewrite on, a subset)
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 from model_check import require_local_model
 from recall_budget import within_tokens, within_turns
 
@@ -278,11 +281,13 @@ def evaluate(
     pipelines: Sequence[str] = tuple(PIPELINES),
     half: str = "",
     dump: list[dict[str, Any]] | None = None,
+    questions: int = 0,
 ) -> None:
-    """Ask every category 1-4 question through each pipeline and baseline and record recall."""
+    """Ask every category 1-4 question (the first ``questions`` of them when > 0) and record recall."""
     ns = Namespace(source="locomo", project_id=conv.project)
     baselines = Baselines(service, conv)
-    for qa in sample["qa"]:
+    asked = [qa for qa in sample["qa"] if int(qa.get("category", 0)) in (1, 2, 3, 4) and qa.get("evidence")]
+    for qa in asked[:questions] if questions > 0 else asked:
         category = int(qa.get("category", 0))
         evidence = normalise_evidence(qa.get("evidence", []))
         if category not in (1, 2, 3, 4) or not evidence:
@@ -391,6 +396,26 @@ def print_budget_table(scores: Scores) -> None:
         print(f"{label:<9} " + " ".join(f"{cell:<30}" for cell in cells).rstrip())
 
 
+def llm_config(args: argparse.Namespace, home: Path) -> Path | None:
+    """``--config`` with the evolution model slot and the rewrite/filter switches of the ``--llm-*`` flags merged in."""
+    if not args.llm_base_url:
+        return args.config
+    tree = (yaml.safe_load(args.config.read_text(encoding="utf-8")) if args.config else None) or {}
+    root = tree.setdefault("memmyMemory", {})
+    slot: dict[str, Any] = {"provider": "openai_compatible", "endpoint": args.llm_base_url, "model": args.llm_model}
+    if args.llm_local:  # a small local model (../shared/tools/local-llm/serve.sh): see docs/recall.md
+        slot.update({"jsonMode": False, "repeatPenalty": 1.3, "maxTokens": 128, "maxRetries": 0})
+    root["evolution"] = {**root.get("evolution", {}), **slot}
+    algorithm = root.setdefault("algorithm", {})
+    algorithm["enableQueryRewrite"] = bool(args.rewrite)
+    retrieval = algorithm.setdefault("retrieval", {})
+    retrieval["llmFilterEnabled"] = bool(args.llm_filter)
+    retrieval["llmTimeoutMs"] = args.llm_timeout_ms
+    path = home / "locomo-llm.yaml"
+    path.write_text(yaml.safe_dump(tree), encoding="utf-8")
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     """Ingest (unless ``--reuse``), ask, print."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -412,6 +437,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--pipelines", nargs="+", choices=list(PIPELINES), default=list(PIPELINES), help="memmy rows to run"
     )
+    parser.add_argument("--questions", type=int, default=0, help="only the first N questions per conversation")
+    parser.add_argument("--llm-base-url", help="an OpenAI-compatible endpoint for the evolution model slot")
+    parser.add_argument("--llm-model", default="local", help="the model name for --llm-base-url")
+    parser.add_argument("--llm-local", action="store_true", help="a small local model: no JSON mode, repeat penalty")
+    parser.add_argument("--rewrite", action="store_true", help="with --llm-base-url: the LLM query rewrite on")
+    parser.add_argument("--llm-filter", action="store_true", help="with --llm-base-url: the LLM relevance filter on")
+    parser.add_argument("--llm-timeout-ms", type=int, default=60_000, help="retrieval.llmTimeoutMs for the LLM steps")
     args = parser.parse_args(argv)
     if not args.data.exists():
         print(f"error: {args.data} not found (pass --data PATH)", file=sys.stderr)
@@ -423,7 +455,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.samples:
         samples = samples[: args.samples]
     home = args.home or Path(tempfile.mkdtemp(prefix="memmy-locomo-"))
-    config = load_config(args.config, env={"HOME": str(home), "MEMMY_HOME": str(home / ".memmy")})
+    home.mkdir(parents=True, exist_ok=True)
+    config = load_config(llm_config(args, home), env={"HOME": str(home), "MEMMY_HOME": str(home / ".memmy")})
     require_local_model(config.embedding.provider)
     service = MemoryService.open(config)
     started = time.perf_counter()
@@ -441,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
     for number, sample in enumerate(samples):
         conv = load_conversation(service, sample)
         half = "A" if number < split else "B"
-        evaluate(service, sample, conv, scores, latencies, args.limit, args.pipelines, half, dump)
+        evaluate(service, sample, conv, scores, latencies, args.limit, args.pipelines, half, dump, args.questions)
     if args.dump and dump is not None:
         args.dump.write_text("".join(json.dumps(row) + "\n" for row in dump), encoding="utf-8")
     print(f"LoCoMo evidence recall ({args.data.name}, {len(samples)} conversations, categories 1-4)")

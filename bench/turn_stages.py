@@ -2,6 +2,8 @@
 
     python bench/recall_latency.py --n 10000 --fast-build 3000 --home /tmp/r10k --skip-http   # builds a store once
     python bench/turn_stages.py --db /tmp/r10k/store-10000/memory.sqlite --turns 100
+    python bench/turn_stages.py --db ... --skip-http --llm-base-url http://127.0.0.1:8765/v1 --llm-local --rewrite
+        # the LLM query rewrite at turn start (llmInHookPath: true), its call timed as its own stage
 
 The store is copied twice (a measurement never changes it). One copy is opened in-process and each prompt is
 sent through the very calls the HTTP route makes for the hook's request (``adapterId`` + ``requestId`` set, so
@@ -35,6 +37,7 @@ from memmy.server.app import Api
 from memmy.server.bodies import parse_body
 from memmy.server.middleware import json_dumps
 from memmy.service import MemoryService
+from memmy.service import recall as recall_module
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus import make_queries  # noqa: E402
@@ -50,6 +53,7 @@ ROWS = (
     ("command redaction", "redact"),
     ("session lookup + recent-turn exclusion", "session"),
     ("recall: pipeline (embed, channels, load, fuse, select)", "pipeline"),
+    ("recall: LLM query rewrite (the model call)", "rewrite"),
     ("recall: scope, query prep, fallback cap, render", "render"),
     ("recall: log rows (api_logs, recall_events)", "recall_log"),
     ("episode routing", "route"),
@@ -103,6 +107,7 @@ def probe_service(service: MemoryService, probes: Probes) -> None:
     probes.wrap(ops.sessions, "recent_raw_turn_ids", "session")
     probes.wrap(ops.writer.memories, "trace_ids_of_raw_turns", "session")
     probes.wrap(service.recall_ops.engine, "recall", "pipeline")
+    probes.wrap(recall_module, "rewrite_queries", "rewrite")
     probes.wrap(service.recall_ops, "run", "recall_run")
     probes.wrap(service.logs, "api_call", "recall_log")
     probes.wrap(service.logs, "recall_event", "recall_log")
@@ -134,9 +139,10 @@ def in_process_turn(api: Api, service: MemoryService, probes: Probes, body: dict
     total = (time.perf_counter() - started) * 1000
     stages = probes.take()
     run = stages.pop("recall_run", 0.0)
-    stages["render"] = run - stages.get("pipeline", 0.0) - stages.get("recall_log", 0.0)
+    stages["render"] = run - stages.get("pipeline", 0.0) - stages.get("recall_log", 0.0) - stages.get("rewrite", 0.0)
     stages.pop("start_turn", None)
-    known = sum(stages.get(k, 0.0) for k in ("redact", "session", "pipeline", "render", "recall_log", "route"))
+    inner = ("redact", "session", "pipeline", "rewrite", "render", "recall_log", "route")
+    known = sum(stages.get(k, 0.0) for k in inner)
     known += stages.get("record", 0.0)
     stages["txn"] = idempotent_ms - stages.get("idem_lookup", 0.0) - stages.get("idem_store", 0.0) - known
     stages.update(parse=parse_ms, command=command_ms, encode=encode_ms, total=total)
@@ -163,6 +169,20 @@ def http_turn(port: int, body: dict[str, Any]) -> float:
     return elapsed
 
 
+def write_llm_config(home: Path, args: argparse.Namespace) -> None:
+    """The in-process service's config: the evolution slot on ``--llm-base-url``, the rewrite on the hook path."""
+    slot = f"    provider: openai_compatible\n    endpoint: {args.llm_base_url}\n    model: local\n    maxRetries: 0\n"
+    if args.llm_local:
+        slot += "    jsonMode: false\n    repeatPenalty: 1.3\n    maxTokens: 96\n"
+    retrieval = f"      llmInHookPath: true\n      llmTimeoutMs: {args.llm_timeout_ms}\n      llmFilterEnabled: false\n"
+    (home / ".memmy").mkdir(parents=True, exist_ok=True)
+    (home / ".memmy" / "config.yaml").write_text(
+        f"memmyMemory:\n  evolution:\n{slot}  algorithm:\n    enableQueryRewrite: {str(args.rewrite).lower()}\n"
+        f"    retrieval:\n{retrieval}",
+        encoding="utf-8",
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Copy the store, time hook-shaped turn starts in-process (per stage) and over HTTP, print the table."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -170,6 +190,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, default=100, help="timed turn starts per path (default 100)")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--skip-http", action="store_true", help="in-process stages only")
+    parser.add_argument("--llm-base-url", help="an OpenAI-compatible endpoint as the evolution model (in-process)")
+    parser.add_argument("--llm-local", action="store_true", help="a small local model: no JSON mode, repeat penalty")
+    parser.add_argument("--rewrite", action="store_true", help="with --llm-base-url: the query rewrite at turn start")
+    parser.add_argument("--llm-timeout-ms", type=int, default=2000, help="retrieval.llmTimeoutMs (default 2000)")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="memmy-turn-stages-"))
     service: MemoryService | None = None
@@ -179,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
             (work / name).mkdir()
             shutil.copyfile(args.db, work / name / "memory.sqlite")
         home = work / "home"
+        if args.llm_base_url:
+            write_llm_config(home, args)
         from memmy.embed import OnnxMiniLMEmbedder
 
         embedder = OnnxMiniLMEmbedder(query_cache_size=0, cache_dir=work / "models")
@@ -229,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         values = [r.get(key, 0.0) for r in rows]
         print(f"| {label} | {percentile(values, 0.5):.2f} | {percentile(values, 0.95):.2f} | "
               f"{100 * percentile(values, 0.5) / p50_total:.0f} % |")
-    recall = [r.get("pipeline", 0.0) + r.get("render", 0.0) + r.get("recall_log", 0.0) for r in rows]
+    recall = [sum(r.get(k, 0.0) for k in ("pipeline", "rewrite", "render", "recall_log")) for r in rows]
     rest = [t - c for t, c in zip(totals, recall, strict=True)]
     print(f"| **in-process total** | {p50_total:.2f} | {percentile(totals, 0.95):.2f} | 100 % |")
     print(f"| recall (RecallOps.run) | {percentile(recall, 0.5):.2f} | {percentile(recall, 0.95):.2f} | "

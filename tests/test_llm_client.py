@@ -16,10 +16,19 @@ from memmy.commands.memory import AddMemory, SearchMemory
 from memmy.config import load_config
 from memmy.embed import Embedder
 from memmy.llm.budget import BudgetedLLM, CircuitBreakerLLM, CircuitOpen, DailyBudget, LLMBudgetExhausted
-from memmy.llm.client import LLMEndpoint, LLMError, LLMUsage, OpenAICompatibleLLM, parse_json_answer
+from memmy.llm.client import (
+    JSON_REMINDER,
+    LLMEndpoint,
+    LLMError,
+    LLMUsage,
+    OpenAICompatibleLLM,
+    parse_json_answer,
+)
+from memmy.llm.guard import vet_text, why_not
 from memmy.namespace import Namespace
+from memmy.recall.llm_steps import rewrite_queries
 from memmy.service import MemoryService
-from memmy.service.models import build_model_clients
+from memmy.service.models import build_model_clients, endpoint_of
 from memmy.store.db import Database
 from memmy.store.llm_usage import LLMUsageRepository
 from memmy.store.unit import Store
@@ -100,6 +109,8 @@ def test_malformed_then_good_answer_is_retried_and_both_are_counted() -> None:
     with run_chat_stub(lambda s, u: next(answers)) as stub:
         assert client(stub.url, usages=usages).complete_json("s", "u", timeout_s=5) == {"ok": True}
         assert len(stub.requests) == 2
+        asked = [r["body"]["messages"][1]["content"] for r in stub.requests]
+        assert asked == ["u", "u" + JSON_REMINDER]  # the same prompt again would get the same prose back
     assert len(usages) == 2 and all(u.total_tokens > 0 for u in usages)
     with run_chat_stub(lambda s, u: "never json") as stub, pytest.raises(LLMError, match="not valid JSON"):
         client(stub.url).complete_json("s", "u", timeout_s=5)
@@ -347,3 +358,139 @@ def test_circuit_breaker_skips_a_dead_model_then_tries_again_after_the_cool_down
         with pytest.raises(LLMError) as failure:
             breaker.complete_json("s", "u", timeout_s=5)
         assert not isinstance(failure.value, CircuitOpen) and len(stub.requests) > sent
+
+
+# ---------------------------------------------------------------- a small model's answers (seen on real models)
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ('Sure! Here it is:\n```json\n{"queries": ["a", "b"]}\n```\nHope this helps.', {"queries": ["a", "b"]}),
+        ('{"ranked": [2, 1]}\n{"ranked": [2, 1]}', {"ranked": [2, 1]}),  # the answer repeated
+        ('{"queries": ["a", "b",]}', {"queries": ["a", "b"]}),  # a trailing comma
+        ('{"summary": "deploys go to the blue clus', {"summary": "deploys go to the blue clus"}),  # cut off
+        (
+            '{"steps": [{"title": "x", "body": "y"}, {"title": "z"',
+            {"steps": [{"title": "x", "body": "y"}, {"title": "z"}]},
+        ),
+        ("Marked: [1, 2]", [1, 2]),
+    ],
+)
+def test_parse_json_answer_reads_what_small_models_wrap_json_in(content: str, expected: Any) -> None:
+    assert parse_json_answer(content) == expected
+
+
+def test_a_cut_off_object_is_not_read_as_a_list_inside_its_strings() -> None:
+    cut = '{\n  "name": "raise_heap",\n  "summary": "Set [\\"NODE_OPTIONS\\"] for large builds and'
+    assert parse_json_answer(cut) == {"name": "raise_heap", "summary": 'Set ["NODE_OPTIONS"] for large builds and'}
+    broken = '{"name": "raise_heap", "summary": "Raising ["NODE_OPTIONS"] helps'  # a stray quote: unreadable
+    with pytest.raises(LLMError):
+        parse_json_answer(broken)
+
+
+@pytest.mark.parametrize("content", ["", "   ", "1. [TRACE]\n2. [EXPERIENCE]", "The answer is yes."])
+def test_answers_without_json_are_errors(content: str) -> None:
+    with pytest.raises(LLMError):
+        parse_json_answer(content)
+
+
+def test_json_mode_off_and_repeat_penalty_sent_then_dropped_when_rejected() -> None:
+    def reply(request: dict[str, Any]) -> tuple[int, str] | None:
+        if "repeat_penalty" in request["body"]:
+            return 400, '{"error": "Unrecognized request argument supplied: repeat_penalty"}'
+        return None
+
+    with run_chat_stub(ok, reply=reply) as stub:
+        llm = client(stub.url, json_mode=False, repeat_penalty=1.3)
+        assert llm.complete_json("s", "x", timeout_s=5) == {"echo": "x"}
+        llm.complete_json("s", "y", timeout_s=5)
+        bodies = [r["body"] for r in stub.requests]
+    assert all("response_format" not in b for b in bodies)
+    assert [b.get("repeat_penalty") for b in bodies] == [1.3, None, None]
+
+
+def test_json_mode_and_repeat_penalty_come_from_the_config(isolated_home: Path) -> None:
+    write_config(
+        isolated_home,
+        {"summary": {"provider": "openai_compatible", "model": "m", "endpoint": "http://127.0.0.1:9/v1",
+                     "jsonMode": False, "repeatPenalty": 1.3}},
+    )  # fmt: skip
+    config = load_config()
+    endpoint = endpoint_of(config.evolution)  # inherited from the summary slot with its model
+    assert endpoint is not None and not endpoint.json_mode and endpoint.repeat_penalty == 1.3
+    assert load_config().summary.json_mode is False
+
+
+PROMPT = 'Rewrite the request into search queries. Example answer: {"queries": ["billing API port", "owner team"]}'
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        ("", "empty"),
+        ("str", "placeholder"),
+        ("<one sentence to embed>", "placeholder"),
+        ("Rewrite the request into search queries.", "echoed_instructions"),
+        ("billing API port", "echoed_instructions"),  # the example copied
+        ("Where do we deploy the invoicing service?", "restated_question"),
+        ("deploy " * 40, "repetitive"),
+        ("production build memory issue", "wrong_language"),  # a Chinese request answered in English
+        ("x " * 2000, "over_long"),
+        ("[trace t1] episode=e1 tags=node", "echoed_input_markup"),
+        ("1. Check the agent logs for any relevant error messages or warnings.", "ungrounded"),
+    ],
+)
+def test_vet_text_refuses_what_a_small_model_gets_wrong(answer: str, reason: str) -> None:
+    source = "生产构建又内存不足了" if reason == "wrong_language" else "Where do we deploy the invoicing service?"
+    question = "Where do we deploy the invoicing service?"
+    grounding = "user: pnpm build fails with JavaScript heap out of memory\ntools: bash(pnpm build) -> error"
+    cleaned, why = why_not(
+        answer, instructions=PROMPT, source=source, question=question, max_chars=200,
+        grounding=grounding if reason == "ungrounded" else "",
+    )  # fmt: skip
+    assert (cleaned, why) == ("", reason) or (reason == "over_long" and why in ("over_long", "repetitive"))
+
+
+def test_vet_text_keeps_a_good_answer_cleaned_and_logs_refusals(caplog: pytest.LogCaptureFixture) -> None:
+    good = "Summary: The invoicing service deploys to the blue cluster via `make deploy-blue`. " * 2
+    kept = vet_text("trace_summary", good, instructions=PROMPT, source="invoicing 发布", max_chars=400)
+    assert kept == "The invoicing service deploys to the blue cluster via `make deploy-blue`."  # label, repeat gone
+    command = "git rebase -i origin/main"  # copied from a Chinese request: not a switch to English
+    assert vet_text("query_rewrite", command, instructions=PROMPT, source=f"运行 {command} 时报错了怎么办") == command
+    zh = "调大内存后重新构建：NODE_OPTIONS=--max-old-space-size=4096"
+    assert vet_text("trace_summary", zh, instructions=PROMPT, source="生产构建又内存不足了") == zh
+    long = "First fact about the deploy. " + "More words here and there. " * 20
+    assert len(vet_text("s", long, instructions=PROMPT, max_chars=120)) <= 120
+    with caplog.at_level("WARNING", logger="memmy.llm.guard"):
+        assert vet_text("trace_summary", {"summary": 1}, instructions=PROMPT) == ""
+        assert (
+            vet_text("trace_summary", f"sk-{'a' * 30} Rewrite the request into search queries.", instructions=PROMPT)
+            == ""
+        )
+    assert [r.getMessage().split(" answer")[0] for r in caplog.records] == ["LLM trace_summary"] * 2
+    assert "not_text" in caplog.records[0].getMessage() and "sk-aaaa" not in caplog.text
+    assert "Example answer" not in caplog.text  # the prompt is never logged
+
+
+@pytest.mark.parametrize(
+    ("content", "queries", "status"),
+    [
+        (  # fenced; the request restated and the prompt's example copied are dropped
+            '```json\n{"queries": ["invoicing deploy target", "Where do we deploy the invoicing service?", '
+            '"billing API port"]}\n```',
+            ["invoicing deploy target"],
+            "query_rewrite:1",
+        ),
+        ('Sure: ["deploy cluster for invoicing", "make target invoicing"]', None, "query_rewrite:2"),  # a bare list
+        ('{"queries": "invoicing"}', [], "query_rewrite:invalid_output"),
+        ('{"queries": ["生产环境构建时内存不足的解决办法"]}', [], "query_rewrite:invalid_output"),  # another language
+        ("I cannot help with that.", [], "query_rewrite:fallback"),
+    ],
+)
+def test_the_query_rewrite_keeps_only_usable_queries(content: str, queries: list[str] | None, status: str) -> None:
+    with run_chat_stub(lambda s, u: content) as stub:
+        llm = OpenAICompatibleLLM(LLMEndpoint(stub.url, "m", json_mode=False), malformed_retries=0)
+        got, got_status = rewrite_queries(llm, "Where do we deploy the invoicing service?", timeout_s=5)
+    assert got_status == status
+    assert got == (queries if queries is not None else ["deploy cluster for invoicing", "make target invoicing"])

@@ -96,6 +96,8 @@ class LLMSettings:
     max_retries: int
     enable_thinking: bool
     review: str = "off"
+    json_mode: bool = True
+    repeat_penalty: float = 0.0
 
     @property
     def configured(self) -> bool:
@@ -687,11 +689,13 @@ def _llm(tree: Mapping[str, Any]) -> LLMSettings:
         max_retries=int(tree["maxRetries"]),
         enable_thinking=bool(tree["enableThinking"]),
         review=str(tree.get("review") or "off"),
+        json_mode=bool(tree.get("jsonMode", True)),
+        repeat_penalty=max(float(tree.get("repeatPenalty", 0.0)), 0.0),
     )
 
 
 _SLOT_IDENTITY = ("provider", "model", "endpoint", "apiKey")
-_SLOT_INHERITED = ("provider", "vendor", "endpoint", "model", "apiKey")
+_SLOT_INHERITED = ("provider", "vendor", "endpoint", "model", "apiKey", "jsonMode", "repeatPenalty")
 
 
 def _inherit_model_slots(summary: dict[str, Any], evolution: dict[str, Any]) -> None:

@@ -43,6 +43,7 @@ from memmy.evolve.rules_text import (
 )
 from memmy.evolve.topics import evidence_keywords, shares_evidence
 from memmy.llm.client import JsonLLM, LLMError
+from memmy.llm.guard import reject, vet_text
 
 __all__ = [
     "FeedbackShape",
@@ -314,13 +315,28 @@ def avoidance_llm(
     except LLMError:
         return fallback
     if not isinstance(answer, dict):
+        reject("failure_sink", "not an object", answer)
         return fallback
-    title, trigger, procedure = (as_text(answer.get(k)) for k in ("title", "trigger", "procedure"))
+    source = "\n\n".join(parts)
+    title, trigger, procedure = (
+        vet_text(f"failure_sink.{k}", as_text(answer.get(k)) or answer.get(k), instructions=FAILURE_SINK_PROMPT,
+                 source=source, max_chars=limit, grounding=source if k == "procedure" else "", min_anchors=1)
+        for k, limit in (("title", 120), ("trigger", 400), ("procedure", 1500))
+    )  # fmt: skip
     guidance_obj = answer.get("decision_guidance")
     if not (title and trigger and procedure) or not isinstance(guidance_obj, dict):
         return fallback
-    prefer = as_str_list(guidance_obj.get("prefer", guidance_obj.get("preference")), 6)
-    avoid = as_str_list(guidance_obj.get("avoid", guidance_obj.get("anti_pattern")), 6)
+
+    def lines(*keys: str) -> list[str]:
+        raw = as_str_list(guidance_obj.get(keys[0], guidance_obj.get(keys[1])), 6)
+        vetted = (
+            vet_text(f"failure_sink.{keys[0]}", line, instructions=FAILURE_SINK_PROMPT, source=source,
+                     grounding=source, min_anchors=1)
+            for line in raw
+        )  # fmt: skip
+        return [line for line in vetted if line]
+
+    prefer, avoid = lines("prefer", "preference"), lines("avoid", "anti_pattern")
     if not avoid and not prefer:
         return fallback
     kind = answer.get("experience_type")

@@ -27,6 +27,7 @@ from memmy.evolve.rules_text import (
 )
 from memmy.evolve.topics import content_keywords, evidence_keywords, shares_evidence
 from memmy.llm.client import JsonLLM, LLMError
+from memmy.llm.guard import reject, vet_text
 
 DECISION_REPAIR_PROMPT = (
     "You write one decision repair for a coding agent that is about to repeat a mistake. From CURRENT_CONTEXT, "
@@ -332,8 +333,13 @@ def repair_llm(
     except LLMError:
         return fallback
     if not isinstance(answer, dict):
+        reject("decision_repair", "not an object", answer)
         return fallback
-    prefer, avoid = as_text(answer.get("preference")), as_text(answer.get("anti_pattern"))
+    prefer, avoid = (
+        vet_text(f"decision_repair.{key}", as_text(answer.get(key)), instructions=DECISION_REPAIR_PROMPT,
+                 source=user, max_chars=300, grounding=user, min_anchors=1) if as_text(answer.get(key)) else ""
+        for key in ("preference", "anti_pattern")
+    )  # fmt: skip
     if not (prefer or avoid) or ("preference" not in answer and "anti_pattern" not in answer):
         return fallback
     severity = answer.get("severity")

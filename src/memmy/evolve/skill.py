@@ -32,6 +32,7 @@ from memmy.evolve.rules_text import (
     trace_block,
 )
 from memmy.llm.client import JsonLLM, LLMError
+from memmy.llm.guard import reject, vet_text
 
 SKILL_CRYSTALLIZE_PROMPT = (
     "You turn one learned policy and its evidence traces into a reusable Skill for a coding agent: a named, "
@@ -260,7 +261,7 @@ def crystallize_heuristic(policy: PolicyView, evidence: list[TraceView], counter
     )
 
 
-def _llm_steps(value: Any) -> list[dict[str, str]] | None:
+def _llm_steps(value: Any, source: str = "") -> list[dict[str, str]] | None:
     if not isinstance(value, list):
         return None
     steps = []
@@ -271,6 +272,12 @@ def _llm_steps(value: Any) -> list[dict[str, str]] | None:
             title, body = clip(item, 60), item.strip()
         else:
             return None
+        if body:  # an echoed, looping or foreign-language step is dropped; fewer than two left: no Skill
+            body = vet_text(
+                "skill.step", body, instructions=SKILL_CRYSTALLIZE_PROMPT, source=source, max_chars=600,
+                grounding=source, min_anchors=1,
+            )  # fmt: skip
+            title = title if body else ""
         if title or body:
             steps.append({"title": clip(title or body, 60), "body": clip(body or title, 600)})
     return steps[:6] if len(steps) >= 2 else None
@@ -335,10 +342,16 @@ def crystallize_llm(
     except LLMError:
         return fallback
     if not isinstance(answer, dict):
+        reject("skill", "not an object", answer)
         return fallback
-    name = as_text(answer.get("name"))
-    summary = as_text(answer.get("summary")) or first_sentence(as_text(answer.get("retrieval_blurb")), 200)
-    steps = _llm_steps(answer.get("steps"))
+    source = skill_prompt(policy, evidence, counter)
+    name = vet_text("skill.name", answer.get("name"), instructions=SKILL_CRYSTALLIZE_PROMPT, max_chars=80)
+    summary = vet_text(
+        "skill.summary",
+        as_text(answer.get("summary")) or first_sentence(as_text(answer.get("retrieval_blurb")), 200),
+        instructions=SKILL_CRYSTALLIZE_PROMPT, source=source, max_chars=200, grounding=source, min_anchors=1,
+    )  # fmt: skip
+    steps = _llm_steps(answer.get("steps"), source)
     guidance_obj = answer.get("decision_guidance", {})
     if not (name and summary) or steps is None or not isinstance(guidance_obj, dict):
         return fallback

@@ -27,6 +27,7 @@ from memmy.evolve.rules_text import (
     strip_prefix,
 )
 from memmy.llm.client import JsonLLM, LLMError
+from memmy.llm.guard import reject, vet_text
 
 L3_ABSTRACTION_PROMPT = (
     "You abstract stable knowledge about one environment (an L3 world model) from several policies a coding "
@@ -218,7 +219,7 @@ def world_model_heuristic(
     )
 
 
-def _items(value: Any, allowed: set[str]) -> list[dict[str, Any]] | None:
+def _items(value: Any, allowed: set[str], source: str = "") -> list[dict[str, Any]] | None:
     if not isinstance(value, list):
         return None
     items: list[dict[str, Any]] = []
@@ -226,6 +227,10 @@ def _items(value: Any, allowed: set[str]) -> list[dict[str, Any]] | None:
         if not isinstance(item, dict):
             return None
         label, description = as_text(item.get("label")), as_text(item.get("description"))
+        if description:  # an echoed, looping or foreign-language item is dropped, the rest kept
+            description = vet_text(
+                "l3_abstraction.item", description, instructions=L3_ABSTRACTION_PROMPT, source=source
+            )
         if not (label or description):
             continue
         ids = [i for i in as_str_list(item.get("evidenceIds"), 20) if i in allowed]
@@ -287,11 +292,17 @@ def world_model_llm(
     except LLMError:
         return fallback
     if not isinstance(answer, dict):
+        reject("l3_abstraction", "not an object", answer)
         return fallback
     allowed = {p.id for p in policies}
     offered = {world_id for world_id, _title in existing or []}
-    title, body = as_text(answer.get("title")), as_text(answer.get("body"))
-    sections = [_items(answer.get(k, []), allowed) for k in ("environment", "inference", "constraints")]
+    source = world_prompt(domain, policies)
+    title, body = (
+        vet_text(f"l3_abstraction.{key}", answer.get(key), instructions=L3_ABSTRACTION_PROMPT, source=source,
+                 max_chars=limit, grounding=source if key == "body" else "")
+        for key, limit in (("title", 120), ("body", 4000))
+    )  # fmt: skip
+    sections = [_items(answer.get(k, []), allowed, source) for k in ("environment", "inference", "constraints")]
     if not (title and body) or any(s is None for s in sections):
         return fallback
     environment, inference, constraints = (s or [] for s in sections)

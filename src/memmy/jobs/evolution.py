@@ -23,6 +23,7 @@ from memmy.indexing import Indexer
 from memmy.jobs.episodes import EpisodeOps
 from memmy.jobs.writer import LayerWriter, iso, parse_iso, trace_view
 from memmy.llm.client import JsonLLM, LLMError
+from memmy.llm.guard import vet_text
 from memmy.store.db import utc_now
 from memmy.store.episodes import EpisodeRecord
 from memmy.store.jobs import JobRecord
@@ -34,7 +35,10 @@ SUMMARY_PROMPT = (
     "You compress one exchange between a user and a coding agent into its single most useful durable fact. "
     'Answer JSON {"summary": "..."}: at most about 200 characters, in the user\'s language, keeping names, dates, '
     "numbers, paths, commands and error signatures unchanged, and relative time expressions as written. "
-    'Do not start with "The user said".'
+    'Do not start with "The user said". Say what was found or decided, not only what was asked.\n'
+    "Example exchange: User: which port does the billing API use? Agent: It listens on 7421, set in "
+    "config/billing.yaml.\n"
+    'Example answer: {"summary": "The billing API listens on port 7421 (config/billing.yaml)."}'
 )
 
 
@@ -144,9 +148,18 @@ class EpisodeEvolution(Configured):
                 user_text, agent_text = str(trace.get("userText") or ""), str(trace.get("agentText") or "")
                 user = f"User:\n{user_text[:2000]}\n\nAgent:\n{agent_text[:2000]}"
                 answer = llm.complete_json(SUMMARY_PROMPT, user, timeout_s=self.config.summary.timeout_ms / 1000)
-                text = answer.get("summary") if isinstance(answer, dict) else None
-                if isinstance(text, str) and text.strip():
-                    summary = " ".join(text.split())[:400]
+                text = vet_text(
+                    "trace_summary",
+                    answer.get("summary") if isinstance(answer, dict) else answer,
+                    instructions=SUMMARY_PROMPT,
+                    source=f"{user_text}\n{agent_text}",
+                    question=user_text if agent_text.strip() else "",
+                    max_chars=400,
+                )
+                if text:
+                    summary = text
+                else:
+                    error = "the model's summary was not usable (see the log)"
             except LLMError as exc:
                 error = exc.message
 

@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 _SECRET = re.compile(r"(Bearer\s+)[A-Za-z0-9._\-]+|sk-[A-Za-z0-9_\-]{8,}|(api[_-]?key[\"'=:\s]+)[^\s\"',}]+", re.I)
 _FENCE = re.compile(r"^```(?:json)?\s*|\s*```$", re.S)
 _THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
+_FENCED = re.compile(r"```[a-zA-Z]*\s*\n?(.*?)(?:```|$)", re.S)
+_TRAILING_COMMA = re.compile(r",\s*([}\]])")
 
 #: Base URLs used when a slot names a vendor but no endpoint.
 VENDOR_ENDPOINTS: dict[str, str] = {
@@ -42,6 +44,9 @@ VENDOR_ENDPOINTS: dict[str, str] = {
 #: Statuses worth another attempt: rate limits and server-side failures.
 TRANSIENT_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+#: Appended to the prompt when a malformed answer is asked again: the same prompt at temperature 0 gets the
+#: same prose back from a deterministic local server.
+JSON_REMINDER = "\n\n(Your previous answer was not JSON. Answer with the JSON object only, nothing else.)"
 _MIN_ATTEMPT_S = 0.05  # below this much time left another attempt cannot succeed
 
 
@@ -95,6 +100,8 @@ class LLMEndpoint:
     vendor: str = "openai_compatible"
     enable_thinking: bool = False
     max_retries: int = 0
+    json_mode: bool = True
+    repeat_penalty: float = 0.0
 
     def __repr__(self) -> str:
         key = "[redacted]" if self.api_key else ""
@@ -145,18 +152,71 @@ def usage_of(payload: Any, prompt_chars: int, answer_chars: int, status: int) ->
     return LLMUsage(prompt, completion, total if total is not None else prompt + completion, estimated, status)
 
 
-def parse_json_answer(content: str) -> Any:
-    """Parse a model's JSON answer, tolerating ``<think>`` blocks, code fences and leading prose."""
-    text = _FENCE.sub("", _THINK.sub("", content).strip())
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        start = min((i for i in (text.find("{"), text.find("[")) if i >= 0), default=-1)
-        if start >= 0:
+def _repair(text: str) -> str:
+    """Close what a cut-off answer left open and drop trailing commas (``{"a": [1, 2,`` -> ``{"a": [1, 2]}``)."""
+    stack: list[str] = []
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "{[":
+            stack.append("}" if ch == "{" else "]")
+        elif ch in "}]" and stack:
+            stack.pop()
+    repaired = text + ('"' if in_string else "")
+    repaired = re.sub(r"[,:]\s*$", "", repaired.rstrip())
+    repaired = _TRAILING_COMMA.sub(r"\1", repaired + "".join(reversed(stack)))
+    return repaired
+
+
+def _first_json(text: str) -> Any:
+    """The first JSON value in ``text`` (prose before it and anything after it ignored), repaired if cut off.
+
+    A later ``{`` or ``[`` is tried only when the first cannot be read even repaired, and only at the start of a
+    line (JSON after a line of prose); one inside the first value's strings is never taken for the answer.
+    """
+    decoder = json.JSONDecoder()
+    first = min((i for i in (text.find("{"), text.find("[")) if i >= 0), default=-1)
+    later = [i for i, ch in enumerate(text) if ch in "{[" and i > first and text[:i].rstrip(" \t").endswith("\n")]
+    starts = ([first] if first >= 0 else []) + later[:8]
+    for n, start in enumerate(starts):
+        try:
+            return decoder.raw_decode(text, start)[0]
+        except json.JSONDecodeError:
+            pass
+        if n == 0:
             try:
-                return json.loads(text[start:])
+                return json.loads(_repair(text[start:]))
             except json.JSONDecodeError:
                 pass
+    raise ValueError("no JSON value")
+
+
+def parse_json_answer(content: str) -> Any:
+    """Parse a model's JSON answer, tolerating what small models wrap it in.
+
+    ``<think>`` blocks, code fences anywhere, prose before or after the JSON, a second JSON value after the
+    first, trailing commas and an answer cut off by the token limit (open strings, lists and objects closed).
+    """
+    text = _THINK.sub("", content).strip()
+    fenced = _FENCED.search(text)
+    candidates = [fenced.group(1).strip(), text] if fenced else [_FENCE.sub("", text)]
+    for candidate in candidates:
+        try:
+            return json.loads(candidate)
+        except json.JSONDecodeError:
+            pass
+        try:
+            return _first_json(candidate)
+        except ValueError:
+            continue
     raise LLMError(f"model answer is not valid JSON: {scrub(content)[:200]!r}")
 
 
@@ -182,8 +242,11 @@ class OpenAICompatibleLLM:
 
     Transient failures (HTTP 408/429/5xx, connection errors) are retried up to ``config.max_retries`` times
     with a backoff of at most 0.5 s x attempt; a malformed JSON answer is asked again ``malformed_retries``
-    times; a 400 naming ``response_format`` (or the thinking flag) is asked again once without it, and the
-    field stays off for this client (Ollama and LM Studio variants). Nothing goes past ``timeout_s``.
+    times, with :data:`JSON_REMINDER` after the prompt; a 400 naming ``response_format``, ``repeat_penalty``
+    (or the thinking flag) is asked again once without it, and the field stays off for this client (Ollama and
+    LM Studio variants). ``json_mode=False`` never sends ``response_format`` (llama.cpp's server turns it into a
+    grammar that made a 0.5B model 5-10x slower); ``repeat_penalty > 0`` sends llama.cpp's and Ollama's repeat
+    penalty. Nothing goes past ``timeout_s``.
     """
 
     def __init__(
@@ -212,8 +275,10 @@ class OpenAICompatibleLLM:
             "max_tokens": self.config.max_tokens,
             "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
         }
-        if "response_format" not in self._dropped:
+        if self.config.json_mode and "response_format" not in self._dropped:
             body["response_format"] = {"type": "json_object"}
+        if self.config.repeat_penalty > 0 and "repeat_penalty" not in self._dropped:
+            body["repeat_penalty"] = self.config.repeat_penalty
         if "thinking" not in self._dropped:
             body.update(thinking_fields(self.config.vendor, self.config.enable_thinking))
         return body
@@ -250,6 +315,8 @@ class OpenAICompatibleLLM:
         lowered = text.lower()
         if "response_format" in body and ("response_format" in lowered or "json_object" in lowered):
             return "response_format"
+        if "repeat_penalty" in body and "repeat_penalty" in lowered:
+            return "repeat_penalty"
         thinking = thinking_fields(self.config.vendor, self.config.enable_thinking)
         if thinking and any(key in body for key in thinking) and "thinking" in lowered:
             return "thinking"
@@ -261,10 +328,10 @@ class OpenAICompatibleLLM:
         prompt_chars = len(system) + len(user)
         transient_left = max(self.config.max_retries, 0)
         malformed_left = max(self.malformed_retries, 0)
-        attempt = 0
+        attempt, reminded = 0, False
         while True:
             attempt += 1
-            body = self.request_body(system, user)
+            body = self.request_body(system, user if attempt == 1 or not reminded else user + JSON_REMINDER)
             try:
                 return self._attempt(body, deadline, timeout_s, prompt_chars, on_usage)
             except _Transient as exc:
@@ -277,7 +344,7 @@ class OpenAICompatibleLLM:
                 if malformed_left <= 0:
                     raise exc.error from None
                 malformed_left -= 1
-                reason, backoff = exc.error.message, 0.0
+                reason, backoff, reminded = exc.error.message, 0.0, True
             except _Rejected as exc:
                 self._dropped.add(exc.field)
                 reason, backoff = f"endpoint rejected {exc.field}; asking again without it", 0.0

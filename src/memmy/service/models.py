@@ -38,6 +38,8 @@ def endpoint_of(settings: LLMSettings) -> LLMEndpoint | None:
         vendor=settings.vendor,
         enable_thinking=settings.enable_thinking,
         max_retries=settings.max_retries,
+        json_mode=settings.json_mode,
+        repeat_penalty=settings.repeat_penalty,
     )
 
 

@@ -303,14 +303,14 @@ class RecallOps(Configured):
         selected = outcome.selected
         status.extend(outcome.status)
         if evolution_llm is not None and self.config.flags.enable_query_rewrite:
-            rewrites = rewrite_queries(evolution_llm, query, timeout_s)
+            rewrites, rewrite_status = rewrite_queries(evolution_llm, query, timeout_s)
+            status.append(rewrite_status)
             if rewrites:
                 extra = [
                     self.engine.recall(dataclasses.replace(request, query=prepare_query(q)), settings).selected
                     for q in rewrites
                 ]
                 selected = merge_by_rrf([selected, *extra], limit)
-                status.append(f"query_rewrite:{len(rewrites)}")
         selected, filter_status = relevance_filter(
             filter_llm, query, selected, self.config.algorithm["retrieval"], timeout_s,
             apply_fallback_cap=mode == "turn_start",
