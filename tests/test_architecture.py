@@ -113,7 +113,7 @@ ALLOWED: dict[str, set[str]] = {
         "__init__",
         "workbench",
     },
-    "workbench": {"agent", "signin", "__init__"},
+    "workbench": {"agent", "signin", "errors", "__init__"},
     "__init__": set(),
 }
 
