@@ -62,19 +62,12 @@ KEYMEM = [
 ]
 TRANSCRIPTS = ["list_sessions", "get_conversation"]
 HOST_ENV = ("CLAUDE_CODE_SESSION_ID", "CODEX_THREAD_ID", "CLAUDE_CONFIG_DIR", "CODEX_HOME")
-# Until the lead registers the command in memmy.cli.main, run it through the same click group.
-_BOOT = (
-    "from memmy.cli.main import cli; from memmy.cli.commands_mcp import mcp; "
-    "cli.add_command(mcp) if 'mcp' not in cli.commands else None; cli(prog_name='memmy-memory')"
-)
 
 
 # -- helpers ----------------------------------------------------------------------------------------------------
 def mcp_argv() -> list[str]:
-    """``python -m memmy mcp`` once the command is registered, else the same CLI with it added."""
-    from memmy.cli.main import cli
-
-    return ["-m", "memmy", "mcp"] if "mcp" in cli.commands else ["-c", _BOOT, "mcp"]
+    """``python -m memmy mcp``: the command as the agents' MCP entries run it."""
+    return ["-m", "memmy", "mcp"]
 
 
 def stdio_env(home: Path, url: str | None, token: str | None = None, **extra: str) -> dict[str, str]:

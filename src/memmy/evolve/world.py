@@ -298,8 +298,9 @@ def world_model_llm(
     offered = {world_id for world_id, _title in existing or []}
     source = world_prompt(domain, policies)
     title, body = (
+        # a world model abstracts over its policies in words of its own: one term of theirs grounds its body
         vet_text(f"l3_abstraction.{key}", answer.get(key), instructions=L3_ABSTRACTION_PROMPT, source=source,
-                 max_chars=limit, grounding=source if key == "body" else "")
+                 max_chars=limit, grounding=source if key == "body" else "", min_anchors=1)
         for key, limit in (("title", 120), ("body", 4000))
     )  # fmt: skip
     sections = [_items(answer.get(k, []), allowed, source) for k in ("environment", "inference", "constraints")]
