@@ -35,6 +35,15 @@ class AgentTurns:
         self.open: OrderedDict[tuple[str, str, bool], Runtime] = OrderedDict()
         self.locks: dict[str, asyncio.Lock] = {}
 
+    def warm(self) -> None:
+        """Import what a chat's first turn needs (the tool loop, MCP, the provider's SDK) before the first message
+        arrives, instead of in front of it (the SDK import alone is most of a second; run in a thread)."""
+        from memmy.agent import loop, mcp_tools, tools  # noqa: F401 - imported to be loaded
+        from memmy.agent.providers import build_provider
+
+        if self.config.default is not None:
+            build_provider(self.config.default)
+
     async def _runtime(self, session: str, source: str, tools: bool) -> Runtime:
         key = (session, source, tools)
         runtime = self.open.get(key)

@@ -55,6 +55,9 @@ class TurnRunner(Protocol):
     async def close(self) -> None:
         """Deliver what is pending and release the sessions."""
 
+    def warm(self) -> None:
+        """Load what the first turn needs, ahead of it (called in a thread)."""
+
 
 def attachment_text(item: Attachment) -> str | None:
     """The text of a document attachment (UTF-8 text formats), or ``None`` when it is not text."""
@@ -139,7 +142,10 @@ class ChatRouter:
         self.sessions = SessionBook(home)
         self.state = state or ChannelState(settings.name)
         self.lanes: dict[str, Lane] = {}
-        self.timings: list[tuple[str, float]] = []  # (stage, seconds) of the channel layer, for bench/channels.py
+        # (stage, seconds) the channel layer itself adds to a message, for bench/channels.py: "pick_to_turn" from
+        # the chat's queue handing the message over to the agent turn starting, "answer_to_sent" from the turn's
+        # answer to the platform having taken every part of it
+        self.timings: list[tuple[str, float]] = []
 
     async def deliver(self, message: Inbound) -> None:
         """Take one inbound message: refuse strangers, answer commands, queue the rest for the chat's turn."""
@@ -213,6 +219,7 @@ class ChatRouter:
                     await self._say(message.chat_id, "Something went wrong with that turn; the chat goes on.")
 
     async def _handle(self, message: Inbound, lane: Lane) -> None:
+        picked = time.monotonic()
         text = message.text.strip()
         if text.split()[:1] and text.split()[0].split("@")[0].lower() == "/new":
             session = self.sessions.renew(message.chat_key)
@@ -226,7 +233,7 @@ class ChatRouter:
         session = self.sessions.session(message.chat_key)
         typing = asyncio.create_task(self._keep_typing(message.chat_id))
         lane.started = time.monotonic()
-        self.timings.append(("receive_to_turn", time.monotonic() - message.received_at))
+        self.timings.append(("pick_to_turn", lane.started - picked))
         lane.turn = asyncio.create_task(
             self.runner.run(session, prompt, source=self.settings.name, tools=self.settings.tools)
         )
@@ -238,7 +245,9 @@ class ChatRouter:
             raise
         finally:
             typing.cancel()
+        answered = time.monotonic()
         await self._send_answer(message.chat_id, answer)
+        self.timings.append(("answer_to_sent", time.monotonic() - answered))
 
     async def _send_answer(self, chat_id: str, answer: Answer) -> None:
         text = answer.text.strip() or ("(no answer)" if answer.status == "succeeded" else f"[{answer.status}]")
@@ -252,9 +261,7 @@ class ChatRouter:
                 log.warning("%s: could not send %s: %s", self.settings.name, path.name, exc)
 
     async def _say(self, chat_id: str, text: str) -> None:
-        started = time.monotonic()
         await self.adapter.send_text(chat_id, text)
-        self.timings.append(("send", time.monotonic() - started))
         self.state.messages_out += 1
 
     async def _keep_typing(self, chat_id: str) -> None:

@@ -134,6 +134,8 @@ class ChannelSupervisor:
         for settings in self.channels:
             self.running[settings.name] = asyncio.create_task(self._keep(settings), name=f"channel:{settings.name}")
         self.tasks.append(asyncio.create_task(self._heartbeat(), name="channels:status"))
+        if self.channels:
+            self.tasks.append(asyncio.create_task(asyncio.to_thread(self.runner.warm), name="channels:warm"))
         self.write_status()
 
     async def restart(self, settings: ChannelSettings) -> None:
