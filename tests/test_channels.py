@@ -423,9 +423,7 @@ def test_a_platform_answers_with_memory_refuses_strangers_and_survives_a_drop(
             fake.wait_for(lambda: fake.connections == 2, 60)  # reconnected by the supervisor
             fake.wait_for(lambda: "done: slow step while the link drops" in fake.texts("1001"), 60)
             fake.say("1001", platform.owner, "write the long report")
-            fake.wait_for(
-                lambda: "make all" in "".join(fake.texts("1001")) and fake.texts("1001")[-1].endswith("```")
-            )
+            fake.wait_for(lambda: "make all" in "".join(fake.texts("1001")) and fake.texts("1001")[-1].endswith("```"))
             texts = fake.texts("1001")
             assert texts.count("done: slow step while the link drops") == 1
             assert supervisor.states[platform.name].restarts >= 1
@@ -446,3 +444,37 @@ def test_feishu_connect_names_the_missing_permission_scopes(isolated_home: Path)
         fake.missing_scope = False
         done = CliRunner().invoke(cli, ["channels", "connect", "feishu", *options])
         assert done.exit_code == 0, done.output
+
+
+def test_a_photo_reaches_the_model_as_an_image_and_a_docx_as_text(isolated_home: Path) -> None:
+    import io
+
+    from docx import Document
+
+    document = Document()
+    document.add_paragraph("The quarterly budget is 48k EUR")
+    docx = io.BytesIO()
+    document.save(docx)
+    png = bytes.fromhex(
+        "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+        "1f15c4890000000d49444154789c6360000002000100e221bc330000000049454e44ae426082"
+    )
+    with run_model_stub(brain) as stub, fake_telegram() as fake:
+        channel_config(isolated_home, stub, fake, None)
+        with supervising():
+            fake.say(
+                OWNER,
+                OWNER,
+                "what is the budget?",
+                document=(
+                    "budget.docx",
+                    docx.getvalue(),
+                    "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+                ),
+            )
+            fake.wait_for(lambda: any(t.startswith("echo:") for t in fake.texts(OWNER)))
+            fake.say(OWNER, OWNER, "describe it", document=("chart.png", png, "image/png"))
+            fake.wait_for(lambda: len([t for t in fake.texts(OWNER) if t.startswith("echo:")]) == 2)
+    assert "The quarterly budget is 48k EUR" in last_user_text(stub.requests[0]["body"])
+    content = stub.requests[1]["body"]["messages"][-1]["content"]
+    assert isinstance(content, list) and any(part.get("type") == "image_url" for part in content)

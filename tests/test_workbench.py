@@ -18,10 +18,10 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
+from memmy.agent.attachments import AttachmentError, convert, message_text
 from memmy.agent.cli import cli
 from memmy.agent.providers import to_anthropic
 from memmy.agent.sessions import Session, SessionStore
-from memmy.workbench.attachments import AttachmentError, convert, message_text
 from memmy.workbench.routes import group
 from tests.agent_stubs import ModelStub, Reply, last_user_text, run_model_stub, tool_results, write_agent_config
 from tests.conftest import Daemon, free_port

@@ -18,11 +18,11 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from memmy.agent.attachments import MAX_BYTES, MAX_FILES, AttachmentError, Converted, convert, message_text
 from memmy.agent.config import AgentConfig
 from memmy.agent.sessions import Session
 from memmy.signin import CookieAuth, CookieSession, host_allowed
 from memmy.workbench import slash
-from memmy.workbench.attachments import MAX_BYTES, MAX_FILES, AttachmentError, Converted, convert, message_text
 from memmy.workbench.channels import ChannelsPage
 from memmy.workbench.settings import Settings
 from memmy.workbench.turns import Input, Turns

@@ -10,6 +10,7 @@ import json
 from collections import OrderedDict
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from memmy.agent.channels.router import Answer
 from memmy.agent.config import AgentConfig
@@ -62,11 +63,13 @@ class AgentTurns:
         self.open.move_to_end(key)
         return runtime
 
-    async def run(self, session: str, text: str, *, source: str, tools: bool) -> Answer:
-        """Run one turn of ``session`` and return its answer and written files."""
+    async def run(
+        self, session: str, text: str, *, source: str, tools: bool, parts: list[dict[str, Any]] | None = None
+    ) -> Answer:
+        """Run one turn of ``session`` and return its answer and written files (``parts``: images sent along)."""
         async with self.locks.setdefault(session, asyncio.Lock()):
             runtime = await self._runtime(session, source, tools)
-            result = await runtime.agent.run_turn(text)
+            result = await runtime.agent.run_turn(text, parts)
             files = []
             for call in result.tool_calls:
                 if call.get("name") in WRITING_TOOLS and call.get("success"):

@@ -14,18 +14,17 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
+from memmy.agent.attachments import MAX_FILES, AttachmentError, Converted, convert, message_text
 from memmy.agent.channels.access import AccessBook
-from memmy.agent.channels.base import Attachment, ChannelAdapter, ChannelState, Inbound
+from memmy.agent.channels.base import ChannelAdapter, ChannelState, Inbound
 from memmy.agent.channels.settings import ChannelSettings
 from memmy.agent.channels.text import split_message
 
 log = logging.getLogger("memmy.channels")
 
 TYPING_EVERY_S = 4.0
-TEXT_SUFFIXES = (".md", ".txt", ".csv", ".json", ".yaml", ".yml", ".log", ".py", ".ts", ".js", ".sh")
-MAX_ATTACHMENT_TEXT = 60_000
 HELP = (
     "Send a message and the agent answers, with your memory.\n"
     "/new - start a new session in this chat\n/stop - stop the running turn\n"
@@ -46,8 +45,10 @@ class Answer:
 class TurnRunner(Protocol):
     """Runs one agent turn in a named session (the agent runtime, or a test double in unit tests)."""
 
-    async def run(self, session: str, text: str, *, source: str, tools: bool) -> Answer:
-        """Run the turn to its end (cancellation stops it)."""
+    async def run(
+        self, session: str, text: str, *, source: str, tools: bool, parts: list[dict[str, Any]] | None = None
+    ) -> Answer:
+        """Run the turn to its end (cancellation stops it); ``parts``: images for a vision-capable model."""
 
     async def describe(self, session: str) -> str:
         """One line on the session for ``/status``."""
@@ -59,27 +60,26 @@ class TurnRunner(Protocol):
         """Load what the first turn needs, ahead of it (called in a thread)."""
 
 
-def attachment_text(item: Attachment) -> str | None:
-    """The text of a document attachment (UTF-8 text formats), or ``None`` when it is not text."""
-    if item.mime.startswith("text/") or item.name.lower().endswith(TEXT_SUFFIXES) or item.mime == "application/json":
-        try:
-            return item.data.decode("utf-8")[:MAX_ATTACHMENT_TEXT]
-        except UnicodeDecodeError:
-            return None
-    return None
-
-
-def compose_prompt(message: Inbound) -> tuple[str, list[str]]:
-    """The user text the agent receives (attached documents appended as text) and notes on what was not read."""
-    parts = [message.text.strip()] if message.text.strip() else []
+def compose_prompt(message: Inbound) -> tuple[str, list[dict[str, Any]], list[str]]:
+    """The user text the agent receives (documents turned into text), the image parts for a vision-capable model,
+    and a note for each file that could not be read (the reason a person can act on)."""
+    converted: list[Converted] = []
     notes: list[str] = []
-    for item in message.attachments:
-        text = attachment_text(item)
-        if text is not None:
-            parts.append(f"[Attached file {item.name}]\n{text}")
-        else:
-            notes.append(f"{item.name} ({item.mime}) was not read: only text documents are read in chats so far")
-    return "\n\n".join(parts), notes
+    for item in message.attachments[:MAX_FILES]:
+        if not item.data:
+            notes.append(f"{item.name} was not read")
+            continue
+        try:
+            converted.append(convert(item.name, item.data))
+        except AttachmentError as exc:
+            notes.append(
+                f"{exc} — not read" if "voice" not in item.name else "Voice notes need a speech model, not set up yet"
+            )
+    if len(message.attachments) > MAX_FILES:
+        notes.append(f"only the first {MAX_FILES} files were read")
+    parts = [item.image for item in converted if item.image is not None]
+    text = message_text(message.text, converted) if converted else message.text.strip()
+    return text, parts, notes
 
 
 class SessionBook:
@@ -225,17 +225,17 @@ class ChatRouter:
             session = self.sessions.renew(message.chat_key)
             await self._say(message.chat_id, f"New session started ({session}).")
             return
-        prompt, notes = compose_prompt(message)
+        prompt, parts, notes = compose_prompt(message)
         for note in notes:
             await self._say(message.chat_id, note)
-        if not prompt:
+        if not prompt and not parts:
             return
         session = self.sessions.session(message.chat_key)
         typing = asyncio.create_task(self._keep_typing(message.chat_id))
         lane.started = time.monotonic()
         self.timings.append(("pick_to_turn", lane.started - picked))
         lane.turn = asyncio.create_task(
-            self.runner.run(session, prompt, source=self.settings.name, tools=self.settings.tools)
+            self.runner.run(session, prompt, source=self.settings.name, tools=self.settings.tools, parts=parts or None)
         )
         try:
             answer = await lane.turn

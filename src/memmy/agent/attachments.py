@@ -1,4 +1,5 @@
-"""Attachments of a workbench message: at most :data:`MAX_FILES` files of :data:`MAX_BYTES` each. Images become
+"""Attachments of a message to the agent (the workbench's uploads, files sent in a chat channel): at most
+:data:`MAX_FILES` files of :data:`MAX_BYTES` each (the workbench's limit). Images become
 ``image_url`` parts for a vision-capable model; ``.pdf``, ``.docx``, ``.xlsx``, ``.pptx`` become text through
 pypdf, python-docx, openpyxl and python-pptx (the ``memmy[workbench]`` extra, imported only when such a file
 arrives); ``.md``, ``.txt``, ``.csv``, ``.json`` and source files are read as UTF-8 text."""
@@ -40,7 +41,7 @@ TEXT = {
 
 
 class AttachmentError(ValueError):
-    """A file the workbench cannot take, with the reason a user can act on."""
+    """A file the agent cannot take, with the reason a user can act on."""
 
 
 @dataclass(frozen=True)
