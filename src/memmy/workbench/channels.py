@@ -63,7 +63,6 @@ class ChannelsPage:
         for name, (label, needed, _limit) in KNOWN.items():
             settings = configured.get(name)
             state = live.get(name) or {}
-            probe = settings if settings is not None else None
             rows.append(
                 {
                     "name": name,
@@ -75,7 +74,7 @@ class ChannelsPage:
                     "messagesIn": state.get("messages_in", 0),
                     "messagesOut": state.get("messages_out", 0),
                     "refused": state.get("refused", 0),
-                    "problem": unavailable_reason(probe) if probe is not None and probe.enabled else None,
+                    "problem": unavailable_reason(settings) if settings is not None and settings.enabled else None,
                     "paired": sorted(book.paired(name)),
                     "allowFrom": list(settings.allow_from) if settings else [],
                     "public": {k: v for k, v in (settings.options.items() if settings else []) if k in PUBLIC_OPTIONS},

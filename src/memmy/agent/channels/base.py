@@ -29,7 +29,6 @@ class Inbound:
     user_name: str = ""
     message_id: str = ""
     attachments: tuple[Attachment, ...] = ()
-    received_at: float = field(default_factory=time.monotonic)
 
     @property
     def chat_key(self) -> str:

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from memmy.agent.channels.settings import KNOWN, ChannelSettings, load_channels
-from memmy.agent.channels.supervisor import ADAPTERS, unavailable_reason
+from memmy.agent.channels.supervisor import unavailable_reason
 from memmy.agent.config import AgentConfig, write_agent_sections
 from memmy.errors import MemmyError
 
@@ -29,10 +29,8 @@ def merged_settings(config: AgentConfig, name: str, entry: Mapping[str, Any]) ->
 async def check(settings: ChannelSettings) -> str:
     """Reach the platform with these credentials; who it says the bot is."""
     reason = unavailable_reason(settings)
-    if reason is not None:
+    if reason is not None:  # also every channel without an adapter in this version
         raise ConnectError(reason)
-    if settings.name not in ADAPTERS:
-        return settings.label
     module = importlib.import_module(f"memmy.agent.channels.{settings.name}")
     try:
         found: str = await module.check(settings)

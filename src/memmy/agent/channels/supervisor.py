@@ -132,7 +132,7 @@ class ChannelSupervisor:
     def start(self) -> None:
         """Start a task per enabled channel."""
         for settings in self.channels:
-            self.running[settings.name] = asyncio.create_task(self._keep(settings), name=f"channel:{settings.name}")
+            self._launch(settings)
         self.tasks.append(asyncio.create_task(self._heartbeat(), name="channels:status"))
         if self.channels:
             self.tasks.append(asyncio.create_task(asyncio.to_thread(self.runner.warm), name="channels:warm"))
@@ -143,8 +143,12 @@ class ChannelSupervisor:
         await self.stop(settings.name)
         self.channels = [c for c in self.channels if c.name != settings.name] + [settings]
         self.states[settings.name] = ChannelState(settings.name)
-        self.running[settings.name] = asyncio.create_task(self._keep(settings), name=f"channel:{settings.name}")
+        self._launch(settings)
         self.write_status()
+
+    def _launch(self, settings: ChannelSettings) -> None:
+        """The channel's task (kept by name, so one channel can be stopped or replaced on its own)."""
+        self.running[settings.name] = asyncio.create_task(self._keep(settings), name=f"channel:{settings.name}")
 
     async def stop(self, name: str) -> None:
         """Stop one channel (its chats' running turns too) and forget it."""
