@@ -25,6 +25,8 @@ import pytest
 from click.testing import CliRunner
 
 from memmy.agent.channels.access import AccessBook
+from memmy.agent.channels.base import Attachment, Inbound
+from memmy.agent.channels.router import compose_prompt
 from memmy.agent.channels.supervisor import ChannelSupervisor, read_status, supervisor_for
 from memmy.agent.channels.text import markdown_to_telegram_html, split_message
 from memmy.agent.cli import cli
@@ -478,3 +480,12 @@ def test_a_photo_reaches_the_model_as_an_image_and_a_docx_as_text(isolated_home:
     assert "The quarterly budget is 48k EUR" in last_user_text(stub.requests[0]["body"])
     content = stub.requests[1]["body"]["messages"][-1]["content"]
     assert isinstance(content, list) and any(part.get("type") == "image_url" for part in content)
+
+
+def test_a_voice_note_is_named_by_its_type_not_its_file_name() -> None:
+    voice = Attachment("recording.oga", "audio/ogg", b"OggS fake audio")
+    text, parts, notes = compose_prompt(Inbound("telegram", "1", "1", "", attachments=(voice,)))
+    assert (text, parts) == ("", []) and "speech-to-text" in notes[0]
+    memo = Attachment("voice-memo.md", "text/markdown", b"# voice memo\nship on Friday")
+    text, parts, notes = compose_prompt(Inbound("telegram", "1", "1", "notes", attachments=(memo,)))
+    assert "ship on Friday" in text and notes == []

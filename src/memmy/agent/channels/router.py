@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -66,15 +65,16 @@ def compose_prompt(message: Inbound) -> tuple[str, list[dict[str, Any]], list[st
     converted: list[Converted] = []
     notes: list[str] = []
     for item in message.attachments[:MAX_FILES]:
+        if item.mime.startswith("audio/"):
+            notes.append(f"{item.name}: voice notes need a speech-to-text model, which memmy does not have yet")
+            continue
         if not item.data:
             notes.append(f"{item.name} was not read")
             continue
         try:
             converted.append(convert(item.name, item.data))
         except AttachmentError as exc:
-            notes.append(
-                f"{exc} — not read" if "voice" not in item.name else "Voice notes need a speech model, not set up yet"
-            )
+            notes.append(f"{exc} (not read)")
     if len(message.attachments) > MAX_FILES:
         notes.append(f"only the first {MAX_FILES} files were read")
     parts = [item.image for item in converted if item.image is not None]
@@ -119,9 +119,6 @@ class Lane:
     worker: asyncio.Task[None] | None = None
     turn: asyncio.Task[Answer] | None = None
     started: float = 0.0
-
-
-Reply = Callable[[ChannelAdapter, str, str], Awaitable[None]]
 
 
 class ChatRouter:
