@@ -9,8 +9,10 @@ import sys
 import threading
 import time
 import zipfile
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import cast
 
 import httpx
 import pytest
@@ -19,6 +21,7 @@ from click.testing import CliRunner, Result
 
 from memmy.cli.main import cli
 from memmy.commands.admin import Export, ImportStore, ReloadConfig, Wipe
+from memmy.commands.answers import KeyCorrected, KeyForgotten
 from memmy.commands.dream import DreamRestore, DreamRun
 from memmy.commands.evolution import Feedback, RunWorker
 from memmy.commands.governance import ListLogs, RestoreTombstone, ReviewDecision, ReviewQueue
@@ -32,12 +35,13 @@ from memmy.jobs.writer import LayerWrite, LayerWriter
 from memmy.keys.args import key_args
 from memmy.namespace import Namespace
 from memmy.service import MemoryService
+from tests.answers import must
 from tests.conftest import Daemon
 
 PANEL = Namespace(source="panel")
 
 
-def _data_checksums(manifest: dict[str, object]) -> dict[str, object]:
+def _data_checksums(manifest: Mapping[str, object]) -> dict[str, object]:
     tables = manifest["tables"]
     assert isinstance(tables, dict)
     return {name: info for name, info in tables.items() if name not in ("audit_logs", "api_logs")}
@@ -46,7 +50,7 @@ def _data_checksums(manifest: dict[str, object]) -> dict[str, object]:
 def _populate(service: MemoryService) -> list[str]:
     ids = []
     for text in ("Use pnpm, not npm, in the web repo.", "数据库迁移前先备份。", "Deploys go through make release."):
-        ids.append(service.add_memory(AddMemory.from_json({"content": text}), Namespace(source="codex"))["id"])
+        ids.append(must(service.add_memory(AddMemory.from_json({"content": text}), Namespace(source="codex"))["id"]))
     agent = Namespace(source="claude_code")
     sid = service.open_session(OpenSession.from_json({}), agent)["sessionId"]
     started = service.start_turn(StartTurn.from_json({"sessionId": sid, "query": "how do we deploy?"}), agent)
@@ -115,11 +119,14 @@ def test_correct_works_on_a_memory_made_by_add(service: MemoryService) -> None:
     made = service.add_memory(
         AddMemory.from_json({"content": "The staging database is on port 5433."}), Namespace(source="cursor")
     )
-    result = service.keys_call(
-        key_args("correct", {"memory_id": made["id"], "content": "The staging database is on port 6543."}), PANEL
+    result = cast(
+        KeyCorrected,
+        service.keys_call(
+            key_args("correct", {"memory_id": made["id"], "content": "The staging database is on port 6543."}), PANEL
+        ),
     )
     assert result["superseded"] == made["id"]
-    chain = service.memory_history(result["new_id"])["chain"]
+    chain = service.memory_history(must(result["new_id"]))["chain"]
     assert [c["id"] for c in chain][-2:] == [made["id"], result["new_id"]]
     service.run_worker(RunWorker.from_json({}))
     hits = service.search(SearchMemory.from_json({"query": "staging database port"}), Namespace())["hits"]
@@ -210,7 +217,7 @@ def test_feedback_dream_and_reload_are_audited(service: MemoryService) -> None:
     service.give_feedback(Feedback.from_json({"id": made["id"], "polarity": "negative"}), PANEL)
     service.dream_run(DreamRun.from_json({}), PANEL)
     service.reload_config(ReloadConfig.from_json({}), PANEL)
-    service.delete_memory(made["id"], DeleteMemory.from_json({}), PANEL)
+    service.delete_memory(must(made["id"]), DeleteMemory.from_json({}), PANEL)
     actions = {row["action"] for row in service.governance.logs_page(ListLogs.from_json({"kind": "audit"}))["items"]}
     assert {"feedback", "dream.run", "config.reload", "memory.delete"} <= actions
 
@@ -277,8 +284,10 @@ def test_every_governance_action_writes_an_audit_row(isolated_home: Path, embedd
         svc.keys_call(
             key_args("correct", {"memory_id": fact["id"], "content": "The release branch is called trunk."}), PANEL
         )
-        forgotten = svc.keys_call(key_args("forget", {"memory_id": doomed["id"], "reason": "moved"}), PANEL)
-        svc.restore_tombstone(forgotten["tombstone_id"], RestoreTombstone.from_json({"reason": "back"}), PANEL)
+        forgotten = cast(
+            KeyForgotten, svc.keys_call(key_args("forget", {"memory_id": doomed["id"], "reason": "moved"}), PANEL)
+        )
+        svc.restore_tombstone(must(forgotten["tombstone_id"]), RestoreTombstone.from_json({"reason": "back"}), PANEL)
         svc.give_feedback(Feedback.from_json({"id": fact["id"], "polarity": "positive"}), PANEL)
         pending = [
             _writer(svc).upsert(LayerWrite("L2", f"policy:{n}", f"Policy {n}", f"Always do {n} first.", [], {}))
@@ -293,7 +302,7 @@ def test_every_governance_action_writes_an_audit_row(isolated_home: Path, embedd
         svc.ownership.export(Export.from_json({"out": str(archive)}), PANEL)
         svc.ownership.wipe(Wipe.from_json({"confirm": True, "backup": False}), PANEL)
         svc.ownership.import_(ImportStore.from_json({"path": str(archive)}), PANEL)
-        svc.delete_memory(fact["id"], DeleteMemory.from_json({}), PANEL)
+        svc.delete_memory(must(fact["id"]), DeleteMemory.from_json({}), PANEL)
 
         rows = svc.governance.logs_page(ListLogs.from_json({"kind": "audit", "limit": "200"}))["items"]
         expected = {

@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from typing import cast
 
 import pytest
 from click.testing import CliRunner, Result
 from starlette.testclient import TestClient
 
 from memmy.cli.main import cli
+from memmy.commands.answers import KeyForgotten
 from memmy.commands.evolution import RunWorker
 from memmy.commands.governance import ListTombstones
 from memmy.commands.memory import AddMemory, DeleteMemory, RestoreMemory, SearchMemory
@@ -20,6 +22,7 @@ from memmy.keys.args import key_args
 from memmy.namespace import Namespace
 from memmy.server.app import create_app
 from memmy.service import MemoryService
+from tests.answers import must
 from tests.conftest import Daemon
 
 NS = Namespace(source="cli")
@@ -52,15 +55,16 @@ def test_delete_hides_and_adding_again_brings_the_same_memory_back(service: Memo
 
 def test_restore_undoes_a_delete_but_not_a_forget(service: MemoryService) -> None:
     made = service.add_memory(AddMemory.from_json({"content": FACT}), NS)
-    service.delete_memory(made["id"], DeleteMemory.from_json({}), NS)
-    restored = service.restore_memory(made["id"], RestoreMemory.from_json({"reason": "oops"}), NS)
+    service.delete_memory(must(made["id"]), DeleteMemory.from_json({}), NS)
+    restored = service.restore_memory(must(made["id"]), RestoreMemory.from_json({"reason": "oops"}), NS)
     assert restored["status"] == "activated" and found(service, "deploy window Tuesday")[0] == made["id"]
     with pytest.raises(Conflict, match="not deleted"):
         service.restore_memory(made["id"], RestoreMemory.from_json({}), NS)
 
     service.delete_memory(made["id"], DeleteMemory.from_json({}), NS)
-    forgot = service.keys_call(key_args("forget", {"memory_id": made["id"]}), NS)  # a deleted memory can be forgotten
-    assert forgot["tombstone_id"].startswith("tomb_")
+    # a deleted memory can be forgotten
+    forgot = cast(KeyForgotten, service.keys_call(key_args("forget", {"memory_id": made["id"]}), NS))
+    assert must(forgot["tombstone_id"]).startswith("tomb_")
     with pytest.raises(Conflict, match=f"tombstones restore {forgot['tombstone_id']}"):
         service.restore_memory(made["id"], RestoreMemory.from_json({}), NS)
     refused = service.add_memory(AddMemory.from_json({"content": FACT}), NS)
@@ -119,4 +123,4 @@ def test_panel_delete_shows_restore_and_forget_is_a_different_button(
     assert hidden.status_code == 200 and f"/panel/memories/{made['id']}/restore" in hidden.text
     done = client.post(f"/panel/memories/{made['id']}/restore", data={"csrf": token})
     assert done.status_code == 303 and "msg=restored" in done.headers["location"]
-    assert service.memories.get(made["id"]) is not None and tombstones(service) == 0
+    assert service.memories.get(must(made["id"])) is not None and tombstones(service) == 0

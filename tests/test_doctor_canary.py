@@ -18,6 +18,7 @@ from memmy.domain import CANARY_PREFIX
 from memmy.errors import Conflict, InvalidArgument
 from memmy.namespace import Namespace
 from memmy.service import MemoryService
+from tests.answers import must
 from tests.conftest import Daemon
 from tests.test_integration_hooks import run_cli, seed
 
@@ -101,7 +102,7 @@ def test_purge_refuses_anything_but_a_canary_turn(service: MemoryService) -> Non
     ns = Namespace(source="codex")
     session = service.open_session(OpenSession.from_json({"source": "codex"}), ns)["sessionId"]
     body = {"sessionId": session, "query": "which port does the API use?", "answer": "It listens on 8080."}
-    kept = service.complete_turn(CompleteTurn.from_json(body, "turn-1"), ns)["l1MemoryId"]
+    kept = must(service.complete_turn(CompleteTurn.from_json(body, "turn-1"), ns)["l1MemoryId"])
     marker = f"{CANARY_PREFIX}0123456789"
     with pytest.raises(Conflict, match="not a canary"):
         service.purge_canary(PurgeCanary.from_json({"marker": marker, "sessionIds": [session]}))

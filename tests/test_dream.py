@@ -19,6 +19,7 @@ from memmy.errors import Conflict, NotFound
 from memmy.namespace import Namespace
 from memmy.service import MemoryService
 from memmy.store.memories import MemoryFilter
+from tests.answers import must
 from tests.conftest import Daemon, ServiceFactory
 
 NS = Namespace(source="claude_code")
@@ -194,7 +195,7 @@ def test_run_then_restore_returns_the_store_byte_for_byte(seeded: tuple[MemorySe
     assert ids["pytest_b"] in recalled_ids(svc, "run pytest with the -q flag")
 
     result = svc.dream_run(DreamRun.from_json({}))
-    dream_id = result["id"]
+    dream_id = must(result["id"])
     stats = result["stats"]
     assert dream_id.startswith("dream_") and result["status"] == "succeeded" and stats["vectorDuplicates"]
     assert (stats["supersede"], stats["archive_stale"], stats["archive_contradicted"]) == (4, 3, 2), stats
@@ -274,7 +275,7 @@ def test_run_then_restore_returns_the_store_byte_for_byte(seeded: tuple[MemorySe
 def test_restore_is_refused_after_a_later_edit_unless_forced(seeded: tuple[MemoryService, dict[str, str]]) -> None:
     svc, ids = seeded
     before = json.loads(export(svc))
-    dream_id = svc.dream_run(DreamRun.from_json({}))["id"]
+    dream_id = must(svc.dream_run(DreamRun.from_json({}))["id"])
     svc.add_memory(
         AddMemory.from_json(
             {"content": "Run the linter with ruff check --fix before committing", "tags": ["pre-commit"]}

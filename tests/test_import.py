@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from memmy.cli.main import cli
+from memmy.commands.answers import ImportJob, JSONObject
 from memmy.commands.imports import StartScan
 from memmy.commands.memory import SearchMemory
 from memmy.commands.panel import PanelItems
@@ -21,13 +22,12 @@ from tests.claude_transcripts import Transcript
 from tests.conftest import Daemon
 
 
-def sync(service: MemoryService, **body: object) -> dict:  # type: ignore[type-arg]
-    result: dict = service.imports.run_sync(StartScan.from_json({"sources": ["claude_code"], **body}))  # type: ignore[type-arg]
-    return result
+def sync(service: MemoryService, **body: object) -> ImportJob:
+    return service.imports.run_sync(StartScan.from_json({"sources": ["claude_code"], **body}))
 
 
-def totals(result: dict) -> dict:  # type: ignore[type-arg]
-    return result["totals"]  # type: ignore[no-any-return]
+def totals(result: ImportJob) -> JSONObject:
+    return result["totals"]
 
 
 def project_transcript(home: Path, cwd: Path, turns: int, start: int = 0) -> Transcript:

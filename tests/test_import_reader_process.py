@@ -71,7 +71,7 @@ def test_a_reader_process_imports_exactly_what_the_importer_reads_itself(
     for reader in ("inline", "process"):
         service = make_service()
         job = importer(service, isolated_home, reader).run_sync(StartScan.from_json({"mode": "full", "confirm": True}))
-        results[reader], stores[reader] = job["sources"], stored(service)
+        results[reader], stores[reader] = [dict(source) for source in job["sources"]], stored(service)
     assert results["process"][0]["turnsAdded"] == 12 and results["process"][0]["turnsWaiting"] == 3
     for part in ("inline", "process"):  # everything but the job's own times
         for source in results[part]:

@@ -4,20 +4,19 @@ timestamps (a restored ``~/.claude``, an agent installed later) is found, said s
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from click.testing import CliRunner
 
 from memmy.cli.main import cli
+from memmy.commands.answers import ImportJob
 from memmy.commands.imports import StartScan
 from memmy.service import MemoryService
 from tests.claude_transcripts import Transcript
 from tests.conftest import Daemon
 
 
-def sync(service: MemoryService, **body: object) -> dict[str, Any]:
-    result: dict[str, Any] = service.imports.run_sync(StartScan.from_json({"sources": ["claude_code"], **body}))
-    return result
+def sync(service: MemoryService, **body: object) -> ImportJob:
+    return service.imports.run_sync(StartScan.from_json({"sources": ["claude_code"], **body}))
 
 
 def conversation(home: Path, cwd: Path, topic: str, turns: int, *, now: bool = False) -> Transcript:

@@ -17,6 +17,7 @@ from memmy.embed.base import EmbeddingFingerprint, EmbedRole
 from memmy.namespace import Namespace
 from memmy.service import MemoryService
 from memmy.store.vectors import VectorIndex
+from tests.answers import must
 from tests.openai_stub import run_openai_stub
 
 NS = Namespace(source="test")
@@ -49,9 +50,9 @@ def test_index_follows_add_delete_and_restart(embedder: Embedder, isolated_home:
     kept = service.add_memory(
         AddMemory.from_json({"content": "Postgres migrations run with alembic upgrade head"}), NS
     )["id"]
-    dropped = service.add_memory(AddMemory.from_json({"content": "Redis cache keys expire after ten minutes"}), NS)[
-        "id"
-    ]
+    dropped = must(
+        service.add_memory(AddMemory.from_json({"content": "Redis cache keys expire after ten minutes"}), NS)["id"]
+    )
     service.indexer.drain()
     assert service.indexer.index is not None and len(service.indexer.index) == 2
     service.delete_memory(dropped, DeleteMemory.from_json({}), NS)
@@ -69,9 +70,11 @@ def test_index_follows_add_delete_and_restart(embedder: Embedder, isolated_home:
 def test_changing_the_embedding_model_re_embeds_in_the_background(embedder: Embedder, isolated_home: Path) -> None:
     service = open_service(embedder)
     ids = [
-        service.add_memory(AddMemory.from_json({"content": f"fact {i}: the build uses bazel target //app:{i}"}), NS)[
-            "id"
-        ]
+        must(
+            service.add_memory(
+                AddMemory.from_json({"content": f"fact {i}: the build uses bazel target //app:{i}"}), NS
+            )["id"]
+        )
         for i in range(6)
     ]
     service.indexer.drain()
@@ -108,7 +111,7 @@ def test_embedding_failure_never_fails_the_write(isolated_home: Path) -> None:
         ]
         done, failed = service.indexer.run_once()
         assert (done, failed) == (0, 1)
-        state = service.queue.states([added["id"]])[added["id"]]
+        state = service.queue.states([must(added["id"])])[must(added["id"])]
         assert state["state"] == "embedding_pending" and state["attemptCount"] == 1
         row = service.db.query_one("SELECT status, attempts, next_attempt_at, last_error FROM embedding_retry_queue")
         assert row is not None
@@ -116,9 +119,9 @@ def test_embedding_failure_never_fails_the_write(isolated_home: Path) -> None:
         # Exhaust the attempts: the memory ends up `failed` with a retry action, and stays searchable.
         service.db.conn.execute("UPDATE embedding_retry_queue SET attempts = max_attempts - 1, next_attempt_at = 0")
         service.indexer.run_once()
-        state = service.queue.states([added["id"]])[added["id"]]
+        state = service.queue.states([must(added["id"])])[must(added["id"])]
         assert state["state"] == "failed" and state["retryAction"] == "retry"
-        assert service.retry_processing(added["id"])["accepted"] is True
+        assert service.retry_processing(must(added["id"]))["accepted"] is True
         service.close()
 
 

@@ -27,6 +27,7 @@ from memmy.namespace import Namespace
 from memmy.panel import routes as panel_routes
 from memmy.server.app import create_app
 from memmy.service import MemoryService
+from tests.answers import must
 from tests.conftest import Daemon, free_port
 
 BASE = "http://127.0.0.1:18960"
@@ -114,25 +115,27 @@ def test_search_open_delete_with_csrf(client: TestClient, service: MemoryService
     service.run_worker(RunWorker.from_json({}))
     csrf = sign_in(client)
     shell = client.get("/panel/memories", params={"q": "staging database port", "evidence": "1"})
-    assert shell.status_code == 200 and made["id"] not in shell.text  # the page answers before the search runs
+    assert shell.status_code == 200 and must(made["id"]) not in shell.text  # the page answers before the search runs
     src = re.search(r'id="search-results" data-src="([^"]+)"', shell.text)
     assert src and "evidence=1" in src.group(1)
     results = client.get(src.group(1).replace("&amp;", "&"), headers={"x-panel-fragment": "1"})
-    assert made["id"] in results.text and "rrf=" in results.text  # the verbose evidence
+    assert must(made["id"]) in results.text and "rrf=" in results.text  # the verbose evidence
     assert "<nav" not in results.text  # only the fragment
     plain = client.get("/panel/memories/results", params={"q": "staging database port"})
-    assert made["id"] in plain.text and "rrf=" not in plain.text and "<nav" in plain.text  # no script: a full page
+    assert (
+        must(made["id"]) in plain.text and "rrf=" not in plain.text and "<nav" in plain.text
+    )  # no script: a full page
     page = client.get(f"/panel/memories/{made['id']}")
     assert "port 6543" in page.text and "Provenance" in page.text
 
     refused = client.post(f"/panel/memories/{made['id']}/delete", data={"csrf": "wrong"})
     assert refused.status_code == 403
-    assert service.memories.get(made["id"]) is not None
+    assert service.memories.get(must(made["id"])) is not None
 
     done = client.post(f"/panel/memories/{made['id']}/delete", data={"csrf": csrf, "next": "/panel/memories"})
     assert done.status_code == 303 and done.headers["location"].startswith("/panel/memories?msg=")
-    assert service.memories.get(made["id"]) is None
-    assert made["id"] not in client.get("/panel/memories/results", params={"q": "staging database port"}).text
+    assert service.memories.get(must(made["id"])) is None
+    assert must(made["id"]) not in client.get("/panel/memories/results", params={"q": "staging database port"}).text
     audit = client.get("/panel/logs").text
     assert "memory.delete" in audit and "panel" in audit
 
@@ -144,7 +147,7 @@ def test_edit_makes_a_new_version(client: TestClient, service: MemoryService) ->
         f"/panel/memories/{made['id']}/edit", data={"csrf": csrf, "content": "Releases happen on Thursdays."}
     )
     assert answer.status_code == 303 and "err=" not in answer.headers["location"]
-    old = service.memories.get(made["id"])
+    old = service.memories.get(must(made["id"]))
     assert old is not None and old.superseded_by
     assert "Thursdays" in client.get(f"/panel/memories/{old.superseded_by}").text
 
@@ -157,7 +160,7 @@ def test_foreign_host_and_origin_are_refused(client: TestClient, service: Memory
         f"/panel/memories/{made['id']}/delete", data={"csrf": csrf}, headers={"origin": "https://evil.example"}
     )
     assert answer.status_code == 403
-    assert service.memories.get(made["id"]) is not None
+    assert service.memories.get(must(made["id"])) is not None
 
 
 def test_review_queue_approve_from_the_panel(client: TestClient, service: MemoryService) -> None:
@@ -198,9 +201,9 @@ def test_settings_export_import_and_wipe(client: TestClient, service: MemoryServ
     archive_path.write_bytes(exported.content)
 
     unconfirmed = client.post("/panel/settings/wipe", data={"csrf": csrf})
-    assert "err=" in unconfirmed.headers["location"] and service.memories.get(made["id"]) is not None
+    assert "err=" in unconfirmed.headers["location"] and service.memories.get(must(made["id"])) is not None
     wiped = client.post("/panel/settings/wipe", data={"csrf": csrf, "confirm": "1"})
-    assert "msg=" in wiped.headers["location"] and service.memories.get(made["id"]) is None
+    assert "msg=" in wiped.headers["location"] and service.memories.get(must(made["id"])) is None
 
     dry = client.post(
         "/panel/settings/import",
@@ -208,14 +211,14 @@ def test_settings_export_import_and_wipe(client: TestClient, service: MemoryServ
         files={"archive": ("download.zip", archive_path.read_bytes(), "application/zip")},
     )
     assert "msg=" in dry.headers["location"] and "would%20add" in dry.headers["location"]
-    assert service.memories.get(made["id"]) is None
+    assert service.memories.get(must(made["id"])) is None
     imported = client.post(
         "/panel/settings/import",
         data={"csrf": csrf, "onConflict": "skip"},
         files={"archive": ("download.zip", archive_path.read_bytes(), "application/zip")},
     )
     assert "msg=" in imported.headers["location"], imported.headers["location"]
-    assert service.memories.get(made["id"]) is not None
+    assert service.memories.get(must(made["id"])) is not None
     audit = service.governance.logs_page(ListLogs.from_json({"kind": "audit", "action": "store.import"}))["items"]
     assert audit[0]["targetId"] == "upload:download.zip"
     settings = client.get("/panel/settings").text
@@ -237,7 +240,7 @@ def test_recall_mark_wrong_gives_negative_feedback(client: TestClient, service: 
     service.search(SearchMemory.from_json({"query": "how do I deploy with make release"}), Namespace(source="codex"))
     csrf = sign_in(client)
     page = client.get("/panel/recalls").text
-    assert made["id"] in page and "Deploy with make release" in page
+    assert must(made["id"]) in page and "Deploy with make release" in page
     event_id = re.search(r'name="event" value="([^"]+)"', page)
     assert event_id
     answer = client.post("/panel/recalls/wrong", data={"csrf": csrf, "memory": made["id"], "event": event_id.group(1)})
@@ -254,15 +257,15 @@ def test_memories_filter_by_layer_status_agent_and_project(client: TestClient, s
         AddMemory.from_json({"content": "The API uses uv."}), Namespace(source="cursor", project_id="/srv/api")
     )
     gone = service.add_memory(AddMemory.from_json({"content": "An outdated fact."}), Namespace(source="codex"))
-    service.delete_memory(gone["id"], DeleteMemory.from_json({}), Namespace())
+    service.delete_memory(must(gone["id"]), DeleteMemory.from_json({}), Namespace())
     sign_in(client)
     by_agent = client.get("/panel/memories", params={"sourceAgent": "cursor"}).text
-    assert other["id"] in by_agent and web["id"] not in by_agent
+    assert must(other["id"]) in by_agent and must(web["id"]) not in by_agent
     by_project = client.get("/panel/memories", params={"projectId": "/srv/api"}).text
-    assert other["id"] in by_project and web["id"] not in by_project and "1 total" in by_project
+    assert must(other["id"]) in by_project and must(web["id"]) not in by_project and "1 total" in by_project
     deleted = client.get("/panel/memories", params={"status": "deleted"}).text
-    assert gone["id"] in deleted and web["id"] not in deleted
-    assert web["id"] not in client.get("/panel/memories", params={"layer": "L2"}).text
+    assert must(gone["id"]) in deleted and must(web["id"]) not in deleted
+    assert must(web["id"]) not in client.get("/panel/memories", params={"layer": "L2"}).text
 
 
 def test_install_and_remove_an_integration_from_the_panel(
@@ -351,7 +354,7 @@ def test_import_upload_refuses_bad_files_and_changes_nothing(
         ).headers["location"]
     )
     assert upload("x.zip", b"x", token="wrong") == "403"
-    assert service.governance.reads.counts() == before and service.memories.get(made["id"]) is not None
+    assert service.governance.reads.counts() == before and service.memories.get(must(made["id"])) is not None
     assert not service.governance.logs_page(ListLogs.from_json({"kind": "audit", "action": "store.import"}))["items"]
 
 
@@ -380,12 +383,12 @@ def test_memories_filter_by_date(client: TestClient, service: MemoryService) -> 
     service.governance.reads.invalidate()
     sign_in(client)
     january = client.get("/panel/memories", params={"from": "2025-01-01", "to": "2025-01-31"}).text
-    assert old["id"] in january and new["id"] not in january and "1 total" in january
+    assert must(old["id"]) in january and must(new["id"]) not in january and "1 total" in january
     assert 'name="from" value="2025-01-01"' in january
     since = client.get("/panel/memories", params={"from": "2025-02-01"}).text
-    assert new["id"] in since and old["id"] not in since
+    assert must(new["id"]) in since and must(old["id"]) not in since
     one_day = client.get("/panel/memories", params={"from": "2025-01-15", "to": "2025-01-15"}).text
-    assert old["id"] in one_day
+    assert must(old["id"]) in one_day
     bad = client.get("/panel/memories", params={"from": "last tuesday"})
     assert bad.status_code == 400 and "expected a date" in bad.text
     service.run_worker(RunWorker.from_json({}))
@@ -509,7 +512,7 @@ def test_analytics_top_projects_counts_live_memories_per_project(service: Memory
     service.add_memory(AddMemory.from_json({"content": "The API uses uv for dependencies."}), api)
     service.add_memory(AddMemory.from_json({"content": "The API listens on port 8080."}), api)
     gone = service.add_memory(AddMemory.from_json({"content": "The API used pip once."}), api)
-    service.delete_memory(gone["id"], DeleteMemory.from_json({}), Namespace())
+    service.delete_memory(must(gone["id"]), DeleteMemory.from_json({}), Namespace())
     service.add_memory(AddMemory.from_json({"content": "Prefer short commit messages."}), Namespace(source="codex"))
     top = service.governance.analytics()["topProjects"]
     assert top[0] == {"project": "/srv/api", "count": 2}  # deleted ones not counted

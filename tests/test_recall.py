@@ -10,27 +10,28 @@ from pathlib import Path
 import pytest
 
 from memmy.capture.sanitize import wrap_for_agent
+from memmy.commands.answers import SearchAnswer
 from memmy.commands.memory import AddMemory, ArchiveMemory, DeleteMemory, SearchMemory
 from memmy.commands.turns import CompleteTurn, OpenSession, StartTurn
 from memmy.namespace import Namespace
 from memmy.recall.query import structural_fragments
 from memmy.service import MemoryService
+from tests.answers import must
 from tests.llm_stub import run_chat_stub
 
 NS = Namespace(source="claude_code")
 
 
 def add(service: MemoryService, content: str, ns: Namespace = NS, **body: object) -> str:
-    memory_id: str = service.add_memory(AddMemory.from_json({"content": content, **body}), ns)["id"]
-    return memory_id
+    return must(service.add_memory(AddMemory.from_json({"content": content, **body}), ns)["id"])
 
 
-def search(service: MemoryService, query: str, ns: Namespace = NS, **body: object) -> dict:  # type: ignore[type-arg]
+def search(service: MemoryService, query: str, ns: Namespace = NS, **body: object) -> SearchAnswer:
     service.indexer.drain()
     return service.search(SearchMemory.from_json({"query": query, "verbose": True, **body}), ns)
 
 
-def ids(result: dict) -> list[str]:  # type: ignore[type-arg]
+def ids(result: SearchAnswer) -> list[str]:
     return list(result["sourceMemoryIds"])
 
 
@@ -142,7 +143,7 @@ def test_modes_layers_and_research_profile(make_service) -> None:  # type: ignor
         for layer in ("L1", "L2", "L3", "Skill")
     }
 
-    def layers_of(result: dict) -> set[str]:  # type: ignore[type-arg]
+    def layers_of(result: SearchAnswer) -> set[str]:
         return {h["memoryLayer"] for h in result["hits"]}
 
     assert layers_of(search(service, "release checklist")) == {"L1", "L2", "L3", "Skill"}

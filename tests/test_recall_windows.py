@@ -11,6 +11,7 @@ from memmy.namespace import Namespace
 from memmy.recall.channels import ChannelHit, window_cosines
 from memmy.recall.fusion import turn_tokens, turn_window, window_positions
 from memmy.service import MemoryService
+from tests.answers import must
 from tests.conftest import ServiceFactory
 
 NS = Namespace(source="claude_code")
@@ -39,9 +40,11 @@ def ids(memories: list[Memory]) -> list[str]:
 def chat(service: MemoryService, texts: list[str]) -> list[str]:
     """``texts`` stored as the turns of one session, a second apart, embedded; their ids in order."""
     made = [
-        service.add_memory(
-            AddMemory.from_json({"content": t, "sessionId": "chat", "createdAt": f"2026-01-05T10:00:0{i}Z"}), NS
-        )["id"]
+        must(
+            service.add_memory(
+                AddMemory.from_json({"content": t, "sessionId": "chat", "createdAt": f"2026-01-05T10:00:0{i}Z"}), NS
+            )["id"]
+        )
         for i, t in enumerate(texts)
     ]
     service.indexer.drain()

@@ -28,6 +28,7 @@ from memmy.mcp.transcripts import get_conversation
 from memmy.namespace import Namespace
 from memmy.redact import RedactionReport, Redactor, redact
 from memmy.service import MemoryService
+from tests.answers import must
 from tests.claude_transcripts import Transcript
 from tests.conftest import Daemon
 from tests.secret_corpus import (
@@ -290,7 +291,7 @@ def test_config_rules_apply_to_service_writes_and_reload(isolated_home: Path, em
         added = service.add_memory(
             AddMemory.from_json({"content": "ci uses acme_0123456789abcdef and sk_test_" + "a1" * 12}), ns
         )
-        content = service.get_memory(added["id"])["content"]
+        content = service.get_memory(must(added["id"]))["content"]
         assert content == "ci uses [REDACTED:acme_token] and sk_test_" + "a1" * 12
         config_file.write_text("memmyMemory:\n  redaction:\n    extraPatterns: ['(']\n", encoding="utf-8")
         with pytest.raises(InvalidArgument, match="redaction.extraPatterns"):
@@ -298,7 +299,7 @@ def test_config_rules_apply_to_service_writes_and_reload(isolated_home: Path, em
         config_file.write_text("memmyMemory: {}\n", encoding="utf-8")
         service.reload_config(ReloadConfig.from_json({}))
         again = service.add_memory(AddMemory.from_json({"content": "deploy with sk_test_" + "b2" * 12}), ns)
-        assert service.get_memory(again["id"])["content"] == "deploy with [REDACTED:stripe_key]"
+        assert service.get_memory(must(again["id"]))["content"] == "deploy with [REDACTED:stripe_key]"
     finally:
         service.close()
     config_file.write_text("memmyMemory:\n  redaction:\n    allowlist: ['[']\n", encoding="utf-8")

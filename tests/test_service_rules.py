@@ -20,6 +20,7 @@ from memmy.namespace import Namespace
 from memmy.recall.channels import CHANNELS
 from memmy.recall.pipeline import MODE_LAYERS
 from memmy.service import MemoryService
+from tests.answers import must
 
 NS = Namespace(source="codex")
 
@@ -77,7 +78,7 @@ def test_completion_keeps_the_ids_turn_start_injected(service: MemoryService) ->
         ),
         NS,
     )
-    raw = service.get_memory(done["l1MemoryId"])["refs"]["rawTurn"]
+    raw = service.get_memory(must(done["l1MemoryId"]))["refs"]["rawTurn"]
     assert raw["sourceMemoryIds"] == [target]
 
 

@@ -23,6 +23,7 @@ from memmy.store.db import Database, ServerLock, retry_while_busy, utc_now
 from memmy.store.memories import MemoryFilter, MemoryRepository, row_to_memory
 from memmy.store.schema import MIGRATION_001, MIGRATIONS, SCHEMA_VERSION
 from memmy.store.text import fts_match_expression, query_terms, segment_for_index
+from tests.answers import must
 
 EXPECTED_TABLES = {
     "memories",
@@ -173,7 +174,7 @@ def test_full_text_english_and_chinese(tmp_path: Path) -> None:
 def test_soft_delete_hides_everywhere_and_logs_changes(service: MemoryService) -> None:
     ns = Namespace(source="cli")
     added = service.add_memory(AddMemory.from_json({"content": "Use uv for Python installs", "tags": ["python"]}), ns)
-    memory_id = added["id"]
+    memory_id = must(added["id"])
     assert service.search(SearchMemory.from_json({"query": "uv python installs"}), ns)["sourceMemoryIds"] == [memory_id]
     service.delete_memory(memory_id, DeleteMemory.from_json({"reason": "obsolete"}), ns)
     assert service.memories.get(memory_id) is None
@@ -195,7 +196,7 @@ def test_content_hash_dedup_is_per_layer(service: MemoryService) -> None:
     assert again["id"] == first["id"] and again["deduplicated"] is True
     assert again["tags"] == ["make", "build"]
     assert other_layer["id"] != first["id"] and other_layer["memoryLayer"] == "L2"
-    assert [c["changeType"] for c in service.logs.changes_for(first["id"])] == ["create", "merge"]
+    assert [c["changeType"] for c in service.logs.changes_for(must(first["id"]))] == ["create", "merge"]
 
 
 def test_validity_and_scope_filters(service: MemoryService) -> None:

@@ -19,6 +19,7 @@ from memmy.keys.args import key_args
 from memmy.namespace import Namespace
 from memmy.recall.freshness import freshness_factor, validity_payload
 from memmy.service import MemoryService
+from tests.answers import must
 from tests.claude_transcripts import Transcript
 from tests.conftest import Daemon
 
@@ -112,7 +113,7 @@ def test_freshness_decays_ranking_and_confirmation_refreshes_it(service: MemoryS
     assert confirmed["validity"]["status"] == "fresh" and confirmed["confirmation_count"] == 1
     assert scores()[old["saved"]] == pytest.approx(aged[fresh["saved"]], rel=0.2)
     plain = service.add_memory(AddMemory.from_json({"content": "A plain memory without a decay profile"}), NS)
-    detail = service.get_memory(plain["id"])
+    detail = service.get_memory(must(plain["id"]))
     assert detail["validity"]["decay_profile"] == "standard" and detail["item"]["validity"]["status"] == "fresh"
 
 

@@ -20,6 +20,7 @@ from memmy.namespace import Namespace
 from memmy.recall.render import RenderItem, render_context
 from memmy.redact.tags import find_tags, neutralize_tags, strip_invisible
 from memmy.service import MemoryService
+from tests.answers import must
 from tests.conftest import Daemon
 
 NS = Namespace(source="claude_code")
@@ -100,7 +101,7 @@ def test_rendered_context_never_escapes_even_from_rows_stored_before_the_fix() -
 def test_memories_added_with_payloads_recall_inside_one_wrapper(service: MemoryService) -> None:
     for payload in PAYLOADS:
         result = service.add_memory(AddMemory.from_json({"content": f"deploy checklist note {payload}"}), NS)
-        stored = service.get_memory(result["id"])["content"]
+        stored = service.get_memory(must(result["id"]))["content"]
         assert stored.startswith("deploy checklist note") and find_tags(stored) == []
     service.indexer.drain()
     session = service.open_session(OpenSession.from_json({}), NS)["sessionId"]

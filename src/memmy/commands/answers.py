@@ -3,17 +3,18 @@ the return types of the service calls that build them.
 
 They describe the JSON the service returns (plain dicts); a key the service always sends is required here, so
 schemathesis' response check catches an answer that drifts from its type. A nested record whose shape belongs
-to another package (a memory list item, an episode, a job) is a :data:`JSONObject`: JSON, not anything.
+to another package (a memory list item, an episode, a job) is a :data:`JSONObject`: a JSON object whose fields
+the reader checks. Every public method of an ops group returns one of these types (``tests/test_answer_types.py``).
 """
 
 from collections.abc import Mapping, Sequence
-from typing import NotRequired, TypeAlias, TypedDict
+from typing import Any, NotRequired, TypeAlias, TypedDict
 
 #: Any JSON value an answer carries, read-only (so a ``dict[str, int]`` or a ``list[str]`` is one). The OpenAPI
 #: document describes it as "any JSON".
 JSONValue: TypeAlias = str | int | float | bool | None | Sequence["JSONValue"] | Mapping[str, "JSONValue"]
-#: A JSON object.
-JSONObject: TypeAlias = Mapping[str, JSONValue]
+#: A JSON object (a nested record; the OpenAPI document describes its values as "any JSON").
+JSONObject: TypeAlias = Mapping[str, Any]
 
 
 class Answer(TypedDict, total=False):
@@ -64,7 +65,7 @@ class SearchAnswer(TypedDict):
     """Injectable markdown plus the hits it was made from."""
 
     injectedContext: str
-    hits: list[JSONObject]
+    hits: Sequence[JSONObject]
     sourceMemoryIds: list[str]
     status: list[str]
     serverTime: str
@@ -86,6 +87,7 @@ class MemoryDeleted(TypedDict):
     syncCursor: str
     auditId: int | str | None
     serverTime: str
+    tombstoneId: NotRequired[str]
     duplicate: NotRequired[bool]
 
 
@@ -121,10 +123,51 @@ class MemoryArchived(TypedDict):
     serverTime: str
 
 
+class StatusSet(TypedDict):
+    """A memory archived or activated again from the panel (audited)."""
+
+    id: str
+    status: str
+    auditId: int | str
+    serverTime: str
+
+
+class DayInjections(TypedDict):
+    """Recall events of one day: how many, how many injected something, and the tokens injected."""
+
+    date: str
+    events: int
+    hits: int
+    tokens: int
+
+
+class DayMemories(TypedDict):
+    """Memories written on one day, in all and per layer."""
+
+    date: str
+    count: int
+    layers: dict[str, int]
+
+
+class Analytics(TypedDict):
+    """The panel's analytics: recall events and memories per day, hit rate, latency, top projects and agents."""
+
+    injectionsPerDay: list[DayInjections]
+    hitRate: float
+    recallEvents: int
+    injectedToday: dict[str, int]
+    memoriesPerDay: list[DayMemories]
+    avgApiLatencyMs: float
+    p95ApiLatencyMs: float
+    topProjects: Sequence[JSONObject]
+    topAgents: Sequence[JSONObject]
+    serverTime: str
+
+
 class Items(TypedDict):
     """A list of records."""
 
-    items: list[JSONObject]
+    items: Sequence[JSONObject]
     serverTime: str
 
 
@@ -137,7 +180,7 @@ class JobList(Items):
 class TombstoneList(TypedDict):
     """Tombstones, newest first."""
 
-    tombstones: list[JSONObject]
+    tombstones: Sequence[JSONObject]
     total: int
     serverTime: str
 
@@ -155,7 +198,7 @@ class LogsPage(TypedDict):
     """One page of a log."""
 
     kind: str
-    items: list[JSONObject]
+    items: Sequence[JSONObject]
     total: int | None
     retentionDays: int
     serverTime: str
@@ -166,7 +209,7 @@ class ReviewPage(TypedDict):
 
     state: str
     required: bool
-    items: list[JSONObject]
+    items: Sequence[JSONObject]
     serverTime: str
 
 
@@ -176,7 +219,7 @@ class WorkerRun(TypedDict):
     leased: int
     succeeded: int
     failed: int
-    jobs: list[JSONObject]
+    jobs: Sequence[JSONObject]
     embeddingRetries: dict[str, int]
     changeSeq: int
     syncCursor: str
@@ -199,7 +242,7 @@ class ConfigReloaded(TypedDict):
 class DreamLogPage(TypedDict):
     """Past Dream passes and the schedule."""
 
-    dreams: list[JSONObject]
+    dreams: Sequence[JSONObject]
     total: int
     schedule: JSONObject
     serverTime: str
@@ -230,19 +273,19 @@ class Page(TypedDict):
 class ItemsPage(Page):
     """A page of memories (the panel's entry list)."""
 
-    items: list[JSONObject]
+    items: Sequence[JSONObject]
 
 
 class TasksPage(Page):
     """A page of captured turns."""
 
-    tasks: list[JSONObject]
+    tasks: Sequence[JSONObject]
 
 
 class MemoryLogsPage(TypedDict):
     """memory_add / memory_search calls."""
 
-    logs: list[JSONObject]
+    logs: Sequence[JSONObject]
     total: int
     limit: int
     offset: int
@@ -256,7 +299,7 @@ class MemoryHistory(TypedDict):
     id: str
     currentId: str | None
     length: int
-    chain: list[JSONObject]
+    chain: Sequence[JSONObject]
     serverTime: str
 
 
@@ -270,7 +313,7 @@ class DreamPass(TypedDict):
     startedAt: str
     finishedAt: str | None
     stats: JSONObject
-    changes: list[JSONObject]
+    changes: Sequence[JSONObject]
     serverTime: str
 
 
@@ -285,7 +328,7 @@ class DreamRecord(TypedDict):
     restoredAt: str | None
     stats: JSONObject
     error: str | None
-    changes: list[JSONObject]
+    changes: Sequence[JSONObject]
     serverTime: str
 
 
@@ -295,6 +338,10 @@ class DreamRestored(TypedDict):
     id: str
     status: str
     restoredAt: str
+    memories: int
+    overwritten: list[str]
+    skipped: Sequence[JSONObject]
+    force: bool
     changes: int
     serverTime: str
 
@@ -366,7 +413,7 @@ class InjectedContext(TypedDict):
     """The recalled context of a turn start: markdown for the prompt and its sections."""
 
     markdown: str
-    sections: list[JSONObject]
+    sections: list[str]
     tokenEstimate: int
 
 
@@ -381,7 +428,7 @@ class TurnStarted(TypedDict):
     searchEventId: str | None
     injectedContext: InjectedContext
     sourceMemoryIds: list[str]
-    hits: list[JSONObject]
+    hits: Sequence[JSONObject]
     status: list[str]
     serverTime: str
     duplicate: NotRequired[bool]
@@ -438,11 +485,25 @@ class MemoryDetail(TypedDict):
     summary: NotRequired[str]
     tags: NotRequired[list[str]]
     content: NotRequired[str]
+    sourceAgent: NotRequired[str]
+    projectId: NotRequired[str | None]
+    sessionId: NotRequired[str | None]
+    metrics: NotRequired[JSONObject]
+    createdAt: NotRequired[str]
+    updatedAt: NotRequired[str]
+    validFrom: NotRequired[str | None]
+    validTo: NotRequired[str | None]
+    supersededBy: NotRequired[str | None]
+    version: NotRequired[int]
+    validity: NotRequired[JSONObject]
+    processing: NotRequired[JSONObject]
+    memoryKey: NotRequired[str | None]
+    turnId: NotRequired[str | None]
     properties: NotRequired[JSONObject]
     etag: NotRequired[str]
     item: NotRequired[JSONObject]
     metadata: NotRequired[JSONObject]
-    history: NotRequired[list[JSONObject]]
+    history: NotRequired[Sequence[JSONObject]]
 
 
 class KeyView(TypedDict):
@@ -460,6 +521,21 @@ class KeyView(TypedDict):
     match_type: NotRequired[str]
 
 
+class KeyLink(KeyView):
+    """A key of one memory: its view, the link weight and, given a query, its relevance."""
+
+    weight: float
+    relevance: float | None
+
+
+class AliasLearning(TypedDict):
+    """A confirmed route through a key: how often, and whether its query became a learned alias."""
+
+    query: str
+    confirmations: int
+    learned: bool
+
+
 class KeyRecall(TypedDict):
     """``keys/recall``: the matching key clusters and one passive Top-1 memory per key."""
 
@@ -467,9 +543,9 @@ class KeyRecall(TypedDict):
     query: str
     namespace: str | None
     keys: list[KeyView]
-    memories: list[JSONObject]
+    memories: Sequence[JSONObject]
     namespace_memory_count: NotRequired[int]
-    nearest_keys: NotRequired[list[JSONObject]]
+    nearest_keys: NotRequired[Sequence[JSONObject]]
     note: NotRequired[str]
 
 
@@ -495,7 +571,7 @@ class KeyRead(TypedDict):
     offset: int
     limit: int
     has_more: bool
-    memories: list[JSONObject]
+    memories: Sequence[JSONObject]
 
 
 class KeyMemoryRead(TypedDict):
@@ -509,10 +585,10 @@ class KeyMemoryRead(TypedDict):
     content: str
     current: bool
     source: JSONObject
-    connected_keys: list[JSONObject]
-    related: list[JSONObject]
+    connected_keys: list[KeyLink]
+    related: Sequence[JSONObject]
     reinforced: JSONObject | None
-    alias_learning: NotRequired[JSONObject]
+    alias_learning: NotRequired[AliasLearning]
 
 
 class KeyRemembered(TypedDict):
@@ -532,6 +608,7 @@ class KeyCorrected(TypedDict):
     new_id: str | None
     superseded: str | None
     hints: NotRequired[JSONObject]
+    deduplicated: NotRequired[bool]
     saved: NotRequired[str | None]
     tombstoned: NotRequired[bool]
     tombstone_id: NotRequired[str]
@@ -554,7 +631,7 @@ class KeyRelated(TypedDict):
 
     memory_id: str
     count: int
-    related: list[JSONObject]
+    related: Sequence[JSONObject]
 
 
 class KeyMemoryList(TypedDict):
@@ -563,15 +640,15 @@ class KeyMemoryList(TypedDict):
     namespace: str | None
     total: int
     count: int
-    memories: list[JSONObject]
+    memories: Sequence[JSONObject]
 
 
 class PanelOverview(TypedDict):
     """Counts per layer, the share of each source and the daily activity of the last weeks."""
 
     counts: dict[str, int]
-    sourceDistribution: list[JSONObject]
-    dailyActivity: list[JSONObject]
+    sourceDistribution: Sequence[JSONObject]
+    dailyActivity: Sequence[JSONObject]
     serverTime: str
 
 
@@ -588,7 +665,7 @@ class PanelAnalysis(TypedDict):
 class Sources(TypedDict):
     """The agent histories found on this machine, their last sync and counts."""
 
-    sources: list[JSONObject]
+    sources: Sequence[JSONObject]
     known: list[str]
     recipeErrors: list[str]
     serverTime: str
@@ -605,7 +682,7 @@ class ImportJob(TypedDict):
     finishedAt: str | None
     error: str | None
     totals: JSONObject
-    sources: list[JSONObject]
+    sources: Sequence[JSONObject]
 
 
 class ReviewDecided(TypedDict):
@@ -667,3 +744,21 @@ KEY_ANSWERS: dict[str, object] = {
     "related": KeyRelated,
     "list_memories": KeyMemoryList,
 }
+
+#: Any key-graph answer (what ``KeyOps.call`` returns for one of :data:`KEY_ANSWERS`' operations).
+KeyAnswer: TypeAlias = (
+    KeyForgotten
+    | KeyDismissed
+    | KeysCleaned
+    | KeyStats
+    | list[KeyRemembered]
+    | KeyRecall
+    | KeyBrowse
+    | KeyRead
+    | KeyMemoryRead
+    | KeyRemembered
+    | KeyCorrected
+    | KeyConfirmed
+    | KeyRelated
+    | KeyMemoryList
+)

@@ -12,8 +12,10 @@ from __future__ import annotations
 import logging
 import threading
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
+from memmy.commands.answers import DreamLogPage, DreamPass, DreamRestored
+from memmy.commands.answers import DreamRecord as DreamRecordAnswer
 from memmy.commands.dream import DreamGet, DreamLog, DreamRestore, DreamRun
 from memmy.config import DreamSettings, Settings
 from memmy.domain import new_id
@@ -50,7 +52,7 @@ class DreamOps:
             raise Forbidden("memory writes are disabled (algorithm.enableMemoryAdd: false)")
 
     # -- run ----------------------------------------------------------------------------------------
-    def run(self, cmd: DreamRun, *, trigger: str = "manual", now: datetime | None = None) -> dict[str, Any]:
+    def run(self, cmd: DreamRun, *, trigger: str = "manual", now: datetime | None = None) -> DreamPass:
         """One pass. ``{"dryRun": true}`` reports what would change and writes nothing."""
         dry_run = cmd.dry_run
         if not dry_run:
@@ -66,7 +68,7 @@ class DreamOps:
         finally:
             self._running.release()
 
-    def _run_and_record(self, trigger: str, moment: datetime) -> dict[str, Any]:
+    def _run_and_record(self, trigger: str, moment: datetime) -> DreamPass:
         self.repo.fail_interrupted(utc_now())
         dream_id = new_id("dream")
         started = utc_now()
@@ -100,7 +102,7 @@ class DreamOps:
         plan: list[Planned],
         *,
         dry_run: bool,
-    ) -> dict[str, Any]:
+    ) -> DreamPass:
         changes = [
             change_json(seq, p.memory_id, p.action, p.reason, p.before, p.after_preview(), False)
             for seq, p in enumerate(plan, start=1)
@@ -194,7 +196,7 @@ class DreamOps:
             raise NotFound(f"dream {dream_id} not found")
         return record
 
-    def log(self, cmd: DreamLog) -> dict[str, Any]:
+    def log(self, cmd: DreamLog) -> DreamLogPage:
         """Dreams newest first with their counts per action (``limit``, ``offset``), and the schedule."""
         limit, offset = cmd.limit, cmd.offset
         records, total = self.repo.page(limit, offset)
@@ -217,7 +219,7 @@ class DreamOps:
             "serverTime": utc_now(),
         }
 
-    def get(self, dream_id: str, cmd: DreamGet) -> dict[str, Any]:
+    def get(self, dream_id: str, cmd: DreamGet) -> DreamRecordAnswer:
         """One dream and its changes (before/after summaries; the full rows with ``verbose``)."""
         verbose = cmd.verbose
         record = self._require(dream_id)
@@ -225,10 +227,10 @@ class DreamOps:
             change_json(c.seq, c.memory_id, c.action, c.reason, c.before, c.after, verbose)
             for c in self.repo.changes(record.id)
         ]
-        return {**record.to_json(), "changes": changes, "serverTime": utc_now()}
+        return cast(DreamRecordAnswer, {**record.to_json(), "changes": changes, "serverTime": utc_now()})
 
     # -- restore ------------------------------------------------------------------------------------
-    def restore(self, dream_id: str, cmd: DreamRestore) -> dict[str, Any]:
+    def restore(self, dream_id: str, cmd: DreamRestore) -> DreamRestored:
         """Undo a dream: every changed row goes back to its "before" state verbatim (all columns), in one
         transaction. Refused when a changed memory was modified since, unless ``{"force": true}``."""
         force = cmd.force
@@ -240,7 +242,7 @@ class DreamOps:
         finally:
             self._running.release()
 
-    def _restore(self, dream_id: str, force: bool) -> dict[str, Any]:
+    def _restore(self, dream_id: str, force: bool) -> DreamRestored:
         record = self._require(dream_id)
         if record.status == "restored":
             raise Conflict(f"dream {record.id} was already restored at {record.restored_at}")
@@ -280,14 +282,22 @@ class DreamOps:
                     append_change(conn, restored, "restore", now_memory.snapshot(), restored.snapshot(), source)
             restored_at = utc_now()
             put_back = sorted(set(final) - skip)
-            summary = {"memories": len(put_back), "overwritten": modified, "skipped": skipped, "force": force}
+            summary: dict[str, object] = {
+                "memories": len(put_back),
+                "overwritten": modified,
+                "skipped": skipped,
+                "force": force,
+            }
             self.repo.mark_restored(conn, record.id, restored_at, {**record.stats, "restore": summary})
         self._reindex(put_back)
         return {
             "id": record.id,
             "status": "restored",
             "restoredAt": restored_at,
-            **summary,
+            "memories": len(put_back),
+            "overwritten": modified,
+            "skipped": skipped,
+            "force": force,
             "changes": len(changes),
             "serverTime": utc_now(),
         }

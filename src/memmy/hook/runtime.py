@@ -56,9 +56,7 @@ _ASSIGN_SIGNS = (":", "=", "：", "是", "为")
 _ALWAYS_WORDS = ("://", "private key", "-----begin", ";base64,", "xox", "xapp-", "sshpass", "mysql", "mariadb")
 _TOKEN_RUN = 16
 #: Byte table: token characters -> ``a``, every other byte -> a space (non-ASCII is ``?`` before it applies).
-_TOKEN_BYTES = bytes(
-    97 if chr(b).isascii() and (chr(b).isalnum() or chr(b) in "_-+/=.~") else 32 for b in range(256)
-)
+_TOKEN_BYTES = bytes(97 if chr(b).isascii() and (chr(b).isalnum() or chr(b) in "_-+/=.~") else 32 for b in range(256))
 _WRAPPER_TAGS = ("memmy_memory_context", "memos_context", "memory_context")
 _WRAPPERS_RE = r"<(memmy_memory_context|memos_context|memory_context)\b[^>]*>.*?</\1\s*>"
 _REQUEST_RE = r"\s*<current_user_request\b[^>]*>(.*?)(?:</current_user_request\s*>)?\s*"

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
+from memmy.commands.answers import FeedbackRecorded, MemoryDetail
 from memmy.commands.evolution import Feedback
 from memmy.config import Configured, Settings
 from memmy.domain import Memory
@@ -337,7 +338,7 @@ class EpisodeOps(Configured):
         return [e.id for e in self.episodes.idle_since(cutoff, exclude) if self.close(e.id, "idle_timeout")]
 
     # -- explicit feedback ------------------------------------------------------------------------
-    def give_feedback(self, cmd: Feedback, user_id: str | None) -> dict[str, Any]:
+    def give_feedback(self, cmd: Feedback, user_id: str | None) -> FeedbackRecorded:
         """``POST /api/v1/feedback``: explicit positive/negative feedback on a memory or an episode."""
         target, polarity, magnitude, note = cmd.id, cmd.polarity, cmd.magnitude, cmd.note
         episode: EpisodeRecord | None = None
@@ -398,7 +399,7 @@ class EpisodeOps(Configured):
             "serverTime": utc_now(),
         }
 
-    def episode_detail(self, episode_id: str) -> dict[str, Any]:
+    def episode_detail(self, episode_id: str) -> MemoryDetail:
         """An episode with its raw turns and feedback (``GET /api/v1/memory/episode_…``)."""
         episode = self.episodes.get(episode_id)
         if episode is None:
@@ -427,4 +428,4 @@ class EpisodeOps(Configured):
             "decisionRepairIds": episode.decision_repair_ids,
             "feedback": [f.to_json() for f in self.feedback.for_episode(episode_id)],
         }
-        return detail
+        return cast(MemoryDetail, detail)

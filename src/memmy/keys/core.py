@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from memmy.commands.answers import KeyLink, KeyView, MemoryDeleted
 from memmy.config import Configured, Settings
 from memmy.domain import Memory
 from memmy.errors import InvalidArgument, NotFound
@@ -71,7 +72,8 @@ class RankedMemory:
 
 #: Soft-deletes one memory for ``forget`` (``(memory_id, reason, ns) -> {"tombstoneId": ...}``); the service
 #: passes its own delete so the key graph shares the audited path without importing the service layer.
-ForgetMemory = Callable[[str, str, Namespace], dict[str, Any]]
+ForgetMemory = Callable[[str, str, Namespace], MemoryDeleted]
+
 
 class KeyCore(Configured):
     """State and helpers shared by the key-graph reads and writes."""
@@ -127,7 +129,7 @@ class KeyCore(Configured):
         return memory.status == "activated" and (memory.valid_to is None or memory.valid_to > utc_now())
 
     # -- views ------------------------------------------------------------------------------------
-    def key_views(self, rows: list[KeyRow], counts: dict[str, int]) -> list[dict[str, Any]]:
+    def key_views(self, rows: list[KeyRow], counts: dict[str, int]) -> list[KeyView]:
         """keymem's compact key cluster shape."""
         return [
             {
@@ -142,23 +144,22 @@ class KeyCore(Configured):
             for row in rows
         ]
 
-    def connected_keys(self, memory_id: str, query_vector: Vector | None, user_id: str) -> list[dict[str, Any]]:
+    def connected_keys(self, memory_id: str, query_vector: Vector | None, user_id: str) -> list[KeyLink]:
         """Every key of a memory with its link weight and, given a query, its relevance (best first)."""
         links = self.keys.links_of_memory(memory_id)
         rows = self.keys.keys([key_id for key_id, _ in links])
         counts = self.keys.memory_counts(user_id, None, list(rows))
-        views = []
+        views: list[KeyLink] = []
         for (key_id, weight), view in zip(
             [(k, w) for k, w in links if k in rows],
             self.key_views([rows[k] for k, _ in links if k in rows], counts),
             strict=True,
         ):
-            view["weight"] = round(weight, 4)
             relevance = None
             if query_vector is not None and self.indexer.key_index is not None:
                 relevance = self.indexer.key_index.similarity(query_vector, key_id)
-            view["relevance"] = round(relevance, 4) if relevance is not None else None
-            views.append(view)
+            rounded = round(relevance, 4) if relevance is not None else None
+            views.append({**view, "weight": round(weight, 4), "relevance": rounded})
         views.sort(key=lambda v: (-(v["relevance"] if v["relevance"] is not None else -1.0), -v["weight"]))
         return views
 

@@ -10,8 +10,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
+from memmy.commands.answers import (
+    KeyAnswer,
+    KeyBrowse,
+    KeyMemoryList,
+    KeyMemoryRead,
+    KeyRead,
+    KeyRecall,
+    KeyRelated,
+    KeyStats,
+)
 from memmy.errors import NotFound
 from memmy.keys.args import (
     BrowseKeysArgs,
@@ -60,7 +70,7 @@ def _since(seconds: float) -> str:
 class KeyOps(KeyWriter):
     """Every key-graph tool."""
 
-    def call(self, args: KeyArgs, ns: Namespace) -> Any:
+    def call(self, args: KeyArgs, ns: Namespace) -> KeyAnswer:
         """Run one tool with its typed arguments (:func:`memmy.keys.args.key_args` reads them)."""
         op = args.op
         handlers: dict[str, Callable[[Any, Namespace], Any]] = {
@@ -82,7 +92,7 @@ class KeyOps(KeyWriter):
         handler = handlers.get(op)
         if handler is None:
             raise NotFound(f"unknown key-graph operation {op!r}: expected one of {', '.join(OPS)}")
-        return handler(args, ns)
+        return cast(KeyAnswer, handler(args, ns))
 
     # -- recall -----------------------------------------------------------------------------------
     def _match_keys(self, query: str, user_id: str, counts: dict[str, int]) -> tuple[dict[str, Any], list[Any]]:
@@ -118,7 +128,7 @@ class KeyOps(KeyWriter):
                     offer(key_id, score, "semantic", surface)
         return {"matches": matches, "vector": query_vector}, nearest
 
-    def recall(self, args: RecallArgs, ns: Namespace) -> dict[str, Any]:
+    def recall(self, args: RecallArgs, ns: Namespace) -> KeyRecall:
         """Ranked key clusters plus ONE passive Top-1 memory (no graph state changes)."""
         query, top_k, namespace, context = args.query, args.top_k, args.namespace, args.context
         explain, max_chars = args.explain, args.max_chars
@@ -149,9 +159,9 @@ class KeyOps(KeyWriter):
             ranked = self.rank_memories(top.id, ns.user_id, namespace, cue, cue_vector)
             if ranked:
                 best = ranked[0]
-                view = memory_view(best.memory, best.state, time.time())
+                hit = memory_view(best.memory, best.state, time.time())
                 content = best.memory.content
-                view.update(
+                hit.update(
                     {
                         "content": content[:max_chars],
                         "truncated": len(content) > max_chars,
@@ -165,7 +175,7 @@ class KeyOps(KeyWriter):
                         "connected_keys": self.connected_keys(best.memory.id, found["vector"], ns.user_id),
                     }
                 )
-                memories.append(view)
+                memories.append(hit)
         result: dict[str, Any] = {"status": "found" if keys else "no_match", "query": query, "namespace": namespace}
         if explain:
             total = self._namespace_total(ns.user_id, namespace)
@@ -185,14 +195,14 @@ class KeyOps(KeyWriter):
                 "No key cleared the recall gate. If a nearest_keys concept matches the topic, retry recall with it "
                 "(or read_key it directly); otherwise browse_keys(namespace) to see the vocabulary."
             )
-        return result
+        return cast(KeyRecall, result)
 
     def _namespace_total(self, user_id: str, namespace: str | None) -> int:
         counts = self.keys.namespace_counts(user_id)
         return counts.get(namespace, 0) if namespace else sum(counts.values())
 
     # -- navigation -------------------------------------------------------------------------------
-    def browse_keys(self, args: BrowseKeysArgs, ns: Namespace) -> dict[str, Any]:
+    def browse_keys(self, args: BrowseKeysArgs, ns: Namespace) -> KeyBrowse:
         """A namespace's key vocabulary: hubs first, then by linked-memory count."""
         namespace, hubs_only, limit, offset = args.namespace, args.hubs_only, args.limit, args.offset
         counts = self.keys.memory_counts(ns.user_id, namespace)
@@ -212,7 +222,7 @@ class KeyOps(KeyWriter):
             "keys": page,
         }
 
-    def read_key(self, args: ReadKeyArgs, ns: Namespace) -> dict[str, Any]:
+    def read_key(self, args: ReadKeyArgs, ns: Namespace) -> KeyRead:
         """Ranked memory handles under one key (metadata and validity, never content); pages with limit/offset."""
         key = self.require_key(args.key_id, ns.user_id)
         query, namespace, limit, offset = args.query, args.namespace, args.limit, args.offset
@@ -252,7 +262,7 @@ class KeyOps(KeyWriter):
             "memories": handles,
         }
 
-    def read_memory(self, args: ReadMemoryArgs, ns: Namespace) -> dict[str, Any]:
+    def read_memory(self, args: ReadMemoryArgs, ns: Namespace) -> KeyMemoryRead:
         """Full content, connected keys and validity; reinforces ONLY the traversed edge (never confirms)."""
         memory = self.require_memory(args.memory_id)
         via = args.via_key_id
@@ -282,9 +292,9 @@ class KeyOps(KeyWriter):
         )
         if learned is not None:
             view["alias_learning"] = learned
-        return view
+        return cast(KeyMemoryRead, view)
 
-    def related(self, args: RelatedArgs, ns: Namespace) -> dict[str, Any]:
+    def related(self, args: RelatedArgs, ns: Namespace) -> KeyRelated:
         """Memories sharing keys with this one or linked to it explicitly (related_to), best first."""
         memory = self.require_memory(args.memory_id)
         limit = args.limit
@@ -323,7 +333,7 @@ class KeyOps(KeyWriter):
             )
         return {"memory_id": memory.id, "count": len(items[:limit]), "related": items[:limit]}
 
-    def list_memories(self, args: ListMemoriesArgs, ns: Namespace) -> dict[str, Any]:
+    def list_memories(self, args: ListMemoriesArgs, ns: Namespace) -> KeyMemoryList:
         """Active key-graph memories (expired and superseded ones excluded), newest first."""
         namespace, limit, offset = args.namespace, args.limit, args.offset
         ids = self.keys.visible_memory_ids(ns.user_id, namespace)
@@ -344,7 +354,7 @@ class KeyOps(KeyWriter):
             items.append(view)
         return {"namespace": namespace, "total": len(ids), "count": len(items), "memories": items}
 
-    def memory_stats(self, args: MemoryStatsArgs, ns: Namespace) -> dict[str, Any]:
+    def memory_stats(self, args: MemoryStatsArgs, ns: Namespace) -> KeyStats:
         """Counts of keys, memories and links (plus aliases, related_to links, tombstones, namespaces)."""
         namespaces = self.keys.namespace_counts(ns.user_id)
         return {

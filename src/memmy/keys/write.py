@@ -6,9 +6,18 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from memmy.capture.sanitize import sanitize_text
+from memmy.commands.answers import (
+    AliasLearning,
+    KeyConfirmed,
+    KeyCorrected,
+    KeyDismissed,
+    KeyForgotten,
+    KeyRemembered,
+    KeysCleaned,
+)
 from memmy.domain import ID_PREFIX_BY_LAYER, Memory, content_hash, new_id, summarise
 from memmy.errors import Conflict, Forbidden, InvalidArgument
 from memmy.indexing import KeySurface, embedding_text
@@ -196,24 +205,22 @@ class KeyWriter(KeyCore):
         return hints or None
 
     # -- remember ---------------------------------------------------------------------------------
-    def remember(self, args: RememberArgs, ns: Namespace) -> dict[str, Any]:
+    def remember(self, args: RememberArgs, ns: Namespace) -> KeyRemembered:
         """Save one memory under its keys (dedupes like memory/add; refuses tombstoned content)."""
         self._check_writable()
         item = self.parse_item(args)
         return self._write(item, ns, tool="remember")
 
-    def remember_batch(self, args: RememberBatchArgs, ns: Namespace) -> list[dict[str, Any]]:
+    def remember_batch(self, args: RememberBatchArgs, ns: Namespace) -> list[KeyRemembered]:
         """Save several memories; every item is validated before anything is written."""
         self._check_writable()
         items = [self.parse_item(item, f"items[{i}].") for i, item in enumerate(args.items)]
         with self.store.transaction():
             results = [self._write(item, ns, tool="remember_batch") for item in items]
-        return [
-            {k: v for k, v in r.items() if k in ("saved", "deduplicated", "tombstoned", "tombstone_id")}
-            for r in results
-        ]
+        kept = ("saved", "deduplicated", "tombstoned", "tombstone_id")
+        return [cast(KeyRemembered, {k: v for k, v in r.items() if k in kept}) for r in results]
 
-    def _write(self, item: WriteItem, ns: Namespace, *, tool: str, supersedes: Memory | None = None) -> dict[str, Any]:
+    def _write(self, item: WriteItem, ns: Namespace, *, tool: str, supersedes: Memory | None = None) -> KeyRemembered:
         digest = content_hash(item.content)
         memory_key = f"keymem:{item.namespace}:{digest[:24]}"
         tombstone = self.tombstones.match(ns.user_id, value_hash(item.content), memory_key)
@@ -260,7 +267,7 @@ class KeyWriter(KeyCore):
             True,
             ns.user_id,
         )
-        return result
+        return cast(KeyRemembered, result)
 
     def _duplicate(self, user_id: str, digest: str, namespace: str) -> Memory | None:
         """The current memory with this content in the caller's namespace (or in none yet), if any.
@@ -306,7 +313,7 @@ class KeyWriter(KeyCore):
         return memory
 
     # -- correct ----------------------------------------------------------------------------------
-    def correct(self, args: CorrectArgs, ns: Namespace) -> dict[str, Any]:
+    def correct(self, args: CorrectArgs, ns: Namespace) -> KeyCorrected:
         """A new version; the old one's validity ends now and it links forward (the chain is kept whole)."""
         self._check_writable()
         old = self.require_memory(args.memory_id)
@@ -320,7 +327,7 @@ class KeyWriter(KeyCore):
             rows = self.keys.keys([k for k, _ in self.keys.links_of_memory(old.id)])
             explicit_keys = [[row.canonical] for row in rows.values()]
             if not explicit_keys:  # a memory made by add, import or evolution: a plain versioned correction
-                return revise(self.store, self.indexer, old, args.content, ns.source)
+                return cast(KeyCorrected, revise(self.store, self.indexer, old, args.content, ns.source))
         merged = RememberArgs(
             content=args.content,
             groups=tuple(tuple(group) for group in explicit_keys),
@@ -345,13 +352,13 @@ class KeyWriter(KeyCore):
             old.version += 1
             self.memories.update(old, before, "supersede", ns.source)
         self.indexer.unindex(old.id)  # a superseded version must not take vector slots from live memories
-        response: dict[str, Any] = {"new_id": new_id_, "superseded": old.id}
+        response: KeyCorrected = {"new_id": new_id_, "superseded": old.id}
         if "hints" in result:
             response["hints"] = result["hints"]
         return response
 
     # -- confirmation and feedback ----------------------------------------------------------------
-    def confirm(self, args: ConfirmArgs, ns: Namespace) -> dict[str, Any]:
+    def confirm(self, args: ConfirmArgs, ns: Namespace) -> KeyConfirmed:
         """Evidence-backed confirmation: refresh freshness and deepen the memory (+0.05)."""
         self._check_writable()
         memory = self.require_memory(args.memory_id)
@@ -381,11 +388,11 @@ class KeyWriter(KeyCore):
             "confirmed": True,
             "evidence": evidence,
             "depth": round(depth, 4) if state else None,
-            "confirmation_count": validity["confirmationCount"],
+            "confirmation_count": int(validity["confirmationCount"]),
             "validity": validity_payload(memory),
         }
 
-    def dismiss(self, args: DismissArgs, ns: Namespace) -> dict[str, Any]:
+    def dismiss(self, args: DismissArgs, ns: Namespace) -> KeyDismissed:
         """Negative feedback on one key->memory edge: halve its weight (floored, never severed)."""
         self._check_writable()
         memory = self.require_memory(args.memory_id)
@@ -408,14 +415,14 @@ class KeyWriter(KeyCore):
         }
 
     # -- deletion ---------------------------------------------------------------------------------
-    def forget(self, args: ForgetArgs, ns: Namespace) -> dict[str, Any]:
+    def forget(self, args: ForgetArgs, ns: Namespace) -> KeyForgotten:
         """Delete a memory for good: a tombstone (content hash + memory key) stops it from coming back. A memory
         deleted earlier (hidden, restorable) can be forgotten too."""
         memory_id = args.memory_id.strip()
         result = self.forget_memory(memory_id, args.reason or "forget", ns)
         return {"deleted": True, "memory_id": memory_id, "tombstone_id": result.get("tombstoneId")}
 
-    def cleanup_expired(self, args: CleanupExpiredArgs, ns: Namespace) -> dict[str, Any]:
+    def cleanup_expired(self, args: CleanupExpiredArgs, ns: Namespace) -> KeysCleaned:
         """Delete the key-graph memories whose TTL has passed (no tombstone: expiry is not a judgement)."""
         self._check_writable()
         ids = self.keys.expired_ids(ns.user_id, utc_now())
@@ -433,7 +440,7 @@ class KeyWriter(KeyCore):
                 self.indexer.forget(memory_id)
         return {"deleted": len(ids), "ids": ids, "durationMs": round((time.perf_counter() - started) * 1000, 2)}
 
-    def learn_alias(self, key_id: str, user_id: str, since: str) -> dict[str, Any] | None:
+    def learn_alias(self, key_id: str, user_id: str, since: str) -> AliasLearning | None:
         """A full read through a key confirms the route of its latest ``read_key`` query; the third
         confirmation folds that query into the key as a learned alias (how '사과' can find 'apple')."""
         confirmed = self.keys.confirm_route(key_id, since)

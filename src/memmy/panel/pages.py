@@ -179,7 +179,7 @@ def search(
         body["layers"] = [params["layer"]]
     started = time.perf_counter()
     found = service.search(SearchMemory.from_json(body), _panel_ns(service))
-    debug = found.get("debug") or {}
+    debug: dict[str, Any] = dict(found.get("debug") or {})
     agent, project = params.get("sourceAgent"), params.get("projectId")
     hits = [
         h

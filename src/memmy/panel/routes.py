@@ -247,7 +247,7 @@ class Panel:
             result = svc.keys_call(
                 key_args("correct", {"memory_id": memory_id, "content": form.get("content", "")}), ns
             )
-            return f"saved as {result.get('new_id')}"
+            return f"saved as {result.get('new_id') if isinstance(result, dict) else None}"
         if verb == "delete":
             svc.delete_memory(memory_id, DeleteMemory(reason=reason), ns)
             return f"deleted {memory_id} (Restore on its page undoes it)"
@@ -256,7 +256,7 @@ class Panel:
             return f"restored {memory_id}"
         if verb == "forget":
             result = svc.keys_call(ForgetArgs(memory_id=memory_id, reason=reason), ns)
-            return f"forgot {memory_id} (tombstone {result.get('tombstone_id')})"
+            return f"forgot {memory_id} (tombstone {result.get('tombstone_id') if isinstance(result, dict) else None})"
         if verb in ("archive", "activate"):
             svc.governance.set_status(memory_id, "archived" if verb == "archive" else "activated", ns)
             return f"{verb}d {memory_id}"

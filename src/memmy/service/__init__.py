@@ -7,7 +7,33 @@ from typing import Any, TypeVar
 
 from memmy import __version__
 from memmy.commands.admin import ReloadConfig
-from memmy.commands.answers import ProcessingRetried, SessionClosed, SessionOpened, WorkerRun
+from memmy.commands.answers import (
+    CanaryPurged,
+    ConfigReloaded,
+    DreamLogPage,
+    DreamPass,
+    DreamRecord,
+    DreamRestored,
+    FeedbackRecorded,
+    Items,
+    JobList,
+    KeyAnswer,
+    MemoryAdded,
+    MemoryArchived,
+    MemoryDeleted,
+    MemoryDetail,
+    MemoryHistory,
+    MemoryRestored,
+    ProcessingRetried,
+    SearchAnswer,
+    SessionClosed,
+    SessionOpened,
+    TombstoneList,
+    TombstoneRestored,
+    TurnCompleted,
+    TurnStarted,
+    WorkerRun,
+)
 from memmy.commands.base import Command
 from memmy.commands.dream import DreamGet, DreamLog, DreamRestore, DreamRun
 from memmy.commands.evolution import Feedback, ListEpisodes, ListJobs, RunWorker
@@ -205,18 +231,18 @@ class MemoryService(Configured):
         return command.redacted(self.redactor)
 
     # -- memory -----------------------------------------------------------------------------------
-    def add_memory(self, cmd: AddMemory, ns: Namespace) -> dict[str, Any]:
+    def add_memory(self, cmd: AddMemory, ns: Namespace) -> MemoryAdded:
         """Write one memory."""
         return self.memory_ops.add(self.redacted(cmd), ns)
 
-    def get_memory(self, memory_id: str, *, include_deleted: bool = False) -> dict[str, Any]:
+    def get_memory(self, memory_id: str, *, include_deleted: bool = False) -> MemoryDetail:
         """Read one memory with its refs and history (an ``episode_…`` id returns the episode)."""
         if isinstance(memory_id, str) and memory_id.startswith("episode_"):
             return self.episode_ops.episode_detail(memory_id)
         return self.memory_ops.get(memory_id, include_deleted=include_deleted)
 
     # -- evolution --------------------------------------------------------------------------------
-    def give_feedback(self, cmd: Feedback, ns: Namespace) -> dict[str, Any]:
+    def give_feedback(self, cmd: Feedback, ns: Namespace) -> FeedbackRecorded:
         """Explicit feedback on a memory or an episode; the reward and guidance follow asynchronously."""
         cmd = self.redacted(cmd)
         result = self.episode_ops.give_feedback(cmd, ns.user_id)
@@ -224,37 +250,37 @@ class MemoryService(Configured):
         self.worker.wake()
         return result
 
-    def list_episodes(self, cmd: ListEpisodes) -> dict[str, Any]:
+    def list_episodes(self, cmd: ListEpisodes) -> Items:
         """Recent episodes (``?status=open|closed&limit=``)."""
         items = [e.to_json() for e in self.episodes.list_recent(cmd.limit, cmd.status)]
         return {"items": items, "serverTime": utc_now()}
 
-    def list_jobs(self, cmd: ListJobs) -> dict[str, Any]:
+    def list_jobs(self, cmd: ListJobs) -> JobList:
         """Evolution jobs (``?status=&type=&episodeId=&limit=``) and per-status counts."""
         jobs = self.jobs.list_jobs(status=cmd.status, job_type=cmd.job_type, episode_id=cmd.episode_id, limit=cmd.limit)
         return {"items": [j.as_dict() for j in jobs], "counts": self.jobs.counts(), "serverTime": utc_now()}
 
-    def delete_memory(self, memory_id: str, cmd: DeleteMemory, ns: Namespace) -> dict[str, Any]:
+    def delete_memory(self, memory_id: str, cmd: DeleteMemory, ns: Namespace) -> MemoryDeleted:
         """Delete (hide) one memory; :meth:`restore_memory` undoes it."""
         return self.memory_ops.delete(memory_id, self.redacted(cmd), ns)
 
-    def purge_canary(self, cmd: PurgeCanary) -> dict[str, Any]:
+    def purge_canary(self, cmd: PurgeCanary) -> CanaryPurged:
         """Remove what a ``doctor --canary`` run wrote (only turns holding its marker)."""
         return self.memory_ops.purge_canary(cmd)
 
-    def restore_memory(self, memory_id: str, cmd: RestoreMemory, ns: Namespace) -> dict[str, Any]:
+    def restore_memory(self, memory_id: str, cmd: RestoreMemory, ns: Namespace) -> MemoryRestored:
         """Bring a deleted memory back."""
         return self.memory_ops.restore(memory_id, self.redacted(cmd), ns)
 
-    def archive_memory(self, memory_id: str, cmd: ArchiveMemory, ns: Namespace) -> dict[str, Any]:
+    def archive_memory(self, memory_id: str, cmd: ArchiveMemory, ns: Namespace) -> MemoryArchived:
         """Archive one memory."""
         return self.memory_ops.archive(memory_id, ns, self.redacted(cmd).reason)
 
-    def search(self, cmd: SearchMemory, ns: Namespace) -> dict[str, Any]:
+    def search(self, cmd: SearchMemory, ns: Namespace) -> SearchAnswer:
         """Search memories and render injectable context."""
         return self.recall_ops.search(self.redacted(cmd), ns)
 
-    def processing_status(self, cmd: ProcessingStatus) -> dict[str, Any]:
+    def processing_status(self, cmd: ProcessingStatus) -> Items:
         """Processing records for memories."""
         return self.memory_ops.processing_status(cmd)
 
@@ -262,12 +288,12 @@ class MemoryService(Configured):
         """Retry a failed embedding."""
         return self.memory_ops.retry_processing(memory_id)
 
-    def memory_history(self, memory_id: str) -> dict[str, Any]:
+    def memory_history(self, memory_id: str) -> MemoryHistory:
         """The version chain of a memory (oldest -> newest)."""
         return self.validity.history(memory_id)
 
     # -- key graph and tombstones -----------------------------------------------------------------
-    def keys_call(self, args: KeyArgs, ns: Namespace) -> Any:
+    def keys_call(self, args: KeyArgs, ns: Namespace) -> KeyAnswer:
         """One key-graph tool (``POST /api/v1/keys/<op>``) with its typed arguments; keymem's result."""
         args = self.redacted(args)
         result = self.keys.call(args, ns)
@@ -277,11 +303,11 @@ class MemoryService(Configured):
             )
         return result
 
-    def list_tombstones(self, cmd: ListTombstones) -> dict[str, Any]:
+    def list_tombstones(self, cmd: ListTombstones) -> TombstoneList:
         """Forgotten values."""
         return self.validity.list_tombstones(cmd)
 
-    def restore_tombstone(self, tombstone_id: str, cmd: RestoreTombstone, ns: Namespace) -> dict[str, Any]:
+    def restore_tombstone(self, tombstone_id: str, cmd: RestoreTombstone, ns: Namespace) -> TombstoneRestored:
         """Allow a forgotten value again (audited inside)."""
         return self.validity.restore(tombstone_id, self.redacted(cmd), ns)
 
@@ -294,11 +320,11 @@ class MemoryService(Configured):
         """Close a session."""
         return self.turn_ops.close_session(command)
 
-    def start_turn(self, command: StartTurn, ns: Namespace) -> dict[str, Any]:
+    def start_turn(self, command: StartTurn, ns: Namespace) -> TurnStarted:
         """Turn start: recall context."""
         return self.turn_ops.start_turn(command.redacted(self.redactor), ns)
 
-    def complete_turn(self, command: CompleteTurn, ns: Namespace) -> dict[str, Any]:
+    def complete_turn(self, command: CompleteTurn, ns: Namespace) -> TurnCompleted:
         """Turn complete: capture (the trace writer redacts the turn)."""
         return self.turn_ops.complete_turn(command, ns)
 
@@ -388,13 +414,13 @@ class MemoryService(Configured):
             "serverTime": utc_now(),
         }
 
-    def reload_config(self, cmd: ReloadConfig | None = None, ns: Namespace = CLI_NS) -> dict[str, Any]:
+    def reload_config(self, cmd: ReloadConfig | None = None, ns: Namespace = CLI_NS) -> ConfigReloaded:
         """Re-read config.yaml; apply retrieval/evolution/model settings now, report storage changes."""
         result = self._reload_config(self.redacted(cmd or ReloadConfig()))
         self.governance.record("config.reload", "config", str(self.config.path), ns, meta=result)
         return result
 
-    def _reload_config(self, cmd: ReloadConfig) -> dict[str, Any]:
+    def _reload_config(self, cmd: ReloadConfig) -> ConfigReloaded:
         old = self.config
         try:
             new = load_config(old.path, db_override=old.db_override)
@@ -479,7 +505,7 @@ class MemoryService(Configured):
         }
 
     # -- dream ------------------------------------------------------------------------------------
-    def dream_run(self, cmd: DreamRun | None = None, ns: Namespace = CLI_NS) -> dict[str, Any]:
+    def dream_run(self, cmd: DreamRun | None = None, ns: Namespace = CLI_NS) -> DreamPass:
         """One Dream pass now (``{"dryRun": true}`` only reports what it would change)."""
         cmd = cmd or DreamRun()
         result = self.dreams.run(cmd)
@@ -487,15 +513,15 @@ class MemoryService(Configured):
             self.governance.record("dream.run", "dream", str(result.get("id") or ""), ns, meta=brief(result))
         return result
 
-    def dream_log(self, cmd: DreamLog | None = None) -> dict[str, Any]:
+    def dream_log(self, cmd: DreamLog | None = None) -> DreamLogPage:
         """Past Dream passes, newest first, with counts per action."""
         return self.dreams.log(cmd or DreamLog())
 
-    def dream_get(self, dream_id: str, cmd: DreamGet | None = None) -> dict[str, Any]:
+    def dream_get(self, dream_id: str, cmd: DreamGet | None = None) -> DreamRecord:
         """One Dream pass and its changes (full rows with ``verbose``)."""
         return self.dreams.get(dream_id, cmd or DreamGet())
 
-    def dream_restore(self, dream_id: str, cmd: DreamRestore | None = None, ns: Namespace = CLI_NS) -> dict[str, Any]:
+    def dream_restore(self, dream_id: str, cmd: DreamRestore | None = None, ns: Namespace = CLI_NS) -> DreamRestored:
         """Undo a Dream pass byte for byte (``{"force": true}`` overwrites later edits)."""
         result = self.dreams.restore(dream_id, cmd or DreamRestore())
         self.governance.record("dream.restore", "dream", dream_id, ns, meta=brief(result))

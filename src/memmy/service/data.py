@@ -22,6 +22,7 @@ from typing import Any
 
 from memmy import __version__
 from memmy.commands.admin import Export, ImportStore, Wipe
+from memmy.commands.answers import Exported, Imported, Wiped
 from memmy.config import Settings
 from memmy.errors import Conflict, InvalidArgument, NotFound
 from memmy.namespace import Namespace
@@ -168,7 +169,7 @@ class DataOps:
         finally:
             conn.close()
 
-    def export(self, out: Path | None = None, include_raw: bool = True) -> dict[str, Any]:
+    def export(self, out: Path | None = None, include_raw: bool = True) -> Exported:
         """Write the archive (atomically: a temporary file, then rename); return the manifest and its path."""
         target = out or self.default_export_path()
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -187,7 +188,7 @@ class DataOps:
                         digest.update(line)
                         count += 1
                 tables[table] = {"rows": count, "sha256": digest.hexdigest()}
-            manifest = {
+            manifest: dict[str, Any] = {
                 "format": FORMAT,
                 "schemaVersion": SCHEMA_VERSION,
                 "memmyVersion": __version__,
@@ -207,7 +208,7 @@ class DataOps:
         }
 
     # -- import -----------------------------------------------------------------------------------
-    def import_store(self, path: Path, on_conflict: str = "skip", dry_run: bool = False) -> dict[str, Any]:
+    def import_store(self, path: Path, on_conflict: str = "skip", dry_run: bool = False) -> Imported:
         """Merge an archive into the store: per table, rows added and rows whose key already exists.
 
         ``skip`` keeps the existing row, ``replace`` overwrites it, ``error`` refuses the whole import when any row
@@ -301,7 +302,7 @@ class DataOps:
         refill_fts(conn)  # a replaced memory row may have a new rowid: every index row is written again
 
     # -- wipe -------------------------------------------------------------------------------------
-    def wipe(self, backup: bool = True) -> dict[str, Any]:
+    def wipe(self, backup: bool = True) -> Wiped:
         """Remove every memory, session, episode, evolution and import record; keep the audit and API logs.
 
         A backup archive is written first unless ``backup`` is false. Config and tokens (files, not the store)
@@ -338,14 +339,14 @@ class StoreOwnership:
         self.governance = governance
         self.db_path = db_path
 
-    def export(self, cmd: Export, ns: Namespace) -> dict[str, Any]:
+    def export(self, cmd: Export, ns: Namespace) -> Exported:
         """Write a consistent export archive (``{"out": path, "raw": true}``); audited."""
         out = cmd.out
         result = self.data.export(Path(out).expanduser() if out else None, include_raw=cmd.raw)
         self.governance.record("store.export", "store", result["path"], ns, meta={"counts": result["counts"]})
         return result
 
-    def import_(self, cmd: ImportStore, ns: Namespace) -> dict[str, Any]:
+    def import_(self, cmd: ImportStore, ns: Namespace) -> Imported:
         """Merge an export archive (``{"path", "onConflict": skip|replace|error, "dryRun", "label"?}``); audited.
 
         ``label`` names the archive in the audit row when ``path`` is a temporary copy (a panel upload).
@@ -356,7 +357,7 @@ class StoreOwnership:
             self.governance.record("store.import", "store", cmd.label or path, ns, meta=brief(result))
         return result
 
-    def wipe(self, cmd: Wipe, ns: Namespace) -> dict[str, Any]:
+    def wipe(self, cmd: Wipe, ns: Namespace) -> Wiped:
         """Remove all memories and history (``{"confirm": true, "backup": true}``); config and tokens stay."""
         result = self.data.wipe(backup=cmd.backup)
         self.governance.record("store.wipe", "store", str(self.db_path), ns, meta=result)

@@ -7,10 +7,11 @@ Audit rows are kept forever unless ``audit.retentionDays`` is set; pruning is ex
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from memmy.commands.answers import ReviewDecided
+from memmy.commands.answers import Analytics, LogsPage, ReviewDecided, ReviewPage, StatusSet
 from memmy.commands.governance import ListLogs, ReviewDecision, ReviewQueue
 from memmy.config import Configured, Settings
 from memmy.domain import Memory, content_hash, summarise
@@ -26,7 +27,7 @@ LOG_KINDS = ("audit", "api", "changes", "recalls")
 ANALYTICS_TTL_S = 60.0
 
 
-def brief(result: dict[str, Any]) -> dict[str, Any]:
+def brief(result: Mapping[str, Any]) -> dict[str, Any]:
     """A result without its bulky lists, for an audit row's meta."""
     return {k: v for k, v in result.items() if not isinstance(v, list) or len(v) <= 20}
 
@@ -58,7 +59,7 @@ class GovernanceOps(Configured):
         *,
         before: Any = None,
         after: Any = None,
-        meta: dict[str, Any] | None = None,
+        meta: Mapping[str, Any] | None = None,
     ) -> str:
         """Write one audit row; return its id."""
         return self.logs.audit(
@@ -69,7 +70,7 @@ class GovernanceOps(Configured):
             actor=actor_of(ns),
             before=before,
             after=after,
-            meta=meta,
+            meta=dict(meta) if meta is not None else None,
         )
 
     def retention_days(self) -> int:
@@ -94,7 +95,7 @@ class GovernanceOps(Configured):
             )
         return removed
 
-    def logs_page(self, cmd: ListLogs) -> dict[str, Any]:
+    def logs_page(self, cmd: ListLogs) -> LogsPage:
         """``GET /api/v1/logs?kind=audit|api|changes|recalls&limit=&offset=&action=&after=``."""
         kind, limit, offset, after_n = cmd.kind, cmd.limit, cmd.offset, cmd.after
         items: list[dict[str, Any]]
@@ -130,7 +131,7 @@ class GovernanceOps(Configured):
         """``evolution.review: required`` in config."""
         return self.config.evolution.review == "required"
 
-    def review_queue(self, cmd: ReviewQueue) -> dict[str, Any]:
+    def review_queue(self, cmd: ReviewQueue) -> ReviewPage:
         """Derived items (L2/L3/Skill) by review state (``?state=pending|approved|rejected``), newest first."""
         state, limit = cmd.state or "pending", cmd.limit
         if state == "pending":
@@ -198,7 +199,7 @@ class GovernanceOps(Configured):
         return {"id": memory.id, "status": memory.status, "review": review, "auditId": audit_id, "serverTime": now}
 
     # -- status changes and analytics for the panel ------------------------------------------------
-    def set_status(self, memory_id: str, status: str, ns: Namespace) -> dict[str, Any]:
+    def set_status(self, memory_id: str, status: str, ns: Namespace) -> StatusSet:
         """Archive or re-activate a memory (L2/L3/Skill archive/activate in the panel); audited."""
         if status not in ("activated", "archived"):
             raise InvalidArgument("status: expected 'activated' or 'archived'")
@@ -231,14 +232,14 @@ class GovernanceOps(Configured):
             self.indexer.unindex(memory.id)
         return {"id": memory.id, "status": status, "auditId": audit_id, "serverTime": utc_now()}
 
-    def analytics(self, days: int = 30) -> dict[str, Any]:
+    def analytics(self, days: int = 30) -> Analytics:
         """Injections and memories per day, hit rate, latency, top projects and agents (cached for a minute and
         refreshed behind the request after that)."""
         return self.reads.cached(
             f"analytics:{days}", ANALYTICS_TTL_S, lambda: self._analytics(days), refresh_behind=True
         )
 
-    def _analytics(self, days: int) -> dict[str, Any]:
+    def _analytics(self, days: int) -> Analytics:
         start = (datetime.now(UTC) - timedelta(days=days - 1)).date().isoformat()
         per_day = self.store.query(
             "SELECT substr(created_at, 1, 10) AS day, COUNT(*) AS events, "

@@ -8,8 +8,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
+from memmy.commands.answers import ImportJob as ImportJobAnswer
 from memmy.commands.answers import JSONObject, Sources
 from memmy.commands.imports import StartScan
 from memmy.config import Configured, Settings
@@ -124,12 +125,12 @@ class ImportJob:
             self.version += 1
             self.changed.notify_all()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ImportJobAnswer:
         """API shape."""
         state = self.progress.state
         if state == "running" and self.control.paused:
             state = "paused"
-        return {"jobId": self.id, **self.progress.to_json(), "state": state}
+        return cast(ImportJobAnswer, {"jobId": self.id, **self.progress.to_json(), "state": state})
 
 
 class ImportOps(Configured):
@@ -225,7 +226,7 @@ class ImportOps(Configured):
             if other.active:  # never started, or ended without saying so
                 other.progress.state = "stopped"
 
-    def start(self, scan: StartScan) -> dict[str, Any]:
+    def start(self, scan: StartScan) -> ImportJobAnswer:
         """Start an import job in the background (one at a time; a stopped or abandoned one gives way)."""
         options = self._options(scan)
         if not options.dry_run and not self.config.flags.enable_memory_add:
@@ -257,7 +258,7 @@ class ImportOps(Configured):
         job.thread.start()
         return job.to_json()
 
-    def run_sync(self, scan: StartScan) -> dict[str, Any]:
+    def run_sync(self, scan: StartScan) -> ImportJobAnswer:
         """Run an import to completion in the calling thread (tests, benches, in-process use)."""
         options = self._options(scan)
         job = ImportJob(new_id("import"), options)
@@ -274,11 +275,11 @@ class ImportOps(Configured):
             raise NotFound(f"import job {job_id} not found")
         return job
 
-    def status(self, job_id: str) -> dict[str, Any]:
+    def status(self, job_id: str) -> ImportJobAnswer:
         """Progress of one job."""
         return self.job(job_id).to_json()
 
-    def control(self, job_id: str, action: str) -> dict[str, Any]:
+    def control(self, job_id: str, action: str) -> ImportJobAnswer:
         """pause | resume | stop."""
         job = self.job(job_id)
         if action == "pause":
@@ -311,7 +312,7 @@ class ImportOps(Configured):
                 job.control.stop()
         job.notify()
 
-    def wait_for_change(self, job_id: str, seen_version: int, timeout_s: float = 1.0) -> tuple[int, dict[str, Any]]:
+    def wait_for_change(self, job_id: str, seen_version: int, timeout_s: float = 1.0) -> tuple[int, ImportJobAnswer]:
         """Block until the job changes (or ``timeout_s``); return (version, status) for SSE streaming."""
         job = self.job(job_id)
         with job.changed:

@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, cast
 
 from memmy.capture.sanitize import sanitize_text
-from memmy.commands.answers import ProcessingRetried
+from memmy.commands.answers import (
+    CanaryPurged,
+    Items,
+    MemoryAdded,
+    MemoryArchived,
+    MemoryDeleted,
+    MemoryDetail,
+    MemoryRestored,
+    ProcessingRetried,
+)
 from memmy.commands.memory import AddMemory, DeleteMemory, ProcessingStatus, PurgeCanary, RestoreMemory
 from memmy.config import Configured, Settings
 from memmy.domain import ID_PREFIX_BY_LAYER, KIND_BY_LAYER, Memory, content_hash, new_id, sha256_hex, summarise
@@ -68,7 +77,7 @@ class MemoryOps(Configured):
         self.tombstones = store.tombstones
 
     # -- writes -----------------------------------------------------------------------------------
-    def add(self, cmd: AddMemory, ns: Namespace) -> dict[str, Any]:
+    def add(self, cmd: AddMemory, ns: Namespace) -> MemoryAdded:
         """Write one memory (L1 by default); identical content in the same layer is merged, not duplicated."""
         started = time.perf_counter()
         self._check_writable()
@@ -139,7 +148,7 @@ class MemoryOps(Configured):
 
     def _merge_duplicate(
         self, existing: Memory, title: str, tags: list[str], ns: Namespace, started: float
-    ) -> dict[str, Any]:
+    ) -> MemoryAdded:
         before = existing.snapshot()
         merged_tags = list(dict.fromkeys([*existing.tags, *tags]))
         changed = merged_tags != existing.tags or (title and not existing.title)
@@ -165,7 +174,7 @@ class MemoryOps(Configured):
         return self._add_response(existing, deduplicated=True)
 
     @staticmethod
-    def _tombstoned_response(layer: str, tombstone_id: str) -> dict[str, Any]:
+    def _tombstoned_response(layer: str, tombstone_id: str) -> MemoryAdded:
         """memory/add of a forgotten value: nothing is written."""
         return {
             "id": None,
@@ -182,7 +191,7 @@ class MemoryOps(Configured):
             "serverTime": utc_now(),
         }
 
-    def _add_response(self, memory: Memory, *, deduplicated: bool) -> dict[str, Any]:
+    def _add_response(self, memory: Memory, *, deduplicated: bool) -> MemoryAdded:
         return {
             "id": memory.id,
             "kind": memory.kind,
@@ -198,7 +207,7 @@ class MemoryOps(Configured):
             "serverTime": utc_now(),
         }
 
-    def delete(self, memory_id: str, cmd: DeleteMemory, ns: Namespace) -> dict[str, Any]:
+    def delete(self, memory_id: str, cmd: DeleteMemory, ns: Namespace) -> MemoryDeleted:
         """Delete (hide) a memory: status ``deleted``, out of FTS and vectors, audited, never recalled; undone by
         :meth:`restore`, and adding the same content again brings it back. No tombstone: that is :meth:`forget`."""
         self._check_writable()
@@ -207,7 +216,7 @@ class MemoryOps(Configured):
         audit_id = self._hide(memory, reason, ns, tombstone_id=None)
         return self._deleted_answer(memory, audit_id, None)
 
-    def forget(self, memory_id: str, reason: str, ns: Namespace) -> dict[str, Any]:
+    def forget(self, memory_id: str, reason: str, ns: Namespace) -> MemoryDeleted:
         """Forget a memory for good: hide it (if it is not already deleted) and write a tombstone (content hash +
         memory key), so no add, capture or re-import stores that value again until the tombstone is restored."""
         self._check_writable()
@@ -228,7 +237,7 @@ class MemoryOps(Configured):
             audit_id = self._hide(memory, reason, ns, tombstone_id=tombstone_id)
         return self._deleted_answer(memory, audit_id, tombstone_id)
 
-    def restore(self, memory_id: str, cmd: RestoreMemory, ns: Namespace) -> dict[str, Any]:
+    def restore(self, memory_id: str, cmd: RestoreMemory, ns: Namespace) -> MemoryRestored:
         """Undo a delete: the memory is active again, re-indexed and recalled; audited. A forgotten value (its
         tombstone still there) is refused: restore the tombstone first."""
         self._check_writable()
@@ -242,10 +251,16 @@ class MemoryOps(Configured):
                 f"`memmy-memory tombstones restore {tombstone.id}` allows it again"
             )
         audit_id = self._revive(memory, cmd.reason or "user request", ns)
-        answer = {"ok": True, "id": memory_id, "kind": memory.kind, "status": memory.status, "auditId": audit_id}
-        return {**answer, "serverTime": utc_now()}
+        return {
+            "ok": True,
+            "id": memory_id,
+            "kind": memory.kind,
+            "status": memory.status,
+            "auditId": audit_id,
+            "serverTime": utc_now(),
+        }
 
-    def purge_canary(self, cmd: PurgeCanary) -> dict[str, Any]:
+    def purge_canary(self, cmd: PurgeCanary) -> CanaryPurged:
         """Remove, row by row, what a ``doctor --canary`` run wrote through an agent's hooks: its sessions (their
         episodes and raw turns go with them), the traces of those sessions with their full-text rows, vectors,
         queue and change log, their evolution jobs, recall events, API log and idempotency rows. Refused unless
@@ -324,9 +339,9 @@ class MemoryOps(Configured):
                 meta=meta,
             )
 
-    def _deleted_answer(self, memory: Memory, audit_id: str | None, tombstone_id: str | None) -> dict[str, Any]:
+    def _deleted_answer(self, memory: Memory, audit_id: str | None, tombstone_id: str | None) -> MemoryDeleted:
         seq = self.logs.latest_change_seq()
-        answer: dict[str, Any] = {
+        answer: MemoryDeleted = {
             "ok": True,
             "id": memory.id,
             "kind": memory.kind,
@@ -341,7 +356,7 @@ class MemoryOps(Configured):
             answer["tombstoneId"] = tombstone_id
         return answer
 
-    def archive(self, memory_id: str, ns: Namespace, reason: str | None = None) -> dict[str, Any]:
+    def archive(self, memory_id: str, ns: Namespace, reason: str | None = None) -> MemoryArchived:
         """Archive a memory: kept, but no longer recalled; audited."""
         self._check_writable()
         memory = self._require(memory_id)
@@ -375,7 +390,7 @@ class MemoryOps(Configured):
             raise NotFound(f"memory {memory_id} not found")
         return memory
 
-    def get(self, memory_id: str, *, include_deleted: bool = False) -> dict[str, Any]:
+    def get(self, memory_id: str, *, include_deleted: bool = False) -> MemoryDetail:
         """Full detail of one memory, with its raw turn for traces (a deleted one only when asked: the panel)."""
         memory = self._require(memory_id, include_deleted=include_deleted)
         processing = self.queue.states([memory_id]).get(memory_id)
@@ -399,9 +414,9 @@ class MemoryOps(Configured):
         detail["refs"] = refs
         detail["metadata"] = {"refs": refs}
         detail["history"] = self.logs.changes_for(memory_id)
-        return detail
+        return cast(MemoryDetail, detail)
 
-    def processing_status(self, cmd: ProcessingStatus) -> dict[str, Any]:
+    def processing_status(self, cmd: ProcessingStatus) -> Items:
         """Processing records for up to 10,000 memory ids."""
         ids = list(cmd.memory_ids)
         states = self.queue.states(ids)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
-from memmy.commands.answers import PanelAnalysis, PanelOverview
+from memmy.commands.answers import ItemsPage, MemoryLogsPage, PanelAnalysis, PanelOverview, TasksPage
 from memmy.commands.panel import PAGE_SIZE, MemoryLogs, PanelItems, PanelTasks
 from memmy.service.memories import memory_item
 from memmy.store.db import utc_now
@@ -93,7 +92,7 @@ class PanelOps:
             "serverTime": utc_now(),
         }
 
-    def items(self, cmd: PanelItems) -> dict[str, Any]:
+    def items(self, cmd: PanelItems) -> ItemsPage:
         """A page of memories filtered by layer, status, text and source."""
         page, page_size = cmd.page, cmd.page_size
         layers = (cmd.layer,) if cmd.layer else ()
@@ -120,7 +119,7 @@ class PanelOps:
             "serverTime": utc_now(),
         }
 
-    def tasks(self, cmd: PanelTasks) -> dict[str, Any]:
+    def tasks(self, cmd: PanelTasks) -> TasksPage:
         """Recent captured turns (tasks), newest first."""
         page = cmd.page
         rows, total = self.sessions.list_recent_turns(PAGE_SIZE, (page - 1) * PAGE_SIZE, cmd.q)
@@ -153,13 +152,13 @@ class PanelOps:
             "serverTime": utc_now(),
         }
 
-    def api_logs(self, cmd: MemoryLogs) -> dict[str, Any]:
+    def api_logs(self, cmd: MemoryLogs) -> MemoryLogsPage:
         """The memory logs page: memory_add / memory_search calls."""
         limit, offset = cmd.limit, cmd.offset
         logs, total = self.logs.api_logs(
             list(cmd.tools), cmd.source_agent, list(cmd.excluded_source_agents), limit, offset
         )
-        response: dict[str, Any] = {
+        response: MemoryLogsPage = {
             "logs": logs,
             "total": total,
             "limit": limit,

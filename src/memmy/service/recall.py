@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memmy.capture.sanitize import sanitize_text
+from memmy.commands.answers import SearchAnswer
 from memmy.commands.memory import RecallOptions, SearchMemory
 from memmy.config import Configured, Settings
 from memmy.domain import sha256_hex
@@ -312,7 +313,11 @@ class RecallOps(Configured):
                 ]
                 selected = merge_by_rrf([selected, *extra], limit)
         selected, filter_status = relevance_filter(
-            filter_llm, query, selected, self.config.algorithm["retrieval"], timeout_s,
+            filter_llm,
+            query,
+            selected,
+            self.config.algorithm["retrieval"],
+            timeout_s,
             apply_fallback_cap=mode == "turn_start",
         )
         status.append(filter_status)
@@ -417,7 +422,7 @@ class RecallOps(Configured):
 
         return admit
 
-    def search(self, cmd: SearchMemory, ns: Namespace) -> dict[str, Any]:
+    def search(self, cmd: SearchMemory, ns: Namespace) -> SearchAnswer:
         """``POST /memory/search``: the recall pipeline rendered as injectable markdown."""
         started = time.perf_counter()
         ns = ns.with_body(cmd.source, cmd.workspace_path)
@@ -442,7 +447,7 @@ class RecallOps(Configured):
             session_id=cmd.session_id,
         )
         duration = (time.perf_counter() - started) * 1000
-        response: dict[str, Any] = {
+        response: SearchAnswer = {
             "injectedContext": result.markdown,
             "hits": result.hits,
             "sourceMemoryIds": result.source_memory_ids,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from memmy.capture.sanitize import sanitize_text
-from memmy.commands.answers import SessionClosed, SessionOpened
+from memmy.commands.answers import SessionClosed, SessionOpened, TurnCompleted, TurnStarted
 from memmy.commands.turns import CloseSession, CompleteTurn, OpenSession, StartTurn, normalize_status
 from memmy.config import Configured, Settings
 from memmy.domain import new_id, sha256_hex
@@ -102,7 +102,7 @@ class TurnOps(Configured):
             raise NotFound(f"session {session_id} not found; open one with POST /api/v1/sessions/open")
         return row
 
-    def start_turn(self, command: StartTurn, ns: Namespace) -> dict[str, Any]:
+    def start_turn(self, command: StartTurn, ns: Namespace) -> TurnStarted:
         """Record a turn start and return recalled context for the agent's prompt."""
         session_id = command.session_id
         row = self._open_session_row(session_id)
@@ -167,7 +167,7 @@ class TurnOps(Configured):
                     for skill_id in [i for i in source_ids if i.startswith("skill_")]:
                         self.evolution.add_trial(skill_id, episode_id, session_id=session_id, user_id=ns.user_id)
             self.sessions.touch(session_id)
-            response = {
+            response: TurnStarted = {
                 "turnId": turn_id,
                 "contextPacketId": context_packet_id,
                 "sessionId": session_id,
@@ -181,7 +181,7 @@ class TurnOps(Configured):
                 "serverTime": utc_now(),
             }
             if ident is not None:
-                self.logs.store_idempotent_response(ident.key, ident.request_hash, response)
+                self.logs.store_idempotent_response(ident.key, ident.request_hash, dict(response))
         self.wake_worker()  # routing may have closed an episode or queued a repair
         return response
 
@@ -213,7 +213,7 @@ class TurnOps(Configured):
             },
         )
 
-    def complete_turn(self, command: CompleteTurn, ns: Namespace) -> dict[str, Any]:
+    def complete_turn(self, command: CompleteTurn, ns: Namespace) -> TurnCompleted:
         """Store the raw turn and its L1 trace (tool trace kept, injected context stripped)."""
         turn_id, session_id = command.turn_id, command.session_id
         row = self._open_session_row(session_id)
@@ -221,7 +221,7 @@ class TurnOps(Configured):
         if row["status"] != "open" and started_turn is None:
             raise Conflict(f"session {session_id} is closed and turn {turn_id} was never started in it")
         ns = ns.with_body(command.source or row["source"], command.workspace_path or row["workspace_path"])
-        reply = {"turnId": turn_id, "sessionId": session_id, "status": command.status}
+        reply: dict[str, object] = {"turnId": turn_id, "sessionId": session_id, "status": command.status}
         if not self.config.flags.enable_memory_add:
             # Writes are disabled: answer the hook normally (it must never fail) but store nothing.
             return self._not_captured(reply)
@@ -247,7 +247,7 @@ class TurnOps(Configured):
             "memory_add", ns.source, {"turnId": turn_id, "layer": "L1"}, {"id": l1_id}, 0.0, True, ns.user_id
         )
         extra = {"deduplicated": True} if written.deduplicated else {}
-        return {
+        answer = {
             **reply,
             "episodeId": episode_id,
             "rawTurnId": turn.raw_turn_id,
@@ -259,10 +259,11 @@ class TurnOps(Configured):
             "changeSeq": self.logs.latest_change_seq(),
             "serverTime": utc_now(),
         }
+        return cast(TurnCompleted, answer)
 
-    def _not_captured(self, reply: dict[str, Any]) -> dict[str, Any]:
+    def _not_captured(self, reply: dict[str, object]) -> TurnCompleted:
         """The answer for a completion that stores nothing (writes off, or a forgotten turn)."""
-        return {
+        answer = {
             **reply,
             "episodeId": None,
             "rawTurnId": None,
@@ -273,11 +274,10 @@ class TurnOps(Configured):
             "changeSeq": self.logs.latest_change_seq(),
             "serverTime": utc_now(),
         }
+        return cast(TurnCompleted, answer)
 
     # -- capture helpers --------------------------------------------------------------------------
-    def _episode_for_completion(
-        self, started_turn: Any, wanted: str | None, turn: CapturedTurn, ns: Namespace
-    ) -> str:
+    def _episode_for_completion(self, started_turn: Any, wanted: str | None, turn: CapturedTurn, ns: Namespace) -> str:
         """The turn's episode: the one chosen at turn start, the caller's, or the heuristic's."""
         if started_turn is not None and started_turn["episode_id"]:
             return str(started_turn["episode_id"])

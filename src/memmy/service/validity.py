@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from memmy.commands.answers import MemoryHistory, TombstoneList, TombstoneRestored
 from memmy.commands.governance import ListTombstones, RestoreTombstone
 from memmy.errors import InvalidArgument, NotFound
 from memmy.namespace import Namespace
@@ -24,7 +25,7 @@ class ValidityOps:
         self.logs = store.logs
         self.tombstones = store.tombstones
 
-    def history(self, memory_id: str) -> dict[str, Any]:
+    def history(self, memory_id: str) -> MemoryHistory:
         """The whole version chain of a memory, oldest -> newest, each with its validity interval."""
         if not isinstance(memory_id, str) or not memory_id.strip():
             raise InvalidArgument("id: expected a memory id")
@@ -48,7 +49,7 @@ class ValidityOps:
             seen.add(newer.id)
         now = time.time()
         stamp = utc_now()
-        items = []
+        items: list[dict[str, Any]] = []
         for number, memory in enumerate(chain, start=1):
             current = memory.status == "activated" and (memory.valid_to is None or memory.valid_to > stamp)
             items.append(
@@ -70,12 +71,12 @@ class ValidityOps:
         current_id = next((i["id"] for i in reversed(items) if i["current"]), None)
         return {"id": memory_id, "currentId": current_id, "length": len(items), "chain": items, "serverTime": stamp}
 
-    def list_tombstones(self, cmd: ListTombstones) -> dict[str, Any]:
+    def list_tombstones(self, cmd: ListTombstones) -> TombstoneList:
         """Tombstones newest first (``limit`` / ``offset`` query parameters)."""
         found, total = self.tombstones.page(limit=cmd.limit, offset=cmd.offset)
         return {"tombstones": [t.to_json() for t in found], "total": total, "serverTime": utc_now()}
 
-    def restore(self, tombstone_id: str, cmd: RestoreTombstone, ns: Namespace) -> dict[str, Any]:
+    def restore(self, tombstone_id: str, cmd: RestoreTombstone, ns: Namespace) -> TombstoneRestored:
         """Remove a tombstone: the value may be written again (a re-import brings it back)."""
         removed = self.tombstones.remove(tombstone_id)
         if removed is None:
