@@ -27,6 +27,7 @@ ALLOWED: dict[str, set[str]] = {
     "indexing": {"domain", "errors", "store", "embed"},
     "namespace": {"domain"},
     "commands": {"domain", "errors", "namespace"},
+    "daemon_client": {"errors", "commands"},
     "keys": {"domain", "errors", "store", "embed", "capture", "recall", "indexing", "config", "namespace", "commands"},
     "jobs": {"domain", "errors", "llm", "store", "capture", "evolve", "indexing", "config", "namespace", "commands"},
     "dream": {"domain", "errors", "store", "indexing", "config", "namespace", "commands"},
