@@ -96,6 +96,7 @@ ALLOWED: dict[str, set[str]] = {
         "hook",
         "embed",
         "__init__",
+        "daemon_client",
     },
     "__main__": {"cli"},
     "integrations": {"__init__"},

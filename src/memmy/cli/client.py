@@ -1,30 +1,19 @@
-"""A thin HTTP client for the daemon, with the CLI's URL/token/user resolution and friendly errors."""
+"""The CLI's side of the daemon client: URL/token/user resolution and a :class:`~memmy.daemon_client.DaemonClient`
+built from it (``ClientError`` is its :class:`~memmy.daemon_client.DaemonError`)."""
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # httpx loads on the first request: `--help` and local commands never pay for it
-    import httpx
 
 from memmy.config import MemmyConfig, load_config
 from memmy.config_defaults import DEFAULT_ENDPOINT
-from memmy.errors import MemmyError
+from memmy.daemon_client import DaemonClient, DaemonError
 
-
-class ClientError(MemmyError):
-    """A request the daemon refused, or a daemon that could not be reached."""
-
-    def __init__(self, message: str, status: int | None = None, code: str = "client_error") -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
+#: A request the daemon refused, or a daemon that could not be reached.
+ClientError = DaemonError
 
 
 def _first_env(env: Mapping[str, str], *names: str) -> str | None:
@@ -85,80 +74,23 @@ def load_cli_config(path: str | None) -> MemmyConfig | None:
     return load_config(path)
 
 
-class MemoryClient:
-    """Calls ``/api/v1/...`` on the daemon."""
-
-    def __init__(self, settings: ClientSettings, transport: httpx.BaseTransport | None = None) -> None:
-        import httpx
-
-        self.settings = settings
-        headers = {"accept": "application/json"}
-        if settings.token:
-            headers["authorization"] = f"Bearer {settings.token}"
-        if settings.user_id:
-            headers["x-memmy-user-id"] = settings.user_id
-        if settings.workspace_path:
-            headers["x-memmy-workspace-path"] = settings.workspace_path
-        if settings.source:
-            headers["x-memmy-source"] = settings.source
-        self._http = httpx.Client(
-            base_url=settings.url, headers=headers, timeout=settings.timeout_s, transport=transport
-        )
-
-    def close(self) -> None:
-        """Close the connection pool."""
-        self._http.close()
-
-    @contextmanager
-    def stream_events(self, path: str) -> Iterator[Iterator[Any]]:
-        """Open a server-sent event stream (``GET /api/v1/<path>``) and yield its decoded ``data`` payloads."""
-        import httpx
-
-        url = path if path.startswith("/api/") else "/api/v1" + path
-        with self._http.stream("GET", url, timeout=httpx.Timeout(30.0, read=None)) as response:
-            if response.status_code >= 400:
-                response.read()
-                raise ClientError(f"event stream refused: HTTP {response.status_code}", status=response.status_code)
-            yield parse_sse(response.iter_lines())
-
-    def request(self, method: str, path: str, body: Any = None, params: Mapping[str, Any] | None = None) -> Any:
-        """Send one request; return the decoded JSON or raise :class:`ClientError` with the server's message."""
-        import httpx
-
-        if not path.startswith("/"):
-            path = "/" + path
-        if not path.startswith("/api/"):
-            path = "/api/v1" + path
-        if body is not None and self.settings.source and isinstance(body, dict) and method.upper() != "GET":
-            body = {"source": self.settings.source, **body}
-        try:
-            response = self._http.request(method.upper(), path, json=body, params=params)
-        except httpx.ConnectError:
-            raise ClientError(
-                f"memmy memory service is not running at {self.settings.url} (start it with `memmy-memory serve`)",
-                code="unavailable",
-            ) from None
-        except httpx.TimeoutException:
-            raise ClientError(
-                f"memmy memory service at {self.settings.url} did not answer in time", code="timeout"
-            ) from None
-        try:
-            payload = response.json()
-        except ValueError:
-            payload = None
-        if response.status_code >= 400:
-            error = payload.get("error") if isinstance(payload, dict) else None
-            message = error.get("message") if isinstance(error, dict) else response.text[:300]
-            code = error.get("code") if isinstance(error, dict) else "http_error"
-            raise ClientError(str(message), status=response.status_code, code=str(code))
-        return payload
-
-
-def parse_sse(lines: Iterator[str]) -> Iterator[Any]:
-    """Yield the JSON payload of each ``data:`` line of a server-sent event stream."""
-    for line in lines:
-        if line.startswith("data: "):
-            yield json.loads(line[6:])
+def connect(settings: ClientSettings) -> DaemonClient:
+    """The daemon client for these settings: the token and the caller's identity on every request, ``--source``
+    in every written body."""
+    headers = {}
+    if settings.user_id:
+        headers["x-memmy-user-id"] = settings.user_id
+    if settings.workspace_path:
+        headers["x-memmy-workspace-path"] = settings.workspace_path
+    if settings.source:
+        headers["x-memmy-source"] = settings.source
+    return DaemonClient(
+        settings.url,
+        token=settings.token,
+        headers=headers,
+        timeout_s=settings.timeout_s,
+        source_in_body=settings.source,
+    )
 
 
 def default_db_path_hint(config: MemmyConfig | None) -> Path | None:

@@ -23,6 +23,7 @@ from rich.table import Table
 from memmy.cli.client import ClientError
 from memmy.cli.context import CliContext, pass_ctx, strip_none
 from memmy.cli.output import emit_json, fail, make_console
+from memmy.daemon_client import routes
 from memmy.sources.adapters import ADAPTERS
 from memmy.sources.model import ScanStats
 from memmy.sources.recipe import FORMATS, Recipe, RecipeAdapter, discover_installation, normalise_name, recipes_dir
@@ -151,9 +152,9 @@ def _follow_plain(obj: CliContext, job_id: str, console: Console, status: dict[s
     client = obj.client()
     last, shown_at = "", 0.0
     try:
-        with client.stream_events(f"/sources/scan/{job_id}/events") as events:
+        with client.stream_events(routes.SOURCES_SCAN_EVENTS, job_id=job_id) as events:
             for event in events:
-                status = event
+                status = dict(event)
                 line = progress_line(status)
                 final = status["state"] in FINAL_STATES
                 if line != last and (final or time.monotonic() - shown_at >= 1.0):
@@ -181,9 +182,9 @@ def follow(obj: CliContext, job_id: str, console: Console, show: bool) -> dict[s
     title = f"import {job_id}"
     try:
         with Live(progress_table(status, title), console=console, refresh_per_second=4, transient=not show) as live:
-            with client.stream_events(f"/sources/scan/{job_id}/events") as events:
+            with client.stream_events(routes.SOURCES_SCAN_EVENTS, job_id=job_id) as events:
                 for event in events:
-                    status = event
+                    status = dict(event)
                     live.update(progress_table(status, title))
                     if status["state"] in FINAL_STATES:
                         break

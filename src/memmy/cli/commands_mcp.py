@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 import click
 
-from memmy.cli.client import ClientError, ClientSettings, MemoryClient
+from memmy.cli.client import ClientError, ClientSettings, connect
 from memmy.cli.context import CliContext, pass_ctx
 from memmy.cli.output import fail
 from memmy.config import MemmyConfig, load_config, memmy_home
@@ -40,7 +40,7 @@ class DaemonStartError(MemmyError):
 def daemon_healthy(settings: ClientSettings) -> bool:
     """True when ``GET /api/v1/health`` answers 200 at the settings' URL (asked without a token: a wrong token
     is the caller's error to report, not a reason to start another daemon)."""
-    client = MemoryClient(replace(settings, token=None, timeout_s=3.0))
+    client = connect(replace(settings, token=None, timeout_s=3.0))
     try:
         client.request("GET", "/health")
         return True

@@ -123,6 +123,6 @@ def service_status(obj: CliContext) -> None:
     click.echo(f"unit file: {path} ({'installed' if path.exists() else 'not installed'})")
     if code != 127:
         click.echo(f"systemd:   {output}")
-    click.echo(f"daemon:    {'answering' if answering else 'not answering'} at {client.settings.url}")
+    click.echo(f"daemon:    {'answering' if answering else 'not answering'} at {client.url}")
     if not answering and not path.exists():
         fail("the memory service is not running; start it with `memmy-memory serve` or `memmy-memory service install`")

@@ -8,9 +8,10 @@ from typing import Any, NoReturn
 
 import click
 
-from memmy.cli.client import ClientError, ClientSettings, MemoryClient
+from memmy.cli.client import ClientError, ClientSettings, connect
 from memmy.cli.output import emit_json, fail
 from memmy.config import MemmyConfig, load_config
+from memmy.daemon_client import DaemonClient
 from memmy.errors import MemmyError
 
 
@@ -33,12 +34,12 @@ class CliContext:
             fail(exc.message)
             raise  # unreachable
 
-    def client(self) -> MemoryClient:
-        """An HTTP client for the resolved URL and token."""
+    def client(self) -> DaemonClient:
+        """The daemon client for the resolved URL and token."""
         settings = ClientSettings.resolve(
             url=self.url, token=self.token, user_id=self.user_id, source=self.source, config=self.config()
         )
-        return MemoryClient(settings)
+        return connect(settings)
 
     def call(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None) -> Any:
         """One request; daemon errors print on stderr and exit 1."""
