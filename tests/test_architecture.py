@@ -101,7 +101,7 @@ ALLOWED: dict[str, set[str]] = {
     "__main__": {"cli"},
     "integrations": {"__init__"},
     "hook": {"redact", "transcripts"},
-    "mcp": {"__init__", "hook", "sources", "redact"},
+    "mcp": {"__init__", "hook", "sources", "redact", "daemon_client"},
     "agent": {
         "errors",
         "domain",

@@ -181,7 +181,7 @@ def mcp(obj: CliContext, no_start: bool, start_timeout: float) -> None:
     # Imported here so other commands never pay for the MCP SDK.
     import anyio
 
-    from memmy.mcp.api import ApiClient
+    from memmy.mcp.api import api_client
     from memmy.mcp.server import serve_stdio
 
     config = obj.config()
@@ -221,7 +221,7 @@ def mcp(obj: CliContext, no_start: bool, start_timeout: float) -> None:
                 found.append(created)
             return created or None
 
-        api = ApiClient(
+        api = api_client(
             settings.url,
             token=token,
             headers=identity_headers(settings),

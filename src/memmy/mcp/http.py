@@ -41,7 +41,8 @@ import httpx
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from memmy.mcp.api import ApiClient, TokenSource
+from memmy.daemon_client import DaemonClient, TokenSource
+from memmy.mcp.api import api_client
 
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 INTERNAL_BASE_URL = "http://memmy.internal"
@@ -111,7 +112,7 @@ class McpHttpEndpoint:
         self._token = token
         self._env = dict(os.environ if env is None else env)
         self._transcripts = transcripts
-        self._client: ApiClient | None = None
+        self._client: DaemonClient | None = None
         self._manager: Any = None  # mcp.server.streamable_http_manager.StreamableHTTPSessionManager, once started
         self._background: asyncio.Task[None] | None = None
         self._start_lock: asyncio.Lock | None = None
@@ -129,20 +130,20 @@ class McpHttpEndpoint:
         """Whether the MCP session manager is serving."""
         return self._manager is not None and self._background is not None and not self._background.done()
 
-    def _api(self) -> ApiClient:
+    def _api(self) -> DaemonClient:
         if self._client is None:
             raise RuntimeError("the MCP endpoint has not received a request yet")
         return self._client
 
-    def _make_client(self, scope: Scope) -> ApiClient:
+    def _make_client(self, scope: Scope) -> DaemonClient:
         target = self._api_target if self._api_target is not None else scope.get("app")
         headers = {"x-memmy-source": "mcp"}
         if isinstance(target, str):
-            return ApiClient(target, token=self._token, headers=headers)
+            return api_client(target, token=self._token, headers=headers)
         if target is None:
             raise RuntimeError("McpHttpEndpoint needs api= when it is not mounted inside a Starlette app")
         transport = httpx.ASGITransport(app=_in_process(target))
-        return ApiClient(INTERNAL_BASE_URL, token=self._token, headers=headers, transport=transport)
+        return api_client(INTERNAL_BASE_URL, token=self._token, headers=headers, transport=transport)
 
     async def _ensure_running(self) -> None:
         """Import the SDK (off the event loop) and start its session manager in a background task, once."""

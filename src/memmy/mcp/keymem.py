@@ -83,7 +83,7 @@ def keys_op(op: str) -> Handler:
     """A handler posting the arguments to ``/api/v1/keys/<op>``."""
 
     async def handler(call: ToolCall) -> Any:
-        return await call.api.call("POST", f"/api/v1/keys/{op}", dict(call.args), call.headers)
+        return await call.api.arequest("POST", f"/api/v1/keys/{op}", dict(call.args), call.headers)
 
     handler.__name__ = f"keys_{op}"
     return handler

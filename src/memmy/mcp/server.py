@@ -1,7 +1,7 @@
 """The MCP server: which tools exist, argument validation, dispatch, error mapping, the prompt, and stdio.
 
-The same :func:`build_server` backs both transports; only the :class:`~memmy.mcp.api.ApiClient` differs (network
-for stdio, in-process for the daemon's ``/mcp`` endpoint).
+The same :func:`build_server` backs both transports; only the :class:`~memmy.daemon_client.DaemonClient`'s transport
+differs (network for stdio, in-process for the daemon's ``/mcp`` endpoint).
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ from mcp_types import (
 from starlette.requests import Request
 
 from memmy import __version__
-from memmy.mcp.api import IDENTITY_HEADERS, ApiClient, ApiError
+from memmy.daemon_client import DaemonClient, DaemonError
+from memmy.mcp.api import IDENTITY_HEADERS
 from memmy.mcp.keymem import KEYMEM_TOOLS
 from memmy.mcp.prompts import INSTRUCTIONS, MEMORY_SYSTEM_PROMPT, PROMPT_DESCRIPTION, PROMPT_NAME
 from memmy.mcp.tools import MEMMY_TOOLS, ToolCall, ToolSpec, error_result, ok_result
@@ -46,7 +47,7 @@ from memmy.mcp.transcripts import TRANSCRIPT_TOOLS, TranscriptError, transcripts
 
 log = logging.getLogger("memmy.mcp")
 
-ApiGetter = Callable[[], ApiClient]
+ApiGetter = Callable[[], DaemonClient]
 #: After the client closes stdin, how long requests already read may still take to be answered.
 DRAIN_TIMEOUT_S = 300.0
 TRANSCRIPT_TOOL_NAMES = frozenset(t.name for t in TRANSCRIPT_TOOLS)
@@ -103,7 +104,7 @@ class MemmyMcp:
         call = ToolCall(args=args, api=self.api(), headers=forwarded_headers(ctx), env=self.env)
         try:
             return ok_result(await spec.handler(call))
-        except ApiError as exc:
+        except DaemonError as exc:
             return error_result(f"{spec.name} failed: {exc.describe()}")
         except TranscriptError as exc:
             return error_result(f"{spec.name} refused: {exc}")
@@ -220,7 +221,7 @@ async def serve_draining(
         await server.run(server_reads, server_writes, server.create_initialization_options())
 
 
-async def serve_stdio(api: ApiClient, env: Mapping[str, str] | None = None) -> None:
+async def serve_stdio(api: DaemonClient, env: Mapping[str, str] | None = None) -> None:
     """Serve MCP on stdin/stdout until the client closes it, answering every request read before that."""
     server = build_server(lambda: api, env=env)
     try:

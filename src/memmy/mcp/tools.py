@@ -12,13 +12,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
-from urllib.parse import quote
 
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 from mcp_types import CallToolResult, TextContent, Tool, ToolAnnotations
 
+from memmy.daemon_client import DaemonClient, routes
 from memmy.hook.resume import rank_sessions
-from memmy.mcp.api import ApiClient
 
 LAYERS = ["L1", "L2", "L3", "Skill"]
 SCOPES = ["auto", "pooled", "project", "agent"]
@@ -32,7 +31,7 @@ class ToolCall:
     """What a handler gets: validated arguments, the API client, the caller's identity headers, the environment."""
 
     args: dict[str, Any]
-    api: ApiClient
+    api: DaemonClient
     headers: Mapping[str, str] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
 
@@ -148,29 +147,26 @@ def error_result(message: str) -> CallToolResult:
 async def memory_search(call: ToolCall) -> Any:
     """POST /api/v1/memory/search."""
     body = present(call.args, "query", "layers", "scope", "limit")
-    return await call.api.call("POST", "/memory/search", body, call.headers)
+    return await call.api.acall(routes.MEMORY_SEARCH, body, headers=call.headers)
 
 
 async def memory_get(call: ToolCall) -> Any:
     """GET /api/v1/memory/<id>."""
-    memory_id = quote(str(call.args["id"]), safe="")
-    return await call.api.call("GET", f"/memory/{memory_id}", None, call.headers)
+    return await call.api.acall(routes.MEMORY_GET, headers=call.headers, memory_id=str(call.args["id"]))
 
 
 async def memory_add(call: ToolCall) -> Any:
     """POST /api/v1/memory/add."""
     body = present(call.args, "content", "title", "tags", "layer")
-    return await call.api.call("POST", "/memory/add", body, call.headers)
+    return await call.api.acall(routes.MEMORY_ADD, body, headers=call.headers)
 
 
 async def memory_resume(call: ToolCall) -> Any:
     """Search L1 traces and rank the sessions they belong to (the ``/memmy-resume`` ranking)."""
     query = str(call.args["query"])
-    found = await call.api.call(
-        "POST", "/memory/search", {"query": query, "layers": ["L1"], "limit": 20, "scope": "pooled"}, call.headers
-    )
-    hits = found.get("hits") if isinstance(found, dict) else None
-    candidates = rank_sessions([h for h in hits or [] if isinstance(h, dict) and h.get("id")])
+    body = {"query": query, "layers": ["L1"], "limit": 20, "scope": "pooled"}
+    found = await call.api.acall(routes.MEMORY_SEARCH, body, headers=call.headers)
+    candidates = rank_sessions([dict(h) for h in found["hits"] if h.get("id")])
     return {"query": query, "candidates": candidates, "count": len(candidates)}
 
 
