@@ -103,6 +103,7 @@ ALLOWED: dict[str, set[str]] = {
     "hook": {"redact", "transcripts"},
     "mcp": {"__init__", "hook", "sources", "redact", "daemon_client"},
     "agent": {
+        "daemon_client",
         "errors",
         "domain",
         "config",

@@ -4,7 +4,9 @@ state machine, connections kept open and reused (one per request in flight), JSO
 Measured on two busy cores: a POST to a trivial local uvicorn app took 1-3 ms this way against 8-16 ms through
 ``httpx.AsyncClient`` (load 8-12), and the daemon's anonymous health 5.8 against 8.3 ms (p50, load 14,
 ``bench/agent.py``): httpx's per-request layers (anyio, the pool, the models) weigh on a loopback call. A
-connection the daemon closed while idle is detected and the request sent again on a new one."""
+connection the daemon closed while idle is detected and the request sent again on a new one. It is the transport
+under the agent's :class:`~memmy.daemon_client.DaemonClient` (``send=link.request``), which builds the requests
+and reads the answers."""
 
 from __future__ import annotations
 
@@ -16,24 +18,11 @@ from urllib.parse import urlsplit
 
 import h11
 
+from memmy.daemon_client import DaemonError, DaemonTimeout, DaemonUnreachable
+
+__all__ = ["DaemonError", "DaemonLink", "DaemonTimeout", "DaemonUnreachable"]
+
 READ_CHUNK = 65536
-
-
-class DaemonError(Exception):
-    """A failed daemon call; ``status`` is the HTTP status (0: no answer at all)."""
-
-    def __init__(self, message: str, status: int = 0, body: Any = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.body = body
-
-
-class DaemonUnreachable(DaemonError):
-    """Nothing listens at the URL, or the connection broke."""
-
-
-class DaemonTimeout(DaemonError):
-    """The daemon did not answer in time."""
 
 
 class _Stale(Exception):
@@ -122,7 +111,8 @@ class DaemonLink:
     ) -> tuple[int, Any]:
         """Send one request; (status, parsed JSON body or None). Raises DaemonUnreachable / DaemonTimeout."""
         data = json.dumps(body, ensure_ascii=False).encode("utf-8") if body is not None else b""
-        fields = [*self.headers, *(headers or {}).items(), ("accept", "application/json")]
+        extra = headers or {}
+        fields = [*self.headers, *extra.items(), *([] if "accept" in extra else [("accept", "application/json")])]
         if body is not None:
             fields += [("content-type", "application/json"), ("content-length", str(len(data)))]
         request = h11.Request(method=method, target=self.prefix + path, headers=fields)

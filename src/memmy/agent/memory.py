@@ -1,8 +1,9 @@
 """The agent's memory client: the daemon's session and turn routes (as the hooks use them) plus the
-``memmy-memory`` tools, over HTTP with the CLI's URL/token resolution. Every call fails open: a daemon that is
-down, slow or refusing turns memory off for that call and records why, never the turn.
+``memmy-memory`` tools, through the :class:`~memmy.daemon_client.DaemonClient` with the CLI's URL/token
+resolution. Every call fails open: a daemon that is down, slow or refusing turns memory off for that call and
+records why, never the turn.
 
-The turn path is kept short: turn start goes over a kept-alive connection (:mod:`memmy.agent.daemon_link`), the
+The turn path is kept short: requests go over kept-alive connections (:mod:`memmy.agent.daemon_link`), the
 memory session is opened once per agent session (when the runtime starts, in parallel with the MCP servers), and
 the capture (turn complete) is handed to a background thread (:mod:`memmy.agent.capture_queue`)."""
 
@@ -15,12 +16,13 @@ import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from memmy.agent.capture_queue import CaptureQueue
-from memmy.agent.daemon_link import DaemonError, DaemonLink, DaemonTimeout, DaemonUnreachable
+from memmy.agent.daemon_link import DaemonLink
 from memmy.cli.client import ClientSettings
 from memmy.config import load_config
+from memmy.daemon_client import DaemonClient, DaemonError, DaemonTimeout, DaemonUnreachable, Route, answers, routes
 from memmy.errors import MemmyError
 from memmy.hook.runtime import packet
 from memmy.redact import redact_json
@@ -28,6 +30,7 @@ from memmy.sources.redact import redact
 
 SOURCE = "memmy"
 ADAPTER = "memmy-agent"
+T = TypeVar("T")
 
 
 def short_hash(*parts: str) -> str:
@@ -87,11 +90,12 @@ class MemoryBridge:
         self.warned = False
         self._opened: set[str] = set()
         headers = {"x-memmy-source": source}
-        if settings.token:
-            headers["authorization"] = f"Bearer {settings.token}"
         if settings.user_id:
             headers["x-memmy-user-id"] = settings.user_id
-        self._link = DaemonLink(settings.url, headers, timeout_s=timeout_s)
+        self._link = DaemonLink(settings.url, {}, timeout_s=timeout_s)
+        self._client = DaemonClient(settings.url, token=settings.token, headers=headers, send=self._link.request)
+        if settings.token:
+            headers["authorization"] = f"Bearer {settings.token}"
         self._captures = CaptureQueue(settings.url, headers, spool=spool, on_error=self._capture_error)
 
     async def aclose(self) -> None:
@@ -115,28 +119,42 @@ class MemoryBridge:
 
     async def _call(
         self,
+        route: Route[T],
+        body: dict[str, Any] | None = None,
+        workspace: str | None = None,
+        user: str | None = None,
+        **path: str,
+    ) -> T:
+        """One typed request (``path``: the route's ``{names}``); see :meth:`_send`."""
+        return cast(T, await self._send(route.method, route.url(**path), body, workspace, user))
+
+    async def _send(
+        self,
         method: str,
         path: str,
         body: dict[str, Any] | None = None,
         workspace: str | None = None,
         user: str | None = None,
     ) -> Any:
+        """One request through the daemon client; a failure is recorded (memory goes ``down``) and raised."""
         headers = {"x-memmy-workspace-path": workspace} if workspace else {}
         if user:
             headers["x-memmy-user-id"] = user
         try:
-            status, answer = await self._link.request(method, "/api/v1" + path, body, headers)
+            answer = await self._client.arequest(method, path, body, headers)
         except DaemonUnreachable:
             self._fail(f"daemon not running at {self.settings.url}")
             raise
         except DaemonTimeout:
             self._fail(f"daemon at {self.settings.url} did not answer in time")
             raise
-        if status == 401:
-            self._fail("daemon refused the token (HTTP 401): check memmyMemory.storage.token")
-        if status >= 400:
-            message = answer.get("error", {}).get("message") if isinstance(answer, dict) else None
-            raise DaemonError(f"HTTP {status} on {method} {path}: {message or str(answer)[:200]}", status, answer)
+        except DaemonError as exc:
+            if exc.status == 401:
+                self._fail("daemon refused the token (HTTP 401): check memmyMemory.storage.token")
+            shown = path.removeprefix("/api/v1")
+            raise DaemonError(
+                f"HTTP {exc.status} on {method} {shown}: {exc.message}", exc.status, exc.code, exc.body
+            ) from None
         self.error = None
         self.warned = False
         return answer
@@ -164,7 +182,7 @@ class MemoryBridge:
         body = {"sessionId": session_id, "source": self.source}
         if workspace:
             body["workspacePath"] = workspace
-        await self._call("POST", "/sessions/open", body, workspace, user)
+        await self._call(routes.SESSIONS_OPEN, body, workspace, user)
         self._opened.add(session_id)
 
     async def open_session(self, session_key: str, workspace: str | None = None, user: str | None = None) -> bool:
@@ -199,7 +217,7 @@ class MemoryBridge:
         try:
             await self._open(session_id, workspace, user)
             try:
-                started = await self._call("POST", "/turns/start", body, workspace, user)
+                started = await self._call(routes.TURNS_START, body, workspace, user)
             except DaemonError as exc:
                 if exc.status not in (404, 409):
                     raise
@@ -208,7 +226,7 @@ class MemoryBridge:
                     session_id = f"{session_id}-{uuid.uuid4().hex[:6]}"
                     body["sessionId"] = session_id
                 await self._open(session_id, workspace, user, force=True)
-                started = await self._call("POST", "/turns/start", body, workspace, user)
+                started = await self._call(routes.TURNS_START, body, workspace, user)
         except (DaemonError, ValueError) as exc:
             if self.error is None:
                 self._fail(f"turn start failed: {str(exc)[:200]}")
@@ -269,37 +287,39 @@ class MemoryBridge:
         headers = {"x-memmy-workspace-path": workspace} if workspace else {}
         if recall.user:
             headers["x-memmy-user-id"] = recall.user
-        return self._captures.submit(f"/api/v1/turns/{recall.turn_id}/complete", prepare, headers)
+        return self._captures.submit(routes.TURNS_COMPLETE.url(turn_id=recall.turn_id), prepare, headers)
 
     async def flush(self, timeout_s: float = 30.0) -> bool:
         """Wait until every queued capture is delivered (or spooled)."""
         return await asyncio.to_thread(self._captures.flush, timeout_s)
 
-    async def search(self, query: str, limit: int = 8, workspace: str | None = None) -> Any:
+    async def search(self, query: str, limit: int = 8, workspace: str | None = None) -> answers.SearchAnswer:
         """``memory/search`` (the model's ``memmy_memory_search`` tool)."""
-        return await self._call("POST", "/memory/search", {"query": query, "limit": limit}, workspace)
+        return await self._call(routes.MEMORY_SEARCH, {"query": query, "limit": limit}, workspace)
 
-    async def get(self, memory_id: str) -> Any:
+    async def get(self, memory_id: str) -> answers.MemoryDetail:
         """``GET memory/{id}``."""
         if not memory_id or "/" in memory_id or ".." in memory_id:
             raise ValueError("memory id: expected an id like trace_… or mem_…")
-        return await self._call("GET", f"/memory/{memory_id}")
+        return await self._call(routes.MEMORY_GET, memory_id=memory_id)
 
-    async def add(self, content: str, tags: list[str] | None = None, workspace: str | None = None) -> Any:
+    async def add(
+        self, content: str, tags: list[str] | None = None, workspace: str | None = None
+    ) -> answers.MemoryAdded:
         """``memory/add``."""
         body: dict[str, Any] = {"content": redact(content)}
         if tags:
             body["tags"] = tags
-        return await self._call("POST", "/memory/add", body, workspace)
+        return await self._call(routes.MEMORY_ADD, body, workspace)
 
     async def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         """Any daemon route under ``/api/v1`` (the workbench's ``/dream`` commands); raises :class:`DaemonError`."""
-        return await self._call(method, path, body)
+        return await self._send(method, path, body)
 
     async def health(self) -> dict[str, Any] | None:
         """The daemon's health, or None when it cannot be reached."""
         try:
-            result = await self._call("GET", "/health")
+            result = await self._send("GET", "/health")
         except (DaemonError, ValueError):
             return None
         return result if isinstance(result, dict) else None

@@ -18,8 +18,8 @@ import httpx
 
 from memmy.agent import websearch
 from memmy.agent.config import ToolsConfig
-from memmy.agent.daemon_link import DaemonError
 from memmy.agent.memory import MemoryBridge
+from memmy.daemon_client import DaemonError
 
 Approver = Callable[[str], Awaitable[bool]]
 Runner = Callable[[dict[str, Any]], Awaitable[str]]
