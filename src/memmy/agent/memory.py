@@ -91,8 +91,12 @@ class MemoryBridge:
             headers["authorization"] = f"Bearer {settings.token}"
         if settings.user_id:
             headers["x-memmy-user-id"] = settings.user_id
-        self._link = DaemonLink(settings.url, headers, timeout_s=timeout_s)
-        self._captures = CaptureQueue(settings.url, headers, spool=spool, on_error=self._capture_error)
+        if settings.team_project:  # the folder the agent started in opted into a team project
+            headers["x-memmy-team-project"] = settings.team_project
+        self._link = DaemonLink(settings.url, headers, timeout_s=timeout_s, ca=settings.ca)
+        self._captures = CaptureQueue(
+            settings.url, headers, spool=spool, on_error=self._capture_error, ca=settings.ca
+        )
 
     async def aclose(self) -> None:
         """Deliver the captures still queued, then close the connections."""

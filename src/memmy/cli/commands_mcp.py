@@ -158,12 +158,7 @@ def ensure_daemon(
 
 def identity_headers(settings: ClientSettings) -> dict[str, str]:
     """The ``x-memmy-*`` headers the CLI client would send."""
-    headers = {"x-memmy-source": settings.source or "mcp"}
-    if settings.user_id:
-        headers["x-memmy-user-id"] = settings.user_id
-    if settings.workspace_path:
-        headers["x-memmy-workspace-path"] = settings.workspace_path
-    return headers
+    return {**settings.identity_headers(), "x-memmy-source": settings.source or "mcp"}
 
 
 @click.command("mcp")
@@ -226,6 +221,7 @@ def mcp(obj: CliContext, no_start: bool, start_timeout: float) -> None:
             token=token,
             headers=identity_headers(settings),
             revive=None if no_start else revive,
+            verify=settings.verify(),
         )
         await serve_stdio(api)
 

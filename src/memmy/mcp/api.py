@@ -7,6 +7,7 @@ Either way a request goes through the same routes, token check, validation and e
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -54,6 +55,7 @@ class ApiClient:
         transport: httpx.AsyncBaseTransport | None = None,
         timeout_s: float = 120.0,
         revive: Reviver | None = None,
+        verify: ssl.SSLContext | bool = True,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self._token = token
@@ -63,6 +65,7 @@ class ApiClient:
             headers={"accept": "application/json", **(headers or {})},
             timeout=timeout_s,
             transport=transport,
+            verify=verify,
         )
 
     def token(self) -> str | None:

@@ -367,4 +367,5 @@ def captured_turn(command: CompleteTurn, ns: Namespace, started_turn: Any) -> Ca
         host=host,
         conversation_id=command.host_conversation_id,
         workspace_path=ns.workspace_path,
+        visibility=ns.visibility,
     )
