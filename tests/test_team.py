@@ -161,6 +161,7 @@ def test_people_are_isolated_share_a_team_project_and_a_revoked_token_is_refused
     assert {(a["action"], a["targetId"]) for a in audit} >= {("team.user.add", "alice"), ("team.user.add", "bob")}
 
     assert bob.get("/api/v1/admin/users").status_code == 403  # people never reach the owner's routes
+    assert bob.get(f"/api/v1/memory/{mine}/history").status_code == 403
     assert bob.post("/api/v1/panel/sign-in").status_code == 403
     listed = owner.get("/api/v1/admin/users").json()["items"]
     assert [m["name"] for m in listed] == ["alice", "bob"]
@@ -263,3 +264,31 @@ def test_a_laptop_joins_with_init_and_shares_one_project_through_its_hooks(team:
         assert owner.get(f"/api/v1/memory/{hit['id']}").json()["author"] == "carol"
     dave.close()
     owner.close()
+
+
+def test_a_person_cannot_use_another_persons_session(team: Daemon) -> None:
+    eve, frank = team.client(add_person(team, "eve")), team.client(add_person(team, "frank"))
+    assert eve.post("/api/v1/sessions/open", json={"sessionId": "eve-session", "source": "cli"}).status_code == 200
+    start = {"sessionId": "eve-session", "turnId": "t1", "query": "what did eve do yesterday?"}
+    assert frank.post("/api/v1/turns/start", json=start).status_code == 404
+    complete = {"sessionId": "eve-session", "query": "q", "answer": "a"}
+    assert frank.post("/api/v1/turns/t1/complete", json=complete).status_code == 404
+    assert frank.post("/api/v1/sessions/open", json={"sessionId": "eve-session"}).status_code == 409
+    assert eve.post("/api/v1/turns/start", json=start).status_code == 200
+    eve.close()
+    frank.close()
+
+
+def test_behind_a_proxy_only_forwarded_https_requests_are_served(tmp_path: Path) -> None:
+    server = Daemon(home=tmp_path, port=free_port(), token=OWNER_TOKEN, extra_args=["--behind-proxy"])
+    server.start()
+    try:
+        with server.client() as client:
+            proxied = {"x-forwarded-for": "203.0.113.9", "host": "memmy.example.com"}
+            plain = client.get("/api/v1/health", headers=proxied)
+            assert plain.status_code == 403 and "TLS proxy" in plain.json()["error"]["message"]
+            forwarded = client.get("/api/v1/health", headers={**proxied, "x-forwarded-proto": "https"})
+            assert forwarded.status_code == 200  # under the public name: no loopback Host check behind the proxy
+            assert client.get("/api/v1/health").status_code == 200  # on the server itself, not through the proxy
+    finally:
+        server.stop()

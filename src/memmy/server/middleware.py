@@ -30,13 +30,17 @@ IN_PROCESS_KEY = "memmy.in_process"
 PERSON_PREFIXES = ("/api/v1/sessions/", "/api/v1/turns/", "/api/v1/memory/", "/api/v1/feedback")
 PERSON_PATHS = frozenset({"/api/v1/health", "/api/v1/openapi.json", "/favicon.ico"})
 PERSON_REFUSED = frozenset({"/api/v1/memory/logs", "/api/v1/memory/processing/status"})
+#: Per-memory routes that read or change a memory without asking whose it is: the owner's.
+PERSON_REFUSED_ENDINGS = ("/history", "/processing/retry")
 
 
 def person_may_call(path: str) -> bool:
     """Whether a team member's token may reach ``path`` (the owner's token reaches every route)."""
     if path in PERSON_PATHS:
         return True
-    return path not in PERSON_REFUSED and any(path == p.rstrip("/") or path.startswith(p) for p in PERSON_PREFIXES)
+    if path in PERSON_REFUSED or path.endswith(PERSON_REFUSED_ENDINGS):
+        return False
+    return any(path == p.rstrip("/") or path.startswith(p) for p in PERSON_PREFIXES)
 
 
 def error_body(code: str, message: str, request_id: str) -> bytes:

@@ -367,7 +367,7 @@ class MemoryOps(Configured):
                 memory.kind,
                 memory_id,
                 user_id=ns.user_id,
-                actor={"source": ns.source},
+                actor={"source": ns.source, "userId": ns.user_id},
                 before=before,
                 after=memory.snapshot(),
                 meta={"reason": reason},
