@@ -292,3 +292,18 @@ def test_behind_a_proxy_only_forwarded_https_requests_are_served(tmp_path: Path)
             assert client.get("/api/v1/health").status_code == 200  # on the server itself, not through the proxy
     finally:
         server.stop()
+
+
+def test_mcp_starts_and_fails_open_while_the_team_server_is_unreachable(tmp_path: Path) -> None:
+    from mcp import Client
+
+    from tests.test_mcp import refused, stdio, stdio_env, with_client
+
+    # 127.0.0.2 is not this machine's daemon address: a team server elsewhere, and nothing listens there.
+    env = stdio_env(tmp_path, f"https://127.0.0.2:{free_port()}", "alice-token")
+
+    async def session(client: Client) -> str:
+        return refused(await client.call_tool("memmy_memory_search", {"query": "quokka"}))
+
+    assert with_client(stdio(env, cwd=tmp_path), session)
+    assert not (tmp_path / ".memmy" / "logs" / "daemon-autostart.log").exists()  # no local daemon was started
