@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -155,10 +156,18 @@ class Daemon:
     extra_env: dict[str, str] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
+    #: More ``serve`` options (a team server: ``--host``, ``--tls-cert``/``--tls-key``).
+    extra_args: list[str] = field(default_factory=list)
+    #: The CA file to verify an HTTPS daemon with (set: the daemon serves TLS).
+    ca: str | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.ca else 'http'}://127.0.0.1:{self.port}"
+
+    def verify(self) -> ssl.SSLContext | bool:
+        """What an HTTPS client verifies this daemon with (its CA), else the default."""
+        return ssl.create_default_context(cafile=self.ca) if self.ca else True
 
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(_ENV_PREFIXES)}
@@ -174,7 +183,7 @@ class Daemon:
         self.log_path = self.home / f"daemon-{self.port}-{time.time_ns()}.log"
         log = self.log_path.open("wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "memmy", "serve", "--port", str(self.port)],
+            [sys.executable, "-m", "memmy", "serve", "--port", str(self.port), *self.extra_args],
             env=self.env(),
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -184,7 +193,7 @@ class Daemon:
             if self.process.poll() is not None:
                 raise RuntimeError(f"daemon exited early:\n{self.log_path.read_text()}")
             try:
-                if httpx.get(f"{self.url}/api/v1/health", timeout=1).status_code == 200:
+                if httpx.get(f"{self.url}/api/v1/health", timeout=1, verify=self.verify()).status_code == 200:
                     self.token = self.token or self.config_token()
                     return
             except httpx.HTTPError:
@@ -214,7 +223,7 @@ class Daemon:
         all_headers = dict(headers)
         if tok:
             all_headers["authorization"] = f"Bearer {tok}"
-        return httpx.Client(base_url=self.url, headers=all_headers, timeout=30)
+        return httpx.Client(base_url=self.url, headers=all_headers, timeout=30, verify=self.verify())
 
     def drain(self, timeout_s: float = 60.0) -> None:
         """Embed everything queued now and wait until the background worker has nothing in flight."""

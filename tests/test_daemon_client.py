@@ -125,6 +125,15 @@ def _dict_keys(node: ast.expr | None, assigned: dict[str, ast.expr]) -> set[str]
     return {k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
 
 
+def _expanded(args: list[ast.expr], assigned: dict[str, ast.expr]) -> list[ast.expr]:
+    """A call's arguments with ``*name`` replaced by the tuple the function bound to ``name``."""
+    out: list[ast.expr] = []
+    for arg in args:
+        bound = assigned.get(arg.value.id) if isinstance(arg, ast.Starred) and isinstance(arg.value, ast.Name) else None
+        out.extend(bound.elts if isinstance(bound, ast.Tuple) else [arg])
+    return out
+
+
 def hook_requests() -> list[tuple[str, str, str, set[str]]]:
     """(module, method, path, body fields) of every daemon request the hook's modules make."""
     found = []
@@ -140,11 +149,12 @@ def hook_requests() -> list[tuple[str, str, str, set[str]]]:
             }
             for call in (n for n in ast.walk(function) if isinstance(n, ast.Call)):
                 is_request = isinstance(call.func, ast.Attribute) and call.func.attr in ("call", "send")
-                if not is_request or len(call.args) < 2:
+                args = _expanded(call.args, assigned)
+                if not is_request or len(args) < 2:
                     continue
-                method, path = call.args[0], _path_pattern(call.args[1])
+                method, path = args[0], _path_pattern(args[1])
                 if isinstance(method, ast.Constant) and path is not None and path.startswith("/api/"):
-                    body = call.args[2] if len(call.args) > 2 else None
+                    body = args[2] if len(args) > 2 else None
                     found.append((module.name, str(method.value), path, _dict_keys(body, assigned)))
     return found
 

@@ -108,6 +108,7 @@ def test_migrates_a_previous_version_file_with_backup(tmp_path: Path) -> None:
         "007_panel_time_indexes",
         "008_drop_unused_memory_indexes",
         "009_fts_rowid_is_memory_rowid",
+        "010_team_members",
     )
     backup = db.migration.backup_path
     assert backup is not None and backup.exists()

@@ -63,6 +63,17 @@ class Namespace:
     workspace_path: str | None = None
     session_key: str | None = None
     profile_id: str = "default"
+    #: Whose memories a read may see: None (the owner on their own machine) sees every memory of the store; a
+    #: person sees their own memories and the team-scope memories of their team project, never another's private.
+    reader: str | None = None
+    #: The team project this caller opted into (``x-memmy-team-project``): it is the project id, and what the
+    #: caller writes is shared with the team (``visibility = 'team'``).
+    team_project: str | None = None
+
+    @property
+    def visibility(self) -> str:
+        """What a write of this caller is stamped with: ``team`` inside a team project, else ``private``."""
+        return "team" if self.team_project else "private"
 
     @property
     def in_repository(self) -> bool:
@@ -70,12 +81,20 @@ class Namespace:
         return bool(self.workspace_path and git_root(self.workspace_path))
 
     @classmethod
-    def from_headers(cls, headers: Mapping[str, str], default_user: str) -> Namespace:
-        """Read the ``x-memmy-*`` headers (lower-case names)."""
+    def from_headers(cls, headers: Mapping[str, str], default_user: str, person: str | None = None) -> Namespace:
+        """Read the ``x-memmy-*`` headers (lower-case names).
+
+        ``person``: the team member whose token authenticated the request; they are the user (whatever
+        ``x-memmy-user-id`` says) and the reader. The owner reads as a person too inside a team project.
+        """
         workspace = headers.get("x-memmy-workspace-path") or None
-        project = headers.get("x-memmy-project-id") or (project_root(workspace) if workspace else None)
+        team = (headers.get("x-memmy-team-project") or "").strip()[:200] or None
+        project = team or headers.get("x-memmy-project-id") or (project_root(workspace) if workspace else None)
+        user = person or headers.get("x-memmy-user-id") or default_user
         return cls(
-            user_id=headers.get("x-memmy-user-id") or default_user,
+            reader=user if person or team else None,
+            team_project=team,
+            user_id=user,
             source=normalise_source(headers.get("x-memmy-source") or DEFAULT_SOURCE),
             project_id=project,
             workspace_path=workspace,
@@ -89,7 +108,8 @@ class Namespace:
         if isinstance(source, str) and source.strip():
             updated = replace(updated, source=normalise_source(source))
         if isinstance(workspace_path, str) and workspace_path.strip():
-            updated = replace(updated, workspace_path=workspace_path, project_id=project_root(workspace_path))
+            project = self.team_project or project_root(workspace_path)
+            updated = replace(updated, workspace_path=workspace_path, project_id=project)
         return updated
 
 

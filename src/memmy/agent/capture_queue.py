@@ -14,6 +14,7 @@ import http.client
 import json
 import os
 import queue
+import ssl
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -47,7 +48,9 @@ class CaptureQueue:
         spool: Path | None = None,
         timeout_s: float = 15.0,
         on_error: Callable[[str | None], None] | None = None,
+        ca: str | None = None,
     ) -> None:
+        self.ca = ca  # a team server's private CA (None: the system's); HTTPS is always verified
         parts = urlsplit(url)
         self.secure = parts.scheme == "https"
         self.host = parts.hostname or "127.0.0.1"
@@ -155,8 +158,13 @@ class CaptureQueue:
         for attempt in (0, 1):  # a kept-alive connection the daemon closed: once more on a new one
             reused = self._connection is not None
             if self._connection is None:
-                factory = http.client.HTTPSConnection if self.secure else http.client.HTTPConnection
-                self._connection = factory(self.host, self.port, timeout=self.timeout_s)
+                if self.secure:
+                    context = ssl.create_default_context(cafile=self.ca)
+                    self._connection = http.client.HTTPSConnection(
+                        self.host, self.port, timeout=self.timeout_s, context=context
+                    )
+                else:
+                    self._connection = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
             try:
                 self._connection.request("POST", self.prefix + path, data, {**self.headers, **headers})
                 response = self._connection.getresponse()

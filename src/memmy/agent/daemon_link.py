@@ -79,8 +79,14 @@ class DaemonLink:
     """JSON requests to one daemon over kept-alive connections."""
 
     def __init__(
-        self, url: str, headers: dict[str, str], timeout_s: float = 5.0, connect_timeout_s: float = 1.0
+        self,
+        url: str,
+        headers: dict[str, str],
+        timeout_s: float = 5.0,
+        connect_timeout_s: float = 1.0,
+        ca: str | None = None,
     ) -> None:
+        self.ca = ca  # a team server's private CA (None: the system's); HTTPS is always verified
         parts = urlsplit(url)
         self.url = url
         self.secure = parts.scheme == "https"
@@ -95,7 +101,7 @@ class DaemonLink:
         self._idle: list[_Connection] = []
 
     async def _connect(self) -> _Connection:
-        context = ssl.create_default_context() if self.secure else None
+        context = ssl.create_default_context(cafile=self.ca) if self.secure else None
         try:
             reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(self.host, self.port, ssl=context), self.connect_timeout_s

@@ -92,11 +92,13 @@ class MemoryBridge:
         headers = {"x-memmy-source": source}
         if settings.user_id:
             headers["x-memmy-user-id"] = settings.user_id
-        self._link = DaemonLink(settings.url, {}, timeout_s=timeout_s)
+        if settings.team_project:  # the folder the agent started in opted into a team project
+            headers["x-memmy-team-project"] = settings.team_project
+        self._link = DaemonLink(settings.url, {}, timeout_s=timeout_s, ca=settings.ca)
         self._client = DaemonClient(settings.url, token=settings.token, headers=headers, send=self._link.request)
         if settings.token:
             headers["authorization"] = f"Bearer {settings.token}"
-        self._captures = CaptureQueue(settings.url, headers, spool=spool, on_error=self._capture_error)
+        self._captures = CaptureQueue(settings.url, headers, spool=spool, on_error=self._capture_error, ca=settings.ca)
 
     async def aclose(self) -> None:
         """Deliver the captures still queued, then close the connections."""

@@ -90,6 +90,12 @@ def _report(plans: list[Plan], dry_run: bool, verb: str, quiet: bool) -> list[di
 @click.command()
 @click.option("--db", "db_path", type=click.Path(dir_okay=False), help="SQLite file to create.")
 @click.option("--endpoint", help="Daemon URL to record in config (default: the global --url).")
+@click.option("--url", "server_url", help="A team server to use instead of a local daemon: https://… (docs/team.md).")
+@click.option(
+    "--ca",
+    type=click.Path(exists=True, dir_okay=False),
+    help="The private CA that signed the team server's certificate.",
+)
 @click.option("--token", "init_token", help="Token to record in config (storage.token).")
 @click.option("--agent", "agents", help="Agents to integrate (comma-separated); default: every detected agent.")
 @click.option("--no-agents", is_flag=True, help="Only write config and database.")
@@ -106,6 +112,8 @@ def init(
     obj: CliContext,
     db_path: str | None,
     endpoint: str | None,
+    server_url: str | None,
+    ca: str | None,
     init_token: str | None,
     agents: str | None,
     no_agents: bool,
@@ -120,6 +128,12 @@ def init(
         return
     # Imported here so other commands never pay for numpy and the store at start-up.
     from memmy.service import MemoryService
+
+    endpoint = endpoint or server_url
+    if ca and not dry_run:  # hooks, MCP, the agent and the CLI verify the team server with it (never unverified)
+        from memmy.cli.commands_team import read_team_file, write_team_file
+
+        write_team_file({**read_team_file(), "ca": str(Path(ca).expanduser().resolve())})
 
     path = resolve_config_path(obj.config_path)
     try:
@@ -213,7 +227,13 @@ def init(
     if not dry_run:
         endpoint_now = storage["endpoint"]
         state = _service_state(endpoint_now, current.storage.token or token, current.storage.sqlite_path)
-        if state == "ours":
+        if server_url:
+            problem = _unreachable(endpoint_now, current.storage.token or token)
+            click.echo(
+                f"\nThis machine's agents use the memory server at {endpoint_now}"
+                + (f" (not reachable now: {problem}; turns wait in the outbox)" if problem else " (it answers).")
+            )
+        elif state == "ours":
             click.echo(f"\nThe service is running at {endpoint_now}: try memmy-memory health")
         elif state == "other":
             click.echo(
@@ -252,6 +272,21 @@ def _loopback_port(url: str | None) -> int | None:
     if port is None or (parts.hostname or "") not in ("127.0.0.1", "localhost", "::1"):
         return None
     return port
+
+
+def _unreachable(endpoint: str, token: str | None) -> str | None:
+    """Why the team server does not answer this machine's token (verified with the CA ``init --ca`` recorded),
+    or None when it does (a wrong token is a 401 even on the health route)."""
+    from memmy.cli.client import ClientError, ClientSettings, connect
+
+    client = connect(ClientSettings.resolve(url=endpoint, token=token, user_id=None, source="cli", config=None))
+    try:
+        client.request("GET", "/api/v1/health")
+        return None
+    except ClientError as exc:
+        return exc.message
+    finally:
+        client.close()
 
 
 def _service_state(endpoint: str, token: str | None, sqlite_path: Path) -> str:

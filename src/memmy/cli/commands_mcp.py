@@ -158,12 +158,7 @@ def ensure_daemon(
 
 def identity_headers(settings: ClientSettings) -> dict[str, str]:
     """The ``x-memmy-*`` headers the CLI client would send."""
-    headers = {"x-memmy-source": settings.source or "mcp"}
-    if settings.user_id:
-        headers["x-memmy-user-id"] = settings.user_id
-    if settings.workspace_path:
-        headers["x-memmy-workspace-path"] = settings.workspace_path
-    return headers
+    return {**settings.identity_headers(), "x-memmy-source": settings.source or "mcp"}
 
 
 @click.command("mcp")
@@ -188,16 +183,23 @@ def mcp(obj: CliContext, no_start: bool, start_timeout: float) -> None:
     settings = ClientSettings.resolve(
         url=obj.url, token=obj.token, user_id=obj.user_id, source=obj.source or "mcp", config=config
     )
+    remote = (urlsplit(settings.url).hostname or "") not in LOOPBACK_HOSTS
     try:
         ensure_daemon(settings, config, obj.config_path, start=not no_start, timeout_s=start_timeout)
     except MemmyError as exc:
-        fail(exc.message)
+        if not remote:
+            fail(exc.message)
+        # A team server that does not answer now: serve anyway (fail open); each tool call says it is unreachable.
+        click.echo(f"warning: {exc.message}", err=True)
 
     async def main() -> None:
         revive_lock = anyio.Lock()
 
         async def revive() -> bool:
-            """Start the daemon again when it went away mid-session (then the failed call is retried once)."""
+            """Start the daemon again when it went away mid-session (then the failed call is retried once); a team
+            server elsewhere is not this machine's to start."""
+            if remote:
+                return False
             async with revive_lock:
                 try:
                     await anyio.to_thread.run_sync(
@@ -226,6 +228,7 @@ def mcp(obj: CliContext, no_start: bool, start_timeout: float) -> None:
             token=token,
             headers=identity_headers(settings),
             revive=None if no_start else revive,
+            verify=settings.verify(),
         )
         await serve_stdio(api)
 

@@ -139,6 +139,21 @@ LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
         "Remove every memory and all history from the store (config and tokens are kept).",
     ),
     "worker": ("memmy.cli.commands_evolve", "worker", "The background worker (embeddings and evolution jobs)."),
+    "users": (
+        "memmy.cli.commands_team",
+        "users",
+        "The people of a team server (the owner's token only): add, list, revoke.",
+    ),
+    "team": (
+        "memmy.cli.commands_team",
+        "team",
+        "Which projects on this machine share their memories with the team (opt-in, per project).",
+    ),
+    "sync": (
+        "memmy.cli.commands_team",
+        "sync",
+        "Deliver the turns queued here while the memory server was unreachable, oldest first, each once.",
+    ),
 }
 
 JSON_FLAGS = ("--json", "-j")
@@ -221,8 +236,20 @@ def cli(
 @click.option("--port", type=int, help="Port (default 18960).")
 @click.option("--db", "db_path", type=click.Path(dir_okay=False), help="SQLite file (overrides config).")
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]))
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), help="Serve HTTPS with this certificate.")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), help="The certificate's private key.")
+@click.option("--behind-proxy", is_flag=True, help="A TLS reverse proxy is in front (docs/team.md).")
 @pass_ctx
-def serve(obj: CliContext, host: str | None, port: int | None, db_path: str | None, log_level: str) -> None:
+def serve(
+    obj: CliContext,
+    host: str | None,
+    port: int | None,
+    db_path: str | None,
+    log_level: str,
+    tls_cert: str | None,
+    tls_key: str | None,
+    behind_proxy: bool,
+) -> None:
     """Run the memory service in the foreground (Ctrl-C or SIGTERM to stop)."""
     # One BLAS thread: a single query embedding is latency-bound, and with the cores shared (agents, builds)
     # multi-threaded BLAS made it 10x slower in our measurements. Set before numpy loads; users may override.
@@ -231,6 +258,7 @@ def serve(obj: CliContext, host: str | None, port: int | None, db_path: str | No
     # Imported here so client commands never pay for uvicorn and the embedding stack at start-up.
     from memmy.cli.commands_model import fetch_for_local_provider
     from memmy.config import load_config
+    from memmy.server.run import TlsFiles
     from memmy.server.run import serve as run_server
 
     try:
@@ -238,7 +266,8 @@ def serve(obj: CliContext, host: str | None, port: int | None, db_path: str | No
         warning = fetch_for_local_provider(config.embedding.provider)
         if warning:  # the service still runs (full-text recall); vectors wait for the weights
             click.echo(f"warning: {warning}", err=True)
-        run_server(config, host=host, port=port, log_level=log_level)
+        tls = TlsFiles.of(tls_cert, tls_key)
+        run_server(config, host=host, port=port, log_level=log_level, tls=tls, behind_proxy=behind_proxy)
     except MemmyError as exc:
         fail(exc.message)
 

@@ -16,6 +16,7 @@ request, so a CLI that only prints ``--help`` never loads it.
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -123,8 +124,11 @@ class DaemonClient:
         async_transport: httpx.AsyncBaseTransport | None = None,
         send: AsyncSend | None = None,
         revive: Reviver | None = None,
+        verify: ssl.SSLContext | bool = True,
     ) -> None:
         self.url = url.rstrip("/")
+        #: How HTTPS is verified: a team server's private CA, else the system's (never off).
+        self.verify = verify
         self.headers = {"accept": "application/json", **(headers or {})}
         self.timeout_s = timeout_s
         #: Put into every non-GET JSON object body that has no ``source`` (the CLI's ``--source``).
@@ -247,14 +251,18 @@ class DaemonClient:
         if self._sync is None:
             import httpx
 
-            self._sync = httpx.Client(base_url=self.url, timeout=self.timeout_s, transport=self._transport)
+            self._sync = httpx.Client(
+                base_url=self.url, timeout=self.timeout_s, transport=self._transport, verify=self.verify
+            )
         return self._sync
 
     def _ahttp(self) -> httpx.AsyncClient:
         if self._async is None:
             import httpx
 
-            self._async = httpx.AsyncClient(base_url=self.url, timeout=self.timeout_s, transport=self._async_transport)
+            self._async = httpx.AsyncClient(
+                base_url=self.url, timeout=self.timeout_s, transport=self._async_transport, verify=self.verify
+            )
         return self._async
 
     def close(self) -> None:

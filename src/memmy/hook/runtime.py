@@ -86,7 +86,33 @@ def settings() -> dict[str, Any]:
         budget = float(budget_ms) / 1000 if budget_ms else DEFAULT_BUDGET_S
     except ValueError:
         budget = DEFAULT_BUDGET_S
-    return {"endpoint": str(endpoint).rstrip("/"), "token": token, "budget": budget}
+    team = team_settings()
+    return {"endpoint": str(endpoint).rstrip("/"), "token": token, "budget": budget, **team}
+
+
+def team_settings() -> dict[str, Any]:
+    """A laptop's team-server settings from ``$MEMMY_HOME/team.json`` (``init --ca``, ``memmy-memory team share``):
+    ``ca`` (the private CA to verify the server with; ``MEMMY_MEMORY_CA`` wins) and ``teams`` (folder -> team
+    project). Missing or broken: no CA of its own and no team project."""
+    found: dict[str, Any] = {}
+    try:
+        found = json.loads(_read_text(os.path.join(memmy_home(), "team.json")))
+    except (OSError, ValueError):
+        pass
+    if not isinstance(found, dict):
+        found = {}
+    projects = found.get("projects")
+    teams = {str(k): str(v) for k, v in projects.items()} if isinstance(projects, dict) else {}
+    return {"ca": os.environ.get("MEMMY_MEMORY_CA") or found.get("ca") or None, "teams": teams}
+
+
+def team_project(teams: dict[str, str], workspace: str | None) -> str | None:
+    """The team project a workspace opted into (``memmy-memory team share``): the longest shared folder above it."""
+    if not workspace or not teams:
+        return None
+    path = os.path.abspath(workspace)
+    found = [root for root in teams if path == root or path.startswith(root.rstrip(os.sep) + os.sep)]
+    return str(teams[max(found, key=len)]) if found else None
 
 
 def first(payload: dict[str, Any], *names: str) -> Any:
@@ -228,7 +254,13 @@ class Pending:
 
 
 def send_request(
-    url: str, method: str, path: str, headers: dict[str, str], data: bytes | None, timeout: float
+    url: str,
+    method: str,
+    path: str,
+    headers: dict[str, str],
+    data: bytes | None,
+    timeout: float,
+    ca: str | None = None,
 ) -> Pending:
     """Connect and send one HTTP/1.1 request (``Connection: close``) without waiting for the answer.
 
@@ -236,7 +268,7 @@ def send_request(
     :meth:`Pending.result`. An ``https`` endpoint goes through urllib (imported only then), synchronously."""
     scheme, host, port, base = _split_url(url)
     if scheme != "http":
-        return Pending(None, url, _urllib_request(url + path, method, headers, data, timeout))
+        return Pending(None, url, _urllib_request(url + path, method, headers, data, timeout, ca))
     lines = [f"{method} {base}{path} HTTP/1.1", f"Host: {host}:{port}", "Connection: close", "Accept: */*"]
     lines += [f"{name}: {value}" for name, value in headers.items()]
     lines.append(f"Content-Length: {len(data or b'')}")
@@ -270,14 +302,17 @@ def _parse_response(raw: bytes, where: str) -> tuple[int, bytes]:
 
 
 def _urllib_request(
-    url: str, method: str, headers: dict[str, str], data: bytes | None, timeout: float
+    url: str, method: str, headers: dict[str, str], data: bytes | None, timeout: float, ca: str | None = None
 ) -> tuple[int, bytes]:
+    """One request through urllib (``https``): the certificate is always verified, against ``ca`` when given."""
+    import ssl
     import urllib.error
     import urllib.request
 
+    context = ssl.create_default_context(cafile=ca)
     request = urllib.request.Request(url, data=data, headers=headers, method=method)
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - the configured endpoint
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:  # noqa: S310
             return int(response.status), bytes(response.read())
     except urllib.error.HTTPError as exc:
         return int(exc.code), b""
@@ -286,15 +321,27 @@ def _urllib_request(
 class Client:
     """Tiny JSON client; every call is bounded by what is left of the budget."""
 
-    def __init__(self, endpoint: str, token: str | None, agent: str, workspace: str | None, deadline: float) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        token: str | None,
+        agent: str,
+        workspace: str | None,
+        deadline: float,
+        ca: str | None = None,
+        team: str | None = None,
+    ) -> None:
         self.endpoint = endpoint
         self.agent = agent
         self.deadline = deadline
+        self.ca = ca
         self.headers = {"content-type": "application/json", "x-memmy-source": agent}
         if token:
             self.headers["authorization"] = f"Bearer {token}"
         if workspace:
             self.headers["x-memmy-workspace-path"] = workspace
+        if team:
+            self.headers["x-memmy-team-project"] = team
 
     def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         """Send a request and wait for its JSON answer; raises :class:`HTTPError` on a status >= 400."""
@@ -306,7 +353,7 @@ class Client:
         if remaining <= 0.05:
             raise TimeoutError("hook budget spent")
         data = json.dumps(body).encode("utf-8") if body is not None else None
-        return send_request(self.endpoint, method, path, self.headers, data, remaining)
+        return send_request(self.endpoint, method, path, self.headers, data, remaining, self.ca)
 
     def answer(self, pending: Pending) -> Any:
         """The JSON answer of a sent request; raises :class:`HTTPError` on a status >= 400."""
@@ -468,7 +515,11 @@ def on_prompt(
     marker = State(agent, f"{session_key}\x00session")  # the session was opened by an earlier prompt
     opened = marker.load().get("sessionId") == session_id
     if not opened:
-        client.call("POST", "/api/v1/sessions/open", {"sessionId": session_id, "source": agent})
+        try:
+            client.call("POST", "/api/v1/sessions/open", {"sessionId": session_id, "source": agent})
+        except OSError:  # the server is unreachable: the turn is still captured at Stop (queued, see outbox)
+            state.save({"sessionId": session_id, "turnId": turn_id, "query": query, "sourceMemoryIds": []})
+            raise
         marker.save({"sessionId": session_id})
     body = {
         "sessionId": session_id,
@@ -538,8 +589,13 @@ def stop_status(payload: dict[str, Any]) -> str:
     return "succeeded"
 
 
-def on_stop(agent: str, event: str, payload: dict[str, Any], client: Client, state: TurnStates) -> str:
-    """Complete the turn with answer, status and tool trace (payload first, transcript second)."""
+def on_stop(
+    agent: str, event: str, payload: dict[str, Any], client: Client, state: TurnStates, config: dict[str, Any]
+) -> str:
+    """Complete the turn with answer, status and tool trace (payload first, transcript second).
+
+    While the server is unreachable (or turns captured earlier still wait) the turn goes to the outbox, which is
+    then delivered, oldest first, in what is left of the budget."""
     from memmy.hook.transcripts import claude_last_turn, codex_last_turn, host_identity  # only stop events
 
     current = state.load()
@@ -557,8 +613,7 @@ def on_stop(agent: str, event: str, payload: dict[str, Any], client: Client, sta
     if not current or not query or not answer:
         return allow_output(agent, event)
     turn_id = str(current["turnId"])
-    client.call(
-        "POST",
+    complete = (
         f"/api/v1/turns/{turn_id}/complete",
         {
             "sessionId": current["sessionId"],
@@ -573,7 +628,28 @@ def on_stop(agent: str, event: str, payload: dict[str, Any], client: Client, sta
             **host_identity(from_transcript, query),  # the importer's ids of this turn: it is stored once
         },
     )
+    from memmy.hook.outbox import Outbox
+
+    opening = ("/api/v1/sessions/open", {"sessionId": current["sessionId"], "source": agent})
+    outbox = Outbox.default()
+    if not outbox.pending():
+        try:
+            try:
+                client.call("POST", *complete)
+            except HTTPError as exc:  # the server was unreachable at the prompt: the session was never opened
+                if exc.code not in (404, 409):
+                    raise
+                client.call("POST", *opening)
+                client.call("POST", *complete)
+            state.clear(turn_id)
+            return allow_output(agent, event)
+        except OSError:
+            pass  # unreachable: queue it below
+    body = {**complete[1], "query": scrub(query), "answer": scrub(answer)}
+    requests = [{"method": "POST", "path": p, "body": b} for p, b in (opening, (complete[0], body))]
+    outbox.put(requests, client.headers)
     state.clear(turn_id)
+    outbox.deliver(config, max(0.0, client.deadline - time.monotonic() - 0.05))
     return allow_output(agent, event)
 
 
@@ -593,7 +669,8 @@ def handle(agent: str, event: str, raw_stdin: str, deadline: float, config: dict
         or workspace
         or "default"
     )
-    client = Client(config["endpoint"], config["token"], agent, workspace, deadline)
+    team = team_project(config.get("teams") or {}, workspace)
+    client = Client(config["endpoint"], config["token"], agent, workspace, deadline, config.get("ca"), team)
     host_turn = first(payload, "turn_id", "turnId", "generation_id", "generationId")
     state = TurnStates(agent, session_key, str(host_turn) if host_turn else None)
     name = event_key(event)
@@ -607,7 +684,7 @@ def handle(agent: str, event: str, raw_stdin: str, deadline: float, config: dict
     if name in ANSWER_EVENTS:
         return on_answer(agent, event, payload, state)
     if name in STOP_EVENTS:
-        return on_stop(agent, event, payload, client, state)
+        return on_stop(agent, event, payload, client, state, config)
     return allow_output(agent, event)
 
 

@@ -6,6 +6,7 @@ same routes, token check, validation and error envelope.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -39,6 +40,7 @@ def api_client(
     headers: Mapping[str, str] | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
     revive: Reviver | None = None,
+    verify: ssl.SSLContext | bool = True,
 ) -> DaemonClient:
     """The tools' client of the daemon (a slow tool such as a big search may take two minutes)."""
     return DaemonClient(
@@ -49,4 +51,5 @@ def api_client(
         wording=MCP_WORDING,
         async_transport=transport,
         revive=revive,
+        verify=verify,
     )

@@ -7,6 +7,7 @@ candidates are loaded.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -137,8 +138,6 @@ def structural_channel(
     :func:`fts_channel`)."""
     if not fragments:
         return []
-    l1_filter = MemoryFilter(
-        layers=("L1",), project_id=flt.project_id, source_agent=flt.source_agent, user_id=flt.user_id
-    )
+    l1_filter = dataclasses.replace(flt, layers=("L1",), include_pending_imports=False)
     hits = repo.token_search(fragments, limit, l1_filter, order="rank", phrases=True, loaded=loaded)
     return [ChannelHit(memory_id, "structural", 1.0 / (rank + 1), rank) for rank, memory_id in enumerate(hits)]

@@ -13,6 +13,7 @@ can explain why a memory was or was not recalled.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sqlite3
 import time
@@ -323,7 +324,7 @@ class RecallEngine:
             if terms:
                 status.append(f"query_expansion:prf:{len(terms)}")
                 scope = request.scope
-                layered = MemoryFilter(layers, scope.project_id, scope.source_agent, user_id=scope.user_id)
+                layered = dataclasses.replace(scope, layers=layers, include_pending_imports=False)
                 limit = max(settings.keyword_top_k, sum(self._pools(request, settings, layers).values()))
                 vectors = (index, query_vector) if "vec" in request.channels else None
                 hits.extend(prf_hits(self.repo, [*request.query.fts_terms, *terms], layered, limit, hits, vectors))
@@ -460,9 +461,7 @@ class RecallEngine:
         hits: list[ChannelHit] = []
         loaded: dict[str, Memory] = {}
         scope = request.scope
-        layered = MemoryFilter(
-            layers=layers, project_id=scope.project_id, source_agent=scope.source_agent, user_id=scope.user_id
-        )
+        layered = dataclasses.replace(scope, layers=layers, include_pending_imports=False)
         pools = self._pools(request, settings, layers)
         keyword_limit = max(settings.keyword_top_k, sum(pools.values()))
         if "fts" in parts and "fts" in request.channels:

@@ -39,6 +39,7 @@ from memmy.server.docs_page import docs_page
 from memmy.server.middleware import GuardMiddleware, error_body, json_dumps
 from memmy.server.openapi import openapi_document
 from memmy.server.routes import ROUTES, Call, Row
+from memmy.server.team import team_routes
 from memmy.service import MemoryService
 
 log = logging.getLogger("memmy.server")
@@ -100,7 +101,8 @@ class Api:
         headers = {k.lower(): v for k, v in request.headers.items()}
         if request.query_params.get("source"):
             headers["x-memmy-source"] = request.query_params["source"]
-        return Namespace.from_headers(headers, self.service.config.user_id)
+        person = request.scope.get("state", {}).get("person")  # a team member's token (GuardMiddleware)
+        return Namespace.from_headers(headers, self.service.config.user_id, person)
 
     async def call(
         self,
@@ -115,7 +117,9 @@ class Api:
         context for an agent, marked while the store cannot write)."""
         try:
             if idempotency_op and isinstance(body, dict) and body.get("adapterId") and body.get("requestId"):
-                result = await run_in_threadpool(self._idempotent, idempotency_op, body, fn, args)
+                person = request.scope.get("state", {}).get("person")  # one person's keys never answer another
+                op = f"person:{person}:{idempotency_op}" if person else idempotency_op
+                result = await run_in_threadpool(self._idempotent, op, body, fn, args)
             else:
                 result = await run_in_threadpool(fn, *args)
         except MemmyError as exc:
@@ -274,8 +278,19 @@ def by_method(handlers: dict[str, Handler]) -> Handler:
     return endpoint
 
 
-def create_app(service: MemoryService, shutdown: Callable[[], None] | None = None) -> Starlette:
-    """Build the ASGI app for a service (the daemon's composition root calls this)."""
+def create_app(
+    service: MemoryService,
+    shutdown: Callable[[], None] | None = None,
+    *,
+    public: bool = False,
+    behind_proxy: bool = False,
+) -> Starlette:
+    """Build the ASGI app for a service (the daemon's composition root calls this).
+
+    ``public``: a team server bound to a non-loopback address (over TLS); ``behind_proxy``: reached through a
+    TLS-terminating reverse proxy. Either way it is reached under its own DNS name, so the loopback Host check is
+    off (TLS and the tokens guard it); behind a proxy a request must say ``X-Forwarded-Proto: https``.
+    """
     api = Api(service, shutdown)
     by_path: dict[str, dict[str, Handler]] = {}
     for row in ROUTES:  # one route per path, so a 405 names every method of the path in its Allow header
@@ -313,6 +328,7 @@ def create_app(service: MemoryService, shutdown: Callable[[], None] | None = Non
         return json_response({"url": f"{base}/panel/login?code={panel.auth.new_link_code()}", "expiresInS": 600})
 
     routes.append(Route("/api/v1/panel/sign-in", panel_sign_in, methods=["POST"]))
+    routes.extend(team_routes(service, api.namespace, json_response, error_response))
 
     app = Starlette(
         routes=[*routes, *panel.routes()],
@@ -326,6 +342,9 @@ def create_app(service: MemoryService, shutdown: Callable[[], None] | None = Non
                 max_body_bytes=service.config.server.max_body_bytes,
                 allowed_origins=lambda: service.config.server.allowed_origins,
                 upload_limits=dict.fromkeys(panel_routes.UPLOAD_PATHS, panel_routes.MAX_UPLOAD_BYTES),
+                person_of=service.team.person_for,
+                check_host=not (public or behind_proxy),
+                proxied_https=behind_proxy,
             )
         ],
     )

@@ -10,11 +10,12 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs
 
+from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memmy.errors import storage_failure
+from memmy.httpguard import Refusal, is_loopback_name, refusal
 from memmy.httpguard import header as _header
-from memmy.httpguard import refusal
 
 log = logging.getLogger("memmy.server")
 
@@ -24,6 +25,22 @@ LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 #: Scope key set by in-process callers (the ``/mcp`` endpoint's ASGI transport): no socket, no Host to check.
 IN_PROCESS_KEY = "memmy.in_process"
+#: What a team server's person (a ``memmy-memory users add`` token) may call: their agents' sessions, turns and
+#: memories. Everything else (panel, admin, logs, imports, export, the key graph, ``/mcp``) is the owner's.
+PERSON_PREFIXES = ("/api/v1/sessions/", "/api/v1/turns/", "/api/v1/memory/", "/api/v1/feedback")
+PERSON_PATHS = frozenset({"/api/v1/health", "/api/v1/openapi.json", "/favicon.ico"})
+PERSON_REFUSED = frozenset({"/api/v1/memory/logs", "/api/v1/memory/processing/status"})
+#: Per-memory routes that read or change a memory without asking whose it is: the owner's.
+PERSON_REFUSED_ENDINGS = ("/history", "/processing/retry")
+
+
+def person_may_call(path: str) -> bool:
+    """Whether a team member's token may reach ``path`` (the owner's token reaches every route)."""
+    if path in PERSON_PATHS:
+        return True
+    if path in PERSON_REFUSED or path.endswith(PERSON_REFUSED_ENDINGS):
+        return False
+    return any(path == p.rstrip("/") or path.startswith(p) for p in PERSON_PREFIXES)
 
 
 def error_body(code: str, message: str, request_id: str) -> bytes:
@@ -63,6 +80,13 @@ def request_token(scope: Scope) -> str | None:
     return None
 
 
+def _forwarded_https(scope: Scope) -> bool:
+    """A request the TLS proxy forwarded (``X-Forwarded-Proto: https``), or one from this machine itself."""
+    proto = (_header(scope, b"x-forwarded-proto") or "").split(",", 1)[0].strip().lower()
+    client = scope.get("client") or ("", None)
+    return proto == "https" or (not _header(scope, b"x-forwarded-for") and is_loopback_name(str(client[0])))
+
+
 def _media_type(value: str | None) -> str:
     return (value or "").split(";", 1)[0].strip().lower()
 
@@ -89,8 +113,19 @@ class GuardMiddleware:
         allowed_origins: Callable[[], tuple[str, ...]] = tuple,
         session_paths: tuple[str, ...] = (),
         upload_limits: dict[str, int] | None = None,
+        person_of: Callable[[str], str | None] | None = None,
+        check_host: bool = True,
+        proxied_https: bool = False,
     ) -> None:
         self.app = app
+        #: A team server: who a token that is not the owner's belongs to (None: nobody), read on every request
+        #: (in a worker thread), so a revoked token is refused at once.
+        self.person_of = person_of
+        #: False on a team server bound to a public address: it is reached under its own DNS name (TLS and the
+        #: tokens protect it); the loopback daemon keeps the DNS-rebinding Host check.
+        self.check_host = check_host
+        #: Behind a TLS-terminating reverse proxy: a request from elsewhere must say ``X-Forwarded-Proto: https``.
+        self.proxied_https = proxied_https
         self.token_getter = token_getter
         self.max_body_bytes = max_body_bytes
         #: Exact paths that accept a larger body (the panel's archive upload) and their own limit.
@@ -108,7 +143,9 @@ class GuardMiddleware:
         state = scope.setdefault("state", {})
         state["request_id"] = request_id
         in_process = bool(scope.get(IN_PROCESS_KEY))
-        refused = refusal(scope, self.allowed_origins(), check_host=not in_process)
+        refused = refusal(scope, self.allowed_origins(), check_host=self.check_host and not in_process)
+        if refused is None and self.proxied_https and not in_process and not _forwarded_https(scope):
+            refused = Refusal(403, "forbidden", "this server is behind a TLS proxy: plain HTTP requests are refused")
         if refused is not None:
             await send_error(send, refused.status, refused.code, refused.message, request_id)
             return
@@ -118,12 +155,20 @@ class GuardMiddleware:
         authenticated = not expected or (
             presented is not None and hmac.compare_digest(presented.encode(), expected.encode())
         )
+        person = None
+        if not authenticated and presented and self.person_of is not None:
+            person = await run_in_threadpool(self.person_of, presented)
+            authenticated = person is not None
         state["authenticated"] = authenticated
+        state["person"] = person
         anonymous_ok = path in ANONYMOUS_PATHS and presented is None
         # The panel's routes check their own session (HttpOnly cookie + CSRF token) instead of the bearer token.
         own_session = any(path == p or path.startswith(p + "/") for p in self.session_paths)
         if not authenticated and not anonymous_ok and not own_session:
             await send_error(send, 401, "unauthorized", "invalid memory service token", request_id)
+            return
+        if person is not None and not person_may_call(path):
+            await send_error(send, 403, "forbidden", f"{path} is for the server's owner only", request_id)
             return
         limit = self.upload_limits.get(path, self.max_body_bytes)
         declared = _header(scope, b"content-length")

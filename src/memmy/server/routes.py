@@ -289,7 +289,7 @@ ROUTES: tuple[Row, ...] = (
         "GET",
         "/api/v1/memory/{memory_id}",
         "Memory detail",
-        lambda c, q: c.service.get_memory(c.path["memory_id"]),
+        lambda c, q: c.service.get_memory(c.path["memory_id"], ns=c.ns),
         response=r.MemoryDetail,
     ),
     Row(

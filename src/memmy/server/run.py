@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import uvicorn
@@ -109,15 +110,53 @@ def settle_heap() -> None:
     gc.freeze()
 
 
-def serve(config: MemmyConfig, host: str | None = None, port: int | None = None, log_level: str = "info") -> None:
-    """Run the daemon in the foreground until SIGINT/SIGTERM; acknowledged writes are already committed."""
-    host = host or config.server.host
-    port = port if port is not None else config.server.port
-    if not is_loopback(host) and (config.server.auth_disabled or not config.storage.token):
+@dataclass(frozen=True)
+class TlsFiles:
+    """The certificate and private key a team server serves HTTPS with (uvicorn's own TLS)."""
+
+    cert: str
+    key: str
+
+    @classmethod
+    def of(cls, cert: str | None, key: str | None) -> TlsFiles | None:
+        """Both files or neither (None); one without the other is a clear error."""
+        if bool(cert) != bool(key):
+            raise ConfigError("--tls-cert and --tls-key go together: give both (or neither, on loopback)")
+        return cls(str(cert), str(key)) if cert and key else None
+
+
+def check_exposure(host: str, config: MemmyConfig, tls: TlsFiles | None, behind_proxy: bool) -> None:
+    """A non-loopback address only with a token and with TLS (its own, or a reverse proxy's)."""
+    if is_loopback(host):
+        return
+    if config.server.auth_disabled or not config.storage.token:
         raise ConfigError(
             f"refusing to listen on non-loopback address {host} without a token: set storage.token in "
             f"{config.path} or MEMMY_MEMORY_TOKEN (and not server.auth: none)"
         )
+    if tls is None and not behind_proxy:
+        raise ConfigError(
+            f"refusing to listen on non-loopback address {host} without TLS: tokens would cross the network in "
+            "clear text. Give --tls-cert and --tls-key, or --behind-proxy when a TLS reverse proxy is in front "
+            "(see docs/team.md)"
+        )
+
+
+def serve(
+    config: MemmyConfig,
+    host: str | None = None,
+    port: int | None = None,
+    log_level: str = "info",
+    tls: TlsFiles | None = None,
+    behind_proxy: bool = False,
+) -> None:
+    """Run the daemon in the foreground until SIGINT/SIGTERM; acknowledged writes are already committed.
+
+    On a non-loopback ``host`` it is a team server: TLS (``tls``, or a proxy's with ``behind_proxy``) is required.
+    """
+    host = host or config.server.host
+    port = port if port is not None else config.server.port
+    check_exposure(host, config, tls, behind_proxy)
     logging.basicConfig(
         level=getattr(logging, log_level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -139,12 +178,25 @@ def serve(config: MemmyConfig, host: str | None = None, port: int | None = None,
         if migration.backup_path:
             log.info("backup of the previous schema written to %s", migration.backup_path)
         service.start_background()
-        app = create_app(service, shutdown=lambda: os.kill(os.getpid(), signal.SIGTERM))
+        app = create_app(
+            service,
+            shutdown=lambda: os.kill(os.getpid(), signal.SIGTERM),
+            public=not is_loopback(host),
+            behind_proxy=behind_proxy,
+        )
         settle_heap()
-        log.info("memmy memory service on http://%s:%d (db %s)", host, port, config.storage.sqlite_path)
+        scheme = "https" if tls is not None else "http"
+        log.info("memmy memory service on %s://%s:%d (db %s)", scheme, host, port, config.storage.sqlite_path)
         server = _Server(
             uvicorn.Config(
-                app, host=host, port=port, log_level=log_level.lower(), access_log=False, timeout_graceful_shutdown=10
+                app,
+                host=host,
+                port=port,
+                log_level=log_level.lower(),
+                access_log=False,
+                timeout_graceful_shutdown=10,
+                ssl_certfile=tls.cert if tls else None,
+                ssl_keyfile=tls.key if tls else None,
             )
         )
         server.run()

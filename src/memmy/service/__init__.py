@@ -56,6 +56,7 @@ from memmy.namespace import Namespace
 from memmy.service.bootstrap import Components, bootstrap, build_redactor, embedder_factory
 from memmy.service.governance import brief
 from memmy.service.models import build_model_clients
+from memmy.service.team import TeamOps
 from memmy.store.db import Database, utc_now
 from memmy.store.episodes import EpisodeRepository, FeedbackRepository
 from memmy.store.evolution import EvolutionRepository
@@ -147,6 +148,7 @@ class MemoryService(Configured):
         self.governance = parts.governance
         self.data = parts.data
         self.ownership = parts.ownership
+        self.team = TeamOps(parts.store.team, parts.governance, parts.settings.current.user_id)
         self.started = time.monotonic()
 
     @classmethod
@@ -235,11 +237,14 @@ class MemoryService(Configured):
         """Write one memory."""
         return self.memory_ops.add(self.redacted(cmd), ns)
 
-    def get_memory(self, memory_id: str, *, include_deleted: bool = False) -> MemoryDetail:
-        """Read one memory with its refs and history (an ``episode_…`` id returns the episode)."""
+    def get_memory(
+        self, memory_id: str, *, include_deleted: bool = False, ns: Namespace | None = None
+    ) -> MemoryDetail:
+        """Read one memory with its refs and history (an ``episode_…`` id returns the episode); ``ns``: only one
+        the caller may read."""
         if isinstance(memory_id, str) and memory_id.startswith("episode_"):
             return self.episode_ops.episode_detail(memory_id)
-        return self.memory_ops.get(memory_id, include_deleted=include_deleted)
+        return self.memory_ops.get(memory_id, include_deleted=include_deleted, ns=ns)
 
     # -- evolution --------------------------------------------------------------------------------
     def give_feedback(self, cmd: Feedback, ns: Namespace) -> FeedbackRecorded:

@@ -43,6 +43,8 @@ def memory_item(memory: Memory, processing: dict[str, Any] | None = None) -> dic
         "summary": memory.summary,
         "tags": memory.tags,
         "sourceAgent": memory.source_agent,
+        "author": memory.user_id,  # who wrote it: a team server's person, else the local owner
+        "visibility": memory.visibility,
         "projectId": memory.project_id,
         "sessionId": memory.session_id,
         "metrics": {
@@ -62,6 +64,14 @@ def memory_item(memory: Memory, processing: dict[str, Any] | None = None) -> dic
         item["processing"] = processing
     return item
 
+
+
+def visible_to(memory: Memory, ns: Namespace, *, write: bool = False) -> bool:
+    """Whether the caller may read (``write``: change) ``memory``: everyone on a store without people; a team
+    server's person their own memories, and reads of the team-scope memories of their team project."""
+    if ns.reader is None or memory.user_id == ns.reader:
+        return True
+    return not write and memory.visibility == "team" and memory.project_id == ns.team_project
 
 class MemoryOps(Configured):
     """Add, read, delete and search memories."""
@@ -89,7 +99,7 @@ class MemoryOps(Configured):
         tags = list(cmd.tags)
         ns = ns.with_body(cmd.source, cmd.workspace_path)
         created_at = cmd.created_at or utc_now()
-        visibility = cmd.visibility
+        visibility = ns.visibility if cmd.visibility == "private" else cmd.visibility  # team project: shared
         defer = cmd.defer_processing
         digest = content_hash(content)
         adapter, request = cmd.adapter_id, cmd.request_id
@@ -211,7 +221,7 @@ class MemoryOps(Configured):
         """Delete (hide) a memory: status ``deleted``, out of FTS and vectors, audited, never recalled; undone by
         :meth:`restore`, and adding the same content again brings it back. No tombstone: that is :meth:`forget`."""
         self._check_writable()
-        memory = self._require(memory_id)
+        memory = self._require(memory_id, ns=ns, write=True)
         reason = cmd.reason or "user request"
         audit_id = self._hide(memory, reason, ns, tombstone_id=None)
         return self._deleted_answer(memory, audit_id, None)
@@ -220,7 +230,7 @@ class MemoryOps(Configured):
         """Forget a memory for good: hide it (if it is not already deleted) and write a tombstone (content hash +
         memory key), so no add, capture or re-import stores that value again until the tombstone is restored."""
         self._check_writable()
-        memory = self._require(memory_id, include_deleted=True)
+        memory = self._require(memory_id, include_deleted=True, ns=ns, write=True)
         with self.store.transaction():
             known = self.tombstones.match(memory.user_id, value_hash(memory.content), memory.memory_key)
             if known is not None:  # forgotten already: the same tombstone
@@ -241,7 +251,7 @@ class MemoryOps(Configured):
         """Undo a delete: the memory is active again, re-indexed and recalled; audited. A forgotten value (its
         tombstone still there) is refused: restore the tombstone first."""
         self._check_writable()
-        memory = self._require(memory_id, include_deleted=True)
+        memory = self._require(memory_id, include_deleted=True, ns=ns, write=True)
         if memory.status != "deleted":
             raise Conflict(f"memory {memory_id} is {memory.status}, not deleted: nothing to restore")
         tombstone = self.tombstones.match(memory.user_id, value_hash(memory.content), memory.memory_key)
@@ -359,7 +369,7 @@ class MemoryOps(Configured):
     def archive(self, memory_id: str, ns: Namespace, reason: str | None = None) -> MemoryArchived:
         """Archive a memory: kept, but no longer recalled; audited."""
         self._check_writable()
-        memory = self._require(memory_id)
+        memory = self._require(memory_id, ns=ns, write=True)
         before = memory.snapshot()
         memory.status = "archived"
         memory.updated_at = utc_now()
@@ -372,7 +382,7 @@ class MemoryOps(Configured):
                 memory.kind,
                 memory_id,
                 user_id=ns.user_id,
-                actor={"source": ns.source},
+                actor={"source": ns.source, "userId": ns.user_id},
                 before=before,
                 after=memory.snapshot(),
                 meta={"reason": reason},
@@ -380,19 +390,23 @@ class MemoryOps(Configured):
         return {"ok": True, "id": memory_id, "status": "archived", "auditId": audit_id, "serverTime": utc_now()}
 
     # -- reads ------------------------------------------------------------------------------------
-    def _require(self, memory_id: str, *, include_deleted: bool = False) -> Memory:
+    def _require(
+        self, memory_id: str, *, include_deleted: bool = False, ns: Namespace | None = None, write: bool = False
+    ) -> Memory:
+        """The memory, else NotFound; with a team server's person in ``ns``, only one they may read (``write``:
+        one they wrote)."""
         if not isinstance(memory_id, str) or not memory_id.strip():
             raise InvalidArgument("id: expected a memory id")
         if memory_id.startswith("raw_"):
             raise InvalidArgument("raw turn ids are internal; use the trace memory id instead")
         memory = self.memories.get(memory_id, include_deleted=include_deleted)
-        if memory is None:
+        if memory is None or (ns is not None and not visible_to(memory, ns, write=write)):
             raise NotFound(f"memory {memory_id} not found")
         return memory
 
-    def get(self, memory_id: str, *, include_deleted: bool = False) -> MemoryDetail:
+    def get(self, memory_id: str, *, include_deleted: bool = False, ns: Namespace | None = None) -> MemoryDetail:
         """Full detail of one memory, with its raw turn for traces (a deleted one only when asked: the panel)."""
-        memory = self._require(memory_id, include_deleted=include_deleted)
+        memory = self._require(memory_id, include_deleted=include_deleted, ns=ns)
         processing = self.queue.states([memory_id]).get(memory_id)
         detail = memory_item(memory, processing)
         detail.update(

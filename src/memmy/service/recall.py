@@ -247,15 +247,16 @@ class RecallOps(Configured):
         if scope not in SCOPES:
             raise InvalidArgument(f"scope: expected one of {', '.join(SCOPES)}, got {scope!r}")
         if scope == "auto":
-            explicit_project = ns.project_id is not None and ns.workspace_path is None
+            explicit_project = ns.project_id is not None and (ns.workspace_path is None or ns.team_project is not None)
             scope = "project" if ns.in_repository or explicit_project else "pooled"
+        who = MemoryFilter(reader=ns.reader, team_project=ns.team_project)
         if scope == "project":
             if not ns.project_id:
                 raise InvalidArgument("scope 'project' needs a project: send workspacePath or x-memmy-project-id")
-            return scope, MemoryFilter(project_id=ns.project_id)
+            return scope, dataclasses.replace(who, project_id=ns.project_id)
         if scope == "agent":
-            return scope, MemoryFilter(source_agent=ns.source)
-        return scope, MemoryFilter()
+            return scope, dataclasses.replace(who, source_agent=ns.source)
+        return scope, who
 
     def run(
         self,

@@ -55,6 +55,8 @@ class TurnOps(Configured):
         session_id = command.session_id
         if session_id:
             row = self.sessions.get(session_id)
+            if row is not None and not _owns(row, ns):
+                raise Conflict(f"session {session_id} belongs to someone else; open a session of your own")
             if row is not None:
                 if row["status"] != "open":
                     raise Conflict(f"session {session_id} is not open")
@@ -96,16 +98,16 @@ class TurnOps(Configured):
             "serverTime": utc_now(),
         }
 
-    def _open_session_row(self, session_id: str) -> Any:
+    def _open_session_row(self, session_id: str, ns: Namespace) -> Any:
         row = self.sessions.get(session_id)
-        if row is None:
+        if row is None or not _owns(row, ns):
             raise NotFound(f"session {session_id} not found; open one with POST /api/v1/sessions/open")
         return row
 
     def start_turn(self, command: StartTurn, ns: Namespace) -> TurnStarted:
         """Record a turn start and return recalled context for the agent's prompt."""
         session_id = command.session_id
-        row = self._open_session_row(session_id)
+        row = self._open_session_row(session_id, ns)
         if row["status"] != "open":
             raise Conflict(f"session {session_id} is not open")
         ns = ns.with_body(command.source or row["source"], command.workspace_path or row["workspace_path"])
@@ -216,7 +218,7 @@ class TurnOps(Configured):
     def complete_turn(self, command: CompleteTurn, ns: Namespace) -> TurnCompleted:
         """Store the raw turn and its L1 trace (tool trace kept, injected context stripped)."""
         turn_id, session_id = command.turn_id, command.session_id
-        row = self._open_session_row(session_id)
+        row = self._open_session_row(session_id, ns)
         started_turn = self.sessions.get_raw_turn(session_id, turn_id)
         if row["status"] != "open" and started_turn is None:
             raise Conflict(f"session {session_id} is closed and turn {turn_id} was never started in it")
@@ -341,6 +343,11 @@ class TurnOps(Configured):
         return scheduled
 
 
+def _owns(row: Any, ns: Namespace) -> bool:
+    """Whether a team server's person may use this session (their own; everyone on a store without people)."""
+    return ns.reader is None or row["user_id"] in (None, ns.user_id)
+
+
 def captured_turn(command: CompleteTurn, ns: Namespace, started_turn: Any) -> CapturedTurn:
     """The typed turn a hook's completion request describes (texts stripped of injected context)."""
     source_ids = command.source_memory_ids
@@ -367,4 +374,5 @@ def captured_turn(command: CompleteTurn, ns: Namespace, started_turn: Any) -> Ca
         host=host,
         conversation_id=command.host_conversation_id,
         workspace_path=ns.workspace_path,
+        visibility=ns.visibility,
     )

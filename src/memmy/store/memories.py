@@ -144,6 +144,9 @@ class MemoryFilter:
     source_agent: str | None = None
     user_id: str | None = None
     include_pending_imports: bool = False
+    #: A team server's person: only their own memories and the team-scope ones of ``team_project``.
+    reader: str | None = None
+    team_project: str | None = None
 
     def sql(self, now: str) -> tuple[str, list[Any]]:
         """WHERE fragment (on alias ``m``) and its parameters."""
@@ -161,6 +164,9 @@ class MemoryFilter:
         if self.user_id is not None:
             clauses.append("m.user_id = ?")
             params.append(self.user_id)
+        if self.reader is not None:
+            clauses.append("(m.user_id = ? OR (m.visibility = 'team' AND m.project_id = ?))")
+            params.extend([self.reader, self.team_project])
         return " AND ".join(clauses), params
 
 

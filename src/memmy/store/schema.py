@@ -515,7 +515,19 @@ CREATE VIRTUAL TABLE memories_fts
   USING fts5(id UNINDEXED, identifier, memory_value, tags, tokenize='porter unicode61 remove_diacritics 2');
 """
 
-SCHEMA_VERSION: Final = 9
+#: The people of a team server (``memmy-memory users``): each one's token is kept only as its SHA-256, a revoked
+#: person keeps the row (``revoked_at``) so the audit log still names them. Plain SQL, the same on PostgreSQL.
+MIGRATION_010: Final = """
+CREATE TABLE IF NOT EXISTS team_members (
+  name TEXT PRIMARY KEY,
+  token_hash TEXT NOT NULL UNIQUE,
+  created_at TEXT NOT NULL,
+  revoked_at TEXT
+);
+CREATE INDEX IF NOT EXISTS idx_memories_team ON memories(visibility, project_id);
+"""
+
+SCHEMA_VERSION: Final = 10
 #: From this schema version on, every full-text row is under its memory's rowid (``store.integrity`` checks it).
 FTS_ROWID_VERSION: Final = 9
 
@@ -572,4 +584,5 @@ MIGRATIONS: Final = (
     Migration(7, "007_panel_time_indexes", MIGRATION_007),
     Migration(8, "008_drop_unused_memory_indexes", MIGRATION_008),
     Migration(9, "009_fts_rowid_is_memory_rowid", MIGRATION_009, after=_rebuild_fts),
+    Migration(10, "010_team_members", MIGRATION_010),
 )

@@ -25,6 +25,7 @@ from memmy.store.memories import MemoryRepository
 from memmy.store.panel_reads import PanelReads
 from memmy.store.queue import EmbeddingQueue
 from memmy.store.sessions import SessionRepository
+from memmy.store.team import TeamMembers
 from memmy.store.tombstones import TombstoneRepository
 from memmy.store.vectors import VectorRepository
 
@@ -51,6 +52,7 @@ class Store:
         self.imports = ImportStateRepository(db)
         self.llm_usage = LLMUsageRepository(db)
         self.panel_reads = PanelReads(db)
+        self.team = TeamMembers(db)
 
     @classmethod
     def open(cls, path: Path) -> Store:

@@ -81,6 +81,8 @@ class CapturedTurn:
     source_message_ids: list[str] = field(default_factory=list)
     imported: bool = False
     redacted: bool = False
+    #: ``team`` for a turn captured inside a team project (the team reads it), else ``private``.
+    visibility: str = "private"
 
     @cached_property  # a frozen dataclass still has a __dict__ to cache in
     def raw_turn_id(self) -> str:

@@ -247,6 +247,7 @@ class TraceWriter(Configured):
             tags=step.tags,
             user_id=turn.user_id,
             project_id=turn.project_id,
+            visibility=turn.visibility,
             source_agent=turn.source,
             session_id=turn.session_id,
             turn_id=turn.turn_id,
