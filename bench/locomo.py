@@ -29,6 +29,7 @@ Run:   python bench/locomo.py                      (default data: ../shared/benc
        python bench/locomo.py --data ../shared/bench/locomo-dev.json --home DIR --split 3   (the documented run)
        python bench/locomo.py --split 3 --dump misses.jsonl
        python bench/locomo.py --home DIR           (keep the store) ... then --home DIR --reuse (skip ingest)
+       python bench/locomo.py --home DIR --reuse --pipelines full --mode turn_start   (the per-prompt recall's latency)
        python bench/locomo.py --home DIR --reuse --pipelines full --questions 20 \
            --llm-base-url http://127.0.0.1:8765/v1 --llm-local --rewrite   (the LLM query rewrite on, a subset)
 """
@@ -282,8 +283,10 @@ def evaluate(
     half: str = "",
     dump: list[dict[str, Any]] | None = None,
     questions: int = 0,
+    mode: str = "search",
 ) -> None:
-    """Ask every category 1-4 question (the first ``questions`` of them when > 0) and record recall."""
+    """Ask every category 1-4 question (the first ``questions`` of them when > 0) in retrieval ``mode`` and record
+    recall."""
     ns = Namespace(source="locomo", project_id=conv.project)
     baselines = Baselines(service, conv)
     asked = [qa for qa in sample["qa"] if int(qa.get("category", 0)) in (1, 2, 3, 4) and qa.get("evidence")]
@@ -297,7 +300,7 @@ def evaluate(
         for name, channels in PIPELINES.items():
             if name not in pipelines:
                 continue
-            body: dict[str, Any] = {"query": qa["question"], "limit": limit, "scope": "project"}
+            body: dict[str, Any] = {"query": qa["question"], "limit": limit, "scope": "project", "mode": mode}
             if channels is not None:
                 body["channels"] = channels
             started = time.perf_counter()
@@ -438,6 +441,12 @@ def main(argv: list[str] | None = None) -> int:
         "--pipelines", nargs="+", choices=list(PIPELINES), default=list(PIPELINES), help="memmy rows to run"
     )
     parser.add_argument("--questions", type=int, default=0, help="only the first N questions per conversation")
+    parser.add_argument(
+        "--mode",
+        choices=("search", "turn_start"),
+        default="search",
+        help="the memmy rows' retrieval mode (turn_start: the per-prompt recall, no turn windows; for its latency)",
+    )
     parser.add_argument("--llm-base-url", help="an OpenAI-compatible endpoint for the evolution model slot")
     parser.add_argument("--llm-model", default="local", help="the model name for --llm-base-url")
     parser.add_argument("--llm-local", action="store_true", help="a small local model: no JSON mode, repeat penalty")
@@ -474,7 +483,9 @@ def main(argv: list[str] | None = None) -> int:
     for number, sample in enumerate(samples):
         conv = load_conversation(service, sample)
         half = "A" if number < split else "B"
-        evaluate(service, sample, conv, scores, latencies, args.limit, args.pipelines, half, dump, args.questions)
+        evaluate(
+            service, sample, conv, scores, latencies, args.limit, args.pipelines, half, dump, args.questions, args.mode
+        )
     if args.dump and dump is not None:
         args.dump.write_text("".join(json.dumps(row) + "\n" for row in dump), encoding="utf-8")
     print(f"LoCoMo evidence recall ({args.data.name}, {len(samples)} conversations, categories 1-4)")
