@@ -29,6 +29,7 @@ Run:   python bench/locomo.py                      (default data: ../shared/benc
        python bench/locomo.py --data ../shared/bench/locomo-dev.json --home DIR --split 3   (the documented run)
        python bench/locomo.py --split 3 --dump misses.jsonl
        python bench/locomo.py --home DIR           (keep the store) ... then --home DIR --reuse (skip ingest)
+       python bench/locomo.py --home DIR --reuse --pipelines full --losses   (where evidence turns are lost)
        python bench/locomo.py --home DIR --reuse --pipelines full --mode turn_start   (the per-prompt recall's latency)
        python bench/locomo.py --home DIR --reuse --pipelines full --questions 20 \
            --llm-base-url http://127.0.0.1:8765/v1 --llm-local --rewrite   (the LLM query rewrite on, a subset)
@@ -133,6 +134,8 @@ class Scores:
     budget: dict[tuple[str, str], list[float]] = field(default_factory=lambda: defaultdict(list))
     spent_turns: dict[tuple[str, str], list[float]] = field(default_factory=lambda: defaultdict(list))
     spent_tokens: dict[tuple[str, str], list[float]] = field(default_factory=lambda: defaultdict(list))
+    #: (half, category, stage) -> evidence turns of the full pipeline, by where each was lost (``--losses``).
+    losses: dict[tuple[str, str, str], int] = field(default_factory=lambda: defaultdict(int))
 
 
 @dataclass
@@ -272,6 +275,44 @@ def score(
         s.spent_tokens[(name, label)].append(float(sum(conv.tokens.get(mid, 0) for mid in turns)))
 
 
+#: Where an evidence turn of the full pipeline ends up, read at the 10-turn budget (``--losses``).
+LOSS_STAGES = (
+    "found within 10 turns",
+    "returned, beyond 10 turns",
+    "a channel's candidate, not returned",
+    "found by no channel",
+)
+
+
+def record_losses(
+    result: dict[str, Any], conv: Conversation, evidence: list[str], category: int, half: str, s: Scores
+) -> None:
+    """Count each evidence turn by the stage that lost it: kept within 10 injected turns, returned further down,
+    among the candidates the channels found (``debug.candidateMemoryIds``) but not returned, or found by none."""
+    items = pipeline_items(result)
+    within = {conv.dia_of.get(mid, "") for mid in within_turns(items, 10)}
+    returned = {conv.dia_of.get(mid, "") for item in items for mid in item}
+    candidates = {conv.dia_of.get(str(mid), "") for mid in result.get("debug", {}).get("candidateMemoryIds", [])}
+    for turn in evidence:
+        stage = next(
+            stage
+            for stage, held in zip(LOSS_STAGES, (within, returned, candidates, None), strict=True)
+            if held is None or turn in held
+        )
+        for key in ((half or "all", str(category)), (half or "all", "all")):
+            s.losses[(*key, stage)] += 1
+
+
+def print_losses(scores: Scores) -> None:
+    """The ``--losses`` table: evidence turns per stage, per half and category."""
+    print("where the full pipeline's evidence turns are lost (10-turn budget; --limit results returned)")
+    print(f"{'half':<6} {'cat':>4} " + " ".join(f"{stage[:24]:>25}" for stage in LOSS_STAGES))
+    for half, cat in sorted({(h, c) for h, c, _ in scores.losses}):
+        counts = [scores.losses[(half, cat, stage)] for stage in LOSS_STAGES]
+        total = sum(counts) or 1
+        print(f"{half:<6} {cat:>4} " + " ".join(f"{n:>16} ({n / total:5.1%})" for n in counts))
+
+
 def evaluate(
     service: MemoryService,
     sample: dict[str, Any],
@@ -284,6 +325,7 @@ def evaluate(
     dump: list[dict[str, Any]] | None = None,
     questions: int = 0,
     mode: str = "search",
+    losses: bool = False,
 ) -> None:
     """Ask every category 1-4 question (the first ``questions`` of them when > 0) in retrieval ``mode`` and record
     recall."""
@@ -303,10 +345,14 @@ def evaluate(
             body: dict[str, Any] = {"query": qa["question"], "limit": limit, "scope": "project", "mode": mode}
             if channels is not None:
                 body["channels"] = channels
+            if losses and name == "full":
+                body["verbose"] = True
             started = time.perf_counter()
             result = service.search(SearchMemory.from_json(body), ns)
             latencies[name].append((time.perf_counter() - started) * 1000)
             ranked[name] = pipeline_items(result)
+            if losses and name == "full":
+                record_losses(result, conv, evidence, category, half, scores)
             scored[name] = [float(hit.get("score", 0.0)) for hit in result["hits"]]
         ranked.update(baselines.rank(qa["question"]))
         for name, items in ranked.items():
@@ -441,6 +487,7 @@ def main(argv: list[str] | None = None) -> int:
         "--pipelines", nargs="+", choices=list(PIPELINES), default=list(PIPELINES), help="memmy rows to run"
     )
     parser.add_argument("--questions", type=int, default=0, help="only the first N questions per conversation")
+    parser.add_argument("--losses", action="store_true", help="print where the full pipeline loses each evidence turn")
     parser.add_argument(
         "--mode",
         choices=("search", "turn_start"),
@@ -484,7 +531,18 @@ def main(argv: list[str] | None = None) -> int:
         conv = load_conversation(service, sample)
         half = "A" if number < split else "B"
         evaluate(
-            service, sample, conv, scores, latencies, args.limit, args.pipelines, half, dump, args.questions, args.mode
+            service,
+            sample,
+            conv,
+            scores,
+            latencies,
+            args.limit,
+            args.pipelines,
+            half,
+            dump,
+            args.questions,
+            args.mode,
+            args.losses,
         )
     if args.dump and dump is not None:
         args.dump.write_text("".join(json.dumps(row) + "\n" for row in dump), encoding="utf-8")
@@ -493,6 +551,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"half A = {', '.join(names[:split]) or '-'}; half B = {', '.join(names[split:]) or '-'}")
     print("full/fts/vector = memmy memory/search; bm25/cosine/rrf = plain baselines over the same stored turns\n")
     print_table(scores, latencies)
+    if args.losses:
+        print()
+        print_losses(scores)
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"\ntotal {time.perf_counter() - started:.1f} s   load average {load}")
     service.close()
