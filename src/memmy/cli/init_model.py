@@ -8,6 +8,7 @@ the other model is re-embedded in the background by the daemon.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator, Mapping
 from itertools import islice
 from typing import Any
@@ -17,7 +18,7 @@ from memmy.sources.adapters import ADAPTERS
 from memmy.sources.model import ScanStats
 
 #: Conversations read per agent and user messages read in all: enough to tell a language, cheap to read.
-CONVERSATIONS_PER_AGENT = 40
+CONVERSATIONS_PER_AGENT = 20
 MAX_MESSAGES = 400
 
 
@@ -29,7 +30,7 @@ def user_messages(env: Mapping[str, str], limit: int = MAX_MESSAGES) -> list[str
             try:
                 for conversation in islice(adapter.conversations(env, ScanStats()), CONVERSATIONS_PER_AGENT):
                     yield from (m.content for m in conversation.messages if m.role == "user" and m.content)
-            except (OSError, ValueError):  # a broken or unreadable history says nothing about a language
+            except (OSError, ValueError, sqlite3.Error):  # an unreadable history tells no language
                 continue
 
     return list(islice(texts(), limit))
