@@ -18,7 +18,7 @@ import httpx
 from memmy.agent.config import load_agent_config
 from memmy.agent.runtime import open_runtime
 from memmy.domain import Memory
-from memmy.recall.pipeline import Candidate
+from memmy.recall.candidate import Candidate
 from memmy.recall.query import prepare_query
 from memmy.recall.render import episode_text, parse_step, whole_sentences
 from memmy.recall.rollup import step_line, trace_outcome

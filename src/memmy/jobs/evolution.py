@@ -296,9 +296,7 @@ class EpisodeEvolution(Configured):
         pooled = [t for t in scored if t.value >= l2.min_trace_value]
         failed = [t for t in scored if is_failure(t)]
         burst = tool_failure_burst(scored, fb_cfg.failure_threshold, fb_cfg.failure_window)
-        divergent = self._divergent_signatures(
-            scored, fb_cfg.value_delta, fb_cfg.min_low_value_threshold
-        )
+        divergent = self._divergent_signatures(scored, fb_cfg.value_delta, fb_cfg.min_low_value_threshold)
         detail: dict[str, Any] = {
             "rHuman": score.r_human,
             "source": score.source,

@@ -73,6 +73,7 @@ class RankedMemory:
 #: passes its own delete so the key graph shares the audited path without importing the service layer.
 ForgetMemory = Callable[[str, str, Namespace], dict[str, Any]]
 
+
 class KeyCore(Configured):
     """State and helpers shared by the key-graph reads and writes."""
 

@@ -16,7 +16,7 @@ from memmy.recall.dates import DateRange, parse_moment
 from memmy.store.memories import MemoryFilter
 
 if TYPE_CHECKING:
-    from memmy.recall.pipeline import Candidate, RecallRequest, RecallSettings
+    from memmy.recall.candidate import Candidate, RecallRequest, RecallSettings
 
 KEYWORD_CHANNELS = frozenset({"fts", "pattern", "structural", "prf"})
 #: Lexical channels that say less than a graded BM25 match of the user's own words: a short token present

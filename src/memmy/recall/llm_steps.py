@@ -11,7 +11,7 @@ from typing import Any
 
 from memmy.llm.client import JsonLLM, LLMError
 from memmy.llm.guard import reject, vet_text
-from memmy.recall.pipeline import Candidate
+from memmy.recall.candidate import Candidate
 from memmy.recall.query import PreparedQuery
 
 EXTRACT_PROMPT = (
