@@ -12,26 +12,62 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "memmy"
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "domain": set(),
+    "kinds": {"domain"},
     "config_defaults": set(),
     "config": {"errors", "config_defaults"},
-    "store": {"domain", "errors"},
+    "store": {"domain", "errors", "kinds"},
     "embed": {"errors"},
     "redact": set(),
     "httpguard": set(),
     "signin": set(),
     "capture": {"domain", "errors", "redact"},
-    "recall": {"domain", "errors", "store", "embed", "capture", "llm"},
+    "recall": {"domain", "errors", "store", "embed", "capture", "llm", "kinds"},
     "llm": {"errors"},
-    "evolve": {"domain", "errors", "capture", "llm"},
+    "evolve": {"domain", "errors", "capture", "llm", "kinds"},
     "sources": {"domain", "errors", "capture", "store", "redact", "transcripts"},
-    "indexing": {"domain", "errors", "store", "embed"},
+    "indexing": {"domain", "errors", "store", "embed", "kinds"},
     "namespace": {"domain"},
     "commands": {"domain", "errors", "namespace"},
-    "keys": {"domain", "errors", "store", "embed", "capture", "recall", "indexing", "config", "namespace", "commands"},
-    "jobs": {"domain", "errors", "llm", "store", "capture", "evolve", "indexing", "config", "namespace", "commands"},
+    "keys": {
+        "domain",
+        "errors",
+        "store",
+        "embed",
+        "capture",
+        "recall",
+        "indexing",
+        "config",
+        "namespace",
+        "commands",
+        "kinds",
+    },
+    "jobs": {
+        "domain",
+        "errors",
+        "llm",
+        "store",
+        "capture",
+        "evolve",
+        "indexing",
+        "config",
+        "namespace",
+        "commands",
+        "kinds",
+    },
     "dream": {"domain", "errors", "store", "indexing", "config", "namespace", "commands"},
     "transcripts": set(),
-    "traces": {"domain", "errors", "store", "capture", "indexing", "redact", "config", "transcripts", "namespace"},
+    "traces": {
+        "domain",
+        "errors",
+        "store",
+        "capture",
+        "indexing",
+        "redact",
+        "config",
+        "transcripts",
+        "namespace",
+        "kinds",
+    },
     "service": {
         "domain",
         "errors",
@@ -52,6 +88,7 @@ ALLOWED: dict[str, set[str]] = {
         "jobs",
         "dream",
         "traces",
+        "kinds",
         "__init__",
     },
     "server": {
@@ -81,6 +118,7 @@ ALLOWED: dict[str, set[str]] = {
         "commands",
         "keys",
         "signin",
+        "kinds",
     },
     "cli": {
         "service",
@@ -265,3 +303,46 @@ def test_no_module_import_cycles() -> None:
     paths = {module_name(p): p for p in PACKAGE.rglob("*.py")}
     graph = {name: module_imports(path, set(paths)) for name, path in paths.items()}
     assert import_cycles(graph) == []
+
+
+#: Where a memory's properties may be read or written by key: the kinds that own them, and ``Memory.summary``
+#: in ``domain.py`` (below ``kinds/``, it reads the one property every memory has).
+PROPERTY_OWNERS = ("kinds/", "domain.py")
+
+
+def property_reads(tree: ast.AST) -> list[int]:
+    """Lines of ``properties[...]`` and ``properties.get(...)``, on a name or an attribute called ``properties``."""
+
+    def is_properties(node: ast.expr) -> bool:
+        return (isinstance(node, ast.Attribute) and node.attr == "properties") or (
+            isinstance(node, ast.Name) and node.id == "properties"
+        )
+
+    lines: list[int] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and is_properties(node.value):
+            lines.append(node.lineno)
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "get"
+            and is_properties(node.func.value)
+        ):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_property_reads_are_found() -> None:
+    code = "a = m.properties['x']\nb = properties.get('y')\nm.properties['z'] = 1\nc = m.props.get('w')\n"
+    assert property_reads(ast.parse(code)) == [1, 2, 3]
+
+
+def test_only_the_kinds_read_memory_properties_by_key() -> None:
+    """A memory's properties are read and written through ``memmy.kinds``, never by string key elsewhere."""
+    found = [
+        f"{path.relative_to(PACKAGE)}:{line}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if not str(path.relative_to(PACKAGE)).startswith(PROPERTY_OWNERS)
+        for line in property_reads(ast.parse(path.read_text(encoding="utf-8")))
+    ]
+    assert found == []

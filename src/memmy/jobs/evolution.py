@@ -22,6 +22,7 @@ from memmy.evolve.reward import EpisodeTurn, FeedbackItem, backpropagate, score_
 from memmy.indexing import Indexer
 from memmy.jobs.episodes import EpisodeOps
 from memmy.jobs.writer import LayerWriter, iso, parse_iso, trace_view
+from memmy.kinds import trace as ktrace
 from memmy.llm.client import JsonLLM, LLMError
 from memmy.llm.guard import vet_text
 from memmy.store.db import utc_now
@@ -140,12 +141,12 @@ class EpisodeEvolution(Configured):
         memory = self.memories.get(job.target_memory_id or "")
         if memory is None:
             return None
-        trace = memory.properties.get("trace") or {}
+        found = ktrace.of(memory)
         summary, error = memory.summary, None
         llm = self.models.summary
         if llm is not None:
             try:
-                user_text, agent_text = str(trace.get("userText") or ""), str(trace.get("agentText") or "")
+                user_text, agent_text = found.user_text, found.agent_text
                 user = f"User:\n{user_text[:2000]}\n\nAgent:\n{agent_text[:2000]}"
                 answer = llm.complete_json(SUMMARY_PROMPT, user, timeout_s=self.config.summary.timeout_ms / 1000)
                 text = vet_text(
@@ -167,7 +168,7 @@ class EpisodeEvolution(Configured):
             current = self.memories.get(memory.id)
             if current is None:
                 return
-            exchange = f"{trace.get('userText') or ''}\n{trace.get('agentText') or ''}"
+            exchange = found.exchange()
             embedding_text = f"Summary: {summary}\n\nOriginal exchange:\n{exchange}"[:3000]
             before = current.snapshot()
             current.title = summary[:200]
@@ -177,8 +178,8 @@ class EpisodeEvolution(Configured):
                 "embeddingText": embedding_text,
                 "summarySource": "heuristic" if error or llm is None else "llm",
                 "summaryError": error,
-                "trace": {**(current.properties.get("trace") or {}), "summary": summary},
             }
+            current.properties = ktrace.with_fields(current.properties, summary=summary)
             current.version += 1
             current.updated_at = utc_now()
             self.memories.update(current, before, "summarize", "memmy-evolution")
@@ -401,8 +402,9 @@ class EpisodeEvolution(Configured):
         for signature in signatures:
             # only ids and values are needed: read those two, not 200 full rows (this runs for every reward)
             rows = self.store.query(
-                "SELECT id, json_extract(properties_json, '$.trace.value') FROM memories WHERE memory_layer = 'L1' "
-                "AND json_extract(properties_json, '$.trace.signature') = ? AND status = 'activated' "
+                f"SELECT id, json_extract(properties_json, '{ktrace.path(ktrace.VALUE)}') FROM memories "
+                f"WHERE memory_layer = 'L1' AND json_extract(properties_json, '{ktrace.path(ktrace.SIGNATURE)}') = ? "
+                "AND status = 'activated' "
                 "ORDER BY updated_at DESC LIMIT 200",
                 (signature,),
             )

@@ -27,6 +27,9 @@ from memmy.evolve.world import bucket_policies, domain_key, eligible_policies, w
 from memmy.indexing import Indexer
 from memmy.jobs.evolution import ModelSlots
 from memmy.jobs.writer import LayerWrite, LayerWriter, policy_view, trace_view
+from memmy.kinds import policy as kpolicy
+from memmy.kinds import skill as kskill
+from memmy.kinds import world as kworld
 from memmy.store.jobs import JobRecord
 from memmy.store.memories import MemoryRepository
 from memmy.store.unit import Store
@@ -84,10 +87,9 @@ def _supersedable(memory: Memory, domain: str, policies: list[PolicyView]) -> bo
     from some of the same policies (unrelated domains never retire each other)."""
     if memory.memory_key == world_key(domain):
         return False
-    payload = memory.properties.get("world_model") or {}
-    other = str(payload.get("domainKey") or "")
-    shared = set(payload.get("policyIds") or []) & {p.id for p in policies}
-    return bool(shared) or (bool(other) and other.split("|")[0] == domain.split("|")[0])
+    note = kworld.of(memory)
+    shared = set(note.policy_ids) & {p.id for p in policies}
+    return bool(shared) or (bool(note.domain_key) and note.primary_domain == domain.split("|")[0])
 
 
 class HigherEvolution(Configured):
@@ -162,10 +164,8 @@ class HigherEvolution(Configured):
                     )
                 )
                 for policy_id in draft.policy_ids:
-                    policy = self.memories.get(policy_id)
-                    for episode_id in (
-                        (policy.properties.get("policy") or {}).get("sourceEpisodeIds", []) if policy else []
-                    ):
+                    source = self.memories.get(policy_id)
+                    for episode_id in kpolicy.of(source).source_episode_ids if source else ():
                         self.episodes.add_ids(episode_id, "l3_world_model_ids_json", [memory.id])
                 for old_id in draft.supersedes:
                     self.writer.supersede(old_id, memory.id)
@@ -202,10 +202,10 @@ class HigherEvolution(Configured):
         )
         llm = self.models.evolution if cfg.use_llm else None
         existing = self.memories.find_by_key("Skill", skill_key(policy.id))
-        previous = dict((existing.properties.get("skill") or {}) if existing else {})
+        previous = kskill.of(existing).section() if existing else {}
         fingerprint = policy_fingerprint(policy)
         level = rebuild_level(previous, fingerprint, [t.id for t in evidence])
-        stats_run = int((memory.properties.get("policy") or {}).get("statsRuns") or 0)
+        stats_run = kpolicy.of(memory).stats_runs
         upgrade = llm is not None and previous.get("origin") == "heuristic"
         if existing is not None and level == "L0" and not upgrade:
             return self._drift(existing.id, policy.gain, stats_run)
@@ -230,7 +230,7 @@ class HigherEvolution(Configured):
             if previous and previous.get("driftedAtStatsRun") != stats_run:
                 payload["eta"] = round(eta_drift(float(previous.get("eta") or draft.eta), policy.gain), 4)
             payload["driftedAtStatsRun"] = stats_run
-            seen_in = list((memory.properties.get("policy") or {}).get("seenIn") or [])
+            seen_in = list(kpolicy.of(memory).seen_in)
             guide = draft.invocation_guide
             if seen_in:
                 guide += "\n\nUsed for:\n" + "\n".join(f"- {task}" for task in seen_in)
@@ -259,11 +259,11 @@ class HigherEvolution(Configured):
             current = self.memories.get(skill_id)
             if current is None or current.status == "archived":
                 return
-            skill = current.properties.get("skill") or {}
-            if skill.get("driftedAtStatsRun") == stats_run:
+            found = kskill.of(current)
+            if found.drifted_at_stats_run == stats_run:
                 return
-            eta = eta_drift(float(skill.get("eta") or 0.5), gain)
-            status = self._skill_status(current, eta, int(skill.get("trials") or 0))
+            eta = eta_drift(found.eta or 0.5, gain)
+            status = self._skill_status(current, eta, found.trials)
             self.writer.patch_properties(
                 current,
                 "skill",
@@ -279,7 +279,7 @@ class HigherEvolution(Configured):
         return skill_status(
             eta,
             trials,
-            str((skill.properties.get("skill") or {}).get("status") or "candidate"),
+            kskill.of(skill).status,
             candidate_trials=cfg.candidate_trials,
             min_eta=cfg.min_eta_for_retrieval,
             repair_origin="repair_candidate" in skill.tags,
@@ -295,9 +295,9 @@ class HigherEvolution(Configured):
             current = self.memories.get(memory.id)
             if current is None:
                 return
-            skill = current.properties.get("skill") or {}
+            found = kskill.of(current)
             passes, attempts = self.evolution.trial_counts(current.id)
-            prior = float(skill.get("priorEta") or skill.get("eta") or 0.5)
+            prior = found.prior_eta or found.eta or 0.5
             eta = eta_after_trial(prior, passes, attempts)
             status = self._skill_status(current, eta, attempts)
             self.writer.patch_properties(

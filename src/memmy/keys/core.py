@@ -15,6 +15,7 @@ from memmy.domain import Memory
 from memmy.errors import InvalidArgument, NotFound
 from memmy.indexing import Indexer
 from memmy.keys.args import KeyThresholds, thresholds_for
+from memmy.kinds import memory as stored
 from memmy.namespace import Namespace
 from memmy.recall.freshness import memory_freshness, validity_payload
 from memmy.recall.query import prepare_query
@@ -50,7 +51,7 @@ def memory_view(memory: Memory, state: KeyState | None, now: float) -> dict[str,
         "valid_to": memory.valid_to,
         "expires_at": state.expires_at if state else None,
         "superseded_by": memory.superseded_by,
-        "supersedes": memory.properties.get("supersedes"),
+        "supersedes": stored.supersedes(memory.properties),
         "layer": memory.layer,
         "source_agent": memory.source_agent,
         "project_id": memory.project_id,

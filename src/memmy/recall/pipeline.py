@@ -24,6 +24,10 @@ from typing import Any
 
 from memmy.domain import Memory
 from memmy.errors import StoreError
+from memmy.kinds import episode, policy, skill, trace, world
+from memmy.kinds import memory as stored
+from memmy.kinds.catalog import EPISODE_SOURCE
+from memmy.kinds.text import SENTENCE_END, whole_sentences
 from memmy.recall.candidate import TIER_OF as TIER_OF
 from memmy.recall.candidate import Candidate as Candidate
 from memmy.recall.candidate import RecallRequest as RecallRequest
@@ -41,8 +45,6 @@ from memmy.recall.expansion import expansion_terms, prf_hits
 from memmy.recall.freshness import freshness_factor
 from memmy.recall.fusion import KEYWORD_CHANNELS as FUSION_KEYWORD_CHANNELS
 from memmy.recall.fusion import calibrate, select, turn_tokens, window_positions
-from memmy.recall.render import SENTENCE_END, episode_text, whole_sentences
-from memmy.recall.rollup import step_line, trace_outcome
 from memmy.store.memories import MemoryFilter, MemoryRepository
 from memmy.store.reader import ReadOnlyDatabase
 from memmy.store.vectors import Vector, VectorIndex
@@ -102,14 +104,15 @@ def _age_days(memory: Memory, now: float) -> float:
     return max(0.0, (now - ts) / DAY_S)
 
 
-def _num(props: dict[str, Any], key: str, default: float) -> float:
-    value = props.get(key, default)
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else default
+def _value(memory: Memory) -> float:
+    """A trace's value (0 when it has none)."""
+    return stored.value(memory) or 0.0
 
 
-def _outcome_parts(trace: dict[str, Any]) -> list[str]:
+def _outcome_parts(memory: Memory) -> list[str]:
     """The sentences of a trace's outcome as a rollup's text would carry them (each closed the same way)."""
-    return [part.rstrip(".。") for part in SENTENCE_END.split(trace_outcome(trace)) if part.strip()]
+    outcome = episode.trace_outcome(trace.of(memory))
+    return [part.rstrip(".。") for part in SENTENCE_END.split(outcome) if part.strip()]
 
 
 def _rank_key(channel: str) -> Callable[[Candidate], int]:
@@ -422,33 +425,30 @@ class RecallEngine:
 
     @staticmethod
     def _layer_gate(memory: Memory, settings: RecallSettings) -> str | None:
-        props = memory.properties
         if memory.layer == "Skill":
-            skill = props.get("skill") or {}
-            if skill.get("status", "active") not in ("active", "candidate"):
+            found = skill.of(memory)
+            if not found.recallable:
                 return "skill_not_active"
-            if _num(skill, "eta", 1.0) < settings.min_skill_eta:
+            if (1.0 if found.eta is None else found.eta) < settings.min_skill_eta:
                 return "skill_eta_below_min"
-        if memory.layer == "L3":
-            world = props.get("world_model") or {}
-            if _num(world, "confidence", 1.0) < settings.min_l3_confidence:
-                return "l3_confidence_below_min"
+        if memory.layer == "L3" and world.of(memory).confidence < settings.min_l3_confidence:
+            return "l3_confidence_below_min"
         return None
 
     @staticmethod
     def _bonus(memory: Memory, settings: RecallSettings, now: float) -> float:
-        props = memory.properties
         if memory.layer == "Skill":
-            return settings.skill_eta_blend * _num(props.get("skill") or {}, "eta", 0.5)
+            eta = skill.of(memory).eta
+            return settings.skill_eta_blend * (0.5 if eta is None else eta)
         if memory.layer == "L1":
-            value = max(_num(props, "value", 0.0), 0.0)
+            value = max(_value(memory), 0.0)
             decay = 0.5 ** (_age_days(memory, now) / 30.0)
             return float(min(settings.weight_priority, 0.3) * value * decay)
         if memory.layer == "L2":
-            policy = props.get("policy") or {}
-            salience = _num(policy, "gain", 0.0)
-            if policy.get("source") == "feedback" or policy.get("type") in ("failure_avoidance", "repair_instruction"):
-                salience = max(salience, _num(policy, "salience", 0.0), _num(policy, "confidence", 0.0))
+            found = policy.of(memory)
+            salience = found.gain
+            if found.source == "feedback" or found.is_guardrail:
+                salience = max(salience, found.salience, found.confidence)
             return 0.2 * min(1.0, max(0.0, salience))
         return 0.0
 
@@ -471,50 +471,46 @@ class RecallEngine:
         )[:5]
         groups: dict[str, list[Candidate]] = {}
         for cand in traces:
-            episode = (cand.memory.properties.get("trace") or {}).get("episode_id")
-            if episode:
-                groups.setdefault(str(episode), []).append(cand)
+            episode_id = trace.episode_of(cand.memory)
+            if episode_id:
+                groups.setdefault(episode_id, []).append(cand)
         rollups: list[Candidate] = []
         for episode_id, members in groups.items():
             if len({m.memory.id for m in members}) < 2:
                 continue
-            rep = max(members, key=lambda c: (_num(c.memory.properties, "value", 0.0), c.channels.get("vec", 0.0)))
+            rep = max(members, key=lambda c: (_value(c.memory), c.channels.get("vec", 0.0)))
             cosine = settings.scale.to_reference(rep.channels.get("vec", 0.0))  # the gate is a MiniLM cosine
-            if cosine < settings.episode_goal_min_sim or _num(rep.memory.properties, "value", 0) < 0:
+            if cosine < settings.episode_goal_min_sim or _value(rep.memory) < 0:
                 continue
             members.sort(key=lambda c: -(c.fused + c.bonus))
             best = members[0]  # the strongest match: the rollup ranks where it would, and shows it first
             steps = [
-                step_line(number, member.memory.properties.get("trace") or {}, member.memory.summary)
+                episode.step_line(number, trace.of(member.memory), member.memory.summary)
                 for number, member in enumerate(members[:6], start=1)
             ]
             rollup_memory = Memory(
                 id=episode_id,
                 layer="L1",
                 content="\n".join(steps)[:800],
-                title=f"Past similar episode: {rep.memory.summary}",
+                title=f"{episode.TITLE_PREFIX}{rep.memory.summary}",
                 created_at=rep.memory.created_at,
                 updated_at=rep.memory.updated_at,
             )
             # It stands in only for the members whose conclusion its injected text carries; the rest stay.
-            shown = whole_sentences(episode_text(rollup_memory))
-            covered = [
-                m.memory.id
-                for m in members[:6]
-                if all(part in shown for part in _outcome_parts(m.memory.properties.get("trace") or {}))
-            ]
+            shown = whole_sentences(episode.line(rollup_memory))
+            covered = [m.memory.id for m in members[:6] if all(part in shown for part in _outcome_parts(m.memory))]
             if not covered:
                 continue
             rollup = Candidate(
                 rollup_memory,
                 channels=dict(best.channels),
                 ranks=dict(best.ranks),
-                source="episode",
+                source=EPISODE_SOURCE,
                 rollup_of=covered,
                 calibrated=dict(best.calibrated),
                 fused=best.fused,
             )
-            rollup.bonus = 0.3 * max(_num(m.memory.properties, "value", 0.0) for m in members)
+            rollup.bonus = 0.3 * max(_value(m.memory) for m in members)
             rollups.append(rollup)
         return rollups
 
@@ -551,8 +547,8 @@ class RecallEngine:
         skill_policies: dict[str, str] = {}
         for cand in selected:
             if cand.memory.layer == "Skill":
-                for policy_id in (cand.memory.properties.get("skill") or {}).get("sourcePolicyIds", []) or []:
-                    skill_policies[str(policy_id)] = cand.memory.updated_at
+                for policy_id in skill.of(cand.memory).source_policy_ids:
+                    skill_policies[policy_id] = cand.memory.updated_at
         kept = []
         seen_exchanges: set[str] = set()
         for cand in selected:
@@ -567,10 +563,7 @@ class RecallEngine:
                 continue
             shown.add(cand.memory.id)
             if cand.memory.layer == "L1" and not cand.rollup_of:
-                trace = cand.memory.properties.get("trace") or {}
-                exchange = " ".join(
-                    f"{trace.get('userText') or cand.memory.content}\n{trace.get('agentText') or ''}".split()
-                )
+                exchange = " ".join(trace.of(cand.memory).exchange(cand.memory.content).split())
                 if exchange in seen_exchanges:  # the same exchange captured again (another session) adds nothing
                     dropped.append({"id": cand.memory.id, "reason": "duplicate_exchange"})
                     continue

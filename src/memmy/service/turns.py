@@ -13,6 +13,7 @@ from memmy.config import Configured, Settings
 from memmy.domain import new_id, sha256_hex
 from memmy.errors import Conflict, NotFound
 from memmy.jobs.episodes import EpisodeOps
+from memmy.kinds import trace
 from memmy.namespace import Namespace
 from memmy.recall.intent import classify_intent, should_skip
 from memmy.service.recall import RecallOps
@@ -319,7 +320,7 @@ class TurnOps(Configured):
             for tool in failed_tools:
                 failures = successes = 0
                 for memory in recent.values():
-                    for call in (memory.properties.get("trace") or {}).get("tool_calls") or []:
+                    for call in trace.of(memory).tool_calls:
                         if call.get("name") != tool:
                             continue
                         if call.get("success") is False or call.get("error"):
