@@ -27,7 +27,7 @@ from memmy.llm.client import JsonLLM, LLMError
 from memmy.llm.guard import vet_text
 from memmy.store.db import utc_now
 from memmy.store.episodes import EpisodeRecord
-from memmy.store.jobs import JobRecord
+from memmy.store.jobs import JobRecord, JobRepository
 from memmy.store.unit import Store
 
 Apply = Callable[[], None]
@@ -49,6 +49,20 @@ class ModelSlots:
     def __init__(self, summary: JsonLLM | None = None, evolution: JsonLLM | None = None) -> None:
         self.summary = summary
         self.evolution = evolution
+
+
+def queue_burst_repair(jobs: JobRepository, episode_id: str, burst: tuple[str, int, str]) -> JobRecord:
+    """Queue the decision repair of a tool-failure burst (``(tool, failures, reason)`` of
+    :func:`memmy.evolve.repair.tool_failure_burst`), once per episode and tool: the one place it is queued, on a
+    turn's completion and when the episode is rewarded."""
+    tool, count, reason = burst
+    job, _ = jobs.enqueue(
+        "decision_repair",
+        dedupe_key=f"decision_repair:burst:{episode_id}:{tool}",
+        episode_id=episode_id,
+        payload={"trigger": "tool_failure_burst", "tool": tool, "failures": count, "reason": reason},
+    )
+    return job
 
 
 class EpisodeEvolution(Configured):
@@ -368,13 +382,7 @@ class EpisodeEvolution(Configured):
                     "failure_experience", dedupe_key=f"failure_experience:{episode.id}", episode_id=episode.id
                 )
             if burst is not None:
-                tool, count, reason = burst
-                self.jobs.enqueue(
-                    "decision_repair",
-                    dedupe_key=f"decision_repair:burst:{episode.id}:{tool}",
-                    episode_id=episode.id,
-                    payload={"trigger": "tool_failure_burst", "tool": tool, "failures": count, "reason": reason},
-                )
+                queue_burst_repair(self.jobs, episode.id, burst)
             for signature, high_ids, low_ids in divergent:
                 ctx = context_hash("value-distribution", episode.user_id or "", signature)
                 self.jobs.enqueue(
