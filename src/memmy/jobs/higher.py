@@ -6,11 +6,10 @@ Two-phase handlers like :mod:`memmy.jobs.evolution`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from memmy.config import Configured, Settings
 from memmy.domain import Memory
-from memmy.evolve.model import PolicyView, SkillDraft, WorldModelDraft
+from memmy.evolve.model import PolicyView, WorldModelDraft
 from memmy.evolve.skill import (
     crystallize_llm,
     eta_after_trial,
@@ -35,51 +34,6 @@ from memmy.store.memories import MemoryRepository
 from memmy.store.unit import Store
 
 Apply = Callable[[], None]
-
-
-def _world_payload(draft: WorldModelDraft) -> dict[str, Any]:
-    return {
-        "title": draft.title,
-        "body": draft.body,
-        "domainKey": draft.domain_key,
-        "domainTags": draft.domain_tags,
-        "environment": draft.environment,
-        "inference": draft.inference,
-        "constraints": draft.constraints,
-        "policyIds": draft.policy_ids,
-        "cohesion": round(draft.cohesion, 4),
-        "confidence": round(draft.confidence, 4),
-        "admission": draft.admission,
-        "origin": draft.origin,
-    }
-
-
-def _skill_payload(draft: SkillDraft, previous: dict[str, Any], coverage: float, resonance: float) -> dict[str, Any]:
-    payload = dict(previous)
-    payload.update(
-        {
-            "name": draft.name,
-            "summary": draft.summary,
-            "triggerContext": draft.trigger_context,
-            "steps": draft.steps,
-            "tools": draft.tools,
-            "preconditions": draft.preconditions,
-            "examples": draft.examples,
-            "preference": draft.preference,
-            "anti_pattern": draft.anti_pattern,
-            "invocationGuide": draft.invocation_guide,
-            "policyId": draft.policy_id,
-            "sourcePolicyIds": [draft.policy_id],
-            "evidenceTraceIds": draft.evidence_trace_ids,
-            "verification": {"toolCoverage": round(coverage, 3), "resonance": round(resonance, 3)},
-            "origin": draft.origin,
-        }
-    )
-    payload.setdefault("eta", round(draft.eta, 4))
-    payload.setdefault("status", "candidate")
-    payload.setdefault("trials", 0)
-    payload.setdefault("passes", 0)
-    return payload
 
 
 def _supersedable(memory: Memory, domain: str, policies: list[PolicyView]) -> bool:
@@ -159,7 +113,7 @@ class HigherEvolution(Configured):
                         title=draft.title,
                         content=draft.body,
                         tags=sorted({"world_model", *draft.domain_tags}),
-                        properties={"world_model": _world_payload(draft), "summary": draft.title},
+                        properties={"world_model": kworld.draft_section(draft), "summary": draft.title},
                         embedding_text=f"{draft.title}\n{draft.body}\n{' '.join(draft.domain_tags)}",
                     )
                 )
@@ -223,7 +177,7 @@ class HigherEvolution(Configured):
         coverage, resonance, _ok = verify_skill(draft, evidence)
 
         def apply() -> None:
-            payload = _skill_payload(draft, previous, coverage, resonance)
+            payload = kskill.draft_section(draft, previous, coverage, resonance)
             payload["policyFingerprint"] = fingerprint
             payload["rebuildLevel"] = level or "initial"
             payload["rebuilds"] = int(previous.get("rebuilds") or 0) + (1 if level else 0)

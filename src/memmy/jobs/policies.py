@@ -39,38 +39,7 @@ from memmy.store.jobs import JobRecord
 from memmy.store.unit import Store
 
 Apply = Callable[[], None]
-GUIDANCE_CAP = 6
-
-
-def _policy_payload(draft: PolicyDraft, previous: dict[str, Any] | None = None) -> dict[str, Any]:
-    payload = dict(previous or {})
-    payload.update(
-        {
-            "title": draft.title,
-            "trigger": draft.trigger,
-            "procedure": draft.procedure,
-            "verification": draft.verification,
-            "boundary": draft.boundary,
-            "type": draft.experience_type,
-            "evidencePolarity": draft.evidence_polarity,
-            "signature": draft.signature,
-            "confidence": round(draft.confidence, 4),
-            "preference": draft.preference[:GUIDANCE_CAP],
-            "anti_pattern": draft.anti_pattern[:GUIDANCE_CAP],
-            "caveats": draft.caveats,
-            "origin": draft.origin,
-            "skillEligible": draft.experience_type == "success_pattern",
-        }
-    )
-    payload.setdefault("status", "candidate")
-    payload.setdefault("support", 0)
-    payload.setdefault("gain", 0.0)
-    return payload
-
-
-def _embedding_text(draft: PolicyDraft, seen_in: list[str] | None = None) -> str:
-    parts = [draft.title, draft.trigger, draft.procedure, draft.verification, draft.boundary, *(seen_in or [])]
-    return "\n".join(x for x in parts if x)
+GUIDANCE_CAP = policy.GUIDANCE_CAP
 
 
 def _with_seen_in(body: str, seen_in: list[str]) -> str:
@@ -279,12 +248,12 @@ class PolicyEvolution(Configured):
                             content=_with_seen_in(policy_body(draft), seen_in),
                             tags=sorted({"policy", *draft.tags}),
                             properties={
-                                "policy": {**_policy_payload(draft), "seenIn": seen_in},
+                                "policy": {**policy.draft_section(draft), "seenIn": seen_in},
                                 "summary": draft.title,
                             },
                             status="resolving",
                             user_id=self._user_of(traces[0].id),
-                            embedding_text=_embedding_text(draft, seen_in),
+                            embedding_text=policy.draft_embedding_text(draft, seen_in),
                         )
                     )
                 for trace in traces:
@@ -361,7 +330,7 @@ class PolicyEvolution(Configured):
         def apply() -> None:
             for signature, draft, support, active, existing in plans:
                 previous = policy.of(existing) if existing else policy.Policy()
-                payload = _policy_payload(draft, previous.section())
+                payload = policy.draft_section(draft, previous.section())
                 status = "active" if active or previous.status == "active" else "candidate"
                 payload.update(
                     {
@@ -386,7 +355,7 @@ class PolicyEvolution(Configured):
                         status=_memory_status(status),
                         user_id=episode.user_id or "local-user",
                         project_id=episode.project_id,
-                        embedding_text=_embedding_text(draft, seen_in),
+                        embedding_text=policy.draft_embedding_text(draft, seen_in),
                     )
                 )
                 for trace_id in draft.support_trace_ids:
@@ -521,7 +490,7 @@ class PolicyEvolution(Configured):
             anti_pattern=avoid,
             tags=["repair"],
         )
-        payload = _policy_payload(repair)
+        payload = policy.draft_section(repair)
         active = draft.severity == "warn" or draft.confidence >= 0.5
         payload.update({"status": "active" if active else "candidate", "support": 1, "skillEligible": False})
         self.writer.upsert(
@@ -534,7 +503,7 @@ class PolicyEvolution(Configured):
                 properties={"policy": payload, "summary": title},
                 status="activated" if active else "resolving",
                 user_id=user_id or "local-user",
-                embedding_text=_embedding_text(repair),
+                embedding_text=policy.draft_embedding_text(repair),
             )
         )
 

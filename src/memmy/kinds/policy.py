@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from memmy.domain import Memory
@@ -35,6 +36,7 @@ USE_HINTS = {
     "preference": "Use as a user preference.",
 }
 PAIR_LINES = 2  # Avoid lines and fixes an item shows
+GUIDANCE_CAP = 6  # Prefer / Avoid lines a policy keeps
 
 
 def path(name: str) -> str:
@@ -233,3 +235,58 @@ def body(memory: Memory) -> str:
             lines.append(f"Trigger: {memory.title}")
         lines.append(f"Guidance: {memory.content}")
     return "\n".join(lines)
+
+
+@dataclass
+class PolicyDraft:
+    """A policy to create or merge: what induction (heuristic or LLM) produced."""
+
+    title: str
+    trigger: str
+    procedure: str
+    verification: str
+    boundary: str
+    experience_type: str
+    evidence_polarity: str  # positive | negative | mixed
+    signature: str
+    confidence: float
+    support_trace_ids: list[str]
+    caveats: list[str] = field(default_factory=list)
+    preference: list[str] = field(default_factory=list)
+    anti_pattern: list[str] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)
+    origin: str = "heuristic"  # heuristic | llm
+
+
+def draft_section(draft: PolicyDraft, previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The stored section of a policy written from ``draft`` over its ``previous`` section (new: status candidate,
+    no support, no gain)."""
+    payload = dict(previous or {})
+    payload.update(
+        {
+            "title": draft.title,
+            "trigger": draft.trigger,
+            "procedure": draft.procedure,
+            "verification": draft.verification,
+            "boundary": draft.boundary,
+            "type": draft.experience_type,
+            "evidencePolarity": draft.evidence_polarity,
+            "signature": draft.signature,
+            "confidence": round(draft.confidence, 4),
+            "preference": draft.preference[:GUIDANCE_CAP],
+            "anti_pattern": draft.anti_pattern[:GUIDANCE_CAP],
+            "caveats": draft.caveats,
+            "origin": draft.origin,
+            "skillEligible": draft.experience_type == "success_pattern",
+        }
+    )
+    payload.setdefault("status", "candidate")
+    payload.setdefault("support", 0)
+    payload.setdefault("gain", 0.0)
+    return payload
+
+
+def draft_embedding_text(draft: PolicyDraft, seen_in: list[str] | None = None) -> str:
+    """The text a policy written from ``draft`` is embedded by (and the tasks it was seen in)."""
+    parts = [draft.title, draft.trigger, draft.procedure, draft.verification, draft.boundary, *(seen_in or [])]
+    return "\n".join(x for x in parts if x)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from memmy.domain import Memory
@@ -122,3 +123,54 @@ def line(memory: Memory) -> str:
     if not summary and not steps:
         out += ": " + description(skill.invocation_guide or memory.content, ITEM_CHARS)
     return out
+
+
+@dataclass
+class SkillDraft:
+    """A Skill crystallised from one active policy."""
+
+    policy_id: str
+    name: str  # snake_case, <= 48 chars
+    summary: str
+    trigger_context: str
+    steps: list[dict[str, str]]  # [{title, body}], 2-6
+    tools: list[str]
+    preconditions: list[str]
+    examples: list[str]
+    preference: list[str]
+    anti_pattern: list[str]
+    tags: list[str]
+    eta: float
+    invocation_guide: str  # markdown rendered from the above
+    evidence_trace_ids: list[str]
+    origin: str = "heuristic"
+
+
+def draft_section(draft: SkillDraft, previous: Mapping[str, Any], coverage: float, resonance: float) -> dict[str, Any]:
+    """The stored section of a skill written from ``draft`` over its ``previous`` section, with its verification
+    (tool coverage, resonance); a new skill starts as a candidate without trials."""
+    payload = dict(previous)
+    payload.update(
+        {
+            "name": draft.name,
+            "summary": draft.summary,
+            "triggerContext": draft.trigger_context,
+            "steps": draft.steps,
+            "tools": draft.tools,
+            "preconditions": draft.preconditions,
+            "examples": draft.examples,
+            "preference": draft.preference,
+            "anti_pattern": draft.anti_pattern,
+            "invocationGuide": draft.invocation_guide,
+            "policyId": draft.policy_id,
+            "sourcePolicyIds": [draft.policy_id],
+            "evidenceTraceIds": draft.evidence_trace_ids,
+            "verification": {"toolCoverage": round(coverage, 3), "resonance": round(resonance, 3)},
+            "origin": draft.origin,
+        }
+    )
+    payload.setdefault("eta", round(draft.eta, 4))
+    payload.setdefault("status", "candidate")
+    payload.setdefault("trials", 0)
+    payload.setdefault("passes", 0)
+    return payload

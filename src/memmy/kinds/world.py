@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from memmy.domain import Memory
@@ -84,3 +85,40 @@ def line(memory: Memory) -> str:
     facts = [one_line(f) for f in [*world.environment, *world.constraints]]
     points = list(dict.fromkeys(p.rstrip(".。") + "." for p in (bullets or facts) if p.strip()))[:POINTS]
     return f"{title} — " + " ".join(points) if points else whole_sentences(content.replace(title, "", 1))
+
+
+@dataclass
+class WorldModelDraft:
+    """An L3 world-model note over one domain bucket of active policies."""
+
+    domain_key: str
+    title: str
+    body: str
+    domain_tags: list[str]
+    environment: list[dict[str, Any]]
+    inference: list[dict[str, Any]]
+    constraints: list[dict[str, Any]]
+    policy_ids: list[str]
+    cohesion: float
+    confidence: float
+    admission: str  # strict | loose
+    origin: str = "heuristic"
+    supersedes: list[str] = field(default_factory=list)  # ids of other world models this note replaces
+
+
+def draft_section(draft: WorldModelDraft) -> dict[str, Any]:
+    """The stored section of a world model written from ``draft``."""
+    return {
+        "title": draft.title,
+        "body": draft.body,
+        "domainKey": draft.domain_key,
+        "domainTags": draft.domain_tags,
+        "environment": draft.environment,
+        "inference": draft.inference,
+        "constraints": draft.constraints,
+        "policyIds": draft.policy_ids,
+        "cohesion": round(draft.cohesion, 4),
+        "confidence": round(draft.confidence, 4),
+        "admission": draft.admission,
+        "origin": draft.origin,
+    }
