@@ -18,10 +18,12 @@ import httpx
 from memmy.agent.config import load_agent_config
 from memmy.agent.runtime import open_runtime
 from memmy.domain import Memory
-from memmy.recall.pipeline import Candidate
+from memmy.kinds.episode import line as episode_text
+from memmy.kinds.episode import parse_step, step_line, trace_outcome
+from memmy.kinds.text import whole_sentences
+from memmy.kinds.trace import Trace
+from memmy.recall.candidate import Candidate
 from memmy.recall.query import prepare_query
-from memmy.recall.render import episode_text, parse_step, whole_sentences
-from memmy.recall.rollup import step_line, trace_outcome
 from memmy.service.recall import recall_reason
 from tests.agent_stubs import Reply, last_user_text, run_model_stub, write_agent_config
 from tests.conftest import Daemon
@@ -111,14 +113,14 @@ def test_a_rollup_carries_what_each_step_concluded() -> None:
             {"name": "bash", "input": {"command": FIX}, "success": True},
         ],
     }
-    outcome = trace_outcome(trace)
+    outcome = trace_outcome(Trace.read(trace))
     assert FIX in outcome and "`pnpm build`" not in outcome
-    line = step_line(1, {**trace, "reflection": "RELATED_DEFAULT"}, "")
+    line = step_line(1, Trace.read({**trace, "reflection": "RELATED_DEFAULT"}), "")
     assert parse_step(line) == ("The build fails", outcome)
     rollup = Memory(
         id="episode_1",
         layer="L1",
-        content=line + "\n" + step_line(2, {"summary": "Run the tests", "agentText": "42 passed."}, ""),
+        content=line + "\n" + step_line(2, Trace.read({"summary": "Run the tests", "agentText": "42 passed."}), ""),
         title="Past similar episode: The build fails",
     )
     text = whole_sentences(episode_text(rollup))

@@ -237,3 +237,20 @@ def test_feedback_on_a_policy_moves_its_gain_and_attaches_the_note_to_it(svc: Me
     assert any("uv" in line for line in after.properties["policy"]["preference"]), after.properties["policy"]
     standalone = [m for m in svc.memories.by_layer("L2") if m.properties["policy"]["type"] == "repair_instruction"]
     assert standalone == [], "feedback on a policy goes to that policy, not to a new one"
+
+
+def test_a_tool_failure_burst_queues_one_repair_naming_the_error(svc: MemoryService) -> None:
+    """Three failed runs of one tool in a task, none that worked: the third completion queues a decision repair
+    (once), with the error the tool reported; a failing turn before the burst queues none."""
+    sid = svc.open_session(OpenSession.from_json({}), NS)["sessionId"]
+    error = "Error: Cannot find module 'left-pad'"
+    failed = {"name": "bash", "input": {"command": "npm test"}, "success": False, "error": error}
+    jobs = [
+        turn(svc, sid, f"Run the npm tests of the webshop, try {n}", "It failed again.", toolCalls=[failed])["complete"]
+        for n in range(4)
+    ]
+    queued = [[j["jobType"] for j in done["jobs"]] for done in jobs]
+    assert ["decision_repair" in kinds for kinds in queued] == [False, False, True, True], queued
+    repairs = svc.jobs.list_jobs(job_type="decision_repair")
+    assert len(repairs) == 1 and repairs[0].payload["trigger"] == "tool_failure_burst"
+    assert repairs[0].payload["tool"] == "bash" and repairs[0].payload["reason"] == error

@@ -13,7 +13,8 @@ from memmy.evolve.failure import avoidance_draft, classify_feedback_shape
 from memmy.evolve.model import TraceView
 from memmy.evolve.scope import derived_scope, visible_in
 from memmy.evolve.topics import content_keywords, shares_evidence, topical
-from memmy.recall.render import RenderItem, estimate_tokens, render_context, whole_sentences
+from memmy.kinds.text import whole_sentences
+from memmy.recall.render import RenderItem, estimate_tokens, render_context
 
 
 def trace(tid: str, user: str, agent: str, calls: list[dict[str, Any]], created: str, value: float = 0.5) -> TraceView:

@@ -36,8 +36,8 @@ from memmy.evolve.world import (
     world_model_heuristic,
     world_model_llm,
 )
+from memmy.kinds.skill import description as skill_description
 from memmy.llm.client import LLMEndpoint, OpenAICompatibleLLM
-from memmy.recall.render import skill_description
 from tests.llm_stub import ChatStub, run_chat_stub
 
 Vec = np.ndarray[Any, np.dtype[np.float32]]

@@ -9,8 +9,8 @@ from memmy.commands.memory import AddMemory, SearchMemory
 from memmy.domain import Memory
 from memmy.embed import Embedder
 from memmy.namespace import Namespace
+from memmy.recall.candidate import Candidate
 from memmy.recall.expansion import expansion_terms
-from memmy.recall.pipeline import Candidate
 from memmy.store.vectors import VectorIndex, VectorMeta
 
 NS = Namespace(source="claude_code")

@@ -27,8 +27,9 @@ from memmy.evolve.skill import select_evidence
 from memmy.indexing import Indexer
 from memmy.keys.args import key_args
 from memmy.namespace import Namespace
+from memmy.recall.candidate import Candidate, RecallSettings
 from memmy.recall.fusion import calibrate
-from memmy.recall.pipeline import Candidate, RecallEngine, RecallSettings
+from memmy.recall.pipeline import RecallEngine
 from memmy.recall.query import prepare_query
 from memmy.service import MemoryService
 from memmy.service.recall import semantic_gate

@@ -24,6 +24,7 @@ import numpy as np
 from memmy.embed import Embedder
 from memmy.embed.scale import Between, SimilarityScale, similarity_scale
 from memmy.errors import MemmyError
+from memmy.kinds import memory as stored
 from memmy.store.db import utc_now
 from memmy.store.queue import QueueItem
 from memmy.store.text import without_markers
@@ -395,7 +396,7 @@ class Indexer:
 
 def embedding_text(layer: str, title: str, content: str, properties: dict[str, object]) -> str:
     """The text a memory is embedded from (L1: summary + original exchange; others: title + body)."""
-    prepared = properties.get("embeddingText")
-    if isinstance(prepared, str) and prepared:
+    prepared = stored.embedding_text(properties)
+    if prepared:
         return prepared
     return f"{title}\n{content}".strip()[:3000]

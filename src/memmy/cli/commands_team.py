@@ -59,10 +59,10 @@ def users_revoke(obj: CliContext, name: str) -> None:
 def sync(obj: CliContext) -> None:
     """Deliver the turns queued here while the memory server was unreachable, oldest first, each once."""
     from memmy.hook.outbox import Outbox
-    from memmy.hook.runtime import settings
+    from memmy.hook.runtime import memmy_home, send_request, settings
 
-    outbox = Outbox.default()
-    report = outbox.deliver(settings(), deadline_s=300.0)
+    outbox = Outbox.default(memmy_home())
+    report = outbox.deliver(settings(), deadline_s=300.0, send=send_request)
     result = {"delivered": report.delivered, "left": report.left, "failed": report.failed, "error": report.error}
     if report.left and obj.as_json:
         obj.output(result, "")

@@ -1,4 +1,5 @@
-"""Read-only views of the memories the evolution rules work on, and the drafts they return."""
+"""Read-only views of the memories the evolution rules work on (with their vectors); the drafts they return are
+the kinds' own (:mod:`memmy.kinds`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,10 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from memmy.kinds.policy import PolicyDraft as PolicyDraft
+from memmy.kinds.skill import SkillDraft as SkillDraft
+from memmy.kinds.world import WorldModelDraft as WorldModelDraft
 
 Vector = npt.NDArray[np.float32]
 
@@ -58,64 +63,3 @@ class PolicyView:
     tags: list[str] = field(default_factory=list)
     vector: Vector | None = None
     updated_at: str = ""
-
-
-@dataclass
-class PolicyDraft:
-    """A policy to create or merge: what induction (heuristic or LLM) produced."""
-
-    title: str
-    trigger: str
-    procedure: str
-    verification: str
-    boundary: str
-    experience_type: str
-    evidence_polarity: str  # positive | negative | mixed
-    signature: str
-    confidence: float
-    support_trace_ids: list[str]
-    caveats: list[str] = field(default_factory=list)
-    preference: list[str] = field(default_factory=list)
-    anti_pattern: list[str] = field(default_factory=list)
-    tags: list[str] = field(default_factory=list)
-    origin: str = "heuristic"  # heuristic | llm
-
-
-@dataclass
-class WorldModelDraft:
-    """An L3 world-model note over one domain bucket of active policies."""
-
-    domain_key: str
-    title: str
-    body: str
-    domain_tags: list[str]
-    environment: list[dict[str, Any]]
-    inference: list[dict[str, Any]]
-    constraints: list[dict[str, Any]]
-    policy_ids: list[str]
-    cohesion: float
-    confidence: float
-    admission: str  # strict | loose
-    origin: str = "heuristic"
-    supersedes: list[str] = field(default_factory=list)  # ids of other world models this note replaces
-
-
-@dataclass
-class SkillDraft:
-    """A Skill crystallised from one active policy."""
-
-    policy_id: str
-    name: str  # snake_case, <= 48 chars
-    summary: str
-    trigger_context: str
-    steps: list[dict[str, str]]  # [{title, body}], 2-6
-    tools: list[str]
-    preconditions: list[str]
-    examples: list[str]
-    preference: list[str]
-    anti_pattern: list[str]
-    tags: list[str]
-    eta: float
-    invocation_guide: str  # markdown rendered from the above
-    evidence_trace_ids: list[str]
-    origin: str = "heuristic"

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
+from memmy.kinds import memory as stored
+
 _FILE_PATH = re.compile(
     r"(?:[\w.\-@~]+/)+[\w.\-]+|\b[\w\-]+\.(?:py|js|ts|tsx|jsx|json|ya?ml|toml|rs|go|java|tf|tfvars|sql|csv)\b"
 )
@@ -57,8 +59,8 @@ def visible_in(properties: dict[str, Any], project_id: str | None) -> bool:
 
     A memory without a recorded scope, a global one, and any memory for a caller outside a project are visible.
     """
-    scope = properties.get("scope")
-    if not isinstance(scope, dict) or scope.get("global", True) or project_id is None:
+    scope = stored.scope(properties)
+    if scope is None or scope.get("global", True) or project_id is None:
         return True
     projects = scope.get("projects") or []
     return not projects or project_id in projects

@@ -17,7 +17,28 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
+
+
+class _Answer(Protocol):
+    def result(self) -> tuple[int, bytes]: ...
+
+
+class Send(Protocol):
+    """How one request is sent (the hook runtime's ``send_request``)."""
+
+    def __call__(
+        self,
+        url: str,
+        method: str,
+        path: str,
+        headers: dict[str, str],
+        data: bytes | None,
+        timeout: float,
+        *,
+        ca: str | None = None,
+    ) -> _Answer: ...
+
 
 #: Statuses that mean "not now" (keep the entry, stop delivering): auth being fixed, overload, server errors.
 RETRY_LATER = frozenset({401, 403, 408, 425, 429})
@@ -46,11 +67,9 @@ class Outbox:
         self.dir = directory
 
     @classmethod
-    def default(cls) -> Outbox:
-        """``$MEMMY_HOME/outbox``."""
-        from memmy.hook.runtime import memmy_home
-
-        return cls(os.path.join(memmy_home(), "outbox"))
+    def default(cls, home: str) -> Outbox:
+        """``<home>/outbox`` (``home``: the memmy home, ``$MEMMY_HOME``)."""
+        return cls(os.path.join(home, "outbox"))
 
     def pending(self) -> list[str]:
         """Entry file names, oldest first."""
@@ -78,11 +97,10 @@ class Outbox:
         _fsync_dir(self.dir)
         return name
 
-    def deliver(self, config: dict[str, Any], deadline_s: float) -> Delivery:
+    def deliver(self, config: dict[str, Any], deadline_s: float, send: Send) -> Delivery:
         """Send the entries oldest first until the queue is empty, the server stops answering, or ``deadline_s``
-        seconds pass; ``config`` is the hook's :func:`~memmy.hook.runtime.settings`."""
-        from memmy.hook.runtime import HTTPError, send_request
-
+        seconds pass; ``config`` is the hook's :func:`~memmy.hook.runtime.settings`, ``send`` its
+        :func:`~memmy.hook.runtime.send_request` (passed in: the runtime imports this module)."""
         deadline = time.monotonic() + deadline_s
         delivered = failed = 0
         with self._lock() as held:
@@ -100,26 +118,33 @@ class Outbox:
                 headers = {**entry.get("headers", {}), "content-type": "application/json"}
                 if config.get("token"):
                     headers["authorization"] = f"Bearer {config['token']}"
+                refused = 0
                 try:
                     for request in entry.get("requests", []):
                         remaining = deadline - time.monotonic()
                         if remaining <= 0.05:
                             return Delivery(delivered, len(self.pending()), failed, "time budget spent")
                         body = json.dumps(request.get("body")).encode("utf-8")
-                        status, answer = send_request(
-                            config["endpoint"], request["method"], request["path"], headers, body, remaining,
+                        status, _answer = send(
+                            config["endpoint"],
+                            request["method"],
+                            request["path"],
+                            headers,
+                            body,
+                            remaining,
                             ca=config.get("ca"),
                         ).result()
                         if status >= 400:
-                            raise HTTPError(status, answer)
-                except HTTPError as exc:
-                    if exc.code in RETRY_LATER or exc.code >= 500:
-                        return Delivery(delivered, len(self.pending()), failed, f"server answered HTTP {exc.code}")
+                            refused = status
+                            break
+                except OSError as exc:
+                    return Delivery(delivered, len(self.pending()), failed, f"server unreachable: {exc}")
+                if refused in RETRY_LATER or refused >= 500:
+                    return Delivery(delivered, len(self.pending()), failed, f"server answered HTTP {refused}")
+                if refused:
                     self._set_aside(name)
                     failed += 1
                     continue
-                except OSError as exc:
-                    return Delivery(delivered, len(self.pending()), failed, f"server unreachable: {exc}")
                 os.remove(path)
                 delivered += 1
         return Delivery(delivered, len(self.pending()), failed)

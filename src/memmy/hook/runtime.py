@@ -13,6 +13,7 @@ import sys
 import time
 
 from memmy.hook import lean_json as json
+from memmy.hook.wrappers import sanitize
 
 # Start-up cost is most of a hook's time, so this module avoids urllib/http.client/email (a raw-socket
 # HTTP/1.1 client is enough for the loopback daemon), hashlib (the builtin sha256 module gives the same
@@ -57,9 +58,6 @@ _ALWAYS_WORDS = ("://", "private key", "-----begin", ";base64,", "xox", "xapp-",
 _TOKEN_RUN = 16
 #: Byte table: token characters -> ``a``, every other byte -> a space (non-ASCII is ``?`` before it applies).
 _TOKEN_BYTES = bytes(97 if chr(b).isascii() and (chr(b).isalnum() or chr(b) in "_-+/=.~") else 32 for b in range(256))
-_WRAPPER_TAGS = ("memmy_memory_context", "memos_context", "memory_context")
-_WRAPPERS_RE = r"<(memmy_memory_context|memos_context|memory_context)\b[^>]*>.*?</\1\s*>"
-_REQUEST_RE = r"\s*<current_user_request\b[^>]*>(.*?)(?:</current_user_request\s*>)?\s*"
 
 
 def memmy_home() -> str:
@@ -122,23 +120,6 @@ def first(payload: dict[str, Any], *names: str) -> Any:
         if value not in (None, ""):
             return value
     return None
-
-
-def sanitize(text: str) -> str:
-    """Strip earlier memmy wrappers so recalled memory is never searched or stored again.
-
-    Only memmy's packet shape (memory block, then one request block) is unwrapped to the request; a request tag
-    elsewhere stays, and the daemon makes it inert (a forged request is never promoted to the whole text).
-    """
-    raw = text or ""
-    lowered = raw.lower()
-    if "<" not in raw or not any(tag in lowered for tag in _WRAPPER_TAGS):
-        return raw.strip()  # nothing to unwrap: no need to import ``re``
-    import re
-
-    text = re.sub(_WRAPPERS_RE, "", raw, flags=re.S | re.I)
-    request = re.fullmatch(_REQUEST_RE, text, flags=re.S | re.I) if text != raw else None
-    return (request.group(1) if request else text).strip()
 
 
 def maybe_secret(text: str) -> bool:
@@ -631,7 +612,7 @@ def on_stop(
     from memmy.hook.outbox import Outbox
 
     opening = ("/api/v1/sessions/open", {"sessionId": current["sessionId"], "source": agent})
-    outbox = Outbox.default()
+    outbox = Outbox.default(memmy_home())
     if not outbox.pending():
         try:
             try:
@@ -649,7 +630,7 @@ def on_stop(
     requests = [{"method": "POST", "path": p, "body": b} for p, b in (opening, (complete[0], body))]
     outbox.put(requests, client.headers)
     state.clear(turn_id)
-    outbox.deliver(config, max(0.0, client.deadline - time.monotonic() - 0.05))
+    outbox.deliver(config, max(0.0, client.deadline - time.monotonic() - 0.05), send_request)
     return allow_output(agent, event)
 
 

@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from memmy.hook.runtime import sanitize
+from memmy.hook.wrappers import sanitize
 from memmy.transcripts.claude_code import ClaudeTranscriptReader
 from memmy.transcripts.codex import read_rollout, rollout_id_of, rollout_messages
 from memmy.transcripts.model import ScanStats, SourceMessage, parse_jsonl_line

@@ -28,6 +28,7 @@ from memmy.evolve.failure import rerun_kind
 from memmy.evolve.rules_text import call_failed
 from memmy.evolve.topics import step_keywords
 from memmy.jobs.writer import iso, parse_iso
+from memmy.kinds import trace
 from memmy.store.db import utc_now
 from memmy.store.episodes import EpisodeRecord, FeedbackRecord
 from memmy.store.unit import Store
@@ -39,7 +40,7 @@ def _open_failure(traces: list[Memory]) -> bool:
     """Whether a step of the task (``traces`` in time order) failed and no later step re-ran its command."""
     failed: list[dict[str, Any]] = []
     for memory in traces:
-        calls = [c for c in (memory.properties.get("trace") or {}).get("tool_calls") or [] if isinstance(c, dict)]
+        calls = [dict(c) for c in trace.of(memory).tool_calls]
         if failed and rerun_kind(failed, calls):
             failed = []
         if calls and call_failed(calls[-1]):
@@ -71,14 +72,13 @@ class EpisodeOps(Configured):
         traces = self.memories.get_many(episode.l1_memory_ids[-8:])
         for memory in traces.values():
             tags.extend(t for t in memory.tags if t not in _CONTEXT_TAG_STOP and t not in tags)
-            trace = memory.properties.get("trace") or {}
-            evidence.append(str(trace.get("userText") or "")[:400])
-            evidence.extend(str(e)[:200] for e in trace.get("error_signatures") or [])
-            for call in (trace.get("tool_calls") or [])[:8]:
-                if isinstance(call, dict):
-                    evidence.append(str(call.get("input") or "")[:300])
-                    if call.get("error") or call.get("success") is False:  # a retry quotes the error it got
-                        evidence.append(f"{call.get('error') or ''} {str(call.get('output') or '')[:300]}")
+            found = trace.of(memory)
+            evidence.append(found.user_text[:400])
+            evidence.extend(e[:200] for e in found.error_signatures)
+            for call in found.tool_calls[:8]:
+                evidence.append(str(call.get("input") or "")[:300])
+                if call.get("error") or call.get("success") is False:  # a retry quotes the error it got
+                    evidence.append(f"{call.get('error') or ''} {str(call.get('output') or '')[:300]}")
         return EpisodeContext(
             first_user_text=first,
             latest_user_text=latest,
@@ -179,9 +179,7 @@ class EpisodeOps(Configured):
             return None
         moved = episode.raw_turn_ids[episode.raw_turn_ids.index(raw_turn_id) :]
         traces = [
-            m.id
-            for m in self.memories.get_many(episode.l1_memory_ids).values()
-            if (m.properties.get("trace") or {}).get("raw_turn_id") in moved
+            m.id for m in self.memories.get_many(episode.l1_memory_ids).values() if trace.of(m).raw_turn_id in moved
         ]
         new_episode = self.episodes.create(
             episode.session_id,
@@ -193,10 +191,7 @@ class EpisodeOps(Configured):
         self.episodes.move_turns(episode_id, new_episode, moved, traces)
         for memory in self.memories.get_many(traces).values():
             before = memory.snapshot()
-            memory.properties = {
-                **memory.properties,
-                "trace": {**memory.properties["trace"], "episode_id": new_episode},
-            }
+            memory.properties = trace.with_fields(memory.properties, **{trace.EPISODE_ID: new_episode})
             memory.version += 1
             memory.updated_at = utc_now()
             self.memories.update(memory, before, "episode_split", "memmy-evolution")
@@ -353,7 +348,7 @@ class EpisodeOps(Configured):
             if memory is None:
                 raise NotFound(f"memory {target} not found")
             memory_id = memory.id
-            episode_id = (memory.properties.get("trace") or {}).get("episode_id")
+            episode_id = trace.episode_of(memory)
             episode = self.episodes.get(episode_id) if episode_id else None
         record = self.feedback.add(
             channel="explicit",

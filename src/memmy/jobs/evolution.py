@@ -22,11 +22,12 @@ from memmy.evolve.reward import EpisodeTurn, FeedbackItem, backpropagate, score_
 from memmy.indexing import Indexer
 from memmy.jobs.episodes import EpisodeOps
 from memmy.jobs.writer import LayerWriter, iso, parse_iso, trace_view
+from memmy.kinds import trace as ktrace
 from memmy.llm.client import JsonLLM, LLMError
 from memmy.llm.guard import vet_text
 from memmy.store.db import utc_now
 from memmy.store.episodes import EpisodeRecord
-from memmy.store.jobs import JobRecord
+from memmy.store.jobs import JobRecord, JobRepository
 from memmy.store.unit import Store
 
 Apply = Callable[[], None]
@@ -48,6 +49,20 @@ class ModelSlots:
     def __init__(self, summary: JsonLLM | None = None, evolution: JsonLLM | None = None) -> None:
         self.summary = summary
         self.evolution = evolution
+
+
+def queue_burst_repair(jobs: JobRepository, episode_id: str, burst: tuple[str, int, str]) -> JobRecord:
+    """Queue the decision repair of a tool-failure burst (``(tool, failures, reason)`` of
+    :func:`memmy.evolve.repair.tool_failure_burst`), once per episode and tool: the one place it is queued, on a
+    turn's completion and when the episode is rewarded."""
+    tool, count, reason = burst
+    job, _ = jobs.enqueue(
+        "decision_repair",
+        dedupe_key=f"decision_repair:burst:{episode_id}:{tool}",
+        episode_id=episode_id,
+        payload={"trigger": "tool_failure_burst", "tool": tool, "failures": count, "reason": reason},
+    )
+    return job
 
 
 class EpisodeEvolution(Configured):
@@ -140,12 +155,12 @@ class EpisodeEvolution(Configured):
         memory = self.memories.get(job.target_memory_id or "")
         if memory is None:
             return None
-        trace = memory.properties.get("trace") or {}
+        found = ktrace.of(memory)
         summary, error = memory.summary, None
         llm = self.models.summary
         if llm is not None:
             try:
-                user_text, agent_text = str(trace.get("userText") or ""), str(trace.get("agentText") or "")
+                user_text, agent_text = found.user_text, found.agent_text
                 user = f"User:\n{user_text[:2000]}\n\nAgent:\n{agent_text[:2000]}"
                 answer = llm.complete_json(SUMMARY_PROMPT, user, timeout_s=self.config.summary.timeout_ms / 1000)
                 text = vet_text(
@@ -167,7 +182,7 @@ class EpisodeEvolution(Configured):
             current = self.memories.get(memory.id)
             if current is None:
                 return
-            exchange = f"{trace.get('userText') or ''}\n{trace.get('agentText') or ''}"
+            exchange = found.exchange()
             embedding_text = f"Summary: {summary}\n\nOriginal exchange:\n{exchange}"[:3000]
             before = current.snapshot()
             current.title = summary[:200]
@@ -177,8 +192,8 @@ class EpisodeEvolution(Configured):
                 "embeddingText": embedding_text,
                 "summarySource": "heuristic" if error or llm is None else "llm",
                 "summaryError": error,
-                "trace": {**(current.properties.get("trace") or {}), "summary": summary},
             }
+            current.properties = ktrace.with_fields(current.properties, summary=summary)
             current.version += 1
             current.updated_at = utc_now()
             self.memories.update(current, before, "summarize", "memmy-evolution")
@@ -367,13 +382,7 @@ class EpisodeEvolution(Configured):
                     "failure_experience", dedupe_key=f"failure_experience:{episode.id}", episode_id=episode.id
                 )
             if burst is not None:
-                tool, count, reason = burst
-                self.jobs.enqueue(
-                    "decision_repair",
-                    dedupe_key=f"decision_repair:burst:{episode.id}:{tool}",
-                    episode_id=episode.id,
-                    payload={"trigger": "tool_failure_burst", "tool": tool, "failures": count, "reason": reason},
-                )
+                queue_burst_repair(self.jobs, episode.id, burst)
             for signature, high_ids, low_ids in divergent:
                 ctx = context_hash("value-distribution", episode.user_id or "", signature)
                 self.jobs.enqueue(
@@ -401,8 +410,9 @@ class EpisodeEvolution(Configured):
         for signature in signatures:
             # only ids and values are needed: read those two, not 200 full rows (this runs for every reward)
             rows = self.store.query(
-                "SELECT id, json_extract(properties_json, '$.trace.value') FROM memories WHERE memory_layer = 'L1' "
-                "AND json_extract(properties_json, '$.trace.signature') = ? AND status = 'activated' "
+                f"SELECT id, json_extract(properties_json, '{ktrace.path(ktrace.VALUE)}') FROM memories "
+                f"WHERE memory_layer = 'L1' AND json_extract(properties_json, '{ktrace.path(ktrace.SIGNATURE)}') = ? "
+                "AND status = 'activated' "
                 "ORDER BY updated_at DESC LIMIT 200",
                 (signature,),
             )

@@ -6,11 +6,10 @@ Two-phase handlers like :mod:`memmy.jobs.evolution`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from memmy.config import Configured, Settings
 from memmy.domain import Memory
-from memmy.evolve.model import PolicyView, SkillDraft, WorldModelDraft
+from memmy.evolve.model import PolicyView, WorldModelDraft
 from memmy.evolve.skill import (
     crystallize_llm,
     eta_after_trial,
@@ -27,6 +26,9 @@ from memmy.evolve.world import bucket_policies, domain_key, eligible_policies, w
 from memmy.indexing import Indexer
 from memmy.jobs.evolution import ModelSlots
 from memmy.jobs.writer import LayerWrite, LayerWriter, policy_view, trace_view
+from memmy.kinds import policy as kpolicy
+from memmy.kinds import skill as kskill
+from memmy.kinds import world as kworld
 from memmy.store.jobs import JobRecord
 from memmy.store.memories import MemoryRepository
 from memmy.store.unit import Store
@@ -34,60 +36,14 @@ from memmy.store.unit import Store
 Apply = Callable[[], None]
 
 
-def _world_payload(draft: WorldModelDraft) -> dict[str, Any]:
-    return {
-        "title": draft.title,
-        "body": draft.body,
-        "domainKey": draft.domain_key,
-        "domainTags": draft.domain_tags,
-        "environment": draft.environment,
-        "inference": draft.inference,
-        "constraints": draft.constraints,
-        "policyIds": draft.policy_ids,
-        "cohesion": round(draft.cohesion, 4),
-        "confidence": round(draft.confidence, 4),
-        "admission": draft.admission,
-        "origin": draft.origin,
-    }
-
-
-def _skill_payload(draft: SkillDraft, previous: dict[str, Any], coverage: float, resonance: float) -> dict[str, Any]:
-    payload = dict(previous)
-    payload.update(
-        {
-            "name": draft.name,
-            "summary": draft.summary,
-            "triggerContext": draft.trigger_context,
-            "steps": draft.steps,
-            "tools": draft.tools,
-            "preconditions": draft.preconditions,
-            "examples": draft.examples,
-            "preference": draft.preference,
-            "anti_pattern": draft.anti_pattern,
-            "invocationGuide": draft.invocation_guide,
-            "policyId": draft.policy_id,
-            "sourcePolicyIds": [draft.policy_id],
-            "evidenceTraceIds": draft.evidence_trace_ids,
-            "verification": {"toolCoverage": round(coverage, 3), "resonance": round(resonance, 3)},
-            "origin": draft.origin,
-        }
-    )
-    payload.setdefault("eta", round(draft.eta, 4))
-    payload.setdefault("status", "candidate")
-    payload.setdefault("trials", 0)
-    payload.setdefault("passes", 0)
-    return payload
-
-
 def _supersedable(memory: Memory, domain: str, policies: list[PolicyView]) -> bool:
     """World models a new note of ``domain`` may replace: another note of the same primary domain, or one built
     from some of the same policies (unrelated domains never retire each other)."""
     if memory.memory_key == world_key(domain):
         return False
-    payload = memory.properties.get("world_model") or {}
-    other = str(payload.get("domainKey") or "")
-    shared = set(payload.get("policyIds") or []) & {p.id for p in policies}
-    return bool(shared) or (bool(other) and other.split("|")[0] == domain.split("|")[0])
+    note = kworld.of(memory)
+    shared = set(note.policy_ids) & {p.id for p in policies}
+    return bool(shared) or (bool(note.domain_key) and note.primary_domain == domain.split("|")[0])
 
 
 class HigherEvolution(Configured):
@@ -157,15 +113,13 @@ class HigherEvolution(Configured):
                         title=draft.title,
                         content=draft.body,
                         tags=sorted({"world_model", *draft.domain_tags}),
-                        properties={"world_model": _world_payload(draft), "summary": draft.title},
+                        properties={"world_model": kworld.draft_section(draft), "summary": draft.title},
                         embedding_text=f"{draft.title}\n{draft.body}\n{' '.join(draft.domain_tags)}",
                     )
                 )
                 for policy_id in draft.policy_ids:
-                    policy = self.memories.get(policy_id)
-                    for episode_id in (
-                        (policy.properties.get("policy") or {}).get("sourceEpisodeIds", []) if policy else []
-                    ):
+                    source = self.memories.get(policy_id)
+                    for episode_id in kpolicy.of(source).source_episode_ids if source else ():
                         self.episodes.add_ids(episode_id, "l3_world_model_ids_json", [memory.id])
                 for old_id in draft.supersedes:
                     self.writer.supersede(old_id, memory.id)
@@ -202,10 +156,10 @@ class HigherEvolution(Configured):
         )
         llm = self.models.evolution if cfg.use_llm else None
         existing = self.memories.find_by_key("Skill", skill_key(policy.id))
-        previous = dict((existing.properties.get("skill") or {}) if existing else {})
+        previous = kskill.of(existing).section() if existing else {}
         fingerprint = policy_fingerprint(policy)
         level = rebuild_level(previous, fingerprint, [t.id for t in evidence])
-        stats_run = int((memory.properties.get("policy") or {}).get("statsRuns") or 0)
+        stats_run = kpolicy.of(memory).stats_runs
         upgrade = llm is not None and previous.get("origin") == "heuristic"
         if existing is not None and level == "L0" and not upgrade:
             return self._drift(existing.id, policy.gain, stats_run)
@@ -223,14 +177,14 @@ class HigherEvolution(Configured):
         coverage, resonance, _ok = verify_skill(draft, evidence)
 
         def apply() -> None:
-            payload = _skill_payload(draft, previous, coverage, resonance)
+            payload = kskill.draft_section(draft, previous, coverage, resonance)
             payload["policyFingerprint"] = fingerprint
             payload["rebuildLevel"] = level or "initial"
             payload["rebuilds"] = int(previous.get("rebuilds") or 0) + (1 if level else 0)
             if previous and previous.get("driftedAtStatsRun") != stats_run:
                 payload["eta"] = round(eta_drift(float(previous.get("eta") or draft.eta), policy.gain), 4)
             payload["driftedAtStatsRun"] = stats_run
-            seen_in = list((memory.properties.get("policy") or {}).get("seenIn") or [])
+            seen_in = list(kpolicy.of(memory).seen_in)
             guide = draft.invocation_guide
             if seen_in:
                 guide += "\n\nUsed for:\n" + "\n".join(f"- {task}" for task in seen_in)
@@ -259,11 +213,11 @@ class HigherEvolution(Configured):
             current = self.memories.get(skill_id)
             if current is None or current.status == "archived":
                 return
-            skill = current.properties.get("skill") or {}
-            if skill.get("driftedAtStatsRun") == stats_run:
+            found = kskill.of(current)
+            if found.drifted_at_stats_run == stats_run:
                 return
-            eta = eta_drift(float(skill.get("eta") or 0.5), gain)
-            status = self._skill_status(current, eta, int(skill.get("trials") or 0))
+            eta = eta_drift(found.eta or 0.5, gain)
+            status = self._skill_status(current, eta, found.trials)
             self.writer.patch_properties(
                 current,
                 "skill",
@@ -279,7 +233,7 @@ class HigherEvolution(Configured):
         return skill_status(
             eta,
             trials,
-            str((skill.properties.get("skill") or {}).get("status") or "candidate"),
+            kskill.of(skill).status,
             candidate_trials=cfg.candidate_trials,
             min_eta=cfg.min_eta_for_retrieval,
             repair_origin="repair_candidate" in skill.tags,
@@ -295,9 +249,9 @@ class HigherEvolution(Configured):
             current = self.memories.get(memory.id)
             if current is None:
                 return
-            skill = current.properties.get("skill") or {}
+            found = kskill.of(current)
             passes, attempts = self.evolution.trial_counts(current.id)
-            prior = float(skill.get("priorEta") or skill.get("eta") or 0.5)
+            prior = found.prior_eta or found.eta or 0.5
             eta = eta_after_trial(prior, passes, attempts)
             status = self._skill_status(current, eta, attempts)
             self.writer.patch_properties(

@@ -5,7 +5,6 @@ Two-phase handlers like :mod:`memmy.jobs.evolution`: compute (LLM included) firs
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -33,43 +32,14 @@ from memmy.evolve.topics import content_keywords
 from memmy.indexing import Indexer
 from memmy.jobs.evolution import ModelSlots
 from memmy.jobs.writer import LayerWrite, LayerWriter, parse_iso, policy_view, trace_view
+from memmy.kinds import policy, skill
+from memmy.kinds import trace as ktrace
+from memmy.kinds.catalog import own_words
 from memmy.store.jobs import JobRecord
 from memmy.store.unit import Store
 
 Apply = Callable[[], None]
-GUIDANCE_CAP = 6
-_GUIDANCE_LABEL = re.compile(r"^(?:prefer|avoid)\s*:\s*", re.IGNORECASE)
-
-
-def _policy_payload(draft: PolicyDraft, previous: dict[str, Any] | None = None) -> dict[str, Any]:
-    payload = dict(previous or {})
-    payload.update(
-        {
-            "title": draft.title,
-            "trigger": draft.trigger,
-            "procedure": draft.procedure,
-            "verification": draft.verification,
-            "boundary": draft.boundary,
-            "type": draft.experience_type,
-            "evidencePolarity": draft.evidence_polarity,
-            "signature": draft.signature,
-            "confidence": round(draft.confidence, 4),
-            "preference": draft.preference[:GUIDANCE_CAP],
-            "anti_pattern": draft.anti_pattern[:GUIDANCE_CAP],
-            "caveats": draft.caveats,
-            "origin": draft.origin,
-            "skillEligible": draft.experience_type == "success_pattern",
-        }
-    )
-    payload.setdefault("status", "candidate")
-    payload.setdefault("support", 0)
-    payload.setdefault("gain", 0.0)
-    return payload
-
-
-def _embedding_text(draft: PolicyDraft, seen_in: list[str] | None = None) -> str:
-    parts = [draft.title, draft.trigger, draft.procedure, draft.verification, draft.boundary, *(seen_in or [])]
-    return "\n".join(x for x in parts if x)
+GUIDANCE_CAP = policy.GUIDANCE_CAP
 
 
 def _with_seen_in(body: str, seen_in: list[str]) -> str:
@@ -112,8 +82,7 @@ class PolicyEvolution(Configured):
     def policy_stats(self, job: JobRecord) -> Apply | None:
         """Recompute a policy's statistics after the values of its traces changed."""
         memory = self.memories.get(job.target_memory_id or "")
-        policy = (memory.properties.get("policy") or {}) if memory is not None else {}
-        if memory is None or policy.get("type", "success_pattern") != "success_pattern" or memory.status == "archived":
+        if memory is None or policy.of(memory).experience_type != "success_pattern" or memory.status == "archived":
             return None
 
         def apply() -> None:
@@ -143,7 +112,7 @@ class PolicyEvolution(Configured):
         memory = self.memories.get(policy_id)
         if memory is None:
             return None
-        policy = dict(memory.properties.get("policy") or {})
+        found = policy.of(memory)
         linked = self.evolution.trace_values(self.evolution.traces_of(policy_id))  # newest links first
         episode_ids = list(dict.fromkeys(episode for _value, episode in linked.values() if episode))
         others = [i for i in self.evolution.episode_trace_ids(episode_ids[:100]) if i not in linked]
@@ -154,29 +123,29 @@ class PolicyEvolution(Configured):
             without,
             self.evolution.pool_mean(),
             self.evolution.support_of(policy_id),
-            float(policy["gain"]) if policy.get("statsRuns") else None,
-            str(policy.get("status") or "candidate"),
+            found.gain if found.stats_runs else None,
+            found.status,
             tau=l2.tau_softmax,
             ema_alpha=l2.gain_ema_alpha,
             min_gain=l2.min_gain,
             archive_gain=l2.archive_gain,
         )
-        was = policy.get("status")
+        was = found.status
         patch = {
             "support": stats.support,
             "rawGain": round(stats.raw_gain, 6),
             "gain": round(stats.gain, 6),
             "confidence": round(stats.confidence, 4),
             "status": stats.status,
-            "statsRuns": int(policy.get("statsRuns") or 0) + 1,
+            "statsRuns": found.stats_runs + 1,
             "sourceEpisodeIds": episode_ids[:50],  # the newest evidence (the links table has all of it)
             "sourceTraceIds": list(linked)[:50],
         }
         self.writer.patch_properties(memory, "policy", patch, status=_memory_status(stats.status))
-        if stats.status == "archived" and policy.get("signature"):
-            self.evolution.reject_signature(str(policy["signature"]))
+        if stats.status == "archived" and found.signature:
+            self.evolution.reject_signature(found.signature)
         if stats.status == "active":
-            self._queue_higher(policy_id, str(policy.get("signature") or ""), fresh=was != "active")
+            self._queue_higher(policy_id, found.signature, fresh=was != "active")
         return stats.status
 
     def _queue_higher(self, policy_id: str, signature: str, *, fresh: bool) -> None:
@@ -279,12 +248,12 @@ class PolicyEvolution(Configured):
                             content=_with_seen_in(policy_body(draft), seen_in),
                             tags=sorted({"policy", *draft.tags}),
                             properties={
-                                "policy": {**_policy_payload(draft), "seenIn": seen_in},
+                                "policy": {**policy.draft_section(draft), "seenIn": seen_in},
                                 "summary": draft.title,
                             },
                             status="resolving",
                             user_id=self._user_of(traces[0].id),
-                            embedding_text=_embedding_text(draft, seen_in),
+                            embedding_text=policy.draft_embedding_text(draft, seen_in),
                         )
                     )
                 for trace in traces:
@@ -360,9 +329,9 @@ class PolicyEvolution(Configured):
 
         def apply() -> None:
             for signature, draft, support, active, existing in plans:
-                previous = dict((existing.properties.get("policy") or {}) if existing else {})
-                payload = _policy_payload(draft, previous)
-                status = "active" if active or previous.get("status") == "active" else "candidate"
+                previous = policy.of(existing) if existing else policy.Policy()
+                payload = policy.draft_section(draft, previous.section())
+                status = "active" if active or previous.status == "active" else "candidate"
                 payload.update(
                     {
                         "status": status,
@@ -386,7 +355,7 @@ class PolicyEvolution(Configured):
                         status=_memory_status(status),
                         user_id=episode.user_id or "local-user",
                         project_id=episode.project_id,
-                        embedding_text=_embedding_text(draft, seen_in),
+                        embedding_text=policy.draft_embedding_text(draft, seen_in),
                     )
                 )
                 for trace_id in draft.support_trace_ids:
@@ -478,7 +447,8 @@ class PolicyEvolution(Configured):
             return []
         rows = self.store.query(
             "SELECT id FROM memories WHERE memory_layer = 'L1' AND status = 'activated' "
-            "AND json_extract(properties_json, '$.trace.signature') = ? ORDER BY updated_at DESC LIMIT ?",
+            f"AND json_extract(properties_json, '{ktrace.path(ktrace.SIGNATURE)}') = ? "
+            "ORDER BY updated_at DESC LIMIT ?",
             (signature, limit),
         )
         return [trace_view(m) for m in self.memories.get_many([r[0] for r in rows]).values()]
@@ -490,13 +460,12 @@ class PolicyEvolution(Configured):
             memory = self.memories.get(policy_id)  # candidates (resolving) take guidance too
             if memory is None or memory.layer not in ("L2", "Skill") or memory.status == "archived":
                 continue
-            section = "policy" if memory.layer == "L2" else "skill"
-            payload = memory.properties.get(section) or {}
-            own = " ".join(str(payload.get(k) or "") for k in ("title", "name", "trigger", "procedure", "summary"))
+            section = policy.KEY if memory.layer == "L2" else skill.KEY
+            own = own_words(memory)
             if not content_keywords(" ".join(prefer + avoid)) & content_keywords(f"{memory.title} {own}"):
                 continue  # pairing by evidence: guidance about something else does not join this policy
-            merged_prefer = _merge_lines(list(payload.get("preference") or []), prefer)
-            merged_avoid = _merge_lines(list(payload.get("anti_pattern") or []), avoid)
+            merged_prefer = _merge_lines(policy.stored_lines(memory.properties, "preference"), prefer)
+            merged_avoid = _merge_lines(policy.stored_lines(memory.properties, "anti_pattern"), avoid)
             self.writer.patch_properties(memory, section, {"preference": merged_prefer, "anti_pattern": merged_avoid})
             count += 1
         return count
@@ -505,9 +474,8 @@ class PolicyEvolution(Configured):
         self, draft: RepairDraft, prefer: list[str], avoid: list[str], user_id: str | None, key: str
     ) -> None:
         """No policy to attach to: keep the repair as a ``repair_instruction`` policy of its own."""
-        label, line = ("Avoid", avoid[0]) if avoid else ("Prefer", prefer[0])
-        title = f"{label}: {_GUIDANCE_LABEL.sub('', line)}"[:200]
-        policy = PolicyDraft(
+        title = (policy.labelled(policy.AVOID, avoid[0]) if avoid else policy.labelled(policy.PREFER, prefer[0]))[:200]
+        repair = PolicyDraft(
             title=title,
             trigger=draft.issue,
             procedure=draft.suggestion,
@@ -522,7 +490,7 @@ class PolicyEvolution(Configured):
             anti_pattern=avoid,
             tags=["repair"],
         )
-        payload = _policy_payload(policy)
+        payload = policy.draft_section(repair)
         active = draft.severity == "warn" or draft.confidence >= 0.5
         payload.update({"status": "active" if active else "candidate", "support": 1, "skillEligible": False})
         self.writer.upsert(
@@ -530,12 +498,12 @@ class PolicyEvolution(Configured):
                 layer="L2",
                 key=key,
                 title=title,
-                content=policy_body(policy),
+                content=policy_body(repair),
                 tags=["decision_repair", "policy"],
                 properties={"policy": payload, "summary": title},
                 status="activated" if active else "resolving",
                 user_id=user_id or "local-user",
-                embedding_text=_embedding_text(policy),
+                embedding_text=policy.draft_embedding_text(repair),
             )
         )
 
@@ -555,9 +523,9 @@ class PolicyEvolution(Configured):
             if current is None:
                 return
             if current.layer == "L2":
-                policy = current.properties.get("policy") or {}
-                gain = 0.6 * float(policy.get("gain") or 0.0) + 0.4 * 0.3 * sign * magnitude
-                status = str(policy.get("status") or "candidate")
+                found = policy.of(current)
+                gain = 0.6 * found.gain + 0.4 * 0.3 * sign * magnitude
+                status = found.status
                 if gain < self._l2.archive_gain and status != "archived":
                     status = "archived"
                 elif status == "candidate" and (gain >= self._l2.min_gain or sign > 0):
@@ -566,9 +534,9 @@ class PolicyEvolution(Configured):
                     current, "policy", {"gain": round(gain, 6), "status": status}, status=_memory_status(status)
                 )
             else:
-                skill = current.properties.get("skill") or {}
-                eta = min(1.0, max(0.0, float(skill.get("eta") or 0.5) + 0.1 * sign * magnitude))
-                status = str(skill.get("status") or "candidate")
+                current_skill = skill.of(current)
+                eta = min(1.0, max(0.0, (current_skill.eta or 0.5) + 0.1 * sign * magnitude))
+                status = current_skill.status
                 if eta < self.config.skill.archive_eta:
                     status = "archived"
                 self.writer.patch_properties(

@@ -11,6 +11,9 @@ from memmy.domain import Layer, Memory, content_hash, new_id
 from memmy.evolve.model import PolicyView, TraceView
 from memmy.evolve.scope import DerivedScope, derived_scope
 from memmy.indexing import Indexer
+from memmy.kinds import memory as stored
+from memmy.kinds import policy, skill, trace, world
+from memmy.kinds.stored import section_of
 from memmy.store.db import utc_now
 from memmy.store.unit import Store
 
@@ -34,60 +37,53 @@ def iso(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _float(value: Any, default: float = 0.0) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return default
-
-
 def trace_view(memory: Memory, indexer: Indexer | None = None) -> TraceView:
     """The evolution view of an L1 memory (its vector from the in-memory index when there is one)."""
-    trace: dict[str, Any] = memory.properties.get("trace") or {}
+    found = trace.of(memory)
     vector = indexer.index.vector(memory.id) if indexer is not None and indexer.index is not None else None
     return TraceView(
         id=memory.id,
-        episode_id=trace.get("episode_id"),
+        episode_id=found.episode_id,
         session_id=memory.session_id,
         created_at=memory.created_at,
-        user_text=str(trace.get("userText") or ""),
-        agent_text=str(trace.get("agentText") or ""),
-        summary=str(trace.get("summary") or memory.summary),
-        tags=list(trace.get("tags") or memory.tags),
-        signature=str(trace.get("signature") or "_|_|_|_"),
-        error_signatures=list(trace.get("error_signatures") or []),
-        tool_calls=list(trace.get("tool_calls") or []),
-        status=str(trace.get("status") or "succeeded"),
-        reflection=trace.get("reflection"),
-        alpha=_float(trace.get("alpha")),
-        value=_float(trace.get("value")),
-        priority=_float(trace.get("priority"), 0.5),
+        user_text=found.user_text,
+        agent_text=found.agent_text,
+        summary=found.summary or memory.summary,
+        tags=list(found.tags or memory.tags),
+        signature=found.signature or "_|_|_|_",
+        error_signatures=list(found.error_signatures),
+        tool_calls=[dict(call) for call in found.tool_calls],
+        status=found.status or "succeeded",
+        reflection=found.reflection,
+        alpha=found.alpha,
+        value=found.value,
+        priority=found.priority,
         vector=vector,
     )
 
 
 def policy_view(memory: Memory, indexer: Indexer | None = None) -> PolicyView:
     """The evolution view of an L2 memory."""
-    policy: dict[str, Any] = memory.properties.get("policy") or {}
+    found = policy.of(memory)
     vector = indexer.index.vector(memory.id) if indexer is not None and indexer.index is not None else None
     return PolicyView(
         id=memory.id,
-        title=str(policy.get("title") or memory.title),
-        trigger=str(policy.get("trigger") or ""),
-        procedure=str(policy.get("procedure") or memory.content),
-        verification=str(policy.get("verification") or ""),
-        boundary=str(policy.get("boundary") or ""),
-        experience_type=str(policy.get("type") or "success_pattern"),
-        signature=str(policy.get("signature") or ""),
-        status=str(policy.get("status") or "candidate"),
-        support=int(policy.get("support") or 0),
-        gain=_float(policy.get("gain")),
-        raw_gain=_float(policy.get("rawGain")),
-        confidence=_float(policy.get("confidence"), 0.5),
-        preference=list(policy.get("preference") or []),
-        anti_pattern=list(policy.get("anti_pattern") or []),
-        source_episode_ids=list(policy.get("sourceEpisodeIds") or []),
-        source_trace_ids=list(policy.get("sourceTraceIds") or []),
+        title=found.title or memory.title,
+        trigger=found.trigger,
+        procedure=found.procedure or memory.content,
+        verification=found.verification,
+        boundary=found.boundary,
+        experience_type=found.experience_type,
+        signature=found.signature,
+        status=found.status,
+        support=found.support,
+        gain=found.gain,
+        raw_gain=found.raw_gain,
+        confidence=found.confidence,
+        preference=policy.stored_lines(memory.properties, "preference"),
+        anti_pattern=policy.stored_lines(memory.properties, "anti_pattern"),
+        source_episode_ids=list(found.source_episode_ids),
+        source_trace_ids=list(found.source_trace_ids),
         tags=list(memory.tags),
         vector=vector,
         updated_at=memory.updated_at,
@@ -138,22 +134,17 @@ class LayerWriter:
     def evidence_projects(self, properties: dict[str, Any], depth: int = 0) -> set[str | None]:
         """The projects of a derived memory's evidence: source episodes and traces (L2), source policies (L3,
         Skills). An empty set when the evidence is unknown."""
-        policy = properties.get("policy") or {}
-        episode_ids = [str(e) for e in policy.get("sourceEpisodeIds") or []]
-        memory_ids = [str(t) for t in policy.get("sourceTraceIds") or []]
-        for key in ("world_model", "skill"):
-            payload = properties.get(key) or {}
-            memory_ids += [str(p) for p in payload.get("policyIds") or payload.get("sourcePolicyIds") or []]
+        episode_ids, memory_ids = stored.evidence_ids(properties)
         found: set[str | None] = set()
         if episode_ids:
             marks = ",".join("?" * len(episode_ids))
             rows = self.store.query(f"SELECT project_id FROM episodes WHERE id IN ({marks})", episode_ids)
             found |= {row[0] for row in rows}
         for memory in self.memories.get_many(memory_ids).values():
-            scope = memory.properties.get("scope")
-            if memory.layer != "L1" and isinstance(scope, dict) and scope.get("projects"):
+            scope = stored.scope(memory.properties)
+            if memory.layer != "L1" and scope is not None and scope.get("projects"):
                 found |= set(scope["projects"])
-            elif memory.layer != "L1" and depth < 2 and not isinstance(scope, dict):
+            elif memory.layer != "L1" and depth < 2 and scope is None:
                 found |= self.evidence_projects(memory.properties, depth + 1) or {memory.project_id}
             else:
                 found.add(memory.project_id)
@@ -179,12 +170,12 @@ class LayerWriter:
         props = dict(write.properties)
         scope = self.scope_of(write.layer, write.title, write.content, props)
         if scope is not None:
-            props["scope"] = scope.to_json()
+            props[stored.SCOPE] = scope.to_json()
             write.project_id = scope.project_id
         if write.embedding_text:
-            props["embeddingText"] = write.embedding_text
+            props[stored.EMBEDDING_TEXT] = write.embedding_text
         status = self._reviewed(
-            write.layer, write.status, existing.properties.get("review") if existing is not None else None, props
+            write.layer, write.status, stored.review(existing.properties) if existing is not None else None, props
         )
         if existing is None:
             memory = Memory(
@@ -224,7 +215,7 @@ class LayerWriter:
     def sync_index(self, memory: Memory) -> None:
         """Recallable memories are (re-)embedded; archived ones leave the in-memory index."""
         if memory.status == "activated":
-            text = str(memory.properties.get("embeddingText") or f"{memory.title}\n{memory.content}")
+            text = stored.embedding_text(memory.properties) or f"{memory.title}\n{memory.content}"
             self.indexer.enqueue(memory.id, memory.layer, text[:3000])
         else:
             self.indexer.unindex(memory.id)
@@ -245,20 +236,18 @@ class LayerWriter:
     def patch_properties(self, memory: Memory, key: str, patch: dict[str, Any], status: str | None = None) -> Memory:
         """Shallow-merge ``patch`` into ``properties[key]`` (and mirror top-level value/alpha/priority for L1)."""
         before = memory.snapshot()
-        section = dict(memory.properties.get(key) or {})
-        section.update(patch)
-        memory.properties = {**memory.properties, key: section}
-        for mirrored in ("value", "alpha", "priority", "reflection"):
-            if key == "trace" and mirrored in patch:
-                memory.properties[mirrored] = patch[mirrored]
+        memory.properties = {**memory.properties, key: {**section_of(memory.properties, key), **patch}}
+        if key == trace.KEY:
+            mirrored = {name: patch[name] for name in trace.MIRRORED if name in patch}
+            memory.properties = stored.with_values(memory.properties, **mirrored)
         scope = None
-        if key in ("policy", "world_model", "skill"):
+        if key in (policy.KEY, world.KEY, skill.KEY):
             scope = self.scope_of(memory.layer, memory.title, memory.content, memory.properties)
             if scope is not None:
-                memory.properties["scope"] = scope.to_json()
+                memory.properties = stored.with_values(memory.properties, **{stored.SCOPE: scope.to_json()})
         if status is not None:
             review: dict[str, Any] = {}
-            status = self._reviewed(memory.layer, status, memory.properties.get("review"), review)
+            status = self._reviewed(memory.layer, status, stored.review(memory.properties), review)
             memory.properties.update(review)
         changed_status = status is not None and status != memory.status
         if status is not None:

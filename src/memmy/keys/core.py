@@ -16,6 +16,7 @@ from memmy.domain import Memory
 from memmy.errors import InvalidArgument, NotFound
 from memmy.indexing import Indexer
 from memmy.keys.args import KeyThresholds, thresholds_for
+from memmy.kinds import memory as stored
 from memmy.namespace import Namespace
 from memmy.recall.freshness import memory_freshness, validity_payload
 from memmy.recall.query import prepare_query
@@ -51,7 +52,7 @@ def memory_view(memory: Memory, state: KeyState | None, now: float) -> dict[str,
         "valid_to": memory.valid_to,
         "expires_at": state.expires_at if state else None,
         "superseded_by": memory.superseded_by,
-        "supersedes": memory.properties.get("supersedes"),
+        "supersedes": stored.supersedes(memory.properties),
         "layer": memory.layer,
         "source_agent": memory.source_agent,
         "project_id": memory.project_id,
@@ -73,6 +74,7 @@ class RankedMemory:
 #: Soft-deletes one memory for ``forget`` (``(memory_id, reason, ns) -> {"tombstoneId": ...}``); the service
 #: passes its own delete so the key graph shares the audited path without importing the service layer.
 ForgetMemory = Callable[[str, str, Namespace], MemoryDeleted]
+
 
 
 class KeyCore(Configured):

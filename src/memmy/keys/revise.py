@@ -13,6 +13,7 @@ from typing import Any
 from memmy.domain import ID_PREFIX_BY_LAYER, Memory, content_hash, new_id, summarise
 from memmy.errors import Conflict, InvalidArgument
 from memmy.indexing import Indexer, embedding_text
+from memmy.kinds import memory as stored
 from memmy.store.db import utc_now
 from memmy.store.unit import Store
 
@@ -29,9 +30,8 @@ def revise(store: Store, indexer: Indexer, old: Memory, content: Any, source: st
     if old.status == "deleted":
         raise Conflict(f"memory {old.id} is deleted; add the fact again instead")
     now = utc_now()
-    properties = {k: v for k, v in old.properties.items() if k != "embeddingText"}
-    properties["summary"] = summarise(text)
-    properties["supersedes"] = old.id
+    kept = {k: v for k, v in old.properties.items() if k != stored.EMBEDDING_TEXT}
+    properties = stored.with_values(kept, **{stored.SUMMARY: summarise(text), stored.SUPERSEDES: old.id})
     new = dataclasses.replace(
         old,
         id=new_id(ID_PREFIX_BY_LAYER[old.layer]),

@@ -35,6 +35,7 @@ from memmy.keys.args import (
 )
 from memmy.keys.core import MAX_WEIGHT, MIN_WEIGHT, KeyCore
 from memmy.keys.revise import revise
+from memmy.kinds import memory as stored
 from memmy.namespace import Namespace
 from memmy.recall.freshness import DEFAULT_PROFILE, explicit_profile, validity_payload
 from memmy.store.db import utc_now
@@ -290,7 +291,7 @@ class KeyWriter(KeyCore):
             "keyGraph": {"namespace": item.namespace},
         }
         if supersedes is not None:
-            properties["supersedes"] = supersedes.id
+            properties = stored.with_values(properties, **{stored.SUPERSEDES: supersedes.id})
         tags = list(dict.fromkeys(s[:64] for g in item.groups for s in g))[:16]
         memory = Memory(
             id=new_id(ID_PREFIX_BY_LAYER["L1"]),
@@ -367,14 +368,13 @@ class KeyWriter(KeyCore):
             raise Conflict(f"memory {memory.id} was superseded by {memory.superseded_by}; confirm the current version")
         now = utc_now()
         before = memory.snapshot()
-        raw = memory.properties.get("validity")
-        validity = dict(raw) if isinstance(raw, dict) else {"decayProfile": DEFAULT_PROFILE}
+        validity = stored.validity(memory.properties) or {"decayProfile": DEFAULT_PROFILE}
         validity["lastConfirmedAt"] = now
         validity["confirmationCount"] = int(validity.get("confirmationCount") or 0) + 1
         history = list(validity.get("confirmations") or [])[-9:]
         history.append({"at": now, "evidence": evidence[:500], "source": {"host_agent": ns.source, **source}})
         validity["confirmations"] = history
-        memory.properties["validity"] = validity
+        memory.properties = stored.with_values(memory.properties, **{stored.VALIDITY: validity})
         memory.updated_at = now
         memory.version += 1
         state = self.keys.state(memory.id)

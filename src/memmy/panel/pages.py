@@ -12,6 +12,7 @@ from memmy.commands.governance import ListLogs, ListTombstones
 from memmy.commands.memory import SearchMemory
 from memmy.commands.panel import PanelTasks
 from memmy.errors import InvalidArgument, MemmyError
+from memmy.kinds import memory as stored
 from memmy.namespace import Namespace
 from memmy.panel import integrations
 from memmy.service import MemoryService
@@ -217,8 +218,8 @@ def version_chain(service: MemoryService, memory_id: str, limit: int = 50) -> li
     chain = [start]
     seen = {start.id}
     while len(chain) < limit:
-        back = chain[0].properties.get("supersedes")
-        older = service.memories.get(back, include_deleted=True) if isinstance(back, str) else None
+        back = stored.supersedes(chain[0].properties)
+        older = service.memories.get(back, include_deleted=True) if back is not None else None
         if older is None or older.id in seen:
             break
         chain.insert(0, older)

@@ -21,7 +21,7 @@ from memmy.store.memories import MemoryFilter, MemoryRepository
 from memmy.store.vectors import Vector, VectorIndex
 
 if TYPE_CHECKING:
-    from memmy.recall.pipeline import Candidate
+    from memmy.recall.candidate import Candidate
 
 TOP_DOCS = 3
 MAX_TERMS = 4

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from memmy.domain import Memory
+from memmy.kinds import memory as stored
 
 HALF_LIFE_DAYS: dict[str, float | None] = {"transient": 7.0, "standard": 90.0, "stable": 365.0, "permanent": None}
 DECAY_PROFILES: tuple[str, ...] = tuple(HALF_LIFE_DAYS)
@@ -52,8 +53,8 @@ def status_of(value: float) -> str:
 
 def explicit_profile(memory: Memory) -> str | None:
     """The memory's decay profile when one was set explicitly (key-graph memories), else None."""
-    state = memory.properties.get("validity")
-    if isinstance(state, dict):
+    state = stored.validity(memory.properties)
+    if state is not None:
         profile = state.get("decayProfile")
         if isinstance(profile, str) and profile in HALF_LIFE_DAYS:
             return profile
@@ -61,8 +62,7 @@ def explicit_profile(memory: Memory) -> str | None:
 
 
 def _state(memory: Memory) -> tuple[str, str | None, int]:
-    raw = memory.properties.get("validity")
-    state: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    state = stored.validity(memory.properties) or {}
     profile = explicit_profile(memory) or DEFAULT_PROFILE
     confirmed = state.get("lastConfirmedAt")
     last = confirmed if isinstance(confirmed, str) else (memory.valid_from or memory.created_at or None)

@@ -12,11 +12,12 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from memmy.domain import Memory
+from memmy.kinds import trace
 from memmy.recall.dates import DateRange, parse_moment
 from memmy.store.memories import MemoryFilter
 
 if TYPE_CHECKING:
-    from memmy.recall.pipeline import Candidate, RecallRequest, RecallSettings
+    from memmy.recall.candidate import Candidate, RecallRequest, RecallSettings
 
 KEYWORD_CHANNELS = frozenset({"fts", "pattern", "structural", "prf"})
 #: Lexical channels that say less than a graded BM25 match of the user's own words: a short token present
@@ -27,7 +28,7 @@ HALF_WEIGHT = frozenset({"pattern", "prf"})
 def episode_of(cand: Candidate) -> str:
     if cand.rollup_of:
         return cand.memory.id
-    return str((cand.memory.properties.get("trace") or {}).get("episode_id") or "")
+    return trace.episode_of(cand.memory) or ""
 
 
 def calibrate(candidates: list[Candidate], settings: RecallSettings, dates: Sequence[DateRange] = ()) -> None:

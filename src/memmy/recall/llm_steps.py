@@ -9,9 +9,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from memmy.kinds.catalog import kind_of
 from memmy.llm.client import JsonLLM, LLMError
 from memmy.llm.guard import reject, vet_text
-from memmy.recall.pipeline import Candidate
+from memmy.recall.candidate import Candidate
 from memmy.recall.query import PreparedQuery
 
 EXTRACT_PROMPT = (
@@ -70,8 +71,8 @@ def _candidate_block(index: int, cand: Candidate, body_chars: int) -> str:
 
 
 def _carries_avoid(cand: Candidate) -> bool:
-    payload = cand.memory.properties.get("policy") or cand.memory.properties.get("skill") or {}
-    return cand.memory.layer in ("L2", "Skill") and bool(payload.get("anti_pattern"))
+    offered = kind_of(cand.memory, cand.source).guidance(cand.memory)
+    return offered is not None and bool(offered.avoid)
 
 
 def cap_keeping_guidance(selected: list[Candidate], keep: int, guardrails: int = 2) -> list[Candidate]:

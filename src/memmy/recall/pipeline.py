@@ -19,13 +19,20 @@ import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from memmy.domain import Memory
-from memmy.embed.scale import SimilarityScale
 from memmy.errors import StoreError
+from memmy.kinds import episode, policy, skill, trace, world
+from memmy.kinds import memory as stored
+from memmy.kinds.catalog import EPISODE_SOURCE
+from memmy.kinds.text import SENTENCE_END, whole_sentences
+from memmy.recall.candidate import TIER_OF as TIER_OF
+from memmy.recall.candidate import Candidate as Candidate
+from memmy.recall.candidate import RecallRequest as RecallRequest
+from memmy.recall.candidate import RecallSettings as RecallSettings
 from memmy.recall.channels import (
     ChannelHit,
     fts_channel,
@@ -39,10 +46,7 @@ from memmy.recall.expansion import expansion_terms, prf_hits
 from memmy.recall.freshness import freshness_factor
 from memmy.recall.fusion import KEYWORD_CHANNELS as FUSION_KEYWORD_CHANNELS
 from memmy.recall.fusion import calibrate, select, turn_tokens, window_positions
-from memmy.recall.query import PreparedQuery
-from memmy.recall.render import SENTENCE_END, episode_text, whole_sentences
-from memmy.recall.rollup import step_line, trace_outcome
-from memmy.store.memories import MemoryFilter, MemoryRepository
+from memmy.store.memories import MemoryRepository
 from memmy.store.reader import ReadOnlyDatabase
 from memmy.store.vectors import Vector, VectorIndex
 
@@ -61,130 +65,10 @@ RESEARCH_PROFILES: dict[str, tuple[str, ...] | None] = {
     "skill": ("Skill",),
     "skill_experience": ("Skill", "L2"),
 }
-TIER_OF = {"Skill": 1, "L2": 2, "L1": 2, "L3": 3}
 KEYWORD_CHANNELS = FUSION_KEYWORD_CHANNELS
 #: The keyword work split between the two keyword workers: BM25 (fts) and exact tokens (pattern, structural).
 KEYWORD_PARTS = ("fts", "tokens")
 DAY_S = 86_400.0
-
-
-@dataclass(frozen=True)
-class RecallSettings:
-    """Retrieval settings (``algorithm.retrieval`` plus two thresholds from other sections)."""
-
-    tier_top_k: dict[int, int]
-    candidate_pool_factor: int
-    weight_priority: float
-    mmr_lambda: float
-    rrf_constant: int
-    relative_threshold_floor: float
-    min_skill_eta: float
-    min_trace_sim: float
-    min_l3_confidence: float
-    episode_goal_min_sim: float
-    tag_filter: str
-    keyword_top_k: int
-    skill_eta_blend: float
-    smart_seed: bool
-    smart_seed_ratio: float
-    multi_channel_bypass: bool
-    read_only_profile: str
-    context_window: int = 1
-    context_window_tokens: int = 256
-    #: How many of the best trace results bring their turn window (0 = every one).
-    context_window_results: int = 1
-    query_expansion: str = "off"
-    #: Where the embedding model's cosines stand on MiniLM's (``from_reference(minTraceSim)`` is fusion's zero).
-    scale: SimilarityScale = field(default_factory=SimilarityScale)
-
-    @classmethod
-    def from_config(cls, algorithm: dict[str, Any]) -> RecallSettings:
-        """Read the settings from the merged ``algorithm`` config tree (hot-reloadable)."""
-        r = algorithm["retrieval"]
-        return cls(
-            tier_top_k={1: int(r["tier1TopK"]), 2: int(r["tier2TopK"]), 3: int(r["tier3TopK"])},
-            candidate_pool_factor=int(r["candidatePoolFactor"]),
-            weight_priority=float(r["weightPriority"]),
-            mmr_lambda=float(r["mmrLambda"]),
-            rrf_constant=int(r["rrfConstant"]),
-            relative_threshold_floor=float(r["relativeThresholdFloor"]),
-            min_skill_eta=float(r["minSkillEta"]),
-            min_trace_sim=float(r["minTraceSim"]),
-            min_l3_confidence=float(algorithm["l3Abstraction"]["minConfidenceForRetrieval"]),
-            episode_goal_min_sim=float(r["episodeGoalMinSim"]),
-            tag_filter=str(r["tagFilter"]),
-            keyword_top_k=int(r["keywordTopK"]),
-            skill_eta_blend=float(r["skillEtaBlend"]),
-            smart_seed=bool(r["smartSeed"]),
-            smart_seed_ratio=float(r["smartSeedRatio"]),
-            multi_channel_bypass=bool(r["multiChannelBypass"]),
-            read_only_profile=str(r["readOnlyInjectionProfile"]),
-            context_window=max(0, int(r.get("contextWindow", 1))),
-            context_window_tokens=max(0, int(r.get("contextWindowTokens", 256))),
-            context_window_results=max(0, int(r.get("contextWindowResults", 1))),
-            query_expansion=str(r.get("queryExpansion", "off")),
-        )
-
-    def pool(self, layer: str) -> int:
-        """Per-layer candidate pool: ``ceil(tierTopK x candidatePoolFactor)``."""
-        return math.ceil(self.tier_top_k[TIER_OF[layer]] * self.candidate_pool_factor)
-
-
-@dataclass
-class Candidate:
-    """One memory with its channel evidence and scores."""
-
-    memory: Memory
-    channels: dict[str, float] = field(default_factory=dict)
-    ranks: dict[str, int] = field(default_factory=dict)
-    bonus: float = 0.0
-    rrf: float = 0.0
-    relevance: float = 0.0
-    mmr: float = 0.0
-    source: str = "search"
-    rollup_of: list[str] = field(default_factory=list)
-    calibrated: dict[str, float] = field(default_factory=dict)
-    fused: float = 0.0
-    window: list[Memory] = field(default_factory=list)
-
-    @property
-    def tier(self) -> int:
-        """1 = Skill, 2 = L2/L1, 3 = L3."""
-        return TIER_OF[self.memory.layer]
-
-    def to_debug(self) -> dict[str, Any]:
-        """Per-channel evidence for ``--verbose``."""
-        return {
-            "id": self.memory.id,
-            "layer": self.memory.layer,
-            "channels": {k: round(v, 4) for k, v in self.channels.items()},
-            "ranks": self.ranks,
-            "bonus": round(self.bonus, 4),
-            "rrf": round(self.rrf, 4),
-            "calibrated": {k: round(v, 4) for k, v in self.calibrated.items()},
-            "fused": round(self.fused, 4),
-            "relevance": round(self.relevance, 4),
-            "source": self.source,
-            "window": [m.id for m in self.window],
-        }
-
-
-@dataclass(frozen=True)
-class RecallRequest:
-    """What to recall and under which constraints."""
-
-    query: PreparedQuery
-    mode: str
-    layers: tuple[str, ...]
-    limit: int
-    scope: MemoryFilter
-    exclude_ids: frozenset[str] = frozenset()
-    channels: frozenset[str] = frozenset({"vec", "fts", "pattern", "structural"})
-    domain: str = ""
-    required_tags: frozenset[str] = frozenset()
-    # the caller's admission rules (scope of derived memory, injection gates), applied before selection so
-    # that a candidate they would drop takes no slot and hides nothing (a skill that covers a policy)
-    admit: Callable[[list[Candidate], list[str]], list[Candidate]] | None = None
 
 
 @dataclass
@@ -221,14 +105,15 @@ def _age_days(memory: Memory, now: float) -> float:
     return max(0.0, (now - ts) / DAY_S)
 
 
-def _num(props: dict[str, Any], key: str, default: float) -> float:
-    value = props.get(key, default)
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else default
+def _value(memory: Memory) -> float:
+    """A trace's value (0 when it has none)."""
+    return stored.value(memory) or 0.0
 
 
-def _outcome_parts(trace: dict[str, Any]) -> list[str]:
+def _outcome_parts(memory: Memory) -> list[str]:
     """The sentences of a trace's outcome as a rollup's text would carry them (each closed the same way)."""
-    return [part.rstrip(".。") for part in SENTENCE_END.split(trace_outcome(trace)) if part.strip()]
+    outcome = episode.trace_outcome(trace.of(memory))
+    return [part.rstrip(".。") for part in SENTENCE_END.split(outcome) if part.strip()]
 
 
 def _rank_key(channel: str) -> Callable[[Candidate], int]:
@@ -539,33 +424,30 @@ class RecallEngine:
 
     @staticmethod
     def _layer_gate(memory: Memory, settings: RecallSettings) -> str | None:
-        props = memory.properties
         if memory.layer == "Skill":
-            skill = props.get("skill") or {}
-            if skill.get("status", "active") not in ("active", "candidate"):
+            found = skill.of(memory)
+            if not found.recallable:
                 return "skill_not_active"
-            if _num(skill, "eta", 1.0) < settings.min_skill_eta:
+            if (1.0 if found.eta is None else found.eta) < settings.min_skill_eta:
                 return "skill_eta_below_min"
-        if memory.layer == "L3":
-            world = props.get("world_model") or {}
-            if _num(world, "confidence", 1.0) < settings.min_l3_confidence:
-                return "l3_confidence_below_min"
+        if memory.layer == "L3" and world.of(memory).confidence < settings.min_l3_confidence:
+            return "l3_confidence_below_min"
         return None
 
     @staticmethod
     def _bonus(memory: Memory, settings: RecallSettings, now: float) -> float:
-        props = memory.properties
         if memory.layer == "Skill":
-            return settings.skill_eta_blend * _num(props.get("skill") or {}, "eta", 0.5)
+            eta = skill.of(memory).eta
+            return settings.skill_eta_blend * (0.5 if eta is None else eta)
         if memory.layer == "L1":
-            value = max(_num(props, "value", 0.0), 0.0)
+            value = max(_value(memory), 0.0)
             decay = 0.5 ** (_age_days(memory, now) / 30.0)
             return float(min(settings.weight_priority, 0.3) * value * decay)
         if memory.layer == "L2":
-            policy = props.get("policy") or {}
-            salience = _num(policy, "gain", 0.0)
-            if policy.get("source") == "feedback" or policy.get("type") in ("failure_avoidance", "repair_instruction"):
-                salience = max(salience, _num(policy, "salience", 0.0), _num(policy, "confidence", 0.0))
+            found = policy.of(memory)
+            salience = found.gain
+            if found.source == "feedback" or found.is_guardrail:
+                salience = max(salience, found.salience, found.confidence)
             return 0.2 * min(1.0, max(0.0, salience))
         return 0.0
 
@@ -588,50 +470,46 @@ class RecallEngine:
         )[:5]
         groups: dict[str, list[Candidate]] = {}
         for cand in traces:
-            episode = (cand.memory.properties.get("trace") or {}).get("episode_id")
-            if episode:
-                groups.setdefault(str(episode), []).append(cand)
+            episode_id = trace.episode_of(cand.memory)
+            if episode_id:
+                groups.setdefault(episode_id, []).append(cand)
         rollups: list[Candidate] = []
         for episode_id, members in groups.items():
             if len({m.memory.id for m in members}) < 2:
                 continue
-            rep = max(members, key=lambda c: (_num(c.memory.properties, "value", 0.0), c.channels.get("vec", 0.0)))
+            rep = max(members, key=lambda c: (_value(c.memory), c.channels.get("vec", 0.0)))
             cosine = settings.scale.to_reference(rep.channels.get("vec", 0.0))  # the gate is a MiniLM cosine
-            if cosine < settings.episode_goal_min_sim or _num(rep.memory.properties, "value", 0) < 0:
+            if cosine < settings.episode_goal_min_sim or _value(rep.memory) < 0:
                 continue
             members.sort(key=lambda c: -(c.fused + c.bonus))
             best = members[0]  # the strongest match: the rollup ranks where it would, and shows it first
             steps = [
-                step_line(number, member.memory.properties.get("trace") or {}, member.memory.summary)
+                episode.step_line(number, trace.of(member.memory), member.memory.summary)
                 for number, member in enumerate(members[:6], start=1)
             ]
             rollup_memory = Memory(
                 id=episode_id,
                 layer="L1",
                 content="\n".join(steps)[:800],
-                title=f"Past similar episode: {rep.memory.summary}",
+                title=f"{episode.TITLE_PREFIX}{rep.memory.summary}",
                 created_at=rep.memory.created_at,
                 updated_at=rep.memory.updated_at,
             )
             # It stands in only for the members whose conclusion its injected text carries; the rest stay.
-            shown = whole_sentences(episode_text(rollup_memory))
-            covered = [
-                m.memory.id
-                for m in members[:6]
-                if all(part in shown for part in _outcome_parts(m.memory.properties.get("trace") or {}))
-            ]
+            shown = whole_sentences(episode.line(rollup_memory))
+            covered = [m.memory.id for m in members[:6] if all(part in shown for part in _outcome_parts(m.memory))]
             if not covered:
                 continue
             rollup = Candidate(
                 rollup_memory,
                 channels=dict(best.channels),
                 ranks=dict(best.ranks),
-                source="episode",
+                source=EPISODE_SOURCE,
                 rollup_of=covered,
                 calibrated=dict(best.calibrated),
                 fused=best.fused,
             )
-            rollup.bonus = 0.3 * max(_num(m.memory.properties, "value", 0.0) for m in members)
+            rollup.bonus = 0.3 * max(_value(m.memory) for m in members)
             rollups.append(rollup)
         return rollups
 
@@ -668,8 +546,8 @@ class RecallEngine:
         skill_policies: dict[str, str] = {}
         for cand in selected:
             if cand.memory.layer == "Skill":
-                for policy_id in (cand.memory.properties.get("skill") or {}).get("sourcePolicyIds", []) or []:
-                    skill_policies[str(policy_id)] = cand.memory.updated_at
+                for policy_id in skill.of(cand.memory).source_policy_ids:
+                    skill_policies[policy_id] = cand.memory.updated_at
         kept = []
         seen_exchanges: set[str] = set()
         for cand in selected:
@@ -684,10 +562,7 @@ class RecallEngine:
                 continue
             shown.add(cand.memory.id)
             if cand.memory.layer == "L1" and not cand.rollup_of:
-                trace = cand.memory.properties.get("trace") or {}
-                exchange = " ".join(
-                    f"{trace.get('userText') or cand.memory.content}\n{trace.get('agentText') or ''}".split()
-                )
+                exchange = " ".join(trace.of(cand.memory).exchange(cand.memory.content).split())
                 if exchange in seen_exchanges:  # the same exchange captured again (another session) adds nothing
                     dropped.append({"id": cand.memory.id, "reason": "duplicate_exchange"})
                     continue

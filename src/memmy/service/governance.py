@@ -17,6 +17,7 @@ from memmy.config import Configured, Settings
 from memmy.domain import Memory, content_hash, summarise
 from memmy.errors import Conflict, InvalidArgument, NotFound
 from memmy.indexing import Indexer, embedding_text
+from memmy.kinds import memory as stored
 from memmy.namespace import Namespace
 from memmy.service.memories import memory_item
 from memmy.store.db import utc_now
@@ -139,7 +140,8 @@ class GovernanceOps(Configured):
         else:
             rows = self.store.query(
                 "SELECT id FROM memories WHERE source_agent = 'memmy-evolution' "
-                "AND memory_layer IN ('L2','L3','Skill') AND json_extract(properties_json, '$.review.state') = ? "
+                "AND memory_layer IN ('L2','L3','Skill') "
+                f"AND json_extract(properties_json, '{stored.path(stored.REVIEW, stored.REVIEW_STATE)}') = ? "
                 "ORDER BY updated_at DESC LIMIT ?",
                 (state, limit),
             )
@@ -149,7 +151,7 @@ class GovernanceOps(Configured):
             memory = self.memories.get(memory_id)
             if memory is not None:
                 items.append(
-                    {**memory_item(memory), "content": memory.content, "review": memory.properties.get("review")}
+                    {**memory_item(memory), "content": memory.content, "review": stored.review(memory.properties)}
                 )
         return {"state": state, "required": self.review_required(), "items": items, "serverTime": utc_now()}
 
@@ -159,7 +161,7 @@ class GovernanceOps(Configured):
             raise NotFound(f"memory {memory_id} not found")
         if memory.layer not in REVIEWED_LAYERS:
             raise InvalidArgument(f"memory {memory_id} is {memory.layer}; only L2, L3 and Skills are reviewed")
-        review = memory.properties.get("review") or {}
+        review = stored.review(memory.properties) or {}
         if review.get("state") != "pending":
             raise Conflict(f"memory {memory_id} is not waiting for review (review state: {review.get('state')})")
         return memory
@@ -170,7 +172,7 @@ class GovernanceOps(Configured):
         memory = self._pending(memory_id)
         before = memory.snapshot()
         now = utc_now()
-        review = dict(memory.properties.get("review") or {})
+        review = stored.review(memory.properties) or {}
         review.update({"state": "approved" if decision == "approve" else "rejected", "decidedAt": now, "by": ns.source})
         note = cmd.reason
         if note:
@@ -179,10 +181,10 @@ class GovernanceOps(Configured):
         if decision == "approve" and isinstance(edited, str) and edited.strip() and edited.strip() != memory.content:
             memory.content = edited.strip()[:20_000]
             memory.content_hash = content_hash(memory.content)
-            memory.properties.pop("embeddingText", None)
-            memory.properties["summary"] = summarise(memory.content)
+            memory.properties.pop(stored.EMBEDDING_TEXT, None)
+            memory.properties = stored.with_values(memory.properties, **{stored.SUMMARY: summarise(memory.content)})
             review["edited"] = True
-        memory.properties["review"] = review
+        memory.properties = stored.with_values(memory.properties, **{stored.REVIEW: review})
         memory.status = "activated" if decision == "approve" else "archived"
         memory.version += 1
         memory.updated_at = now
@@ -208,7 +210,7 @@ class GovernanceOps(Configured):
             raise NotFound(f"memory {memory_id} not found")
         if memory.superseded_by:
             raise Conflict(f"memory {memory_id} was replaced by {memory.superseded_by}; change that version")
-        review = memory.properties.get("review") or {}
+        review = stored.review(memory.properties) or {}
         if status == "activated" and review.get("state") in ("pending", "rejected"):
             raise Conflict(f"memory {memory_id} is {review['state']} in the review queue; decide it there")
         before = memory.snapshot()

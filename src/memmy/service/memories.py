@@ -21,6 +21,8 @@ from memmy.config import Configured, Settings
 from memmy.domain import ID_PREFIX_BY_LAYER, KIND_BY_LAYER, Memory, content_hash, new_id, sha256_hex, summarise
 from memmy.errors import Conflict, Forbidden, InvalidArgument, NotFound
 from memmy.indexing import Indexer, embedding_text
+from memmy.kinds import memory as stored
+from memmy.kinds import trace
 from memmy.namespace import Namespace
 from memmy.recall.freshness import validity_payload
 from memmy.store.db import utc_now
@@ -47,11 +49,7 @@ def memory_item(memory: Memory, processing: dict[str, Any] | None = None) -> dic
         "visibility": memory.visibility,
         "projectId": memory.project_id,
         "sessionId": memory.session_id,
-        "metrics": {
-            "value": memory.properties.get("value", 0),
-            "alpha": memory.properties.get("alpha", 0),
-            "reflectionDone": bool(memory.properties.get("reflection")),
-        },
+        "metrics": stored.metrics(memory),
         "createdAt": memory.created_at,
         "updatedAt": memory.updated_at,
         "validFrom": memory.valid_from,
@@ -419,7 +417,7 @@ class MemoryOps(Configured):
             }
         )
         refs: dict[str, Any] = {}
-        raw_turn_id = (memory.properties.get("trace") or {}).get("raw_turn_id")
+        raw_turn_id = trace.of(memory).raw_turn_id
         if raw_turn_id:
             row = self.sessions.get_raw_turn_by_id(raw_turn_id)
             if row is not None:

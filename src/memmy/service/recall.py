@@ -19,6 +19,8 @@ from memmy.errors import InvalidArgument
 from memmy.evolve.scope import visible_in
 from memmy.evolve.topics import STRONG_SIMILARITY, Topic, content_keywords, evidence_covers
 from memmy.indexing import Indexer
+from memmy.kinds import memory as stored
+from memmy.kinds import policy
 from memmy.namespace import Namespace
 from memmy.recall.channels import CHANNELS
 from memmy.recall.llm_steps import extract_query, merge_by_rrf, relevance_filter, rewrite_queries
@@ -175,11 +177,10 @@ def restates_failure(properties: dict[str, Any], prompt: str) -> bool:
     content words with the prompt ("生产构建又内存不足了" and "… JavaScript heap out of memory 内存不足"). Such a
     line warns of nothing the user has not just reported; one whose failure the prompt does not mention warns of
     it, and one without an error (a feedback note: "never delete the lock table") is guidance of its own."""
-    policy = properties.get("policy") or {}
-    avoid = policy.get("anti_pattern") or []
-    if policy.get("type") not in ("failure_avoidance", "repair_instruction") or policy.get("preference") or not avoid:
+    found = policy.Policy.of(properties)
+    if not found.is_guardrail or found.preference or not found.anti_pattern:
         return False
-    error = _ERROR_PART.search(str(avoid[0] if isinstance(avoid, list) else avoid))
+    error = _ERROR_PART.search(found.anti_pattern[0])
     return error is not None and bool(content_keywords(error.group(1)) & content_keywords(prompt))
 
 
@@ -191,7 +192,7 @@ def reference_similarity(candidate: Candidate, scale: SimilarityScale) -> float:
 
 def _topic_text(candidate: Candidate) -> str:
     memory = candidate.memory
-    return f"{memory.title}\n{memory.content}\n{memory.properties.get('embeddingText') or ''}"[:6000]
+    return f"{memory.title}\n{memory.content}\n{stored.embedding_text(memory.properties)}"[:6000]
 
 
 def vocabulary_of(candidates: list[Candidate]) -> str:

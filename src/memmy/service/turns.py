@@ -12,7 +12,11 @@ from memmy.commands.turns import CloseSession, CompleteTurn, OpenSession, StartT
 from memmy.config import Configured, Settings
 from memmy.domain import new_id, sha256_hex
 from memmy.errors import Conflict, NotFound
+from memmy.evolve.repair import tool_failure_burst
+from memmy.evolve.rules_text import call_failed
 from memmy.jobs.episodes import EpisodeOps
+from memmy.jobs.evolution import queue_burst_repair
+from memmy.jobs.writer import trace_view
 from memmy.namespace import Namespace
 from memmy.recall.intent import classify_intent, should_skip
 from memmy.service.recall import RecallOps
@@ -314,32 +318,17 @@ class TurnOps(Configured):
                 "episode_idle_close", dedupe_key=f"episode_idle_close:{raw_turn_id}", episode_id=episode_id
             )
             scheduled.append({"jobId": job.id, "jobType": job.job_type, "status": job.status, "targetMemoryId": None})
-        failed_tools = {c["name"] for c in tool_calls if c.get("success") is False or c.get("error")}
-        if failed_tools:
+        if any(call_failed(c) for c in tool_calls):  # this turn failed a call: has one tool failed in a burst?
             feedback_cfg = self.config.feedback
             episode = episodes.get(episode_id)
             window = (episode.l1_memory_ids if episode else [])[-feedback_cfg.failure_window :]
-            recent = self.writer.memories.get_many(window)
-            for tool in failed_tools:
-                failures = successes = 0
-                for memory in recent.values():
-                    for call in (memory.properties.get("trace") or {}).get("tool_calls") or []:
-                        if call.get("name") != tool:
-                            continue
-                        if call.get("success") is False or call.get("error"):
-                            failures += 1
-                        else:
-                            successes += 1
-                if failures >= feedback_cfg.failure_threshold and successes == 0:
-                    job, _ = self.jobs.enqueue(
-                        "decision_repair",
-                        dedupe_key=f"decision_repair:burst:{episode_id}:{tool}",
-                        episode_id=episode_id,
-                        payload={"trigger": "tool_failure_burst", "tool": tool, "failures": failures, "reason": ""},
-                    )
-                    scheduled.append(
-                        {"jobId": job.id, "jobType": job.job_type, "status": job.status, "targetMemoryId": None}
-                    )
+            recent = [trace_view(m) for m in self.writer.memories.get_many(window).values()]
+            burst = tool_failure_burst(recent, feedback_cfg.failure_threshold, feedback_cfg.failure_window)
+            if burst is not None:
+                job = queue_burst_repair(self.jobs, episode_id, burst)
+                scheduled.append(
+                    {"jobId": job.id, "jobType": job.job_type, "status": job.status, "targetMemoryId": None}
+                )
         return scheduled
 
 

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from memmy.kinds import memory as stored
+from memmy.kinds import policy, trace
 from memmy.store.db import Database
 from memmy.store.text import FTS_DELETE, FTS_INSERT, fts_row
 from memmy.store.vectors import Vector, VectorMeta, from_blob, meta_of
@@ -253,8 +255,8 @@ class DreamRepository:
         rows = self.db.query(
             "SELECT * FROM memories WHERE memory_layer = 'L1' "
             f"AND status IN ({','.join('?' * len(LIVE_STATUSES))}) AND updated_at < ? AND created_at < ? "
-            "AND COALESCE(json_extract(properties_json, '$.priority'), "
-            "json_extract(properties_json, '$.trace.priority')) <= ? ORDER BY updated_at, id LIMIT ?",
+            f"AND COALESCE(json_extract(properties_json, '{stored.path(stored.PRIORITY)}'), "
+            f"json_extract(properties_json, '{trace.path(trace.PRIORITY)}')) <= ? ORDER BY updated_at, id LIMIT ?",
             [*LIVE_STATUSES, untouched_since, untouched_since, max_priority, limit],
         )
         return [dict(r) for r in rows]
@@ -264,8 +266,8 @@ class DreamRepository:
         rows = self.db.query(
             "SELECT * FROM memories WHERE memory_layer = 'L2' "
             f"AND status IN ({','.join('?' * len(LIVE_STATUSES))}) "
-            "AND (json_extract(properties_json, '$.policy.status') = 'archived' "
-            "OR json_extract(properties_json, '$.policy.gain') < ?) ORDER BY updated_at, id LIMIT ?",
+            f"AND (json_extract(properties_json, '{policy.path(policy.STATUS)}') = 'archived' "
+            f"OR json_extract(properties_json, '{policy.path(policy.GAIN)}') < ?) ORDER BY updated_at, id LIMIT ?",
             [*LIVE_STATUSES, archive_gain, limit],
         )
         return [dict(r) for r in rows]

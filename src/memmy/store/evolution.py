@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from memmy.domain import new_id
+from memmy.kinds import trace
 from memmy.store.db import Database, utc_now
 
 
@@ -191,8 +192,8 @@ class EvolutionRepository:
         for start in range(0, len(trace_ids), 500):
             chunk = trace_ids[start : start + 500]
             rows = self.db.query(
-                "SELECT id, json_extract(properties_json, '$.trace.value'), "
-                "json_extract(properties_json, '$.trace.episode_id') FROM memories "
+                f"SELECT id, json_extract(properties_json, '{trace.path(trace.VALUE)}'), "
+                f"json_extract(properties_json, '{trace.path(trace.EPISODE_ID)}') FROM memories "
                 f"WHERE id IN ({','.join('?' * len(chunk))}) AND status != 'deleted'",
                 chunk,
             )
@@ -211,7 +212,8 @@ class EvolutionRepository:
     def support_of(self, policy_id: str) -> int:
         """Distinct episodes among all live traces linked to a policy (support is not capped)."""
         row = self.db.query_one(
-            "SELECT COUNT(DISTINCT json_extract(m.properties_json, '$.trace.episode_id')) FROM trace_policy_links l "
+            f"SELECT COUNT(DISTINCT json_extract(m.properties_json, '{trace.path(trace.EPISODE_ID)}')) "
+            "FROM trace_policy_links l "
             "JOIN memories m ON m.id = l.l1_memory_id WHERE l.l2_memory_id = ? AND m.status != 'deleted'",
             (policy_id,),
         )

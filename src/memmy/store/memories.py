@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memmy.domain import Memory
+from memmy.kinds import trace
 from memmy.store.db import Database, utc_now
 from memmy.store.jsontext import dumps_json
 from memmy.store.logs import append_change, append_creations
@@ -382,7 +383,8 @@ class MemoryRepository:
             return frozenset()
         rows = self.db.query(
             "SELECT id FROM memories WHERE session_id = ? AND memory_layer = 'L1' AND "
-            f"json_extract(properties_json, '$.trace.raw_turn_id') IN ({','.join('?' * len(raw_turn_ids))})",
+            f"json_extract(properties_json, '{trace.path(trace.RAW_TURN_ID)}') "
+            f"IN ({','.join('?' * len(raw_turn_ids))})",
             [session_id, *raw_turn_ids],
         )
         return frozenset(r["id"] for r in rows)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from memmy.domain import Memory
+from memmy.kinds import memory as stored
 from memmy.store.db import Database, utc_now
 from memmy.store.memories import _COLUMNS, row_to_memory
 
@@ -213,7 +214,8 @@ class PanelReads:
         """Ids of derived items waiting for review (evolution writes them, so its source's index narrows it)."""
         rows = self.db.query(
             "SELECT id FROM memories WHERE source_agent = 'memmy-evolution' AND memory_layer IN ('L2','L3','Skill') "
-            "AND json_extract(properties_json, '$.review.state') = 'pending' ORDER BY updated_at DESC LIMIT ?",
+            f"AND json_extract(properties_json, '{stored.path(stored.REVIEW, stored.REVIEW_STATE)}') = 'pending' "
+            "ORDER BY updated_at DESC LIMIT ?",
             (limit,),
         )
         return [str(r[0]) for r in rows]

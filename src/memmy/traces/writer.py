@@ -10,6 +10,7 @@ from typing import Any
 from memmy.config import Configured, Settings
 from memmy.domain import Memory, content_hash
 from memmy.indexing import Indexer
+from memmy.kinds import memory as stored
 from memmy.redact import DEFAULT_REDACTOR, Redactor
 from memmy.store.db import utc_now
 from memmy.store.jsontext import dumps_json
@@ -235,7 +236,7 @@ class TraceWriter(Configured):
             "sourceMemoryIds": turn.source_memory_ids,
         }
         if turn.source_message_ids:
-            properties["sourceMessageIds"] = turn.source_message_ids
+            properties = stored.with_values(properties, **{stored.SOURCE_MESSAGE_IDS: turn.source_message_ids})
         info: dict[str, Any] = {}
         if turn.imported and turn.host is not None:
             info = {"importPending": 1, "importSource": turn.host.source, "conversationId": turn.conversation_id}
