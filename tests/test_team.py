@@ -204,7 +204,10 @@ def test_turns_captured_while_the_server_is_down_are_delivered_once_in_order(tmp
     workspace.mkdir(parents=True)
     server = Daemon(home=tmp_path / "server", port=free_port(), token=OWNER_TOKEN)
     server.home.mkdir()
-    for n in range(50):  # the server is not running: every turn goes to the outbox
+    server.start()
+    turn(laptop, server.url, OWNER_TOKEN, 0, workspace)  # online: the session is open, the next turns reuse it
+    server.stop()
+    for n in range(1, 51):  # the server is not running: every turn goes to the outbox
         turn(laptop, server.url, OWNER_TOKEN, n, workspace)
     outbox = laptop / ".memmy" / "outbox"
     assert len([p for p in outbox.iterdir() if p.suffix == ".json"]) == 50
@@ -212,7 +215,7 @@ def test_turns_captured_while_the_server_is_down_are_delivered_once_in_order(tmp
 
     server.start()
     try:
-        turn(laptop, server.url, OWNER_TOKEN, 50, workspace)  # the next hook call delivers what waits, then its own
+        turn(laptop, server.url, OWNER_TOKEN, 51, workspace)  # the next hook call delivers what waits, then its own
         sync = memmy(laptop, "--json", "sync", env={"MEMMY_MEMORY_URL": server.url, "MEMMY_MEMORY_TOKEN": OWNER_TOKEN})
         assert sync.returncode == 0, sync.stderr
         assert not [p for p in outbox.iterdir() if p.suffix == ".json"]
@@ -224,7 +227,7 @@ def test_turns_captured_while_the_server_is_down_are_delivered_once_in_order(tmp
     finally:
         server.stop()
     numbers = [int(text.split("offline question number ")[1][:2]) for text in stored]
-    assert numbers == list(range(51))  # each turn once, in the order it was captured
+    assert numbers == list(range(52))  # each turn once, in the order it was captured
 
 
 def test_a_laptop_joins_with_init_and_shares_one_project_through_its_hooks(team: Daemon, tmp_path: Path) -> None:

@@ -533,9 +533,14 @@ def on_prompt(
     }
     # The request goes out first: the daemon recalls while this process writes the turn's state (which may
     # import the redactor, the slowest thing a hook can do), so the two overlap instead of adding up.
-    pending = client.send("POST", "/api/v1/turns/start", body)
+    offline = {"sessionId": session_id, "turnId": turn_id, "query": query, "sourceMemoryIds": []}
     try:
-        state.save({"sessionId": session_id, "turnId": turn_id, "query": query, "sourceMemoryIds": []})
+        pending = client.send("POST", "/api/v1/turns/start", body)
+    except OSError:  # unreachable now: the turn is still captured at Stop (queued, see outbox)
+        state.save(offline)
+        raise
+    try:
+        state.save(offline)
         started = client.answer(pending)
     except HTTPError as exc:
         if not opened or exc.code not in (404, 409):
