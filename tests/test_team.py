@@ -10,7 +10,9 @@ import os
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -310,3 +312,37 @@ def test_mcp_starts_and_fails_open_while_the_team_server_is_unreachable(tmp_path
 
     assert with_client(stdio(env, cwd=tmp_path), session)
     assert not (tmp_path / ".memmy" / "logs" / "daemon-autostart.log").exists()  # no local daemon was started
+
+
+class _BadGateway(BaseHTTPRequestHandler):
+    """A reverse proxy whose memory server is down: 502 to every request."""
+
+    def _refuse(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        self.send_response(502)
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    do_GET = do_POST = _refuse
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Quiet."""
+
+
+def test_a_proxys_bad_gateway_queues_the_turn_too(fresh_daemon: Daemon, tmp_path: Path) -> None:
+    proxy = ThreadingHTTPServer(("127.0.0.1", 0), _BadGateway)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    laptop, workspace = tmp_path / "laptop", tmp_path / "laptop" / "project"
+    workspace.mkdir(parents=True)
+    try:
+        turn(laptop, f"http://127.0.0.1:{proxy.server_port}", OWNER_TOKEN, 0, workspace)
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+    assert len(list((laptop / ".memmy" / "outbox").glob("*.json"))) == 1
+    fresh_daemon.token = OWNER_TOKEN
+    fresh_daemon.start()
+    env = {"MEMMY_MEMORY_URL": fresh_daemon.url, "MEMMY_MEMORY_TOKEN": OWNER_TOKEN}
+    assert json.loads(memmy(laptop, "--json", "sync", env=env).stdout)["delivered"] == 1
+    stored = traces(fresh_daemon.home / ".memmy" / "memory-service" / "memory.sqlite")
+    assert len(stored) == 1 and "offline question number 00" in stored[0]
