@@ -346,3 +346,10 @@ def test_a_proxys_bad_gateway_queues_the_turn_too(fresh_daemon: Daemon, tmp_path
     assert json.loads(memmy(laptop, "--json", "sync", env=env).stdout)["delivered"] == 1
     stored = traces(fresh_daemon.home / ".memmy" / "memory-service" / "memory.sqlite")
     assert len(stored) == 1 and "offline question number 00" in stored[0]
+
+
+def test_init_refuses_a_plain_http_team_server(tmp_path: Path) -> None:
+    url = "http://memmy.example.com:18960"
+    done = memmy(tmp_path, "init", "--url", url, "--token", "t", "--no-agents", "--no-model")
+    assert done.returncode != 0 and "HTTPS only" in done.stderr
+    assert not (tmp_path / ".memmy" / "config.yaml").exists()  # nothing written
