@@ -10,7 +10,9 @@ import os
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -204,7 +206,10 @@ def test_turns_captured_while_the_server_is_down_are_delivered_once_in_order(tmp
     workspace.mkdir(parents=True)
     server = Daemon(home=tmp_path / "server", port=free_port(), token=OWNER_TOKEN)
     server.home.mkdir()
-    for n in range(50):  # the server is not running: every turn goes to the outbox
+    server.start()
+    turn(laptop, server.url, OWNER_TOKEN, 0, workspace)  # online: the session is open, the next turns reuse it
+    server.stop()
+    for n in range(1, 51):  # the server is not running: every turn goes to the outbox
         turn(laptop, server.url, OWNER_TOKEN, n, workspace)
     outbox = laptop / ".memmy" / "outbox"
     assert len([p for p in outbox.iterdir() if p.suffix == ".json"]) == 50
@@ -212,7 +217,7 @@ def test_turns_captured_while_the_server_is_down_are_delivered_once_in_order(tmp
 
     server.start()
     try:
-        turn(laptop, server.url, OWNER_TOKEN, 50, workspace)  # the next hook call delivers what waits, then its own
+        turn(laptop, server.url, OWNER_TOKEN, 51, workspace)  # the next hook call delivers what waits, then its own
         sync = memmy(laptop, "--json", "sync", env={"MEMMY_MEMORY_URL": server.url, "MEMMY_MEMORY_TOKEN": OWNER_TOKEN})
         assert sync.returncode == 0, sync.stderr
         assert not [p for p in outbox.iterdir() if p.suffix == ".json"]
@@ -224,7 +229,7 @@ def test_turns_captured_while_the_server_is_down_are_delivered_once_in_order(tmp
     finally:
         server.stop()
     numbers = [int(text.split("offline question number ")[1][:2]) for text in stored]
-    assert numbers == list(range(51))  # each turn once, in the order it was captured
+    assert numbers == list(range(52))  # each turn once, in the order it was captured
 
 
 def test_a_laptop_joins_with_init_and_shares_one_project_through_its_hooks(team: Daemon, tmp_path: Path) -> None:
@@ -307,3 +312,44 @@ def test_mcp_starts_and_fails_open_while_the_team_server_is_unreachable(tmp_path
 
     assert with_client(stdio(env, cwd=tmp_path), session)
     assert not (tmp_path / ".memmy" / "logs" / "daemon-autostart.log").exists()  # no local daemon was started
+
+
+class _BadGateway(BaseHTTPRequestHandler):
+    """A reverse proxy whose memory server is down: 502 to every request."""
+
+    def _refuse(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        self.send_response(502)
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    do_GET = do_POST = _refuse
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Quiet."""
+
+
+def test_a_proxys_bad_gateway_queues_the_turn_too(fresh_daemon: Daemon, tmp_path: Path) -> None:
+    proxy = ThreadingHTTPServer(("127.0.0.1", 0), _BadGateway)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    laptop, workspace = tmp_path / "laptop", tmp_path / "laptop" / "project"
+    workspace.mkdir(parents=True)
+    try:
+        turn(laptop, f"http://127.0.0.1:{proxy.server_port}", OWNER_TOKEN, 0, workspace)
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+    assert len(list((laptop / ".memmy" / "outbox").glob("*.json"))) == 1
+    fresh_daemon.token = OWNER_TOKEN
+    fresh_daemon.start()
+    env = {"MEMMY_MEMORY_URL": fresh_daemon.url, "MEMMY_MEMORY_TOKEN": OWNER_TOKEN}
+    assert json.loads(memmy(laptop, "--json", "sync", env=env).stdout)["delivered"] == 1
+    stored = traces(fresh_daemon.home / ".memmy" / "memory-service" / "memory.sqlite")
+    assert len(stored) == 1 and "offline question number 00" in stored[0]
+
+
+def test_init_refuses_a_plain_http_team_server(tmp_path: Path) -> None:
+    url = "http://memmy.example.com:18960"
+    done = memmy(tmp_path, "init", "--url", url, "--token", "t", "--no-agents", "--no-model")
+    assert done.returncode != 0 and "HTTPS only" in done.stderr
+    assert not (tmp_path / ".memmy" / "config.yaml").exists()  # nothing written

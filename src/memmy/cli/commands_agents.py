@@ -132,6 +132,9 @@ def init(
     from memmy.service import MemoryService
 
     endpoint = endpoint or server_url
+    local = (urlsplit(server_url or "").hostname or "") in ("127.0.0.1", "localhost", "::1")
+    if server_url and urlsplit(server_url).scheme != "https" and not local:
+        fail(f"--url {server_url}: a team server is reached over HTTPS only (the token would cross in clear text)")
     if ca and not dry_run:  # hooks, MCP, the agent and the CLI verify the team server with it (never unverified)
         from memmy.cli.commands_team import read_team_file, write_team_file
 

@@ -55,11 +55,6 @@ class Delivery:
     error: str | None = None
 
 
-def unreachable(exc: BaseException) -> bool:
-    """A failure that means the server could not be reached (connection refused or reset, DNS, timeout)."""
-    return isinstance(exc, OSError)  # socket errors, TimeoutError, ssl and urllib.error.URLError are all OSError
-
-
 class Outbox:
     """The queue folder."""
 

@@ -166,6 +166,16 @@ class HTTPError(Exception):
         self.body = body
 
 
+#: What a reverse proxy answers while the memory server behind it is down or restarting.
+GATEWAY_DOWN = frozenset({502, 503, 504})
+
+
+def unreachable(exc: BaseException) -> bool:
+    """The memory server could not be reached: a socket, DNS, TLS or timeout error (all ``OSError``), or a proxy's
+    502/503/504 in front of it. Such a turn waits in the outbox; any other answer is final."""
+    return isinstance(exc, OSError) or (isinstance(exc, HTTPError) and exc.code in GATEWAY_DOWN)
+
+
 def _split_url(url: str) -> tuple[str, str, int, str]:
     """``http://host:port/base`` -> (scheme, host, port, base path)."""
     scheme, _, rest = url.partition("://")
@@ -498,8 +508,9 @@ def on_prompt(
     if not opened:
         try:
             client.call("POST", "/api/v1/sessions/open", {"sessionId": session_id, "source": agent})
-        except OSError:  # the server is unreachable: the turn is still captured at Stop (queued, see outbox)
-            state.save({"sessionId": session_id, "turnId": turn_id, "query": query, "sourceMemoryIds": []})
+        except (OSError, HTTPError) as exc:
+            if unreachable(exc):  # the turn is still captured at Stop (queued, see outbox)
+                state.save({"sessionId": session_id, "turnId": turn_id, "query": query, "sourceMemoryIds": []})
             raise
         marker.save({"sessionId": session_id})
     body = {
@@ -512,9 +523,14 @@ def on_prompt(
     }
     # The request goes out first: the daemon recalls while this process writes the turn's state (which may
     # import the redactor, the slowest thing a hook can do), so the two overlap instead of adding up.
-    pending = client.send("POST", "/api/v1/turns/start", body)
+    offline = {"sessionId": session_id, "turnId": turn_id, "query": query, "sourceMemoryIds": []}
     try:
-        state.save({"sessionId": session_id, "turnId": turn_id, "query": query, "sourceMemoryIds": []})
+        pending = client.send("POST", "/api/v1/turns/start", body)
+    except OSError:  # unreachable now: the turn is still captured at Stop (queued, see outbox)
+        state.save(offline)
+        raise
+    try:
+        state.save(offline)
         started = client.answer(pending)
     except HTTPError as exc:
         if not opened or exc.code not in (404, 409):
@@ -624,8 +640,9 @@ def on_stop(
                 client.call("POST", *complete)
             state.clear(turn_id)
             return allow_output(agent, event)
-        except OSError:
-            pass  # unreachable: queue it below
+        except (OSError, HTTPError) as exc:
+            if not unreachable(exc):
+                raise  # the server answered and refused: queueing would not change its mind
     body = {**complete[1], "query": scrub(query), "answer": scrub(answer)}
     requests = [{"method": "POST", "path": p, "body": b} for p, b in (opening, (complete[0], body))]
     outbox.put(requests, client.headers)
