@@ -31,6 +31,15 @@ class Health(TypedDict):
     status: NotRequired[str]
     reason: NotRequired[str]
     storeId: NotRequired[str]
+    uptimeMs: NotRequired[int]
+    mode: NotRequired[str]
+    activeProfile: NotRequired[str | None]
+    storage: NotRequired[JSONObject]
+    models: NotRequired[JSONObject]
+    evolution: NotRequired[JSONObject]
+    embeddingQueue: NotRequired[JSONObject]
+    capabilities: NotRequired[JSONObject]
+    serverTime: NotRequired[str]
 
 
 class Accepted(TypedDict):
