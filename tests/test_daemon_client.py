@@ -92,6 +92,32 @@ def test_the_async_side_uses_a_callers_sender_and_revives_once(daemon: Daemon) -
     assert sent == [("POST", "/api/v1/memory/search")] * 2 and revived == [True]
 
 
+def test_the_sync_side_uses_a_callers_sender(daemon: Daemon) -> None:
+    sent: list[tuple[str, str, dict[str, str]]] = []
+    http = DaemonClient(daemon.url, token=daemon.token)
+
+    def send(method: str, path: str, body: object, headers: dict[str, str]) -> tuple[int, object]:
+        sent.append((method, path, headers))
+        try:
+            return 200, http.request(method, path, body)
+        except DaemonError as exc:
+            return exc.status or 0, exc.body
+
+    client = DaemonClient("http://unused", token="t0k", headers={"x-memmy-source": "probe"}, sync_send=send)
+    try:
+        assert client.call(routes.MEMORY_LOGS, params={"limit": 1})["limit"] == 1
+        with pytest.raises(DaemonError) as missing:
+            client.call(routes.DREAM_GET, dream_id="dream_missing")
+    finally:
+        http.close()
+    assert missing.value.status == 404 and missing.value.code == "not_found"
+    assert [(m, p) for m, p, _h in sent] == [
+        ("GET", "/api/v1/memory/logs?limit=1"),
+        ("GET", "/api/v1/dream/dream_missing"),
+    ]
+    assert sent[0][2]["authorization"] == "Bearer t0k" and sent[0][2]["x-memmy-source"] == "probe"
+
+
 def test_an_unreachable_or_silent_daemon_is_named_in_the_surfaces_words(dead_endpoint: str) -> None:
     wording = Wording(unreachable="nothing at {url}", timeout="{url} is silent")
     client = DaemonClient(dead_endpoint, timeout_s=0.5, wording=wording)

@@ -1,5 +1,6 @@
 """Turn captures off the reply's critical path: one background thread redacts each finished turn and posts it to
-the daemon over its own kept-alive connection (``http.client``), so neither the answer nor the next turn waits.
+the daemon through the :class:`~memmy.daemon_client.DaemonClient`, over the thread's own kept-alive connection
+(``http.client``, the client's transport), so neither the answer nor the next turn waits.
 
 Nothing is lost: :meth:`CaptureQueue.flush` waits for the queue (the agent calls it when it closes) and an
 ``atexit`` hook flushes what is left at interpreter exit. A capture the daemon cannot take now (not running, no
@@ -22,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+
+from memmy.daemon_client import DaemonClient, DaemonError, DaemonTimeout, DaemonUnreachable
 
 #: Statuses worth sending again later (the daemon is starting, overloaded, or the token is being fixed).
 RETRYABLE = frozenset({401, 408, 425, 429, 500, 502, 503, 504, 507})
@@ -57,7 +60,8 @@ class CaptureQueue:
         self.port = parts.port or (443 if self.secure else 80)
         self.prefix = parts.path.rstrip("/")
         self.url = url
-        self.headers = {**headers, "content-type": "application/json", "accept": "application/json"}
+        self.headers = {"content-type": "application/json"}
+        self._client = DaemonClient(url, headers=headers, sync_send=self._exchange)
         self.spool = spool
         self.timeout_s = timeout_s
         self.on_error = on_error or (lambda message: None)
@@ -154,6 +158,15 @@ class CaptureQueue:
         return False
 
     def _post(self, path: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, str]:
+        """Send one capture through the daemon client; (HTTP status, what went wrong), status 0: no answer."""
+        try:
+            self._client.request("POST", path, body, headers=headers)
+        except DaemonError as exc:
+            return exc.status or 0, exc.message
+        return 200, ""
+
+    def _exchange(self, method: str, path: str, body: Any, headers: dict[str, str]) -> tuple[int, Any]:
+        """The client's transport: one request on the kept-alive connection; (status, JSON answer or text)."""
         data = json.dumps(body, ensure_ascii=False).encode("utf-8")
         for attempt in (0, 1):  # a kept-alive connection the daemon closed: once more on a new one
             reused = self._connection is not None
@@ -166,20 +179,23 @@ class CaptureQueue:
                 else:
                     self._connection = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
             try:
-                self._connection.request("POST", self.prefix + path, data, {**self.headers, **headers})
+                self._connection.request(method, self.prefix + path, data, {**headers, **self.headers})
                 response = self._connection.getresponse()
                 text = response.read().decode("utf-8", "replace")
                 if response.will_close:
                     self._drop_connection()
-                return response.status, text[:300]
+                try:
+                    return response.status, json.loads(text)
+                except ValueError:
+                    return response.status, text[:300]
             except (OSError, http.client.HTTPException) as exc:
                 self._drop_connection()
                 if reused and attempt == 0 and not isinstance(exc, TimeoutError):
                     continue
                 if isinstance(exc, TimeoutError):
-                    return 0, f"{self.url} did not answer within {self.timeout_s:g} s"
-                return 0, f"daemon not running at {self.url} ({exc})"
-        return 0, f"daemon not running at {self.url}"
+                    raise DaemonTimeout(f"{self.url} did not answer within {self.timeout_s:g} s") from None
+                raise DaemonUnreachable(f"daemon not running at {self.url} ({exc})") from None
+        raise DaemonUnreachable(f"daemon not running at {self.url}")
 
     def _drop_connection(self) -> None:
         if self._connection is not None:

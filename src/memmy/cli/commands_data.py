@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import click
 
 from memmy.cli.context import CliContext, pass_ctx, strip_none
+from memmy.daemon_client import routes
 
 json_flag = click.option("--json", "as_json", is_flag=True, help="Print raw JSON.")
 
@@ -37,7 +39,7 @@ def export(obj: CliContext, out: str | None, no_raw: bool, as_json: bool) -> Non
     """Write the whole store to one portable archive (consistent while the daemon runs)."""
     _use_json(obj, as_json)
     body = strip_none({"out": str(Path(out).expanduser().resolve()) if out else None, "raw": not no_raw})
-    result = obj.call("POST", "/admin/export", body, params=_who(obj))
+    result = obj.call(routes.ADMIN_EXPORT, body, params=_who(obj))
     total = sum(result["counts"].values())
     lines = [f"Exported {total} rows to {result['path']} ({result['bytes']} bytes)", *_table_lines(result["counts"])]
     obj.output(result, "\n".join(lines))
@@ -59,7 +61,7 @@ def import_store(obj: CliContext, archive: str, on_conflict: str, dry_run: bool,
     """Merge or restore an archive made by `memmy-memory export`."""
     _use_json(obj, as_json)
     body = {"path": str(Path(archive).resolve()), "onConflict": on_conflict, "dryRun": dry_run}
-    result = obj.call("POST", "/admin/import", body, params=_who(obj))
+    result = obj.call(routes.ADMIN_IMPORT, body, params=_who(obj))
     head = "Dry run: would add" if dry_run else "Added"
     lines = [f"{head} {result['added']} rows; {result['conflicts']} already present ({on_conflict})."]
     for name, row in result["tables"].items():
@@ -79,7 +81,7 @@ def wipe(obj: CliContext, yes: bool, no_backup: bool, as_json: bool) -> None:
     if not yes:
         note = "" if no_backup else " A backup archive is written first."
         click.confirm(f"Remove every memory, session, episode and import record?{note}", abort=True, err=True)
-    result = obj.call("POST", "/admin/wipe", {"confirm": True, "backup": not no_backup}, params=_who(obj))
+    result = obj.call(routes.ADMIN_WIPE, {"confirm": True, "backup": not no_backup}, params=_who(obj))
     removed = result["removed"]
     lines = [f"Removed {sum(removed.values())} rows:", *_table_lines(removed)]
     lines.append(f"Backup: {result['backup']}" if result["backup"] else "No backup was written.")
@@ -87,7 +89,7 @@ def wipe(obj: CliContext, yes: bool, no_backup: bool, as_json: bool) -> None:
     obj.output(result, "\n".join(lines))
 
 
-def _log_line(kind: str, item: dict[str, Any]) -> str:
+def _log_line(kind: str, item: Mapping[str, Any]) -> str:
     if kind == "audit":
         actor = item["actor"].get("source", "?")
         return f"{item['createdAt']}  {item['action']:<18} {actor:<14} {item['targetKind'] or ''} {item['targetId']}"
@@ -103,7 +105,7 @@ def _log_line(kind: str, item: dict[str, Any]) -> str:
     return f"{item['calledAt']}  {ok} {item['toolName']:<14} {item['sourceAgent'] or '':<12} {item['durationMs']} ms"
 
 
-def _cursor(kind: str, item: dict[str, Any]) -> int:
+def _cursor(kind: str, item: Mapping[str, Any]) -> int:
     return int(item["n"] if kind == "audit" else item["seq"] if kind == "changes" else item["id"])
 
 
@@ -121,7 +123,7 @@ def logs(obj: CliContext, kind: str, limit: int, follow: bool, as_json: bool) ->
     _use_json(obj, as_json)
     if follow and kind == "recalls":
         raise click.UsageError("--follow works with --audit, --api and --changes")
-    result = obj.call("GET", "/logs", params={"kind": kind, "limit": limit})
+    result = obj.call(routes.LOGS, params={"kind": kind, "limit": limit})
     items = list(reversed(result["items"]))
     if not follow:
         obj.output(result, "\n".join(_log_line(kind, i) for i in items) or f"No {kind} log rows.")
@@ -132,7 +134,7 @@ def logs(obj: CliContext, kind: str, limit: int, follow: bool, as_json: bool) ->
     try:
         while True:
             time.sleep(1.0)
-            page = obj.call("GET", "/logs", params={"kind": kind, "after": cursor, "limit": 500})
+            page = obj.call(routes.LOGS, params={"kind": kind, "after": cursor, "limit": 500})
             for item in page["items"]:
                 cursor = max(cursor, _cursor(kind, item))
                 click.echo(json.dumps(item, ensure_ascii=False) if obj.as_json else _log_line(kind, item), nl=True)

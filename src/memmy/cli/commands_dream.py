@@ -2,23 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import click
 
 from memmy.cli.context import CliContext, pass_ctx
+from memmy.daemon_client import routes
 
 ACTION_ORDER = ("merge", "supersede", "archive_stale", "archive_contradicted")
 
 json_flag = click.option("--json", "as_json", is_flag=True, help="Print raw JSON.")
 
 
-def _counts(stats: dict[str, Any]) -> str:
+def _counts(stats: Mapping[str, Any]) -> str:
     parts = [f"{stats[name]} {name}" for name in ACTION_ORDER if stats.get(name)]
     return ", ".join(parts) or "no changes"
 
 
-def _change_line(change: dict[str, Any]) -> str:
+def _change_line(change: Mapping[str, Any]) -> str:
     return f"  {change['seq']:>3}. {change['action']:<20} {change['memoryId']}  {change['reason']}"
 
 
@@ -40,7 +42,7 @@ def dream() -> None:
 def dream_run(obj: CliContext, dry_run: bool, as_json: bool) -> None:
     """Run one pass now."""
     _use_json(obj, as_json)
-    result = obj.call("POST", "/dream/run", {"dryRun": dry_run})
+    result = obj.call(routes.DREAM_RUN, {"dryRun": dry_run})
     changes = result.get("changes") or []
     stats = result["stats"]
     if result["dryRun"]:
@@ -61,7 +63,7 @@ def dream_run(obj: CliContext, dry_run: bool, as_json: bool) -> None:
 def dream_log(obj: CliContext, limit: int, as_json: bool) -> None:
     """Past passes, newest first."""
     _use_json(obj, as_json)
-    result = obj.call("GET", "/dream/log", params={"limit": limit})
+    result = obj.call(routes.DREAM_LOG, params={"limit": limit})
     lines = [
         f"{d['id']}  {d['startedAt']}  {d['status']:<9} {d['trigger']:<9} {_counts(d['stats'])}"
         + (f"  error: {d['error']}" if d.get("error") else "")
@@ -83,7 +85,7 @@ def dream_log(obj: CliContext, limit: int, as_json: bool) -> None:
 def dream_show(obj: CliContext, dream_id: str, verbose: bool, as_json: bool) -> None:
     """One pass and every change it made."""
     _use_json(obj, as_json or verbose)
-    result = obj.call("GET", f"/dream/{dream_id}", params={"verbose": "true"} if verbose else None)
+    result = obj.call(routes.DREAM_GET, params={"verbose": "true"} if verbose else None, dream_id=dream_id)
     head = f"{result['id']}  {result['status']}  {result['trigger']}  started {result['startedAt']}"
     if result.get("restoredAt"):
         head += f"  restored {result['restoredAt']}"
@@ -103,7 +105,7 @@ def dream_show(obj: CliContext, dream_id: str, verbose: bool, as_json: bool) -> 
 def dream_restore(obj: CliContext, dream_id: str, force: bool, as_json: bool) -> None:
     """Put every memory a pass changed back exactly as it was."""
     _use_json(obj, as_json)
-    result = obj.call("POST", f"/dream/{dream_id}/restore", {"force": force})
+    result = obj.call(routes.DREAM_RESTORE, {"force": force}, dream_id=dream_id)
     lines = [f"Restored {result['id']}: {result['memories']} memories put back."]
     if result["overwritten"]:
         lines.append("Overwrote later edits of: " + ", ".join(result["overwritten"]))

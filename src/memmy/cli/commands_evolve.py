@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from memmy.cli.context import CliContext, pass_ctx, strip_none
+from memmy.daemon_client import routes
 
 
 @click.command()
@@ -19,7 +20,7 @@ def feedback(obj: CliContext, target: str, polarity: str | None, note: str | Non
     if polarity is None:
         raise click.UsageError("say --positive or --negative")
     result = obj.call(
-        "POST", "/feedback", strip_none({"id": target, "polarity": polarity, "note": note, "magnitude": magnitude})
+        routes.FEEDBACK, strip_none({"id": target, "polarity": polarity, "note": note, "magnitude": magnitude})
     )
     scheduled = ", ".join(result.get("scheduled") or []) or "nothing"
     obj.output(result, f"Recorded {polarity} feedback {result['feedback']['id']} on {target} (scheduled: {scheduled})")
@@ -31,8 +32,7 @@ def feedback(obj: CliContext, target: str, polarity: str | None, note: str | Non
 @pass_ctx
 def episodes(obj: CliContext, status: str | None, limit: int) -> None:
     """List recent episodes with their reward and the policies they produced."""
-    query = f"?limit={limit}" + (f"&status={status}" if status else "")
-    result = obj.call("GET", f"/episodes{query}")
+    result = obj.call(routes.EPISODES, params=strip_none({"limit": limit, "status": status}))
     lines = []
     for item in result["items"]:
         reward = "-" if item["rTask"] is None else f"{item['rTask']:+.2f}"
@@ -50,8 +50,7 @@ def episodes(obj: CliContext, status: str | None, limit: int) -> None:
 @pass_ctx
 def jobs(obj: CliContext, status: str | None, job_type: str | None, limit: int) -> None:
     """Evolution jobs and per-status counts (what the background worker is doing)."""
-    query = f"?limit={limit}" + (f"&status={status}" if status else "") + (f"&type={job_type}" if job_type else "")
-    result = obj.call("GET", f"/evolution/jobs{query}")
+    result = obj.call(routes.EVOLUTION_JOBS, params=strip_none({"limit": limit, "status": status, "type": job_type}))
     counts = ", ".join(f"{k} {v}" for k, v in result["counts"].items())
     lines = [f"jobs: {counts}"]
     for item in result["items"]:
@@ -70,7 +69,7 @@ def worker() -> None:
 @pass_ctx
 def worker_run(obj: CliContext, limit: int) -> None:
     """Run due embeddings and evolution jobs now instead of waiting for the background worker."""
-    result = obj.call("POST", "/worker/run", {"limit": limit})
+    result = obj.call(routes.WORKER_RUN, {"limit": limit})
     embeddings = result["embeddingRetries"]
     obj.output(
         result,

@@ -110,11 +110,11 @@ def sigterm_interrupts() -> Iterator[None]:
 
 def stop_job(obj: CliContext, job_id: str, timeout_s: float = STOP_WAIT_S) -> dict[str, Any]:
     """Ask the daemon to stop the job and wait until it has (so a new import can start at once)."""
-    status: dict[str, Any] = obj.call("POST", f"/sources/scan/{job_id}/stop", {})
+    status: dict[str, Any] = dict(obj.call(routes.SOURCES_SCAN_STOP, {}, job_id=job_id))
     deadline = time.monotonic() + timeout_s
     while status.get("state") not in FINAL_STATES and time.monotonic() < deadline:
         time.sleep(0.2)
-        status = obj.call("GET", f"/sources/scan/{job_id}")
+        status = dict(obj.call(routes.SOURCES_SCAN_GET, job_id=job_id))
     return status
 
 
@@ -123,7 +123,7 @@ def start_and_follow(obj: CliContext, body: dict[str, Any], console: Console, sh
     job_id: str | None = None
     try:
         with sigterm_interrupts():
-            job_id = str(obj.call("POST", "/sources/scan", body)["jobId"])
+            job_id = str(obj.call(routes.SOURCES_SCAN, body)["jobId"])
             return follow(obj, job_id, console, show)
     except KeyboardInterrupt as interrupt:
         if job_id is not None:
@@ -163,7 +163,7 @@ def _follow_plain(obj: CliContext, job_id: str, console: Console, status: dict[s
                 if final:
                     break
     except (httpx.HTTPError, ClientError):
-        status = obj.call("GET", f"/sources/scan/{job_id}")
+        status = dict(obj.call(routes.SOURCES_SCAN_GET, job_id=job_id))
     finally:
         client.close()
     return status
@@ -175,7 +175,7 @@ def follow(obj: CliContext, job_id: str, console: Console, show: bool) -> dict[s
     When the console is not a terminal (a pipe, a log, ``--json`` with stderr redirected) progress is printed
     as plain lines instead, since a live table cannot redraw there.
     """
-    status: dict[str, Any] = obj.call("GET", f"/sources/scan/{job_id}")
+    status: dict[str, Any] = dict(obj.call(routes.SOURCES_SCAN_GET, job_id=job_id))
     if not console.is_terminal and (obj.as_json or show):
         return _follow_plain(obj, job_id, console, status)
     client = obj.client()
@@ -189,7 +189,7 @@ def follow(obj: CliContext, job_id: str, console: Console, show: bool) -> dict[s
                     if status["state"] in FINAL_STATES:
                         break
     except (httpx.HTTPError, ClientError):
-        status = obj.call("GET", f"/sources/scan/{job_id}")  # stream dropped: fall back to one status read
+        status = dict(obj.call(routes.SOURCES_SCAN_GET, job_id=job_id))  # stream dropped: fall back to one status read
     finally:
         client.close()
     return status
@@ -259,7 +259,7 @@ def sources(ctx: click.Context) -> None:
 @pass_ctx
 def list_sources(obj: CliContext) -> None:
     """Detected agents, their history paths, last sync and imported turn counts."""
-    result = obj.call("GET", "/sources")
+    result = obj.call(routes.SOURCES)
     if obj.as_json:
         emit_json(result)
         return
@@ -370,7 +370,7 @@ def add_source(
     )
     if no_import:
         return
-    started = obj.call("POST", "/sources/scan", {"sources": [source_id]})
+    started = obj.call(routes.SOURCES_SCAN, {"sources": [source_id]})
     status = follow(obj, started["jobId"], make_console(), show=True)
     click.echo(f"Added {status['totals']['turnsAdded']} turns from {source_id}.")
 

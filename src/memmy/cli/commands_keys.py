@@ -3,24 +3,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, NoReturn
 
 import click
 
 from memmy.cli.context import CliContext, list_option, pass_ctx, strip_none
+from memmy.daemon_client import routes
 from memmy.domain import readable_text
 
 DECAY_CHOICES = click.Choice(["transient", "standard", "stable", "permanent"])
 
 
-def _key_line(key: dict[str, Any]) -> str:
+def _key_line(key: Mapping[str, Any]) -> str:
     aliases = f" (aka {', '.join(key['aliases'])})" if key.get("aliases") else ""
     hub = " hub" if key.get("is_hub") else ""
     score = f" score {key['score']}" if "score" in key else ""
     return f"[{key['key_id']}] {key['concept']}{aliases} - {key['memory_count']} memories{hub}{score}"
 
 
-def _validity(view: dict[str, Any]) -> str:
+def _validity(view: Mapping[str, Any]) -> str:
     validity = view.get("validity") or {}
     return f"{validity.get('status', '?')} (freshness {validity.get('freshness', '?')})"
 
@@ -59,7 +61,7 @@ def keys_recall(
     body = strip_none(
         {"query": query, "top_k": top_k, "namespace": namespace, "context": context, "explain": explain or None}
     )
-    result = obj.call("POST", "/keys/recall", body)
+    result = obj.call(routes.KEYS_RECALL, body)
     lines = [f"status: {result['status']}"]
     lines += [_key_line(k) for k in result.get("keys", [])]
     for memory in result.get("memories", []):
@@ -80,7 +82,7 @@ def keys_recall(
 def keys_browse(obj: CliContext, namespace: str | None, hubs_only: bool, limit: int, offset: int) -> None:
     """The key vocabulary, hubs first."""
     body = strip_none({"namespace": namespace, "hubs_only": hubs_only or None, "limit": limit, "offset": offset})
-    result = obj.call("POST", "/keys/browse_keys", body)
+    result = obj.call(routes.KEYS_BROWSE_KEYS, body)
     lines = [_key_line(k) for k in result["keys"]] or ["No keys."]
     obj.output(result, "\n".join(lines))
 
@@ -95,7 +97,7 @@ def keys_browse(obj: CliContext, namespace: str | None, hubs_only: bool, limit: 
 def keys_read(obj: CliContext, key_id: str, query: str | None, namespace: str | None, limit: int, offset: int) -> None:
     """Ranked memory handles under one key (no content)."""
     body = strip_none({"key_id": key_id, "query": query, "namespace": namespace, "limit": limit, "offset": offset})
-    result = obj.call("POST", "/keys/read_key", body)
+    result = obj.call(routes.KEYS_READ_KEY, body)
     lines = [_key_line(result["key"])]
     for handle in result["memories"]:
         lines.append(f"  {handle['rank']}. {handle['id']} score {handle['score']} - {_validity(handle)}")
@@ -110,7 +112,7 @@ def keys_read(obj: CliContext, key_id: str, query: str | None, namespace: str | 
 def keys_read_memory(obj: CliContext, memory_id: str, via_key_id: str | None, namespace: str | None) -> None:
     """Full content and connected keys of one memory."""
     body = strip_none({"memory_id": memory_id, "via_key_id": via_key_id, "namespace": namespace})
-    result = obj.call("POST", "/keys/read_memory", body)
+    result = obj.call(routes.KEYS_READ_MEMORY, body)
     lines = [
         f"{result['id']} - {_validity(result)}",
         result["content"],
@@ -155,7 +157,7 @@ def keys_remember(
             "related_to": list(related_to) or None,
         }
     )
-    result = obj.call("POST", "/keys/remember", body)
+    result = obj.call(routes.KEYS_REMEMBER, body)
     if result.get("tombstoned"):
         _refuse_forgotten(obj, result["tombstone_id"])
     obj.output(result, ("Already stored as " if result.get("deduplicated") else "Saved ") + str(result["saved"]))
@@ -165,7 +167,7 @@ def keys_remember(
 @pass_ctx
 def keys_stats(obj: CliContext) -> None:
     """Counts of keys, memories and links."""
-    result = obj.call("POST", "/keys/memory_stats", {})
+    result = obj.call(routes.KEYS_MEMORY_STATS, {})
     obj.output(
         result,
         f"keys: {result['keys']}  memories: {result['memories']}  links: {result['links']}  "
@@ -200,7 +202,7 @@ def correct(
             "decay_profile": decay_profile,
         }
     )
-    result = obj.call("POST", "/keys/correct", body)
+    result = obj.call(routes.KEYS_CORRECT, body)
     if result.get("tombstoned"):
         _refuse_forgotten(obj, result["tombstone_id"])
     obj.output(result, f"{result['superseded']} -> {result['new_id']}")
@@ -220,7 +222,7 @@ def _refuse_forgotten(obj: CliContext, tombstone: str) -> NoReturn:
 @pass_ctx
 def confirm(obj: CliContext, memory_id: str, evidence: str) -> None:
     """Confirm a fact is still current (refreshes its freshness)."""
-    result = obj.call("POST", "/keys/confirm_memory", {"memory_id": memory_id, "evidence": evidence})
+    result = obj.call(routes.KEYS_CONFIRM_MEMORY, {"memory_id": memory_id, "evidence": evidence})
     obj.output(result, f"Confirmed {memory_id}: {_validity(result)}")
 
 
@@ -231,7 +233,7 @@ def confirm(obj: CliContext, memory_id: str, evidence: str) -> None:
 def forget(obj: CliContext, memory_id: str, reason: str | None) -> None:
     """Forget a memory for good: it is deleted and a tombstone keeps its text out (adds, captures, re-imports are
     refused) until `tombstones restore`. Works on a deleted memory too."""
-    result = obj.call("POST", "/keys/forget", strip_none({"memory_id": memory_id, "reason": reason}))
+    result = obj.call(routes.KEYS_FORGET, strip_none({"memory_id": memory_id, "reason": reason}))
     obj.output(result, f"Forgot {memory_id} (tombstone {result['tombstone_id']})")
 
 
@@ -240,7 +242,7 @@ def forget(obj: CliContext, memory_id: str, reason: str | None) -> None:
 @pass_ctx
 def history(obj: CliContext, memory_id: str) -> None:
     """The version chain of a memory, oldest first."""
-    result = obj.call("GET", f"/memory/{memory_id}/history")
+    result = obj.call(routes.MEMORY_HISTORY, memory_id=memory_id)
     lines = []
     for item in result["chain"]:
         mark = "*" if item["current"] else " "
@@ -263,7 +265,7 @@ def tombstones(ctx: click.Context) -> None:
 @pass_ctx
 def tombstones_list(obj: CliContext, limit: int) -> None:
     """Tombstones, newest first."""
-    result = obj.call("GET", "/tombstones", params={"limit": limit})
+    result = obj.call(routes.TOMBSTONES, params={"limit": limit})
     lines = [
         f"{t['id']}  {t['createdAt']}  {t.get('reason') or ''}  {t.get('preview') or t.get('memoryKey') or ''}"
         for t in result["tombstones"]
@@ -277,7 +279,7 @@ def tombstones_list(obj: CliContext, limit: int) -> None:
 @pass_ctx
 def tombstones_restore(obj: CliContext, tombstone_id: str, reason: str | None) -> None:
     """Remove a tombstone (the next import or write may bring the value back)."""
-    result = obj.call("POST", f"/tombstones/{tombstone_id}/restore", strip_none({"reason": reason}))
+    result = obj.call(routes.TOMBSTONES_RESTORE, strip_none({"reason": reason}), tombstone_id=tombstone_id)
     obj.output(result, f"Restored {tombstone_id}")
 
 

@@ -14,7 +14,7 @@ from memmy.cli.context import CliContext, pass_ctx
 @pass_ctx
 def panel(obj: CliContext, no_open: bool) -> None:
     """Open the Memory panel in the browser (prints the one-time sign-in link, valid 10 minutes, used once)."""
-    result = obj.call("POST", "/panel/sign-in")
+    result = obj.request("POST", "/panel/sign-in")
     url = str(result["url"])
     if obj.as_json:
         obj.output(result, url)

@@ -18,7 +18,7 @@ class _Api:
         self.obj = obj
 
     def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        return self.obj.call(method, path.removeprefix("/api/v1"), body)
+        return self.obj.request(method, path, body)
 
 
 @click.command()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from memmy.cli.context import CliContext, list_option, pass_ctx, strip_none
+from memmy.daemon_client import routes
 
 STATUS_CHOICES = [
     "succeeded",
@@ -32,7 +33,7 @@ def session() -> None:
 @pass_ctx
 def session_open(obj: CliContext, session_id: str | None, workspace_path: str | None) -> None:
     """Open (or resume) a session; prints its id."""
-    result = obj.call("POST", "/sessions/open", strip_none({"sessionId": session_id, "workspacePath": workspace_path}))
+    result = obj.call(routes.SESSIONS_OPEN, strip_none({"sessionId": session_id, "workspacePath": workspace_path}))
     obj.output(result, f"{result['sessionId']}{' (resumed)' if result.get('resumed') else ''}")
 
 
@@ -45,7 +46,7 @@ def session_close(obj: CliContext, session_id: str | None, session_opt: str | No
     target = session_opt or session_id
     if not target:
         raise click.UsageError("give a session id: memmy-memory session close <id>")
-    result = obj.call("POST", f"/sessions/{target}/close", {})
+    result = obj.call(routes.SESSIONS_CLOSE, {}, session_id=target)
     obj.output(result, f"Closed {result['sessionId']}")
 
 
@@ -65,7 +66,7 @@ def turn_start(obj: CliContext, query: str | None, query_opt: str | None, sessio
     text = query_opt or query
     if not text:
         raise click.UsageError('give the user\'s request: memmy-memory turn start --session-id S "request"')
-    result = obj.call("POST", "/turns/start", strip_none({"sessionId": session_id, "query": text, "turnId": turn_id}))
+    result = obj.call(routes.TURNS_START, strip_none({"sessionId": session_id, "query": text, "turnId": turn_id}))
     markdown = result["injectedContext"]["markdown"]
     obj.output(result, f"turn: {result['turnId']}\n\n{markdown or '(no relevant memory)'}")
 
@@ -99,7 +100,7 @@ def turn_complete(
     body = strip_none(
         {"sessionId": session_id, "query": query, "answer": text, "status": status, "tags": list_option(tags)}
     )
-    result = obj.call("POST", f"/turns/{target}/complete", body)
+    result = obj.call(routes.TURNS_COMPLETE, body, turn_id=target)
     if not result.get("captured", True):
         obj.output(result, "Not captured: memory writes are disabled (algorithm.enableMemoryAdd: false)")
         return

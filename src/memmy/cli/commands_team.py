@@ -13,6 +13,7 @@ import click
 
 from memmy.cli.context import CliContext, pass_ctx
 from memmy.cli.output import fail
+from memmy.daemon_client import routes
 
 
 @click.group("users")
@@ -25,7 +26,7 @@ def users() -> None:
 @pass_ctx
 def users_add(obj: CliContext, name: str) -> None:
     """Add a person and print their token (shown this once; only its hash is stored)."""
-    result = obj.call("POST", "/admin/users", {"name": name})
+    result = obj.call(routes.ADMIN_USERS_POST, {"name": name})
     obj.output(
         result,
         f"Added {result['name']}. Their token (shown once, give it to them privately):\n{result['token']}\n"
@@ -37,7 +38,7 @@ def users_add(obj: CliContext, name: str) -> None:
 @pass_ctx
 def users_list(obj: CliContext) -> None:
     """Everyone, revoked people included."""
-    result = obj.call("GET", "/admin/users")
+    result = obj.call(routes.ADMIN_USERS_GET)
     lines = [
         f"{m['name']:<24} added {m['createdAt']}" + (f"  revoked {m['revokedAt']}" if m["revokedAt"] else "")
         for m in result["items"]
@@ -50,7 +51,7 @@ def users_list(obj: CliContext) -> None:
 @pass_ctx
 def users_revoke(obj: CliContext, name: str) -> None:
     """Refuse the person's token from the next request on (their memories stay, under their name)."""
-    result = obj.call("POST", f"/admin/users/{name}/revoke")
+    result = obj.call(routes.ADMIN_USERS_REVOKE, name=name)
     obj.output(result, f"Revoked {result['name']} at {result['revokedAt']}: their token is refused from now on.")
 
 

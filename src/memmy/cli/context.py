@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar, cast
 
 import click
 
 from memmy.cli.client import ClientError, ClientSettings, connect
 from memmy.cli.output import emit_json, fail
 from memmy.config import MemmyConfig, load_config
-from memmy.daemon_client import DaemonClient
+from memmy.daemon_client import DaemonClient, Route
 from memmy.errors import MemmyError
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -41,8 +44,21 @@ class CliContext:
         )
         return connect(settings)
 
-    def call(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None) -> Any:
-        """One request; daemon errors print on stderr and exit 1."""
+    def call(
+        self,
+        route: Route[T],
+        body: Mapping[str, Any] | None = None,
+        *,
+        params: Mapping[str, Any] | None = None,
+        **path: str,
+    ) -> T:
+        """One request to a route of the table (its ``{names}`` from ``path``); its typed answer. Daemon errors
+        print on stderr and exit 1."""
+        return cast(T, self.request(route.method, route.url(**path), body, params))
+
+    def request(self, method: str, path: str, body: Any = None, params: Mapping[str, Any] | None = None) -> Any:
+        """One raw request (a path outside the route table: the panel's sign-in, ``memmy-memory api``); daemon
+        errors print on stderr and exit 1."""
         client = self.client()
         try:
             return client.request(method, path, body, params)

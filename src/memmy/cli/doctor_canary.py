@@ -26,9 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from memmy.cli.client import ClientSettings
+from memmy.daemon_client import DaemonClient, DaemonError, routes
 from memmy.domain import CANARY_PREFIX
 from memmy.hook.runtime import State, short_hash
 from memmy.integrations.agents.hooked import CLAUDE_CODE, CODEX, CURSOR, JsonHookInstaller
@@ -84,7 +83,7 @@ class Canary:
     installer: JsonHookInstaller
     commands: dict[str, str]
     hooks_file: Path
-    client: httpx.Client
+    client: DaemonClient
     env: dict[str, str]
     workspace: str
     marker: str = ""
@@ -114,7 +113,7 @@ class Canary:
         except CanaryFailed as failed:
             self._remove(keys)
             return failed.finding
-        except httpx.HTTPError as exc:
+        except DaemonError as exc:
             self._remove(keys)
             return self.fail(f"the daemon stopped answering during the canary ({type(exc).__name__}: {exc})").finding
         left = self._remove(keys)
@@ -174,9 +173,8 @@ class Canary:
 
     def _stored(self) -> str:
         body = {"query": self.marker, "scope": "pooled", "limit": 10}
-        hits = self.client.post("/api/v1/memory/search", json=body).json().get("hits") or []
-        for hit in hits:
-            detail = self.client.get(f"/api/v1/memory/{hit['id']}").json()
+        for hit in self.client.call(routes.MEMORY_SEARCH, body)["hits"]:
+            detail = self.client.call(routes.MEMORY_GET, memory_id=str(hit["id"]))
             if self.marker in str(detail.get("content")) and detail.get("sourceAgent") == self.agent:
                 return str(hit["id"])
         why = f"; they said: {' | '.join(self.said)}" if self.said else ""
@@ -188,15 +186,15 @@ class Canary:
     def _wait_embedded(self, memory_id: str) -> None:
         deadline = time.monotonic() + EMBED_WAIT_S
         while time.monotonic() < deadline:
-            items = self.client.post("/api/v1/memory/processing/status", json={"memoryIds": [memory_id]}).json()
-            states = [item.get("state") for item in items.get("items") or []]
+            items = self.client.call(routes.MEMORY_PROCESSING_STATUS, {"memoryIds": [memory_id]})["items"]
+            states = [item.get("state") for item in items]
             if not states or states[0] in ("ready", "ready_text_only", "failed"):
                 return
             time.sleep(0.2)
 
     def _recalled(self, memory_id: str, output: str) -> None:
         prompt_event = EVENTS[self.agent][0]
-        events = self.client.get("/api/v1/logs", params={"kind": "recalls", "limit": 20}).json().get("items") or []
+        events = self.client.call(routes.LOGS, params={"kind": "recalls", "limit": 20})["items"]
         injected = any(
             self.marker in str(event.get("query")) and memory_id in (event.get("injectedIds") or []) for event in events
         )
@@ -211,17 +209,10 @@ class Canary:
             State(self.agent, f"{key}\x00session").clear()
         sessions = [session_id(self.agent, key) for key in keys]
         try:
-            answer = self.client.post(
-                "/api/v1/admin/canary/purge", json={"marker": self.marker, "sessionIds": sessions}
-            )
-        except httpx.HTTPError as exc:
-            return f"{type(exc).__name__}: {exc}"
-        if answer.status_code == 200:
-            return None
-        try:
-            return str(answer.json()["error"]["message"])
-        except (ValueError, KeyError, TypeError):
-            return f"HTTP {answer.status_code}"
+            self.client.call(routes.ADMIN_CANARY_PURGE, {"marker": self.marker, "sessionIds": sessions})
+        except DaemonError as exc:
+            return exc.message if exc.status is not None else f"{type(exc).__name__}: {exc}"
+        return None
 
 
 def canary_findings(settings: ClientSettings, env: Mapping[str, str] | None = None) -> list[Finding]:
@@ -237,13 +228,13 @@ def canary_findings(settings: ClientSettings, env: Mapping[str, str] | None = No
                 "memmy-memory init --agent claude_code",
             )
         ]
-    headers = {"authorization": f"Bearer {settings.token}"} if settings.token else {}
     findings = []
-    with (
-        httpx.Client(base_url=settings.url, headers=headers, timeout=30.0) as client,
-        tempfile.TemporaryDirectory(prefix="memmy-canary-") as workspace,
-    ):
-        for installer in agents:
-            path, commands = hook_commands(installer, environ)
-            findings.append(Canary(installer, commands, path, client, environ, workspace).run())
+    client = DaemonClient(settings.url, token=settings.token, timeout_s=30.0)
+    try:
+        with tempfile.TemporaryDirectory(prefix="memmy-canary-") as workspace:
+            for installer in agents:
+                path, commands = hook_commands(installer, environ)
+                findings.append(Canary(installer, commands, path, client, environ, workspace).run())
+    finally:
+        client.close()
     return findings

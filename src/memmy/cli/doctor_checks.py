@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
-import httpx
-
-from memmy.cli.client import ClientSettings
+from memmy.cli.client import ClientSettings, connect
 from memmy.config import MemmyConfig
+from memmy.daemon_client import DaemonClient, DaemonError, routes
 from memmy.embed import LOCAL_MODEL_ALIASES
 from memmy.embed.choice import multilingual_available
 from memmy.embed.factory import MULTILINGUAL_ALIASES
@@ -27,24 +27,46 @@ def config_finding(path: Path, message: str) -> Finding:
     return Finding("config_invalid", "error", message, f"edit {path} as the message says, then run doctor again")
 
 
+def _served_path(client: DaemonClient) -> str | None:
+    """The store file the daemon serves, as its health says (None when it does not say)."""
+    try:
+        storage = client.call(routes.HEALTH).get("storage") or {}
+    except DaemonError as exc:
+        if exc.status is None:
+            raise
+        return None
+    return str(storage["path"]) if storage.get("path") else None
+
+
+def _token_refused(client: DaemonClient) -> bool:
+    """Whether the daemon answers a token-protected read with 401."""
+    try:
+        client.call(routes.LOGS, params={"kind": "audit", "limit": 1})
+    except DaemonError as exc:
+        if exc.status is None:
+            raise
+        return exc.status == 401
+    return False
+
+
 def daemon_findings(settings: ClientSettings, config: MemmyConfig) -> list[Finding]:
     """Is a daemon answering at the configured endpoint, does it take the configured token, is it ours?"""
     url = settings.url
-    headers = {"authorization": f"Bearer {settings.token}"} if settings.token else {}
+    client = connect(replace(settings, timeout_s=5.0))
     try:
-        with httpx.Client(base_url=url, headers=headers, timeout=5.0) as client:
-            health = client.get("/api/v1/health")
-            probe = client.get("/api/v1/logs", params={"kind": "audit", "limit": 1})
-    except httpx.HTTPError as exc:
+        served, refused = _served_path(client), _token_refused(client)
+    except DaemonError as exc:
         return [
             Finding(
                 "daemon_down",
                 "warning",
-                f"no memmy daemon answers at {url} ({type(exc).__name__}); agents get no memory until it runs",
+                f"no memmy daemon answers at {url} ({exc.message}); agents get no memory until it runs",
                 "memmy-memory serve  # or, installed as a service: memmy-memory service start",
             )
         ]
-    if probe.status_code == 401:
+    finally:
+        client.close()
+    if refused:
         return [
             Finding(
                 "token_refused",
@@ -55,7 +77,6 @@ def daemon_findings(settings: ClientSettings, config: MemmyConfig) -> list[Findi
                 "memmy-memory service restart",
             )
         ]
-    served = ((health.json() if health.status_code == 200 else {}).get("storage") or {}).get("path")
     if served and Path(served) != Path(config.storage.sqlite_path):
         return [
             Finding(

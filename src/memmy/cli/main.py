@@ -19,6 +19,7 @@ from memmy.cli.client import ClientSettings
 from memmy.cli.context import CliContext, list_option, pass_ctx, strip_none
 from memmy.cli.lazy import LazyGroup
 from memmy.cli.output import emit_error, emit_json, fail, format_debug, format_health, format_hits, format_memory
+from memmy.daemon_client import routes
 from memmy.errors import MemmyError
 
 #: The commands that live in modules of their own, loaded only when one of them runs (or asks for its own
@@ -276,7 +277,7 @@ def serve(
 @pass_ctx
 def health(obj: CliContext) -> None:
     """Check that the daemon is up and show its storage and model state."""
-    result = obj.call("GET", "/health")
+    result = obj.call(routes.HEALTH)
     obj.output(result, format_health(result))
 
 
@@ -284,8 +285,8 @@ def health(obj: CliContext) -> None:
 @pass_ctx
 def status(obj: CliContext) -> None:
     """Counts per layer, sources and the embedding queue."""
-    overview = obj.call("GET", "/panel/overview")
-    health_info = obj.call("GET", "/health")
+    overview = obj.call(routes.PANEL_OVERVIEW)
+    health_info = obj.call(routes.HEALTH)
     counts = overview["counts"]
     lines = [
         f"L1 traces: {counts['memories']}   L2 policies: {counts['experiences']}   "
@@ -314,8 +315,8 @@ def agent_status(obj: CliContext) -> list[dict[str, Any]]:
         if not installer.detected(env):
             continue
         installed = (installer.root(env) / "skills" / "memmy-memory" / "SKILL.md").exists()
-        items = obj.call("GET", "/panel/items", params={"sourceAgent": name, "pageSize": 1})["items"]
-        logs = obj.call("GET", "/memory/logs", params={"tools": "memory_search", "sourceAgent": name, "limit": 1})
+        items = obj.call(routes.PANEL_ITEMS, params={"sourceAgent": name, "pageSize": 1})["items"]
+        logs = obj.call(routes.MEMORY_LOGS, params={"tools": "memory_search", "sourceAgent": name, "limit": 1})
         rows.append(
             {
                 "agent": name,
@@ -364,11 +365,11 @@ def search(
             "verbose": verbose or None,
         }
     )
-    result = obj.call("POST", "/memory/search", body)
+    result: dict[str, Any] = dict(obj.call(routes.MEMORY_SEARCH, body))
     if scope is None and "scope:project" in (result.get("status") or []):
         # Inside a repository the daemon searched this project only; a person at the CLI expects everything,
         # this project first. So the other projects' hits follow, and the output says where they come from.
-        pooled = obj.call("POST", "/memory/search", strip_none({**body, "scope": "pooled", "verbose": None}))
+        pooled = obj.call(routes.MEMORY_SEARCH, strip_none({**body, "scope": "pooled", "verbose": None}))
         here = {hit["id"] for hit in result.get("hits") or []}
         others = [hit for hit in pooled.get("hits") or [] if hit["id"] not in here]
         room = max(0, limit - len(here))
@@ -418,7 +419,7 @@ def add(
             "visibility": "global" if is_global else None,
         }
     )
-    result = obj.call("POST", "/memory/add", body)
+    result = obj.call(routes.MEMORY_ADD, body)
     if result.get("tombstoned"):
         obj.refuse("tombstoned", result["summary"], tombstoneId=result.get("tombstoneId"))
     verb = "Already stored as" if result.get("deduplicated") else "Added"
@@ -437,7 +438,7 @@ def get(obj: CliContext, memory_id: str | None, id_opt: str | None, verbose: boo
     target = id_opt or memory_id
     if not target:
         raise click.UsageError("give a memory id: memmy-memory get <id>")
-    result = obj.call("GET", f"/memory/{target}")
+    result = obj.call(routes.MEMORY_GET, memory_id=target)
     if verbose and not obj.as_json:
         emit_json(result)
         return
@@ -455,7 +456,7 @@ def delete(obj: CliContext, memory_id: str | None, id_opt: str | None, reason: s
     target = id_opt or memory_id
     if not target:
         raise click.UsageError("give a memory id: memmy-memory delete <id>")
-    result = obj.call("DELETE", f"/memory/{target}", strip_none({"reason": reason}))
+    result = obj.call(routes.MEMORY_DELETE, strip_none({"reason": reason}), memory_id=target)
     obj.output(result, f"Deleted {result['id']} (undo: memmy-memory restore {result['id']})")
 
 
@@ -465,7 +466,7 @@ def delete(obj: CliContext, memory_id: str | None, id_opt: str | None, reason: s
 @pass_ctx
 def restore(obj: CliContext, memory_id: str, reason: str | None) -> None:
     """Bring back a deleted memory (a forgotten one needs `tombstones restore` first)."""
-    result = obj.call("POST", f"/memory/{memory_id}/restore", strip_none({"reason": reason}))
+    result = obj.call(routes.MEMORY_RESTORE, strip_none({"reason": reason}), memory_id=memory_id)
     obj.output(result, f"Restored {result['id']}")
 
 
@@ -474,7 +475,7 @@ def restore(obj: CliContext, memory_id: str, reason: str | None) -> None:
 @pass_ctx
 def reload_config(obj: CliContext, reason: str | None) -> None:
     """Hot-reload config.yaml in the running daemon."""
-    result = obj.call("POST", "/admin/reload-config", strip_none({"reason": reason}))
+    result = obj.call(routes.ADMIN_RELOAD_CONFIG, strip_none({"reason": reason}))
     human = "Config reloaded." + (f" Changed: {', '.join(result['changed'])}." if result["changed"] else " No change.")
     for warning in result.get("warnings") or []:
         human += f"\nwarning: {warning}"
@@ -499,7 +500,7 @@ def raw(obj: CliContext, method: str, path: str, body: str | None) -> None:
             payload = json.loads(text)
         except (json.JSONDecodeError, OSError) as exc:
             raise click.BadParameter(f"--body is not valid JSON: {exc}") from None
-    emit_json(obj.call(method.upper(), path, payload))
+    emit_json(obj.request(method.upper(), path, payload))
 
 
 @cli.command("token")

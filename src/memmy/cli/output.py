@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -64,7 +65,7 @@ def clean_snippet(text: str, width: int = 200) -> str:
     return cleaned if len(cleaned) <= width else cleaned[: width - 1] + "…"
 
 
-def format_hits(result: dict[str, Any]) -> str:
+def format_hits(result: Mapping[str, Any]) -> str:
     """Numbered hits with layer, score, full id and a clean snippet; other projects' hits marked as such."""
     hits = result.get("hits") or []
     here = result.get("projectHits")
@@ -84,7 +85,7 @@ def format_hits(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def format_debug(debug: dict[str, Any]) -> str:
+def format_debug(debug: Mapping[str, Any]) -> str:
     """The ``--verbose`` block: candidates, per-channel evidence, drops, statuses."""
     lines = [
         "",
@@ -102,7 +103,7 @@ def format_debug(debug: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def format_episode(detail: dict[str, Any]) -> str:
+def format_episode(detail: Mapping[str, Any]) -> str:
     """An episode (``get episode_…``): header lines, then each raw turn."""
     lines = [
         f"id: {detail['id']}",
@@ -122,7 +123,7 @@ def format_episode(detail: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def format_memory(detail: dict[str, Any]) -> str:
+def format_memory(detail: Mapping[str, Any]) -> str:
     """Compact text of one memory: header lines, a blank line, then the body (or the raw turn)."""
     if detail.get("kind") == "episode" or "memoryLayer" not in detail:
         return format_episode(detail) if detail.get("kind") == "episode" else json.dumps(detail, indent=2)
@@ -158,7 +159,7 @@ def format_memory(detail: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def format_health(health: dict[str, Any]) -> str:
+def format_health(health: Mapping[str, Any]) -> str:
     """One screen of health facts."""
     storage = health.get("storage", {})
     embedding = health.get("models", {}).get("embedding", {})

@@ -1,4 +1,4 @@
-"""Requests that administer the store: reload the config, export, import, wipe."""
+"""Requests that administer the store: reload the config, export, import, wipe, a team server's people."""
 
 from __future__ import annotations
 
@@ -59,3 +59,14 @@ class Wipe(Command):
     summary: ClassVar[str] = "Remove every memory (config and tokens stay; a backup first)"
     confirm: bool = param(read=_confirmed, schema={"const": True})
     backup: bool = True
+
+
+@dataclass(frozen=True)
+class AddPerson(Command):
+    """``POST /api/v1/admin/users``: add a person to a team server (their token is in the answer, once)."""
+
+    summary: ClassVar[str] = "Add a person to a team server (their token, shown once)"
+    name: str = param(
+        schema={"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$"},
+        doc="the person's name: what their memories and audit rows show as author",
+    )

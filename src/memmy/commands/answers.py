@@ -31,6 +31,15 @@ class Health(TypedDict):
     status: NotRequired[str]
     reason: NotRequired[str]
     storeId: NotRequired[str]
+    uptimeMs: NotRequired[int]
+    mode: NotRequired[str]
+    activeProfile: NotRequired[str | None]
+    storage: NotRequired[JSONObject]
+    models: NotRequired[JSONObject]
+    evolution: NotRequired[JSONObject]
+    embeddingQueue: NotRequired[JSONObject]
+    capabilities: NotRequired[JSONObject]
+    serverTime: NotRequired[str]
 
 
 class Accepted(TypedDict):
@@ -762,3 +771,23 @@ KeyAnswer: TypeAlias = (
     | KeyRelated
     | KeyMemoryList
 )
+
+
+class Person(TypedDict):
+    """One person of a team server."""
+
+    name: str
+    createdAt: str
+    revokedAt: str | None
+
+
+class PersonAdded(Person):
+    """A person added: their token, shown this once (only its hash is kept)."""
+
+    token: str
+
+
+class People(TypedDict):
+    """Everyone of a team server, revoked people included."""
+
+    items: Sequence[Person]

@@ -8,9 +8,9 @@ its answer type back::
     detail = await client.acall(routes.MEMORY_GET, memory_id="trace_0a1b")  # MemoryDetail
 
 ``request`` / ``arequest`` send a raw method and path (a route outside the table, such as the panel's sign-in).
-Requests go over httpx (sync and async; any transport, e.g. an ``ASGITransport`` around the daemon app) or, for
-the async side, over a caller's own sender (the agent's kept-alive connections). httpx is imported on the first
-request, so a CLI that only prints ``--help`` never loads it.
+Requests go over httpx (sync and async; any transport, e.g. an ``ASGITransport`` around the daemon app) or, on
+either side, over a caller's own sender (the agent's kept-alive connections, its capture thread's). httpx is
+imported on the first request, so a CLI that only prints ``--help`` never loads it.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, cast
+from urllib.parse import urlencode
 
 from memmy.daemon_client.route import Route
 from memmy.errors import MemmyError
@@ -33,6 +34,8 @@ T = TypeVar("T")
 TokenSource = str | Callable[[], str | None] | None
 #: ``(method, path, JSON body or None, headers) -> (status, decoded JSON body, or its text, or None)``.
 AsyncSend = Callable[[str, str, Any, dict[str, str]], Awaitable[tuple[int, Any]]]
+#: The same for a synchronous caller's own connection (the agent's capture thread).
+SyncSend = Callable[[str, str, Any, dict[str, str]], tuple[int, Any]]
 #: Called once when the daemon cannot be reached; True: it was started, send again.
 Reviver = Callable[[], Awaitable[bool]]
 API = "/api/v1"
@@ -123,6 +126,7 @@ class DaemonClient:
         transport: httpx.BaseTransport | None = None,
         async_transport: httpx.AsyncBaseTransport | None = None,
         send: AsyncSend | None = None,
+        sync_send: SyncSend | None = None,
         revive: Reviver | None = None,
         verify: ssl.SSLContext | bool = True,
     ) -> None:
@@ -138,6 +142,7 @@ class DaemonClient:
         self._transport = transport
         self._async_transport = async_transport
         self._send = send
+        self._sync_send = sync_send
         self._revive = revive
         self._sync: httpx.Client | None = None
         self._async: httpx.AsyncClient | None = None
@@ -177,6 +182,10 @@ class DaemonClient:
     ) -> Any:
         """Send one request (``path`` under ``/api/v1`` or relative to it); the decoded JSON."""
         method, path, body = method.upper(), api_path(path), self._body(method, body)
+        if self._sync_send is not None:
+            target = f"{path}?{urlencode(params)}" if params else path
+            status, payload = self._sync_send(method, target, body, self._headers(headers))
+            return decode(status, payload, payload if isinstance(payload, str) else "", method, path, self.wording)
         with self._transport_errors():
             response = self._http().request(method, path, json=body, params=params, headers=self._headers(headers))
         return decode(response.status_code, _json_of(response), response.text, method, path, self.wording)

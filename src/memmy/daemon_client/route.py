@@ -7,11 +7,11 @@ from typing import Generic, TypeVar
 from urllib.parse import quote
 
 #: The answer a route's JSON decodes to (a ``TypedDict`` of :mod:`memmy.commands.answers`).
-T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 
 
 @dataclass(frozen=True, slots=True)
-class Route(Generic[T]):
+class Route(Generic[T_co]):
     """``method`` + ``path`` (``/api/v1/memory/{memory_id}``); ``Route[MemoryDetail]`` says what it answers."""
 
     method: str

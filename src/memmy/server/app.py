@@ -39,7 +39,6 @@ from memmy.server.docs_page import docs_page
 from memmy.server.middleware import GuardMiddleware, error_body, json_dumps
 from memmy.server.openapi import openapi_document
 from memmy.server.routes import ROUTES, Call, Row
-from memmy.server.team import team_routes
 from memmy.service import MemoryService
 
 log = logging.getLogger("memmy.server")
@@ -328,7 +327,6 @@ def create_app(
         return json_response({"url": f"{base}/panel/login?code={panel.auth.new_link_code()}", "expiresInS": 600})
 
     routes.append(Route("/api/v1/panel/sign-in", panel_sign_in, methods=["POST"]))
-    routes.extend(team_routes(service, api.namespace, json_response, error_response))
 
     app = Starlette(
         routes=[*routes, *panel.routes()],

@@ -4,7 +4,7 @@ per documented JSON endpoint, so the client and the OpenAPI document read the sa
 ``python -m memmy.server.client_routes`` rewrites the file; ``tests/test_daemon_client.py`` fails while it is
 stale. A route's name is its path's fixed segments, upper-cased (``/api/v1/memory/search`` ->
 ``MEMORY_SEARCH``), plus the method when the path ends in a ``{value}`` (``GET /api/v1/memory/{memory_id}`` ->
-``MEMORY_GET``)."""
+``MEMORY_GET``) or when the table serves the same path with another method (``ADMIN_USERS_GET``/``_POST``)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ def route_name(row: Row) -> str:
     """The constant a row is known by in the client."""
     parts = row.path.removeprefix("/api/v1/").split("/")
     fixed = [p.replace("-", "_").replace(".", "_") for p in parts if not p.startswith("{")]
-    if parts[-1].startswith("{"):
+    shared = any(other.path == row.path and other.method != row.method for other in client_rows())
+    if parts[-1].startswith("{") or shared:
         fixed.append(row.method)
     return "_".join(fixed).upper()
 

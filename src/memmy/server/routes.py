@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memmy.commands import answers as r
-from memmy.commands.admin import Export, ImportStore, ReloadConfig, Wipe
+from memmy.commands.admin import AddPerson, Export, ImportStore, ReloadConfig, Wipe
 from memmy.commands.base import Command
 from memmy.commands.dream import DreamGet, DreamLog, DreamRestore, DreamRun
 from memmy.commands.evolution import Feedback, ListEpisodes, ListJobs, RunWorker
@@ -401,4 +401,20 @@ ROUTES: tuple[Row, ...] = (
         r.Imported,
     ),
     Row("POST", "/api/v1/admin/wipe", Wipe.summary, lambda c, q: c.service.ownership.wipe(q, c.ns), Wipe, r.Wiped),
+    Row("GET", "/api/v1/admin/users", "A team server's people", lambda c, q: c.service.team.list(), response=r.People),
+    Row(
+        "POST",
+        "/api/v1/admin/users",
+        AddPerson.summary,
+        lambda c, q: c.service.team.add(q.name, c.ns),
+        AddPerson,
+        r.PersonAdded,
+    ),
+    Row(
+        "POST",
+        "/api/v1/admin/users/{name}/revoke",
+        "Revoke a person's token (refused from the next request on)",
+        lambda c, q: c.service.team.revoke(c.path["name"], c.ns),
+        response=r.Person,
+    ),
 )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from memmy import __version__
 from memmy.commands.admin import ReloadConfig
@@ -15,6 +15,7 @@ from memmy.commands.answers import (
     DreamRecord,
     DreamRestored,
     FeedbackRecorded,
+    Health,
     Items,
     JobList,
     KeyAnswer,
@@ -334,7 +335,7 @@ class MemoryService(Configured):
         return self.turn_ops.complete_turn(command, ns)
 
     # -- admin ------------------------------------------------------------------------------------
-    def health(self) -> dict[str, Any]:
+    def health(self) -> Health:
         """Liveness plus storage, model and queue facts (no secrets)."""
         fingerprint = None
         embedder_error = self.indexer.last_error

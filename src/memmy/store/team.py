@@ -28,10 +28,6 @@ class Member:
     created_at: str
     revoked_at: str | None
 
-    def to_json(self) -> dict[str, str | None]:
-        """The API's shape."""
-        return {"name": self.name, "createdAt": self.created_at, "revokedAt": self.revoked_at}
-
 
 def _member(row: sqlite3.Row) -> Member:
     return Member(row["name"], row["created_at"], row["revoked_at"])
