@@ -51,6 +51,20 @@ class ModelSlots:
         self.evolution = evolution
 
 
+class DerivedEvolution(Configured):
+    """What the handlers of a derived layer (world models, skills) work with: the store's memories, episodes and
+    evolution links, the index, the models and the layer writer."""
+
+    def __init__(self, settings: Settings, store: Store, indexer: Indexer, models: ModelSlots) -> None:
+        self.settings = settings
+        self.memories = store.memories
+        self.episodes = store.episodes
+        self.evolution = store.evolution
+        self.indexer = indexer
+        self.models = models
+        self.writer = LayerWriter(store, indexer)
+
+
 def queue_burst_repair(jobs: JobRepository, episode_id: str, burst: tuple[str, int, str]) -> JobRecord:
     """Queue the decision repair of a tool-failure burst (``(tool, failures, reason)`` of
     :func:`memmy.evolve.repair.tool_failure_burst`), once per episode and tool: the one place it is queued, on a
