@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 from memmy.domain import sha256_hex
-from memmy.evolve.episodes import classify_feedback
+from memmy.evolve.boundaries import classify_feedback
 from memmy.evolve.model import PolicyView, SkillDraft, TraceView
 from memmy.evolve.rules_text import (
     CosineScale,

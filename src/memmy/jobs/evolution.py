@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from memmy.config import Configured, Settings
-from memmy.evolve.episodes import EpisodeContext, classify_relation_llm
+from memmy.evolve.boundaries import EpisodeContext, classify_relation_llm
 from memmy.evolve.failure import context_hash, is_failure, tool_failure_burst, value_divergence
 from memmy.evolve.model import TraceView
 from memmy.evolve.reflection import Reflection, is_social_step, reflect_batch

@@ -12,7 +12,7 @@ from typing import Any
 
 from memmy.config import Configured, L2InductionSettings, Settings
 from memmy.domain import Memory
-from memmy.evolve.episodes import is_guidance
+from memmy.evolve.boundaries import is_guidance
 from memmy.evolve.failure import (
     RepairDraft,
     avoidance_llm,
