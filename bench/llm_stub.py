@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from memmy.evolve.episodes import RELATION_ARBITRATION_PROMPT, RELATION_PROMPT
+from memmy.evolve.boundaries import RELATION_ARBITRATION_PROMPT, RELATION_PROMPT
 from memmy.evolve.failure import FAILURE_SINK_PROMPT
 from memmy.evolve.policy import L2_INDUCTION_PROMPT
 from memmy.evolve.reflection import BATCH_REFLECTION_PROMPT

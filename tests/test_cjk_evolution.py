@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from bench.evolution_quality import Runner, generate
 
-from memmy.evolve.episodes import EpisodeContext, classify_relation
+from memmy.evolve.boundaries import EpisodeContext, classify_relation
 from memmy.evolve.failure import avoidance_draft, best_success
 from memmy.evolve.topics import content_keywords, overlap
 from memmy.service.recall import restates_failure

@@ -44,18 +44,8 @@ def test_episode_ids_from_episodes_open_with_get(daemon: Daemon) -> None:
     session_id = run(daemon, "--source", "codex", "session", "open").output.strip()
     run(daemon, "turn", "start", "--session-id", session_id, "--turn-id", "e1", "how do I rotate the logs?")
     done = run(
-        daemon,
-        "turn",
-        "complete",
-        "e1",
-        "--session-id",
-        session_id,
-        "--query",
-        "how do I rotate the logs?",
-        "--answer",
-        "Use logrotate with the weekly rule.",
-        "--status",
-        "ok",
+        daemon, "turn", "complete", "e1", "--session-id", session_id, "--query", "how do I rotate the logs?",
+        "--answer", "Use logrotate with the weekly rule.", "--status", "ok",
     )
     assert done.exit_code == 0, done.output
     run(daemon, "session", "close", session_id)
@@ -138,7 +128,7 @@ def test_docs_page_is_served_from_packaged_assets(daemon: Daemon) -> None:
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/html")
     page = response.text
     assert "/api/v1/memory/search" in page and '"openapi"' in page and "<script>" in page
-    assert "http://" not in page.split('<script id="openapi"')[0]  # no CDN assets
+    assert "http://" not in page.split("<script id=\"openapi\"")[0]  # no CDN assets
 
 
 def test_import_json_writes_progress_to_stderr_when_not_a_terminal(daemon: Daemon) -> None:

@@ -13,7 +13,7 @@ import pytest
 from bench.llm_stub import contract_answer
 
 from memmy.domain import Memory
-from memmy.evolve.episodes import EpisodeContext, evidence_shift
+from memmy.evolve.boundaries import EpisodeContext, evidence_shift
 from memmy.evolve.failure import FAILURE_SINK_PROMPT
 from memmy.evolve.policy import induce_heuristic
 from memmy.evolve.rules_text import task_text

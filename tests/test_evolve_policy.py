@@ -351,10 +351,10 @@ def test_avoidance_draft_english_with_success() -> None:
     assert draft.experience_type == "failure_avoidance" and draft.evidence_polarity == "mixed"
     assert draft.title.startswith("Avoid: ")
     assert draft.anti_pattern == [
-        "Avoid: running `pytest -q` without `pip install -e .` first (ModuleNotFoundError: No module named 'foo' "
+        "running `pytest -q` without `pip install -e .` first (ModuleNotFoundError: No module named 'foo' "
         "(/home/u/foo/tests/test_a.py:12))"
     ]
-    assert draft.preference == ["Prefer: `pip install -e .` → `pytest -q`"]
+    assert draft.preference == ["`pip install -e .` → `pytest -q`"]
     assert draft.procedure.startswith("Avoid repeating this behavior: running `pytest -q` without")
     assert "ModuleNotFoundError" in draft.trigger and "5 passed" in draft.verification
     assert draft.support_trace_ids == ["bad1", "ok1"] and "failure" in draft.tags
@@ -363,18 +363,16 @@ def test_avoidance_draft_english_with_success() -> None:
 def test_avoidance_draft_without_success_and_with_feedback() -> None:
     draft = avoidance_draft([fail_en()], [], "use uv instead of pip")
     assert draft.evidence_polarity == "negative"
-    assert draft.anti_pattern[0] == "Avoid: pip (use uv instead)"
+    assert draft.anti_pattern[0] == "pip (use uv instead)"
     assert any("repeating `pytest -q` unchanged after it fails" in line for line in draft.anti_pattern)
-    assert draft.preference == ["Prefer: uv"]
+    assert draft.preference == ["uv"]
     assert "no longer fails" in draft.verification
 
 
 def test_avoidance_draft_chinese() -> None:
     draft = avoidance_draft([fail_zh()], [ok_zh()], "别忘了先安装依赖")
-    assert any(
-        line.startswith("Avoid: 在未先执行 `pip install -e .` 的情况下运行 `pytest -q`") for line in draft.anti_pattern
-    )
-    assert draft.preference[0] == "Prefer: 先安装依赖"
+    assert any(line.startswith("在未先执行 `pip install -e .` 的情况下运行 `pytest -q`") for line in draft.anti_pattern)
+    assert draft.preference[0] == "先安装依赖"
     assert draft.procedure.startswith("避免重复以下行为：") and "改为：" in draft.procedure
     assert draft.trigger.startswith("当请求涉及：") and "适用于" in draft.boundary
 
@@ -399,8 +397,8 @@ def test_avoidance_llm_good_and_fallbacks() -> None:
         draft = avoidance_llm([fail_en()], [ok_en()], "install first", llm, timeout_s=5)
     assert draft.origin == "llm" and draft.experience_type == "repair_instruction"
     assert draft.title == "Avoid: pytest without an installed package"
-    assert draft.preference == ["Prefer: pip install -e . before pytest"]
-    assert draft.anti_pattern == ["Avoid: bare pytest on a fresh venv"] and draft.support_trace_ids == ["bad1"]
+    assert draft.preference == ["pip install -e . before pytest"]
+    assert draft.anti_pattern == ["bare pytest on a fresh venv"] and draft.support_trace_ids == ["bad1"]
     assert "FAILED:" in stub.requests[0]["body"]["messages"][1]["content"]
     bad = dict(GOOD_SINK, decision_guidance="nope")
     current: dict[str, str | None] = {}
@@ -408,7 +406,7 @@ def test_avoidance_llm_good_and_fallbacks() -> None:
         for content in (json.dumps(bad), "{oops", None):
             current["content"] = content
             fallback = avoidance_llm([fail_en()], [ok_en()], "", llm, timeout_s=5)
-            assert fallback.origin == "heuristic" and fallback.anti_pattern[0].startswith("Avoid: running `pytest -q`")
+            assert fallback.origin == "heuristic" and fallback.anti_pattern[0].startswith("running `pytest -q`")
 
 
 def test_merge_guidance_dedupes_newest_first_and_caps() -> None:
@@ -516,16 +514,16 @@ def test_value_divergence_and_context_hash() -> None:
 def test_repair_heuristic_triggers() -> None:
     burst = ("bash", 4, "Error: Cannot find module 'x'")
     rep = repair_heuristic("tool_failure_burst", "ctx", [], [fail_en()], burst=burst)
-    assert rep.anti_pattern == "Avoid: repeating bash after 4 failures with Error: Cannot find module 'x'"
+    assert rep.anti_pattern == "repeating bash after 4 failures with Error: Cannot find module 'x'"
     assert rep.severity == "warn" and rep.confidence == pytest.approx(0.9) and rep.low_value_ids == ["bad1"]
     good = ok_en("h", 0.8)
     good.reflection = "Installing the package in editable mode first made the imports resolve."
     rep = repair_heuristic("value_distribution", "ctx", [good], [fail_en()])
-    assert rep.preference == "Prefer: Installing the package in editable mode first made the imports resolve."
-    assert rep.anti_pattern.startswith("Avoid: running `pytest -q` (ModuleNotFoundError")
+    assert rep.preference == "Installing the package in editable mode first made the imports resolve."
+    assert rep.anti_pattern.startswith("running `pytest -q` (ModuleNotFoundError")
     assert rep.severity == "warn" and rep.high_value_ids == ["h"]
     rep = repair_heuristic("feedback", "ctx", [], [], "用uv代替pip")
-    assert (rep.preference, rep.anti_pattern, rep.severity) == ("Prefer: uv", "Avoid: pip", "info")
+    assert (rep.preference, rep.anti_pattern, rep.severity) == ("uv", "pip", "info")
     rep = repair_heuristic("feedback", "ctx", [], [fail_zh()], "不对")
     assert rep.severity == "warn" and "pytest -q" in rep.anti_pattern
 
@@ -534,7 +532,7 @@ def test_repair_llm_good_and_fallbacks() -> None:
     answer = {"preference": "run pip install -e . first", "anti_pattern": "bare pytest", "severity": "warn"}
     with stub_llm(lambda s, u: json.dumps({**answer, "confidence": 0.8})) as (llm, stub):
         rep = repair_llm("feedback", "ctx", [ok_en()], [fail_en()], "use uv instead of pip", None, llm, timeout_s=5)
-    assert (rep.preference, rep.anti_pattern) == ("Prefer: run pip install -e . first", "Avoid: bare pytest")
+    assert (rep.preference, rep.anti_pattern) == ("run pip install -e . first", "bare pytest")
     assert rep.confidence == pytest.approx(0.8) and rep.severity == "warn"
     user = stub.requests[0]["body"]["messages"][1]["content"]
     assert "FEEDBACK_SHAPE: preference" in user and "USER_PREFERS: uv" in user and "FAILURE_HISTORY" in user
@@ -543,7 +541,7 @@ def test_repair_llm_good_and_fallbacks() -> None:
         for content in ("not json", json.dumps({"preference": 5}), json.dumps({"severity": "warn"}), None):
             current["content"] = content
             rep = repair_llm("feedback", "ctx", [], [], "用uv代替pip", None, llm, timeout_s=5)
-            assert (rep.preference, rep.anti_pattern, rep.confidence) == ("Prefer: uv", "Avoid: pip", 0.85)
+            assert (rep.preference, rep.anti_pattern, rep.confidence) == ("uv", "pip", 0.85)
     assert repair_llm("feedback", "ctx", [], [], "用uv代替pip", None, None) == repair_heuristic(
         "feedback", "ctx", [], [], "用uv代替pip"
     )

@@ -318,8 +318,8 @@ def test_crystallize_heuristic_english() -> None:
     assert draft.name == "pytest_import_error_in_ci_via_bash" and draft.policy_id == "p1"
     assert [s["body"] for s in draft.steps] == ["pip install -e .", "pytest -q", "the tests pass."]
     assert draft.tools == ["bash"] and draft.preconditions == [policy.boundary]
-    assert "Avoid: running `pytest` (ModuleNotFoundError: No module named 'foo')" in draft.anti_pattern
-    assert draft.preference == ["Prefer: bash: pip install -e . → bash: pytest -q"]
+    assert "running `pytest` (ModuleNotFoundError: No module named 'foo')" in draft.anti_pattern
+    assert draft.preference == ["bash: pip install -e . → bash: pytest -q"]
     assert draft.eta == pytest.approx(0.6) and draft.evidence_trace_ids == ["e1", "e2"]
     assert skill_description(draft.invocation_guide, 200) == draft.summary
     assert draft.summary.startswith("Pytest import error in CI via bash")
@@ -367,7 +367,7 @@ def test_crystallize_llm_good_and_fallbacks() -> None:
         draft = crystallize_llm(policy, evidence, counter, llm, timeout_s=5)
     assert draft is not None and draft.origin == "llm" and draft.name == "python_ci_fix_imports"
     assert draft.tools == ["bash"]  # kubectl never appears in the evidence
-    assert draft.preference == ["Prefer: install before testing"] and draft.anti_pattern == ["Avoid: bare pytest"]
+    assert draft.preference == ["install before testing"] and draft.anti_pattern == ["bare pytest"]
     assert skill_description(draft.invocation_guide, 200) == GOOD_SKILL["summary"]
     assert "## Parameters\n- <package>" in draft.invocation_guide and draft.tags == ["python", "ci", "skill"]
     user = stub.requests[0]["body"]["messages"][1]["content"]

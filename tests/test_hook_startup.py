@@ -53,7 +53,7 @@ def test_a_plain_prompt_round_trip_imports_nothing_slow(server: str, tmp_path: P
 @pytest.mark.parametrize(
     "value",
     [
-        {"a": [1, 2.5, None, True, False, 'x\u00e9\n"', -3], "b": {}, "数据库": "迁移 \U0001f600"},
+        {"a": [1, 2.5, None, True, False, "x\u00e9\n\"", -3], "b": {}, "数据库": "迁移 \U0001f600"},
         [],
         "text",
         0,

@@ -26,10 +26,8 @@ from memmy.integrations.mcp_config import registered
 from tests.conftest import Daemon
 from tests.test_mcp import list_names, stdio_env, with_client
 
-CLAUDE_JSON = (
-    '{\n    "numStartups": 12,\n    "mcpServers": {\n        "github": {\n            "type": "stdio",\n'
+CLAUDE_JSON = '{\n    "numStartups": 12,\n    "mcpServers": {\n        "github": {\n            "type": "stdio",\n' \
     '            "command": "gh-mcp",\n            "args": []\n        }\n    },\n    "theme": "dark"\n}\n'
-)
 CODEX_TOML = """# my codex settings
 model = "gpt-5"   # the default model
 
@@ -41,10 +39,8 @@ args = ["--port", "0"]
 model = "gpt-5-mini"
 """
 CURSOR_JSON = '{\n\t"mcpServers": {\n\t\t"linear": {\n\t\t\t"url": "https://mcp.linear.app/sse"\n\t\t}\n\t}\n}'
-OPENCODE_JSON = (
-    '{\n   "$schema": "https://opencode.ai/config.json",\n   "theme": "tokyonight",\n   "mcp": {\n'
+OPENCODE_JSON = '{\n   "$schema": "https://opencode.ai/config.json",\n   "theme": "tokyonight",\n   "mcp": {\n' \
     '      "sentry": {"type": "remote", "url": "https://mcp.sentry.dev/mcp"}\n   }\n}\n'
-)
 HERMES_YAML = """# Hermes config, hand written
 model:
     default: anthropic/claude-sonnet   # main model
@@ -171,7 +167,7 @@ def test_compact_json_stays_compact_and_comes_back_byte_for_byte(isolated_home: 
         shape = re.sub(r'"(?:[^"\\]|\\.)*"', '""', path.read_text())
         assert ", " not in shape and ": " not in shape, path  # no spaces added between items
     cursor_shape = re.sub(r'"(?:[^"\\]|\\.)*"', '""', (home / ".cursor" / "hooks.json").read_text())
-    assert ", " in cursor_shape and ": " in cursor_shape and ',"' not in cursor_shape
+    assert ", " in cursor_shape and ": " in cursor_shape and ",\"" not in cursor_shape
     settings = json.loads((home / ".claude" / "settings.json").read_text())
     assert settings["permissions"]["allow"] == ["Bash(ls, -la)", "Read(a: b)"] and settings["hooks"]["Stop"]
     assert json.loads((home / ".claude.json").read_text())["mcpServers"]["memmy"]["args"][-1] == "mcp"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -88,3 +89,28 @@ def test_a_rollup_step_is_read_back() -> None:
     )
     assert episode.parse_step(step) == ("Fix the build", "Raised the heap. Done.")
     assert trace.path(trace.EPISODE_ID) == "$.trace.episode_id" and policy.path(policy.GAIN) == "$.policy.gain"
+
+
+def test_a_draft_is_stored_with_the_labels_the_kind_writes() -> None:
+    draft = policy.PolicyDraft(
+        title="Avoid: pip",
+        trigger="installing",
+        procedure="use uv",
+        verification="",
+        boundary="",
+        experience_type="failure_avoidance",
+        evidence_polarity="negative",
+        signature="s",
+        confidence=0.8,
+        support_trace_ids=["t1"],
+        preference=["uv"],
+        anti_pattern=["pip (use uv instead)"],
+    )
+    section = policy.draft_section(draft)
+    assert section["preference"] == ["Prefer: uv"] and section["anti_pattern"] == ["Avoid: pip (use uv instead)"]
+    stored = policy.Policy.read(section)
+    assert stored.preference == ("uv",) and stored.anti_pattern == ("pip (use uv instead)",)
+    steps = policy.draft_section(replace(draft, experience_type="success_pattern", anti_pattern=[]))
+    assert steps["preference"] == ["uv"]  # a success pattern's steps that worked are stored as they are
+    memory = Memory(id="policy_1", layer="L2", title=draft.title, content="", properties={"policy": section})
+    assert kind_of(memory).line(memory) == "Avoid: pip (use uv instead). Instead: uv."

@@ -229,7 +229,9 @@ def damage_fts_under_a_running_daemon(db: Path) -> None:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     garble_pages(db, "memories_fts_data")
     with sqlite3.connect(db) as conn:
-        conn.execute("INSERT OR REPLACE INTO runtime_kv(key, value_json, updated_at) VALUES ('test.touch', '1', 'now')")
+        conn.execute(
+            "INSERT OR REPLACE INTO runtime_kv(key, value_json, updated_at) VALUES ('test.touch', '1', 'now')"
+        )
 
 
 def test_fts_damaged_while_the_daemon_runs_is_rebuilt(sample_store: Path, tmp_path: Path) -> None:

@@ -363,6 +363,8 @@ def sessions_list(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"{item.name:<40} {item.turns:>4} turns  {when}  {item.project or ''}".rstrip())
 
 
+
+
 def main() -> None:
     """Console entry point."""
     cli(prog_name="memmy")

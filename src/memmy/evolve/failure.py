@@ -31,7 +31,7 @@ from memmy.evolve.rules_text import (
     clip,
     error_line,
     first_sentence,
-    guidance,
+    guidance_line,
     is_chinese,
     request_pattern,
     short_input,
@@ -42,6 +42,7 @@ from memmy.evolve.rules_text import (
     trace_block,
 )
 from memmy.evolve.topics import evidence_keywords, shares_evidence
+from memmy.kinds.policy import AVOID
 from memmy.llm.client import JsonLLM, LLMError
 from memmy.llm.guard import reject, vet_text
 
@@ -160,12 +161,12 @@ def _avoid_line(call: dict[str, Any], ok_steps: list[str], failed_steps: list[st
     if zh:
         suffix = f"（{error}）" if error else ""
         if missing:
-            return guidance("Avoid", f"在未先执行 `{missing[-1]}` 的情况下运行 `{command}`{suffix}")
-        return guidance("Avoid", f"在 `{command}` 失败后原样重复执行{suffix}")
+            return guidance_line(f"在未先执行 `{missing[-1]}` 的情况下运行 `{command}`{suffix}")
+        return guidance_line(f"在 `{command}` 失败后原样重复执行{suffix}")
     suffix = f" ({error})" if error else ""
     if missing:
-        return guidance("Avoid", f"running `{command}` without `{missing[-1]}` first{suffix}")
-    return guidance("Avoid", f"repeating `{command}` unchanged after it fails{suffix}")
+        return guidance_line(f"running `{command}` without `{missing[-1]}` first{suffix}")
+    return guidance_line(f"repeating `{command}` unchanged after it fails{suffix}")
 
 
 def _norm(line: str) -> str:
@@ -213,8 +214,8 @@ def _prefer_line(succeeded: list[TraceView], failed: list[TraceView] | None = No
     best = best_success(succeeded, failed)
     steps = [s.split(": ", 1)[-1] for s in tool_steps(best)]
     if steps:
-        return guidance("Prefer", " → ".join(f"`{s}`" for s in steps))
-    return guidance("Prefer", first_sentence(best.agent_text, 200) or best.summary)
+        return guidance_line(" → ".join(f"`{s}`" for s in steps))
+    return guidance_line(first_sentence(best.agent_text, 200) or best.summary)
 
 
 def avoidance_draft(failed: list[TraceView], succeeded: list[TraceView], feedback_text: str = "") -> PolicyDraft:
@@ -233,19 +234,19 @@ def avoidance_draft(failed: list[TraceView], succeeded: list[TraceView], feedbac
     shape = classify_feedback_shape(feedback_text) if feedback_text.strip() else None
     if shape and shape.avoid:
         instead = f"（改用 {shape.prefer}）" if zh else f" (use {shape.prefer} instead)"
-        avoid.append(guidance("Avoid", shape.avoid + (instead if shape.prefer else "")))
+        avoid.append(guidance_line(shape.avoid + (instead if shape.prefer else "")))
     if shape and shape.prefer:
-        prefer.insert(0, guidance("Prefer", shape.prefer))
+        prefer.insert(0, guidance_line(shape.prefer))
     for trace in failed:
         calls = [c for c in trace.tool_calls if call_failed(c)]
         avoid += [_avoid_line(c, ok_steps, tool_steps(trace), zh) for c in calls]
         if not calls:
             what = first_sentence(trace.agent_text, 160) or trace.summary
             avoid.append(
-                guidance("Avoid", f"{what}（{error}）" if zh and error else f"{what} ({error})" if error else what)
+                guidance_line(f"{what}（{error}）" if zh and error else f"{what} ({error})" if error else what)
             )
     if not avoid and feedback_text.strip():
-        avoid.append(guidance("Avoid", feedback_text))
+        avoid.append(guidance_line(feedback_text))
     avoid, prefer = dedupe_lines(avoid, 6), dedupe_lines(prefer, 6)
     headline = strip_prefix(avoid[0]) if avoid else phrase or clip(feedback_text, 80)
     headline = headline or ("此类失败" if zh else "this failure")
@@ -274,7 +275,7 @@ def avoidance_draft(failed: list[TraceView], succeeded: list[TraceView], feedbac
         else f"Applies when {scope} fails in a similar way; check the current repository first."
     )
     return PolicyDraft(
-        title=clip(f"Avoid: {headline}", 100),
+        title=clip(f"{AVOID}: {headline}", 100),
         trigger=trigger,
         procedure=procedure,
         verification=clip(verification, 300),
@@ -342,15 +343,15 @@ def avoidance_llm(
     support = [i for i in as_str_list(answer.get("support_trace_ids"), 50) if i in known]
     return replace(
         fallback,
-        title=clip(title if title.lower().startswith("avoid") else f"Avoid: {title}", 120),
+        title=clip(title if title.lower().startswith("avoid") else f"{AVOID}: {title}", 120),
         trigger=clip(trigger, 400),
         procedure=procedure[:1500],
         verification=clip(as_text(answer.get("verification")) or fallback.verification, 300),
         boundary=clip(as_text(answer.get("boundary")) or fallback.boundary, 300),
         experience_type=kind if kind in ("repair_instruction", "failure_avoidance") else "failure_avoidance",
         support_trace_ids=support or fallback.support_trace_ids,
-        preference=dedupe_lines([guidance("Prefer", p) for p in prefer], 6),
-        anti_pattern=dedupe_lines([guidance("Avoid", a) for a in avoid], 6),
+        preference=dedupe_lines([guidance_line(p) for p in prefer], 6),
+        anti_pattern=dedupe_lines([guidance_line(a) for a in avoid], 6),
         origin="llm",
     )
 

@@ -24,7 +24,7 @@ from memmy.evolve.rules_text import (
     clip_words,
     cosine,
     first_sentence,
-    guidance,
+    guidance_line,
     is_chinese,
     request_pattern,
     same_scale,
@@ -35,6 +35,7 @@ from memmy.evolve.rules_text import (
     trace_block,
     trace_succeeded,
 )
+from memmy.kinds.policy import AVOID, PREFER, labelled
 from memmy.llm.client import JsonLLM, LLMError
 from memmy.llm.guard import reject, vet_text
 
@@ -358,6 +359,6 @@ def policy_body(draft_or_view: PolicyDraft | PolicyView, stats: PolicyStats | No
     evidence = p.support_trace_ids if isinstance(p, PolicyDraft) else p.source_trace_ids
     if evidence:
         lines.append("Evidence: " + ", ".join(evidence[:6]) + (f" (+{len(evidence) - 6})" if len(evidence) > 6 else ""))
-    lines += [guidance("Prefer", line) for line in p.preference if strip_prefix(line)]
-    lines += [guidance("Avoid", line) for line in p.anti_pattern if strip_prefix(line)]
+    lines += [labelled(PREFER, guidance_line(line)) for line in p.preference if strip_prefix(line)]
+    lines += [labelled(AVOID, guidance_line(line)) for line in p.anti_pattern if strip_prefix(line)]
     return "\n".join(lines)

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from memmy.evolve.episodes import word_count
+from memmy.evolve.boundaries import word_count
 from memmy.evolve.model import TraceView
 from memmy.llm.client import JsonLLM, LLMError
 
@@ -66,7 +66,7 @@ _DURABLE_FACT = re.compile(
 def is_social_step(trace: TraceView) -> bool:
     """A social-only step: no tools, at most 6 words of thanks/hello/praise, no question, task or durable fact.
 
-    CJK text counts one word per two characters (see :func:`memmy.evolve.episodes.word_count`).
+    CJK text counts one word per two characters (see :func:`memmy.evolve.boundaries.word_count`).
     """
     if trace.tool_calls:
         return False

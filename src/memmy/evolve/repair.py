@@ -19,7 +19,7 @@ from memmy.evolve.rules_text import (
     clip,
     error_line,
     first_sentence,
-    guidance,
+    guidance_line,
     is_chinese,
     short_input,
     strip_prefix,
@@ -153,8 +153,8 @@ class RepairDraft:
     context_hash: str
     issue: str
     suggestion: str
-    preference: str
-    anti_pattern: str
+    preference: str  # without the "Prefer:" label
+    anti_pattern: str  # without the "Avoid:" label
     severity: str
     confidence: float
     high_value_ids: list[str]
@@ -281,8 +281,8 @@ def repair_heuristic(
         context_hash=context_hash,
         issue=issue,
         suggestion=clip(suggestion, 300),
-        preference=guidance("Prefer", prefer) if prefer else "",
-        anti_pattern=guidance("Avoid", avoid) if avoid else "",
+        preference=guidance_line(prefer) if prefer else "",
+        anti_pattern=guidance_line(avoid) if avoid else "",
         severity=severity,
         confidence=round(confidence, 3),
         high_value_ids=[t.id for t in high],
@@ -348,8 +348,8 @@ def repair_llm(
         context_hash=context_hash,
         issue=fallback.issue,
         suggestion=clip(strip_prefix(prefer), 300) if prefer else fallback.suggestion,
-        preference=guidance("Prefer", prefer) if prefer else fallback.preference,
-        anti_pattern=guidance("Avoid", avoid) if avoid else fallback.anti_pattern,
+        preference=guidance_line(prefer) if prefer else fallback.preference,
+        anti_pattern=guidance_line(avoid) if avoid else fallback.anti_pattern,
         severity=severity if severity in ("info", "warn") else fallback.severity,
         confidence=round(as_unit(answer.get("confidence"), fallback.confidence), 3),
         high_value_ids=fallback.high_value_ids,

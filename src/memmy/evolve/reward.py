@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from memmy.evolve.episodes import classify_feedback, has_cjk, one_line
+from memmy.evolve.boundaries import classify_feedback, has_cjk, one_line
 from memmy.evolve.model import TraceView
 from memmy.llm.client import JsonLLM, LLMError
 

@@ -297,9 +297,10 @@ def strip_prefix(line: str) -> str:
     return re.sub(r"^\s*(?:prefer|avoid|优先|偏好|避免|不要)\s*[:：]\s*", "", line, flags=re.IGNORECASE).strip()
 
 
-def guidance(prefix: str, body: str, limit: int = 220) -> str:
-    """``Prefer: body`` / ``Avoid: body`` with the body clipped and any existing label removed."""
-    return f"{prefix}: {clip(strip_prefix(body), limit)}"
+def guidance_line(body: str, limit: int = 220) -> str:
+    """A Prefer or Avoid line as the rules keep it: clipped, without a label (a model may write one); the label is
+    the stored form's, written by :mod:`memmy.kinds.policy` only."""
+    return clip(strip_prefix(body), limit)
 
 
 def trace_block(trace: TraceView, *, user_cap: int = 200, agent_cap: int = 300, reflection_cap: int = 300) -> str:

@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 from memmy.domain import sha256_hex
-from memmy.evolve.episodes import classify_feedback
+from memmy.evolve.boundaries import classify_feedback
 from memmy.evolve.model import PolicyView, SkillDraft, TraceView
 from memmy.evolve.rules_text import (
     CosineScale,
@@ -22,7 +22,7 @@ from memmy.evolve.rules_text import (
     cosine,
     error_line,
     first_sentence,
-    guidance,
+    guidance_line,
     is_chinese,
     salient_tokens,
     same_scale,
@@ -31,6 +31,7 @@ from memmy.evolve.rules_text import (
     task_text,
     trace_block,
 )
+from memmy.kinds.policy import AVOID, PREFER, labelled, stored_line
 from memmy.llm.client import JsonLLM, LLMError
 from memmy.llm.guard import reject, vet_text
 
@@ -90,7 +91,9 @@ def skill_key(policy_id: str) -> str:
 def policy_fingerprint(policy: PolicyView) -> str:
     """A short hash of what a Skill is built from in the policy (its text and guidance, not its statistics)."""
     parts = [policy.title, policy.trigger, policy.procedure, policy.verification, policy.boundary]
-    parts += sorted(policy.preference) + sorted(policy.anti_pattern)
+    kind = policy.experience_type  # the lines as stored, so that a fingerprint stays what it was
+    parts += sorted(stored_line(kind, PREFER, p) for p in policy.preference)
+    parts += sorted(stored_line(kind, AVOID, a) for a in policy.anti_pattern)
     return sha256_hex("\x1f".join(parts))[:16]
 
 
@@ -155,9 +158,9 @@ def _counter_line(trace: TraceView) -> str:
         command = short_input(failed.get("input")) or str(failed.get("name") or "tool")
         error = error_line(failed)
         if is_chinese(trace.user_text + trace.agent_text):
-            return guidance("Avoid", f"运行 `{command}`" + (f"（{error}）" if error else ""))
-        return guidance("Avoid", f"running `{command}`" + (f" ({error})" if error else ""))
-    return guidance("Avoid", first_sentence(trace.agent_text, 160) or trace.summary)
+            return guidance_line(f"运行 `{command}`" + (f"（{error}）" if error else ""))
+        return guidance_line(f"running `{command}`" + (f" ({error})" if error else ""))
+    return guidance_line(first_sentence(trace.agent_text, 160) or trace.summary)
 
 
 def _dedupe(lines: list[str], limit: int = 6) -> list[str]:
@@ -203,7 +206,8 @@ def render_guide(
     if verification:
         parts.append(f"## {heads[4]}\n{verification}")
     if preference or anti_pattern:
-        lines = [guidance("Prefer", p) for p in preference] + [guidance("Avoid", a) for a in anti_pattern]
+        lines = [labelled(PREFER, guidance_line(p)) for p in preference]
+        lines += [labelled(AVOID, guidance_line(a)) for a in anti_pattern]
         parts.append(f"## {heads[5]}\n" + "\n".join(f"- {line}" for line in lines))
     if examples:
         parts.append(f"## {heads[6]}\n" + "\n".join(f"- {e}" for e in examples))
@@ -228,8 +232,8 @@ def crystallize_heuristic(policy: PolicyView, evidence: list[TraceView], counter
     if trigger_phrase and re.sub(r"\W+", "", trigger_phrase.casefold()) not in re.sub(r"\W+", "", summary.casefold()):
         summary += f"（适用：{trigger_phrase}）" if zh else f" (when the request is about: {trigger_phrase})"
     summary = clip(summary, 200)
-    preference = _dedupe([guidance("Prefer", p) for p in policy.preference])
-    anti_pattern = _dedupe([guidance("Avoid", a) for a in policy.anti_pattern] + [_counter_line(t) for t in counter])
+    preference = _dedupe([guidance_line(p) for p in policy.preference])
+    anti_pattern = _dedupe([guidance_line(a) for a in policy.anti_pattern] + [_counter_line(t) for t in counter])
     # examples are the tasks as asked (the policy's title first), not a retry or a reply ("It still fails: …",
     # "还是报错：…", "thanks")
     asked = [
@@ -363,8 +367,8 @@ def crystallize_llm(
     preconditions = as_str_list(answer.get("preconditions"), 6)
     parameters = as_str_list(answer.get("parameters"), 8)
     examples = as_str_list(answer.get("examples"), 4)
-    preference = _dedupe([guidance("Prefer", p) for p in as_str_list(guidance_obj.get("preference"), 6)])
-    anti_pattern = _dedupe([guidance("Avoid", a) for a in as_str_list(guidance_obj.get("anti_pattern"), 6)])
+    preference = _dedupe([guidance_line(p) for p in as_str_list(guidance_obj.get("preference"), 6)])
+    anti_pattern = _dedupe([guidance_line(a) for a in as_str_list(guidance_obj.get("anti_pattern"), 6)])
     zh = is_chinese(summary + trigger + " ".join(s["body"] for s in steps))
     guide = render_guide(
         clip(summary, 200), trigger, preconditions, steps, tools, policy.verification, preference, anti_pattern,

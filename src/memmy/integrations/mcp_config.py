@@ -294,7 +294,7 @@ def _opencode_edit(path: Path, text: str | None, ctx: InstallContext | None) -> 
         if entry is None:
             return text
         raise ManualStep(
-            f'{path} has comments, which memmy does not rewrite: add this under "mcp" yourself, then run init '
+            f"{path} has comments, which memmy does not rewrite: add this under \"mcp\" yourself, then run init "
             f'again: "memmy": {dump_like(entry, None).strip()}'
         )
     return _json_edit(path, text, ("mcp",), entry, {"$schema": "https://opencode.ai/config.json"})

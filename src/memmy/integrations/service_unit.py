@@ -77,9 +77,8 @@ def plan_unit(
     plan = Plan("service", [change(path, text)])
     if darwin:
         plan.notes.append(
-            f"load it with: launchctl bootstrap gui/$(id -u) {path}"
-            if install
-            else f"unload it first with: launchctl bootout gui/$(id -u) {path}"
+            f"load it with: launchctl bootstrap gui/$(id -u) {path}" if install else f"unload it first with: "
+            f"launchctl bootout gui/$(id -u) {path}"
         )
     elif install:
         plan.notes.append("enable it with: systemctl --user daemon-reload && systemctl --user enable --now memmy")

@@ -13,7 +13,7 @@ from memmy.commands.evolution import Feedback
 from memmy.config import Configured, Settings
 from memmy.domain import Memory
 from memmy.errors import NotFound
-from memmy.evolve.episodes import (
+from memmy.evolve.boundaries import (
     EPISODE_IDLE_TIMEOUT,
     EVIDENCE_SHIFT_MIN,
     MERGE_WINDOW,
@@ -202,7 +202,7 @@ class EpisodeOps(Configured):
         self, episode_id: str, raw_turn_id: str, text: str, tool_calls: list[dict[str, Any]]
     ) -> str | None:
         """At ``turn.complete``: move a step whose files, commands and errors share nothing with its open task
-        into a new episode (:func:`memmy.evolve.episodes.evidence_shift`); returns the new episode's id."""
+        into a new episode (:func:`memmy.evolve.boundaries.evidence_shift`); returns the new episode's id."""
         if len(step_keywords(tool_calls)) < EVIDENCE_SHIFT_MIN:  # the cheap test first: most steps stop here
             return None
         episode = self.episodes.get(episode_id)

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from memmy.config import Configured, Settings
-from memmy.evolve.episodes import EpisodeContext, classify_relation_llm
+from memmy.evolve.boundaries import EpisodeContext, classify_relation_llm
 from memmy.evolve.failure import context_hash, is_failure, tool_failure_burst, value_divergence
 from memmy.evolve.model import TraceView
 from memmy.evolve.reflection import Reflection, is_social_step, reflect_batch
@@ -49,6 +49,20 @@ class ModelSlots:
     def __init__(self, summary: JsonLLM | None = None, evolution: JsonLLM | None = None) -> None:
         self.summary = summary
         self.evolution = evolution
+
+
+class DerivedEvolution(Configured):
+    """What the handlers of a derived layer (world models, skills) work with: the store's memories, episodes and
+    evolution links, the index, the models and the layer writer."""
+
+    def __init__(self, settings: Settings, store: Store, indexer: Indexer, models: ModelSlots) -> None:
+        self.settings = settings
+        self.memories = store.memories
+        self.episodes = store.episodes
+        self.evolution = store.evolution
+        self.indexer = indexer
+        self.models = models
+        self.writer = LayerWriter(store, indexer)
 
 
 def queue_burst_repair(jobs: JobRepository, episode_id: str, burst: tuple[str, int, str]) -> JobRecord:

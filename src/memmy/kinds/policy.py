@@ -54,6 +54,12 @@ def labelled(label: str, line: str) -> str:
     return f"{label}: {unlabel(line)}"
 
 
+def stored_line(experience_type: str, label: str, line: str) -> str:
+    """A Prefer / Avoid line as a policy of ``experience_type`` stores it: labelled, except the steps that worked of
+    a success pattern, stored as they are."""
+    return line if experience_type == "success_pattern" else labelled(label, line)
+
+
 def unlabelled_lines(value: Any) -> tuple[str, ...]:
     """Stored Prefer / Avoid lines without their labels (empty ones dropped)."""
     return tuple(u for u in (unlabel(v) for v in strings(value)) if u)
@@ -252,8 +258,8 @@ class PolicyDraft:
     confidence: float
     support_trace_ids: list[str]
     caveats: list[str] = field(default_factory=list)
-    preference: list[str] = field(default_factory=list)
-    anti_pattern: list[str] = field(default_factory=list)
+    preference: list[str] = field(default_factory=list)  # without the "Prefer:" label (stored with it)
+    anti_pattern: list[str] = field(default_factory=list)  # without the "Avoid:" label (stored with it)
     tags: list[str] = field(default_factory=list)
     origin: str = "heuristic"  # heuristic | llm
 
@@ -262,6 +268,7 @@ def draft_section(draft: PolicyDraft, previous: Mapping[str, Any] | None = None)
     """The stored section of a policy written from ``draft`` over its ``previous`` section (new: status candidate,
     no support, no gain)."""
     payload = dict(previous or {})
+    kind = draft.experience_type
     payload.update(
         {
             "title": draft.title,
@@ -273,8 +280,8 @@ def draft_section(draft: PolicyDraft, previous: Mapping[str, Any] | None = None)
             "evidencePolarity": draft.evidence_polarity,
             "signature": draft.signature,
             "confidence": round(draft.confidence, 4),
-            "preference": draft.preference[:GUIDANCE_CAP],
-            "anti_pattern": draft.anti_pattern[:GUIDANCE_CAP],
+            "preference": [stored_line(kind, PREFER, line) for line in draft.preference[:GUIDANCE_CAP]],
+            "anti_pattern": [stored_line(kind, AVOID, line) for line in draft.anti_pattern[:GUIDANCE_CAP]],
             "caveats": draft.caveats,
             "origin": draft.origin,
             "skillEligible": draft.experience_type == "success_pattern",

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from memmy.domain import Memory
-from memmy.kinds.policy import unlabelled_lines
+from memmy.kinds.policy import AVOID, PREFER, labelled, unlabelled_lines
 from memmy.kinds.stored import Stored, count, entries, maybe_number, number, strings, text
 from memmy.kinds.text import ITEM_CHARS, first_paragraph, one_line
 
@@ -137,8 +137,8 @@ class SkillDraft:
     tools: list[str]
     preconditions: list[str]
     examples: list[str]
-    preference: list[str]
-    anti_pattern: list[str]
+    preference: list[str]  # without the "Prefer:" label (stored with it)
+    anti_pattern: list[str]  # without the "Avoid:" label (stored with it)
     tags: list[str]
     eta: float
     invocation_guide: str  # markdown rendered from the above
@@ -159,8 +159,8 @@ def draft_section(draft: SkillDraft, previous: Mapping[str, Any], coverage: floa
             "tools": draft.tools,
             "preconditions": draft.preconditions,
             "examples": draft.examples,
-            "preference": draft.preference,
-            "anti_pattern": draft.anti_pattern,
+            "preference": [labelled(PREFER, line) for line in draft.preference],
+            "anti_pattern": [labelled(AVOID, line) for line in draft.anti_pattern],
             "invocationGuide": draft.invocation_guide,
             "policyId": draft.policy_id,
             "sourcePolicyIds": [draft.policy_id],

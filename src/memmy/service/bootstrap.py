@@ -18,9 +18,10 @@ from memmy.errors import ConfigError
 from memmy.indexing import Indexer
 from memmy.jobs.episodes import EpisodeOps
 from memmy.jobs.evolution import EpisodeEvolution, ModelSlots
-from memmy.jobs.higher import HigherEvolution
-from memmy.jobs.policies import PolicyEvolution
+from memmy.jobs.policy import PolicyEvolution
+from memmy.jobs.skill import SkillEvolution
 from memmy.jobs.worker import EvolutionWorker, Handler
+from memmy.jobs.world import WorldEvolution
 from memmy.keys.graph import KeyOps
 from memmy.redact import RedactionConfigError, Redactor
 from memmy.service.data import DataOps, StoreOwnership
@@ -35,7 +36,7 @@ from memmy.service.validity import ValidityOps
 from memmy.store.unit import Store
 from memmy.traces.writer import TraceWriter
 
-EvolutionGroup = EpisodeEvolution | PolicyEvolution | HigherEvolution
+EvolutionGroup = EpisodeEvolution | PolicyEvolution | WorldEvolution | SkillEvolution
 
 
 def build_redactor(config: MemmyConfig) -> Redactor:
@@ -125,7 +126,8 @@ def bootstrap(config: MemmyConfig, embedder: Embedder | None = None, store: Stor
     groups: list[EvolutionGroup] = [
         EpisodeEvolution(settings, store, indexer, episode_ops, slots),
         PolicyEvolution(settings, store, indexer, slots),
-        HigherEvolution(settings, store, indexer, slots),
+        WorldEvolution(settings, store, indexer, slots),
+        SkillEvolution(settings, store, indexer, slots),
     ]
     dreams = DreamOps(settings, store, indexer)
     governance = GovernanceOps(settings, store, indexer)

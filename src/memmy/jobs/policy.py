@@ -12,7 +12,7 @@ from typing import Any
 
 from memmy.config import Configured, L2InductionSettings, Settings
 from memmy.domain import Memory
-from memmy.evolve.episodes import is_guidance
+from memmy.evolve.boundaries import is_guidance
 from memmy.evolve.failure import (
     RepairDraft,
     avoidance_llm,
@@ -419,8 +419,8 @@ class PolicyEvolution(Configured):
                     "context_hash": ctx,
                     "issue": draft.issue,
                     "suggestion": draft.suggestion,
-                    "preference": draft.preference,
-                    "anti_pattern": draft.anti_pattern,
+                    "preference": policy.labelled(policy.PREFER, draft.preference) if draft.preference else "",
+                    "anti_pattern": policy.labelled(policy.AVOID, draft.anti_pattern) if draft.anti_pattern else "",
                     "high_value_memory_ids_json": draft.high_value_ids,
                     "low_value_memory_ids_json": draft.low_value_ids,
                     "attached_policy_memory_ids_json": attach_ids,
@@ -464,8 +464,10 @@ class PolicyEvolution(Configured):
             own = own_words(memory)
             if not content_keywords(" ".join(prefer + avoid)) & content_keywords(f"{memory.title} {own}"):
                 continue  # pairing by evidence: guidance about something else does not join this policy
-            merged_prefer = _merge_lines(policy.stored_lines(memory.properties, "preference"), prefer)
-            merged_avoid = _merge_lines(policy.stored_lines(memory.properties, "anti_pattern"), avoid)
+            new_prefer = [policy.labelled(policy.PREFER, line) for line in prefer]
+            new_avoid = [policy.labelled(policy.AVOID, line) for line in avoid]
+            merged_prefer = _merge_lines(policy.stored_lines(memory.properties, "preference"), new_prefer)
+            merged_avoid = _merge_lines(policy.stored_lines(memory.properties, "anti_pattern"), new_avoid)
             self.writer.patch_properties(memory, section, {"preference": merged_prefer, "anti_pattern": merged_avoid})
             count += 1
         return count

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from memmy.evolve.episodes import (
+from memmy.evolve.boundaries import (
     EPISODE_IDLE_TIMEOUT,
     IDLE_GAP,
     MERGE_WINDOW,
