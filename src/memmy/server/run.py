@@ -124,24 +124,27 @@ def serve(config: MemmyConfig, host: str | None = None, port: int | None = None,
     )
     for warning in config.warnings:
         log.warning("%s", warning)
-    preflight(Path(config.storage.sqlite_path))  # a broken store file is refused before anything is written
+    sqlite = config.storage.backend != "postgres"
+    if sqlite:
+        preflight(Path(config.storage.sqlite_path))  # a broken store file is refused before anything is written
     config = _with_token(config)
     ensure_port_free(host, port)
     lock = ServerLock(Path(config.storage.sqlite_path))
-    lock.path.parent.mkdir(parents=True, exist_ok=True)
-    lock.acquire(host, port)
+    if sqlite:  # one daemon per SQLite file (per host); daemons on one PostgreSQL database share it
+        lock.path.parent.mkdir(parents=True, exist_ok=True)
+        lock.acquire(host, port)
     service: MemoryService | None = None
     try:
         service = MemoryService.open(config)
         migration = service.db.migration
         if migration.applied:
-            log.info("migrated %s: %s", config.storage.sqlite_path, ", ".join(migration.applied))
+            log.info("migrated %s: %s", config.storage.location, ", ".join(migration.applied))
         if migration.backup_path:
             log.info("backup of the previous schema written to %s", migration.backup_path)
         service.start_background()
         app = create_app(service, shutdown=lambda: os.kill(os.getpid(), signal.SIGTERM))
         settle_heap()
-        log.info("memmy memory service on http://%s:%d (db %s)", host, port, config.storage.sqlite_path)
+        log.info("memmy memory service on http://%s:%d (db %s)", host, port, config.storage.location)
         server = _Server(
             uvicorn.Config(
                 app, host=host, port=port, log_level=log_level.lower(), access_log=False, timeout_graceful_shutdown=10
