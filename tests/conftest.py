@@ -96,6 +96,11 @@ def postgres_dsn(postgres_server: PostgresServer) -> str:
     return postgres_server.fresh_dsn()
 
 
+#: Runs a test on SQLite alone: for what only a SQLite file has (its permissions, FTS5, EXPLAIN QUERY PLAN, the export
+#: that snapshots the file); the test's name says so.
+only_sqlite = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, isolated_home: Path) -> str:
     """The store engine of this run of the test: SQLite (the default), or a fresh PostgreSQL database, chosen as a

@@ -20,6 +20,7 @@ from memmy.namespace import Namespace
 from memmy.recall.channels import CHANNELS
 from memmy.recall.pipeline import MODE_LAYERS
 from memmy.service import MemoryService
+from tests.conftest import only_sqlite
 
 NS = Namespace(source="codex")
 
@@ -141,5 +142,6 @@ def test_request_modes_and_channels_match_the_pipeline() -> None:
     assert set(CHANNEL_NAMES) == set(CHANNELS)
 
 
-def test_database_file_is_private(service: MemoryService) -> None:
+@only_sqlite
+def test_the_sqlite_database_file_is_private(service: MemoryService) -> None:
     assert service.config.storage.sqlite_path.stat().st_mode & 0o777 == 0o600

@@ -115,7 +115,10 @@ _NUMERIC_KEYS = frozenset({"tokens", "topScore", "priority", "gain", "value", "s
 _JSON_EXTRACT = re.compile(r"json_extract\(\s*([\w.]+)\s*,\s*'\$\.([\w.]+)'\s*\)", re.IGNORECASE)
 _JSON_LENGTH = re.compile(r"json_array_length\(\s*([\w.]+)\s*\)", re.IGNORECASE)
 _JSON_EACH = re.compile(r"json_each\(\s*([\w.]+)\s*\)\s+(\w+)", re.IGNORECASE)
-_JSON_SET = re.compile(r"json_set\(\s*([\w.]+)\s*,\s*\?\s*,\s*json\(\?\)\s*\)", re.IGNORECASE)
+_JSON_SET = re.compile(
+    r"json_set\(\s*([\w.]+)\s*,\s*(\?|'[^']*')\s*,\s*(json\(\?\)|-?\d+(?:\.\d+)?)\s*\)", re.IGNORECASE
+)
+_BLOB = re.compile(r"CAST\(\s*([\w.]+)\s+AS\s+BLOB\s*\)", re.IGNORECASE)
 _JSON_REMOVE = re.compile(r"json_remove\(\s*([\w.]+)\s*,\s*(\?|'[^']*')\s*\)", re.IGNORECASE)
 _PAIR = re.compile(r"\b(MAX|MIN)\(([^(),]+),([^(),]+)\)", re.IGNORECASE)
 _STAR = re.compile(r"(?:SELECT|,)\s*(?:\w+\.)?\*", re.IGNORECASE)
@@ -129,6 +132,12 @@ def _json_extract(match: re.Match[str]) -> str:
         node = f"({column}::jsonb #> '{{{','.join(path)}}}')"
         return f"(CASE WHEN jsonb_typeof{node} = 'number' THEN {text}::double precision END)"
     return text
+
+
+def _json_set(match: re.Match[str]) -> str:
+    column, path, value = match.group(1), match.group(2), match.group(3)
+    new = "(?)::jsonb" if value.lower().startswith("json(") else f"to_jsonb({value})"
+    return f"jsonb_set({column}::jsonb, memmy_json_path({path}), {new})::text"
 
 
 def _rewrite_code(code: str) -> str:
@@ -226,7 +235,8 @@ def translate(sql: str) -> Statement:
     sql = _JSON_EXTRACT.sub(_json_extract, sql)
     sql = _JSON_LENGTH.sub(lambda m: f"jsonb_array_length({m.group(1)}::jsonb)", sql)
     sql = _JSON_EACH.sub(lambda m: f"jsonb_array_elements_text({m.group(1)}::jsonb) AS {m.group(2)}(value)", sql)
-    sql = _JSON_SET.sub(lambda m: f"jsonb_set({m.group(1)}::jsonb, memmy_json_path(?), (?)::jsonb)::text", sql)
+    sql = _JSON_SET.sub(_json_set, sql)
+    sql = _BLOB.sub(lambda m: f"convert_to({m.group(1)}, 'UTF8')", sql)
     sql = _JSON_REMOVE.sub(lambda m: f"({m.group(1)}::jsonb #- memmy_json_path({m.group(2)}))::text", sql)
     sql = _pairs(sql)
     sql = _qualify_upsert(sql, into)
