@@ -314,7 +314,7 @@ def small_tmpfs(tmp_path: Path, size_mib: int) -> Iterator[Path]:
 
 
 @pytest.fixture
-def importer_service(isolated_home: Path, embedder: Embedder) -> Iterator[MemoryService]:
+def importer_service(isolated_home: Path, embedder: Embedder, backend: str) -> Iterator[MemoryService]:
     """An in-process service whose importer reads only Claude Code history under the isolated HOME."""
     service = MemoryService.open(load_config(), embedder=embedder)
     service.indexer.load_index()

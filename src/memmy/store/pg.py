@@ -83,13 +83,19 @@ def _plain(value: Any) -> Any:
     return value
 
 
+#: PostgreSQL's ``numeric`` (what SUM and AVG of integers answer): the one type whose values need converting.
+NUMERIC_OID = 1700
+
+
 def _row_factory(drop_rowid: bool) -> Callable[[Any], Callable[[Sequence[Any]], PgRow]]:
     def factory(cursor: Any) -> Callable[[Sequence[Any]], PgRow]:
-        names = tuple(column.name for column in cursor.description or ())
+        description = cursor.description or ()
+        names = tuple(column.name for column in description)
         keep = [i for i, name in enumerate(names) if not (drop_rowid and name == "rowid")]
         cls = _row_class(tuple(names[i] for i in keep))
+        numeric = any(description[i].type_code == NUMERIC_OID for i in keep)
         if len(keep) == len(names):
-            return lambda values: cls(_plain(v) for v in values)
+            return (lambda values: cls(_plain(v) for v in values)) if numeric else cls
         return lambda values: cls(_plain(values[i]) for i in keep)
 
     return factory
@@ -146,6 +152,19 @@ class PgCursor:
         return iter(self.fetchall())
 
 
+#: ``PRAGMA table_info(t)``'s rows (cid, name, type, notnull, dflt_value, pk) from PostgreSQL's catalog.
+TABLE_INFO = (
+    "SELECT c.ordinal_position - 1 AS cid, c.column_name AS name, upper(c.data_type) AS type, "
+    "CASE WHEN c.is_nullable = 'NO' THEN 1 ELSE 0 END AS notnull, c.column_default AS dflt_value, "
+    "COALESCE((SELECT k.ordinal_position FROM information_schema.key_column_usage k "
+    "JOIN information_schema.table_constraints t ON t.constraint_name = k.constraint_name "
+    "AND t.table_schema = k.table_schema WHERE t.constraint_type = 'PRIMARY KEY' AND k.table_name = c.table_name "
+    "AND k.table_schema = c.table_schema AND k.column_name = c.column_name), 0) AS pk "
+    "FROM information_schema.columns c WHERE c.table_schema = current_schema() AND c.table_name = ? "
+    "AND c.column_name <> 'rowid' ORDER BY c.ordinal_position"
+)
+
+
 class PgConnection:
     """A pool connection with sqlite3's ``execute``/``executemany``, taking SQLite's SQL (see module doc)."""
 
@@ -164,8 +183,11 @@ class PgConnection:
         import psycopg
 
         head = sql.lstrip()[:24].upper()
-        if head.startswith("PRAGMA"):  # SQLite's settings: nothing to set on PostgreSQL
-            return PgCursor(self.raw.cursor(), translate("SELECT 1 WHERE false"))
+        if head.startswith("PRAGMA"):  # SQLite's settings: nothing to set on PostgreSQL, bar table_info
+            info = re.match(r"\s*PRAGMA\s+table_info\(\s*['\"]?(\w+)['\"]?\s*\)\s*$", sql, re.IGNORECASE)
+            if info is None:
+                return PgCursor(self.raw.cursor(), translate("SELECT 1 WHERE false"))
+            sql, params = TABLE_INFO, (info.group(1),)
         if not params and head.startswith(("CREATE TABLE", "CREATE INDEX", "CREATE UNIQUE INDEX", "CREATE VIRTUAL")):
             for ddl in pg_ddl(sql):  # DDL as the migrations translate it (a rowid on every table)
                 self.raw_execute(ddl)
@@ -173,7 +195,8 @@ class PgConnection:
         statement = translate(sql)
         cursor = psycopg.ClientCursor(self.raw, row_factory=_row_factory(statement.drops_rowid))
         try:
-            cursor.execute(statement.sql.encode(), statement.params(tuple(params)))
+            given = tuple(params)
+            cursor.execute(statement.text(given).encode(), statement.params(given))
         except psycopg.Error as exc:
             raise _as_sqlite_error(exc) from exc
         return PgCursor(cursor, statement)
@@ -185,7 +208,7 @@ class PgConnection:
         statement = translate(sql)
         cursor = psycopg.ClientCursor(self.raw, row_factory=_row_factory(statement.drops_rowid))
         try:
-            cursor.executemany(statement.sql.encode(), [statement.params(tuple(p)) for p in seq])
+            cursor.executemany(statement.sql.encode(), [statement.params(tuple(p)) for p in seq])  # (no MATCH)
         except psycopg.Error as exc:
             raise _as_sqlite_error(exc) from exc
         return PgCursor(cursor, statement)
@@ -351,10 +374,9 @@ class PgDatabase(Database):
                 return
             with self.pool.connection() as raw:
                 conn = PgConnection(raw)
-                conn.raw_execute("BEGIN")
+                conn.raw_execute(f"BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK_KEY})")  # one round trip
                 self._local.conn = conn
                 try:
-                    conn.raw_execute(f"SELECT pg_advisory_xact_lock({WRITE_LOCK_KEY})")
                     yield cast(sqlite3.Connection, conn)
                 except BaseException:
                     self._local.conn = None

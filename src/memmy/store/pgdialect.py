@@ -54,17 +54,46 @@ def _lexeme(token: str) -> str:
     return "'" + token.replace("'", "''") + "'"
 
 
-def fts5_to_tsquery(expression: str) -> str:
-    """A MATCH expression as memmy builds them (quoted tokens and phrases, OR-ed) as ``to_tsquery`` text: each
-    phrase's tokens joined by ``<->``, the parts by ``|``; empty when nothing is left to match."""
+def tsquery_parts(expression: str) -> list[str]:
+    """The quoted tokens and phrases of a MATCH expression as memmy builds them, each as ``to_tsquery`` text (a
+    phrase's tokens joined by ``<->``), each once."""
     parts: list[str] = []
     for quoted in _QUOTED.findall(expression):
         tokens = fts_tokens(quoted.replace('""', '"'))
-        if not tokens:
-            continue
-        phrase = " <-> ".join(_lexeme(t) for t in tokens)
-        parts.append(f"({phrase})" if len(tokens) > 1 else phrase)
-    return " | ".join(dict.fromkeys(parts))
+        if tokens:
+            phrase = " <-> ".join(_lexeme(t) for t in tokens)
+            parts.append(f"({phrase})" if len(tokens) > 1 else phrase)
+    return list(dict.fromkeys(parts))
+
+
+def fts5_to_tsquery(expression: str) -> str:
+    """A MATCH expression (quoted tokens and phrases, OR-ed) as ``to_tsquery`` text; empty when nothing is left."""
+    return " | ".join(tsquery_parts(expression))
+
+
+#: Where a statement's BM25 score goes; it is written per call (:func:`bm25_sql`), since it has a term per part.
+BM25_MARK: Final = "\x00bm25\x00"
+
+
+def _tsq(part: str) -> str:
+    """One part's tsquery as a literal (its lexemes are letters and digits; quotes are doubled all the same)."""
+    return f"to_tsquery('{TS_CONFIG}', '{part.replace(chr(39), chr(39) * 2)}')"
+
+
+def bm25_sql(expression: str) -> str:
+    """FTS5's ``bm25()`` (negative: lower is better) over the tsvector: per part, BM25's IDF from the part's
+    document count (``ln((N - n + 0.5) / (n + 0.5) + 1)``) times a saturated term frequency from ``ts_rank_cd`` with
+    the column weights. Without the IDF a query's rare word would count no more than its common ones."""
+    terms: list[str] = []
+    parts = tsquery_parts(expression)
+    counts = [f"(SELECT count(*) FROM memories_fts WHERE tsv @@ {_tsq(p)})" for p in parts]
+    total = (
+        f"GREATEST((SELECT reltuples FROM pg_class WHERE oid = 'memories_fts'::regclass), {', '.join([*counts, '1'])})"
+    )
+    for part, count in zip(parts, counts, strict=True):
+        rank = f"(ts_rank_cd({TS_WEIGHTS}, memories_fts.tsv, {_tsq(part)}) * 10)"
+        terms.append(f"(LN(({total} - {count} + 0.5) / ({count} + 0.5) + 1) * {rank} * 2.2 / ({rank} + 1.2))")
+    return f"(-({' + '.join(terms) or '0'}))"
 
 
 def _tsv_sql(mark: str = "%s") -> str:
@@ -87,6 +116,14 @@ class Statement:
     is_insert: bool
     drops_rowid: bool
     into: str | None
+    #: The caller's parameter holding the MATCH expression, when the statement has a BM25 score to write.
+    scored_by: int | None = None
+
+    def text(self, given: tuple[Any, ...] | list[Any]) -> str:
+        """:attr:`sql` with its BM25 score written out for this call's MATCH expression."""
+        if self.scored_by is None:
+            return self.sql
+        return self.sql.replace(BM25_MARK, bm25_sql(str(given[self.scored_by])).replace("%", "%%"))
 
     def params(self, given: tuple[Any, ...] | list[Any]) -> list[Any]:
         """The parameters of :attr:`sql` from the caller's."""
@@ -240,33 +277,23 @@ def translate(sql: str) -> Statement:
     sql = _JSON_REMOVE.sub(lambda m: f"({m.group(1)}::jsonb #- memmy_json_path({m.group(2)}))::text", sql)
     sql = _pairs(sql)
     sql = _qualify_upsert(sql, into)
-    score = f"(-ts_rank_cd({TS_WEIGHTS}, memories_fts.tsv, to_tsquery('{TS_CONFIG}', ?MATCHCOPY)))"
+    score = BM25_MARK
     sql = re.sub(r"\bbm25\(memories_fts[^)]*\)", score, sql)
     if "memories_fts MATCH" in sql:
         sql = re.sub(r"\brank AS\b", f"{score} AS", sql)
         sql = sql.replace("memories_fts MATCH ?", f"memories_fts.tsv @@ to_tsquery('{TS_CONFIG}', ?MATCH)")
     out: list[str] = []
-    refs: list[tuple[int | None, str]] = []  # None: the MATCH parameter again (resolved below)
+    plan: list[tuple[int, str]] = []
     match_index: int | None = None
-    given = 0
     for literal, piece in _split_literals(sql):
         if literal:
             out.append(piece.replace("%", "%%"))
             continue
-        code = _rewrite_code(piece).replace("%", "%%")
-        parts = re.split(r"(\?MATCHCOPY|\?MATCH|\?)", code)
-        for part in parts:
-            if part == "?":
-                refs.append((given, ""))
-                given += 1
-                out.append("%s")
-            elif part == "?MATCH":
-                match_index = given
-                refs.append((given, "tsquery"))
-                given += 1
-                out.append("%s")
-            elif part == "?MATCHCOPY":
-                refs.append((None, "tsquery"))
+        for part in re.split(r"(\?MATCH|\?)", _rewrite_code(piece).replace("%", "%%")):
+            if part in ("?", "?MATCH"):
+                if part == "?MATCH":
+                    match_index = len(plan)
+                plan.append((len(plan), "tsquery" if part == "?MATCH" else ""))
                 out.append("%s")
             else:
                 out.append(part)
@@ -277,13 +304,8 @@ def translate(sql: str) -> Statement:
             text = text[: returning.start()] + " ON CONFLICT DO NOTHING" + text[returning.start() :]
         else:
             text = text.rstrip().rstrip(";") + " ON CONFLICT DO NOTHING"
-    plan: list[tuple[int, str]] = []
-    for index, how in refs:
-        if index is not None:
-            plan.append((index, how))
-        elif match_index is not None:
-            plan.append((match_index, how))
-    return Statement(text, tuple(plan), into is not None, bool(_STAR.search(sql)), into)
+    scored_by = match_index if BM25_MARK in text else None
+    return Statement(text, tuple(plan), into is not None, bool(_STAR.search(sql)), into, scored_by)
 
 
 def _fts_insert(sql: str) -> Statement | None:
