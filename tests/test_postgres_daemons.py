@@ -76,6 +76,21 @@ def test_two_daemons_answer_every_turn_and_each_job_runs_once(two_daemons: list[
     assert [attempts for _status, attempts in jobs if attempts > 1] == []  # no job was leased twice
 
 
+def test_a_memory_one_daemon_adds_reaches_the_others_vector_channel(two_daemons: list[Daemon]) -> None:
+    writer, reader = two_daemons
+    with writer.client() as client:
+        added = client.post("/api/v1/memory/add", json={"content": "The zygomorphic orchid bucket is eu-west-3."})
+        assert added.status_code == 200
+    writer.drain()  # embedded and stored by the writer
+    reader.drain()  # the reader's idle worker takes in what others stored
+    with reader.client() as client:
+        found = client.post(
+            "/api/v1/memory/search", json={"query": "where is the orchid bucket?", "verbose": True}
+        ).json()
+    channels = {c["id"]: c["channels"] for c in found["debug"]["channels"]}
+    assert "vec" in channels[added.json()["id"]]
+
+
 def _keyed_add(client: httpx.Client, n: int) -> httpx.Response:
     body = {"content": f"keyed fact number {n} about the deploy window", "adapterId": "hook", "requestId": f"add-{n}"}
     return client.post("/api/v1/memory/add", json=body)
