@@ -21,8 +21,10 @@ does.
 from __future__ import annotations
 
 import functools
+import math
 import re
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -80,20 +82,31 @@ def _tsq(part: str) -> str:
     return f"to_tsquery('{TS_CONFIG}', '{part.replace(chr(39), chr(39) * 2)}')"
 
 
-def bm25_sql(expression: str) -> str:
-    """FTS5's ``bm25()`` (negative: lower is better) over the tsvector: per part, BM25's IDF from the part's
-    document count (``ln((N - n + 0.5) / (n + 0.5) + 1)``) times a saturated term frequency from ``ts_rank_cd`` with
-    the column weights. Without the IDF a query's rare word would count no more than its common ones."""
-    terms: list[str] = []
-    parts = tsquery_parts(expression)
-    counts = [f"(SELECT count(*) FROM memories_fts WHERE tsv @@ {_tsq(p)})" for p in parts]
-    total = (
-        f"GREATEST((SELECT reltuples FROM pg_class WHERE oid = 'memories_fts'::regclass), {', '.join([*counts, '1'])})"
+def document_counts_sql(parts: list[str]) -> str:
+    """One pass over the rows any part matches: (the table's estimated rows, each part's document count)."""
+    counts = ", ".join(f"count(*) FILTER (WHERE tsv @@ {_tsq(p)})" for p in parts)
+    either = " || ".join(_tsq(p) for p in parts)
+    return (
+        "SELECT (SELECT reltuples FROM pg_class WHERE oid = 'memories_fts'::regclass), "
+        f"{counts} FROM memories_fts WHERE tsv @@ ({either})"
     )
-    for part, count in zip(parts, counts, strict=True):
+
+
+def bm25_sql(parts: list[str], idf: list[float]) -> str:
+    """FTS5's ``bm25()`` (negative: lower is better) over the tsvector: per part, its BM25 IDF (computed by the
+    caller from :func:`document_counts_sql`) times a saturated term frequency from ``ts_rank_cd`` with the column
+    weights. Without the IDF a query's rare word would count no more than its common ones."""
+    terms: list[str] = []
+    for part, weight in zip(parts, idf, strict=True):
         rank = f"(ts_rank_cd({TS_WEIGHTS}, memories_fts.tsv, {_tsq(part)}) * 10)"
-        terms.append(f"(LN(({total} - {count} + 0.5) / ({count} + 0.5) + 1) * {rank} * 2.2 / ({rank} + 1.2))")
+        terms.append(f"({weight!r} * {rank} * 2.2 / ({rank} + 1.2))")
     return f"(-({' + '.join(terms) or '0'}))"
+
+
+def bm25_idf(total: float, counts: list[int]) -> list[float]:
+    """BM25's ``ln((N - n + 0.5) / (n + 0.5) + 1)`` per part (N at least the largest count)."""
+    documents = max([total, *counts, 1])
+    return [math.log((documents - n + 0.5) / (n + 0.5) + 1) for n in counts]
 
 
 def _tsv_sql(mark: str = "%s") -> str:
@@ -119,11 +132,13 @@ class Statement:
     #: The caller's parameter holding the MATCH expression, when the statement has a BM25 score to write.
     scored_by: int | None = None
 
-    def text(self, given: tuple[Any, ...] | list[Any]) -> str:
-        """:attr:`sql` with its BM25 score written out for this call's MATCH expression."""
+    def text(self, given: tuple[Any, ...] | list[Any], idf: Callable[[list[str]], list[float]]) -> str:
+        """:attr:`sql` with its BM25 score written out for this call's MATCH expression (``idf`` gives each part's
+        weight)."""
         if self.scored_by is None:
             return self.sql
-        return self.sql.replace(BM25_MARK, bm25_sql(str(given[self.scored_by])).replace("%", "%%"))
+        parts = tsquery_parts(str(given[self.scored_by]))
+        return self.sql.replace(BM25_MARK, bm25_sql(parts, idf(parts)).replace("%", "%%"))
 
     def params(self, given: tuple[Any, ...] | list[Any]) -> list[Any]:
         """The parameters of :attr:`sql` from the caller's."""
