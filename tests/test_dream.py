@@ -27,8 +27,8 @@ NOW = datetime.now(UTC)
 
 
 @pytest.fixture
-def make_service(make_service: ServiceFactory) -> ServiceFactory:
-    """conftest's factory (one store per service) taking just the ``dream`` config section."""
+def make_service(make_service: ServiceFactory, backend: str) -> ServiceFactory:
+    """conftest's factory (one store per service, on each backend) taking just the ``dream`` config section."""
     return lambda dream=None: make_service({"dream": dream or {}})
 
 

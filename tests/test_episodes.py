@@ -37,7 +37,7 @@ def make_service(home: Path, embedder: Embedder, extra: str = "") -> MemoryServi
 
 
 @pytest.fixture
-def svc(isolated_home: Path, embedder: Embedder) -> Iterator[MemoryService]:
+def svc(isolated_home: Path, embedder: Embedder, backend: str) -> Iterator[MemoryService]:
     service = make_service(isolated_home, embedder)
     yield service
     service.close()

@@ -110,11 +110,10 @@ def test_no_secret_reaches_store_fts_or_vectors(
     assert totals(result)["turnsAdded"] == 1
     assert sum(result["sources"][0]["redacted"].values()) >= 3
     importer_service.indexer.drain()
-    conn = sqlite3.connect(importer_service.config.storage.sqlite_path)
-    dump = "\n".join(
-        str(row)
+    dump = "\n".join(  # every column of every row, on either backend (the tsvector's lexemes included)
+        str(tuple(row))
         for table in ("memories", "raw_turns", "memories_fts", "embedding_retry_queue")
-        for row in conn.execute(f"SELECT * FROM {table}")
+        for row in importer_service.store.query(f"SELECT * FROM {table}")
     )
     for secret in (key, "hunter22secret", "abcdefgh12345678"):
         assert secret not in dump

@@ -25,11 +25,10 @@ SIDE_TABLE = "CREATE TABLE IF NOT EXISTS side_effects (job_id TEXT NOT NULL, not
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    database = Database(tmp_path / "memmy.db")
-    database.conn.execute(SIDE_TABLE)
+def db(database: Database) -> Iterator[Database]:
+    with database.transaction() as conn:
+        conn.execute(SIDE_TABLE)
     yield database
-    database.close()
 
 
 @pytest.fixture

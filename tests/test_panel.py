@@ -28,7 +28,7 @@ from memmy.panel import routes as panel_routes
 from memmy.server.app import create_app
 from memmy.service import MemoryService
 from tests.answers import must
-from tests.conftest import Daemon, free_port
+from tests.conftest import Daemon, free_port, only_sqlite
 
 BASE = "http://127.0.0.1:18960"
 PAGES = (
@@ -190,7 +190,10 @@ def test_review_queue_approve_from_the_panel(client: TestClient, service: Memory
     assert pending.id not in client.get("/panel/review").text
 
 
-def test_settings_export_import_and_wipe(client: TestClient, service: MemoryService, tmp_path: Path) -> None:
+@only_sqlite
+def test_settings_export_import_and_wipe_of_a_sqlite_store(
+    client: TestClient, service: MemoryService, tmp_path: Path
+) -> None:
     made = service.add_memory(AddMemory.from_json({"content": "Our CI runs on self-hosted runners."}), Namespace())
     csrf = sign_in(client)
     exported = client.post("/panel/settings/export", data={"csrf": csrf})
@@ -432,7 +435,8 @@ def test_overview_warns_about_broken_quiet_and_misdirected_hooks(
     assert f"the memmy launcher {launcher} is missing" in broken and "fix: memmy-memory init" in broken
 
 
-def test_overview_warns_when_the_store_cannot_write(client: TestClient, service: MemoryService) -> None:
+@only_sqlite
+def test_overview_warns_when_the_sqlite_store_cannot_write(client: TestClient, service: MemoryService) -> None:
     sign_in(client)
     assert "the store is degraded" not in client.get("/panel").text
     service.db.mark_failed("database or disk is full")
@@ -519,7 +523,8 @@ def test_analytics_top_projects_counts_live_memories_per_project(service: Memory
     assert sum(row["count"] for row in top) == 3
 
 
-def test_time_ordered_panel_reads_walk_an_index(service: MemoryService) -> None:
+@only_sqlite
+def test_time_ordered_panel_reads_walk_an_index_in_the_sqlite_query_plan(service: MemoryService) -> None:
     def plan(sql: str, params: tuple[str, ...] = ()) -> str:
         return " | ".join(str(row[3]) for row in service.db.query("EXPLAIN QUERY PLAN " + sql, params))
 

@@ -21,6 +21,7 @@ from memmy.recall.channels import CHANNELS
 from memmy.recall.pipeline import MODE_LAYERS
 from memmy.service import MemoryService
 from tests.answers import must
+from tests.conftest import only_sqlite
 
 NS = Namespace(source="codex")
 
@@ -142,5 +143,6 @@ def test_request_modes_and_channels_match_the_pipeline() -> None:
     assert set(CHANNEL_NAMES) == set(CHANNELS)
 
 
-def test_database_file_is_private(service: MemoryService) -> None:
+@only_sqlite
+def test_the_sqlite_database_file_is_private(service: MemoryService) -> None:
     assert service.config.storage.sqlite_path.stat().st_mode & 0o777 == 0o600

@@ -53,8 +53,8 @@ def put(store: Store, key: str) -> None:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
-    return Store(Database(tmp_path / "unit.sqlite"))
+def store(database: Database) -> Store:
+    return Store(database)
 
 
 def test_a_transaction_commits_and_an_error_rolls_it_back(store: Store) -> None:

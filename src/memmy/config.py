@@ -57,6 +57,7 @@ def _env_override_table() -> dict[str, tuple[str, ...]]:
         "MEMMY_MEMORY_MODE": ("storage", "mode"),
         "MEMMY_MEMORY_BACKEND": ("storage", "backend"),
         "MEMMY_MEMORY_DB": ("storage", "sqlitePath"),
+        "MEMMY_POSTGRES_DSN": ("storage", "postgresDsn"),
         "MEMMY_MEMORY_URL": ("storage", "endpoint"),
         "MEMORY_SERVICE_TOKEN": ("storage", "token"),
         "MEMMY_MEMORY_TOKEN": ("storage", "token"),
@@ -139,6 +140,15 @@ class StorageSettings:
     sqlite_path: Path
     endpoint: str
     token: str
+    #: ``backend: postgres``: the database (``postgresql://…``); empty for SQLite.
+    postgres_dsn: str = ""
+
+    @property
+    def location(self) -> str:
+        """What the store is, for messages: the SQLite path, or the DSN without its password."""
+        if self.backend == "postgres":
+            return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", self.postgres_dsn)
+        return str(self.sqlite_path)
 
 
 @dataclass(frozen=True)
@@ -753,6 +763,10 @@ def load_config(
     else:
         sqlite_path = default_sqlite_path(env)
     storage["sqlitePath"] = str(sqlite_path)
+    if storage["backend"] == "postgres" and not storage["postgresDsn"]:
+        raise ConfigError(
+            f"{path}: {ROOT_KEY}.storage.backend is postgres but no storage.postgresDsn (or MEMMY_POSTGRES_DSN) is set"
+        )
     server = tree["server"]
     if not 0 < server["port"] < 65536:
         raise ConfigError(f"{path}: {ROOT_KEY}.server.port: expected 1-65535, got {server['port']!r}")
@@ -771,6 +785,7 @@ def load_config(
             sqlite_path=sqlite_path,
             endpoint=storage["endpoint"],
             token=storage["token"] or "",
+            postgres_dsn=storage["postgresDsn"] or "",
         ),
         server=ServerSettings(
             host=server["host"],

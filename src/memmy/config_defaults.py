@@ -44,6 +44,8 @@ def default_tree() -> dict[str, Any]:
             "mode": "local",
             "backend": "sqlite",
             "sqlitePath": "",
+            # backend "postgres": postgresql://user:pass@host/db (or MEMMY_POSTGRES_DSN); several daemons may share it.
+            "postgresDsn": "",
             "endpoint": DEFAULT_ENDPOINT,
             "token": "",
         },
@@ -239,7 +241,7 @@ ENUMS: dict[str, tuple[str, ...]] = {
     "domain": ("", "research"),
     "activeProfile": ("byok", "account"),
     "storage.mode": ("local",),
-    "storage.backend": ("sqlite",),
+    "storage.backend": ("sqlite", "postgres"),
     "server.auth": ("token", "none"),
     "embedding.provider": ("local", "openai_compatible"),
     "summary.provider": ("", "openai_compatible", "local_only", "host"),

@@ -154,6 +154,9 @@ class Indexer:
         self._lock = threading.RLock()
         self._recent_queries: dict[tuple[int, str], Vector] = {}
         self._recent_lock = threading.Lock()
+        #: On a store other daemons share (PostgreSQL), the last vector row this index has taken in.
+        self._shared = store.backend == "postgres"
+        self._seen_vector_id = 0
 
     @property
     def embedder(self) -> Embedder:
@@ -194,6 +197,8 @@ class Indexer:
             self.index = None
             return
         index = VectorIndex(fingerprint.dim)
+        if self._shared:
+            self._seen_vector_id = self.vectors.last_id()  # rows written meanwhile are taken in twice: harmless
         index.bulk_load(self.vectors.iter_current(fingerprint.provider, fingerprint.model, fingerprint.dim))
         self.index = index
         key_index = KeyVectorIndex(fingerprint.dim)
@@ -318,6 +323,7 @@ class Indexer:
         """Embed one batch of due queue rows; returns (succeeded, failed)."""
         items = self.queue.claim_due(limit or self.batch_size, worker=f"pid-{threading.get_ident()}")
         if not items:
+            self.catch_up()
             return self.refresh_keys(), 0
         try:
             embedder = self.embedder
@@ -349,6 +355,24 @@ class Indexer:
         self.last_ok_at_iso = utc_now()
         self.last_error = None
         return ok, 0
+
+    def catch_up(self) -> int:
+        """On a store other daemons share: take the vectors they stored since the last look into this index (the
+        idle worker looks about once a second); returns how many. Nothing to do on SQLite (one daemon)."""
+        if not self._shared or self.index is None:
+            return 0
+        fingerprint = self.embedder.fingerprint
+        taken = 0
+        while True:
+            last, rows = self.vectors.current_after(
+                self._seen_vector_id, fingerprint.provider, fingerprint.model, fingerprint.dim
+            )
+            if not rows:
+                return taken
+            for memory_id, field_name, vector, meta in rows:
+                self.index.upsert(memory_id, field_name, vector, meta)
+            self._seen_vector_id = last
+            taken += len(rows)
 
     def _fail_all(self, items: list[QueueItem], message: str) -> int:
         self.last_error = message

@@ -97,6 +97,11 @@ LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
         "mcp",
         "Serve the MCP tools on stdin/stdout (for Claude Code, Codex, Cursor, ...), backed by the daemon.",
     ),
+    "migrate": (
+        "memmy.cli.commands_migrate",
+        "migrate",
+        "Copy the whole store to PostgreSQL (--to postgresql://…) or back to a SQLite file, compared table by table.",
+    ),
     "model": (
         "memmy.cli.commands_model",
         "model",

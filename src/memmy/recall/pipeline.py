@@ -308,6 +308,9 @@ class RecallEngine:
         """Two repositories over read-only connections to the store, one per keyword worker (empty where they
         cannot be opened: the keyword channels then run inline)."""
         if not self._keyword_repos and not self._reader_failed:
+            if self.repo.db.backend == "postgres":  # outside a transaction its reads run on pool connections at once
+                self._keyword_repos = [MemoryRepository(self.repo.db) for _ in KEYWORD_PARTS]
+                return self._keyword_repos
             try:
                 self._keyword_repos = [MemoryRepository(ReadOnlyDatabase(self.repo.db.path)) for _ in KEYWORD_PARTS]
             except (StoreError, sqlite3.Error, AttributeError):
@@ -326,7 +329,8 @@ class RecallEngine:
         self._pool.shutdown(wait=False)
         repos, self._keyword_repos = self._keyword_repos, []
         for repo in repos:
-            repo.db.close()
+            if repo.db is not self.repo.db:  # (on PostgreSQL they share the store's pool)
+                repo.db.close()
 
     def _keyword_channels(
         self,

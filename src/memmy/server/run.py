@@ -163,18 +163,21 @@ def serve(
     )
     for warning in config.warnings:
         log.warning("%s", warning)
-    preflight(Path(config.storage.sqlite_path))  # a broken store file is refused before anything is written
+    sqlite = config.storage.backend != "postgres"
+    if sqlite:
+        preflight(Path(config.storage.sqlite_path))  # a broken store file is refused before anything is written
     config = _with_token(config)
     ensure_port_free(host, port)
     lock = ServerLock(Path(config.storage.sqlite_path))
-    lock.path.parent.mkdir(parents=True, exist_ok=True)
-    lock.acquire(host, port)
+    if sqlite:  # one daemon per SQLite file (per host); daemons on one PostgreSQL database share it
+        lock.path.parent.mkdir(parents=True, exist_ok=True)
+        lock.acquire(host, port)
     service: MemoryService | None = None
     try:
         service = MemoryService.open(config)
         migration = service.db.migration
         if migration.applied:
-            log.info("migrated %s: %s", config.storage.sqlite_path, ", ".join(migration.applied))
+            log.info("migrated %s: %s", config.storage.location, ", ".join(migration.applied))
         if migration.backup_path:
             log.info("backup of the previous schema written to %s", migration.backup_path)
         service.start_background()
@@ -186,7 +189,7 @@ def serve(
         )
         settle_heap()
         scheme = "https" if tls is not None else "http"
-        log.info("memmy memory service on %s://%s:%d (db %s)", scheme, host, port, config.storage.sqlite_path)
+        log.info("memmy memory service on %s://%s:%d (db %s)", scheme, host, port, config.storage.location)
         server = _Server(
             uvicorn.Config(
                 app,

@@ -113,7 +113,9 @@ def bootstrap(config: MemmyConfig, embedder: Embedder | None = None, store: Stor
     """
     redactor = build_redactor(config)  # a bad redaction rule is refused before the store is opened
     settings = Settings(config)
-    store = store if store is not None else Store.open(config.storage.sqlite_path)
+    if store is None:
+        postgres = config.storage.backend == "postgres"
+        store = Store.open_postgres(config.storage.postgres_dsn) if postgres else Store.open(config.storage.sqlite_path)
     factory = (lambda: embedder) if embedder is not None else embedder_factory(config)
     indexer = Indexer(factory, store, config.embedding.batch_size)
     models = build_model_clients(config, store)

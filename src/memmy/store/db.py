@@ -147,7 +147,13 @@ class Database:
 
     SQLite allows one writer at a time anyway; a single connection keeps transactions simple and lets
     WAL readers in other processes (the CLI, backups) proceed while the daemon writes.
+    :class:`memmy.store.pg.PgDatabase` gives the same interface over PostgreSQL.
     """
+
+    #: Which engine holds the store ("sqlite" or "postgres").
+    backend = "sqlite"
+    #: What a SELECT that leases rows appends (PostgreSQL: ``FOR UPDATE SKIP LOCKED``; SQLite's one writer needs none).
+    skip_locked = ""
 
     def __init__(self, path: Path, check_s: float | None = STARTUP_CHECK_S) -> None:
         """Open (or create) the store; a damaged file is refused with a one-line :class:`StoreError`.
@@ -196,6 +202,10 @@ class Database:
         except BaseException:
             self.conn.close()
             raise
+
+    def in_transaction(self) -> bool:
+        """Whether the connection is inside a transaction."""
+        return self.conn.in_transaction
 
     def _full(self, exc: BaseException) -> StorageFullError:
         message = f"the disk holding {self.path} is full: the write was not saved (free some space, then retry)"

@@ -154,7 +154,7 @@ def _in_clause(column: str, values: Sequence[str] | None, params: list[Any]) -> 
     if values is None:
         return ""
     if not values:
-        return " AND 0"
+        return " AND 1 = 0"  # (a boolean on both backends)
     params.extend(values)
     return f" AND {column} IN ({','.join('?' * len(values))})"
 
@@ -269,7 +269,8 @@ class JobRepository:
             rows = conn.execute(
                 f"SELECT {_COLUMNS} FROM evolution_jobs WHERE (status = 'queued' OR "
                 "(status = 'leased' AND leased_until < ?)) AND attempts < max_attempts "
-                f"AND (run_after IS NULL OR run_after <= ?){filters} ORDER BY priority, created_at, rowid LIMIT ?",
+                f"AND (run_after IS NULL OR run_after <= ?){filters} ORDER BY priority, created_at, rowid LIMIT ?"
+                + self.db.skip_locked,
                 [at, *params, limit],
             ).fetchall()
             ids = [row["id"] for row in rows]

@@ -84,7 +84,7 @@ class LogRepository:
         acknowledged.
         """
         with self.db.lock:
-            nested = self.db.conn.in_transaction
+            nested = self.db.in_transaction()
             try:
                 with self.db.transaction() as conn:
                     conn.execute(sql, params)

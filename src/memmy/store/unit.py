@@ -31,7 +31,7 @@ from memmy.store.vectors import VectorRepository
 
 
 class Store:
-    """Every repository of the process over one SQLite connection, and the unit of work."""
+    """Every repository of the process over one database (SQLite, or PostgreSQL), and the unit of work."""
 
     def __init__(self, db: Database) -> None:
         """Build each repository once over ``db`` (already opened and migrated)."""
@@ -58,6 +58,18 @@ class Store:
     def open(cls, path: Path) -> Store:
         """Open (creating and migrating if needed) the SQLite file at ``path``."""
         return cls(Database(path))
+
+    @classmethod
+    def open_postgres(cls, dsn: str) -> Store:
+        """Open (creating the schema and migrating if needed) the PostgreSQL database at ``dsn``."""
+        from memmy.store.pg import PgDatabase  # psycopg is loaded only for a PostgreSQL store
+
+        return cls(PgDatabase(dsn))
+
+    @property
+    def backend(self) -> str:
+        """Which engine holds the store: "sqlite" or "postgres"."""
+        return self.db.backend
 
     @property
     def path(self) -> Path:

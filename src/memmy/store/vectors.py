@@ -583,19 +583,38 @@ class VectorRepository:
         (archived, deleted and superseded ones stay in the table but not in the index)."""
         last_id = 0
         while True:
-            rows = self.db.query(
-                "SELECT v.id, v.memory_id, v.vector_field, v.embedding, m.memory_layer, m.project_id, m.visibility, "
-                "m.source_agent FROM memory_vector_entries v JOIN memories m ON m.id = v.memory_id "
-                "WHERE v.id > ? AND v.embedding_provider = ? AND v.embedding_model = ? AND v.embedding_dim = ? "
-                "AND m.status = 'activated' AND (m.valid_to IS NULL OR m.valid_to > ?) ORDER BY v.id LIMIT ?",
-                (last_id, provider, model, dim, utc_now(), batch),
-            )
+            last_id, rows = self.current_after(last_id, provider, model, dim, batch)
             if not rows:
                 return
-            for row in rows:
-                meta = meta_of(row["memory_layer"], row["project_id"], row["visibility"], row["source_agent"])
-                yield row["memory_id"], row["vector_field"], from_blob(row["embedding"], dim), meta
-            last_id = rows[-1]["id"]
+            yield from rows
+
+    def current_after(
+        self, after_id: int, provider: str, model: str, dim: int, batch: int = 5000
+    ) -> tuple[int, list[tuple[str, str, Vector, VectorMeta]]]:
+        """Up to ``batch`` recallable vector rows of this fingerprint with an id above ``after_id``, and the last
+        id among them (``after_id`` when there are none)."""
+        rows = self.db.query(
+            "SELECT v.id, v.memory_id, v.vector_field, v.embedding, m.memory_layer, m.project_id, m.visibility, "
+            "m.source_agent FROM memory_vector_entries v JOIN memories m ON m.id = v.memory_id "
+            "WHERE v.id > ? AND v.embedding_provider = ? AND v.embedding_model = ? AND v.embedding_dim = ? "
+            "AND m.status = 'activated' AND (m.valid_to IS NULL OR m.valid_to > ?) ORDER BY v.id LIMIT ?",
+            (after_id, provider, model, dim, utc_now(), batch),
+        )
+        found = [
+            (
+                row["memory_id"],
+                row["vector_field"],
+                from_blob(row["embedding"], dim),
+                meta_of(row["memory_layer"], row["project_id"], row["visibility"], row["source_agent"]),
+            )
+            for row in rows
+        ]
+        return (int(rows[-1]["id"]) if rows else after_id), found
+
+    def last_id(self) -> int:
+        """The highest vector row id so far (0 when there is none)."""
+        row = self.db.query_one("SELECT MAX(id) FROM memory_vector_entries")
+        return int(row[0] or 0) if row else 0
 
     def stale_memory_ids(self, provider: str, model: str, dim: int) -> list[str]:
         """Live memories whose vectors were made by another provider/model/dimension."""

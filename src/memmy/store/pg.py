@@ -1,0 +1,480 @@
+"""The store on PostgreSQL: :class:`PgDatabase` gives the repositories the interface of
+:class:`memmy.store.db.Database` over a psycopg connection pool.
+
+The repositories keep their SQL; :mod:`memmy.store.pgdialect` rewrites it. A transaction takes the pool's
+connection for its thread, and first a transaction-level advisory lock shared by every daemon on the database:
+writes are serialised as SQLite's one writer serialises them (the repositories' read-then-write steps were written
+for that), while reads outside a transaction run concurrently on the pool. Job leasing adds ``FOR UPDATE SKIP
+LOCKED``. A statement's failure surfaces as the ``sqlite3`` DB-API class of the same kind (``IntegrityError``,
+``OperationalError``), so the repositories' handling is one code path for both backends.
+
+psycopg is imported here only: a SQLite store never loads it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from memmy.errors import StoreError
+from memmy.store.db import Database, MigrationResult, _split_sql, utc_now
+from memmy.store.pgdialect import PRELUDE, Statement, bm25_idf, document_counts_sql, pg_ddl, translate
+from memmy.store.schema import MIGRATIONS, SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg_pool import ConnectionPool
+
+log = logging.getLogger("memmy.store")
+#: The advisory lock every write transaction holds (one writer at a time, across daemons, as on SQLite).
+WRITE_LOCK_KEY = 0x6D656D6D79
+MIGRATE_LOCK_KEY = WRITE_LOCK_KEY + 1
+POOL_MAX = 8
+
+
+class PgRow(tuple[Any, ...]):
+    """A row addressable by position and by (case-insensitive) column name, like ``sqlite3.Row``."""
+
+    _names: tuple[str, ...] = ()
+    _index: dict[str, int] = {}
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            index = self._index.get(key)
+            if index is None:
+                index = self._index.get(key.lower())
+                if index is None:
+                    raise IndexError(f"No item with that key: {key!r}")
+            return tuple.__getitem__(self, index)
+        return tuple.__getitem__(self, key)
+
+    def keys(self) -> list[str]:
+        """The column names, in order."""
+        return list(self._names)
+
+
+_ROW_CLASSES: dict[tuple[str, ...], type[PgRow]] = {}
+
+
+def _row_class(names: tuple[str, ...]) -> type[PgRow]:
+    cls = _ROW_CLASSES.get(names)
+    if cls is None:
+        index: dict[str, int] = {}
+        for i, name in reversed(list(enumerate(names))):  # the first of a name wins, as in sqlite3.Row
+            index[name] = i
+            index.setdefault(name.lower(), i)
+        cls = type("PgRow", (PgRow,), {"_names": names, "_index": index})
+        _ROW_CLASSES[names] = cls
+    return cls
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Decimal):  # SUM/AVG of integers: SQLite answers an int or a float
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, memoryview):
+        return bytes(value)
+    return value
+
+
+#: PostgreSQL's ``numeric`` (what SUM and AVG of integers answer): the one type whose values need converting.
+NUMERIC_OID = 1700
+
+
+def _row_factory(drop_rowid: bool) -> Callable[[Any], Callable[[Sequence[Any]], PgRow]]:
+    def factory(cursor: Any) -> Callable[[Sequence[Any]], PgRow]:
+        description = cursor.description or ()
+        names = tuple(column.name for column in description)
+        keep = [i for i, name in enumerate(names) if not (drop_rowid and name == "rowid")]
+        cls = _row_class(tuple(names[i] for i in keep))
+        numeric = any(description[i].type_code == NUMERIC_OID for i in keep)
+        if len(keep) == len(names):
+            return (lambda values: cls(_plain(v) for v in values)) if numeric else cls
+        return lambda values: cls(_plain(values[i]) for i in keep)
+
+    return factory
+
+
+def _as_sqlite_error(exc: Exception) -> sqlite3.Error:
+    import psycopg
+
+    kind: type[sqlite3.Error] = sqlite3.OperationalError
+    if isinstance(exc, psycopg.errors.IntegrityError):
+        kind = sqlite3.IntegrityError
+    error = kind(str(exc).strip())
+    return error
+
+
+class PgCursor:
+    """What the repositories read off a cursor: rows, ``rowcount``, ``lastrowid``."""
+
+    def __init__(self, cursor: Any, statement: Statement) -> None:  # noqa: D107
+        self._cursor = cursor
+        self._statement = statement
+
+    @property
+    def rowcount(self) -> int:
+        """Rows the statement changed."""
+        return int(self._cursor.rowcount)
+
+    @property
+    def lastrowid(self) -> int | None:
+        """The rowid of the row an INSERT added (its table's identity), as sqlite3's."""
+        if not self._statement.is_insert or self._statement.into == "memories_fts":
+            return None
+        row = self._cursor.connection.execute("SELECT lastval()").fetchone()
+        return int(row[0]) if row else None
+
+    @property
+    def description(self) -> Any:
+        """The columns of the result."""
+        return self._cursor.description
+
+    def fetchone(self) -> PgRow | None:
+        """The next row, or None."""
+        return cast(PgRow | None, self._cursor.fetchone() if self._cursor.description else None)
+
+    def fetchall(self) -> list[PgRow]:
+        """Every row left."""
+        return cast(list[PgRow], self._cursor.fetchall() if self._cursor.description else [])
+
+    def fetchmany(self, size: int) -> list[PgRow]:
+        """Up to ``size`` rows."""
+        return cast(list[PgRow], self._cursor.fetchmany(size) if self._cursor.description else [])
+
+    def __iter__(self) -> Iterator[PgRow]:
+        return iter(self.fetchall())
+
+
+#: ``PRAGMA table_info(t)``'s rows (cid, name, type, notnull, dflt_value, pk) from PostgreSQL's catalog.
+TABLE_INFO = (
+    "SELECT c.ordinal_position - 1 AS cid, c.column_name AS name, upper(c.data_type) AS type, "
+    "CASE WHEN c.is_nullable = 'NO' THEN 1 ELSE 0 END AS notnull, c.column_default AS dflt_value, "
+    "COALESCE((SELECT k.ordinal_position FROM information_schema.key_column_usage k "
+    "JOIN information_schema.table_constraints t ON t.constraint_name = k.constraint_name "
+    "AND t.table_schema = k.table_schema WHERE t.constraint_type = 'PRIMARY KEY' AND k.table_name = c.table_name "
+    "AND k.table_schema = c.table_schema AND k.column_name = c.column_name), 0) AS pk "
+    "FROM information_schema.columns c WHERE c.table_schema = current_schema() AND c.table_name = ? "
+    "AND c.column_name <> 'rowid' ORDER BY c.ordinal_position"
+)
+
+
+class DocumentCounts:
+    """How many documents each full-text part matches (BM25's IDF), cached for a while per database as FTS5's
+    ``TermStats`` caches its counts: a document frequency changes slowly, and counting costs a pass over matches."""
+
+    def __init__(self, ttl_s: float = 300.0) -> None:  # noqa: D107
+        self.ttl_s = ttl_s
+        self._lock = threading.Lock()
+        self._counts: dict[str, tuple[float, int]] = {}
+        self._total: tuple[float, float] = (0.0, 0.0)
+
+    def idf(self, conn: PgConnection, parts: list[str]) -> list[float]:
+        """Each part's BM25 IDF, counting on ``conn`` what is not cached."""
+        if not parts:
+            return []
+        now = time.monotonic()
+        with self._lock:
+            fresh = {p: c for p, (at, c) in self._counts.items() if now - at <= self.ttl_s}
+            total = self._total[1] if now - self._total[0] <= self.ttl_s else None
+        missing = [p for p in parts if p not in fresh]
+        if missing or total is None:
+            asked = missing or parts[:1]
+            row = conn.raw.execute(document_counts_sql(asked).encode()).fetchone()
+            if row is not None:
+                total = float(row[0] or 0)
+                counted = dict(zip(asked, (int(n) for n in row[1:]), strict=True))
+                fresh.update(counted)
+                with self._lock:
+                    if len(self._counts) > 5000:
+                        self._counts.clear()
+                    self._counts.update({p: (now, n) for p, n in counted.items()})
+                    self._total = (now, total)
+        return bm25_idf(total or 0.0, [fresh.get(p, 0) for p in parts])
+
+
+class PgConnection:
+    """A pool connection with sqlite3's ``execute``/``executemany``, taking SQLite's SQL (see module doc)."""
+
+    def __init__(self, conn: psycopg.Connection[Any], counts: DocumentCounts | None = None) -> None:  # noqa: D107
+        self.raw = conn
+        self.counts = counts or DocumentCounts(ttl_s=0.0)
+
+    @property
+    def in_transaction(self) -> bool:
+        """Inside BEGIN … COMMIT."""
+        from psycopg.pq import TransactionStatus
+
+        return self.raw.info.transaction_status != TransactionStatus.IDLE
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> PgCursor:
+        """Run one statement (SQLite dialect, ``?`` placeholders)."""
+        import psycopg
+
+        head = sql.lstrip()[:24].upper()
+        if head.startswith("PRAGMA"):  # SQLite's settings: nothing to set on PostgreSQL, bar table_info
+            info = re.match(r"\s*PRAGMA\s+table_info\(\s*['\"]?(\w+)['\"]?\s*\)\s*$", sql, re.IGNORECASE)
+            if info is None:
+                return PgCursor(self.raw.cursor(), translate("SELECT 1 WHERE false"))
+            sql, params = TABLE_INFO, (info.group(1),)
+        if not params and head.startswith(("CREATE TABLE", "CREATE INDEX", "CREATE UNIQUE INDEX", "CREATE VIRTUAL")):
+            for ddl in pg_ddl(sql):  # DDL as the migrations translate it (a rowid on every table)
+                self.raw_execute(ddl)
+            return PgCursor(self.raw.cursor(), translate("SELECT 1 WHERE false"))
+        statement = translate(sql)
+        cursor = psycopg.ClientCursor(self.raw, row_factory=_row_factory(statement.drops_rowid))
+        try:
+            given = tuple(params)
+            text = statement.text(given, lambda parts: self.counts.idf(self, parts))
+            cursor.execute(text.encode(), statement.params(given))
+        except psycopg.Error as exc:
+            raise _as_sqlite_error(exc) from exc
+        return PgCursor(cursor, statement)
+
+    def executemany(self, sql: str, seq: Any) -> PgCursor:
+        """Run one statement for each parameter tuple."""
+        import psycopg
+
+        statement = translate(sql)
+        cursor = psycopg.ClientCursor(self.raw, row_factory=_row_factory(statement.drops_rowid))
+        try:
+            cursor.executemany(statement.sql.encode(), [statement.params(tuple(p)) for p in seq])  # (no MATCH)
+        except psycopg.Error as exc:
+            raise _as_sqlite_error(exc) from exc
+        return PgCursor(cursor, statement)
+
+    def raw_execute(self, sql: str) -> None:
+        """Run PostgreSQL text as it is (no parameters, no rewrite)."""
+        import psycopg
+
+        try:
+            self.raw.execute(sql.encode())
+        except psycopg.Error as exc:
+            raise _as_sqlite_error(exc) from exc
+
+
+class _Done:
+    """A finished statement's rows and counts, read before its pool connection went back."""
+
+    def __init__(self, rows: list[PgRow], rowcount: int, lastrowid: int | None) -> None:  # noqa: D107
+        self.rows, self.rowcount, self.lastrowid = rows, rowcount, lastrowid
+
+    def fetchone(self) -> PgRow | None:
+        """The next row, or None."""
+        return self.rows.pop(0) if self.rows else None
+
+    def fetchall(self) -> list[PgRow]:
+        """Every row left."""
+        rows, self.rows = self.rows, []
+        return rows
+
+    def __iter__(self) -> Iterator[PgRow]:
+        return iter(self.fetchall())
+
+
+class _Detached:
+    """``db.conn`` outside a transaction: each statement on a pool connection of its own, committed at once."""
+
+    in_transaction = False
+
+    def __init__(self, db: PgDatabase) -> None:  # noqa: D107
+        self.db = db
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> _Done:
+        """Run one statement in autocommit."""
+        with self.db.pool.connection() as raw:
+            cursor = PgConnection(raw, self.db.counts).execute(sql, params)
+            return _Done(cursor.fetchall(), cursor.rowcount, cursor.lastrowid)
+
+
+def redact_dsn(dsn: str) -> str:
+    """``dsn`` without its password (for messages and logs)."""
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", dsn)
+
+
+class PgDatabase(Database):
+    """The store on PostgreSQL (see the module doc): the same query/transaction/savepoint API as SQLite's."""
+
+    backend = "postgres"
+    skip_locked = " FOR UPDATE SKIP LOCKED"
+
+    def __init__(self, dsn: str, pool_max: int = POOL_MAX) -> None:  # noqa: D107 - documented on the class
+        try:
+            from psycopg_pool import ConnectionPool
+        except ImportError as exc:  # pragma: no cover - the extra is not installed
+            raise StoreError("storage.backend postgres needs `pip install memmy[postgres]` (psycopg)") from exc
+        self.dsn = dsn
+        self.path = Path(f"postgres-{abs(hash(dsn))}.unavailable")  # no file: file-level tools say so
+        self.lock = threading.RLock()
+        self.last_write_error = None
+        self._probe = None
+        self._bulk_depth = 0
+        self.commits = 0
+        self._checkpoints = None
+        self._local = threading.local()
+        self.counts = DocumentCounts()
+        try:
+            self.pool: ConnectionPool[Any] = ConnectionPool(
+                dsn, min_size=1, max_size=pool_max, kwargs={"autocommit": True}, open=True, timeout=30.0
+            )
+            self.pool.wait(timeout=30.0)
+        except Exception as exc:
+            raise StoreError(f"cannot connect to PostgreSQL at {redact_dsn(dsn)}: {exc}") from None
+        try:
+            self.migration = self._migrate()
+        except sqlite3.Error as exc:
+            self.pool.close()
+            raise StoreError(f"{redact_dsn(dsn)} cannot be used ({exc})") from None
+
+    def __repr__(self) -> str:
+        return f"PgDatabase({redact_dsn(self.dsn)})"
+
+    # --- migrations ---------------------------------------------------------------------------------------------
+
+    def _migrate(self, target: int = SCHEMA_VERSION) -> MigrationResult:
+        """The migration list of :mod:`memmy.store.schema`, each statement as :func:`pg_ddl` writes it for
+        PostgreSQL, under an advisory lock (daemons starting at once migrate once)."""
+        applied: list[str] = []
+        with self.pool.connection() as raw:
+            conn = PgConnection(raw)
+            conn.raw_execute(f"SELECT pg_advisory_lock({MIGRATE_LOCK_KEY})")
+            try:
+                for statement in PRELUDE:
+                    conn.raw_execute(statement)
+                version = self._version(conn)
+                if version > target:
+                    raise StoreError(
+                        f"{redact_dsn(self.dsn)}: schema version {version} is newer than this memmy supports "
+                        f"({target}); upgrade memmy"
+                    )
+                for migration in MIGRATIONS:
+                    if migration.version <= version or migration.version > target:
+                        continue
+                    conn.raw_execute("BEGIN")
+                    try:
+                        for sqlite_statement in _split_sql(migration.sql):
+                            for pg_statement in pg_ddl(sqlite_statement):
+                                conn.raw_execute(pg_statement)
+                        if migration.after is not None:
+                            migration.after(cast(sqlite3.Connection, conn))
+                        conn.execute(
+                            "INSERT INTO schema_migrations(id, version, applied_at, checksum) VALUES (?,?,?,?)",
+                            (migration.id, migration.version, utc_now(), str(len(migration.sql))),
+                        )
+                    except sqlite3.Error as exc:
+                        conn.raw_execute("ROLLBACK")
+                        raise StoreError(f"{redact_dsn(self.dsn)}: migration {migration.id} failed: {exc}") from exc
+                    conn.raw_execute("COMMIT")
+                    applied.append(migration.id)
+            finally:
+                conn.raw_execute(f"SELECT pg_advisory_unlock({MIGRATE_LOCK_KEY})")
+        return MigrationResult(version, target, tuple(applied), None)
+
+    @staticmethod
+    def _version(conn: PgConnection) -> int:
+        row = conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()
+        return int(row[0] or 0) if row else 0
+
+    # --- the unit of work ---------------------------------------------------------------------------------------
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        """This thread's transaction connection, or one that runs each statement on its own."""
+        current = self._current()
+        return cast(sqlite3.Connection, current if current is not None else _Detached(self))
+
+    @conn.setter
+    def conn(self, value: sqlite3.Connection) -> None:
+        raise AttributeError("a PostgreSQL store has no single connection to replace")
+
+    def _current(self) -> PgConnection | None:
+        conn: PgConnection | None = getattr(self._local, "conn", None)
+        return conn
+
+    def in_transaction(self) -> bool:
+        """Whether this thread is inside a transaction of this store."""
+        return self._current() is not None
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One transaction holding the store's write lock (nested calls join the outer one)."""
+        with self.lock:
+            current = self._current()
+            if current is not None:
+                yield cast(sqlite3.Connection, current)
+                return
+            with self.pool.connection() as raw:
+                conn = PgConnection(raw, self.counts)
+                conn.raw_execute(f"BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK_KEY})")  # one round trip
+                self._local.conn = conn
+                try:
+                    yield cast(sqlite3.Connection, conn)
+                except BaseException:
+                    self._local.conn = None
+                    if conn.in_transaction:
+                        conn.raw_execute("ROLLBACK")
+                    raise
+                self._local.conn = None
+                try:
+                    conn.raw_execute("COMMIT")
+                except sqlite3.Error:
+                    if conn.in_transaction:
+                        conn.raw_execute("ROLLBACK")
+                    raise
+                self.commits += 1
+
+    @contextmanager
+    def savepoint(self, name: str = "sp") -> Iterator[sqlite3.Connection]:
+        """A nested unit inside the current transaction: on error only this part is rolled back."""
+        with self.transaction() as conn:
+            pg = cast(PgConnection, conn)
+            pg.raw_execute(f"SAVEPOINT {name}")
+            try:
+                yield conn
+            except BaseException:
+                pg.raw_execute(f"ROLLBACK TO SAVEPOINT {name}")
+                pg.raw_execute(f"RELEASE SAVEPOINT {name}")
+                raise
+            pg.raw_execute(f"RELEASE SAVEPOINT {name}")
+
+    def query(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> list[sqlite3.Row]:
+        """Run a read and return all rows (on this thread's transaction, else on a pool connection)."""
+        current = self._current()
+        if current is not None:
+            return cast(list[sqlite3.Row], current.execute(sql, params).fetchall())
+        with self.pool.connection() as raw:
+            return cast(list[sqlite3.Row], PgConnection(raw, self.counts).execute(sql, params).fetchall())
+
+    def query_one(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> sqlite3.Row | None:
+        """Run a read and return the first row (or None)."""
+        rows = self.query(sql, params)
+        return rows[0] if rows else None
+
+    # --- what SQLite's file needs and PostgreSQL does not -------------------------------------------------------
+
+    @contextmanager
+    def bulk_writes(self, checkpoint_pages: int = 0) -> Iterator[None]:
+        """Nothing to tune: PostgreSQL has no WAL checkpoint threshold per connection."""
+        yield
+
+    def checkpoint_in_background(self, interval_s: float = 0.0) -> Any:
+        """Nothing to do: the server checkpoints its own WAL."""
+        return None
+
+    def recover(self, exc: BaseException) -> str | None:
+        """Nothing to repair in place (there is no FTS5 file to rebuild)."""
+        return None
+
+    def _low_disk(self) -> str | None:
+        return None
+
+    def close(self) -> None:
+        """Close the pool."""
+        self.pool.close()
