@@ -58,6 +58,11 @@ LAZY_COMMANDS = {
         "channels",
         "Chat apps the agent answers in (Telegram, Discord, Feishu, DingTalk, WeCom, iMessage).",
     ),
+    "schedule": (
+        "memmy.agent.schedule_cli",
+        "schedule",
+        "Tasks `memmy serve` runs at a time or on a cron schedule, each in its own session.",
+    ),
 }
 
 

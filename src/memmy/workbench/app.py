@@ -9,9 +9,11 @@ from starlette.applications import Starlette
 
 from memmy.agent.config import AgentConfig
 from memmy.agent.runtime import open_memory
+from memmy.agent.schedule import ScheduleStore
 from memmy.agent.sessions import SessionStore
 from memmy.signin import CookieAuth
 from memmy.workbench.routes import COOKIE, SESSIONS_FILE, Workbench
+from memmy.workbench.schedules import Scheduler
 from memmy.workbench.turns import EventHub, Turns
 
 
@@ -24,11 +26,14 @@ def mounter(
         memory = open_memory(config, True, config_file)
         turns = Turns(config, SessionStore(config.home), memory, EventHub())
         auth = CookieAuth(config.home / "agent" / SESSIONS_FILE, COOKIE, "/")
-        bench = Workbench(config, turns, auth, memory.settings.url.rstrip("/") + "/panel")
+        scheduler = Scheduler(turns, ScheduleStore(config.home))
+        bench = Workbench(config, turns, auth, memory.settings.url.rstrip("/") + "/panel", scheduler.store)
         app.router.routes.extend(bench.routes())
         app.state.workbench = bench
+        app.state.starters.append(scheduler.start)
 
         async def close() -> None:
+            await scheduler.close()
             await turns.close()
             await memory.aclose()
 

@@ -20,6 +20,7 @@ from starlette.staticfiles import StaticFiles
 
 from memmy.agent.attachments import MAX_BYTES, MAX_FILES, AttachmentError, Converted, convert, message_text
 from memmy.agent.config import AgentConfig
+from memmy.agent.schedule import ScheduleStore
 from memmy.agent.sessions import Session
 from memmy.signin import CookieAuth, CookieSession, host_allowed
 from memmy.workbench import slash
@@ -73,8 +74,11 @@ def summary(session: Session, running: bool, now: float, turns: int | None = Non
 class Workbench:
     """Routes for the workbench, bound to the process's :class:`Turns`."""
 
-    def __init__(self, config: AgentConfig, turns: Turns, auth: CookieAuth, panel_url: str) -> None:
+    def __init__(
+        self, config: AgentConfig, turns: Turns, auth: CookieAuth, panel_url: str, schedules: ScheduleStore
+    ) -> None:
         self.config = config
+        self.schedules = schedules
         self.turns = turns
         self.auth = auth
         self.panel_url = panel_url
@@ -194,7 +198,10 @@ class Workbench:
         heads = await asyncio.to_thread(self.turns.store.heads)
         rows = [summary(s, s.id in running, now, turns) for s, turns in heads]
         recent = self.turns.recent()
-        return JSONResponse({"sessions": rows, "seq": self.turns.hub.seq, "pet": recent.id if recent else None})
+        upcoming = [s.to_json() for s in await asyncio.to_thread(self.schedules.all) if s.next_at is not None]
+        return JSONResponse(
+            {"sessions": rows, "seq": self.turns.hub.seq, "pet": recent.id if recent else None, "schedules": upcoming}
+        )
 
     async def session(self, request: Request, _: CookieSession) -> Response:
         """One task's messages; when a turn runs, the messages before it and the turn's events so far."""

@@ -7,7 +7,7 @@
   const $ = (sel) => document.querySelector(sel);
   const ZH = {
     "New": "新建", "Search": "搜索", "Pinned": "置顶", "Today": "今天", "Yesterday": "昨天", "Last 7 days": "最近 7 天",
-    "Older": "更早", "Archived": "已归档", "New task": "新任务", "Stop": "停止", "Restart": "重新运行", "Send": "发送",
+    "Older": "更早", "Archived": "已归档", "Scheduled": "定时任务", "once": "一次", "New task": "新任务", "Stop": "停止", "Restart": "重新运行", "Send": "发送",
     "Memory panel ↗": "记忆面板 ↗", "Pet": "桌宠", "Settings": "设置", "What should memmy do?": "想让 memmy 做什么？",
     "Your tasks share memory with your other agents. Type / for commands.": "你的任务与其他智能体共享记忆。输入 / 查看命令。",
     "Message memmy — Enter sends, Shift+Enter new line, / for commands": "给 memmy 发消息 — Enter 发送，Shift+Enter 换行，/ 打开命令",
@@ -269,6 +269,7 @@
     const data = await api("GET", "/api/state");
     if (mine !== refreshes) return;  // a later refresh was asked for: its answer wins, whatever comes first
     state.tasks = data.sessions;
+    state.schedules = data.schedules || [];
     if (PAGE === "pet") return renderPet(data);
     renderTasks();
     const task = state.tasks.find((t) => t.id === state.current);
@@ -280,12 +281,25 @@
   function renderTasks() {
     const nav = $("#tasks");
     const blocks = [];
+    if (state.schedules && state.schedules.length) {
+      blocks.push(el("div", { class: "group", "data-group": "scheduled" }, el("h2", {}, t("Scheduled")),
+        ...state.schedules.map((s) => el("div", { class: "task scheduled", "data-schedule": s.id,
+          title: s.cron ? `cron ${s.cron}` : t("once") },
+        el("span", { class: "clock" }, "⏰"), el("span", { class: "task-title" }, s.task),
+        el("span", { class: "when muted" }, whenText(s.next))))));
+    }
     for (const [key, label] of GROUPS) {
       const rows = state.tasks.filter((t) => t.group === key);
       if (!rows.length) continue;
       blocks.push(el("div", { class: "group", "data-group": key }, el("h2", {}, label), ...rows.map(taskRow)));
     }
     nav.replaceChildren(...blocks);
+  }
+
+  function whenText(stamp) {
+    const d = new Date(stamp * 1000);
+    const hm = d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+    return d.toDateString() === new Date().toDateString() ? hm : `${d.toLocaleDateString()} ${hm}`;
   }
 
   function taskRow(t) {
@@ -297,6 +311,7 @@
     return el("a", { class: "task" + (t.id === state.current ? " current" : ""), href: `/?s=${t.id}`, "data-id": t.id,
       onclick: (e) => { e.preventDefault(); open(t.id); } },
     t.running ? el("span", { class: "spinner", title: "running" }) : t.unread ? el("span", { class: "dot", title: "unread" }) : el("span", { class: "gap" }),
+    t.name.startsWith("schedule:") ? el("span", { class: "clock", title: tr("Scheduled") }, "⏰") : null,
     el("span", { class: "task-title" }, t.title || tr("New task")), menu);
   }
 
@@ -390,7 +405,7 @@
   function onEvent(event) {
     if (event.kind === "idle" && PAGE === "workbench") notifyDone(event);
     const mine = PAGE === "pet" ? event.session === state.petThread : event.session === state.current;
-    if (["start", "idle", "meta", "deleted", "queued", "restart"].includes(event.kind)) refreshSoon();
+    if (["start", "idle", "meta", "deleted", "queued", "restart", "schedule"].includes(event.kind)) refreshSoon();
     if (!mine) return;
     if (PAGE === "pet") return petEvent(event);
     if (event.seq <= state.viewSeq) return;
