@@ -327,6 +327,11 @@ def _origins(serve: Mapping[str, Any], path: Path) -> tuple[str, ...]:
     return tuple(o.strip().rstrip("/") for o in origins)
 
 
+def read_raw(path: Path) -> dict[str, Any]:
+    """The config file as written (``${ENV}`` references unexpanded); {} when absent."""
+    return read_config_file(path)
+
+
 def load_agent_config(explicit: str | None = None, env: Mapping[str, str] | None = None) -> AgentConfig:
     """Read the agent's sections of the config file (missing file: all defaults, no model)."""
     env = os.environ if env is None else env

@@ -18,6 +18,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from memmy.agent import asr
 from memmy.agent.attachments import MAX_BYTES, MAX_FILES, AttachmentError, Converted, convert, message_text
 from memmy.agent.config import AgentConfig
 from memmy.agent.schedule import ScheduleStore
@@ -25,7 +26,7 @@ from memmy.agent.sessions import Session
 from memmy.signin import CookieAuth, CookieSession, host_allowed
 from memmy.workbench import slash
 from memmy.workbench.channels import ChannelsPage
-from memmy.workbench.settings import Settings
+from memmy.workbench.settings import Settings, general
 from memmy.workbench.turns import Input, Turns
 
 COOKIE = "memmy_workbench"
@@ -82,7 +83,7 @@ class Workbench:
         self.turns = turns
         self.auth = auth
         self.panel_url = panel_url
-        self.settings = Settings(config, turns)
+        self.settings = Settings(config, turns, self._reloaded)
         self.channels = ChannelsPage(config)
         self.verbs: dict[str, Callable[[Request, Session, dict[str, Any]], Awaitable[dict[str, Any]]]] = {
             "rename": self._rename,
@@ -97,6 +98,11 @@ class Workbench:
             "command": self._command,
             "approve": self._approve,
         }
+
+    def _reloaded(self, config: AgentConfig) -> None:
+        """A Settings edit rewrote the config: the next turns use it (a running one finishes as it began)."""
+        self.config = config
+        self.turns.config = config
 
     # -- guards ---------------------------------------------------------------------------------------
     def _signed_in(self, request: Request) -> CookieSession | Response:
@@ -168,6 +174,8 @@ class Workbench:
             "commands": [list(c) for c in slash.COMMANDS],
             "maxFiles": MAX_FILES,
             "maxBytes": MAX_BYTES,
+            "asr": asr.enabled(self.config),
+            **{k: v for k, v in general(self.config.raw).items() if k != "logLevel"},
         }
         html = html.replace("{{BOOT}}", json.dumps(boot).replace("<", "\\u003c"))
         headers = {
@@ -314,6 +322,27 @@ class Workbench:
         outcome = self.turns.send(session, message)
         return JSONResponse({"id": session.id, "status": outcome, "files": [f.name for f in files]})
 
+    async def transcribe(self, request: Request, _: CookieSession) -> Response:
+        """``POST /api/transcribe`` (multipart ``audio``): the text through the ASR slot (the microphone button)."""
+        if int(request.headers.get("content-length") or 0) > asr.MAX_AUDIO_BYTES + 65536:
+            return _error(413, f"at most {asr.MAX_AUDIO_BYTES // 1048576} MB of audio")
+        try:
+            form = await request.form(max_files=1, max_fields=2)
+        except Exception as exc:  # python-multipart's errors: a bad body
+            return _error(400, f"the form could not be read: {exc}")
+        try:
+            upload = form.get("audio")
+            if not isinstance(upload, UploadFile):
+                return _error(400, "audio: expected a file")
+            data = await upload.read(asr.MAX_AUDIO_BYTES + 1)
+            mime = upload.content_type or "audio/webm"
+        finally:
+            await form.close()
+        try:
+            return JSONResponse({"text": await asr.transcribe(self.config, data, mime)})
+        except asr.AsrError as exc:
+            return _error(502 if exc.upstream else 400, str(exc))
+
     def _target(self, sid: str, pet: bool, save: bool) -> Session | None:
         if sid:
             return self.turns.session(sid)
@@ -406,6 +435,8 @@ class Workbench:
             Route("/api/settings", self.read(self.settings.read), methods=["GET"]),
             Route("/api/settings/test", self.write(self.settings.test), methods=["POST"]),
             Route("/api/settings/log-level", self.write(self.settings.log_level), methods=["POST"]),
+            Route("/api/settings/slot", self.write(self.settings.save_slot), methods=["POST"]),
+            Route("/api/settings/general", self.write(self.settings.save_general), methods=["POST"]),
             Route("/api/diagnostics", self.read(self.settings.diagnostics), methods=["GET"]),
             Route("/signin", self.signin, methods=["GET"]),
             Route("/signout", self.write(self.signout), methods=["POST"]),
@@ -417,5 +448,6 @@ class Workbench:
             Route("/api/sessions/{sid}", self.read(self.session), methods=["GET"]),
             Route("/api/sessions/{sid}/{verb}", self.write(self.act), methods=["POST"]),
             Route("/api/send", self.write(self.send), methods=["POST"]),
+            Route("/api/transcribe", self.write(self.transcribe), methods=["POST"]),
             Mount("/static", StaticFiles(packages=[("memmy.workbench", "static")]), name="workbench-static"),
         ]

@@ -17,7 +17,14 @@
     "memmy wants to run:": "memmy 想运行：", "Allow": "允许", "Deny": "拒绝", "allowed": "已允许", "denied": "已拒绝",
     "queued": "已排队", "running": "运行中", "unread": "未读", "Back to the workbench": "返回工作台", "Models": "模型",
     "Slot": "槽位", "Provider": "提供方", "Model": "模型", "Endpoint": "端点", "Key": "密钥", "General": "通用",
-    "Language": "语言", "Developer": "开发者", "Log level": "日志级别", "Test connection": "测试连接",
+    "Language": "语言", "Developer": "开发者", "The microphone is not available: ": "麦克风不可用：",
+    "Speech to text failed: ": "语音转文字失败：", "Presets": "预设", "Name": "名称", "Save": "保存", "off": "关闭",
+    "Primary (chat)": "主模型（对话）", "Embedding": "向量嵌入", "Memory summary": "记忆摘要", "Skill evolution": "技能进化",
+    "Speech to text (ASR)": "语音转文字（ASR）", "Image generation": "图像生成", "saved": "已保存",
+    "saved; restart the memory daemon (memmy-memory serve) to use it": "已保存；重启记忆服务（memmy-memory serve）后生效",
+    "Keys may be ${ENV} references (kept as written); an empty key field keeps the key there. Speech to text and image generation are optional.":
+      "密钥可写成 ${ENV} 引用（按原样保存）；密钥留空则保留原有密钥。语音转文字与图像生成为可选项。",
+    "Presets (/model NAME) are set in ~/.memmy/config.yaml (agents.presets).": "预设（/model 名称）在 ~/.memmy/config.yaml（agents.presets）中设置。", "Log level": "日志级别", "Test connection": "测试连接",
     "Download a diagnostic report": "下载诊断报告", "finished": "已完成",
     "Notify me when a task finishes while I look elsewhere": "任务在我看别处时完成，发通知提醒我", "set": "已设置", "not set": "未设置", "testing…": "测试中…",
     "No keys, tokens, prompts or messages are in it.": "其中不含任何密钥、令牌、提示词或消息。",
@@ -29,10 +36,8 @@
     "Not available in this version yet; see docs/channels.md.": "此版本尚不可用；见 docs/channels.md。",
     "Talk to the agent from your chat apps, with the same memory. Nobody may talk to a bot until you pair them with a one-time code or list their user id.":
       "在聊天应用里与智能体对话，记忆相同。在你用一次性配对码配对或列出其用户 ID 之前，任何人都不能与机器人对话。",
-    "Models are set in ~/.memmy/config.yaml (agents.defaults, agents.presets) or with memmy onboard; keys may be ${ENV} references.":
-      "模型在 ~/.memmy/config.yaml（agents.defaults、agents.presets）中或用 memmy onboard 设置；密钥可写成 ${ENV} 引用。",
   };
-  const LANG = localStorage.getItem("memmy.lang") || (navigator.language.startsWith("zh") ? "zh" : "en");
+  const LANG = BOOT.language || localStorage.getItem("memmy.lang") || (navigator.language.startsWith("zh") ? "zh" : "en");
   const t = (text) => (LANG === "zh" && ZH[text]) || text;
   const tr = t;  // inside functions whose task argument is named t
   const GROUPS = [["pinned", t("Pinned")], ["today", t("Today")], ["yesterday", t("Yesterday")],
@@ -248,7 +253,46 @@
   }
   function hideCommands() { const p = $("#commands"); if (p) p.hidden = true; }
 
+  // -- the microphone: MediaRecorder -> /api/transcribe (the ASR slot) -> the input box ----------------------
+  const mic = { recorder: null, chunks: [] };
+  async function toggleMic() {
+    const button = $("#mic");
+    if (mic.recorder) { mic.recorder.stop(); return; }
+    let stream;
+    try { stream = await navigator.mediaDevices.getUserMedia({ audio: true }); }
+    catch (e) { showNote(t("The microphone is not available: ") + e.message); return; }
+    mic.chunks = [];
+    mic.recorder = new MediaRecorder(stream);
+    mic.recorder.addEventListener("dataavailable", (e) => { if (e.data && e.data.size) mic.chunks.push(e.data); });
+    mic.recorder.addEventListener("stop", async () => {
+      stream.getTracks().forEach((track) => track.stop());
+      const type = (mic.recorder && mic.recorder.mimeType) || "audio/webm";
+      mic.recorder = null;
+      button.classList.remove("recording"); button.classList.add("busy");
+      const form = new FormData();
+      form.append("audio", new Blob(mic.chunks, { type }), "voice." + (type.split("/")[1] || "webm").split(";")[0]);
+      try {
+        const r = await api("POST", "/api/transcribe", form);
+        const input = $("#input");
+        input.value = (input.value ? input.value.trimEnd() + " " : "") + r.text;
+        input.focus();
+      } catch (e) { showNote(t("Speech to text failed: ") + e.message); }
+      finally { button.classList.remove("busy"); }
+    });
+    mic.recorder.start();
+    button.classList.add("recording");
+  }
+  function showNote(text) {
+    const chips = $("#chips");
+    chips.replaceChildren(el("span", { class: "chip bad" }, text));
+  }
+
   function wireComposer() {
+    const micButton = $("#mic");
+    if (micButton && BOOT.asr && navigator.mediaDevices && window.MediaRecorder) {
+      micButton.hidden = false;
+      micButton.addEventListener("click", toggleMic);
+    }
     const input = $("#input");
     input.addEventListener("keydown", keydown);
     input.addEventListener("compositionstart", () => { state.composing = true; });
@@ -268,8 +312,7 @@
     const mine = ++refreshes;
     const data = await api("GET", "/api/state");
     if (mine !== refreshes) return;  // a later refresh was asked for: its answer wins, whatever comes first
-    state.tasks = data.sessions;
-    state.schedules = data.schedules || [];
+    state.tasks = data.sessions; state.schedules = data.schedules || [];
     if (PAGE === "pet") return renderPet(data);
     renderTasks();
     const task = state.tasks.find((t) => t.id === state.current);
@@ -285,7 +328,7 @@
       blocks.push(el("div", { class: "group", "data-group": "scheduled" }, el("h2", {}, t("Scheduled")),
         ...state.schedules.map((s) => el("div", { class: "task scheduled", "data-schedule": s.id,
           title: s.cron ? `cron ${s.cron}` : t("once") },
-        el("span", { class: "clock" }, "⏰"), el("span", { class: "task-title" }, s.task),
+        el("span", { class: "clock" }, "◷"), el("span", { class: "task-title" }, s.task),
         el("span", { class: "when muted" }, whenText(s.next))))));
     }
     for (const [key, label] of GROUPS) {
@@ -311,7 +354,7 @@
     return el("a", { class: "task" + (t.id === state.current ? " current" : ""), href: `/?s=${t.id}`, "data-id": t.id,
       onclick: (e) => { e.preventDefault(); open(t.id); } },
     t.running ? el("span", { class: "spinner", title: "running" }) : t.unread ? el("span", { class: "dot", title: "unread" }) : el("span", { class: "gap" }),
-    t.name.startsWith("schedule:") ? el("span", { class: "clock", title: tr("Scheduled") }, "⏰") : null,
+    t.name.startsWith("schedule:") ? el("span", { class: "clock", title: tr("Scheduled") }, "◷") : null,
     el("span", { class: "task-title" }, t.title || tr("New task")), menu);
   }
 
@@ -397,7 +440,7 @@
 
   // A finished task the user is not looking at: a system notification, when Settings turned them on.
   function notifyDone(event) {
-    if (localStorage.getItem("memmy.notify") !== "1" || !window.Notification || Notification.permission !== "granted") return;
+    if (!(BOOT.notifications || localStorage.getItem("memmy.notify") === "1") || !window.Notification || Notification.permission !== "granted") return;
     if (event.session === state.current && !document.hidden) return;
     new Notification("memmy", { body: `${event.text || t("New task")} — ${t("finished")}`, tag: event.session });
   }
@@ -448,34 +491,63 @@
 
   // -- start -----------------------------------------------------------------------------------------------
   // -- settings --------------------------------------------------------------------------------------------
+  function testButton(body) {
+    const status = el("span", { class: "muted test-status" });
+    const run = async () => {
+      status.textContent = t("testing…");
+      const r = await api("POST", "/api/settings/test", body).catch((e) => ({ ok: false, message: String(e.message) }));
+      status.textContent = (r.ok ? "✓ " : "✗ ") + r.message;
+      status.className = "test-status " + (r.ok ? "ok" : "bad");
+    };
+    return [el("button", { class: "btn small test", type: "button", onclick: run }, t("Test connection")), status];
+  }
+
+  function slotRow(s) {
+    const provider = el("select", { name: "provider" }, ...s.providers.map((p) =>
+      el("option", { value: p, selected: p === s.provider }, p || t("off"))));
+    const model = el("input", { name: "model", value: s.model, size: 14 });
+    const base = el("input", { name: "apiBase", value: s.apiBase, placeholder: "https://…/v1", size: 22 });
+    const key = el("input", { name: "apiKey", type: "password", autocomplete: "off", size: 12,
+      placeholder: s.key || "${ENV_NAME}" });
+    const [test, status] = testButton({ slot: s.slot });
+    const save = async () => {
+      const body = { slot: s.slot, provider: provider.value, model: model.value, apiBase: base.value, apiKey: key.value };
+      try {
+        const r = await api("POST", "/api/settings/slot", body);
+        key.value = ""; key.placeholder = r.slot.key || "${ENV_NAME}";
+        status.textContent = "✓ " + t(r.message); status.className = "test-status ok";
+      } catch (e) { status.textContent = "✗ " + e.message; status.className = "test-status bad"; }
+    };
+    return el("tr", { "data-slot": s.slot }, el("td", {}, t(s.label)), el("td", {}, provider), el("td", {}, model),
+      el("td", {}, base), el("td", {}, key),
+      el("td", {}, el("button", { class: "btn small save", type: "button", onclick: save }, t("Save")), " ", test, " ", status));
+  }
+
   async function settingsPage() {
     const data = await api("GET", "/api/settings");
-    $("#models tbody").replaceChildren(...data.models.map((m) => {
-      const status = el("span", { class: "muted test-status" });
-      const test = async () => {
-        status.textContent = t("testing…");
-        const r = await api("POST", "/api/settings/test", { name: m.name }).catch((e) => ({ ok: false, message: String(e.message) }));
-        status.textContent = (r.ok ? "✓ " : "✗ ") + r.message;
-        status.className = "test-status " + (r.ok ? "ok" : "bad");
-      };
-      return el("tr", { "data-name": m.name }, el("td", {}, m.name), el("td", {}, m.provider), el("td", {}, m.model),
-        el("td", {}, m.apiBase || "—"), el("td", {}, t(m.key ? "set" : "not set")),
-        el("td", {}, el("button", { class: "btn small", type: "button", onclick: test }, t("Test connection")), " ", status));
-    }));
+    $("#slots tbody").replaceChildren(...data.slots.map(slotRow));
+    $("#models tbody").replaceChildren(...data.models.map((m) => el("tr", { "data-name": m.name },
+      el("td", {}, m.name), el("td", {}, m.provider), el("td", {}, m.model), el("td", {}, m.apiBase || "—"),
+      el("td", {}, t(m.key ? "set" : "not set")), el("td", {}, ...testButton({ name: m.name })))));
     const level = $("#log-level");
     level.replaceChildren(...data.levels.map((l) => el("option", { value: l, selected: l === data.logLevel }, l)));
     level.addEventListener("change", () => api("POST", "/api/settings/log-level", { level: level.value }));
     const notify = $("#notify");
-    notify.checked = localStorage.getItem("memmy.notify") === "1";
+    notify.checked = data.general.notifications || localStorage.getItem("memmy.notify") === "1";
     notify.addEventListener("change", async () => {
       if (notify.checked && window.Notification && Notification.permission !== "granted") {
         notify.checked = (await Notification.requestPermission()) === "granted";
       }
       localStorage.setItem("memmy.notify", notify.checked ? "1" : "0");
+      await api("POST", "/api/settings/general", { notifications: notify.checked });
     });
     const lang = $("#language");
     lang.value = LANG;
-    lang.addEventListener("change", () => { localStorage.setItem("memmy.lang", lang.value); location.reload(); });
+    lang.addEventListener("change", async () => {
+      localStorage.setItem("memmy.lang", lang.value);
+      await api("POST", "/api/settings/general", { language: lang.value });
+      location.reload();
+    });
   }
 
   // -- channels --------------------------------------------------------------------------------------------
@@ -549,7 +621,7 @@
       $("#preview").addEventListener("dblclick", () => { if (state.petThread) window.open(`/?s=${state.petThread}`, "_blank"); });
       const data = await api("GET", "/api/state");
       state.seq = data.seq;
-      state.tasks = data.sessions;
+      state.tasks = data.sessions; state.schedules = data.schedules || [];
       renderPet(data);
       if (state.petThread) loadPreview(state.petThread);
       listen(state.seq);
@@ -574,7 +646,7 @@
     });
     const data = await api("GET", "/api/state");
     state.seq = data.seq;
-    state.tasks = data.sessions;
+    state.tasks = data.sessions; state.schedules = data.schedules || [];
     const wanted = new URLSearchParams(location.search).get("s");
     if (wanted) await open(wanted); else { blank(); renderTasks(); }
     listen(state.seq);
