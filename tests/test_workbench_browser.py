@@ -326,6 +326,20 @@ def test_a_slot_set_in_settings_and_the_microphone(browser: Browser, served: tup
     page.context.close()
 
 
+def test_slash_image_shows_the_picture(browser: Browser, served: tuple[str, ModelStub]) -> None:
+    base, stub = served
+    page = sign_in(browser, base)
+    csrf = page.evaluate("JSON.parse(document.getElementById('boot').textContent).csrf")
+    slot = {"slot": "image", "provider": "openai", "model": "img-1", "apiBase": stub.openai_url}
+    assert page.context.request.post(f"{base}/api/settings/slot", data=slot, headers={"x-csrf-token": csrf}).ok
+    say(page, "/image a boat on a lake")
+    picture = page.locator(".artifact.image img")
+    expect(picture).to_be_visible()
+    page.wait_for_function("() => document.querySelector('.artifact.image img').naturalWidth === 1")
+    expect(page.locator(".note").last).to_contain_text("saved images/")
+    page.context.close()
+
+
 def test_a_schedule_shows_in_the_task_list_and_fires(browser: Browser, served: tuple[str, ModelStub]) -> None:
     base, stub = served
     store = ScheduleStore(HOMES[base] / ".memmy")

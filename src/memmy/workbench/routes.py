@@ -18,7 +18,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from memmy.agent import asr
+from memmy.agent import asr, imagegen
 from memmy.agent.attachments import MAX_BYTES, MAX_FILES, AttachmentError, Converted, convert, message_text
 from memmy.agent.config import AgentConfig
 from memmy.agent.schedule import ScheduleStore
@@ -357,6 +357,8 @@ class Workbench:
 
     async def _slash(self, session: Session, line: str) -> dict[str, Any]:
         agent = self.turns.agent(session)
+        if line.split()[0] == "/image":
+            return await self._image(session, line.removeprefix("/image").strip())
         outcome = await slash.run(agent, line, [])
         result: dict[str, Any] = {"id": session.id, "status": "command", "text": outcome.text}
         if outcome.action == "new":
@@ -372,6 +374,36 @@ class Workbench:
         else:
             self.turns.hub.publish(result["id"], "meta")
         return result
+
+    async def _image(self, session: Session, prompt: str) -> dict[str, Any]:
+        """``/image PROMPT``: a picture through the image slot, saved in the task's folder and shown."""
+        folder = self.turns.agent(session).tools.base_dir
+        try:
+            image = await imagegen.generate(self.config, prompt, folder)
+        except imagegen.ImageError as exc:
+            return {
+                "id": session.id if self.turns.store.by_id(session.id) else "",
+                "status": "command",
+                "text": str(exc),
+            }
+        if self.turns.store.by_id(session.id) is None:
+            self.turns.store.save(session)
+        self.turns.hub.publish(session.id, "meta")
+        url = f"/api/sessions/{session.id}/image/{image.name}"
+        return {"id": session.id, "status": "command", "text": f"saved {imagegen.FOLDER}/{image.name}", "image": url}
+
+    async def image(self, request: Request, _: CookieSession) -> Response:
+        """``GET /api/sessions/{sid}/image/{name}``: a picture under the task's ``images/`` folder."""
+        session = self.turns.session(request.path_params["sid"])
+        name = request.path_params["name"]
+        if session is None or not imagegen.NAME.fullmatch(name):
+            return _error(404, "no such image")
+        path = self.turns.agent(session).tools.base_dir / imagegen.FOLDER / name
+        if not path.is_file():
+            return _error(404, "no such image")
+        kind = {"jpg": "jpeg", "jpeg": "jpeg", "webp": "webp"}.get(name.rsplit(".", 1)[1], "png")
+        headers = {"cache-control": "private, max-age=3600", "x-content-type-options": "nosniff"}
+        return Response(await asyncio.to_thread(path.read_bytes), media_type=f"image/{kind}", headers=headers)
 
     async def act(self, request: Request, _: CookieSession) -> Response:
         """``POST /api/sessions/{sid}/{verb}`` with a JSON body."""
@@ -447,6 +479,7 @@ class Workbench:
             Route("/api/sessions", self.write(self.create), methods=["POST"]),
             Route("/api/sessions/{sid}", self.read(self.session), methods=["GET"]),
             Route("/api/sessions/{sid}/{verb}", self.write(self.act), methods=["POST"]),
+            Route("/api/sessions/{sid}/image/{name}", self.read(self.image), methods=["GET"]),
             Route("/api/send", self.write(self.send), methods=["POST"]),
             Route("/api/transcribe", self.write(self.transcribe), methods=["POST"]),
             Mount("/static", StaticFiles(packages=[("memmy.workbench", "static")]), name="workbench-static"),

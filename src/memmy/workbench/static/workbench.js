@@ -102,7 +102,7 @@
     const box = el("details", { class: "tool", "data-id": id },
       el("summary", {}, el("span", { class: "tool-name" }, "⚙ " + name), el("span", { class: "tool-args" }, " " + String(args || "").slice(0, 120))),
       el("pre", { class: "tool-in" }, prettyJson(args)), result);
-    this.calls[id] = { box, result };
+    this.calls[id] = { box, result, name };
     this.root.append(box);
     const artifact = preview(name, args);
     if (artifact) this.root.append(artifact);
@@ -126,6 +126,13 @@
     if (!call) return;
     call.result.textContent = String(output || "(no output)");
     call.box.classList.toggle("failed", ok === false);
+    const made = call.name === "generate_image" && ok !== false && /^saved images\/([A-Za-z0-9._-]+)/.exec(String(output || ""));
+    if (made && state.current) this.image(`/api/sessions/${state.current}/image/${made[1]}`, call.box);
+  };
+  // A picture the agent or /image made: the file under the task's images/ folder.
+  View.prototype.image = function (url, after) {
+    const figure = el("figure", { class: "artifact image" }, el("img", { src: url, alt: url.split("/").pop(), loading: "lazy" }));
+    if (after) after.after(figure); else this.root.append(figure);
   };
   View.prototype.memory = function (markdown, ids) {
     const links = el("div", { class: "mem-links" });
@@ -224,6 +231,7 @@
     }
     if (answer.id && answer.id !== state.current) await open(answer.id);
     if (answer.status === "command" && answer.text) state.view.note(answer.text, "command");
+    if (answer.image) state.view.image(answer.image);
   }
 
   function keydown(e) {
