@@ -33,6 +33,7 @@ class Reply:
     status: int = 200
     delay_s: float = 0.0
     chunk_delay_s: float = 0.0  # a pause before each streamed chunk (50 tokens/s: 0.02)
+    cost: float | None = None  # sent as usage.cost, as OpenRouter does
 
 
 Brain = Callable[[dict[str, Any]], Reply]
@@ -130,7 +131,10 @@ def _openai_chunks(reply: Reply, model: str) -> Iterator[dict[str, Any]]:
             yield {**base, "choices": [{"index": 0, "delta": {"tool_calls": [frag]}, "finish_reason": None}]}
     finish = "tool_calls" if reply.tool_calls else "stop"
     yield {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}
-    yield {**base, "choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}}
+    usage: dict[str, Any] = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
+    if reply.cost is not None:
+        usage["cost"] = reply.cost
+    yield {**base, "choices": [], "usage": usage}
 
 
 def _openai_whole(reply: Reply, model: str) -> dict[str, Any]:

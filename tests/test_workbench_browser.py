@@ -202,7 +202,7 @@ def test_command_panel_and_a_slash_command(browser: Browser, served: tuple[str, 
     asked = len(stub.requests)
     page.locator("#input").fill("/")
     page.locator("#input").dispatch_event("input")
-    expect(page.locator("#commands .cmd")).to_have_count(12)
+    expect(page.locator("#commands .cmd")).to_have_count(13)
     shot(page, "commands")
     page.locator("#input").fill("/sta")
     page.locator("#input").dispatch_event("input")
@@ -266,6 +266,8 @@ def test_settings_connection_test_language_and_log_level(browser: Browser, serve
     page = sign_in(browser, base)
     page.goto(base + "/settings")
     expect(page.locator("#slots tbody tr")).to_have_count(6)
+    expect(page.locator("#usage tbody tr")).to_have_count(6)
+    expect(page.locator('#usage tr[data-slot="primary"] td').nth(1)).not_to_have_text("0")  # turns ran before
     rows = page.locator("#models tbody tr")
     expect(rows).to_have_count(2)
     expect(rows.first.locator("td").nth(2)).to_have_text("stub-model")

@@ -21,10 +21,15 @@ from memmy.agent.channels.router import compose_prompt
 from memmy.agent.config import load_agent_config
 from memmy.agent.slots import read_slots, silent_wav
 from memmy.config import read_config_file
-from tests.agent_stubs import ModelStub, last_user_text, run_model_stub, write_agent_config
+from tests.agent_stubs import ModelStub, Reply, last_user_text, run_model_stub, write_agent_config
 from tests.workbench_client import TOKEN, Bench, serve_process
 
 SPOKEN = silent_wav(0.1) + b"SAY:turn on the lights"
+
+
+def brain(body: dict[str, Any]) -> Reply:
+    text = last_user_text(body)
+    return Reply(text="echo: " + text, cost=0.0015 if "costly" in text else None)
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +38,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Mode
     os.environ["STUB_ASR_KEY"] = "sk-asr-from-env"  # the serve process inherits it; the file keeps the reference
     try:
         extra = "# the user's own note, kept by every edit\nmodels: {}\n"
-        with run_model_stub() as stub, serve_process(home, stub, extra=extra) as base:
+        with run_model_stub(brain) as stub, serve_process(home, stub, extra=extra) as base:
             yield base, stub, home
     finally:
         del os.environ["STUB_ASR_KEY"]
@@ -148,6 +153,31 @@ def test_general_settings_and_the_log_level_are_kept(served: tuple[str, ModelStu
     tree = read_config_file(home / ".memmy" / "config.yaml")["workbench"]
     assert tree == {"language": "zh", "notifications": True, "logLevel": "WARNING"}
     assert bench.post("/api/settings/general", {"language": "en", "notifications": False}).status_code == 200
+
+
+def test_the_usage_meter_and_the_daily_cap(served: tuple[str, ModelStub, Path]) -> None:
+    base, _, home = served
+    bench = Bench(base)
+    before = {u["slot"]: u for u in bench.http.get("/api/usage").json()["slots"]}
+    sid = bench.send("a costly question")["id"]
+    bench.wait_idle(sid)
+    usage = bench.http.get("/api/usage").json()
+    after = {u["slot"]: u for u in usage["slots"]}
+    assert list(after) == ["primary", "embedding", "summary", "evolution", "asr", "image"]
+    assert after["primary"]["calls"] == before["primary"]["calls"] + 1
+    assert after["primary"]["tokens"] == before["primary"]["tokens"] + 18  # the stub's usage
+    assert after["primary"]["cost"] == pytest.approx(before["primary"]["cost"] + 0.0015)
+    assert after["asr"]["calls"] >= 1  # the microphone's transcription above
+    assert usage["cap"] == {"dailyCalls": 2000, "dailyTokens": 2_000_000, "exhausted": False, "memory": False}
+    saved = bench.post("/api/settings/cap", {"dailyCalls": 50, "dailyTokens": 0}).json()
+    assert saved["dailyCalls"] == 50 and "restart the memory daemon" in saved["message"]  # no daemon here
+    assert read_config_file(home / ".memmy" / "config.yaml")["memmyMemory"]["llmBudget"] == {
+        "dailyCalls": 50,
+        "dailyTokens": 0,
+    }
+    for bad in ({"dailyCalls": -1, "dailyTokens": 0}, {"dailyCalls": "9", "dailyTokens": 0}, {"dailyCalls": 1}):
+        assert bench.post("/api/settings/cap", bad).status_code == 400
+    assert bench.http.get("/api/usage").json()["cap"]["dailyCalls"] == 50
 
 
 def test_voice_notes_of_chats_go_through_the_asr_slot(isolated_home: Path) -> None:

@@ -4,8 +4,11 @@ channels' voice notes both come here; without an ASR slot :class:`AsrError` says
 
 from __future__ import annotations
 
+import asyncio
+
 from memmy.agent.config import AgentConfig
 from memmy.agent.slots import read_slots
+from memmy.agent.usage import UsageBook
 
 MAX_AUDIO_BYTES = 25 * 1024 * 1024  # OpenAI's own limit for one transcription
 _SUFFIX = {
@@ -64,6 +67,9 @@ async def transcribe(config: AgentConfig, audio: bytes, mime: str, timeout_s: fl
         raise AsrError(f"the ASR endpoint failed ({status or type(exc).__name__})", upstream=True) from exc
     finally:
         await client.close()
+    usage = getattr(answer, "usage", None)  # newer endpoints report tokens (or seconds) for a transcription
+    tokens = getattr(usage, "total_tokens", 0) if usage is not None else 0
+    await asyncio.to_thread(UsageBook(config.home).record, "asr", tokens if isinstance(tokens, int) else 0)
     return answer.text.strip()
 
 

@@ -5,6 +5,7 @@ workbench as ``/image PROMPT``; without the slot neither exists and nothing else
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import re
 import time
@@ -16,6 +17,7 @@ import httpx
 
 from memmy.agent.config import AgentConfig
 from memmy.agent.slots import read_slots
+from memmy.agent.usage import UsageBook
 
 if TYPE_CHECKING:
     from memmy.agent.tools import ToolBox
@@ -98,7 +100,9 @@ async def generate(
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(data)
     usage: dict[str, Any] = answer.usage.model_dump() if answer.usage is not None else {}
-    return Image(target, name, {k: int(v) for k, v in usage.items() if isinstance(v, int)})
+    counts = {k: int(v) for k, v in usage.items() if isinstance(v, int)}
+    await asyncio.to_thread(UsageBook(config.home).record, "image", counts.get("total_tokens", 0))
+    return Image(target, name, counts)
 
 
 def install(config: AgentConfig, tools: ToolBox) -> None:

@@ -13,11 +13,11 @@ import contextlib
 import secrets
 import sqlite3
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from memmy.agent.smallfile import connect
 from memmy.errors import ConfigError
 
 SCHEMA = """
@@ -113,17 +113,8 @@ class ScheduleStore:
     def __init__(self, home: Path) -> None:
         self.path = home / "agent" / "schedules.db"
 
-    @contextlib.contextmanager
-    def _db(self) -> Iterator[sqlite3.Connection]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(self.path, timeout=10, isolation_level=None)
-        try:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=FULL")  # a claimed firing survives a power cut
-            db.executescript(SCHEMA)
-            yield db
-        finally:
-            db.close()
+    def _db(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        return connect(self.path, SCHEMA)
 
     def add(self, task: str, at: float | None = None, cron: str | None = None) -> Schedule:
         """A new schedule (exactly one of ``at`` and ``cron``)."""

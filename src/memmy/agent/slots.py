@@ -99,7 +99,8 @@ class Slot:
         }
 
 
-def _map(tree: Mapping[str, Any], *keys: str) -> Mapping[str, Any]:
+def section(tree: Mapping[str, Any], *keys: str) -> Mapping[str, Any]:
+    """The mapping at ``keys`` in a parsed config ({} where a key is missing or not a mapping)."""
     for key in keys:
         value = tree.get(key) if isinstance(tree, Mapping) else None
         tree = value if isinstance(value, Mapping) else {}
@@ -108,10 +109,10 @@ def _map(tree: Mapping[str, Any], *keys: str) -> Mapping[str, Any]:
 
 def read_slots(raw: Mapping[str, Any]) -> dict[str, Slot]:
     """Every slot from the parsed (unexpanded) config file."""
-    defaults = _map(raw, "agents", "defaults")
+    defaults = section(raw, "agents", "defaults")
     provider = str(defaults.get("provider") or ("openai" if defaults.get("model") else ""))
     spec = PROVIDERS.get(provider)
-    entry = _map(raw, "providers", provider)
+    entry = section(raw, "providers", provider)
     found = {
         "primary": Slot(
             "primary",
@@ -122,7 +123,7 @@ def read_slots(raw: Mapping[str, Any]) -> dict[str, Slot]:
         )
     }
     for name in ("embedding", "summary", "evolution"):
-        tree = _map(raw, "memmyMemory", name)
+        tree = section(raw, "memmyMemory", name)
         default_provider = "local" if name == "embedding" else ""
         found[name] = Slot(
             name,
@@ -132,7 +133,7 @@ def read_slots(raw: Mapping[str, Any]) -> dict[str, Slot]:
             str(tree.get("apiKey") or ""),
         )
     for name in ("asr", "image"):
-        tree = _map(raw, "models", name)
+        tree = section(raw, "models", name)
         found[name] = Slot(
             name,
             str(tree.get("provider") or ""),

@@ -469,6 +469,8 @@ class Workbench:
             Route("/api/settings/log-level", self.write(self.settings.log_level), methods=["POST"]),
             Route("/api/settings/slot", self.write(self.settings.save_slot), methods=["POST"]),
             Route("/api/settings/general", self.write(self.settings.save_general), methods=["POST"]),
+            Route("/api/settings/cap", self.write(self.settings.save_cap), methods=["POST"]),
+            Route("/api/usage", self.read(self.settings.usage), methods=["GET"]),
             Route("/api/diagnostics", self.read(self.settings.diagnostics), methods=["GET"]),
             Route("/signin", self.signin, methods=["GET"]),
             Route("/signout", self.write(self.signout), methods=["POST"]),

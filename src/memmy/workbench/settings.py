@@ -11,7 +11,7 @@ import logging
 import platform
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from starlette.requests import Request
@@ -19,8 +19,10 @@ from starlette.responses import JSONResponse, Response
 
 from memmy import __version__
 from memmy.agent.config import AgentConfig, ModelChoice, load_agent_config, read_raw, write_agent_sections
+from memmy.agent.daemon_link import DaemonError
 from memmy.agent.onboard import probe_model
-from memmy.agent.slots import SLOTS, Slot, parse_slot, read_slots, slot_patch, test_slot
+from memmy.agent.slots import SLOTS, Slot, parse_slot, read_slots, section, slot_patch, test_slot
+from memmy.agent.usage import UsageBook
 from memmy.errors import ConfigError
 from memmy.signin import CookieSession
 from memmy.workbench.turns import Turns
@@ -32,10 +34,9 @@ LOGGER = "memmy"
 MEMORY_SLOTS = ("embedding", "summary", "evolution")
 
 
-def general(raw: dict[str, Any]) -> dict[str, Any]:
+def general(raw: Mapping[str, Any]) -> dict[str, Any]:
     """``workbench.*`` of the config: language ("" follows the browser), notifications, log level ("": default)."""
-    found = raw.get("workbench")
-    tree: dict[str, Any] = found if isinstance(found, dict) else {}
+    tree = section(raw, "workbench")
     language = str(tree.get("language") or "")
     level = str(tree.get("logLevel") or "").upper()
     return {
@@ -141,8 +142,50 @@ class Settings:
             await asyncio.to_thread(self._write, slot_patch(slot))
         except ConfigError as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
-        note = "saved; restart the memory daemon (memmy-memory serve) to use it" if name in MEMORY_SLOTS else "saved"
+        note = await self._reload_memory() if name in MEMORY_SLOTS else "saved"
         return JSONResponse({"slot": self.slots()[name].to_json(), "message": note})
+
+    async def _reload_memory(self) -> str:
+        """Ask the memory daemon to re-read the file; what the page says about it."""
+        memory = self.turns.memory
+        if memory is None or not memory.enabled:
+            return "saved; restart the memory daemon (memmy-memory serve) to use it"
+        try:
+            await memory.request("POST", "/admin/reload-config", {})
+        except (DaemonError, ValueError):
+            return "saved; restart the memory daemon (memmy-memory serve) to use it"
+        return "saved and applied by the memory daemon"
+
+    async def usage(self, request: Request, _: CookieSession) -> Response:
+        """Today's use per slot: chat, ASR and image from this machine's meter; summary and evolution from the
+        memory daemon, with the daily cap that stops them (chat is never stopped)."""
+        slots = await asyncio.to_thread(UsageBook(self.config.home).day)
+        memory = self.turns.memory
+        health = await memory.health() if memory is not None and memory.enabled else None
+        meter = ((health or {}).get("evolution") or {}).get("llmUsage") or {}
+        for name, counts in (meter.get("slots") or {}).items():
+            slots[str(name)] = {"calls": int(counts.get("calls", 0)), "tokens": int(counts.get("tokens", 0)), "cost": 0}
+        budget = section(self.raw(), "memmyMemory", "llmBudget")
+        cap = {
+            "dailyCalls": int(budget.get("dailyCalls", 2000)),
+            "dailyTokens": int(budget.get("dailyTokens", 2_000_000)),
+            "exhausted": bool(meter.get("exhausted", False)),
+            "memory": health is not None,
+        }
+        rows = [{"slot": name, **slots.get(name, {"calls": 0, "tokens": 0, "cost": 0})} for name in SLOTS]
+        return JSONResponse({"slots": rows, "cap": cap})
+
+    async def save_cap(self, request: Request, _: CookieSession) -> Response:
+        """``{dailyCalls, dailyTokens}`` (0: no cap): the memory slots' daily cap (``memmyMemory.llmBudget``)."""
+        body = await json_body(request)
+        cap: dict[str, int] = {}
+        for key in ("dailyCalls", "dailyTokens"):
+            value = body.get(key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                return JSONResponse({"error": f"{key}: a whole number, 0 for no cap"}, status_code=400)
+            cap[key] = value
+        await asyncio.to_thread(self._write, {"memmyMemory": {"llmBudget": cap}})
+        return JSONResponse({**cap, "message": await self._reload_memory()})
 
     async def save_general(self, request: Request, _: CookieSession) -> Response:
         """``{language?, notifications?}``: kept in ``workbench.*`` of the config."""

@@ -17,7 +17,10 @@
     "memmy wants to run:": "memmy 想运行：", "Allow": "允许", "Deny": "拒绝", "allowed": "已允许", "denied": "已拒绝",
     "queued": "已排队", "running": "运行中", "unread": "未读", "Back to the workbench": "返回工作台", "Models": "模型",
     "Slot": "槽位", "Provider": "提供方", "Model": "模型", "Endpoint": "端点", "Key": "密钥", "General": "通用",
-    "Language": "语言", "Developer": "开发者", "The microphone is not available: ": "麦克风不可用：",
+    "Language": "语言", "Developer": "开发者", "Usage today": "今日用量", "Calls": "调用", "Tokens": "Token", "Cost": "费用",
+    "calls": "调用", "tokens": "Token", "saved and applied by the memory daemon": "已保存，记忆服务已应用",
+    "Daily cap for memory work (summary and evolution; chat is counted, never stopped), 0 for none:": "记忆后台任务（摘要与进化）的每日上限（对话只计量、不停止），0 表示不限：",
+    "the cap is reached: memory work waits until tomorrow": "已达上限：记忆后台任务明天继续", "The microphone is not available: ": "麦克风不可用：",
     "Speech to text failed: ": "语音转文字失败：", "Presets": "预设", "Name": "名称", "Save": "保存", "off": "关闭",
     "Primary (chat)": "主模型（对话）", "Embedding": "向量嵌入", "Memory summary": "记忆摘要", "Skill evolution": "技能进化",
     "Speech to text (ASR)": "语音转文字（ASR）", "Image generation": "图像生成", "saved": "已保存",
@@ -531,8 +534,26 @@
       el("td", {}, el("button", { class: "btn small save", type: "button", onclick: save }, t("Save")), " ", test, " ", status));
   }
 
+  async function usageCard(labels) {
+    const data = await api("GET", "/api/usage");
+    $("#usage tbody").replaceChildren(...data.slots.map((u) => el("tr", { "data-slot": u.slot },
+      el("td", {}, t(labels[u.slot] || u.slot)), el("td", {}, String(u.calls)), el("td", {}, u.tokens.toLocaleString()),
+      el("td", {}, u.cost ? "$" + u.cost.toFixed(4) : "—"))));
+    $("#cap-calls").value = data.cap.dailyCalls;
+    $("#cap-tokens").value = data.cap.dailyTokens;
+    const status = $("#cap-status");
+    if (data.cap.exhausted) { status.textContent = t("the cap is reached: memory work waits until tomorrow"); status.className = "test-status bad"; }
+    $("#cap-save").onclick = async () => {
+      try {
+        const r = await api("POST", "/api/settings/cap", { dailyCalls: Number($("#cap-calls").value), dailyTokens: Number($("#cap-tokens").value) });
+        status.textContent = "✓ " + t(r.message); status.className = "test-status ok";
+      } catch (e) { status.textContent = "✗ " + e.message; status.className = "test-status bad"; }
+    };
+  }
+
   async function settingsPage() {
     const data = await api("GET", "/api/settings");
+    usageCard(Object.fromEntries(data.slots.map((s) => [s.slot, s.label])));
     $("#slots tbody").replaceChildren(...data.slots.map(slotRow));
     $("#models tbody").replaceChildren(...data.models.map((m) => el("tr", { "data-name": m.name },
       el("td", {}, m.name), el("td", {}, m.provider), el("td", {}, m.model), el("td", {}, m.apiBase || "—"),
