@@ -133,3 +133,29 @@ def test_the_workbench_makes_pictures_with_the_agent_and_slash_image(tmp_path: P
         for bad in ("../../config.yaml", "x.txt", ".hidden.png", "nothere.png"):
             assert bench.http.get(f"/api/sessions/{sid}/image/{bad}").status_code == 404
         assert bench.send("/image", sid)["text"] == "describe the image to make"
+
+
+def test_a_native_pet_without_pywebview_says_so_and_opens_the_browser(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from memmy.agent.cli import cli
+    from memmy.workbench import native
+
+    if native.available():
+        pytest.skip("pywebview is installed: this checks the message given without it")
+    with run_model_stub() as stub, serve_process(tmp_path, stub) as base:
+        monkeypatch.setenv("HOME", str(tmp_path))
+        monkeypatch.setenv("MEMMY_HOME", str(tmp_path / ".memmy"))
+        opened = tmp_path / "opened.txt"
+        browser = tmp_path / "browser.sh"
+        browser.write_text(f'#!/bin/sh\nprintf %s "$1" > {opened}\n')
+        browser.chmod(0o755)
+        monkeypatch.setenv("BROWSER", f"{browser} %s")  # webbrowser runs it with the link
+        done = CliRunner().invoke(cli, ["workbench", "--pet", "--native", "--no-start"])
+        assert done.exit_code == 0, done.output
+        assert "pip install 'memmy[pet]'" in done.output and "opening the browser instead" in done.output
+        link = next(line for line in done.output.splitlines() if "/signin?code=" in line)
+        assert link.startswith(base) and link.endswith("&next=/pet")
+        assert opened.read_text() == link
