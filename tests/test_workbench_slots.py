@@ -130,12 +130,16 @@ def test_editing_slots_keeps_comments_and_env_references(served: tuple[str, Mode
 def test_the_primary_slot_applies_to_the_next_turn(served: tuple[str, ModelStub, Path]) -> None:
     base, stub, _ = served
     bench = Bench(base)
+    seq = bench.state()["seq"]
+    sid = bench.send("who answers before?")["id"]
+    bench.wait_idle(sid, seq)
     primary = {"slot": "primary", "provider": "openai", "model": "stub-fast", "apiBase": stub.openai_url}
     assert bench.post("/api/settings/slot", primary).json()["slot"]["model"] == "stub-fast"
-    sid = bench.send("which model answers?")["id"]
-    bench.wait_idle(sid)
-    chats = [r for r in stub.requests if r["path"].endswith("/chat/completions")]
-    assert chats[-1]["body"]["model"] == "stub-fast" and last_user_text(chats[-1]["body"]) == "which model answers?"
+    for question, task in (("which model answers?", ""), ("and in the task begun before?", sid)):
+        seq = bench.state()["seq"]
+        bench.wait_idle(bench.send(question, task)["id"], seq)
+        chats = [r for r in stub.requests if r["path"].endswith("/chat/completions")]
+        assert chats[-1]["body"]["model"] == "stub-fast" and last_user_text(chats[-1]["body"]) == question
     bench.post("/api/settings/slot", {**primary, "model": "stub-model"})
 
 

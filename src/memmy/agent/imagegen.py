@@ -106,8 +106,9 @@ async def generate(
 
 
 def install(config: AgentConfig, tools: ToolBox) -> None:
-    """Give ``tools`` the ``generate_image`` tool when the image slot is set."""
+    """Give ``tools`` the ``generate_image`` tool when the image slot is set (take it away when it is not)."""
     if not enabled(config):
+        tools.tools.pop("generate_image", None)
         return
     from memmy.agent.tools import Tool, ToolError
 

@@ -187,9 +187,11 @@ class Turns:
             runner = self.runners[session.id] = Runner(agent)
             tools.approve = self._approver(session.id, runner)
             agent.emit = self._emitter(session.id, runner)
-        elif not runner.running:
+        elif not runner.running:  # the config may have changed since (a Settings edit): the next turn uses it
             runner.agent.session = session
+            runner.agent.config = self.config
             runner.agent.choice = self.config.model(session.preset) or self.config.default
+            imagegen.install(self.config, runner.agent.tools)
         return runner.agent
 
     def send(self, session: Session, message: Input) -> str:
