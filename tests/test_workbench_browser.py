@@ -76,6 +76,16 @@ def shot(page: Page, name: str) -> None:
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=False)
 
 
+def seen_by_the_page(page: Page, base: str) -> None:
+    """Wait until the page has marked its open task read (the POST follows the turn's end), so that closing the page
+    does not leave it unread for the tests after (the pet's list puts unread tasks first)."""
+    sid = page.url.split("s=")[1]
+    deadline = time.monotonic() + 30
+    while any(t["unread"] for t in page.context.request.get(base + "/api/state").json()["sessions"] if t["id"] == sid):
+        assert time.monotonic() < deadline, "the page never marked its task read"
+        time.sleep(0.05)
+
+
 def say(page: Page, text: str) -> None:
     page.locator("#input").fill(text)
     page.locator("#input").press("Enter")
@@ -235,6 +245,7 @@ def test_enter_while_an_ime_composes_never_sends(browser: Browser, served: tuple
     expect(page.locator(".msg.user").last).to_have_text("你好")
     expect(page.locator(".msg.assistant .md").last).to_have_text("echo: 你好")
     assert len(stub.requests) == asked + 1
+    seen_by_the_page(page, base)
     page.context.close()
 
 
@@ -357,7 +368,12 @@ def test_a_schedule_shows_in_the_task_list_and_fires(browser: Browser, served: t
     shot(page, "schedule")
     fired.click()
     expect(page.locator(".msg.assistant .md").last).to_have_text("echo: tell me a scheduled joke")
-    store.remove(later.id)
+    page.on("dialog", lambda dialog: dialog.accept())
+    row = page.locator(f'[data-schedule="{later.id}"]')
+    row.hover()
+    row.locator('[data-act="unschedule"]').click()
+    expect(row).to_have_count(0)
+    assert store.get(later.id) is None
     page.context.close()
 
 

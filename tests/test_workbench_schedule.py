@@ -100,8 +100,13 @@ def test_serve_fires_a_schedule_once_also_across_a_restart(tmp_path: Path) -> No
     with run_model_stub() as stub:
         with serve_process(home, stub) as base:
             bench = Bench(base)
+            dropped = _schedule(home, "add", "never mind", "--cron", "0 3 * * *", "--json")
             first = _schedule(home, "add", "summarise my day", "--at", "+2s", "--json")
-            assert [s["id"] for s in bench.state()["schedules"]] == [first["id"]]  # upcoming, in the task list
+            upcoming = {s["id"] for s in bench.state()["schedules"]}
+            assert upcoming == {first["id"], dropped["id"]}  # upcoming, in the task list
+            assert bench.post(f"/api/schedules/{dropped['id']}/remove").json() == {"ok": True}
+            assert bench.post(f"/api/schedules/{dropped['id']}/remove").status_code == 404
+            assert bench.http.post(f"/api/schedules/{first['id']}/remove").status_code == 403  # no CSRF token
 
             def fired_row() -> Any:
                 rows = [t for t in bench.state()["sessions"] if t["name"].startswith(f"schedule:{first['id']}-")]

@@ -392,6 +392,14 @@ class Workbench:
         url = f"/api/sessions/{session.id}/image/{image.name}"
         return {"id": session.id, "status": "command", "text": f"saved {imagegen.FOLDER}/{image.name}", "image": url}
 
+    async def unschedule(self, request: Request, _: CookieSession) -> Response:
+        """``POST /api/schedules/{id}/remove``: delete a schedule (the ✕ on its row in the task list)."""
+        removed = await asyncio.to_thread(self.schedules.remove, request.path_params["id"])
+        if not removed:
+            return _error(404, "no such schedule")
+        self.turns.hub.publish("", "schedule", "removed", {"schedule": request.path_params["id"]})
+        return JSONResponse({"ok": True})
+
     async def image(self, request: Request, _: CookieSession) -> Response:
         """``GET /api/sessions/{sid}/image/{name}``: a picture under the task's ``images/`` folder."""
         session = self.turns.session(request.path_params["sid"])
@@ -484,5 +492,6 @@ class Workbench:
             Route("/api/sessions/{sid}/image/{name}", self.read(self.image), methods=["GET"]),
             Route("/api/send", self.write(self.send), methods=["POST"]),
             Route("/api/transcribe", self.write(self.transcribe), methods=["POST"]),
+            Route("/api/schedules/{id}/remove", self.write(self.unschedule), methods=["POST"]),
             Mount("/static", StaticFiles(packages=[("memmy.workbench", "static")]), name="workbench-static"),
         ]

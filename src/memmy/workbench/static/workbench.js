@@ -7,7 +7,7 @@
   const $ = (sel) => document.querySelector(sel);
   const ZH = {
     "New": "新建", "Search": "搜索", "Pinned": "置顶", "Today": "今天", "Yesterday": "昨天", "Last 7 days": "最近 7 天",
-    "Older": "更早", "Archived": "已归档", "Scheduled": "定时任务", "once": "一次", "New task": "新任务", "Stop": "停止", "Restart": "重新运行", "Send": "发送",
+    "Older": "更早", "Archived": "已归档", "Scheduled": "定时任务", "once": "一次", "Remove the schedule": "删除定时任务", "New task": "新任务", "Stop": "停止", "Restart": "重新运行", "Send": "发送",
     "Memory panel ↗": "记忆面板 ↗", "Pet": "桌宠", "Settings": "设置", "What should memmy do?": "想让 memmy 做什么？",
     "Your tasks share memory with your other agents. Type / for commands.": "你的任务与其他智能体共享记忆。输入 / 查看命令。",
     "Message memmy — Enter sends, Shift+Enter new line, / for commands": "给 memmy 发消息 — Enter 发送，Shift+Enter 换行，/ 打开命令",
@@ -340,7 +340,9 @@
         ...state.schedules.map((s) => el("div", { class: "task scheduled", "data-schedule": s.id,
           title: s.cron ? `cron ${s.cron}` : t("once") },
         el("span", { class: "clock" }, "◷"), el("span", { class: "task-title" }, s.task),
-        el("span", { class: "when muted" }, whenText(s.next))))));
+        el("span", { class: "when muted" }, whenText(s.next)),
+        el("span", { class: "actions" }, el("button", { type: "button", title: t("Remove the schedule"), "data-act": "unschedule",
+          onclick: async () => { if (confirm(`${t("Remove the schedule")} “${s.task}”?`)) { await api("POST", `/api/schedules/${s.id}/remove`, {}); refresh(); } } }, "✕"))))));
     }
     for (const [key, label] of GROUPS) {
       const rows = state.tasks.filter((t) => t.group === key);
