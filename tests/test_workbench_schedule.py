@@ -86,6 +86,9 @@ def test_the_cli(isolated_home: Path) -> None:
         once["id"],
     ]
     assert "call mum" in _schedule(isolated_home, "list")
+    said = _schedule(isolated_home, "add", "stretch", "--at", "+2h")
+    assert "scheduled " in said and "memmy serve is not running" in said  # nothing listens on serve.port here
+    _schedule(isolated_home, "remove", said.split()[1].rstrip(":"))
     assert "removed" in _schedule(isolated_home, "remove", once["id"])
     env = {"HOME": str(isolated_home), "MEMMY_HOME": str(isolated_home / ".memmy")}
     missing = CliRunner().invoke(cli, ["schedule", "remove", once["id"]], env=env)

@@ -6,18 +6,30 @@ import json
 import time
 
 import click
+import httpx
 
-from memmy.agent.config import load_agent_config
+from memmy.agent.config import AgentConfig, load_agent_config
 from memmy.agent.schedule import Schedule, ScheduleStore, parse_at
 from memmy.errors import MemmyError
 
 
-def _store(ctx: click.Context) -> ScheduleStore:
+def _config(ctx: click.Context) -> AgentConfig:
     try:
-        config = load_agent_config(ctx.obj.get("config") if ctx.obj else None)
+        return load_agent_config(ctx.obj.get("config") if ctx.obj else None)
     except MemmyError as exc:
         raise click.ClickException(str(exc)) from exc
-    return ScheduleStore(config.home)
+
+
+def _store(ctx: click.Context) -> ScheduleStore:
+    return ScheduleStore(_config(ctx).home)
+
+
+def _serving(config: AgentConfig) -> bool:
+    """Whether ``memmy serve`` answers on its configured address."""
+    try:
+        return httpx.get(f"http://{config.serve_host}:{config.serve_port}/health", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def _when(stamp: float | None) -> str:
@@ -42,14 +54,21 @@ def schedule() -> None:
 @click.pass_context
 def add(ctx: click.Context, task: str, at: str | None, cron: str | None, as_json: bool) -> None:
     """Schedule TASK (a prompt) once (--at) or repeatedly (--cron)."""
+    config = _config(ctx)
     try:
-        item = _store(ctx).add(task, parse_at(at) if at is not None else None, cron)
+        item = ScheduleStore(config.home).add(task, parse_at(at) if at is not None else None, cron)
     except MemmyError as exc:
         raise click.UsageError(str(exc)) from exc
     if as_json:
         click.echo(json.dumps(item.to_json()))
         return
     click.echo(f"scheduled {item.id}: next run {_when(item.next_at)} (`memmy serve` runs it; the workbench shows it)")
+    if not _serving(config):
+        click.echo(
+            "memmy serve is not running: start it (`memmy serve` or `memmy workbench`), or the task runs when it "
+            "next starts",
+            err=True,
+        )
 
 
 @schedule.command("list")

@@ -227,6 +227,7 @@ async def test_slot(slot: Slot, timeout_s: float = 15.0) -> tuple[bool, str]:
         return True, f"{slot.model} answered ({len(answer.choices)} choice)"
     except openai.OpenAIError as exc:
         status = getattr(exc, "status_code", None)
-        return False, f"{type(exc).__name__}{f' {status}' if status else ''}: {str(exc)[:200]}"
+        said = str(exc).replace(slot.api_key, "***") if slot.api_key else str(exc)  # never echo the key back
+        return False, f"{type(exc).__name__}{f' {status}' if status else ''}: {said[:200]}"
     finally:
         await client.close()
