@@ -22,6 +22,7 @@ from memmy.agent.config import load_agent_config
 from memmy.agent.slots import read_slots, silent_wav
 from memmy.config import read_config_file
 from tests.agent_stubs import ModelStub, Reply, last_user_text, run_model_stub, write_agent_config
+from tests.conftest import Daemon, free_port
 from tests.workbench_client import TOKEN, Bench, serve_process
 
 SPOKEN = silent_wav(0.1) + b"SAY:turn on the lights"
@@ -242,3 +243,32 @@ def test_onboard_sets_up_the_slots_in_three_steps(isolated_home: Path) -> None:
         "/v1/audio/transcriptions",
     ]
     assert stub.requests[-1]["headers"]["authorization"] == "Bearer sk-asr"
+
+
+def test_a_memory_slot_edit_is_applied_by_the_running_daemon(tmp_path: Path) -> None:
+    port = free_port()
+    storage = f"memmyMemory:\n  storage: {{endpoint: 'http://127.0.0.1:{port}', token: slot-token}}\n"
+    with run_model_stub() as stub, serve_process(tmp_path, stub, storage, memory=True) as base:
+        daemon = Daemon(home=tmp_path, port=port, token="slot-token")  # the same config.yaml as memmy serve
+        daemon.start()
+        try:
+            bench = Bench(base)
+            summary = {
+                "slot": "summary",
+                "provider": "openai_compatible",
+                "model": "stub-sum",
+                "apiBase": stub.openai_url,
+            }
+            answer = bench.post("/api/settings/slot", summary).json()
+            assert answer["message"] == "saved and applied by the memory daemon"
+            with daemon.client() as http:
+                health = http.get("/api/v1/health").json()
+                assert health["models"]["summary"]["model"] == "stub-sum"
+                assert bench.post("/api/settings/cap", {"dailyCalls": 7, "dailyTokens": 900}).json()["message"] == (
+                    "saved and applied by the memory daemon"
+                )
+                limits = http.get("/api/v1/health").json()["evolution"]["llmUsage"]["limits"]
+            assert limits == {"dailyCalls": 7, "dailyTokens": 900}
+            assert bench.http.get("/api/usage").json()["cap"]["memory"] is True
+        finally:
+            daemon.stop()
