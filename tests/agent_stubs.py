@@ -1,5 +1,7 @@
 """Small real model servers for the agent tests (stdlib ``http.server`` in a thread): an OpenAI-compatible
-``/v1/chat/completions`` and an Anthropic-shaped ``/v1/messages``, streaming (SSE) and not, with tool calls.
+``/v1/chat/completions`` and an Anthropic-shaped ``/v1/messages``, streaming (SSE) and not, with tool calls; and
+OpenAI's ``/v1/embeddings``, ``/v1/audio/transcriptions`` (multipart; it "hears" the text after ``SAY:`` in the
+uploaded file, "" otherwise) and ``/v1/images/generations`` (a 1x1 PNG as ``b64_json``).
 
 A ``brain(body) -> Reply`` decides each answer from the request body; ``Reply(status=...)`` answers an HTTP error
 (429, 500 ...) instead, and ``delay_s`` makes the answer slow. Every request body is recorded.
@@ -7,12 +9,17 @@ A ``brain(body) -> Reply`` decides each answer from the request body; ``Reply(st
 
 from __future__ import annotations
 
+import base64
 import json
+import struct
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from email.parser import BytesParser
+from email.policy import HTTP
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -26,6 +33,7 @@ class Reply:
     status: int = 200
     delay_s: float = 0.0
     chunk_delay_s: float = 0.0  # a pause before each streamed chunk (50 tokens/s: 0.02)
+    cost: float | None = None  # sent as usage.cost, as OpenRouter does
 
 
 Brain = Callable[[dict[str, Any]], Reply]
@@ -39,6 +47,38 @@ class ModelStub:
     anthropic_url: str = ""  # http://127.0.0.1:<port>    (Anthropic SDK base_url)
     requests: list[dict[str, Any]] = field(default_factory=list)
     sent: list[tuple[float, dict[str, Any]]] = field(default_factory=list)  # (wall time, chunk) of paced replies
+
+
+def tiny_png() -> bytes:
+    """A valid 1x1 PNG."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b"\0\xff\x80\x00"))
+        + chunk(b"IEND", b"")
+    )
+
+
+def multipart_fields(content_type: str, raw: bytes) -> dict[str, Any]:
+    """A multipart/form-data body: field name -> text, or (filename, content type, bytes) for a file."""
+    message = BytesParser(policy=HTTP).parsebytes(f"content-type: {content_type}\r\n\r\n".encode() + raw)
+    fields: dict[str, Any] = {}
+    for part in message.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        data = part.get_payload(decode=True)
+        assert isinstance(data, bytes)
+        filename = part.get_filename()
+        fields[str(name)] = (filename, part.get_content_type(), data) if filename else data.decode()
+    return fields
+
+
+def _heard(audio: bytes) -> str:
+    return audio.split(b"SAY:", 1)[1].decode(errors="replace").strip() if b"SAY:" in audio else ""
 
 
 def last_user_text(body: dict[str, Any]) -> str:
@@ -91,7 +131,10 @@ def _openai_chunks(reply: Reply, model: str) -> Iterator[dict[str, Any]]:
             yield {**base, "choices": [{"index": 0, "delta": {"tool_calls": [frag]}, "finish_reason": None}]}
     finish = "tool_calls" if reply.tool_calls else "stop"
     yield {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}
-    yield {**base, "choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}}
+    usage: dict[str, Any] = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
+    if reply.cost is not None:
+        usage["cost"] = reply.cost
+    yield {**base, "choices": [], "usage": usage}
 
 
 def _openai_whole(reply: Reply, model: str) -> dict[str, Any]:
@@ -191,8 +234,25 @@ def run_model_stub(brain: Brain = echo_brain, delay_s: float = 0.0) -> Iterator[
 
         def do_POST(self) -> None:  # noqa: N802 - http.server API
             length = int(self.headers.get("content-length") or 0)
-            body = json.loads(self.rfile.read(length) or b"{}")
+            raw = self.rfile.read(length)
+            if self.path.endswith("/audio/transcriptions"):
+                fields = multipart_fields(self.headers.get("content-type", ""), raw)
+                stub.requests.append({"path": self.path, "body": fields, "headers": dict(self.headers.items())})
+                self._json(200, {"text": _heard(fields["file"][2])})
+                return
+            body = json.loads(raw or b"{}")
             stub.requests.append({"path": self.path, "body": body, "headers": dict(self.headers.items())})
+            if self.path.endswith("/embeddings"):
+                count = len(body["input"]) if isinstance(body["input"], list) else 1
+                data = [{"object": "embedding", "index": i, "embedding": [0.5] * 8} for i in range(count)]
+                usage = {"prompt_tokens": 2, "total_tokens": 2}
+                self._json(200, {"object": "list", "data": data, "model": body["model"], "usage": usage})
+                return
+            if self.path.endswith("/images/generations"):
+                image = base64.b64encode(tiny_png()).decode()
+                usage = {"input_tokens": 7, "output_tokens": 100, "total_tokens": 107}
+                self._json(200, {"created": int(time.time()), "data": [{"b64_json": image}], "usage": usage})
+                return
             reply = brain(body)
             if delay_s or reply.delay_s:
                 time.sleep(delay_s or reply.delay_s)

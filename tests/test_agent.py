@@ -314,7 +314,7 @@ def test_onboard_defaults_status_and_sessions_list(isolated_home: Path) -> None:
 
 def test_onboard_menu_tests_the_connection_before_saving(isolated_home: Path) -> None:
     with run_model_stub() as stub:
-        answers = f"1\nstub-model\n{stub.openai_url}\nsk-typed-key\nallow\n"
+        answers = f"1\nstub-model\n{stub.openai_url}\nsk-typed-key\nallow\n" + "\n" * 4  # steps 2, 3: defaults
         done = memmy("onboard", stdin=answers)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "ok: 1 models listed" in done.stdout

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from memmy.agent.schedule import ScheduleStore
 from tests.agent_stubs import ModelStub, Reply, last_user_text, run_model_stub, tool_results
 from tests.test_panel_browser import browser, pytestmark  # the panel's chromium fixture and skip marks
 from tests.workbench_client import serve_process, sign_in_link
@@ -49,10 +51,14 @@ def brain(body: dict[str, Any]) -> Reply:
     return Reply(text="echo: " + text[-300:])
 
 
+HOMES: dict[str, Path] = {}  # base URL -> the HOME of that memmy serve
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, ModelStub]]:
     home = tmp_path_factory.mktemp("workbench-browser")
     with run_model_stub(brain) as stub, serve_process(home, stub) as base:
+        HOMES[base] = home
         yield base, stub
 
 
@@ -68,6 +74,16 @@ def sign_in(browser: Browser, base: str, pet: bool = False) -> Page:
 def shot(page: Page, name: str) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=False)
+
+
+def seen_by_the_page(page: Page, base: str) -> None:
+    """Wait until the page has marked its open task read (the POST follows the turn's end), so that closing the page
+    does not leave it unread for the tests after (the pet's list puts unread tasks first)."""
+    sid = page.url.split("s=")[1]
+    deadline = time.monotonic() + 30
+    while any(t["unread"] for t in page.context.request.get(base + "/api/state").json()["sessions"] if t["id"] == sid):
+        assert time.monotonic() < deadline, "the page never marked its task read"
+        time.sleep(0.05)
 
 
 def say(page: Page, text: str) -> None:
@@ -196,7 +212,7 @@ def test_command_panel_and_a_slash_command(browser: Browser, served: tuple[str, 
     asked = len(stub.requests)
     page.locator("#input").fill("/")
     page.locator("#input").dispatch_event("input")
-    expect(page.locator("#commands .cmd")).to_have_count(12)
+    expect(page.locator("#commands .cmd")).to_have_count(13)
     shot(page, "commands")
     page.locator("#input").fill("/sta")
     page.locator("#input").dispatch_event("input")
@@ -229,6 +245,7 @@ def test_enter_while_an_ime_composes_never_sends(browser: Browser, served: tuple
     expect(page.locator(".msg.user").last).to_have_text("你好")
     expect(page.locator(".msg.assistant .md").last).to_have_text("echo: 你好")
     assert len(stub.requests) == asked + 1
+    seen_by_the_page(page, base)
     page.context.close()
 
 
@@ -259,6 +276,9 @@ def test_settings_connection_test_language_and_log_level(browser: Browser, serve
     base, _ = served
     page = sign_in(browser, base)
     page.goto(base + "/settings")
+    expect(page.locator("#slots tbody tr")).to_have_count(6)
+    expect(page.locator("#usage tbody tr")).to_have_count(6)
+    expect(page.locator('#usage tr[data-slot="primary"] td').nth(1)).not_to_have_text("0")  # turns ran before
     rows = page.locator("#models tbody tr")
     expect(rows).to_have_count(2)
     expect(rows.first.locator("td").nth(2)).to_have_text("stub-model")
@@ -275,6 +295,85 @@ def test_settings_connection_test_language_and_log_level(browser: Browser, serve
     expect(page.locator(".msg.assistant .md").last).to_have_text("echo: 你好，记住我喜欢用 pytest")
     expect(page.locator('[data-group="today"] h2')).to_have_text("今天")
     shot(page, "workbench-zh")
+    page.goto(base + "/settings")
+    page.locator("#language").select_option("en")  # kept in the config: the other tests read English
+    expect(page.locator(".card h2").first).to_have_text("Models")
+    page.context.close()
+
+
+def test_a_slot_set_in_settings_and_the_microphone(browser: Browser, served: tuple[str, ModelStub]) -> None:
+    base, stub = served
+    page = sign_in(browser, base)
+    expect(page.locator("#mic")).to_be_hidden()  # no ASR slot yet: no microphone
+    page.goto(base + "/settings")
+    row = page.locator('#slots tr[data-slot="asr"]')
+    row.locator('select[name="provider"]').select_option("openai")
+    row.locator('input[name="model"]').fill("whisper-1")
+    row.locator('input[name="apiBase"]').fill(stub.openai_url)
+    row.locator('input[name="apiKey"]').fill("${WORKBENCH_ASR_KEY}")
+    row.locator("button.save").click()
+    expect(row.locator(".test-status")).to_have_text("✓ saved")
+    expect(row.locator('input[name="apiKey"]')).to_have_attribute("placeholder", "${WORKBENCH_ASR_KEY}")
+    row.locator("button.test").click()
+    expect(row.locator(".test-status")).to_contain_text("✓ transcribed")
+    shot(page, "settings-slots")
+    # The microphone: a recorder that "records" a file (the fake endpoint hears the text after SAY:)
+    page.context.add_init_script(
+        "navigator.mediaDevices.getUserMedia = async () => ({ getTracks: () => [{ stop() {} }] });"
+        "window.MediaRecorder = class { constructor() { this.mimeType = 'audio/webm'; this.on = {}; }"
+        " addEventListener(k, f) { this.on[k] = f; }"
+        " start() {} stop() { this.on.dataavailable({ data: new Blob(['RIFF....SAY:what is on my calendar'],"
+        " { type: 'audio/webm' }) }); this.on.stop(); } };"
+    )
+    page.goto(base + "/")
+    mic = page.locator("#mic")
+    expect(mic).to_be_visible()
+    mic.click()
+    expect(mic).to_have_class("btn mic recording")
+    mic.click()
+    expect(page.locator("#input")).to_have_value("what is on my calendar")
+    heard = [r for r in stub.requests if r["path"].endswith("/audio/transcriptions")][-1]
+    assert heard["body"]["file"][:2] == ("voice.webm", "audio/webm")
+    page.locator("#input").press("Enter")
+    expect(page.locator(".msg.assistant .md").last).to_have_text("echo: what is on my calendar")
+    page.context.close()
+
+
+def test_slash_image_shows_the_picture(browser: Browser, served: tuple[str, ModelStub]) -> None:
+    base, stub = served
+    page = sign_in(browser, base)
+    csrf = page.evaluate("JSON.parse(document.getElementById('boot').textContent).csrf")
+    slot = {"slot": "image", "provider": "openai", "model": "img-1", "apiBase": stub.openai_url}
+    assert page.context.request.post(f"{base}/api/settings/slot", data=slot, headers={"x-csrf-token": csrf}).ok
+    say(page, "/image a boat on a lake")
+    picture = page.locator(".artifact.image img")
+    expect(picture).to_be_visible()
+    page.wait_for_function("() => document.querySelector('.artifact.image img').naturalWidth === 1")
+    expect(page.locator(".note").last).to_contain_text("saved images/")
+    page.context.close()
+
+
+def test_a_schedule_shows_in_the_task_list_and_fires(browser: Browser, served: tuple[str, ModelStub]) -> None:
+    base, stub = served
+    store = ScheduleStore(HOMES[base] / ".memmy")
+    later = store.add("water the plants every morning", cron="0 7 * * *")
+    page = sign_in(browser, base)
+    expect(page.locator(f'[data-group="scheduled"] [data-schedule="{later.id}"]')).to_contain_text("water the plants")
+    soon = store.add("tell me a scheduled joke", at=time.time() + 2)
+    page.reload()
+    expect(page.locator(f'[data-schedule="{soon.id}"]')).to_be_visible()
+    fired = page.locator("a.task", has_text="tell me a scheduled joke").filter(has=page.locator(".clock"))
+    expect(fired.locator(".dot")).to_have_count(1, timeout=60_000)  # fired, finished, unread
+    expect(page.locator(f'[data-schedule="{soon.id}"]')).to_have_count(0)  # no longer upcoming
+    shot(page, "schedule")
+    fired.click()
+    expect(page.locator(".msg.assistant .md").last).to_have_text("echo: tell me a scheduled joke")
+    page.on("dialog", lambda dialog: dialog.accept())
+    row = page.locator(f'[data-schedule="{later.id}"]')
+    row.hover()
+    row.locator('[data-act="unschedule"]').click()
+    expect(row).to_have_count(0)
+    assert store.get(later.id) is None
     page.context.close()
 
 

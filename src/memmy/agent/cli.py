@@ -58,6 +58,11 @@ LAZY_COMMANDS = {
         "channels",
         "Chat apps the agent answers in (Telegram, Discord, Feishu, DingTalk, WeCom, iMessage).",
     ),
+    "schedule": (
+        "memmy.agent.schedule_cli",
+        "schedule",
+        "Tasks `memmy serve` runs at a time or on a cron schedule, each in its own session.",
+    ),
 }
 
 
@@ -316,8 +321,11 @@ def _with_token(config: AgentConfig, who: str) -> AgentConfig:
 @click.option("--no-open", is_flag=True, help="Print the sign-in link instead of opening a browser.")
 @click.option("--pet", is_flag=True, help="Open the compact pet page (/pet) instead of the full workbench.")
 @click.option("--no-start", is_flag=True, help="Do not start `memmy serve` when it is not running.")
+@click.option(
+    "--native", is_flag=True, help="A native window (pywebview, the memmy[pet] extra), always on top with --pet."
+)
 @click.pass_context
-def workbench(ctx: click.Context, no_open: bool, pet: bool, no_start: bool) -> None:
+def workbench(ctx: click.Context, no_open: bool, pet: bool, no_start: bool, native: bool) -> None:
     """Open the workbench signed in (a one-time link), starting `memmy serve` in the background if needed."""
     from memmy.workbench.launch import LaunchError, sign_in_link
 
@@ -330,6 +338,13 @@ def workbench(ctx: click.Context, no_open: bool, pet: bool, no_start: bool) -> N
         click.echo(f"memmy workbench: {exc}", err=True)
         ctx.exit(EXIT_FAILED)
     click.echo(link)
+    if native and not no_open:
+        from memmy.workbench import native as window
+
+        if window.available():
+            window.open_window(link, pet)
+            return
+        click.echo(f"memmy workbench: {window.MISSING}; opening the browser instead", err=True)
     if not no_open:
         import webbrowser
 

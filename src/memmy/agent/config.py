@@ -140,6 +140,7 @@ class ToolsConfig:
     web_enabled: bool = True
     fetch_timeout_s: float = 30.0
     fetch_max_chars: int = 60000
+    fetch_max_redirects: int = 5
     web_search: SearchConfig = SearchConfig()
     files_enabled: bool = True
     restrict_to_workspace: bool = False
@@ -311,6 +312,7 @@ def _tools(tree: Mapping[str, Any], path: Path) -> ToolsConfig:
         web_enabled=bool(web.get("enabled", True)),
         fetch_timeout_s=_number(fetch.get("timeoutS"), 30.0, "tools.web.fetch.timeoutS", path),
         fetch_max_chars=int(_number(fetch.get("maxChars"), 60000, "tools.web.fetch.maxChars", path)),
+        fetch_max_redirects=int(_number(fetch.get("maxRedirects"), 5, "tools.web.fetch.maxRedirects", path)),
         web_search=_search(web if isinstance(web, dict) else {}, path),
         files_enabled=bool(files.get("enabled", True)),
         restrict_to_workspace=bool(tools.get("restrictToWorkspace", False)),
@@ -325,6 +327,11 @@ def _origins(serve: Mapping[str, Any], path: Path) -> tuple[str, ...]:
     if not isinstance(origins, list) or not all(isinstance(o, str) for o in origins):
         raise ConfigError(f"{path}: serve.allowedOrigins: expected a list of origins like http://localhost:3000")
     return tuple(o.strip().rstrip("/") for o in origins)
+
+
+def read_raw(path: Path) -> dict[str, Any]:
+    """The config file as written (``${ENV}`` references unexpanded); {} when absent."""
+    return read_config_file(path)
 
 
 def load_agent_config(explicit: str | None = None, env: Mapping[str, str] | None = None) -> AgentConfig:

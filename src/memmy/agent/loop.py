@@ -18,6 +18,7 @@ from memmy.agent.memory import MemoryBridge, Recall
 from memmy.agent.providers import Completion, Provider, ProviderError, build_provider
 from memmy.agent.sessions import Session, SessionStore
 from memmy.agent.tools import ToolBox
+from memmy.agent.usage import UsageBook
 from memmy.sources.redact import redact
 
 SUMMARY_PROMPT = (
@@ -83,6 +84,7 @@ class Agent:
         self.appended: list[str] = []
         self.last_recall: Recall | None = None
         self.last_usage: dict[str, int] = {}
+        self.meter = UsageBook(config.home)
         self.running = False
         self.parts: list[dict[str, Any]] = []  # image parts the current turn's user message carries
         self._provider: Provider | None = None
@@ -246,6 +248,7 @@ class Agent:
                 self._view(user_index, recall), self.tools.specs(), lambda delta: self.emit(TurnEvent("text", delta))
             )
             self._count(done.usage, result)
+            await asyncio.to_thread(self.meter.record, "primary", sum(done.usage.values()), done.cost)
             message: dict[str, Any] = {"role": "assistant", "content": done.text}
             if done.tool_calls:
                 message["tool_calls"] = [call.as_message() for call in done.tool_calls]

@@ -1,5 +1,7 @@
-"""``memmy onboard``: a menu-driven setup with a real connection test, or ``--defaults`` (non-interactive:
-write whatever is missing, keep what is there, create the workspace)."""
+"""``memmy onboard``: a menu-driven setup in three steps, each slot with a real connection test (1. the primary
+model and embedding, 2. the memory models: summary and skill evolution, 3. optional speech to text and image
+generation), or ``--defaults`` (non-interactive: write whatever is missing, keep what is there, create the
+workspace)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import click
 
 from memmy.agent.config import PROVIDERS, ModelChoice, load_agent_config, write_agent_sections
 from memmy.agent.providers import ProviderError, _status_message
+from memmy.agent.slots import Slot, slot_patch, test_slot
 from memmy.config import config_path, read_config_file
 
 DEFAULT_SECTIONS: dict[str, Any] = {
@@ -83,6 +86,77 @@ def run_onboard(config_file: str | None, defaults: bool) -> int:
 
 
 def _menu(existing: dict[str, Any], sections: dict[str, Any]) -> dict[str, Any]:
+    click.echo("Step 1/3: the primary model and embedding")
+    sections = _primary(existing, sections)
+    if not sections:
+        return {}
+    primary = sections["agents"]["defaults"]
+    entry = sections["providers"][primary["provider"]]
+    openai_kind = PROVIDERS[primary["provider"]].kind == "openai"
+    base, key = str(entry.get("apiBase") or ""), str(entry.get("apiKey") or "")
+    slots = [_embedding(base, key)]
+    click.echo("Step 2/3: memory models (summaries and skill evolution)")
+    slots += _memory_models(primary["model"], base, key, openai_kind)
+    click.echo("Step 3/3: optional speech to text and image generation (chat and memory never need them)")
+    for name, label, model in (
+        ("asr", "speech to text (ASR)", "whisper-1"),
+        ("image", "image generation", "gpt-image-1"),
+    ):
+        if click.confirm(f"Set up {label}?", default=False):
+            slots.append(_remote(name, model, base, key))
+    memory: dict[str, Any] = {}
+    for slot in slots:
+        if not _tested(slot):
+            return {}
+        patch = slot_patch(slot)
+        for top, value in patch.items():
+            memory.setdefault(top, {}).update(value)
+    return {**sections, **memory}
+
+
+def _remote(name: str, model: str, base: str, key: str) -> Slot:
+    """An OpenAI-compatible slot, the primary model's endpoint and key offered as defaults."""
+    model = click.prompt(f"  {name} model id", default=model)
+    base = click.prompt(f"  {name} endpoint (apiBase)", default=base or "https://api.openai.com/v1")
+    key = click.prompt(f"  {name} API key (or ${{ENV_NAME}})", default=key, show_default=False)
+    return Slot(
+        name, "openai_compatible" if name in ("embedding", "summary", "evolution") else "openai", model, base, key
+    )
+
+
+def _embedding(base: str, key: str) -> Slot:
+    click.echo("  Embedding: 1. the built-in local model (no key, nothing leaves the machine)")
+    click.echo("             2. an OpenAI-compatible endpoint")
+    if click.prompt("  Embedding", type=click.IntRange(1, 2), default=1) == 1:
+        return Slot("embedding", "local", "all-MiniLM-L6-v2", "", "")
+    return _remote("embedding", "text-embedding-3-small", base, key)
+
+
+def _memory_models(model: str, base: str, key: str, openai_kind: bool) -> list[Slot]:
+    click.echo("  1. the primary model  2. another OpenAI-compatible model  3. off (heuristics only)")
+    choice = click.prompt("  Memory models", type=click.IntRange(1, 3), default=1 if openai_kind else 3)
+    if choice == 1 and not openai_kind:
+        click.echo("  the memory service speaks the OpenAI-compatible protocol only; choose 2 or 3")
+        choice = click.prompt("  Memory models", type=click.IntRange(2, 3), default=3)
+    if choice == 3:
+        return []
+    if choice == 2:
+        other = _remote("summary", model, base, key)
+        model, base, key = other.model, other.api_base, other.api_key
+    return [Slot(name, "openai_compatible", model, base, key) for name in ("summary", "evolution")]
+
+
+def _tested(slot: Slot) -> bool:
+    """Test a slot; on failure ask whether to save it anyway."""
+    if not slot.remote:
+        return True
+    click.echo(f"Testing {slot.name} ...")
+    ok, message = asyncio.run(test_slot(slot.resolved()))
+    click.echo(("ok: " if ok else "failed: ") + message)
+    return ok or click.confirm("Save anyway?", default=False)
+
+
+def _primary(existing: dict[str, Any], sections: dict[str, Any]) -> dict[str, Any]:
     names = list(PROVIDERS)
     click.echo("Choose a provider:")
     for index, name in enumerate(names, start=1):

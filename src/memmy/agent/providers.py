@@ -119,6 +119,7 @@ class Completion:
     tool_calls: list[ToolCall] = field(default_factory=list)
     usage: dict[str, int] = field(default_factory=dict)
     finish_reason: str = "stop"
+    cost: float = 0.0  # what the provider says the call cost (OpenRouter's usage.cost), 0 when it does not say
 
 
 class Provider(Protocol):
@@ -207,6 +208,8 @@ class OpenAIProvider:
                         "prompt_tokens": chunk.usage.prompt_tokens or 0,
                         "completion_tokens": chunk.usage.completion_tokens or 0,
                     }
+                    cost = getattr(chunk.usage, "cost", None)  # an extra field some gateways send
+                    done.cost = float(cost) if isinstance(cost, int | float) else 0.0
                 for choice in chunk.choices or []:
                     delta = choice.delta
                     if delta is not None and delta.content:

@@ -66,6 +66,7 @@ async def open_runtime(
     source: str = SOURCE,
 ) -> Runtime:
     """Load (or create) the session, connect memory and MCP servers, build the agent."""
+    from memmy.agent import imagegen
     from memmy.agent.loop import Agent
     from memmy.agent.mcp_tools import McpHub
     from memmy.agent.tools import ToolBox
@@ -76,6 +77,7 @@ async def open_runtime(
     base = Path(session.project) if session.project else config.workspace
     base.mkdir(parents=True, exist_ok=True)
     tools = ToolBox(config.tools, base, memory=bridge, approve=approve)
+    imagegen.install(config, tools)
     hub = McpHub(config.tools.mcp_servers)
     agent = Agent(config, session, store, tools, bridge, emit)
     # The memory session opens while the MCP servers start, so the first turn makes one daemon call, not two.

@@ -304,6 +304,8 @@ def create_app(
         if channels is not None:
             channels.start()
         app.state.channels = channels
+        for start in app.state.starters:  # the workbench's scheduler: tasks of the server's event loop
+            start()
         yield
         for close in closers:  # the workbench: running turns are recorded as cancelled, captures delivered
             await close()
@@ -324,6 +326,7 @@ def create_app(
         middleware=[Middleware(LocalGuard, allowed_origins=config.serve_allowed_origins)],
     )
     app.state.memmy = handler
+    app.state.starters = []
     if extend is not None:
         closers.append(extend(app))
     return app

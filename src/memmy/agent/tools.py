@@ -24,6 +24,8 @@ from memmy.daemon_client import DaemonError
 Approver = Callable[[str], Awaitable[bool]]
 Runner = Callable[[dict[str, Any]], Awaitable[str]]
 MAX_OUTPUT_CHARS = 16000
+#: Content types web_fetch reads besides text/* (a picture or an archive is refused, not read as text).
+TEXT_TYPES = ("application/json", "application/xml", "application/javascript", "application/xhtml+xml", "")
 
 
 class ToolError(Exception):
@@ -250,18 +252,23 @@ class ToolBox:
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise ToolError("url: expected an http:// or https:// URL")
         limit = self.config.fetch_max_chars
-        async with httpx.AsyncClient(timeout=self.config.fetch_timeout_s, follow_redirects=True) as client:
-            async with client.stream("GET", url, headers={"user-agent": "memmy-agent"}) as response:
-                chunks: list[str] = []
-                size = 0
-                async for text in response.aiter_text():
-                    chunks.append(text)
-                    size += len(text)
-                    if size > limit:
-                        break
+        redirects = self.config.fetch_max_redirects
+        client = httpx.AsyncClient(timeout=self.config.fetch_timeout_s, follow_redirects=True, max_redirects=redirects)
+        async with client, client.stream("GET", url, headers={"user-agent": "memmy-agent"}) as response:
+            kind = response.headers.get("content-type", "text/plain").split(";", 1)[0].strip().lower()
+            if not (kind.startswith("text/") or kind in TEXT_TYPES or kind.endswith(("+json", "+xml"))):
+                raise ToolError(f"{url} is {kind}, not text; not fetched")
+            chunks: list[str] = []
+            size = 0
+            async for text in response.aiter_text():
+                chunks.append(text)
+                size += len(text)
+                if size > limit:
+                    break
         body = "".join(chunks)
         cut = f"\n…[cut at {limit} characters]" if len(body) > limit else ""
-        return f"HTTP {response.status_code} {url}\n{body[:limit]}{cut}"
+        moved = f" (from {url})" if str(response.url) != url else ""
+        return f"HTTP {response.status_code} {response.url}{moved}\n{body[:limit]}{cut}"
 
     async def _search(self, args: dict[str, Any]) -> str:
         query = args.get("query")

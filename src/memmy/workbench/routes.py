@@ -18,13 +18,15 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from memmy.agent import asr, imagegen
 from memmy.agent.attachments import MAX_BYTES, MAX_FILES, AttachmentError, Converted, convert, message_text
 from memmy.agent.config import AgentConfig
+from memmy.agent.schedule import ScheduleStore
 from memmy.agent.sessions import Session
 from memmy.signin import CookieAuth, CookieSession, host_allowed
 from memmy.workbench import slash
 from memmy.workbench.channels import ChannelsPage
-from memmy.workbench.settings import Settings
+from memmy.workbench.settings import Settings, general
 from memmy.workbench.turns import Input, Turns
 
 COOKIE = "memmy_workbench"
@@ -73,12 +75,15 @@ def summary(session: Session, running: bool, now: float, turns: int | None = Non
 class Workbench:
     """Routes for the workbench, bound to the process's :class:`Turns`."""
 
-    def __init__(self, config: AgentConfig, turns: Turns, auth: CookieAuth, panel_url: str) -> None:
+    def __init__(
+        self, config: AgentConfig, turns: Turns, auth: CookieAuth, panel_url: str, schedules: ScheduleStore
+    ) -> None:
         self.config = config
+        self.schedules = schedules
         self.turns = turns
         self.auth = auth
         self.panel_url = panel_url
-        self.settings = Settings(config, turns)
+        self.settings = Settings(config, turns, self._reloaded)
         self.channels = ChannelsPage(config)
         self.verbs: dict[str, Callable[[Request, Session, dict[str, Any]], Awaitable[dict[str, Any]]]] = {
             "rename": self._rename,
@@ -93,6 +98,11 @@ class Workbench:
             "command": self._command,
             "approve": self._approve,
         }
+
+    def _reloaded(self, config: AgentConfig) -> None:
+        """A Settings edit rewrote the config: the next turns use it (a running one finishes as it began)."""
+        self.config = config
+        self.turns.config = config
 
     # -- guards ---------------------------------------------------------------------------------------
     def _signed_in(self, request: Request) -> CookieSession | Response:
@@ -164,6 +174,8 @@ class Workbench:
             "commands": [list(c) for c in slash.COMMANDS],
             "maxFiles": MAX_FILES,
             "maxBytes": MAX_BYTES,
+            "asr": asr.enabled(self.config),
+            **{k: v for k, v in general(self.config.raw).items() if k != "logLevel"},
         }
         html = html.replace("{{BOOT}}", json.dumps(boot).replace("<", "\\u003c"))
         headers = {
@@ -194,7 +206,10 @@ class Workbench:
         heads = await asyncio.to_thread(self.turns.store.heads)
         rows = [summary(s, s.id in running, now, turns) for s, turns in heads]
         recent = self.turns.recent()
-        return JSONResponse({"sessions": rows, "seq": self.turns.hub.seq, "pet": recent.id if recent else None})
+        upcoming = [s.to_json() for s in await asyncio.to_thread(self.schedules.all) if s.next_at is not None]
+        return JSONResponse(
+            {"sessions": rows, "seq": self.turns.hub.seq, "pet": recent.id if recent else None, "schedules": upcoming}
+        )
 
     async def session(self, request: Request, _: CookieSession) -> Response:
         """One task's messages; when a turn runs, the messages before it and the turn's events so far."""
@@ -307,6 +322,27 @@ class Workbench:
         outcome = self.turns.send(session, message)
         return JSONResponse({"id": session.id, "status": outcome, "files": [f.name for f in files]})
 
+    async def transcribe(self, request: Request, _: CookieSession) -> Response:
+        """``POST /api/transcribe`` (multipart ``audio``): the text through the ASR slot (the microphone button)."""
+        if int(request.headers.get("content-length") or 0) > asr.MAX_AUDIO_BYTES + 65536:
+            return _error(413, f"at most {asr.MAX_AUDIO_BYTES // 1048576} MB of audio")
+        try:
+            form = await request.form(max_files=1, max_fields=2)
+        except Exception as exc:  # python-multipart's errors: a bad body
+            return _error(400, f"the form could not be read: {exc}")
+        try:
+            upload = form.get("audio")
+            if not isinstance(upload, UploadFile):
+                return _error(400, "audio: expected a file")
+            data = await upload.read(asr.MAX_AUDIO_BYTES + 1)
+            mime = upload.content_type or "audio/webm"
+        finally:
+            await form.close()
+        try:
+            return JSONResponse({"text": await asr.transcribe(self.config, data, mime)})
+        except asr.AsrError as exc:
+            return _error(502 if exc.upstream else 400, str(exc))
+
     def _target(self, sid: str, pet: bool, save: bool) -> Session | None:
         if sid:
             return self.turns.session(sid)
@@ -321,6 +357,8 @@ class Workbench:
 
     async def _slash(self, session: Session, line: str) -> dict[str, Any]:
         agent = self.turns.agent(session)
+        if line.split()[0] == "/image":
+            return await self._image(session, line.removeprefix("/image").strip())
         outcome = await slash.run(agent, line, [])
         result: dict[str, Any] = {"id": session.id, "status": "command", "text": outcome.text}
         if outcome.action == "new":
@@ -336,6 +374,44 @@ class Workbench:
         else:
             self.turns.hub.publish(result["id"], "meta")
         return result
+
+    async def _image(self, session: Session, prompt: str) -> dict[str, Any]:
+        """``/image PROMPT``: a picture through the image slot, saved in the task's folder and shown."""
+        folder = self.turns.agent(session).tools.base_dir
+        try:
+            image = await imagegen.generate(self.config, prompt, folder)
+        except imagegen.ImageError as exc:
+            return {
+                "id": session.id if self.turns.store.by_id(session.id) else "",
+                "status": "command",
+                "text": str(exc),
+            }
+        if self.turns.store.by_id(session.id) is None:
+            self.turns.store.save(session)
+        self.turns.hub.publish(session.id, "meta")
+        url = f"/api/sessions/{session.id}/image/{image.name}"
+        return {"id": session.id, "status": "command", "text": f"saved {imagegen.FOLDER}/{image.name}", "image": url}
+
+    async def unschedule(self, request: Request, _: CookieSession) -> Response:
+        """``POST /api/schedules/{id}/remove``: delete a schedule (the ✕ on its row in the task list)."""
+        removed = await asyncio.to_thread(self.schedules.remove, request.path_params["id"])
+        if not removed:
+            return _error(404, "no such schedule")
+        self.turns.hub.publish("", "schedule", "removed", {"schedule": request.path_params["id"]})
+        return JSONResponse({"ok": True})
+
+    async def image(self, request: Request, _: CookieSession) -> Response:
+        """``GET /api/sessions/{sid}/image/{name}``: a picture under the task's ``images/`` folder."""
+        session = self.turns.session(request.path_params["sid"])
+        name = request.path_params["name"]
+        if session is None or not imagegen.NAME.fullmatch(name):
+            return _error(404, "no such image")
+        path = self.turns.agent(session).tools.base_dir / imagegen.FOLDER / name
+        if not path.is_file():
+            return _error(404, "no such image")
+        kind = {"jpg": "jpeg", "jpeg": "jpeg", "webp": "webp"}.get(name.rsplit(".", 1)[1], "png")
+        headers = {"cache-control": "private, max-age=3600", "x-content-type-options": "nosniff"}
+        return Response(await asyncio.to_thread(path.read_bytes), media_type=f"image/{kind}", headers=headers)
 
     async def act(self, request: Request, _: CookieSession) -> Response:
         """``POST /api/sessions/{sid}/{verb}`` with a JSON body."""
@@ -399,6 +475,10 @@ class Workbench:
             Route("/api/settings", self.read(self.settings.read), methods=["GET"]),
             Route("/api/settings/test", self.write(self.settings.test), methods=["POST"]),
             Route("/api/settings/log-level", self.write(self.settings.log_level), methods=["POST"]),
+            Route("/api/settings/slot", self.write(self.settings.save_slot), methods=["POST"]),
+            Route("/api/settings/general", self.write(self.settings.save_general), methods=["POST"]),
+            Route("/api/settings/cap", self.write(self.settings.save_cap), methods=["POST"]),
+            Route("/api/usage", self.read(self.settings.usage), methods=["GET"]),
             Route("/api/diagnostics", self.read(self.settings.diagnostics), methods=["GET"]),
             Route("/signin", self.signin, methods=["GET"]),
             Route("/signout", self.write(self.signout), methods=["POST"]),
@@ -409,6 +489,9 @@ class Workbench:
             Route("/api/sessions", self.write(self.create), methods=["POST"]),
             Route("/api/sessions/{sid}", self.read(self.session), methods=["GET"]),
             Route("/api/sessions/{sid}/{verb}", self.write(self.act), methods=["POST"]),
+            Route("/api/sessions/{sid}/image/{name}", self.read(self.image), methods=["GET"]),
             Route("/api/send", self.write(self.send), methods=["POST"]),
+            Route("/api/transcribe", self.write(self.transcribe), methods=["POST"]),
+            Route("/api/schedules/{id}/remove", self.write(self.unschedule), methods=["POST"]),
             Mount("/static", StaticFiles(packages=[("memmy.workbench", "static")]), name="workbench-static"),
         ]

@@ -22,6 +22,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("/goal", "[TEXT | status | pause | resume | edit TEXT | budget N|none | clear]", "Persistent goal"),
     ("/memory", "", "What memory told the model this turn"),
     ("/history", "[n]", "The last n messages of this session"),
+    ("/image", "PROMPT", "Make a picture through the image generation slot"),
     ("/dream", "[dry]", "Run a Dream pass over memory now (dry: report only)"),
     ("/dream-log", "", "Recent Dream passes"),
     ("/dream-restore", "ID", "Undo a Dream pass"),

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memmy.agent import imagegen
 from memmy.agent.config import AgentConfig
 from memmy.agent.loop import Agent, TurnEvent
 from memmy.agent.mcp_tools import McpHub
@@ -181,13 +182,16 @@ class Turns:
             base = Path(session.project) if session.project else self.config.workspace
             base.mkdir(parents=True, exist_ok=True)
             tools = ToolBox(self.config.tools, base, memory=self.memory, approve=None)
+            imagegen.install(self.config, tools)
             agent = Agent(self.config, session, self.store, tools, self.memory)
             runner = self.runners[session.id] = Runner(agent)
             tools.approve = self._approver(session.id, runner)
             agent.emit = self._emitter(session.id, runner)
-        elif not runner.running:
+        elif not runner.running:  # the config may have changed since (a Settings edit): the next turn uses it
             runner.agent.session = session
+            runner.agent.config = self.config
             runner.agent.choice = self.config.model(session.preset) or self.config.default
+            imagegen.install(self.config, runner.agent.tools)
         return runner.agent
 
     def send(self, session: Session, message: Input) -> str:

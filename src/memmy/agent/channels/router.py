@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from memmy.agent.asr import hear_voice_notes
 from memmy.agent.attachments import MAX_FILES, AttachmentError, Converted, convert, message_text
 from memmy.agent.channels.access import AccessBook
 from memmy.agent.channels.base import ChannelAdapter, ChannelState, Inbound
@@ -59,14 +60,22 @@ class TurnRunner(Protocol):
         """Load what the first turn needs, ahead of it (called in a thread)."""
 
 
-def compose_prompt(message: Inbound) -> tuple[str, list[dict[str, Any]], list[str]]:
-    """The user text the agent receives (documents turned into text), the image parts for a vision-capable model,
-    and a note for each file that could not be read (the reason a person can act on)."""
+def compose_prompt(
+    message: Inbound, heard: dict[str, str] | None = None
+) -> tuple[str, list[dict[str, Any]], list[str]]:
+    """The user text the agent receives (documents turned into text, voice notes as ``heard`` them), the image parts
+    for a vision-capable model, and a note for each file that could not be read (the reason a person can act on)."""
     converted: list[Converted] = []
     notes: list[str] = []
+    spoken: list[str] = []
     for item in message.attachments[:MAX_FILES]:
-        if item.mime.startswith("audio/"):
-            notes.append(f"{item.name}: voice notes need a speech-to-text model, which memmy does not have yet")
+        if item.mime.startswith("audio/"):  # heard None: no ASR slot; a failed transcription was already said
+            if heard is None:
+                notes.append(f"{item.name}: voice notes need a speech-to-text model (the ASR slot in Settings)")
+            elif heard.get(item.name):
+                spoken.append(f"[voice note] {heard[item.name]}")
+            elif item.name in heard:
+                notes.append(f"{item.name}: no speech was heard")
             continue
         if not item.data:
             notes.append(f"{item.name} was not read")
@@ -78,7 +87,8 @@ def compose_prompt(message: Inbound) -> tuple[str, list[dict[str, Any]], list[st
     if len(message.attachments) > MAX_FILES:
         notes.append(f"only the first {MAX_FILES} files were read")
     parts = [item.image for item in converted if item.image is not None]
-    text = message_text(message.text, converted) if converted else message.text.strip()
+    said = "\n".join([message.text.strip(), *spoken]).strip()
+    text = message_text(said, converted) if converted else said
     return text, parts, notes
 
 
@@ -222,8 +232,10 @@ class ChatRouter:
             session = self.sessions.renew(message.chat_key)
             await self._say(message.chat_id, f"New session started ({session}).")
             return
-        prompt, parts, notes = compose_prompt(message)
-        for note in notes:
+        voice = [(a.name, a.mime, a.data) for a in message.attachments[:MAX_FILES] if a.mime.startswith("audio/")]
+        heard, notes = await hear_voice_notes(getattr(self.runner, "config", None), voice) if voice else (None, [])
+        prompt, parts, more = compose_prompt(message, heard)
+        for note in notes + more:
             await self._say(message.chat_id, note)
         if not prompt and not parts:
             return

@@ -7,7 +7,7 @@
   const $ = (sel) => document.querySelector(sel);
   const ZH = {
     "New": "新建", "Search": "搜索", "Pinned": "置顶", "Today": "今天", "Yesterday": "昨天", "Last 7 days": "最近 7 天",
-    "Older": "更早", "Archived": "已归档", "New task": "新任务", "Stop": "停止", "Restart": "重新运行", "Send": "发送",
+    "Older": "更早", "Archived": "已归档", "Scheduled": "定时任务", "once": "一次", "Remove the schedule": "删除定时任务", "New task": "新任务", "Stop": "停止", "Restart": "重新运行", "Send": "发送",
     "Memory panel ↗": "记忆面板 ↗", "Pet": "桌宠", "Settings": "设置", "What should memmy do?": "想让 memmy 做什么？",
     "Your tasks share memory with your other agents. Type / for commands.": "你的任务与其他智能体共享记忆。输入 / 查看命令。",
     "Message memmy — Enter sends, Shift+Enter new line, / for commands": "给 memmy 发消息 — Enter 发送，Shift+Enter 换行，/ 打开命令",
@@ -17,7 +17,17 @@
     "memmy wants to run:": "memmy 想运行：", "Allow": "允许", "Deny": "拒绝", "allowed": "已允许", "denied": "已拒绝",
     "queued": "已排队", "running": "运行中", "unread": "未读", "Back to the workbench": "返回工作台", "Models": "模型",
     "Slot": "槽位", "Provider": "提供方", "Model": "模型", "Endpoint": "端点", "Key": "密钥", "General": "通用",
-    "Language": "语言", "Developer": "开发者", "Log level": "日志级别", "Test connection": "测试连接",
+    "Language": "语言", "Developer": "开发者", "Usage today": "今日用量", "Calls": "调用", "Tokens": "Token", "Cost": "费用",
+    "calls": "调用", "tokens": "Token", "saved and applied by the memory daemon": "已保存，记忆服务已应用",
+    "Daily cap for memory work (summary and evolution; chat is counted, never stopped), 0 for none:": "记忆后台任务（摘要与进化）的每日上限（对话只计量、不停止），0 表示不限：",
+    "the cap is reached: memory work waits until tomorrow": "已达上限：记忆后台任务明天继续", "The microphone is not available: ": "麦克风不可用：",
+    "Speech to text failed: ": "语音转文字失败：", "Presets": "预设", "Name": "名称", "Save": "保存", "off": "关闭",
+    "Primary (chat)": "主模型（对话）", "Embedding": "向量嵌入", "Memory summary": "记忆摘要", "Skill evolution": "技能进化",
+    "Speech to text (ASR)": "语音转文字（ASR）", "Image generation": "图像生成", "saved": "已保存",
+    "saved; restart the memory daemon (memmy-memory serve) to use it": "已保存；重启记忆服务（memmy-memory serve）后生效",
+    "Keys may be ${ENV} references (kept as written); an empty key field keeps the key there. Speech to text and image generation are optional.":
+      "密钥可写成 ${ENV} 引用（按原样保存）；密钥留空则保留原有密钥。语音转文字与图像生成为可选项。",
+    "Presets (/model NAME) are set in ~/.memmy/config.yaml (agents.presets).": "预设（/model 名称）在 ~/.memmy/config.yaml（agents.presets）中设置。", "Log level": "日志级别", "Test connection": "测试连接",
     "Download a diagnostic report": "下载诊断报告", "finished": "已完成",
     "Notify me when a task finishes while I look elsewhere": "任务在我看别处时完成，发通知提醒我", "set": "已设置", "not set": "未设置", "testing…": "测试中…",
     "No keys, tokens, prompts or messages are in it.": "其中不含任何密钥、令牌、提示词或消息。",
@@ -29,10 +39,8 @@
     "Not available in this version yet; see docs/channels.md.": "此版本尚不可用；见 docs/channels.md。",
     "Talk to the agent from your chat apps, with the same memory. Nobody may talk to a bot until you pair them with a one-time code or list their user id.":
       "在聊天应用里与智能体对话，记忆相同。在你用一次性配对码配对或列出其用户 ID 之前，任何人都不能与机器人对话。",
-    "Models are set in ~/.memmy/config.yaml (agents.defaults, agents.presets) or with memmy onboard; keys may be ${ENV} references.":
-      "模型在 ~/.memmy/config.yaml（agents.defaults、agents.presets）中或用 memmy onboard 设置；密钥可写成 ${ENV} 引用。",
   };
-  const LANG = localStorage.getItem("memmy.lang") || (navigator.language.startsWith("zh") ? "zh" : "en");
+  const LANG = BOOT.language || localStorage.getItem("memmy.lang") || (navigator.language.startsWith("zh") ? "zh" : "en");
   const t = (text) => (LANG === "zh" && ZH[text]) || text;
   const tr = t;  // inside functions whose task argument is named t
   const GROUPS = [["pinned", t("Pinned")], ["today", t("Today")], ["yesterday", t("Yesterday")],
@@ -97,7 +105,7 @@
     const box = el("details", { class: "tool", "data-id": id },
       el("summary", {}, el("span", { class: "tool-name" }, "⚙ " + name), el("span", { class: "tool-args" }, " " + String(args || "").slice(0, 120))),
       el("pre", { class: "tool-in" }, prettyJson(args)), result);
-    this.calls[id] = { box, result };
+    this.calls[id] = { box, result, name };
     this.root.append(box);
     const artifact = preview(name, args);
     if (artifact) this.root.append(artifact);
@@ -121,6 +129,13 @@
     if (!call) return;
     call.result.textContent = String(output || "(no output)");
     call.box.classList.toggle("failed", ok === false);
+    const made = call.name === "generate_image" && ok !== false && /^saved images\/([A-Za-z0-9._-]+)/.exec(String(output || ""));
+    if (made && state.current) this.image(`/api/sessions/${state.current}/image/${made[1]}`, call.box);
+  };
+  // A picture the agent or /image made: the file under the task's images/ folder.
+  View.prototype.image = function (url, after) {
+    const figure = el("figure", { class: "artifact image" }, el("img", { src: url, alt: url.split("/").pop(), loading: "lazy" }));
+    if (after) after.after(figure); else this.root.append(figure);
   };
   View.prototype.memory = function (markdown, ids) {
     const links = el("div", { class: "mem-links" });
@@ -219,6 +234,7 @@
     }
     if (answer.id && answer.id !== state.current) await open(answer.id);
     if (answer.status === "command" && answer.text) state.view.note(answer.text, "command");
+    if (answer.image) state.view.image(answer.image);
   }
 
   function keydown(e) {
@@ -248,7 +264,46 @@
   }
   function hideCommands() { const p = $("#commands"); if (p) p.hidden = true; }
 
+  // -- the microphone: MediaRecorder -> /api/transcribe (the ASR slot) -> the input box ----------------------
+  const mic = { recorder: null, chunks: [] };
+  async function toggleMic() {
+    const button = $("#mic");
+    if (mic.recorder) { mic.recorder.stop(); return; }
+    let stream;
+    try { stream = await navigator.mediaDevices.getUserMedia({ audio: true }); }
+    catch (e) { showNote(t("The microphone is not available: ") + e.message); return; }
+    mic.chunks = [];
+    mic.recorder = new MediaRecorder(stream);
+    mic.recorder.addEventListener("dataavailable", (e) => { if (e.data && e.data.size) mic.chunks.push(e.data); });
+    mic.recorder.addEventListener("stop", async () => {
+      stream.getTracks().forEach((track) => track.stop());
+      const type = (mic.recorder && mic.recorder.mimeType) || "audio/webm";
+      mic.recorder = null;
+      button.classList.remove("recording"); button.classList.add("busy");
+      const form = new FormData();
+      form.append("audio", new Blob(mic.chunks, { type }), "voice." + (type.split("/")[1] || "webm").split(";")[0]);
+      try {
+        const r = await api("POST", "/api/transcribe", form);
+        const input = $("#input");
+        input.value = (input.value ? input.value.trimEnd() + " " : "") + r.text;
+        input.focus();
+      } catch (e) { showNote(t("Speech to text failed: ") + e.message); }
+      finally { button.classList.remove("busy"); }
+    });
+    mic.recorder.start();
+    button.classList.add("recording");
+  }
+  function showNote(text) {
+    const chips = $("#chips");
+    chips.replaceChildren(el("span", { class: "chip bad" }, text));
+  }
+
   function wireComposer() {
+    const micButton = $("#mic");
+    if (micButton && BOOT.asr && navigator.mediaDevices && window.MediaRecorder) {
+      micButton.hidden = false;
+      micButton.addEventListener("click", toggleMic);
+    }
     const input = $("#input");
     input.addEventListener("keydown", keydown);
     input.addEventListener("compositionstart", () => { state.composing = true; });
@@ -268,7 +323,7 @@
     const mine = ++refreshes;
     const data = await api("GET", "/api/state");
     if (mine !== refreshes) return;  // a later refresh was asked for: its answer wins, whatever comes first
-    state.tasks = data.sessions;
+    state.tasks = data.sessions; state.schedules = data.schedules || [];
     if (PAGE === "pet") return renderPet(data);
     renderTasks();
     const task = state.tasks.find((t) => t.id === state.current);
@@ -280,12 +335,27 @@
   function renderTasks() {
     const nav = $("#tasks");
     const blocks = [];
+    if (state.schedules && state.schedules.length) {
+      blocks.push(el("div", { class: "group", "data-group": "scheduled" }, el("h2", {}, t("Scheduled")),
+        ...state.schedules.map((s) => el("div", { class: "task scheduled", "data-schedule": s.id,
+          title: s.cron ? `cron ${s.cron}` : t("once") },
+        el("span", { class: "clock" }, "◷"), el("span", { class: "task-title" }, s.task),
+        el("span", { class: "when muted" }, whenText(s.next)),
+        el("span", { class: "actions" }, el("button", { type: "button", title: t("Remove the schedule"), "data-act": "unschedule",
+          onclick: async () => { if (confirm(`${t("Remove the schedule")} “${s.task}”?`)) { await api("POST", `/api/schedules/${s.id}/remove`, {}); refresh(); } } }, "✕"))))));
+    }
     for (const [key, label] of GROUPS) {
       const rows = state.tasks.filter((t) => t.group === key);
       if (!rows.length) continue;
       blocks.push(el("div", { class: "group", "data-group": key }, el("h2", {}, label), ...rows.map(taskRow)));
     }
     nav.replaceChildren(...blocks);
+  }
+
+  function whenText(stamp) {
+    const d = new Date(stamp * 1000);
+    const hm = d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+    return d.toDateString() === new Date().toDateString() ? hm : `${d.toLocaleDateString()} ${hm}`;
   }
 
   function taskRow(t) {
@@ -297,6 +367,7 @@
     return el("a", { class: "task" + (t.id === state.current ? " current" : ""), href: `/?s=${t.id}`, "data-id": t.id,
       onclick: (e) => { e.preventDefault(); open(t.id); } },
     t.running ? el("span", { class: "spinner", title: "running" }) : t.unread ? el("span", { class: "dot", title: "unread" }) : el("span", { class: "gap" }),
+    t.name.startsWith("schedule:") ? el("span", { class: "clock", title: tr("Scheduled") }, "◷") : null,
     el("span", { class: "task-title" }, t.title || tr("New task")), menu);
   }
 
@@ -382,7 +453,7 @@
 
   // A finished task the user is not looking at: a system notification, when Settings turned them on.
   function notifyDone(event) {
-    if (localStorage.getItem("memmy.notify") !== "1" || !window.Notification || Notification.permission !== "granted") return;
+    if (!(BOOT.notifications || localStorage.getItem("memmy.notify") === "1") || !window.Notification || Notification.permission !== "granted") return;
     if (event.session === state.current && !document.hidden) return;
     new Notification("memmy", { body: `${event.text || t("New task")} — ${t("finished")}`, tag: event.session });
   }
@@ -390,7 +461,7 @@
   function onEvent(event) {
     if (event.kind === "idle" && PAGE === "workbench") notifyDone(event);
     const mine = PAGE === "pet" ? event.session === state.petThread : event.session === state.current;
-    if (["start", "idle", "meta", "deleted", "queued", "restart"].includes(event.kind)) refreshSoon();
+    if (["start", "idle", "meta", "deleted", "queued", "restart", "schedule"].includes(event.kind)) refreshSoon();
     if (!mine) return;
     if (PAGE === "pet") return petEvent(event);
     if (event.seq <= state.viewSeq) return;
@@ -433,34 +504,81 @@
 
   // -- start -----------------------------------------------------------------------------------------------
   // -- settings --------------------------------------------------------------------------------------------
+  function testButton(body) {
+    const status = el("span", { class: "muted test-status" });
+    const run = async () => {
+      status.textContent = t("testing…");
+      const r = await api("POST", "/api/settings/test", body).catch((e) => ({ ok: false, message: String(e.message) }));
+      status.textContent = (r.ok ? "✓ " : "✗ ") + r.message;
+      status.className = "test-status " + (r.ok ? "ok" : "bad");
+    };
+    return [el("button", { class: "btn small test", type: "button", onclick: run }, t("Test connection")), status];
+  }
+
+  function slotRow(s) {
+    const provider = el("select", { name: "provider" }, ...s.providers.map((p) =>
+      el("option", { value: p, selected: p === s.provider }, p || t("off"))));
+    const model = el("input", { name: "model", value: s.model, size: 14 });
+    const base = el("input", { name: "apiBase", value: s.apiBase, placeholder: "https://…/v1", size: 22 });
+    const key = el("input", { name: "apiKey", type: "password", autocomplete: "off", size: 12,
+      placeholder: s.key || "${ENV_NAME}" });
+    const [test, status] = testButton({ slot: s.slot });
+    const save = async () => {
+      const body = { slot: s.slot, provider: provider.value, model: model.value, apiBase: base.value, apiKey: key.value };
+      try {
+        const r = await api("POST", "/api/settings/slot", body);
+        key.value = ""; key.placeholder = r.slot.key || "${ENV_NAME}";
+        status.textContent = "✓ " + t(r.message); status.className = "test-status ok";
+      } catch (e) { status.textContent = "✗ " + e.message; status.className = "test-status bad"; }
+    };
+    return el("tr", { "data-slot": s.slot }, el("td", {}, t(s.label)), el("td", {}, provider), el("td", {}, model),
+      el("td", {}, base), el("td", {}, key),
+      el("td", {}, el("button", { class: "btn small save", type: "button", onclick: save }, t("Save")), " ", test, " ", status));
+  }
+
+  async function usageCard(labels) {
+    const data = await api("GET", "/api/usage");
+    $("#usage tbody").replaceChildren(...data.slots.map((u) => el("tr", { "data-slot": u.slot },
+      el("td", {}, t(labels[u.slot] || u.slot)), el("td", {}, String(u.calls)), el("td", {}, u.tokens.toLocaleString()),
+      el("td", {}, u.cost ? "$" + u.cost.toFixed(4) : "—"))));
+    $("#cap-calls").value = data.cap.dailyCalls;
+    $("#cap-tokens").value = data.cap.dailyTokens;
+    const status = $("#cap-status");
+    if (data.cap.exhausted) { status.textContent = t("the cap is reached: memory work waits until tomorrow"); status.className = "test-status bad"; }
+    $("#cap-save").onclick = async () => {
+      try {
+        const r = await api("POST", "/api/settings/cap", { dailyCalls: Number($("#cap-calls").value), dailyTokens: Number($("#cap-tokens").value) });
+        status.textContent = "✓ " + t(r.message); status.className = "test-status ok";
+      } catch (e) { status.textContent = "✗ " + e.message; status.className = "test-status bad"; }
+    };
+  }
+
   async function settingsPage() {
     const data = await api("GET", "/api/settings");
-    $("#models tbody").replaceChildren(...data.models.map((m) => {
-      const status = el("span", { class: "muted test-status" });
-      const test = async () => {
-        status.textContent = t("testing…");
-        const r = await api("POST", "/api/settings/test", { name: m.name }).catch((e) => ({ ok: false, message: String(e.message) }));
-        status.textContent = (r.ok ? "✓ " : "✗ ") + r.message;
-        status.className = "test-status " + (r.ok ? "ok" : "bad");
-      };
-      return el("tr", { "data-name": m.name }, el("td", {}, m.name), el("td", {}, m.provider), el("td", {}, m.model),
-        el("td", {}, m.apiBase || "—"), el("td", {}, t(m.key ? "set" : "not set")),
-        el("td", {}, el("button", { class: "btn small", type: "button", onclick: test }, t("Test connection")), " ", status));
-    }));
+    usageCard(Object.fromEntries(data.slots.map((s) => [s.slot, s.label])));
+    $("#slots tbody").replaceChildren(...data.slots.map(slotRow));
+    $("#models tbody").replaceChildren(...data.models.map((m) => el("tr", { "data-name": m.name },
+      el("td", {}, m.name), el("td", {}, m.provider), el("td", {}, m.model), el("td", {}, m.apiBase || "—"),
+      el("td", {}, t(m.key ? "set" : "not set")), el("td", {}, ...testButton({ name: m.name })))));
     const level = $("#log-level");
     level.replaceChildren(...data.levels.map((l) => el("option", { value: l, selected: l === data.logLevel }, l)));
     level.addEventListener("change", () => api("POST", "/api/settings/log-level", { level: level.value }));
     const notify = $("#notify");
-    notify.checked = localStorage.getItem("memmy.notify") === "1";
+    notify.checked = data.general.notifications || localStorage.getItem("memmy.notify") === "1";
     notify.addEventListener("change", async () => {
       if (notify.checked && window.Notification && Notification.permission !== "granted") {
         notify.checked = (await Notification.requestPermission()) === "granted";
       }
       localStorage.setItem("memmy.notify", notify.checked ? "1" : "0");
+      await api("POST", "/api/settings/general", { notifications: notify.checked });
     });
     const lang = $("#language");
     lang.value = LANG;
-    lang.addEventListener("change", () => { localStorage.setItem("memmy.lang", lang.value); location.reload(); });
+    lang.addEventListener("change", async () => {
+      localStorage.setItem("memmy.lang", lang.value);
+      await api("POST", "/api/settings/general", { language: lang.value });
+      location.reload();
+    });
   }
 
   // -- channels --------------------------------------------------------------------------------------------
@@ -534,7 +652,7 @@
       $("#preview").addEventListener("dblclick", () => { if (state.petThread) window.open(`/?s=${state.petThread}`, "_blank"); });
       const data = await api("GET", "/api/state");
       state.seq = data.seq;
-      state.tasks = data.sessions;
+      state.tasks = data.sessions; state.schedules = data.schedules || [];
       renderPet(data);
       if (state.petThread) loadPreview(state.petThread);
       listen(state.seq);
@@ -559,7 +677,7 @@
     });
     const data = await api("GET", "/api/state");
     state.seq = data.seq;
-    state.tasks = data.sessions;
+    state.tasks = data.sessions; state.schedules = data.schedules || [];
     const wanted = new URLSearchParams(location.search).get("s");
     if (wanted) await open(wanted); else { blank(); renderTasks(); }
     listen(state.seq);
