@@ -39,6 +39,22 @@ class Inbound:
 InboundHandler = Callable[[Inbound], Awaitable[None]]
 
 
+def read_position(path: Path) -> int | None:
+    """A polling channel's position kept on disk (Telegram's update offset, iMessage's last message time)."""
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def keep_position(path: Path, position: int) -> None:
+    """Write the position atomically (a crash leaves the old one or the new one)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(str(position))
+    tmp.replace(path)
+
+
 class ChannelAdapter(Protocol):
     """A platform connection. ``run`` receives messages until it is cancelled or the connection drops (then it
     raises, and the supervisor starts it again with backoff)."""
