@@ -600,3 +600,33 @@ def test_wecom_answers_with_memory_refuses_strangers_and_sends_files(
     assert len(report) >= 3 and all(len(t.encode()) <= 2048 for t in report)
     assert "".join(report).count("中文段落") == 720 and "```" not in "".join(report) and "> code line" in report[-1]
     assert next(iter(fake.files.values())) == ("report.md", "# 报告\nok".encode())
+
+
+@pytest.mark.parametrize(
+    "platform", [p for p in PLATFORMS if p.name in ("feishu", "dingtalk")], ids=["dingtalk", "feishu"]
+)
+def test_a_file_the_agent_wrote_reaches_feishu_and_dingtalk(
+    platform: Platform, isolated_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Files out through each platform's upload API: Feishu's ``im/v1/files`` + a ``file`` message, DingTalk's
+    ``media/upload`` + the robot's ``sampleFile`` message to the person who asked."""
+
+    def writer(body: dict[str, Any]) -> Reply:
+        if body["messages"][-1]["role"] == "tool":
+            return Reply(text="wrote it")
+        return Reply(tool_calls=[("write_file", json.dumps({"path": "plan.pdf", "content": "%PDF-1.4 plan"}))])
+
+    with run_model_stub(writer) as stub, platform.fake() as fake:
+        monkeypatch.setenv("TEST_SECRET", platform.secret(fake))
+        channels = (
+            f"channels:\n  {platform.name}:\n    {platform.settings(fake)}\n    apiBase: '{fake.url}'\n"
+            f"    oapiBase: '{fake.url}'\n    allowFrom: ['{platform.owner}']\n    tools: true\n"
+        )
+        write_config(isolated_home, stub, None, channels)
+        with supervising():
+            fake.wait_for(lambda: fake.connections == 1)
+            fake.say("1001", platform.owner, "write the plan as a file")
+            fake.wait_for(lambda: bool(fake.files) and "wrote it" in fake.texts("1001"))
+    to = platform.owner if platform.name == "dingtalk" else "1001"  # DingTalk sends a 1:1 file to the person
+    assert fake.files == [(to, "plan.pdf", b"%PDF-1.4 plan")]
+    assert not any("plan.pdf" in text for text in fake.texts("1001"))  # sent, not just named

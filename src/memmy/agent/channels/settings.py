@@ -40,7 +40,7 @@ DEFAULT_API_BASE = {
     "wecom": "https://qyapi.weixin.qq.com",
     "imessage": "http://127.0.0.1:1234",  # BlueBubbles server's default port, on the Mac itself
 }
-PUBLIC_OPTIONS = ("apiBase", "appId", "clientId", "corpId", "agentId", "listen")
+PUBLIC_OPTIONS = ("apiBase", "oapiBase", "appId", "clientId", "corpId", "agentId", "listen")
 # what a channel cannot do, said in `memmy channels list` beside it
 NOTES = {
     "wecom": "personal WeChat has no lawful bot API; WeCom (WeChat Work) apps are the substitute",
