@@ -6,7 +6,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,32 @@ class Inbound:
 
 
 InboundHandler = Callable[[Inbound], Awaitable[None]]
+T = TypeVar("T")
+
+
+class FileCache(Generic[T]):
+    """A small JSON file read once per change (its mtime and size), not on every message: the access book and the
+    chats' sessions are read for each message and written rarely, sometimes by another process (``memmy channels
+    pair``)."""
+
+    def __init__(self) -> None:
+        self.stamp: tuple[int, int] | None = None
+        self.value: T | None = None
+
+    def read(self, path: Path, parse: Callable[[str], T]) -> T:
+        """``parse`` of the file's text (of ``""`` when it is missing), parsed again only after it changed."""
+        try:
+            found = path.stat()
+            stamp: tuple[int, int] | None = (found.st_mtime_ns, found.st_size)
+        except OSError:
+            stamp = None
+        if self.value is None or stamp != self.stamp:
+            try:
+                text = path.read_text(encoding="utf-8") if stamp is not None else ""
+            except OSError:
+                text = ""
+            self.value, self.stamp = parse(text), stamp
+        return self.value
 
 
 def read_position(path: Path) -> int | None:

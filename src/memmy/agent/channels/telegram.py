@@ -84,10 +84,11 @@ class TelegramChannel:
                 updates = await self.bot.get_updates(
                     offset=read_position(self.offset_file), timeout=self.poll_timeout_s, allowed_updates=["message"]
                 )
+                if updates:
+                    # The offset is kept (once a batch) before the messages are handed over: a crash then loses
+                    # at most the turns in flight instead of answering every message of the batch twice.
+                    keep_position(self.offset_file, updates[-1].update_id + 1)
                 for update in updates:
-                    # The offset is kept before the message is handled: a crash then loses at most the turn
-                    # in flight instead of answering every message of the batch twice.
-                    keep_position(self.offset_file, update.update_id + 1)
                     message = await self._inbound(update)
                     if message is not None:
                         await deliver(message)
