@@ -70,10 +70,10 @@ def platform_side(conn: Connection, chats: int, messages: int) -> None:
         asked.setdefault(question, time.monotonic())
         return Reply(text=f"answer: {question}")
 
-    logging.getLogger("uvicorn.error").setLevel(logging.CRITICAL)  # a long poll cut at the end is no error here
     with ExitStack() as stack:
         stub = stack.enter_context(run_model_stub(brain))
         fakes = [stack.enter_context(fake_telegram(f"10{n}:bench-token-{n}")) for n in range(2)]
+        logging.getLogger("uvicorn.error").setLevel(logging.CRITICAL)  # a long poll cut at the end is no error here
         conn.send((stub.openai_url, [(f.url, f.token) for f in fakes]))
         assert conn.recv() == "go"
         for chat in range(chats):

@@ -103,12 +103,6 @@ class Agent:
             self._provider = build_provider(self.choice)
         return self._provider
 
-    def share_provider(self, provider: Provider) -> None:
-        """Use an already built provider for the current model (hosts of many sessions share one SDK client
-        instead of building one, with its TLS context, per session)."""
-        if provider.choice == self.choice:
-            self._provider = provider
-
     def use_preset(self, name: str) -> ModelChoice:
         """Switch to a named preset (``/model fast``); raises KeyError for an unknown one."""
         choice = self.config.model(name)

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from memmy.agent.channels.router import Answer
-from memmy.agent.config import AgentConfig, ModelChoice
-from memmy.agent.providers import Provider
+from memmy.agent.config import AgentConfig
 from memmy.agent.runtime import Runtime, open_runtime
 
 MAX_OPEN = 32  # runtimes kept open (least recently used closed first)
@@ -36,25 +35,15 @@ class AgentTurns:
         self.config_file = config_file
         self.open: OrderedDict[tuple[str, str, bool], Runtime] = OrderedDict()
         self.locks: dict[str, asyncio.Lock] = {}
-        self.providers: dict[ModelChoice, Provider] = {}
 
     def warm(self) -> None:
         """Import what a chat's first turn needs (the tool loop, MCP, the provider's SDK) before the first message
         arrives, instead of in front of it (the SDK import alone is most of a second; run in a thread)."""
         from memmy.agent import loop, mcp_tools, tools  # noqa: F401 - imported to be loaded
-
-        if self.config.default is not None:
-            self._provider(self.config.default)
-
-    def _provider(self, choice: ModelChoice) -> Provider:
-        """One provider (one SDK client and connection pool) per model for every chat session: building one costs
-        tens of milliseconds of TLS setup that would hold up every other chat's turn."""
         from memmy.agent.providers import build_provider
 
-        found = self.providers.get(choice)
-        if found is None:
-            found = self.providers[choice] = build_provider(choice)
-        return found
+        if self.config.default is not None:
+            build_provider(self.config.default)
 
     async def _runtime(self, session: str, source: str, tools: bool) -> Runtime:
         key = (session, source, tools)
@@ -67,8 +56,6 @@ class AgentTurns:
                 config_file=self.config_file,
                 source=source,
             )
-            if runtime.agent.choice is not None:
-                runtime.agent.share_provider(self._provider(runtime.agent.choice))
             self.open[key] = runtime
             while len(self.open) > MAX_OPEN:
                 _, oldest = self.open.popitem(last=False)
