@@ -630,3 +630,45 @@ def test_a_file_the_agent_wrote_reaches_feishu_and_dingtalk(
     to = platform.owner if platform.name == "dingtalk" else "1001"  # DingTalk sends a 1:1 file to the person
     assert fake.files == [(to, "plan.pdf", b"%PDF-1.4 plan")]
     assert not any("plan.pdf" in text for text in fake.texts("1001"))  # sent, not just named
+
+
+def test_wecom_and_imessage_connect_as_the_docs_say(isolated_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/channels.md's connect steps on a fresh HOME against the fakes: WeCom's own refusal for a wrong secret
+    (the secret never printed), then connected; iMessage unavailable off macOS until a BlueBubbles URL is given,
+    a wrong password refused by the server, then connected."""
+    from tests.fake_wecom import fake_wecom
+
+    runner = CliRunner()
+    with run_model_stub(brain) as stub, fake_wecom() as wecom, fake_bluebubbles() as bubbles:
+        write_agent_config(isolated_home, stub, memory=False)
+        listed = json.loads(runner.invoke(cli, ["channels", "list", "--json"]).output)["channels"]
+        imessage = next(c for c in listed if c["name"] == "imessage")
+        if sys.platform != "darwin":
+            assert not imessage["available"] and "BlueBubbles" in imessage["unavailableBecause"]
+        assert "no lawful bot API" in next(c for c in listed if c["name"] == "wecom")["note"]
+
+        monkeypatch.setenv("WECOM_SECRET", "wrong-secret-value")
+        monkeypatch.setenv("WECOM_TOKEN", wecom.token)
+        monkeypatch.setenv("WECOM_AES_KEY", wecom.aes_key)
+        options = [
+            *("--set", f"corpId={wecom.corp_id}", "--set", f"agentId={wecom.agent_id}"),
+            *("--set", "secret=${WECOM_SECRET}", "--set", "token=${WECOM_TOKEN}"),
+            *("--set", "encodingAESKey=${WECOM_AES_KEY}", "--api-base", wecom.url),
+        ]
+        refused = runner.invoke(cli, ["channels", "connect", "wecom", *options])
+        assert refused.exit_code == 1 and "40001" in refused.output and "wrong-secret-value" not in refused.output
+        monkeypatch.setenv("WECOM_SECRET", wecom.secret)
+        done = runner.invoke(cli, ["channels", "connect", "wecom", *options])
+        assert done.exit_code == 0 and f"corp {wecom.corp_id}" in done.output, done.output
+
+        monkeypatch.setenv("BLUEBUBBLES_PASSWORD", "not-the-password")
+        options = ["--set", "password=${BLUEBUBBLES_PASSWORD}", "--api-base", bubbles.url]
+        refused = runner.invoke(cli, ["channels", "connect", "imessage", *options])
+        assert refused.exit_code == 1 and "401" in refused.output and "not-the-password" not in refused.output
+        monkeypatch.setenv("BLUEBUBBLES_PASSWORD", bubbles.password)
+        done = runner.invoke(cli, ["channels", "connect", "imessage", *options])
+        assert done.exit_code == 0 and "BlueBubbles 1.9.9 on macOS 15.1" in done.output, done.output
+    written = (isolated_home / ".memmy" / "config.yaml").read_text()
+    assert "${WECOM_SECRET}" in written and wecom.secret not in written and "${BLUEBUBBLES_PASSWORD}" in written
+    listed = json.loads(runner.invoke(cli, ["channels", "list", "--json"]).output)["channels"]
+    assert all(c["enabled"] and c["available"] for c in listed if c["name"] in ("wecom", "imessage"))

@@ -52,22 +52,24 @@ def list_channels(ctx: click.Context, as_json: bool) -> None:
     rows = []
     for name, (label, needed, limit) in KNOWN.items():
         settings = configured.get(name, ChannelSettings(name))
+        here = unavailable_reason(ChannelSettings(name, options={**dict.fromkeys(needed, "x"), **settings.options}))
         rows.append(
             {
                 "name": name,
                 "label": label,
                 "configured": name in configured,
                 "enabled": settings.enabled,
-                "available": unavailable_reason(ChannelSettings(name, options=dict.fromkeys(needed, "x"))) is None,
+                "available": here is None,
+                "unavailableBecause": here,
                 "problem": unavailable_reason(settings) if name in configured else None,
                 "textLimit": limit,
                 "note": NOTES.get(name),
             }
         )
     human = "\n".join(
-        f"{r['name']:<9} {r['label']:<28} "
+        f"{r['name']:<9} {r['label']:<32} "
         + ("enabled" if r["enabled"] else "configured, off" if r["configured"] else "not configured")
-        + ("" if r["available"] else "   (not available here)")
+        + ("" if r["available"] else f"   (not available here: {r['unavailableBecause']})")
         + (f"   problem: {r['problem']}" if r["problem"] else "")
         + (f"\n{'':<10}{r['note']}" if r["note"] else "")
         for r in rows
