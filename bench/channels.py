@@ -11,23 +11,33 @@ Checks: every message answered exactly once, in order per chat. Figures, p50/p95
 and what the channel layer alone adds inside that path (the router's own timings): from the chat's queue handing
 the message over to the agent turn starting, and from the turn's answer to the platform having taken it (splitting,
 Markdown conversion and the SDK's sendMessage). The whole path also holds the agent runtime and, for the messages
-that arrive together, waiting for the CPU: 20 turns start at once on 2 cores in one process (the fake platforms and
-the provider run in it too). The floor measured in the same run: a bare sendMessage round trip with httpx.
+that arrive together, waiting for the CPU: 20 turns start at once. The fake platforms and the provider run in a
+process of their own (``--in-process``: in the bench's process, as before, where their HTTP handling competes with
+the channel layer for the same interpreter lock); timestamps on both sides are CLOCK_MONOTONIC, one clock for the
+machine. The floor measured in the same run: a bare sendMessage round trip with httpx. The load average is printed
+before and after: on a shared machine it decides most of the figures, so compare runs made together.
 Target (issue 33): p95 <= 50 ms for both.
 
-Run:  python bench/channels.py [--chats 20] [--messages 10]
+Run:  python bench/channels.py [--chats 20] [--messages 10] [--in-process]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
+import logging
+import multiprocessing
 import os
+import pstats
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from contextlib import ExitStack
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +45,48 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.agent_stubs import Reply, last_user_text, run_model_stub, write_agent_config  # noqa: E402
-from tests.fake_telegram import FakeTelegram, fake_telegram  # noqa: E402
+from tests.agent_stubs import ModelStub, Reply, last_user_text, run_model_stub, write_agent_config  # noqa: E402
+from tests.fake_telegram import fake_telegram  # noqa: E402
+
+
+@dataclass
+class Bot:
+    """One fake Bot API server, as the bench's side sees it: where it is, and (after the run) what it recorded."""
+
+    url: str
+    token: str
+    sent: list[tuple[str, str, float]] = field(default_factory=list)  # (chat id, text, when) of sendMessage
+    update_of: dict[str, int] = field(default_factory=dict)
+    delivered_at: dict[int, float] = field(default_factory=dict)
+
+
+def platform_side(conn: Connection, chats: int, messages: int) -> None:
+    """The fake platforms and the model stub (in a process of their own unless --in-process): say where they are,
+    send every message on "go", hand back what they recorded on "collect"."""
+    asked: dict[str, float] = {}
+
+    def brain(body: dict[str, Any]) -> Reply:
+        question = last_user_text(body).strip()
+        asked.setdefault(question, time.monotonic())
+        return Reply(text=f"answer: {question}")
+
+    with ExitStack() as stack:
+        stub = stack.enter_context(run_model_stub(brain))
+        fakes = [stack.enter_context(fake_telegram(f"10{n}:bench-token-{n}")) for n in range(2)]
+        logging.getLogger("uvicorn.error").setLevel(logging.CRITICAL)  # a long poll cut at the end is no error here
+        conn.send((stub.openai_url, [(f.url, f.token) for f in fakes]))
+        assert conn.recv() == "go"
+        for chat in range(chats):
+            fake = fakes[chat % len(fakes)]
+            for n in range(messages):
+                fake.say(1000 + chat, 1000 + chat, f"chat {chat} message {n}")
+        while conn.recv() == "count":
+            conn.send(sum(len([s for s in f.sent if s.text.startswith("answer")]) for f in fakes))
+        records = [
+            ([(s.chat_id, s.text, s.at) for s in f.sent if s.method == "sendMessage"], f.update_of, f.delivered_at)
+            for f in fakes
+        ]
+        conn.send((records, asked))
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -45,7 +95,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]
 
 
-async def run(args: argparse.Namespace, fakes: list[FakeTelegram], asked: dict[str, float], home: Path) -> None:
+async def run(args: argparse.Namespace, bots: list[Bot], conn: Connection, home: Path) -> None:
     from memmy.agent.channels.agent_turns import AgentTurns
     from memmy.agent.channels.router import ChatRouter
     from memmy.agent.channels.settings import ChannelSettings
@@ -57,8 +107,8 @@ async def run(args: argparse.Namespace, fakes: list[FakeTelegram], asked: dict[s
     users = tuple(str(1000 + chat) for chat in range(args.chats))
     tasks = []
     routers = []
-    for index, fake in enumerate(fakes):
-        settings = ChannelSettings("telegram", True, {"token": fake.token, "apiBase": fake.url}, users)
+    for index, bot in enumerate(bots):
+        settings = ChannelSettings("telegram", True, {"token": bot.token, "apiBase": bot.url}, users)
         bot_home = home / f"bot{index}"
         adapter = TelegramChannel(settings, bot_home, poll_timeout_s=5)
         router = ChatRouter(settings, adapter, turns, bot_home)
@@ -66,30 +116,35 @@ async def run(args: argparse.Namespace, fakes: list[FakeTelegram], asked: dict[s
         tasks.append(asyncio.create_task(adapter.run(router.deliver)))
     await asyncio.to_thread(turns.warm)  # as the supervisor does when it starts the channels
     await asyncio.sleep(1.0)
-    started = time.monotonic()
-    for chat in range(args.chats):
-        fake = fakes[chat % len(fakes)]
-        for n in range(args.messages):
-            fake.say(1000 + chat, 1000 + chat, f"chat {chat} message {n}")
+    started, cpu_started = time.monotonic(), time.process_time()
+    conn.send("go")
     expected = args.chats * args.messages
     deadline = time.monotonic() + args.timeout
-    while sum(len([s for s in f.sent if s.text.startswith("answer")]) for f in fakes) < expected:
-        if time.monotonic() > deadline:
+    while time.monotonic() < deadline:
+        conn.send("count")
+        if await asyncio.to_thread(conn.recv) >= expected:
             break
         await asyncio.sleep(0.05)
     elapsed = time.monotonic() - started
+    cpu = time.process_time() - cpu_started
     for task in tasks:
         task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
     for router in routers:
         await router.close()
     await turns.close()
+    conn.send("collect")
+    records, asked = await asyncio.to_thread(conn.recv)
+    for bot, (sent, update_of, delivered_at) in zip(bots, records, strict=True):
+        bot.sent, bot.update_of, bot.delivered_at = sent, update_of, delivered_at
+    print(f"the channels' process: {cpu * 1000 / max(1, args.chats * args.messages):.1f} ms CPU a message")
     layer = [t for router in routers for t in router.timings]
-    report(args, fakes, asked, elapsed, layer)
+    report(args, bots, asked, elapsed, layer)
 
 
 def report(
     args: argparse.Namespace,
-    fakes: list[FakeTelegram],
+    fakes: list[Bot],
     asked: dict[str, float],
     elapsed: float,
     layer: list[tuple[str, float]],
@@ -99,24 +154,24 @@ def report(
     problems: list[str] = []
     for chat in range(args.chats):
         fake = fakes[chat % len(fakes)]
-        answers = [s for s in fake.sent if s.chat_id == str(1000 + chat) and s.text.startswith("answer")]
-        texts = [s.text for s in answers]
+        answers = [s for s in fake.sent if s[0] == str(1000 + chat) and s[1].startswith("answer")]
+        texts = [s[1] for s in answers]
         wanted = [f"answer: chat {chat} message {n}" for n in range(args.messages)]
         if texts != wanted:
             problems.append(f"chat {chat}: {len(texts)} answers, in order: {texts == wanted[: len(texts)]}")
             continue
         previous_sent = 0.0
-        for n, sent in enumerate(answers):
+        for n, (_, _, at) in enumerate(answers):
             question = f"chat {chat} message {n}"
             update_id = fake.update_of[question]
             ready = max(fake.delivered_at[update_id], previous_sent)
             inbound.append((asked[question] - ready) * 1000)
-            outbound.append((sent.at - asked[question]) * 1000)
-            previous_sent = sent.at
+            outbound.append((at - asked[question]) * 1000)
+            previous_sent = at
     floor = bare_round_trip(fakes[0])
-    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}  (cores: {os.cpu_count()})")
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}  (cores: {os.cpu_count()})")
     total = args.chats * args.messages
-    answered = sum(len([s for s in f.sent if s.text.startswith("answer")]) for f in fakes)
+    answered = sum(len([s for s in f.sent if s[1].startswith("answer")]) for f in fakes)
     print(
         f"{args.chats} chats x {args.messages} messages over {len(fakes)} bots: {answered}/{total} answered "
         f"in {elapsed:.1f} s; every chat answered once, in order: {'yes' if not problems else 'NO'}"
@@ -140,7 +195,7 @@ def report(
     )
 
 
-def bare_round_trip(fake: FakeTelegram, runs: int = 50) -> list[float]:
+def bare_round_trip(fake: Bot, runs: int = 50) -> list[float]:
     """sendMessage straight to the fake server with httpx: what any client pays for the platform call itself."""
     times = []
     with httpx.Client(base_url=f"{fake.url}/bot{fake.token}") as client:
@@ -151,26 +206,73 @@ def bare_round_trip(fake: FakeTelegram, runs: int = 50) -> list[float]:
     return times
 
 
+PARTS = (  # (label, path fragment) in the order a frame is attributed: the first that matches
+    ("channel layer (memmy/agent/channels)", "memmy/agent/channels/"),
+    ("agent runtime (memmy/agent, sessions)", "memmy/agent/"),
+    ("python-telegram-bot", "/telegram/"),
+    ("openai SDK, pydantic", "/openai/"),
+    ("openai SDK, pydantic", "/pydantic"),
+    ("httpx, httpcore, anyio", "/httpx/"),
+    ("httpx, httpcore, anyio", "/httpcore/"),
+    ("httpx, httpcore, anyio", "/anyio/"),
+    ("asyncio event loop", "/asyncio/"),
+)
+
+
+def shares(stats: pstats.Stats) -> None:
+    """The channels' process CPU (own time of each function, waiting in select excluded) by part."""
+    totals: dict[str, float] = {}
+    for (path, _, name), row in stats.stats.items():  # type: ignore[attr-defined]
+        own = float(row[2])
+        if "poll" in name and "epoll" in name or name == "<method 'acquire' of '_thread.lock' objects>":
+            continue  # waiting, not working
+        label = next((label for label, fragment in PARTS if fragment in path), "other (json, ssl, files, builtins)")
+        totals[label] = totals.get(label, 0.0) + own
+    other = sorted(
+        (
+            (float(row[2]), name)
+            for (path, _, name), row in stats.stats.items()  # type: ignore[attr-defined]
+            if not any(fragment in path for _, fragment in PARTS) and "epoll" not in name and "_thread.lock" not in name
+        ),
+        reverse=True,
+    )
+    whole = sum(totals.values()) or 1.0
+    print("where the channels' process spends its CPU (cProfile, own time):")
+    for label, seconds in sorted(totals.items(), key=lambda item: -item[1]):
+        print(f"  {label:<40} {seconds:6.2f} s  {100 * seconds / whole:4.0f} %")
+    print("  the most of other: " + ", ".join(f"{name} {seconds:.2f} s" for seconds, name in other[:6]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--chats", type=int, default=20)
     parser.add_argument("--messages", type=int, default=10)
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--in-process", action="store_true", help="Run the fakes in the bench's process.")
+    parser.add_argument("--profile", action="store_true", help="Where the channels' process spends its CPU.")
     args = parser.parse_args()
-    asked: dict[str, float] = {}
-
-    def brain(body: dict[str, Any]) -> Reply:
-        question = last_user_text(body).strip()
-        asked.setdefault(question, time.monotonic())
-        return Reply(text=f"answer: {question}")
-
-    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}  (cores: {os.cpu_count()})")
+    ours, theirs = multiprocessing.Pipe()
+    if args.in_process:
+        side: Any = threading.Thread(target=platform_side, args=(theirs, args.chats, args.messages), daemon=True)
+    else:
+        side = multiprocessing.get_context("fork").Process(
+            target=platform_side, args=(theirs, args.chats, args.messages)
+        )
+    side.start()
+    stub_url, servers = ours.recv()
+    with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)
         os.environ.update({"HOME": str(home), "MEMMY_HOME": str(home / ".memmy")})
-        stub = stack.enter_context(run_model_stub(brain))
-        write_agent_config(home, stub, memory=False)
-        fakes = [stack.enter_context(fake_telegram(f"10{n}:bench-token-{n}")) for n in range(2)]
-        asyncio.run(run(args, fakes, asked, home))
+        write_agent_config(home, ModelStub(openai_url=stub_url), memory=False)
+        bots = [Bot(url, token) for url, token in servers]
+        if args.profile:
+            profiler = cProfile.Profile()
+            profiler.runcall(asyncio.run, run(args, bots, ours, home))
+            shares(pstats.Stats(profiler))
+        else:
+            asyncio.run(run(args, bots, ours, home))
+    side.join(30)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 (open.dingtalk.com, "Stream mode"): ``POST /v1.0/gateway/connections/open`` with ``clientId``/``clientSecret``
 answers ``{endpoint, ticket}``; the WebSocket at ``endpoint?ticket=…`` pushes ``CALLBACK`` frames on the robot
 topic ``/v1.0/im/bot/messages/get`` (the message JSON as a string in ``data``) and takes the client's acks;
-each message carries a ``sessionWebhook`` on this server, where the robot's answers are posted.
+each message carries a ``sessionWebhook`` on this server, where the robot's answers are posted. Files: the access
+token from ``POST /v1.0/oauth2/accessToken``, the multipart ``POST /media/upload?access_token`` (the oapi host),
+then ``sampleFile`` robot messages to ``/v1.0/robot/oToMessages/batchSend`` or ``/v1.0/robot/groupMessages/send``.
 
 Tests push messages with :meth:`FakeDingTalk.say`, read answers in :attr:`FakeDingTalk.replies` and close the
 WebSocket with :meth:`FakeDingTalk.drop` to stand for a dropped connection."""
@@ -26,6 +28,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from tests.fake_platform import PlatformFake, serving
 
 TOPIC = "/v1.0/im/bot/messages/get"
+ACCESS_TOKEN = "ding-fake-access-token"
 
 
 @dataclass
@@ -47,6 +50,8 @@ class FakeDingTalk(PlatformFake):
         self.client_secret = client_secret
         self.replies: list[DingReply] = []
         self.acks: list[dict[str, Any]] = []
+        self.uploads: dict[str, tuple[str, bytes]] = {}  # media_id -> (name, bytes)
+        self.files: list[tuple[str, str, bytes]] = []  # (staff id or conversation, name, bytes) the robot sent
         self.connections = 0
         self._ids = itertools.count(1)
 
@@ -131,8 +136,42 @@ class FakeDingTalk(PlatformFake):
         self.replies.append(DingReply(request.path_params["conversation"], str(kind), text))
         return JSONResponse({"errcode": 0, "errmsg": "ok"})
 
+    async def access_token(self, request: Request) -> JSONResponse:
+        body = await request.json()
+        if body.get("appKey") != self.client_id or body.get("appSecret") != self.client_secret:
+            return JSONResponse({"code": "InvalidAuthentication", "message": "appKey or appSecret is wrong"}, 400)
+        return JSONResponse({"accessToken": ACCESS_TOKEN, "expireIn": 7200})
+
+    async def media_upload(self, request: Request) -> JSONResponse:
+        if request.query_params.get("access_token") != ACCESS_TOKEN:
+            return JSONResponse({"errcode": 40014, "errmsg": "不合法的access_token"})
+        form = await request.form()
+        media = form.get("media")
+        if form.get("type") != "file" or media is None or isinstance(media, str):
+            return JSONResponse({"errcode": 40004, "errmsg": "不合法的媒体文件类型"})
+        media_id = f"@lAz{len(self.uploads) + 1}"
+        self.uploads[media_id] = (str(media.filename), await media.read())
+        return JSONResponse({"errcode": 0, "errmsg": "ok", "media_id": media_id, "type": "file", "created_at": 1})
+
+    async def robot_send(self, request: Request) -> JSONResponse:
+        if request.headers.get("x-acs-dingtalk-access-token") != ACCESS_TOKEN:
+            return JSONResponse({"code": "InvalidAuthentication", "message": "token is invalid"}, 401)
+        body = await request.json()
+        param = json.loads(body.get("msgParam") or "{}")
+        if body.get("robotCode") != self.client_id or body.get("msgKey") != "sampleFile":
+            return JSONResponse({"code": "InvalidParameter", "message": "robotCode or msgKey"}, 400)
+        if param.get("mediaId") not in self.uploads:
+            return JSONResponse({"code": "InvalidParameter", "message": "mediaId is invalid"}, 400)
+        to = body.get("openConversationId") or ",".join(body.get("userIds") or [])
+        self.files.append((str(to), str(param.get("fileName")), self.uploads[param["mediaId"]][1]))
+        return JSONResponse({"processQueryKey": f"q{len(self.files)}", "invalidStaffIdList": []})
+
     def routes(self) -> list[BaseRoute]:
         return [
+            Route("/v1.0/oauth2/accessToken", self.access_token, methods=["POST"]),
+            Route("/media/upload", self.media_upload, methods=["POST"]),
+            Route("/v1.0/robot/oToMessages/batchSend", self.robot_send, methods=["POST"]),
+            Route("/v1.0/robot/groupMessages/send", self.robot_send, methods=["POST"]),
             Route("/v1.0/gateway/connections/open", self.open_connection, methods=["POST"]),
             WebSocketRoute("/gateway", self.gateway),
             Route("/robot/sendBySession/{conversation}", self.session_webhook, methods=["POST"]),

@@ -3,7 +3,9 @@
 ``AppID``/``AppSecret`` answers the WebSocket URL; the WebSocket carries protobuf ``pbbp2.Frame``s (encoded with
 the SDK's own generated ``pbbp2_pb2``): data frames with an ``im.message.receive_v1`` event as JSON payload, which
 the client acknowledges, and ping/pong control frames; the bot's tenant token comes from
-``POST /open-apis/auth/v3/tenant_access_token/internal`` and its answers go to ``POST /open-apis/im/v1/messages``.
+``POST /open-apis/auth/v3/tenant_access_token/internal`` and its answers go to ``POST /open-apis/im/v1/messages``
+(files uploaded first to the multipart ``POST /open-apis/im/v1/files``, then sent as ``file`` messages with their
+``file_key``).
 
 Tests push messages with :meth:`FakeFeishu.say`, read answers in :attr:`FakeFeishu.messages`, close the WebSocket
 with :meth:`drop`, and make the message API refuse for a missing permission scope with ``missing_scope``."""
@@ -27,6 +29,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from tests.fake_platform import PlatformFake, serving
 
+FILE_TYPES = ("opus", "mp4", "pdf", "doc", "xls", "ppt", "stream")
 SCOPE_ERROR = (
     "Access denied. One of the following scopes is required: [im:message, im:message:send_as_bot]. "
     "应用尚未开通所需的应用身份权限"
@@ -54,6 +57,8 @@ class FakeFeishu(PlatformFake):
         self.pings = 0
         self.connections = 0
         self.missing_scope = False
+        self.uploads: dict[str, tuple[str, bytes]] = {}  # file_key -> (name, bytes)
+        self.files: list[tuple[str, str, bytes]] = []  # (chat, name, bytes) sent as file messages
         self._ids = itertools.count(1)
 
     def say(self, chat_id: str, open_id: str, text: str) -> None:
@@ -117,12 +122,29 @@ class FakeFeishu(PlatformFake):
             return JSONResponse({"code": 99992402, "msg": "field validation failed: receive_id_type"}, 400)
         body = await request.json()
         content = json.loads(body["content"])
+        if body.get("msg_type") == "file":
+            if content.get("file_key") not in self.uploads:
+                return JSONResponse({"code": 234003, "msg": "File not found: file_key is invalid"}, 400)
+            name, blob = self.uploads[content["file_key"]]
+            self.files.append((str(body["receive_id"]), name, blob))
+            return JSONResponse({"code": 0, "msg": "success", "data": {"message_id": f"om_file{len(self.files)}"}})
         text = str(content.get("text") or "")
         if not text or len(text) > 30000:
             return JSONResponse({"code": 230025, "msg": "The message content is empty or too long."}, 400)
         self.messages.append(FeishuMessage(str(body["receive_id"]), text))
         data = {"message_id": f"om_out{len(self.messages)}", "chat_id": body["receive_id"], "msg_type": "text"}
         return JSONResponse({"code": 0, "msg": "success", "data": data})
+
+    async def upload_file(self, request: Request) -> JSONResponse:
+        if request.headers.get("authorization") != "Bearer t-fake-tenant":
+            return JSONResponse({"code": 99991663, "msg": "Invalid access token for authorization."}, 400)
+        form = await request.form()
+        upload = form.get("file")
+        if form.get("file_type") not in FILE_TYPES or not form.get("file_name") or isinstance(upload, str | None):
+            return JSONResponse({"code": 234001, "msg": "Invalid request param: file_type, file_name, file"}, 400)
+        key = f"file_v3_{len(self.uploads) + 1}"
+        self.uploads[key] = (str(form["file_name"]), await upload.read())
+        return JSONResponse({"code": 0, "msg": "success", "data": {"file_key": key}})
 
     async def socket(self, socket: WebSocket) -> None:
         await socket.accept()
@@ -162,6 +184,7 @@ class FakeFeishu(PlatformFake):
             Route("/callback/ws/endpoint", self.endpoint, methods=["POST"]),
             Route("/open-apis/auth/v3/tenant_access_token/internal", self.tenant_token, methods=["POST"]),
             Route("/open-apis/im/v1/messages", self.create_message, methods=["POST"]),
+            Route("/open-apis/im/v1/files", self.upload_file, methods=["POST"]),
             WebSocketRoute("/ws", self.socket),
         ]
 

@@ -36,6 +36,7 @@ from tests.conftest import Daemon, free_port
 from tests.fake_dingtalk import fake_dingtalk
 from tests.fake_discord import fake_discord
 from tests.fake_feishu import fake_feishu
+from tests.fake_imessage import fake_bluebubbles
 from tests.fake_telegram import FakeTelegram, fake_telegram, shown_text
 
 OWNER = 42
@@ -179,7 +180,7 @@ def test_messages_queue_in_order_and_stop_and_new_work(isolated_home: Path) -> N
             fake.wait_for(lambda: len([t for t in fake.texts(OWNER) if t.startswith("done:")]) == 3, 60)
             answers = [t for t in fake.texts(OWNER) if t.startswith("done:")]
             assert answers == [f"done: slow task {n}" for n in range(3)]  # each once, in order
-            assert sum(t.startswith("Queued") for t in fake.texts(OWNER)) == 2
+            assert sum(t.startswith("Queued") for t in fake.texts(OWNER)) == 1  # once while the first one ran
 
             fake.say(OWNER, OWNER, "slow one to stop")
             fake.wait_for(lambda: any(chat == str(OWNER) for chat, _ in fake.actions[-1:]))
@@ -358,6 +359,7 @@ class Platform:
     owner: str
     stranger: str
     limit: int
+    fences: bool = True  # whether the platform shows code fences (iMessage shows plain text: they are dropped)
 
 
 PLATFORMS = [
@@ -388,6 +390,16 @@ PLATFORMS = [
         "ou_stranger",
         30000,
     ),
+    Platform(
+        "imessage",
+        fake_bluebubbles,
+        lambda fake: "password: ${TEST_SECRET}",
+        lambda fake: str(fake.password),
+        "+15550001",
+        "+15550002",
+        20000,
+        fences=False,
+    ),
 ]
 
 
@@ -395,9 +407,10 @@ PLATFORMS = [
 def test_a_platform_answers_with_memory_refuses_strangers_and_survives_a_drop(
     platform: Platform, isolated_home: Path, daemon: Daemon, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """DingTalk, Discord and Feishu through their SDKs: a message in → recall → the fake provider → the answer
-    out; a stranger refused before the model; the connection dropped mid-turn → reconnected, answered once; a
-    long answer split within the platform's limit (Telegram has the same checks above, and more)."""
+    """DingTalk, Discord and Feishu through their SDKs, iMessage through BlueBubbles' REST API: a message in →
+    recall → the fake provider → the answer out; a stranger refused before the model; the connection dropped
+    mid-turn → reconnected, answered once; a long answer split within the platform's limit (Telegram has the same
+    checks above, and more)."""
     fact = f"The {platform.name} osprey cache is warmed by make warm-osprey-{platform.name}"
     with daemon.client() as http:
         assert http.post("/api/v1/memory/add", json={"content": fact}).status_code == 200
@@ -425,7 +438,8 @@ def test_a_platform_answers_with_memory_refuses_strangers_and_survives_a_drop(
             fake.wait_for(lambda: fake.connections == 2, 60)  # reconnected by the supervisor
             fake.wait_for(lambda: "done: slow step while the link drops" in fake.texts("1001"), 60)
             fake.say("1001", platform.owner, "write the long report")
-            fake.wait_for(lambda: "make all" in "".join(fake.texts("1001")) and fake.texts("1001")[-1].endswith("```"))
+            end = "```" if platform.fences else "make all"
+            fake.wait_for(lambda: "make all" in "".join(fake.texts("1001")) and fake.texts("1001")[-1].endswith(end))
             texts = fake.texts("1001")
             assert texts.count("done: slow step while the link drops") == 1
             assert supervisor.states[platform.name].restarts >= 1
@@ -489,3 +503,172 @@ def test_a_voice_note_is_named_by_its_type_not_its_file_name() -> None:
     memo = Attachment("voice-memo.md", "text/markdown", b"# voice memo\nship on Friday")
     text, parts, notes = compose_prompt(Inbound("telegram", "1", "1", "notes", attachments=(memo,)))
     assert "ship on Friday" in text and notes == []
+
+
+WECOM_EXAMPLE_KEY = "jWmYm7qr5nMoAUwZRjGtBxmz3KA1tkAj3ykkR6q2B2C"
+WECOM_EXAMPLE = (  # WeCom's documented decryption example ("加解密方案说明"): signature, timestamp, nonce, Encrypt
+    "477715d11cdb4164915debcba66cb864d751f3e6",
+    "1409659813",
+    "1372623149",
+    "RypEvHKD8QQKFhvQ6QleEB4J58tiPdvo+rtK1I9qca6aM/wvqnLSV5zEPeusUiX5L5X/0lWfrf0QADHHhGd3QczcdCUpj911L3vg3W/sYYvuJTs3"
+    "TUUkSUXxaccAS0qhxchrRYt66wiSpGLYL42aM6A8dTT+6k4aSknmPj48kzJs8qLjvd4Xgpue06DOdnLxAUHzM6+kDZ+HMZfJYuR+LtwGc2hgf5"
+    "gsijff0ekUNXZiqATP7PF5mZxZ3Izoun1s4zG4LUMnvw2r+KqCKIw+3IQH03v+BCA9nMELNqbSf6tiWSrXJB3LAVGUcallcrw8V2t9EL4EhzJWr"
+    "QUax5wLVMNS0+rUPA3k22Ncx4XXZS9o0MBH27Bo6BpNelZpS+/uh9KsNlY6bHCmJU9p8g7m3fVKn28H3KDYA5Pl/T8Z1ptDAVe0lXdQ2YoyyH2uy"
+    "PIGHBZZIs2pDBS8R07+qN+E7Q==",
+)
+
+
+def test_wecom_decrypts_wecoms_published_example_and_refuses_a_forged_signature() -> None:
+    from memmy.agent.channels.wecom import SignatureError, WeComCrypt
+
+    crypt = WeComCrypt("QDG6eK", WECOM_EXAMPLE_KEY, "wx5823bf96d3bd56c7")
+    xml = crypt.decrypt(*WECOM_EXAMPLE)
+    assert "<Content><![CDATA[hello]]></Content>" in xml and "mycreate" in xml
+    with pytest.raises(SignatureError):
+        crypt.decrypt("0" * 40, *WECOM_EXAMPLE[1:])
+    with pytest.raises(SignatureError):  # the right key, another corp
+        WeComCrypt("QDG6eK", WECOM_EXAMPLE_KEY, "ww_other_corp").decrypt(*WECOM_EXAMPLE)
+    encrypted, signature = crypt.encrypt("往返 round trip", "n1", "1700000000")
+    assert crypt.decrypt(signature, "1700000000", "n1", encrypted) == "往返 round trip"
+
+
+def test_wecom_answers_with_memory_refuses_strangers_and_sends_files(
+    isolated_home: Path, daemon: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """WeCom (the WeChat substitute) through its documented callback + message API against a fake WeCom: the URL
+    check, an encrypted message in -> recall -> the fake provider -> markdown out; a stranger refused; a forged
+    callback refused; WeCom's retry of the same MsgId answered once; an expired access token fetched again; a long
+    CJK answer split within 2,048 bytes; a file the agent wrote uploaded and sent."""
+    from tests.fake_wecom import fake_wecom
+
+    fact = "The wecom kestrel report is rebuilt by make kestrel-report"
+    with daemon.client() as http:
+        assert http.post("/api/v1/memory/add", json={"content": fact}).status_code == 200
+    daemon.drain()
+
+    def model(body: dict[str, Any]) -> Reply:
+        if body["messages"][-1]["role"] == "tool":
+            return Reply(text="wrote it")
+        if "write the file" in last_user_text(body):
+            return Reply(tool_calls=[("write_file", json.dumps({"path": "report.md", "content": "# 报告\nok"}))])
+        if "长" in last_user_text(body):
+            return Reply(text=("中文段落。" * 60 + "\n\n") * 12 + "```\ncode line\n```")
+        return brain(body)
+
+    port = free_port()
+    with run_model_stub(model) as stub, fake_wecom() as fake:
+        fake.callback = f"http://127.0.0.1:{port}/wecom/callback"
+        monkeypatch.setenv("TEST_SECRET", fake.secret)
+        channels = (
+            f"channels:\n  wecom:\n    corpId: {fake.corp_id}\n    agentId: '{fake.agent_id}'\n"
+            f"    secret: ${{TEST_SECRET}}\n    token: {fake.token}\n    encodingAESKey: {fake.aes_key}\n"
+            f"    listen: '127.0.0.1:{port}'\n    apiBase: '{fake.url}'\n    allowFrom: [zhangsan]\n    tools: true\n"
+        )
+        write_config(isolated_home, stub, daemon, channels)
+        with supervising() as supervisor:
+            fake.wait_for(lambda: supervisor.states["wecom"].state == "connected" and fake.tokens_issued == 1)
+
+            def listening() -> bool:
+                try:
+                    return fake.verify_url("echo-1234").text == "echo-1234"
+                except httpx.HTTPError:
+                    return False
+
+            fake.wait_for(listening)
+            assert fake.say("zhangsan", "How is the kestrel report rebuilt?").status_code == 200
+            fake.wait_for(lambda: "echo: How is the kestrel report rebuilt?" in fake.texts("zhangsan"))
+            assert "make kestrel-report" in user_requests(stub)[-1]
+
+            assert fake.say("lisi", "let me in").status_code == 200
+            fake.wait_for(lambda: bool(fake.texts("lisi")))
+            assert "private" in fake.texts("lisi")[0] and len(stub.requests) == 1
+            assert fake.say("zhangsan", "forged", forged=True).status_code == 403
+
+            fake.expire_token()
+            assert fake.say("zhangsan", "once only").status_code == 200
+            assert fake.say("zhangsan", "once only", again=fake.last_msg_id).status_code == 200  # WeCom's retry
+            fake.wait_for(lambda: "echo: once only" in fake.texts("zhangsan"))
+            assert fake.tokens_issued == 2  # the expired token was fetched again
+
+            fake.say("zhangsan", "写一份长报告")
+            fake.wait_for(lambda: any("code line" in t for t in fake.texts("zhangsan")))
+            fake.say("zhangsan", "write the file")
+            fake.wait_for(lambda: any(m.msgtype == "file" for m in fake.messages))
+            texts = fake.texts("zhangsan")
+    assert texts.count("echo: once only") == 1
+    report = [t for t in texts if "中文段落" in t or "code line" in t]
+    assert len(report) >= 3 and all(len(t.encode()) <= 2048 for t in report)
+    assert "".join(report).count("中文段落") == 720 and "```" not in "".join(report) and "> code line" in report[-1]
+    assert next(iter(fake.files.values())) == ("report.md", "# 报告\nok".encode())
+
+
+@pytest.mark.parametrize(
+    "platform", [p for p in PLATFORMS if p.name in ("feishu", "dingtalk")], ids=["dingtalk", "feishu"]
+)
+def test_a_file_the_agent_wrote_reaches_feishu_and_dingtalk(
+    platform: Platform, isolated_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Files out through each platform's upload API: Feishu's ``im/v1/files`` + a ``file`` message, DingTalk's
+    ``media/upload`` + the robot's ``sampleFile`` message to the person who asked."""
+
+    def writer(body: dict[str, Any]) -> Reply:
+        if body["messages"][-1]["role"] == "tool":
+            return Reply(text="wrote it")
+        return Reply(tool_calls=[("write_file", json.dumps({"path": "plan.pdf", "content": "%PDF-1.4 plan"}))])
+
+    with run_model_stub(writer) as stub, platform.fake() as fake:
+        monkeypatch.setenv("TEST_SECRET", platform.secret(fake))
+        channels = (
+            f"channels:\n  {platform.name}:\n    {platform.settings(fake)}\n    apiBase: '{fake.url}'\n"
+            f"    oapiBase: '{fake.url}'\n    allowFrom: ['{platform.owner}']\n    tools: true\n"
+        )
+        write_config(isolated_home, stub, None, channels)
+        with supervising():
+            fake.wait_for(lambda: fake.connections == 1)
+            fake.say("1001", platform.owner, "write the plan as a file")
+            fake.wait_for(lambda: bool(fake.files) and "wrote it" in fake.texts("1001"))
+    to = platform.owner if platform.name == "dingtalk" else "1001"  # DingTalk sends a 1:1 file to the person
+    assert fake.files == [(to, "plan.pdf", b"%PDF-1.4 plan")]
+    assert not any("plan.pdf" in text for text in fake.texts("1001"))  # sent, not just named
+
+
+def test_wecom_and_imessage_connect_as_the_docs_say(isolated_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/channels.md's connect steps on a fresh HOME against the fakes: WeCom's own refusal for a wrong secret
+    (the secret never printed), then connected; iMessage unavailable off macOS until a BlueBubbles URL is given,
+    a wrong password refused by the server, then connected."""
+    from tests.fake_wecom import fake_wecom
+
+    runner = CliRunner()
+    with run_model_stub(brain) as stub, fake_wecom() as wecom, fake_bluebubbles() as bubbles:
+        write_agent_config(isolated_home, stub, memory=False)
+        listed = json.loads(runner.invoke(cli, ["channels", "list", "--json"]).output)["channels"]
+        imessage = next(c for c in listed if c["name"] == "imessage")
+        if sys.platform != "darwin":
+            assert not imessage["available"] and "BlueBubbles" in imessage["unavailableBecause"]
+        assert "no lawful bot API" in next(c for c in listed if c["name"] == "wecom")["note"]
+
+        monkeypatch.setenv("WECOM_SECRET", "wrong-secret-value")
+        monkeypatch.setenv("WECOM_TOKEN", wecom.token)
+        monkeypatch.setenv("WECOM_AES_KEY", wecom.aes_key)
+        options = [
+            *("--set", f"corpId={wecom.corp_id}", "--set", f"agentId={wecom.agent_id}"),
+            *("--set", "secret=${WECOM_SECRET}", "--set", "token=${WECOM_TOKEN}"),
+            *("--set", "encodingAESKey=${WECOM_AES_KEY}", "--api-base", wecom.url),
+        ]
+        refused = runner.invoke(cli, ["channels", "connect", "wecom", *options])
+        assert refused.exit_code == 1 and "40001" in refused.output and "wrong-secret-value" not in refused.output
+        monkeypatch.setenv("WECOM_SECRET", wecom.secret)
+        done = runner.invoke(cli, ["channels", "connect", "wecom", *options])
+        assert done.exit_code == 0 and f"corp {wecom.corp_id}" in done.output, done.output
+
+        monkeypatch.setenv("BLUEBUBBLES_PASSWORD", "not-the-password")
+        options = ["--set", "password=${BLUEBUBBLES_PASSWORD}", "--api-base", bubbles.url]
+        refused = runner.invoke(cli, ["channels", "connect", "imessage", *options])
+        assert refused.exit_code == 1 and "401" in refused.output and "not-the-password" not in refused.output
+        monkeypatch.setenv("BLUEBUBBLES_PASSWORD", bubbles.password)
+        done = runner.invoke(cli, ["channels", "connect", "imessage", *options])
+        assert done.exit_code == 0 and "BlueBubbles 1.9.9 on macOS 15.1" in done.output, done.output
+    written = (isolated_home / ".memmy" / "config.yaml").read_text()
+    assert "${WECOM_SECRET}" in written and wecom.secret not in written and "${BLUEBUBBLES_PASSWORD}" in written
+    listed = json.loads(runner.invoke(cli, ["channels", "list", "--json"]).output)["channels"]
+    assert all(c["enabled"] and c["available"] for c in listed if c["name"] in ("wecom", "imessage"))

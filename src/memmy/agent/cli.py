@@ -56,7 +56,12 @@ LAZY_COMMANDS = {
     "channels": (
         "memmy.agent.channels.cli",
         "channels",
-        "Chat apps the agent answers in (Telegram, Discord, Feishu, DingTalk, WeCom, iMessage).",
+        "Chat apps the agent answers in (Telegram, Discord, Feishu, DingTalk, WeCom for WeChat, iMessage).",
+    ),
+    "service": (
+        "memmy.agent.gateway_service",
+        "service",
+        "Run `memmy serve` (workbench, API, chat channels) at login: systemd user unit or launchd agent.",
     ),
     "schedule": (
         "memmy.agent.schedule_cli",

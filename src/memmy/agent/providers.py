@@ -4,7 +4,9 @@ SDK errors become a :class:`ProviderError` whose message says what happened and 
 
 from __future__ import annotations
 
+import functools
 import json
+import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -162,6 +164,16 @@ def _status_message(choice: ModelChoice, exc: Exception) -> ProviderError:
     return ProviderError(f"{where} failed: {type(exc).__name__}: {str(exc)[:300]}", "error")
 
 
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """One TLS context for every provider client of the process (the same one httpx builds by default, honouring
+    ``SSL_CERT_FILE``): reading the CA bundle takes tens of milliseconds, and a host of many sessions (``memmy serve``
+    with chat channels: a client per chat) would pay it, on the event loop, for each."""
+    import httpx
+
+    return httpx.create_ssl_context()
+
+
 class OpenAIProvider:
     """Chat Completions through ``openai.AsyncOpenAI`` (OpenAI, DeepSeek, Ollama, vLLM, any base URL)."""
 
@@ -175,6 +187,7 @@ class OpenAIProvider:
             base_url=choice.api_base or None,
             timeout=choice.timeout_s,
             max_retries=choice.max_retries,
+            http_client=openai.DefaultAsyncHttpxClient(verify=tls_context()),
         )
 
     async def stream(
@@ -297,6 +310,7 @@ class AnthropicProvider:
             base_url=choice.api_base or None,
             timeout=choice.timeout_s,
             max_retries=choice.max_retries,
+            http_client=anthropic.DefaultAsyncHttpxClient(verify=tls_context()),
         )
 
     async def stream(

@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, Response
 
 from memmy.agent.channels.access import CODE_TTL_S, AccessBook
 from memmy.agent.channels.connect import ConnectError, connect, disconnect
-from memmy.agent.channels.settings import KNOWN, PUBLIC_OPTIONS, load_channels
+from memmy.agent.channels.settings import KNOWN, NOTES, PUBLIC_OPTIONS, load_channels
 from memmy.agent.channels.supervisor import ChannelSupervisor, read_status, unavailable_reason
 from memmy.agent.config import AgentConfig, load_agent_config
 from memmy.errors import MemmyError
@@ -31,6 +31,18 @@ FORMS: dict[str, list[dict[str, Any]]] = {
     "dingtalk": [
         {"key": "clientId", "label": "Client ID (AppKey)", "secret": False},
         {"key": "clientSecret", "label": "Client Secret (AppSecret)", "secret": True},
+    ],
+    "wecom": [
+        {"key": "corpId", "label": "Corp ID", "secret": False},
+        {"key": "agentId", "label": "AgentId", "secret": False},
+        {"key": "secret", "label": "App Secret", "secret": True},
+        {"key": "token", "label": "Callback Token", "secret": True},
+        {"key": "encodingAESKey", "label": "Callback EncodingAESKey", "secret": True},
+        {"key": "listen", "label": "Listen on (host:port, default 127.0.0.1:18991)", "secret": False},
+    ],
+    "imessage": [
+        {"key": "apiBase", "label": "BlueBubbles server URL", "secret": False},
+        {"key": "password", "label": "BlueBubbles password", "secret": True},
     ],
 }
 
@@ -80,6 +92,7 @@ class ChannelsPage:
                     "public": {k: v for k, v in (settings.options.items() if settings else []) if k in PUBLIC_OPTIONS},
                     "form": FORMS.get(name, []),
                     "needs": list(needed),
+                    "note": NOTES.get(name),
                 }
             )
         return JSONResponse({"channels": rows, "refreshS": 5})

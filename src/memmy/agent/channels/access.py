@@ -4,6 +4,7 @@ written atomically), so ``memmy channels pair`` in one process and the bot in an
 
 from __future__ import annotations
 
+import copy
 import hmac
 import json
 import os
@@ -12,9 +13,23 @@ import time
 from pathlib import Path
 from typing import Any
 
+from memmy.agent.channels.base import FileCache
+
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I
 CODE_LENGTH = 8
 CODE_TTL_S = 600.0
+
+
+def _book(text: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return {"paired": {}, "codes": {}}
+    if not isinstance(data, dict):
+        return {"paired": {}, "codes": {}}
+    data.setdefault("paired", {})
+    data.setdefault("codes", {})
+    return data
 
 
 class AccessBook:
@@ -22,17 +37,10 @@ class AccessBook:
 
     def __init__(self, home: Path) -> None:
         self.path = home / "channels" / "access.json"
+        self.cache: FileCache[dict[str, Any]] = FileCache()
 
     def _read(self) -> dict[str, Any]:
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {"paired": {}, "codes": {}}
-        if not isinstance(data, dict):
-            return {"paired": {}, "codes": {}}
-        data.setdefault("paired", {})
-        data.setdefault("codes", {})
-        return data
+        return copy.deepcopy(self.cache.read(self.path, _book))
 
     def _write(self, data: dict[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,48 @@ class Inbound:
 
 
 InboundHandler = Callable[[Inbound], Awaitable[None]]
+T = TypeVar("T")
+
+
+class FileCache(Generic[T]):
+    """A small JSON file read once per change (its mtime and size), not on every message: the access book and the
+    chats' sessions are read for each message and written rarely, sometimes by another process (``memmy channels
+    pair``)."""
+
+    def __init__(self) -> None:
+        self.stamp: tuple[int, int] | None = None
+        self.value: T | None = None
+
+    def read(self, path: Path, parse: Callable[[str], T]) -> T:
+        """``parse`` of the file's text (of ``""`` when it is missing), parsed again only after it changed."""
+        try:
+            found = path.stat()
+            stamp: tuple[int, int] | None = (found.st_mtime_ns, found.st_size)
+        except OSError:
+            stamp = None
+        if self.value is None or stamp != self.stamp:
+            try:
+                text = path.read_text(encoding="utf-8") if stamp is not None else ""
+            except OSError:
+                text = ""
+            self.value, self.stamp = parse(text), stamp
+        return self.value
+
+
+def read_position(path: Path) -> int | None:
+    """A polling channel's position kept on disk (Telegram's update offset, iMessage's last message time)."""
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def keep_position(path: Path, position: int) -> None:
+    """Write the position atomically (a crash leaves the old one or the new one)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(str(position))
+    tmp.replace(path)
 
 
 class ChannelAdapter(Protocol):

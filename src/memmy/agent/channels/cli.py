@@ -14,7 +14,7 @@ import click
 from memmy.agent.channels.access import CODE_TTL_S, AccessBook
 from memmy.agent.channels.connect import connect as connect_channel
 from memmy.agent.channels.connect import disconnect as disconnect_channel
-from memmy.agent.channels.settings import KNOWN, ChannelSettings, load_channels
+from memmy.agent.channels.settings import KNOWN, NOTES, ChannelSettings, load_channels
 from memmy.agent.channels.supervisor import read_status, unavailable_reason
 from memmy.agent.config import AgentConfig, load_agent_config
 from memmy.errors import MemmyError
@@ -40,7 +40,7 @@ def _emit(as_json: bool, payload: Any, human: str) -> None:
 
 @click.group()
 def channels() -> None:
-    """Chat apps the agent answers in (Telegram, Discord, Feishu, DingTalk, WeCom, iMessage)."""
+    """Chat apps the agent answers in (Telegram, Discord, Feishu, DingTalk, WeCom for WeChat, iMessage)."""
 
 
 @channels.command("list")
@@ -52,22 +52,26 @@ def list_channels(ctx: click.Context, as_json: bool) -> None:
     rows = []
     for name, (label, needed, limit) in KNOWN.items():
         settings = configured.get(name, ChannelSettings(name))
+        here = unavailable_reason(ChannelSettings(name, options={**dict.fromkeys(needed, "x"), **settings.options}))
         rows.append(
             {
                 "name": name,
                 "label": label,
                 "configured": name in configured,
                 "enabled": settings.enabled,
-                "available": unavailable_reason(ChannelSettings(name, options=dict.fromkeys(needed, "x"))) is None,
+                "available": here is None,
+                "unavailableBecause": here,
                 "problem": unavailable_reason(settings) if name in configured else None,
                 "textLimit": limit,
+                "note": NOTES.get(name),
             }
         )
     human = "\n".join(
-        f"{r['name']:<9} {r['label']:<28} "
+        f"{r['name']:<9} {r['label']:<32} "
         + ("enabled" if r["enabled"] else "configured, off" if r["configured"] else "not configured")
-        + ("" if r["available"] else "   (not available here)")
+        + ("" if r["available"] else f"   (not available here: {r['unavailableBecause']})")
         + (f"   problem: {r['problem']}" if r["problem"] else "")
+        + (f"\n{'':<10}{r['note']}" if r["note"] else "")
         for r in rows
     )
     _emit(as_json, {"channels": rows}, human)

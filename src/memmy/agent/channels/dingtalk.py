@@ -4,8 +4,11 @@ of the WebSocket to its robot handler and acknowledges it; robot messages arrive
 ``/v1.0/im/bot/messages/get`` topic and answers go back as Markdown through the message's own session webhook.
 The connection loop is memmy's, not the SDK's ``start()``: that one retries forever inside and swallows
 cancellation, so the supervisor could neither stop it nor show that it dropped. ``channels.dingtalk.apiBase`` (default
-``https://api.dingtalk.com``) lets a test stand in for DingTalk. DingTalk shows no typing indicator for robots;
-files the agent wrote are named in the chat (sending files needs the media upload API, not built yet)."""
+``https://api.dingtalk.com``) lets a test stand in for DingTalk. DingTalk shows no typing indicator for robots.
+Files the agent wrote are uploaded (``POST {oapiBase}/media/upload``, ``channels.dingtalk.oapiBase`` default
+``https://oapi.dingtalk.com``: the SDK's own upload has that host written in) and sent as the robot's file message
+(``/v1.0/robot/oToMessages/batchSend`` in a 1:1 chat, ``/v1.0/robot/groupMessages/send`` in a group) with the
+SDK's access token."""
 
 from __future__ import annotations
 
@@ -16,10 +19,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote_plus
 
+import httpx
+
 from memmy.agent.channels.base import Inbound, InboundHandler
 from memmy.agent.channels.settings import ChannelSettings
 
 log = logging.getLogger("memmy.channels.dingtalk")
+DEFAULT_OAPI_BASE = "https://oapi.dingtalk.com"  # the older API host, where media uploads go
 
 
 async def check(settings: ChannelSettings) -> str:
@@ -40,8 +46,11 @@ class DingTalkChannel:
 
         self.settings = settings
         self.text_limit = settings.text_limit
-        # The SDK reads the endpoint from a class attribute: one DingTalk app per process, as config allows.
+        # The SDK reads its endpoints from a class attribute and a module constant: one DingTalk app per process, as
+        # config allows.
         dingtalk_stream.DingTalkStreamClient.OPEN_CONNECTION_API = f"{settings.api_base}/v1.0/gateway/connections/open"
+        dingtalk_stream.stream.DINGTALK_OPENAPI_ENDPOINT = settings.api_base  # the access token's endpoint
+        self.oapi_base = (settings.options.get("oapiBase") or DEFAULT_OAPI_BASE).rstrip("/")
         credential = dingtalk_stream.Credential(
             settings.options.get("clientId", ""), settings.options.get("clientSecret", "")
         )
@@ -104,8 +113,39 @@ class DingTalkChannel:
             raise RuntimeError("DingTalk refused the reply")
 
     async def send_file(self, chat_id: str, path: Path) -> None:
-        """Name the file in the chat (DingTalk needs the media upload API to send files)."""
-        await self.send_text(chat_id, f"The agent wrote `{path.name}` ({path.stat().st_size} bytes) in its workspace.")
+        """Upload a file the agent wrote (``{oapiBase}/media/upload``) and send it as the robot's ``sampleFile``
+        message: to the person in a 1:1 chat (``oToMessages/batchSend``), to the group otherwise."""
+        incoming = self.incoming.get(chat_id)
+        if incoming is None:
+            raise RuntimeError(f"no DingTalk conversation {chat_id} to send a file to")
+        token = await asyncio.to_thread(self.client.get_access_token)  # the SDK's, cached until it nearly expires
+        if not token:
+            raise RuntimeError("DingTalk gave no access token (the SDK logged why)")
+        async with httpx.AsyncClient(timeout=60) as http:
+            uploaded = await http.post(
+                f"{self.oapi_base}/media/upload",
+                params={"access_token": token},
+                data={"type": "file"},
+                files={"media": (path.name, path.read_bytes())},
+            )
+            media = uploaded.json()
+            if media.get("errcode", 0) != 0 or "media_id" not in media:
+                raise RuntimeError(f"DingTalk refused the upload: {media.get('errcode')} {media.get('errmsg')}")
+            param = {"mediaId": media["media_id"], "fileName": path.name, "fileType": path.suffix.lstrip(".") or "file"}
+            body: dict[str, Any] = {
+                "robotCode": self.settings.options.get("clientId", ""),
+                "msgKey": "sampleFile",
+                "msgParam": json.dumps(param, ensure_ascii=False),
+            }
+            if str(incoming.conversation_type) == "2":
+                route, body["openConversationId"] = "/v1.0/robot/groupMessages/send", chat_id
+            else:
+                route, body["userIds"] = "/v1.0/robot/oToMessages/batchSend", [incoming.sender_staff_id]
+            sent = await http.post(
+                f"{self.settings.api_base}{route}", json=body, headers={"x-acs-dingtalk-access-token": token}
+            )
+            if sent.status_code != 200:
+                raise RuntimeError(f"DingTalk refused the file message: {sent.status_code} {sent.text[:200]}")
 
     async def typing(self, chat_id: str) -> None:
         """DingTalk shows no typing indicator for robots."""

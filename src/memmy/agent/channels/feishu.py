@@ -4,12 +4,14 @@ the SDK parses, dispatches to the ``im.message.receive_v1`` handler and acknowle
 (``POST /open-apis/im/v1/messages``, the SDK fetching the tenant token). ``channels.feishu.apiBase`` (default
 ``https://open.feishu.cn``; ``https://open.larksuite.com`` for Lark) lets a test stand in for Feishu. The
 connection loop is memmy's: the SDK's ``start()`` runs its own event loop (it cannot run inside ``memmy serve``'s)
-and reconnects out of the supervisor's sight. Feishu shows no typing indicator for bots."""
+and reconnects out of the supervisor's sight. Files the agent wrote are uploaded (``POST /open-apis/im/v1/files``)
+and sent as ``file`` messages. Feishu shows no typing indicator for bots."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import logging
 from pathlib import Path
@@ -35,6 +37,16 @@ class FeishuError(RuntimeError):
 
 
 CHECK_CHAT = "oc_memmy_connection_check"
+# the file_type Feishu's upload wants by extension (anything else is a "stream")
+FILE_TYPES = {
+    ".pdf": "pdf",
+    ".doc": "doc",
+    ".docx": "doc",
+    ".xls": "xls",
+    ".xlsx": "xls",
+    ".ppt": "ppt",
+    ".pptx": "ppt",
+}
 NOT_IN_CHAT = (230001, 230002)  # the chat does not exist / the bot is not in it: the call itself was allowed
 
 
@@ -105,8 +117,7 @@ class FeishuChannel:
                 pinger.cancel()
                 client._conn = None
 
-    async def send_text(self, chat_id: str, text: str) -> None:
-        """Send one message to the chat (Feishu's ``post`` rich text would need a conversion; text keeps it all)."""
+    async def _send(self, chat_id: str, msg_type: str, content: dict[str, str]) -> None:
         from lark_oapi.api.im.v1 import CreateMessageRequest, CreateMessageRequestBody
 
         request = (
@@ -115,8 +126,8 @@ class FeishuChannel:
             .request_body(
                 CreateMessageRequestBody.builder()
                 .receive_id(chat_id)
-                .msg_type("text")
-                .content(json.dumps({"text": text}, ensure_ascii=False))
+                .msg_type(msg_type)
+                .content(json.dumps(content, ensure_ascii=False))
                 .build()
             )
             .build()
@@ -125,9 +136,20 @@ class FeishuChannel:
         if not response.success():
             raise FeishuError(int(response.code or 0), str(response.msg))
 
+    async def send_text(self, chat_id: str, text: str) -> None:
+        """Send one message to the chat (Feishu's ``post`` rich text would need a conversion; text keeps it all)."""
+        await self._send(chat_id, "text", {"text": text})
+
     async def send_file(self, chat_id: str, path: Path) -> None:
-        """Name the file in the chat (sending it needs Feishu's file upload API, not built yet)."""
-        await self.send_text(chat_id, f"The agent wrote {path.name} ({path.stat().st_size} bytes) in its workspace.")
+        """Upload a file the agent wrote (``POST /open-apis/im/v1/files``) and send it as a ``file`` message."""
+        from lark_oapi.api.im.v1 import CreateFileRequest, CreateFileRequestBody
+
+        kind = FILE_TYPES.get(path.suffix.lower(), "stream")
+        body = CreateFileRequestBody.builder().file_type(kind).file_name(path.name).file(io.BytesIO(path.read_bytes()))
+        response = await self.api.im.v1.file.acreate(CreateFileRequest.builder().request_body(body.build()).build())
+        if not response.success() or response.data is None:
+            raise FeishuError(int(response.code or 0), str(response.msg))
+        await self._send(chat_id, "file", {"file_key": str(response.data.file_key)})
 
     async def typing(self, chat_id: str) -> None:
         """Feishu shows no typing indicator for bots."""

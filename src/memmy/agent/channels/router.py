@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from memmy.agent.asr import hear_voice_notes
 from memmy.agent.attachments import MAX_FILES, AttachmentError, Converted, convert, message_text
 from memmy.agent.channels.access import AccessBook
-from memmy.agent.channels.base import ChannelAdapter, ChannelState, Inbound
+from memmy.agent.channels.base import ChannelAdapter, ChannelState, FileCache, Inbound
 from memmy.agent.channels.settings import ChannelSettings
 from memmy.agent.channels.text import split_message
 
@@ -92,18 +92,23 @@ def compose_prompt(
     return text, parts, notes
 
 
+def _generations(text: str) -> dict[str, int]:
+    try:
+        data = json.loads(text)
+        return {str(k): int(v) for k, v in data.items()} if isinstance(data, dict) else {}
+    except (ValueError, TypeError):
+        return {}
+
+
 class SessionBook:
     """Which agent session each chat is in (``/new`` moves a chat to a fresh one); kept across restarts."""
 
     def __init__(self, home: Path) -> None:
         self.path = home / "channels" / "sessions.json"
+        self.cache: FileCache[dict[str, int]] = FileCache()
 
     def _read(self) -> dict[str, int]:
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-            return {str(k): int(v) for k, v in data.items()} if isinstance(data, dict) else {}
-        except (OSError, ValueError, TypeError):
-            return {}
+        return dict(self.cache.read(self.path, _generations))
 
     def session(self, chat_key: str) -> str:
         """The chat's current agent session name."""
@@ -129,6 +134,7 @@ class Lane:
     worker: asyncio.Task[None] | None = None
     turn: asyncio.Task[Answer] | None = None
     started: float = 0.0
+    noticed: bool = False  # the "Queued" notice of this busy spell was said
 
 
 class ChatRouter:
@@ -149,6 +155,7 @@ class ChatRouter:
         self.sessions = SessionBook(home)
         self.state = state or ChannelState(settings.name)
         self.lanes: dict[str, Lane] = {}
+        self.notices: set[asyncio.Task[None]] = set()
         # (stage, seconds) the channel layer itself adds to a message, for bench/channels.py: "pick_to_turn" from
         # the chat's queue handing the message over to the agent turn starting, "answer_to_sent" from the turn's
         # answer to the platform having taken every part of it
@@ -184,8 +191,11 @@ class ChatRouter:
         if command in ("/help", "/start"):
             await self._say(message.chat_id, HELP)
             return
-        if lane.worker is not None and not lane.worker.done():
-            await self._say(message.chat_id, f"Queued: it runs after the current turn ({lane.queue.qsize() + 1}).")
+        if lane.worker is not None and not lane.worker.done() and not lane.noticed:
+            lane.noticed = True
+            # Once per busy spell (the first message that has to wait; the ones after it join silently), and said
+            # without waiting for the platform: the next inbound message must not queue behind this notice.
+            self._say_later(message.chat_id, "Queued: it runs after the current turn; messages sent now wait too.")
         lane.queue.put_nowait(message)
         if lane.worker is None or lane.worker.done():
             lane.worker = asyncio.create_task(self._drain(message.chat_key, lane))
@@ -216,6 +226,12 @@ class ChatRouter:
         return "\n".join(lines)
 
     async def _drain(self, chat_key: str, lane: Lane) -> None:
+        try:
+            await self._drain_queue(lane)
+        finally:
+            lane.noticed = False  # the spell is over: the next message that has to wait is told again
+
+    async def _drain_queue(self, lane: Lane) -> None:
         while not lane.queue.empty():
             message = lane.queue.get_nowait()
             try:
@@ -273,6 +289,19 @@ class ChatRouter:
         await self.adapter.send_text(chat_id, text)
         self.state.messages_out += 1
 
+    def _say_later(self, chat_id: str, text: str) -> None:
+        """Send a notice in a task of its own (kept until it is sent; a failure is logged, nothing else waits)."""
+
+        async def say() -> None:
+            try:
+                await self._say(chat_id, text)
+            except Exception as exc:  # a lost notice must not touch the chat's turns
+                log.info("%s: a notice to chat %s was not sent: %s", self.settings.name, chat_id, exc)
+
+        task = asyncio.create_task(say())
+        self.notices.add(task)
+        task.add_done_callback(self.notices.discard)
+
     async def _keep_typing(self, chat_id: str) -> None:
         with contextlib.suppress(Exception):
             while True:
@@ -280,7 +309,9 @@ class ChatRouter:
                 await asyncio.sleep(TYPING_EVERY_S)
 
     async def close(self) -> None:
-        """Stop every chat's worker and running turn."""
+        """Stop every chat's worker and running turn (and the notices not sent yet)."""
+        for notice in list(self.notices):
+            notice.cancel()
         for lane in self.lanes.values():
             for task in (lane.turn, lane.worker):
                 if task is not None and not task.done():

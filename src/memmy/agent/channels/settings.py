@@ -29,16 +29,23 @@ KNOWN: dict[str, tuple[str, tuple[str, ...], int]] = {
     "discord": ("Discord", ("token",), 2000),
     "feishu": ("Feishu / Lark", ("appId", "appSecret"), 30000),
     "dingtalk": ("DingTalk", ("clientId", "clientSecret"), 5000),
-    "wecom": ("WeCom (WeChat Work) app bot", ("corpId", "agentId", "secret"), 2048),
-    "imessage": ("iMessage (macOS)", (), 20000),
+    "wecom": ("WeCom (WeChat Work) app bot", ("corpId", "agentId", "secret", "token", "encodingAESKey"), 2048),
+    "imessage": ("iMessage (BlueBubbles on a Mac)", ("password",), 20000),
 }
 DEFAULT_API_BASE = {
     "telegram": "https://api.telegram.org",
     "dingtalk": "https://api.dingtalk.com",
     "discord": "https://discord.com",
     "feishu": "https://open.feishu.cn",
+    "wecom": "https://qyapi.weixin.qq.com",
+    "imessage": "http://127.0.0.1:1234",  # BlueBubbles server's default port, on the Mac itself
 }
-PUBLIC_OPTIONS = ("apiBase", "appId", "clientId", "corpId", "agentId")
+PUBLIC_OPTIONS = ("apiBase", "oapiBase", "appId", "clientId", "corpId", "agentId", "listen")
+# what a channel cannot do, said in `memmy channels list` beside it
+NOTES = {
+    "wecom": "personal WeChat has no lawful bot API; WeCom (WeChat Work) apps are the substitute",
+    "imessage": "through a BlueBubbles server on a Mac signed in to Messages",
+}
 
 
 @dataclass(frozen=True)

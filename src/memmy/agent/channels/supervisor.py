@@ -35,8 +35,11 @@ AdapterFactory = Callable[[ChannelSettings, Path], ChannelAdapter]
 
 def unavailable_reason(settings: ChannelSettings) -> str | None:
     """Why a configured channel cannot run here (``None`` when it can)."""
-    if settings.name == "imessage" and sys.platform != "darwin":
-        return "iMessage needs macOS (it is reached through the Messages app there)"
+    if settings.name == "imessage" and sys.platform != "darwin" and not settings.options.get("apiBase"):
+        return (
+            "iMessage needs a Mac: run BlueBubbles server on a Mac signed in to Messages and set "
+            "channels.imessage.apiBase to it (memmy on this OS reaches that Mac over the network)"
+        )
     if settings.name not in ADAPTERS:
         return f"{settings.label} is not available in this version of memmy yet"
     module = SDK_MODULES.get(settings.name)
@@ -72,15 +75,36 @@ def _feishu(settings: ChannelSettings, home: Path) -> ChannelAdapter:
     return FeishuChannel(settings, home)
 
 
+def _wecom(settings: ChannelSettings, home: Path) -> ChannelAdapter:
+    from memmy.agent.channels.wecom import WeComChannel
+
+    return WeComChannel(settings, home)
+
+
+def _imessage(settings: ChannelSettings, home: Path) -> ChannelAdapter:
+    from memmy.agent.channels.imessage import IMessageChannel
+
+    return IMessageChannel(settings, home)
+
+
 ADAPTERS: dict[str, AdapterFactory] = {
     "telegram": _telegram,
     "dingtalk": _dingtalk,
     "discord": _discord,
     "feishu": _feishu,
+    "wecom": _wecom,
+    "imessage": _imessage,
 }
 
-# the maintained SDK each adapter runs on
-SDK_MODULES = {"telegram": "telegram", "dingtalk": "dingtalk_stream", "discord": "discord", "feishu": "lark_oapi"}
+# the maintained SDK each adapter runs on (WeCom and BlueBubbles have none: their HTTP APIs through httpx, WeCom's
+# message encryption through cryptography)
+SDK_MODULES = {
+    "telegram": "telegram",
+    "dingtalk": "dingtalk_stream",
+    "discord": "discord",
+    "feishu": "lark_oapi",
+    "wecom": "cryptography",
+}
 
 
 def status_path(home: Path) -> Path:

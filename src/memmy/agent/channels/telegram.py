@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from memmy.agent.channels.base import Attachment, Inbound, InboundHandler
+from memmy.agent.channels.base import Attachment, Inbound, InboundHandler, keep_position, read_position
 from memmy.agent.channels.settings import ChannelSettings
 from memmy.agent.channels.text import markdown_to_telegram_html
 
@@ -75,18 +75,6 @@ class TelegramChannel:
             get_updates_request=HTTPXRequest(read_timeout=poll_timeout_s + 10, connect_timeout=10),
         )
 
-    def _offset(self) -> int | None:
-        try:
-            return int(self.offset_file.read_text().strip())
-        except (OSError, ValueError):
-            return None
-
-    def _keep_offset(self, offset: int) -> None:
-        self.offset_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.offset_file.with_name(self.offset_file.name + ".tmp")
-        tmp.write_text(str(offset))
-        tmp.replace(self.offset_file)
-
     async def run(self, deliver: InboundHandler) -> None:
         """Poll until cancelled; a network failure raises (the supervisor reconnects with backoff)."""
         await self.bot.initialize()  # getMe: a wrong token fails here, with Telegram's own message
@@ -94,12 +82,13 @@ class TelegramChannel:
             await self.bot.delete_webhook()
             while True:
                 updates = await self.bot.get_updates(
-                    offset=self._offset(), timeout=self.poll_timeout_s, allowed_updates=["message"]
+                    offset=read_position(self.offset_file), timeout=self.poll_timeout_s, allowed_updates=["message"]
                 )
+                if updates:
+                    # The offset is kept (once a batch) before the messages are handed over: a crash then loses
+                    # at most the turns in flight instead of answering every message of the batch twice.
+                    keep_position(self.offset_file, updates[-1].update_id + 1)
                 for update in updates:
-                    # The offset is kept before the message is handled: a crash then loses at most the turn
-                    # in flight instead of answering every message of the batch twice.
-                    self._keep_offset(update.update_id + 1)
                     message = await self._inbound(update)
                     if message is not None:
                         await deliver(message)

@@ -99,3 +99,32 @@ def markdown_to_telegram_html(text: str) -> str:
     if in_code:  # an unclosed fence still renders as code
         out.append(f"<pre>{html.escape(chr(10).join(code_lines), quote=False)}</pre>")
     return "\n".join(out)
+
+
+def split_utf8(text: str, max_bytes: int) -> list[str]:
+    """``text`` as chunks of at most ``max_bytes`` UTF-8 bytes (platforms that count bytes: WeCom's 2,048), cut
+    on paragraph, line and word breaks like :func:`split_message`."""
+    limit = max_bytes
+    while True:
+        chunks = split_message(text, max(32, limit))
+        if all(len(chunk.encode()) <= max_bytes for chunk in chunks) or limit <= 32:
+            return chunks
+        longest = max(len(chunk.encode()) / max(1, len(chunk)) for chunk in chunks)
+        limit = min(limit - 1, int(max_bytes / longest))
+
+
+def markdown_to_plain(text: str) -> str:
+    """Markdown as plain text for apps that show no formatting (iMessage): fences and ``#`` dropped, code kept
+    as it is, bold unmarked, links as ``label (url)``."""
+    out: list[str] = []
+    in_code = False
+    for line in text.split("\n"):
+        if line.strip().startswith(FENCE):
+            in_code = not in_code
+            continue
+        if in_code:
+            out.append(line)
+            continue
+        line = re.sub(r"^\s*#{1,6}\s+", "", line)
+        out.append(_INLINE.sub(lambda m: m[1] or m[2] or f"{m[3]} ({m[4]})", line))
+    return "\n".join(out).strip()

@@ -615,6 +615,7 @@
     return el("section", { class: "card wide channel", "data-name": c.name },
       el("h2", {}, c.label, " ", el("span", { class: "state state-" + c.state.replace(/\s+/g, "-") }, t(c.state))),
       c.detail || c.problem ? el("p", { class: "muted detail" }, c.problem || c.detail) : null,
+      c.note ? el("p", { class: "muted note" }, c.note) : null,
       c.enabled ? el("p", { class: "muted counts" }, `${t("in")} ${c.messagesIn} · ${t("out")} ${c.messagesOut} · ${t("refused")} ${c.refused}`
         + (c.paired.length ? ` · ${t("paired")}: ${c.paired.join(", ")}` : "")) : null,
       form,
