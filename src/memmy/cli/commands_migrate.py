@@ -2,22 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from memmy.cli.context import CliContext, pass_ctx
 from memmy.errors import StoreError
-from memmy.store.db import Database
-
-
-def _open(where: str) -> Database:
-    """A store at ``where``: a ``postgresql://`` URL, or a SQLite file path (created and migrated when new)."""
-    if where.startswith(("postgresql://", "postgres://")):
-        from memmy.store.pg import PgDatabase
-
-        return PgDatabase(where)
-    return Database(Path(where).expanduser())
 
 
 @click.command("migrate")
@@ -32,7 +20,7 @@ def migrate(obj: CliContext, target: str, source: str | None) -> None:
     """Copy every table of the store into an empty one on the other engine, then compare row counts and content
     hashes table by table (nothing is kept unless all agree; the source is only read)."""
     from memmy.config import load_config
-    from memmy.store.copy import copy_store
+    from memmy.service.store_copy import migrate_store
 
     if source is None:
         storage = load_config().storage
@@ -40,15 +28,7 @@ def migrate(obj: CliContext, target: str, source: str | None) -> None:
     if target == source:
         raise click.UsageError("--to and --from name the same store")
     try:
-        src = _open(source)
-        try:
-            dst = _open(target)
-            try:
-                results = copy_store(src, dst)
-            finally:
-                dst.close()
-        finally:
-            src.close()
+        results = migrate_store(source, target)
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
     rows = sum(r.copied_rows for r in results)
