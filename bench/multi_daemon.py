@@ -14,51 +14,16 @@ import shutil
 import signal
 import sys
 import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import httpx
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import tests.test_postgres_daemons as daemons_test  # noqa: E402
 from tests.conftest import Daemon, free_port  # noqa: E402
 from tests.pg_server import PostgresServer  # noqa: E402
-
-
-def keyed_adds(victim: Daemon, survivor: Daemon, first: int, count: int, acked: dict[int, str]) -> int:
-    """Keyed adds to ``victim``, each retried on ``survivor`` when the victim fails under it; kills the victim after
-    four acknowledgements. Returns how many were retried."""
-    retried = 0
-    started = threading.Event()
-
-    def write() -> None:
-        nonlocal retried
-        with victim.client() as a, survivor.client() as b:
-            for n in range(first, first + count):
-                body = {
-                    "content": f"keyed fact {n} about the deploy window",
-                    "adapterId": "hook",
-                    "requestId": f"a-{n}",
-                }
-                try:
-                    response = a.post("/api/v1/memory/add", json=body)
-                except httpx.HTTPError:
-                    retried += 1
-                    response = b.post("/api/v1/memory/add", json=body)
-                response.raise_for_status()
-                acked[n] = response.json()["id"]
-                if n == first + 3:
-                    started.set()
-
-    thread = threading.Thread(target=write)
-    thread.start()
-    started.wait()
-    victim.stop(signal.SIGKILL)
-    thread.join()
-    return retried
 
 
 def main() -> None:
@@ -95,13 +60,13 @@ def main() -> None:
         retried = 0
         for round_no in range(args.kills):
             victim, survivor = pair[round_no % 2], pair[(round_no + 1) % 2]
-            retried += keyed_adds(victim, survivor, round_no * args.adds, args.adds, acked)
+            retried += daemons_test.keyed_adds(victim, survivor, round_no * args.adds, args.adds, acked)
             victim.start()  # the host comes back
         for daemon in pair:
             daemon.drain()
         with psycopg.connect(dsn) as conn:
             rows = conn.execute(
-                "SELECT memory_value, count(*), min(id) FROM memories WHERE memory_value LIKE 'keyed fact %%' "
+                "SELECT memory_value, count(*), min(id) FROM memories WHERE memory_value LIKE 'keyed fact number %%' "
                 "GROUP BY memory_value"
             ).fetchall()
             jobs = conn.execute(
@@ -109,7 +74,7 @@ def main() -> None:
                 "FROM evolution_jobs"
             ).fetchone()
         found = {text: (count, memory_id) for text, count, memory_id in rows}
-        texts = {n: f"keyed fact {n} about the deploy window" for n in acked}
+        texts = {n: daemons_test.keyed_text(n) for n in acked}
         lost = sum(1 for text in texts.values() if text not in found)
         duplicated = sum(1 for count, _ in found.values() if count > 1)
         other = sum(1 for n, memory_id in acked.items() if found.get(texts[n], (0, ""))[1] != memory_id)
