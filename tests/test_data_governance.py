@@ -64,8 +64,7 @@ def _populate(service: MemoryService) -> list[str]:
     return ids
 
 
-@only_sqlite
-def test_export_wipe_import_of_a_sqlite_store_gives_an_equal_export(service: MemoryService, tmp_path: Path) -> None:
+def test_export_wipe_import_gives_an_equal_export(service: MemoryService, tmp_path: Path) -> None:
     ids = _populate(service)
     first = service.ownership.export(Export.from_json({"out": str(tmp_path / "one.zip")}), PANEL)
     assert first["counts"]["memories"] >= 3
@@ -109,8 +108,7 @@ def test_export_wipe_import_of_a_sqlite_store_gives_an_equal_export(service: Mem
     assert wipe_row["actor"]["source"] == "panel"
 
 
-@only_sqlite
-def test_export_of_a_sqlite_store_without_raw_turns(service: MemoryService, tmp_path: Path) -> None:
+def test_export_without_raw_turns(service: MemoryService, tmp_path: Path) -> None:
     _populate(service)
     result = service.ownership.export(Export.from_json({"out": str(tmp_path / "noraw.zip"), "raw": False}), PANEL)
     assert "raw_turns" not in result["counts"]

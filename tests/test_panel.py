@@ -190,8 +190,7 @@ def test_review_queue_approve_from_the_panel(client: TestClient, service: Memory
     assert pending.id not in client.get("/panel/review").text
 
 
-@only_sqlite
-def test_settings_export_import_and_wipe_of_a_sqlite_store(
+def test_settings_export_import_and_wipe(
     client: TestClient, service: MemoryService, tmp_path: Path
 ) -> None:
     made = service.add_memory(AddMemory.from_json({"content": "Our CI runs on self-hosted runners."}), Namespace())

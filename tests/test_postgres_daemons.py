@@ -91,28 +91,31 @@ def test_a_memory_one_daemon_adds_reaches_the_others_vector_channel(two_daemons:
     assert "vec" in channels[added.json()["id"]]
 
 
-def _keyed_add(client: httpx.Client, n: int) -> httpx.Response:
-    body = {"content": f"keyed fact number {n} about the deploy window", "adapterId": "hook", "requestId": f"add-{n}"}
-    return client.post("/api/v1/memory/add", json=body)
+def keyed_text(n: int) -> str:
+    """The content of keyed add number ``n``."""
+    return f"keyed fact number {n} about the deploy window"
 
 
-def test_a_daemon_killed_during_keyed_adds_loses_and_duplicates_nothing(
-    two_daemons: list[Daemon], postgres_dsn: str
-) -> None:
-    victim, survivor = two_daemons
-    acknowledged: dict[int, str] = {}
+def keyed_adds(victim: Daemon, survivor: Daemon, first: int, count: int, acknowledged: dict[int, str]) -> int:
+    """Keyed adds ``first`` … ``first + count - 1`` to ``victim``, which is killed with SIGKILL once five are
+    acknowledged; an add that fails under it is retried with the same idempotency key on ``survivor``. Records each
+    acknowledged id; returns how many adds were retried."""
+    retried = 0
     some_written = threading.Event()
 
     def writer() -> None:
-        with victim.client() as first, survivor.client() as second:
-            for n in range(KEYED_ADDS):
+        nonlocal retried
+        with victim.client() as one, survivor.client() as other:
+            for n in range(first, first + count):
+                body = {"content": keyed_text(n), "adapterId": "hook", "requestId": f"add-{n}"}
                 try:
-                    response = _keyed_add(first, n)
+                    response = one.post("/api/v1/memory/add", json=body)
                 except httpx.HTTPError:  # the daemon died under the request: the same key, on the other daemon
-                    response = _keyed_add(second, n)
+                    retried += 1
+                    response = other.post("/api/v1/memory/add", json=body)
                 assert response.status_code == 200, response.text
                 acknowledged[n] = response.json()["id"]
-                if n == 4:
+                if n == first + 4:
                     some_written.set()
 
     thread = threading.Thread(target=writer)
@@ -120,6 +123,15 @@ def test_a_daemon_killed_during_keyed_adds_loses_and_duplicates_nothing(
     some_written.wait()
     victim.stop(signal.SIGKILL)
     thread.join()
+    return retried
+
+
+def test_a_daemon_killed_during_keyed_adds_loses_and_duplicates_nothing(
+    two_daemons: list[Daemon], postgres_dsn: str
+) -> None:
+    victim, survivor = two_daemons
+    acknowledged: dict[int, str] = {}
+    keyed_adds(victim, survivor, 0, KEYED_ADDS, acknowledged)
     assert sorted(acknowledged) == list(range(KEYED_ADDS))
     with psycopg.connect(postgres_dsn) as conn:
         rows = conn.execute(
@@ -130,6 +142,6 @@ def test_a_daemon_killed_during_keyed_adds_loses_and_duplicates_nothing(
     assert len(per_text) == KEYED_ADDS  # nothing lost
     assert {count for count, _ in per_text.values()} == {1}  # nothing duplicated
     for n, memory_id in acknowledged.items():  # and each answer names the one row
-        assert per_text[f"keyed fact number {n} about the deploy window"][1] == memory_id
+        assert per_text[keyed_text(n)][1] == memory_id
     with survivor.client() as client:
         assert client.get("/api/v1/health").status_code == 200

@@ -20,7 +20,7 @@ def migrate(obj: CliContext, target: str, source: str | None) -> None:
     """Copy every table of the store into an empty one on the other engine, then compare row counts and content
     hashes table by table (nothing is kept unless all agree; the source is only read)."""
     from memmy.config import load_config
-    from memmy.service.migrate import migrate_store
+    from memmy.service.store_copy import migrate_store
 
     if source is None:
         storage = load_config().storage

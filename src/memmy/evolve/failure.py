@@ -206,7 +206,9 @@ def best_success(succeeded: list[TraceView], failed: list[TraceView] | None = No
     """The step that got the failed command through: the one that re-runs it (the same command before the same
     program), else the latest successful step, not a diagnostic look on the way."""
     bad = [c for t in failed or [] for c in t.tool_calls]
-    return max(succeeded, key=lambda t: (rerun_kind(bad, t.tool_calls), t.value > 0, t.created_at, len(t.tool_calls)))
+    return max(
+        succeeded, key=lambda t: (rerun_kind(bad, t.tool_calls), t.value > 0, t.created_at, len(t.tool_calls))
+    )
 
 
 def _prefer_line(succeeded: list[TraceView], failed: list[TraceView] | None = None) -> str:

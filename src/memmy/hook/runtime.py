@@ -57,7 +57,9 @@ _ASSIGN_SIGNS = (":", "=", "：", "是", "为")
 _ALWAYS_WORDS = ("://", "private key", "-----begin", ";base64,", "xox", "xapp-", "sshpass", "mysql", "mariadb")
 _TOKEN_RUN = 16
 #: Byte table: token characters -> ``a``, every other byte -> a space (non-ASCII is ``?`` before it applies).
-_TOKEN_BYTES = bytes(97 if chr(b).isascii() and (chr(b).isalnum() or chr(b) in "_-+/=.~") else 32 for b in range(256))
+_TOKEN_BYTES = bytes(
+    97 if chr(b).isascii() and (chr(b).isalnum() or chr(b) in "_-+/=.~") else 32 for b in range(256)
+)
 
 
 def memmy_home() -> str:

@@ -27,6 +27,7 @@ from memmy.config import Settings
 from memmy.errors import Conflict, InvalidArgument, NotFound
 from memmy.namespace import Namespace
 from memmy.service.governance import GovernanceOps, brief
+from memmy.store.copy import in_key_order, restart_identities, tables
 from memmy.store.db import utc_now
 from memmy.store.schema import SCHEMA_VERSION, refill_fts
 from memmy.store.unit import Store
@@ -61,8 +62,12 @@ def _decode(value: Any) -> Any:
     return value
 
 
-def data_tables(conn: sqlite3.Connection) -> list[str]:
-    """Ordinary tables worth exporting, in creation order (FTS tables, their shadow tables and internals excluded)."""
+def data_tables(conn: sqlite3.Connection, store: Store | None = None) -> list[str]:
+    """Ordinary tables worth exporting, in creation order (FTS tables, their shadow tables and internals excluded);
+    on PostgreSQL (``store`` given) every table after the tables its foreign keys point at."""
+    if store is not None and store.backend == "postgres":
+        names = [t for t in tables(store.db) if t not in SKIPPED_TABLES and t != "memories_fts"]
+        return in_key_order(store.db, names)
     rows = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table' ORDER BY rowid").fetchall()
     fts = {str(r[0]) for r in rows if "VIRTUAL TABLE" in str(r[1] or "").upper()}
     names = []
@@ -93,14 +98,35 @@ def _serial_key(conn: sqlite3.Connection, table: str) -> str | None:
     return None
 
 
-def _order_by(conn: sqlite3.Connection, table: str) -> str:
+def _order_by(conn: sqlite3.Connection, table: str, backend: str = "sqlite") -> str:
     keys = _key_columns(conn, table)
     if keys:
         return ", ".join(f'"{k}"' for k in keys)
+    if backend == "postgres":
+        return "rowid"
     without_rowid = conn.execute("SELECT sql FROM sqlite_master WHERE type='table' AND name=?", (table,)).fetchone()
     if without_rowid and "WITHOUT ROWID" in str(without_rowid[0]).upper():
         return ", ".join(f'"{c}"' for c in _columns(conn, table))
     return "rowid"
+
+
+def _insert(table: str, row: dict[str, Any], replace: bool, keys: list[str] | None) -> tuple[str, list[Any]]:
+    """The statement that adds ``row`` (keeping, or with ``replace`` overwriting, a row with its key). ``keys``
+    given (PostgreSQL, which has no INSERT OR REPLACE): an upsert on them."""
+    names = list(row)
+    listed = ", ".join(f'"{c}"' for c in names)
+    values = [row[c] for c in names]
+    marks = ", ".join("?" * len(names))
+    if keys is None:
+        verb = "INSERT OR REPLACE" if replace else "INSERT OR IGNORE"
+        return f'{verb} INTO "{table}" ({listed}) VALUES ({marks})', values
+    changed = [c for c in names if c not in keys]
+    if replace and keys and changed:
+        update = ", ".join(f'"{c}" = excluded."{c}"' for c in changed)
+        conflict = f"ON CONFLICT ({', '.join(chr(34) + k + chr(34) for k in keys)}) DO UPDATE SET {update}"
+    else:
+        conflict = "ON CONFLICT DO NOTHING"
+    return f'INSERT INTO "{table}" ({listed}) VALUES ({marks}) {conflict}', values
 
 
 @dataclass
@@ -156,6 +182,15 @@ class DataOps:
         return self.settings.current.home / "exports" / f"{prefix}-{stamp}.zip"
 
     def _snapshot_rows(self, include_raw: bool) -> Iterator[tuple[str, list[str], Iterator[sqlite3.Row]]]:
+        if self.store.backend == "postgres":  # one transaction, holding the write lock: one consistent state
+            with self.store.transaction() as conn:
+                for table in data_tables(conn, self.store):
+                    if not include_raw and table in RAW_TABLES:
+                        continue
+                    order = _order_by(conn, table, "postgres")
+                    rows = conn.execute(f'SELECT * FROM "{table}" ORDER BY {order}').fetchall()
+                    yield table, _columns(conn, table), iter(rows)
+            return
         conn = sqlite3.connect(f"file:{self.store.path}?mode=ro", uri=True, isolation_level=None)
         try:
             conn.execute("BEGIN")  # one read transaction: every table from the same snapshot
@@ -219,7 +254,7 @@ class DataOps:
         manifest, tables = read_archive(path)
         report: dict[str, dict[str, int]] = {}
         with self.store.transaction() as conn:
-            existing_tables = set(data_tables(conn)) | LOG_TABLES
+            existing_tables = set(data_tables(conn, self.store)) | LOG_TABLES
             plans: list[tuple[str, list[dict[str, Any]]]] = []
             for table in tables:
                 if table.name not in existing_tables or table.name in SKIPPED_TABLES:
@@ -271,16 +306,17 @@ class DataOps:
                     "use --on-conflict skip or replace"
                 )
             if not dry_run:
-                verb = "INSERT OR REPLACE" if on_conflict == "replace" else "INSERT OR IGNORE"
                 conn.execute("PRAGMA defer_foreign_keys = ON")
+                postgres = self.store.backend == "postgres"
+                if postgres:  # no deferred keys there: parents first
+                    order = {name: i for i, name in enumerate(data_tables(conn, self.store))}
+                    plans.sort(key=lambda plan: order.get(plan[0], len(order)))
                 for name, rows in plans:
+                    keys = _key_columns(conn, name)
                     for row in rows:
-                        names = list(row)
-                        conn.execute(
-                            f'{verb} INTO "{name}" ({", ".join(chr(34) + c + chr(34) for c in names)}) '
-                            f"VALUES ({', '.join('?' * len(names))})",
-                            [row[c] for c in names],
-                        )
+                        conn.execute(*_insert(name, row, on_conflict == "replace", keys if postgres else None))
+                if postgres:
+                    restart_identities(self.store.db, conn, [name for name, _ in plans])
                 self._rebuild_fts(conn)
         if not dry_run:
             self.after_restore()
@@ -312,14 +348,18 @@ class DataOps:
         removed: dict[str, int] = {}
         with self.store.transaction() as conn:
             conn.execute("PRAGMA defer_foreign_keys = ON")
-            for table in reversed(data_tables(conn)):
+            for table in reversed(data_tables(conn, self.store)):
                 if table in LOG_TABLES:
                     continue
                 cursor = conn.execute(f'DELETE FROM "{table}"')
                 if cursor.rowcount:
                     removed[table] = int(cursor.rowcount)
+            present = set(tables(self.store.db)) if self.store.backend == "postgres" else None
             for table in SKIPPED_TABLES - {"schema_migrations"}:
-                if conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (table,)).fetchone():
+                if present is not None:
+                    if table in present:
+                        conn.execute(f'DELETE FROM "{table}"')
+                elif conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (table,)).fetchone():
                     conn.execute(f'DELETE FROM "{table}"')
             conn.execute("DELETE FROM memories_fts")
         self.after_restore()

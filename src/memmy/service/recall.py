@@ -315,11 +315,7 @@ class RecallOps(Configured):
                 ]
                 selected = merge_by_rrf([selected, *extra], limit)
         selected, filter_status = relevance_filter(
-            filter_llm,
-            query,
-            selected,
-            self.config.algorithm["retrieval"],
-            timeout_s,
+            filter_llm, query, selected, self.config.algorithm["retrieval"], timeout_s,
             apply_fallback_cap=mode == "turn_start",
         )
         status.append(filter_status)

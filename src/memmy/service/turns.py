@@ -283,7 +283,9 @@ class TurnOps(Configured):
         return cast(TurnCompleted, answer)
 
     # -- capture helpers --------------------------------------------------------------------------
-    def _episode_for_completion(self, started_turn: Any, wanted: str | None, turn: CapturedTurn, ns: Namespace) -> str:
+    def _episode_for_completion(
+        self, started_turn: Any, wanted: str | None, turn: CapturedTurn, ns: Namespace
+    ) -> str:
         """The turn's episode: the one chosen at turn start, the caller's, or the heuristic's."""
         if started_turn is not None and started_turn["episode_id"]:
             return str(started_turn["episode_id"])

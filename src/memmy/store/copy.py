@@ -143,7 +143,7 @@ def copy_store(source: Database, destination: Database) -> list[TableCopy]:
         out.execute("DELETE FROM memories_fts")
         refill_fts(out)
         if destination.backend == "postgres":
-            _restart_identities(destination, out, names)
+            restart_identities(destination, out, names)
         for table in names:
             cols = columns(source, table)
             rows, digest = table_digest(source, table, cols)
@@ -168,7 +168,7 @@ def _copy_table(source: Database, out: sqlite3.Connection, table: str, cols: lis
         out.executemany(insert, [tuple(row) for row in rows[start : start + BATCH]])
 
 
-def _restart_identities(destination: Database, out: sqlite3.Connection, names: list[str]) -> None:
+def restart_identities(destination: Database, out: sqlite3.Connection, names: list[str]) -> None:
     """Move each identity past the copied rows, so the next insert takes the next number."""
     rows = destination.query(
         "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = current_schema() "
