@@ -157,6 +157,62 @@ def test_capture_spooled_while_the_daemon_is_down_and_sent_when_it_is_back(daemo
     assert "7411" in search(daemon, "heron cache port")
 
 
+class Unavailable(BaseHTTPRequestHandler):
+    """A daemon that answers every request with 503 until ``ready`` is set, then forwards to the real one."""
+
+    ready = threading.Event()
+    target = ""
+
+    def do_POST(self) -> None:  # noqa: N802 - the standard library's handler name
+        import httpx
+
+        body = self.rfile.read(int(self.headers.get("content-length") or 0))
+        if not self.ready.is_set():
+            status, answer = 503, b'{"error": {"code": "starting", "message": "starting"}}'
+        else:
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+            response = httpx.post(self.target + self.path, content=body, headers=headers, timeout=30)
+            status, answer = response.status_code, response.content
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_spooled_capture_is_sent_again_without_waiting_for_the_next_turn(daemon: Daemon, tmp_path: Path) -> None:
+    spool = tmp_path / "agent" / "pending-captures.jsonl"
+    Unavailable.target = daemon.url
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Unavailable)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    async def main() -> None:
+        up = bridge(daemon.url, daemon.token)
+        recall = await up.start_turn("cli:respool", "where does the kestrel backup land?")
+        await up.aclose()
+        assert recall is not None, up.error
+        busy = bridge(f"http://127.0.0.1:{server.server_address[1]}", daemon.token, spool=spool)
+        answer = "the kestrel backup lands in s3://kestrel-bk"
+        delivered = await stored(busy.capture_turn(recall, answer, "succeeded", []))
+        assert delivered is False and "kept" in str(busy.error)
+        Unavailable.ready.set()  # the daemon is back; no other turn comes
+        for _ in range(300):
+            if "kestrel-bk" in search(daemon, "kestrel backup"):
+                break
+            await asyncio.sleep(0.1)
+        await busy.aclose()
+
+    try:
+        asyncio.run(main())
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "kestrel-bk" in search(daemon, "kestrel backup")
+
+
 EXITING_AGENT = """
 import asyncio, sys
 from memmy.agent.memory import MemoryBridge

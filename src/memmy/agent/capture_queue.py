@@ -5,8 +5,9 @@ the daemon through the :class:`~memmy.daemon_client.DaemonClient`, over the thre
 Nothing is lost: :meth:`CaptureQueue.flush` waits for the queue (the agent calls it when it closes) and an
 ``atexit`` hook flushes what is left at interpreter exit. A capture the daemon cannot take now (not running, no
 answer in time, HTTP 401/429/5xx) is appended, already redacted, to a spool file and sent again once the daemon
-answers; the daemon's idempotency (``requestId``) makes a repeat harmless. Fail-open: nothing here raises into
-the agent; the last error is reported through ``on_error``."""
+answers (before the next capture, and unasked after 2 s, 4 s, ... up to every minute); the daemon's idempotency
+(``requestId``) makes a repeat harmless. Fail-open: nothing here raises into the agent; the last error is reported
+through ``on_error``."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,6 +30,10 @@ from memmy.daemon_client import DaemonClient, DaemonError, DaemonTimeout, Daemon
 
 #: Statuses worth sending again later (the daemon is starting, overloaded, or the token is being fixed).
 RETRYABLE = frozenset({401, 408, 425, 429, 500, 502, 503, 504, 507})
+#: Spooled captures are sent again after this long without a new capture, then twice as long each time, up to
+#: the maximum (a daemon that was slow or down a moment gets them without waiting for the next turn).
+RETRY_FIRST_S = 2.0
+RETRY_MAX_S = 60.0
 SPOOL_MAX_BYTES = 20 * 1024 * 1024
 
 
@@ -121,20 +127,37 @@ class CaptureQueue:
 
     # -- the thread ---------------------------------------------------------------------------------------------
     def _run(self) -> None:
+        retry_in: float | None = None  # while the spool holds captures: when to send them again unasked
         while True:
-            item = self._queue.get()
+            try:
+                item = self._queue.get(timeout=retry_in)
+            except queue.Empty:
+                sent = self._guarded(self._replay)
+                retry_in = None if sent else min(2 * (retry_in or RETRY_FIRST_S), RETRY_MAX_S)
+                continue
             if item is None:
                 break
-            try:
-                ok = self._deliver(item) if item.path else self._replay()
-            except Exception as exc:  # fail-open: a bug here must never take the agent down
-                self.on_error(f"turn capture failed: {type(exc).__name__}: {exc}")
-                ok = False
+            ok = self._guarded(partial(self._deliver, item) if item.path else self._replay)
             if not item.done.done():
                 item.done.set_result(ok)
             self._finished()
+            retry_in = (retry_in or RETRY_FIRST_S) if self._spooled() else None
         if self._connection is not None:
             self._connection.close()
+
+    def _guarded(self, send: Callable[[], bool]) -> bool:
+        try:
+            return send()
+        except Exception as exc:  # fail-open: a bug here must never take the agent down
+            self.on_error(f"turn capture failed: {type(exc).__name__}: {exc}")
+            return False
+
+    def _spooled(self) -> bool:
+        """Whether captures wait in the spool."""
+        try:
+            return self.spool is not None and self.spool.stat().st_size > 0
+        except OSError:
+            return False
 
     def _finished(self) -> None:
         with self._idle:
