@@ -17,8 +17,10 @@ from memmy.errors import StoreError
 )
 @pass_ctx
 def migrate(obj: CliContext, target: str, source: str | None) -> None:
-    """Copy every table of the store into an empty one on the other engine, then compare row counts and content
-    hashes table by table (nothing is kept unless all agree; the source is only read)."""
+    """Copy the whole store to PostgreSQL (--to postgresql://…) or back to a SQLite file, compared table by table.
+
+    Every table goes into an empty store on the other engine, then row counts and content hashes are compared
+    table by table: nothing is kept unless all agree, and the source is only read."""
     from memmy.config import load_config
     from memmy.service.store_copy import migrate_store
 
