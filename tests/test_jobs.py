@@ -350,26 +350,24 @@ def test_background_thread_start_wake_stop(db: Database, jobs: JobRepository) ->
     worker.start()
     try:
         assert not done.wait(0.3)  # still inside the start-up delay
-        started = time.monotonic()
         worker.wake()
-        assert done.wait(1.0) and time.monotonic() - started < 1.0
+        assert done.wait(15.0)  # long before the 30 s start-up delay: wake() ended it
         assert cycles and worker.running and "periodic hook bug" in (worker.last_error or "")
         # Idle (nothing due: sleeping up to max_sleep_s); a new job is picked up right after wake().
         done.clear()
-        assert wait_for(lambda: not worker.busy, 1.0)
+        assert wait_for(lambda: not worker.busy, 15.0)
         time.sleep(0.1)
         job, _ = jobs.enqueue("reward")
-        started = time.monotonic()
         worker.wake()
-        assert done.wait(1.0) and time.monotonic() - started < 1.0
+        assert done.wait(15.0)
         assert side_effects(db)[-1] == job.id
         # A delayed job runs when due without another wake().
         done.clear()
         delayed, _ = jobs.enqueue("reward", run_after=utc_after(0.6))
         worker.wake()
         assert not done.wait(0.3)
-        assert done.wait(1.5)
-        assert wait_for(lambda: (jobs.get(delayed.id) or delayed).status == "succeeded", 1.0)
+        assert done.wait(15.0)
+        assert wait_for(lambda: (jobs.get(delayed.id) or delayed).status == "succeeded", 15.0)
     finally:
         started = time.monotonic()
         worker.stop(timeout=5)
