@@ -397,6 +397,14 @@ CHILD = textwrap.dedent(
 )
 
 
+def flag_written(flag: Path) -> bool:
+    """Whether the child wrote its flag's text (the file exists a moment before it)."""
+    try:
+        return flag.read_text() != ""
+    except FileNotFoundError:
+        return False
+
+
 def test_crash_inside_apply_rolls_back_and_the_job_runs_once_after_restart(tmp_path: Path) -> None:
     path = tmp_path / "crash.db"
     db = Database(path)
@@ -406,7 +414,8 @@ def test_crash_inside_apply_rolls_back_and_the_job_runs_once_after_restart(tmp_p
     flag = tmp_path / "inside-apply"
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(path), str(flag)], env=dict(os.environ))
     try:
-        assert wait_for(lambda: flag.exists() or child.poll() is not None, 60), "child never reached apply"
+        # the child writes the job id into the flag: wait for the id, not the file (it exists before its text)
+        assert wait_for(lambda: flag_written(flag) or child.poll() is not None, 60), "child never reached apply"
         assert child.poll() is None and flag.read_text() == job.id
         os.kill(child.pid, signal.SIGKILL)
         assert child.wait(10) == -signal.SIGKILL
