@@ -390,6 +390,7 @@ def test_a_notification_when_a_task_finishes_out_of_sight(browser: Browser, serv
     page.goto(base + "/")
     say(page, "first task to watch")
     expect(page.locator(".msg.assistant .md").last).to_have_text("echo: first task to watch")
+    expect(page.locator("#stop")).to_be_hidden()  # the turn ended on screen (its text arrives before its end)
     sid = page.url.split("s=")[1]
     say(page, "/new")
     expect(page.locator("#title")).to_have_text("New task")
