@@ -7,6 +7,7 @@ import datetime
 import ipaddress
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -353,3 +354,139 @@ def test_init_refuses_a_plain_http_team_server(tmp_path: Path) -> None:
     done = memmy(tmp_path, "init", "--url", url, "--token", "t", "--no-agents", "--no-model")
     assert done.returncode != 0 and "HTTPS only" in done.stderr
     assert not (tmp_path / ".memmy" / "config.yaml").exists()  # nothing written
+
+
+def remember(client: httpx.Client, content: str, *keys: str) -> str:
+    response = client.post("/api/v1/keys/remember", json={"content": content, "keys": list(keys)})
+    assert response.status_code == 200, response.text
+    return str(response.json()["saved"])
+
+
+def test_a_persons_key_graph_is_theirs_and_their_team_projects(team: Daemon) -> None:
+    gina_token, hank_token = add_person(team, "gina"), add_person(team, "hank")
+    gina, hank = team.client(gina_token), team.client(hank_token)
+    gina_team = team.client(gina_token, **{"x-memmy-team-project": "garage"})
+    hank_team = team.client(hank_token, **{"x-memmy-team-project": "garage"})
+    private = remember(gina, "gina's own note: the garage alarm code is kept in her password manager", "garage alarm")
+    shared = remember(gina_team, "team note: the garage door opener resets with the red button", "garage door")
+    hank_own = remember(hank, "hank's own note: the garage bike rack wobbles", "garage rack")
+    team.drain()
+
+    def listed(client: httpx.Client) -> set[str]:
+        answer = client.post("/api/v1/keys/list_memories", json={"limit": 100})
+        assert answer.status_code == 200, answer.text
+        return {str(m["memory_id"]) for m in answer.json()["memories"]}
+
+    assert listed(gina) == {private, shared} and listed(hank) == {hank_own}  # what each person wrote
+    assert listed(hank_team) == listed(gina_team) == {shared}  # the team project's graph is shared
+    recalled = hank_team.post("/api/v1/keys/recall", json={"query": "garage door"}).json()
+    assert [m["memory_id"] for m in recalled["memories"]] == [shared] and "red button" in json.dumps(recalled)
+    missed = hank.post("/api/v1/keys/recall", json={"query": "garage alarm"}).json()
+    assert private not in json.dumps(missed)  # another person's private memory never shows through a key
+    for op, body in (
+        ("read_memory", {"memory_id": private}),
+        ("related", {"memory_id": private}),
+        ("confirm_memory", {"memory_id": shared, "evidence": "seen"}),  # a teammate reads team memories only
+        ("correct", {"memory_id": shared, "content": "hank says: it resets with the blue button"}),
+        ("forget", {"memory_id": shared}),
+    ):
+        assert hank_team.post(f"/api/v1/keys/{op}", json=body).status_code == 404, op
+    assert hank_team.post("/api/v1/keys/read_memory", json={"memory_id": shared}).status_code == 200
+    owner = team.client()
+    detail = owner.get(f"/api/v1/memory/{shared}").json()
+    assert detail["author"] == "gina" and detail["visibility"] == "team"
+    assert owner.get(f"/api/v1/memory/{private}").json()["visibility"] == "private"
+    for client in (gina, hank, gina_team, hank_team, owner):
+        client.close()
+
+
+def test_a_persons_mcp_tools_act_as_that_person(team: Daemon) -> None:
+    import anyio
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    from tests.test_mcp import data
+
+    ines_token, jack_token = add_person(team, "ines"), add_person(team, "jack")
+    private = add(team.client(jack_token), "jack private note: the capybara cluster password hint is blue")
+
+    async def session() -> tuple[dict[str, object], dict[str, object], dict[str, object]]:
+        headers = {"authorization": f"Bearer {ines_token}", "x-memmy-team-project": "zoo"}
+        async with httpx2.AsyncClient(headers=headers, timeout=120, verify=team.verify()) as http:
+            async with Client(streamable_http_client(f"{team.url}/mcp", http_client=http)) as client:
+                added = data(await client.call_tool("memmy_memory_add", {"content": "zoo note: capybaras eat at 9"}))
+                saved = data(await client.call_tool("remember", {"content": "zoo: capybara pen gate", "keys": ["pen"]}))
+                found = data(await client.call_tool("memmy_memory_search", {"query": "capybara", "scope": "pooled"}))
+                return added, saved, found
+
+    added, saved, found = anyio.run(session)
+    owner = team.client()
+    for memory_id in (str(added["id"]), str(saved["saved"])):
+        detail = owner.get(f"/api/v1/memory/{memory_id}").json()
+        assert detail["author"] == "ines" and detail["visibility"] == "team" and detail["projectId"] == "zoo"
+    assert private not in json.dumps(found)  # jack's private memory is not ines's to read
+    owner.close()
+
+
+def test_the_owners_panel_shows_who_did_what_and_a_person_is_told_it_is_the_owners(team: Daemon) -> None:
+    kate = team.client(add_person(team, "kate"))
+    written = add(kate, "kate note: the okapi feeder jams when it rains")
+    assert kate.delete(f"/api/v1/memory/{written}").status_code == 200
+    refused = kate.post("/api/v1/panel/sign-in")
+    assert refused.status_code == 403 and "the panel is the team server owner's" in refused.json()["error"]["message"]
+    owner = team.client()
+    link = owner.post("/api/v1/panel/sign-in").json()["url"]
+    path = "/panel/" + link.split("/panel/", 1)[1]
+    assert owner.get(path).status_code == 303  # the one-time link sets the panel's cookie
+    page = owner.get(f"/panel/memories/{written}")
+    assert page.status_code == 200, page.text
+    assert "kate" in page.text  # the author, and the person behind each change in the memory's history
+    assert re.search(r"memory\.delete \([^)]*kate", page.text), page.text
+    logs = owner.get("/panel/logs")
+    assert re.search(r"memory\.delete</td><td>[^<]*kate", logs.text), logs.text
+    kate.close()
+    owner.close()
+
+
+def test_a_fix_learned_in_a_team_project_reaches_the_team_and_a_private_one_never_does(fresh_daemon: Daemon) -> None:
+    from tests.test_evolution_scenario import ENGLISH, drain, policies, run_episode, write_config
+
+    fresh_daemon.token = OWNER_TOKEN
+    fresh_daemon.extra_env["MEMMY_CONFIG"] = str(write_config(fresh_daemon.home))
+    fresh_daemon.start()
+    owner = fresh_daemon.client()
+    tokens = {n: owner.post("/api/v1/admin/users", json={"name": n}).json()["token"] for n in ("amy", "ben")}
+    amy_team = fresh_daemon.client(tokens["amy"], **{"x-memmy-team-project": "billing"})
+    amy = fresh_daemon.client(tokens["amy"])
+    for client in (amy_team, amy):  # the same failure -> fix, three times, in the team project and in her own
+        for package in ENGLISH.packages:
+            run_episode(client, ENGLISH, package)
+            drain(owner)
+
+    found = policies(owner)
+    team = [p for p in found if p["visibility"] == "team"]
+    private = [p for p in found if p["visibility"] != "team"]
+    assert team and private, [(p["visibility"], p["projectId"], p["author"]) for p in found]
+    for policy in team:  # the team's: written by the derivation, fed by amy's team-project traces only
+        assert policy["author"] == "memmy:derived" and policy["projectId"] == "billing"
+        assert policy["properties"]["provenance"]["people"] == ["amy"]
+    described = [(p["author"], p["projectId"], p["properties"]["policy"]["type"], p["status"]) for p in private]
+    assert all(p["author"] == "amy" and p["projectId"] != "billing" for p in private), described
+
+    def recalled(client: httpx.Client, **opened: str) -> set[str]:
+        session = client.post("/api/v1/sessions/open", json=opened).json()["sessionId"]
+        started = client.post("/api/v1/turns/start", json={"sessionId": session, "query": ENGLISH.task})
+        assert started.status_code == 200, started.text
+        return set(started.json()["sourceMemoryIds"])
+
+    ben_team = fresh_daemon.client(tokens["ben"], **{"x-memmy-team-project": "billing"})
+    ben = fresh_daemon.client(tokens["ben"])
+    in_team = recalled(ben_team)
+    assert {p["id"] for p in team} & in_team  # ben's agent in the team project gets amy's fix
+    private_ids = {p["id"] for p in private}
+    assert not private_ids & in_team
+    assert not private_ids & recalled(ben, workspacePath="/work/billing")  # even in a folder of the same name
+    assert private_ids & recalled(amy, workspacePath="/work/billing")  # it is amy's own
+    for client in (owner, amy_team, amy, ben_team, ben):
+        client.close()

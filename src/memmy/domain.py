@@ -172,3 +172,12 @@ def readable_text(text: str) -> str:
     if text.startswith("step 1 / ") and "\n" not in text:  # a roll-up folded onto one line (a hit's snippet)
         return _REFLECTION_LABEL.sub("", _STEP.sub(r"\1. ", text))
     return _STEP_LINE.sub(r"\1\2. \3", text)  # a roll-up's lines, also inside a rendered context block
+
+
+#: The prefix of a team project's key-graph owner (a team server's person names cannot hold ``:``).
+TEAM_KEYS_PREFIX = "team:"
+
+
+def team_keys(project: str) -> str:
+    """The key-graph owner of a team project: its keys point at the project's team memories, whoever wrote them."""
+    return TEAM_KEYS_PREFIX + project

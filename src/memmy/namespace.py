@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from memmy.domain import DEFAULT_SOURCE, DEFAULT_USER_ID
+from memmy.domain import DEFAULT_SOURCE, DEFAULT_USER_ID, team_keys
 
 KNOWN_SOURCES = (
     "claude_code",
@@ -74,6 +74,19 @@ class Namespace:
     def visibility(self) -> str:
         """What a write of this caller is stamped with: ``team`` inside a team project, else ``private``."""
         return "team" if self.team_project else "private"
+
+    @property
+    def key_owner(self) -> str:
+        """Whose key graph the caller reads and writes: a team project's shared graph inside one (its keys point at
+        the project's team memories, whoever wrote them), else the caller's own."""
+        return team_keys(self.team_project) if self.team_project else self.user_id
+
+    def may_read(self, author: str, visibility: str, project_id: str | None, *, write: bool = False) -> bool:
+        """Whether the caller may read (``write``: change) a memory of ``author``: everyone on a store without
+        people; a team server's person their own memories, and reads of the team memories of their team project."""
+        if self.reader is None or author == self.reader:
+            return True
+        return not write and visibility == "team" and project_id == self.team_project
 
     @property
     def in_repository(self) -> bool:

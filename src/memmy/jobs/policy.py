@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from memmy.config import Configured, L2InductionSettings, Settings
-from memmy.domain import Memory
+from memmy.domain import Memory, team_keys
 from memmy.evolve.boundaries import is_guidance
 from memmy.evolve.failure import (
     RepairDraft,
@@ -36,6 +36,7 @@ from memmy.kinds import policy, skill
 from memmy.kinds import trace as ktrace
 from memmy.kinds.catalog import own_words
 from memmy.store.jobs import JobRecord
+from memmy.store.memories import MemoryFilter
 from memmy.store.unit import Store
 
 Apply = Callable[[], None]
@@ -308,7 +309,7 @@ class PolicyEvolution(Configured):
         for trace in failed:
             groups.setdefault(failure_signature(trace), []).append(trace)
         llm = self._llm_for("feedback")
-        plans: list[tuple[str, PolicyDraft, list[str], bool, Memory | None]] = []
+        plans: list[tuple[str, str, PolicyDraft, list[str], bool, Memory | None]] = []
         for signature, group in groups.items():
             last_failure = max(t.created_at for t in group)
             # pairing by evidence: only a later success of this task that shares evidence with the failure
@@ -318,17 +319,18 @@ class PolicyEvolution(Configured):
                 if not failed_step(t) and t.created_at > last_failure and any(shares_evidence(f, t) for f in group)
             ]
             draft = avoidance_llm(group, recovered, " ".join(negative_notes)[:1000], llm, timeout_s=self._timeout_s)
-            existing = self.memories.find_by_key("L2", failure_key(signature))
+            keyed = self._team_keyed(group, signature)
+            existing = self.memories.find_by_key("L2", failure_key(keyed))
             support = [episode.id]
             if existing is not None:
                 view = policy_view(existing)
                 draft = merge_guidance(view, draft, GUIDANCE_CAP)
                 support = sorted(set(view.source_episode_ids) | {episode.id})
             active = bool(recovered) or len(support) >= 2 or (episode.r_task or 0) < 0 or bool(negative_notes)
-            plans.append((signature, draft, support, active, existing))
+            plans.append((signature, keyed, draft, support, active, existing))
 
         def apply() -> None:
-            for signature, draft, support, active, existing in plans:
+            for signature, keyed, draft, support, active, existing in plans:
                 previous = policy.of(existing) if existing else policy.Policy()
                 payload = policy.draft_section(draft, previous.section())
                 status = "active" if active or previous.status == "active" else "candidate"
@@ -347,7 +349,7 @@ class PolicyEvolution(Configured):
                 memory = self.writer.upsert(
                     LayerWrite(
                         layer="L2",
-                        key=failure_key(signature),
+                        key=failure_key(keyed),
                         title=draft.title,
                         content=_with_seen_in(policy_body(draft), seen_in),
                         tags=sorted({"policy", "failure_avoidance", *draft.tags}),
@@ -367,6 +369,14 @@ class PolicyEvolution(Configured):
                     )
 
         return apply
+
+    def _team_keyed(self, traces: Sequence[TraceView], signature: str) -> str:
+        """A failure's policy key: inside a team project (traces shared there) the project's own, so a team's
+        failure policy is never merged with a private one of the same failure; elsewhere the signature itself."""
+        found = self.memories.get_many([t.id for t in traces], MemoryFilter(include_pending_imports=True))
+        zones = {(m.visibility, m.project_id) for m in found.values()}
+        visibility, project = next(iter(zones)) if len(zones) == 1 else ("private", None)
+        return f"{team_keys(project)}|{signature}" if visibility == "team" and project else signature
 
     # -- decision repair --------------------------------------------------------------------------
     def decision_repair(self, job: JobRecord) -> Apply | None:

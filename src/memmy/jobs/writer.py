@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -15,9 +16,14 @@ from memmy.kinds import memory as stored
 from memmy.kinds import policy, skill, trace, world
 from memmy.kinds.stored import section_of
 from memmy.store.db import utc_now
+from memmy.store.memories import MemoryFilter
 from memmy.store.unit import Store
 
 EVOLUTION_SOURCE = "memmy-evolution"
+#: The author of a derived memory shared with a team project (a team server's person names cannot hold ``:``).
+DERIVED_AUTHOR = "memmy:derived"
+#: ``properties.provenance.people``: whose traces fed a team-visible derived memory.
+PROVENANCE = "provenance"
 PREFIX_BY_LAYER = {"L2": "policy", "L3": "world", "Skill": "skill"}
 
 
@@ -150,6 +156,44 @@ class LayerWriter:
                 found.add(memory.project_id)
         return found
 
+    def team_evidence(self, properties: dict[str, Any], project_id: str | None) -> list[str] | None:
+        """The people whose traces fed a derived memory when every piece of its evidence (the traces of its
+        episodes, its traces, the policies under an L3 or Skill) is team-visible in ``project_id``; else None: a
+        private trace never feeds a team-visible derivation."""
+        if project_id is None:
+            return None
+        episode_ids, memory_ids = stored.evidence_ids(properties)
+        ids = list(memory_ids)
+        if episode_ids:
+            marks = ",".join("?" * len(episode_ids))
+            rows = self.store.query(f"SELECT l1_memory_ids_json FROM episodes WHERE id IN ({marks})", episode_ids)
+            ids += [str(i) for row in rows for i in json.loads(row[0] or "[]")]
+        found = self.memories.get_many(list(dict.fromkeys(ids)), MemoryFilter(include_pending_imports=True))
+        if not found or any(m.visibility != "team" or m.project_id != project_id for m in found.values()):
+            return None
+        people = set()
+        for memory in found.values():
+            fed = section_of(memory.properties, PROVENANCE).get("people")
+            people |= set(fed) if memory.layer != "L1" and isinstance(fed, list) else {memory.user_id}
+        return sorted(people)
+
+    def _share(self, memory: Memory, props: dict[str, Any], project_id: str | None) -> bool:
+        """Make ``memory`` team-visible when its evidence is all its team project's (author: the derivation,
+        provenance: the people), private again when it is not; True when the visibility changed."""
+        people = self.team_evidence(props, project_id)
+        if people is not None:
+            props[PROVENANCE] = {"people": people}
+        else:
+            props.pop(PROVENANCE, None)
+        visibility = "team" if people is not None else ("private" if memory.visibility == "team" else memory.visibility)
+        changed = visibility != memory.visibility
+        memory.visibility = visibility
+        if people is not None and memory.user_id != DERIVED_AUTHOR:
+            memory.user_id = DERIVED_AUTHOR
+            with self.store.transaction() as conn:  # the repository's update does not touch ``user_id``
+                conn.execute("UPDATE memories SET user_id = ? WHERE id = ?", (DERIVED_AUTHOR, memory.id))
+        return changed
+
     def scope_of(self, layer: str, title: str, content: str, properties: dict[str, Any]) -> DerivedScope | None:
         """The scope of a derived memory (None for layers that are not derived or without known evidence)."""
         if layer not in ("L2", "L3", "Skill"):
@@ -177,6 +221,9 @@ class LayerWriter:
         status = self._reviewed(
             write.layer, write.status, stored.review(existing.properties) if existing is not None else None, props
         )
+        people = self.team_evidence(props, write.project_id) if scope is not None else None
+        if people is not None:  # a team project's traces: a memory of the team, not of one person
+            props[PROVENANCE] = {"people": people}
         if existing is None:
             memory = Memory(
                 id=f"{PREFIX_BY_LAYER[write.layer]}_{new_id('x')[2:]}",
@@ -185,8 +232,9 @@ class LayerWriter:
                 title=write.title[:200],
                 tags=write.tags,
                 status=status,
-                user_id=write.user_id,
+                user_id=write.user_id if people is None else DERIVED_AUTHOR,
                 project_id=write.project_id,
+                visibility="private" if people is None else "team",
                 source_agent=EVOLUTION_SOURCE,
                 memory_key=write.key,
                 content_hash=content_hash(write.content),
@@ -206,6 +254,8 @@ class LayerWriter:
             memory.content_hash = content_hash(write.content)
             memory.version += 1
             memory.updated_at = now
+            if scope is not None:
+                self._share(memory, memory.properties, scope.project_id)
             self.memories.update(memory, before, "evolve", EVOLUTION_SOURCE)
             if scope is not None:
                 self._set_project(memory, scope.project_id)
@@ -252,11 +302,12 @@ class LayerWriter:
         changed_status = status is not None and status != memory.status
         if status is not None:
             memory.status = status
+        shared = scope is not None and self._share(memory, memory.properties, scope.project_id)
         memory.version += 1
         memory.updated_at = utc_now()
         self.memories.update(memory, before, "evolve", EVOLUTION_SOURCE)
         moved = scope is not None and self._set_project(memory, scope.project_id)
-        if changed_status or moved:
+        if changed_status or moved or shared:
             self.sync_index(memory)
         return memory
 

@@ -105,12 +105,15 @@ class KeyCore(Configured):
         return self._thresholds[1]
 
     # -- lookups ----------------------------------------------------------------------------------
-    def require_memory(self, memory_id: Any, name: str = "memory_id", *, visible: bool = True) -> Memory:
-        """A live memory by id (400 for a malformed id, 404 when unknown, deleted or, if ``visible``, expired)."""
+    def require_memory(
+        self, memory_id: Any, name: str = "memory_id", *, ns: Namespace, visible: bool = True, write: bool = False
+    ) -> Memory:
+        """A live memory by id (400 for a malformed id, 404 when unknown, deleted or, if ``visible``, expired; on
+        a team server also when the caller may not read it, or with ``write`` change it: another person's)."""
         if not isinstance(memory_id, str) or not memory_id.strip():
             raise InvalidArgument(f"{name}: expected a memory id")
         memory = self.memories.get(memory_id.strip())
-        if memory is None:
+        if memory is None or not ns.may_read(memory.user_id, memory.visibility, memory.project_id, write=write):
             raise NotFound(f"memory {memory_id} not found")
         if visible and memory.status != "activated":
             raise NotFound(f"memory {memory_id} is {memory.status}")
@@ -124,6 +127,12 @@ class KeyCore(Configured):
         if row is None or row.user_id != user_id:
             raise NotFound(f"key {key_id} not found")
         return row
+
+    @staticmethod
+    def scoped(ns: Namespace) -> MemoryFilter:
+        """The memories a key-graph read may load for this caller (a team server's person: theirs and their team
+        project's)."""
+        return MemoryFilter(include_pending_imports=True, reader=ns.reader, team_project=ns.team_project)
 
     @staticmethod
     def is_current(memory: Memory) -> bool:
@@ -149,7 +158,7 @@ class KeyCore(Configured):
     def connected_keys(self, memory_id: str, query_vector: Vector | None, user_id: str) -> list[KeyLink]:
         """Every key of a memory with its link weight and, given a query, its relevance (best first)."""
         links = self.keys.links_of_memory(memory_id)
-        rows = self.keys.keys([key_id for key_id, _ in links])
+        rows = {k: row for k, row in self.keys.keys([key_id for key_id, _ in links]).items() if row.user_id == user_id}
         counts = self.keys.memory_counts(user_id, None, list(rows))
         views: list[KeyLink] = []
         for (key_id, weight), view in zip(

@@ -40,7 +40,6 @@ from memmy.keys.write import KeyWriter
 from memmy.namespace import Namespace
 from memmy.recall.freshness import validity_payload
 from memmy.store.db import utc_now
-from memmy.store.memories import MemoryFilter
 
 OPS = (
     "recall",
@@ -132,8 +131,8 @@ class KeyOps(KeyWriter):
         """Ranked key clusters plus ONE passive Top-1 memory (no graph state changes)."""
         query, top_k, namespace, context = args.query, args.top_k, args.namespace, args.context
         explain, max_chars = args.explain, args.max_chars
-        counts = self.keys.memory_counts(ns.user_id, namespace)
-        found, nearest = self._match_keys(query, ns.user_id, counts)
+        counts = self.keys.memory_counts(ns.key_owner, namespace)
+        found, nearest = self._match_keys(query, ns.key_owner, counts)
         matches: dict[str, tuple[float, str, str]] = found["matches"]
         rows = self.keys.keys(list(matches))
         scored = []
@@ -156,7 +155,7 @@ class KeyOps(KeyWriter):
             top = scored[0][2]
             cue = context or query
             cue_vector = self.embed_query(cue) if context else found["vector"]
-            ranked = self.rank_memories(top.id, ns.user_id, namespace, cue, cue_vector)
+            ranked = self.rank_memories(top.id, ns.key_owner, namespace, cue, cue_vector)
             if ranked:
                 best = ranked[0]
                 hit = memory_view(best.memory, best.state, time.time())
@@ -172,13 +171,13 @@ class KeyOps(KeyWriter):
                         else None,
                         "relevance_score": round(best.score, 4),
                         "score_kind": "relevance_score",
-                        "connected_keys": self.connected_keys(best.memory.id, found["vector"], ns.user_id),
+                        "connected_keys": self.connected_keys(best.memory.id, found["vector"], ns.key_owner),
                     }
                 )
                 memories.append(hit)
         result: dict[str, Any] = {"status": "found" if keys else "no_match", "query": query, "namespace": namespace}
         if explain:
-            total = self._namespace_total(ns.user_id, namespace)
+            total = self._namespace_total(ns.key_owner, namespace)
             result["namespace_memory_count"] = total
             if total == 0:
                 result["status"] = "empty_namespace"
@@ -205,7 +204,7 @@ class KeyOps(KeyWriter):
     def browse_keys(self, args: BrowseKeysArgs, ns: Namespace) -> KeyBrowse:
         """A namespace's key vocabulary: hubs first, then by linked-memory count."""
         namespace, hubs_only, limit, offset = args.namespace, args.hubs_only, args.limit, args.offset
-        counts = self.keys.memory_counts(ns.user_id, namespace)
+        counts = self.keys.memory_counts(ns.key_owner, namespace)
         rows = self.keys.keys(list(counts))
         views = self.key_views(list(rows.values()), counts)
         if hubs_only:
@@ -214,7 +213,7 @@ class KeyOps(KeyWriter):
         page = views[offset : offset + limit]
         return {
             "namespace": namespace,
-            "memory_count": self._namespace_total(ns.user_id, namespace),
+            "memory_count": self._namespace_total(ns.key_owner, namespace),
             "total": len(views),
             "offset": offset,
             "limit": limit,
@@ -224,15 +223,15 @@ class KeyOps(KeyWriter):
 
     def read_key(self, args: ReadKeyArgs, ns: Namespace) -> KeyRead:
         """Ranked memory handles under one key (metadata and validity, never content); pages with limit/offset."""
-        key = self.require_key(args.key_id, ns.user_id)
+        key = self.require_key(args.key_id, ns.key_owner)
         query, namespace, limit, offset = args.query, args.namespace, args.limit, args.offset
-        ranked = self.rank_memories(key.id, ns.user_id, namespace, query, self.embed_query(query) if query else None)
+        ranked = self.rank_memories(key.id, ns.key_owner, namespace, query, self.embed_query(query) if query else None)
         if query:
             norm = norm_key(query)
             if norm and len(norm) <= LEARNABLE_QUERY_CHARS and len(norm.split()) <= 3:
-                if self.keys.find_surface(ns.user_id, norm) is None:
+                if self.keys.find_surface(ns.key_owner, norm) is None:
                     self.keys.note_query(key.id, norm, query.strip())
-        counts = self.keys.memory_counts(ns.user_id, namespace, [key.id])
+        counts = self.keys.memory_counts(ns.key_owner, namespace, [key.id])
         key_counts = self.keys.links_of_memories([r.memory.id for r in ranked[offset : offset + limit]])
         now = time.time()
         handles = []
@@ -264,9 +263,9 @@ class KeyOps(KeyWriter):
 
     def read_memory(self, args: ReadMemoryArgs, ns: Namespace) -> KeyMemoryRead:
         """Full content, connected keys and validity; reinforces ONLY the traversed edge (never confirms)."""
-        memory = self.require_memory(args.memory_id)
+        memory = self.require_memory(args.memory_id, ns=ns)
         via = args.via_key_id
-        key = self.require_key(via, ns.user_id, "via_key_id") if via is not None else None
+        key = self.require_key(via, ns.key_owner, "via_key_id") if via is not None else None
         reinforced = None
         learned = None
         with self.store.transaction():
@@ -276,7 +275,7 @@ class KeyOps(KeyWriter):
                     after = min(MAX_WEIGHT, before + HEBBIAN_STEP)
                     self.keys.set_weight(key.id, memory.id, after)
                     reinforced = {"key_id": key.id, "weight_before": round(before, 4), "weight": round(after, 4)}
-                    learned = self.learn_alias(key.id, ns.user_id, _since(ALIAS_LEARNING_WINDOW_S))
+                    learned = self.learn_alias(key.id, ns.key_owner, _since(ALIAS_LEARNING_WINDOW_S))
             self.keys.record_access(memory.id)
         state = self.keys.state(memory.id)
         view = memory_view(memory, state, time.time())
@@ -285,8 +284,8 @@ class KeyOps(KeyWriter):
                 "content": memory.content,
                 "current": self.is_current(memory),
                 "source": state.source if state else {"host_agent": memory.source_agent},
-                "connected_keys": self.connected_keys(memory.id, None, ns.user_id),
-                "related": [{"memory_id": other, "relation": rel} for other, rel in self.keys.related_ids(memory.id)],
+                "connected_keys": self.connected_keys(memory.id, None, ns.key_owner),
+                "related": self._related_links(memory.id, ns),
                 "reinforced": reinforced,
             }
         )
@@ -294,15 +293,21 @@ class KeyOps(KeyWriter):
             view["alias_learning"] = learned
         return cast(KeyMemoryRead, view)
 
+    def _related_links(self, memory_id: str, ns: Namespace) -> list[dict[str, str]]:
+        """The explicit related_to links of a memory, to memories the caller may read."""
+        links = self.keys.related_ids(memory_id)
+        readable = self.memories.get_many([other for other, _ in links], self.scoped(ns))
+        return [{"memory_id": other, "relation": rel} for other, rel in links if other in readable]
+
     def related(self, args: RelatedArgs, ns: Namespace) -> KeyRelated:
         """Memories sharing keys with this one or linked to it explicitly (related_to), best first."""
-        memory = self.require_memory(args.memory_id)
+        memory = self.require_memory(args.memory_id, ns=ns)
         limit = args.limit
         found: dict[str, dict[str, Any]] = {}
         key_rows = self.keys.keys([k for k, _ in self.keys.links_of_memory(memory.id)])
-        counts = self.keys.memory_counts(ns.user_id, None, list(key_rows))
+        counts = self.keys.memory_counts(ns.key_owner, None, list(key_rows))
         for key_id, row in key_rows.items():
-            for other, weight, _state in self.keys.memories_of_key(key_id, ns.user_id, None):
+            for other, weight, _state in self.keys.memories_of_key(key_id, ns.key_owner, None):
                 if other == memory.id:
                     continue
                 entry = found.setdefault(other, {"via": set(), "shared_keys": [], "score": 0.0})
@@ -313,7 +318,7 @@ class KeyOps(KeyWriter):
             entry = found.setdefault(other, {"via": set(), "shared_keys": [], "score": 0.0})
             entry["via"].add("related_to")
             entry["score"] += 1.0
-        loaded = self.memories.get_many(list(found), MemoryFilter(include_pending_imports=True))
+        loaded = self.memories.get_many(list(found), self.scoped(ns))
         now = time.time()
         items = []
         for other, entry in sorted(found.items(), key=lambda kv: -float(kv[1]["score"])):
@@ -336,9 +341,9 @@ class KeyOps(KeyWriter):
     def list_memories(self, args: ListMemoriesArgs, ns: Namespace) -> KeyMemoryList:
         """Active key-graph memories (expired and superseded ones excluded), newest first."""
         namespace, limit, offset = args.namespace, args.limit, args.offset
-        ids = self.keys.visible_memory_ids(ns.user_id, namespace)
+        ids = self.keys.visible_memory_ids(ns.key_owner, namespace)
         page = ids[offset : offset + limit]
-        loaded = self.memories.get_many(page, MemoryFilter(include_pending_imports=True))
+        loaded = self.memories.get_many(page, self.scoped(ns))
         states = self.keys.states(page)
         links = self.keys.links_of_memories(page)
         rows = self.keys.keys([k for ks in links.values() for k in ks])
@@ -356,12 +361,12 @@ class KeyOps(KeyWriter):
 
     def memory_stats(self, args: MemoryStatsArgs, ns: Namespace) -> KeyStats:
         """Counts of keys, memories and links (plus aliases, related_to links, tombstones, namespaces)."""
-        namespaces = self.keys.namespace_counts(ns.user_id)
+        namespaces = self.keys.namespace_counts(ns.key_owner)
         return {
-            "keys": self.keys.key_count(ns.user_id),
+            "keys": self.keys.key_count(ns.key_owner),
             "memories": sum(namespaces.values()),
-            "links": self.keys.link_count(ns.user_id),
-            "aliases": self.keys.alias_count(ns.user_id),
+            "links": self.keys.link_count(ns.key_owner),
+            "aliases": self.keys.alias_count(ns.key_owner),
             "related_links": self.keys.relation_count(),
             "tombstones": self.tombstones.count(),
             "namespaces": namespaces,

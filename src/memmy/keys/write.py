@@ -79,13 +79,15 @@ class KeyWriter(KeyCore):
     """The writing half of the key graph."""
 
     # -- validation -------------------------------------------------------------------------------
-    def parse_item(self, args: RememberArgs, where: str = "", default_namespace: str | None = None) -> WriteItem:
+    def parse_item(
+        self, args: RememberArgs, ns: Namespace, where: str = "", default_namespace: str | None = None
+    ) -> WriteItem:
         """Check one remember item against the store (nothing is written here)."""
         content = sanitize_text(args.content, unwrap_request=False).strip()
         if not content:
             raise InvalidArgument(f"{where}content: nothing left after removing injected memmy context")
         for other in args.related_to:
-            self.require_memory(other, f"{where}related_to")
+            self.require_memory(other, f"{where}related_to", ns=ns)
         return WriteItem(
             content=content,
             groups=[list(group) for group in args.groups],
@@ -209,13 +211,13 @@ class KeyWriter(KeyCore):
     def remember(self, args: RememberArgs, ns: Namespace) -> KeyRemembered:
         """Save one memory under its keys (dedupes like memory/add; refuses tombstoned content)."""
         self._check_writable()
-        item = self.parse_item(args)
+        item = self.parse_item(args, ns)
         return self._write(item, ns, tool="remember")
 
     def remember_batch(self, args: RememberBatchArgs, ns: Namespace) -> list[KeyRemembered]:
         """Save several memories; every item is validated before anything is written."""
         self._check_writable()
-        items = [self.parse_item(item, f"items[{i}].") for i, item in enumerate(args.items)]
+        items = [self.parse_item(item, ns, f"items[{i}].") for i, item in enumerate(args.items)]
         with self.store.transaction():
             results = [self._write(item, ns, tool="remember_batch") for item in items]
         kept = ("saved", "deduplicated", "tombstoned", "tombstone_id")
@@ -232,14 +234,14 @@ class KeyWriter(KeyCore):
                 "tombstone_id": tombstone.id,
                 "note": "this content was forgotten; restore the tombstone to allow it again",
             }
-        vectors = self._pre_embed(item.groups, ns.user_id)
+        vectors = self._pre_embed(item.groups, ns.key_owner)
         now = utc_now()
         source = {"tool": tool, "saved_at": now, "host_agent": ns.source, **item.source}
         if ns.session_key:
             source.setdefault("host_session", ns.session_key)
         with self.store.transaction():
-            duplicate = None if supersedes else self._duplicate(ns.user_id, digest, item.namespace)
-            resolution = self._resolve(item.groups, item.key_types, ns.user_id, vectors)
+            duplicate = None if supersedes else self._duplicate(ns.key_owner, digest, item.namespace)
+            resolution = self._resolve(item.groups, item.key_types, ns.key_owner, vectors)
             if duplicate is not None:
                 memory = duplicate
                 self.keys.put_state(memory.id, item.namespace, item.ttl_seconds, None, source)
@@ -300,6 +302,7 @@ class KeyWriter(KeyCore):
             tags=tags,
             user_id=ns.user_id,
             project_id=supersedes.project_id if supersedes else ns.project_id,
+            visibility=supersedes.visibility if supersedes else ns.visibility,  # a team project's: the team's
             source_agent=ns.source,
             memory_key=memory_key,
             content_hash=digest,
@@ -317,7 +320,7 @@ class KeyWriter(KeyCore):
     def correct(self, args: CorrectArgs, ns: Namespace) -> KeyCorrected:
         """A new version; the old one's validity ends now and it links forward (the chain is kept whole)."""
         self._check_writable()
-        old = self.require_memory(args.memory_id)
+        old = self.require_memory(args.memory_id, ns=ns, write=True)
         if old.superseded_by:
             raise Conflict(f"memory {old.id} was already corrected by {old.superseded_by}; correct the current version")
         if not self.is_current(old):
@@ -339,7 +342,7 @@ class KeyWriter(KeyCore):
             related_to=args.related_to,
             source=args.source,
         )
-        item = self.parse_item(merged)
+        item = self.parse_item(merged, ns)
         item.groups = explicit_keys
         with self.store.transaction():
             result = self._write(item, ns, tool="correct", supersedes=old)
@@ -362,7 +365,7 @@ class KeyWriter(KeyCore):
     def confirm(self, args: ConfirmArgs, ns: Namespace) -> KeyConfirmed:
         """Evidence-backed confirmation: refresh freshness and deepen the memory (+0.05)."""
         self._check_writable()
-        memory = self.require_memory(args.memory_id)
+        memory = self.require_memory(args.memory_id, ns=ns, write=True)
         evidence, source = args.evidence, dict(args.source)
         if memory.superseded_by:
             raise Conflict(f"memory {memory.id} was superseded by {memory.superseded_by}; confirm the current version")
@@ -395,8 +398,8 @@ class KeyWriter(KeyCore):
     def dismiss(self, args: DismissArgs, ns: Namespace) -> KeyDismissed:
         """Negative feedback on one key->memory edge: halve its weight (floored, never severed)."""
         self._check_writable()
-        memory = self.require_memory(args.memory_id)
-        key = self.require_key(args.key_id, ns.user_id)
+        memory = self.require_memory(args.memory_id, ns=ns, write=True)
+        key = self.require_key(args.key_id, ns.key_owner)
         before = self.keys.weight(key.id, memory.id)
         if before is None:
             raise InvalidArgument(f"key_id: key {key.id} ({key.canonical}) is not linked to memory {memory.id}")
@@ -425,7 +428,12 @@ class KeyWriter(KeyCore):
     def cleanup_expired(self, args: CleanupExpiredArgs, ns: Namespace) -> KeysCleaned:
         """Delete the key-graph memories whose TTL has passed (no tombstone: expiry is not a judgement)."""
         self._check_writable()
-        ids = self.keys.expired_ids(ns.user_id, utc_now())
+        ids = [
+            memory_id
+            for memory_id in self.keys.expired_ids(ns.key_owner, utc_now())
+            if (found := self.memories.get(memory_id)) is not None
+            and ns.may_read(found.user_id, found.visibility, found.project_id, write=True)  # a person: their own
+        ]
         started = time.perf_counter()
         with self.store.transaction():
             for memory_id in ids:

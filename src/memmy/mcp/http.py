@@ -18,7 +18,9 @@ that request imports it off the event loop and starts the SDK's session manager 
 
 Security: mounted inside the daemon app, :class:`~memmy.server.middleware.GuardMiddleware` already enforces the
 bearer token, the loopback-origin rule and the body cap; this endpoint applies the same token and origin rules
-itself too, so it stays closed wherever it is mounted. The transcript tools are hidden here unless the daemon was
+itself too, so it stays closed wherever it is mounted. On a team server a person's token is let in as well (the
+guard marked it); every tool call then reaches the API with the token and team project of the ``/mcp`` request
+it serves, so a person's tools read and write as that person. The transcript tools are hidden here unless the daemon was
 started with ``MEMMY_MCP_TRANSCRIPTS=1``: a host session id in the daemon's environment does not count, since the
 daemon is shared rather than one host's child.
 """
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import hmac
 import importlib
 import json
@@ -83,11 +86,32 @@ async def send_error(send: Send, status: int, code: str, message: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+#: The ``/mcp`` request being served: its token and team-project header, which the tools' in-process API calls
+#: present in its place (a team server's person reaches the API as themself, never as the owner). Unset: no token.
+_CALLER: contextvars.ContextVar[tuple[bytes, bytes | None] | None] = contextvars.ContextVar("memmy_mcp_caller")
+#: The caller's headers an in-process API call carries over from the ``/mcp`` request.
+CARRIED = (b"x-memmy-team-project",)
+
+
+def _caller_headers(scope: Scope) -> tuple[bytes, bytes | None]:
+    """The ``/mcp`` request's bearer value (``Bearer <token>`` or empty) and its team-project header."""
+    token = presented_token(scope)
+    team = next((bytes(v) for k, v in scope.get("headers", []) if bytes(k).lower() == CARRIED[0]), None)
+    return (f"Bearer {token}".encode() if token else b""), team
+
+
 def _in_process(app: ASGIApp) -> ASGIApp:
-    """``app`` with its scopes marked in-process (no socket: the daemon's Host guard has nothing to check)."""
+    """``app`` with its scopes marked in-process (no socket: the daemon's Host guard has nothing to check), each
+    call presenting the token (and team project) of the ``/mcp`` request it serves instead of its own."""
 
     async def marked(scope: Scope, receive: Receive, send: Send) -> None:
-        await app({**scope, "memmy.in_process": True}, receive, send)
+        caller = _CALLER.get(None)
+        kept = [(k, v) for k, v in scope.get("headers", []) if bytes(k).lower() not in (b"authorization", *CARRIED)]
+        if caller is not None and caller[0]:
+            kept.append((b"authorization", caller[0]))
+        if caller is not None and caller[1]:
+            kept.append((CARRIED[0], caller[1]))
+        await app({**scope, "headers": kept, "memmy.in_process": True}, receive, send)
 
     return marked
 
@@ -213,9 +237,11 @@ class McpHttpEndpoint:
             await send_error(send, 403, "forbidden", "cross-origin requests from non-local pages are refused")
             return
         expected = self.expected_token()
-        if expected and not hmac.compare_digest(presented_token(scope).encode(), expected.encode()):
+        person = scope.get("state", {}).get("person")  # a team server's person, whom GuardMiddleware let in
+        if expected and not person and not hmac.compare_digest(presented_token(scope).encode(), expected.encode()):
             await send_error(send, 401, "unauthorized", "invalid memory service token")
             return
+        _CALLER.set(_caller_headers(scope))  # read by this request's in-process API calls (the tools' context)
         if scope.get("method") == "GET":
             # Stateless JSON mode has no server-initiated messages: no SSE stream to hold open (spec: answer 405).
             await send_error(send, 405, "invalid_argument", "GET is not allowed on the MCP endpoint; POST JSON-RPC")

@@ -25,10 +25,16 @@ LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 #: Scope key set by in-process callers (the ``/mcp`` endpoint's ASGI transport): no socket, no Host to check.
 IN_PROCESS_KEY = "memmy.in_process"
-#: What a team server's person (a ``memmy-memory users add`` token) may call: their agents' sessions, turns and
-#: memories. Everything else (panel, admin, logs, imports, export, the key graph, ``/mcp``) is the owner's.
-PERSON_PREFIXES = ("/api/v1/sessions/", "/api/v1/turns/", "/api/v1/memory/", "/api/v1/feedback")
-PERSON_PATHS = frozenset({"/api/v1/health", "/api/v1/openapi.json", "/favicon.ico"})
+#: What a team server's person (a ``memmy-memory users add`` token) may call: their agents' sessions, turns,
+#: memories, key graph and the ``/mcp`` endpoint, every read scoped to their own and their team project's memories.
+#: Everything else (panel, admin, logs, imports, export) is the owner's.
+PERSON_PREFIXES = ("/api/v1/sessions/", "/api/v1/turns/", "/api/v1/memory/", "/api/v1/feedback", "/api/v1/keys/")
+PERSON_PATHS = frozenset({"/api/v1/health", "/api/v1/openapi.json", "/favicon.ico", "/mcp"})
+#: What a person asking for the panel is told (the panel shows the whole store: the owner's view).
+PANEL_REFUSED = (
+    "the panel is the team server owner's view of the whole store; people reach their memories through their "
+    "agents (hooks, MCP) and the CLI"
+)
 PERSON_REFUSED = frozenset({"/api/v1/memory/logs", "/api/v1/memory/processing/status"})
 #: Per-memory routes that read or change a memory without asking whose it is: the owner's.
 PERSON_REFUSED_ENDINGS = ("/history", "/processing/retry")
@@ -168,7 +174,9 @@ class GuardMiddleware:
             await send_error(send, 401, "unauthorized", "invalid memory service token", request_id)
             return
         if person is not None and not person_may_call(path):
-            await send_error(send, 403, "forbidden", f"{path} is for the server's owner only", request_id)
+            panel = path.startswith("/api/v1/panel")
+            message = PANEL_REFUSED if panel else f"{path} is for the server's owner only"
+            await send_error(send, 403, "forbidden", message, request_id)
             return
         limit = self.upload_limits.get(path, self.max_body_bytes)
         declared = _header(scope, b"content-length")

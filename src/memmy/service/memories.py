@@ -67,9 +67,7 @@ def memory_item(memory: Memory, processing: dict[str, Any] | None = None) -> dic
 def visible_to(memory: Memory, ns: Namespace, *, write: bool = False) -> bool:
     """Whether the caller may read (``write``: change) ``memory``: everyone on a store without people; a team
     server's person their own memories, and reads of the team-scope memories of their team project."""
-    if ns.reader is None or memory.user_id == ns.reader:
-        return True
-    return not write and memory.visibility == "team" and memory.project_id == ns.team_project
+    return ns.may_read(memory.user_id, memory.visibility, memory.project_id, write=write)
 
 class MemoryOps(Configured):
     """Add, read, delete and search memories."""

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from memmy.domain import new_id
+from memmy.domain import TEAM_KEYS_PREFIX, new_id
 from memmy.store.db import Database, utc_now
 from memmy.store.memories import VISIBLE
 
@@ -60,6 +60,14 @@ def _state(row: Any) -> KeyState:
         source=json.loads(row["source_json"] or "{}"),
         created_at=row["created_at"],
     )
+
+
+def _owned(user_id: str) -> tuple[str, str]:
+    """The memories of a key-graph owner (on alias ``m``) and its one parameter: a person's or the owner's own
+    memories, or for a team project's graph (``team:<project>``) the team memories of that project."""
+    if user_id.startswith(TEAM_KEYS_PREFIX):
+        return "m.visibility = 'team' AND m.project_id = ?", user_id[len(TEAM_KEYS_PREFIX) :]
+    return "m.user_id = ?", user_id
 
 
 def _in(values: Sequence[str]) -> str:
@@ -278,8 +286,9 @@ class KeyRepository:
 
     @staticmethod
     def _visible(user_id: str, namespace: str | None) -> tuple[str, list[Any]]:
-        where = VISIBLE + " AND m.user_id = ?"
-        params: list[Any] = [utc_now(), user_id]
+        owned, owner = _owned(user_id)
+        where = f"{VISIBLE} AND {owned}"
+        params: list[Any] = [utc_now(), owner]
         if namespace is not None:
             where += " AND s.namespace = ?"
             params.append(namespace)
@@ -332,9 +341,9 @@ class KeyRepository:
         namespace first, then ones in no namespace yet (plain ``memory/add``); never one of another namespace."""
         rows = self.db.query(
             "SELECT m.id FROM memories m LEFT JOIN memory_key_state s ON s.memory_id = m.id "
-            "WHERE m.user_id = ? AND m.memory_layer = ? AND m.content_hash = ? AND m.status != 'deleted' "
+            f"WHERE {_owned(user_id)[0]} AND m.memory_layer = ? AND m.content_hash = ? AND m.status != 'deleted' "
             "AND (s.namespace = ? OR s.memory_id IS NULL) ORDER BY s.memory_id IS NULL, m.created_at",
-            (user_id, layer, digest, namespace),
+            (_owned(user_id)[1], layer, digest, namespace),
         )
         return [str(r["id"]) for r in rows]
 
@@ -386,9 +395,9 @@ class KeyRepository:
     def expired_ids(self, user_id: str, now: str) -> list[str]:
         """Live key-graph memories whose TTL has passed (superseded versions are history, not expiry)."""
         rows = self.db.query(
-            "SELECT m.id FROM memories m JOIN memory_key_state s ON s.memory_id = m.id WHERE m.user_id = ? "
+            f"SELECT m.id FROM memories m JOIN memory_key_state s ON s.memory_id = m.id WHERE {_owned(user_id)[0]} "
             "AND m.status != 'deleted' AND m.superseded_by IS NULL AND s.expires_at IS NOT NULL AND s.expires_at <= ?",
-            (user_id, now),
+            (_owned(user_id)[1], now),
         )
         return [r["id"] for r in rows]
 
