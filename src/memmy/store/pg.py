@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from memmy.errors import StoreError
+from memmy.store import pgvectors
 from memmy.store.db import Database, MigrationResult, _split_sql, utc_now
 from memmy.store.pgdialect import PRELUDE, Statement, bm25_idf, document_counts_sql, pg_ddl, translate
 from memmy.store.schema import MIGRATIONS, SCHEMA_VERSION
@@ -299,6 +300,10 @@ def redact_dsn(dsn: str) -> str:
     return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", dsn)
 
 
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    conn.execute(pgvectors.SESSION_SETTINGS.encode())
+
+
 class PgDatabase(Database):
     """The store on PostgreSQL (see the module doc): the same query/transaction/savepoint API as SQLite's."""
 
@@ -322,7 +327,13 @@ class PgDatabase(Database):
         self.counts = DocumentCounts()
         try:
             self.pool: ConnectionPool[Any] = ConnectionPool(
-                dsn, min_size=1, max_size=pool_max, kwargs={"autocommit": True}, open=True, timeout=30.0
+                dsn,
+                min_size=1,
+                max_size=pool_max,
+                kwargs={"autocommit": True},
+                configure=_configure,
+                open=True,
+                timeout=30.0,
             )
             self.pool.wait(timeout=30.0)
         except Exception as exc:
@@ -332,6 +343,9 @@ class PgDatabase(Database):
         except sqlite3.Error as exc:
             self.pool.close()
             raise StoreError(f"{redact_dsn(dsn)} cannot be used ({exc})") from None
+        with self.pool.connection() as raw:
+            #: Whether the server has pgvector: the vector channel then asks the database (memmy.store.pgvectors).
+            self.has_vector = pgvectors.install(raw)
 
     def __repr__(self) -> str:
         return f"PgDatabase({redact_dsn(self.dsn)})"

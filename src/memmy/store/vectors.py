@@ -475,10 +475,7 @@ class VectorIndex:
                         break
             results[name] = list(best.items())
         if merge:
-            merged = sorted(
-                (hit for name, hits in results.items() if name != "*" for hit in hits), key=lambda hit: -hit[1]
-            )
-            results["*"] = merged[: max(pools.values())]
+            results["*"] = merged_layers(results, max(pools.values()))
         return results
 
     @staticmethod
@@ -506,6 +503,12 @@ class VectorIndex:
                 if len(best) >= k:
                     break
         return list(best.items())
+
+
+def merged_layers(results: dict[str, list[tuple[str, float]]], k: int) -> list[tuple[str, float]]:
+    """The per-layer results (``"*"`` left out) as one list, best first, cut at ``k``."""
+    merged = sorted((hit for name, hits in results.items() if name != "*" for hit in hits), key=lambda hit: -hit[1])
+    return merged[:k]
 
 
 def top_rows(scores: Vector, take: int) -> NDArray[np.intp]:
