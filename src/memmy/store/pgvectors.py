@@ -195,17 +195,33 @@ class PgVectorIndex(VectorIndex):
 
     def contains(self, memory_id: str) -> bool:
         """True when the memory has a vector of this fingerprint."""
-        return memory_id in self._vectors([memory_id])
+        return bool(self.having_vectors([memory_id]))
+
+    def having_vectors(self, memory_ids: Iterable[str]) -> set[str]:
+        """The listed memories that have a vector of this fingerprint (one statement)."""
+        ids = list(dict.fromkeys(memory_ids))
+        if not ids:
+            return set()
+        rows = self._rows(
+            f"SELECT DISTINCT memory_id FROM {ANN_TABLE} WHERE memory_id = ANY(%s) AND "
+            f"embedding_dim = {int(self.dim)} AND embedding_provider = %s AND embedding_model = %s",
+            (ids, self.provider, self.model),
+        )
+        return {str(row[0]) for row in rows}
 
     def vector(self, memory_id: str) -> Vector | None:
         """The memory's first stored vector (summary, then vec, then action), or None."""
-        return self._vectors([memory_id]).get(memory_id)
+        return self.vectors([memory_id]).get(memory_id)
 
-    def _vectors(self, memory_ids: Sequence[str]) -> dict[str, Vector]:
+    def vectors(self, memory_ids: Iterable[str]) -> dict[str, Vector]:
+        """:meth:`vector` of each listed memory that has one (one statement)."""
+        ids = list(dict.fromkeys(memory_ids))
+        if not ids:
+            return {}
         rows = self._rows(
             f"SELECT memory_id, vector_field, embedding::real[] FROM {ANN_TABLE} WHERE memory_id = ANY(%s) AND "
             f"embedding_dim = {int(self.dim)} AND embedding_provider = %s AND embedding_model = %s",
-            (list(memory_ids), self.provider, self.model),
+            (ids, self.provider, self.model),
         )
         found: dict[str, tuple[int, Vector]] = {}
         for memory_id, field, values in rows:
