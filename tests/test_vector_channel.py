@@ -84,5 +84,6 @@ def test_the_vector_channel_returns_the_exact_top_memories_on_both_backends(
     vector = index.vector(ids_there[1])
     assert vector is not None and np.allclose(vector, from_blob(stored["embedding"], 384), atol=1e-5)
     assert index.contains(ids_there[1]) and not index.contains("m_missing")
-    assert index.having_vectors([ids_there[1], ids_here[2], "m_missing"]) == {ids_there[1], ids_here[2]}
+    assert index.having_vectors([ids_there[1], ids_here[2], archived, "m_missing"]) == {ids_there[1], ids_here[2]}
+    assert index.vector(archived) is None  # as the in-memory index: an archived memory is not in it
     assert set(index.vectors([ids_there[1], "m_missing"])) == {ids_there[1]}

@@ -343,9 +343,6 @@ class PgDatabase(Database):
         except sqlite3.Error as exc:
             self.pool.close()
             raise StoreError(f"{redact_dsn(dsn)} cannot be used ({exc})") from None
-        with self.pool.connection() as raw:
-            #: Whether the server has pgvector: the vector channel then asks the database (memmy.store.pgvectors).
-            self.has_vector = pgvectors.install(raw)
 
     def __repr__(self) -> str:
         return f"PgDatabase({redact_dsn(self.dsn)})"
@@ -387,6 +384,8 @@ class PgDatabase(Database):
                         raise StoreError(f"{redact_dsn(self.dsn)}: migration {migration.id} failed: {exc}") from exc
                     conn.raw_execute("COMMIT")
                     applied.append(migration.id)
+                #: Whether the server has pgvector: the vector channel then asks the database (store/pgvectors.py).
+                self.has_vector = pgvectors.install(raw)  # under the lock: daemons starting at once install once
             finally:
                 conn.raw_execute(f"SELECT pg_advisory_unlock({MIGRATE_LOCK_KEY})")
         return MigrationResult(version, target, tuple(applied), None)

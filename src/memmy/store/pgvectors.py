@@ -30,6 +30,8 @@ from memmy.store.vectors import Vector, VectorIndex, VectorMeta, merged_layers
 log = logging.getLogger("memmy.store")
 
 ANN_TABLE: Final = "memory_vector_ann"
+#: The advisory lock held while an HNSW index is built (next to memmy.store.pg's write and migration locks).
+HNSW_LOCK_KEY: Final = 0x6D656D6D79 + 2
 #: Candidates HNSW keeps per search (pgvector's default is 40): at 10k near-duplicate rows 100 found 95% of the exact
 #: top 20, 200 all of it, in the same time.
 EF_SEARCH: Final = 200
@@ -120,12 +122,20 @@ def ensure_hnsw(db: PooledDatabase, dim: int, maintenance_mem: str = "256MB") ->
         row = raw.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone()
         if row and row[0]:
             return False
-        raw.execute(f"SET maintenance_work_mem = '{maintenance_mem}'".encode())
-        raw.execute(
-            f"CREATE INDEX IF NOT EXISTS {name} ON {ANN_TABLE} USING hnsw ((embedding::vector({int(dim)})) "
-            f"vector_cosine_ops) WHERE embedding_dim = {int(dim)}".encode()
-        )
-        raw.execute(b"RESET maintenance_work_mem")
+        raw.execute("SELECT pg_advisory_lock(%s)", (HNSW_LOCK_KEY,))  # daemons starting at once build it once
+        try:
+            row = raw.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone()
+            if row and row[0]:
+                return False
+            log.info("building the HNSW index %s (a large store takes minutes)", name)
+            raw.execute(f"SET maintenance_work_mem = '{maintenance_mem}'".encode())
+            raw.execute(
+                f"CREATE INDEX IF NOT EXISTS {name} ON {ANN_TABLE} USING hnsw ((embedding::vector({int(dim)})) "
+                f"vector_cosine_ops) WHERE embedding_dim = {int(dim)}".encode()
+            )
+            raw.execute(b"RESET maintenance_work_mem")
+        finally:
+            raw.execute("SELECT pg_advisory_unlock(%s)", (HNSW_LOCK_KEY,))
     return True
 
 
@@ -194,7 +204,8 @@ class PgVectorIndex(VectorIndex):
         return count
 
     def contains(self, memory_id: str) -> bool:
-        """True when the memory has a vector of this fingerprint."""
+        """True when the memory is recallable and has a vector of this fingerprint (as the in-memory index holds
+        only those: an archived or superseded memory is not in it)."""
         return bool(self.having_vectors([memory_id]))
 
     def having_vectors(self, memory_ids: Iterable[str]) -> set[str]:
@@ -202,10 +213,11 @@ class PgVectorIndex(VectorIndex):
         ids = list(dict.fromkeys(memory_ids))
         if not ids:
             return set()
+        where, params = self._where()
         rows = self._rows(
-            f"SELECT DISTINCT memory_id FROM {ANN_TABLE} WHERE memory_id = ANY(%s) AND "
-            f"embedding_dim = {int(self.dim)} AND embedding_provider = %s AND embedding_model = %s",
-            (ids, self.provider, self.model),
+            f"SELECT DISTINCT a.memory_id FROM {ANN_TABLE} a JOIN memories m ON m.id = a.memory_id "
+            f"WHERE a.memory_id = ANY(%s) AND {where}",
+            [ids, *params],
         )
         return {str(row[0]) for row in rows}
 
@@ -218,10 +230,11 @@ class PgVectorIndex(VectorIndex):
         ids = list(dict.fromkeys(memory_ids))
         if not ids:
             return {}
+        where, params = self._where()
         rows = self._rows(
-            f"SELECT memory_id, vector_field, embedding::real[] FROM {ANN_TABLE} WHERE memory_id = ANY(%s) AND "
-            f"embedding_dim = {int(self.dim)} AND embedding_provider = %s AND embedding_model = %s",
-            (ids, self.provider, self.model),
+            f"SELECT a.memory_id, a.vector_field, a.embedding::real[] FROM {ANN_TABLE} a JOIN memories m "
+            f"ON m.id = a.memory_id WHERE a.memory_id = ANY(%s) AND {where}",
+            [ids, *params],
         )
         found: dict[str, tuple[int, Vector]] = {}
         for memory_id, field, values in rows:
