@@ -7,10 +7,14 @@ from __future__ import annotations
 import numpy as np
 
 from memmy.commands.memory import AddMemory, ArchiveMemory
+from memmy.domain import Memory
 from memmy.namespace import Namespace
 from memmy.service import MemoryService
-from memmy.store.pgvectors import PgVectorIndex, hnsw_index_name
-from memmy.store.vectors import from_blob
+from memmy.store.db import utc_now
+from memmy.store.memories import MemoryRepository
+from memmy.store.pg import PgDatabase
+from memmy.store.pgvectors import ANN_TABLE, PgVectorIndex, hnsw_index_name
+from memmy.store.vectors import VectorRepository, from_blob
 from tests.answers import must
 
 TEXTS = (
@@ -87,3 +91,40 @@ def test_the_vector_channel_returns_the_exact_top_memories_on_both_backends(
     assert index.having_vectors([ids_there[1], ids_here[2], archived, "m_missing"]) == {ids_there[1], ids_here[2]}
     assert index.vector(archived) is None  # as the in-memory index: an archived memory is not in it
     assert set(index.vectors([ids_there[1], "m_missing"])) == {ids_there[1]}
+
+
+def test_a_store_from_before_pgvector_gets_its_vectors_mirrored_on_postgres(postgres_dsn: str) -> None:
+    """A PostgreSQL store written before the mirror table existed (the first round's schema) is mirrored once, when
+    a daemon opens it; later writes go through the trigger, and a deleted memory's rows go with it."""
+
+    def memory(number: int) -> Memory:
+        now = utc_now()
+        return Memory(id=f"m_{number}", layer="L1", content=f"note {number}", created_at=now, updated_at=now,
+                      valid_from=now)  # fmt: skip
+
+    rng = np.random.default_rng(3)
+    rows = rng.standard_normal((3, 8)).astype(np.float32)
+    db = PgDatabase(postgres_dsn)
+    memories, vectors = MemoryRepository(db), VectorRepository(db)
+    for n in range(2):
+        memories.insert(memory(n), source="test")
+        vectors.upsert(f"m_{n}", "vec", "local", "test-model", rows[n])
+    with db.pool.connection() as raw:
+        raw.execute(f"DROP TABLE {ANN_TABLE}".encode())  # as a store of the first round had none
+    db.close()
+
+    db = PgDatabase(postgres_dsn)
+    try:
+        assert db.has_vector
+        memories, vectors = MemoryRepository(db), VectorRepository(db)
+        memories.insert(memory(2), source="test")
+        vectors.upsert("m_2", "vec", "local", "test-model", rows[2])
+        index = PgVectorIndex(db, 8, "local", "test-model")
+        found = index.vectors(["m_0", "m_1", "m_2"])
+        assert set(found) == {"m_0", "m_1", "m_2"}
+        for n in range(3):
+            assert np.array_equal(found[f"m_{n}"], rows[n])  # the blob's float32 values, exactly
+        vectors.delete_for("m_1")
+        assert set(index.vectors(["m_0", "m_1", "m_2"])) == {"m_0", "m_2"}
+    finally:
+        db.close()
