@@ -85,8 +85,9 @@ def test_ranked_token_search_scores_only_the_newest_matches(tmp_path: Path) -> N
     db.close()
 
 
-def test_selective_terms_keep_the_rarest_within_the_scoring_budget(tmp_path: Path) -> None:
-    db = Database(tmp_path / "m.sqlite")
+def test_selective_terms_keep_the_rarest_within_the_scoring_budget(database: Database) -> None:
+    """On both backends (on PostgreSQL the terms are counted in one statement: TermStats.prefetch)."""
+    db = database
     repo = MemoryRepository(db)
     words = {"zeta": 2, "kappa": 5, "omega": 12, "delta": 40}  # documents that contain each word, of 100
     repo.insert_many(
@@ -100,7 +101,6 @@ def test_selective_terms_keep_the_rarest_within_the_scoring_budget(tmp_path: Pat
     assert repo.selective_terms(terms) == ["kappa", "zeta"]  # 2 + 5 matches fit; omega's 12 more do not
     repo.max_scored_matches = 1
     assert repo.selective_terms(terms) == ["zeta"]  # the rarest stays whatever it costs
-    db.close()
 
 
 def test_a_term_no_document_holds_takes_no_place_among_the_selective_terms(tmp_path: Path) -> None:
@@ -117,8 +117,9 @@ def test_a_term_no_document_holds_takes_no_place_among_the_selective_terms(tmp_p
     db.close()
 
 
-def test_the_scoring_budget_counts_a_chinese_run_by_each_of_its_bigrams(tmp_path: Path) -> None:
-    db = Database(tmp_path / "m.sqlite")
+def test_the_scoring_budget_counts_a_chinese_run_by_each_of_its_bigrams(database: Database) -> None:
+    """On both backends (on PostgreSQL the terms are counted in one statement: TermStats.prefetch)."""
+    db = database
     repo = MemoryRepository(db)
     # 10 documents hold the whole run 部署测试环境 (5 bigrams), 4 hold the rare word "zeta".
     repo.insert_many(
@@ -133,7 +134,6 @@ def test_the_scoring_budget_counts_a_chinese_run_by_each_of_its_bigrams(tmp_path
     assert repo.selective_terms(["部署测试环境", "zeta"]) == ["zeta"]
     repo.max_scored_matches = 70
     assert repo.selective_terms(["部署测试环境", "zeta"]) == ["部署测试环境", "zeta"]
-    db.close()
 
 
 def change(repo: MemoryRepository, memory_id: str, *, content: str | None = None, status: str | None = None) -> None:

@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
@@ -26,6 +27,7 @@ from memmy.embed.scale import Between, SimilarityScale, similarity_scale
 from memmy.errors import MemmyError
 from memmy.kinds import memory as stored
 from memmy.store.db import utc_now
+from memmy.store.pgvectors import PgVectorIndex, PooledDatabase
 from memmy.store.queue import QueueItem
 from memmy.store.text import without_markers
 from memmy.store.unit import Store
@@ -156,6 +158,7 @@ class Indexer:
         self._recent_lock = threading.Lock()
         #: On a store other daemons share (PostgreSQL), the last vector row this index has taken in.
         self._shared = store.backend == "postgres"
+        self._db = store.db
         self._seen_vector_id = 0
 
     @property
@@ -196,11 +199,17 @@ class Indexer:
             log.warning("embedding backend unavailable, vector search disabled: %s", exc.message)
             self.index = None
             return
-        index = VectorIndex(fingerprint.dim)
-        if self._shared:
-            self._seen_vector_id = self.vectors.last_id()  # rows written meanwhile are taken in twice: harmless
-        index.bulk_load(self.vectors.iter_current(fingerprint.provider, fingerprint.model, fingerprint.dim))
-        self.index = index
+        if self._shared and getattr(self._db, "has_vector", False):
+            # pgvector: the database is the index (HNSW), shared by every daemon; nothing is loaded here
+            self.index = PgVectorIndex(
+                cast(PooledDatabase, self._db), fingerprint.dim, fingerprint.provider, fingerprint.model
+            )
+        else:
+            index = VectorIndex(fingerprint.dim)
+            if self._shared:
+                self._seen_vector_id = self.vectors.last_id()  # rows written meanwhile are taken in twice: harmless
+            index.bulk_load(self.vectors.iter_current(fingerprint.provider, fingerprint.model, fingerprint.dim))
+            self.index = index
         key_index = KeyVectorIndex(fingerprint.dim)
         for key_id, norm, user_id, key_type, vector in self.keys.iter_vectors(
             fingerprint.provider, fingerprint.model, fingerprint.dim
@@ -359,8 +368,8 @@ class Indexer:
     def catch_up(self) -> int:
         """On a store other daemons share: take the vectors they stored since the last look into this index (the
         idle worker looks about once a second); returns how many. Nothing to do on SQLite (one daemon)."""
-        if not self._shared or self.index is None:
-            return 0
+        if not self._shared or self.index is None or isinstance(self.index, PgVectorIndex):
+            return 0  # (a pgvector index is the database itself: nothing to take in)
         fingerprint = self.embedder.fingerprint
         taken = 0
         while True:

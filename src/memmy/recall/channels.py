@@ -78,8 +78,9 @@ def window_cosines(
     """
     query = np.asarray(query_vector, dtype=np.float32)
     scores: dict[str, float] = {}
+    stored = index.vectors(m for members in windows.values() for m in members)  # one look-up for every window
     for memory_id, members in windows.items():
-        rows = [v for v in (index.vector(m) for m in members) if v is not None]
+        rows = [stored[m] for m in members if m in stored]
         if len(rows) < 2:
             continue
         mean = np.mean(np.stack(rows).astype(np.float32), axis=0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -315,7 +316,11 @@ class RecallOps(Configured):
                 ]
                 selected = merge_by_rrf([selected, *extra], limit)
         selected, filter_status = relevance_filter(
-            filter_llm, query, selected, self.config.algorithm["retrieval"], timeout_s,
+            filter_llm,
+            query,
+            selected,
+            self.config.algorithm["retrieval"],
+            timeout_s,
             apply_fallback_cap=mode == "turn_start",
         )
         status.append(filter_status)
@@ -395,10 +400,13 @@ class RecallOps(Configured):
             vocabulary = vocabulary_of(candidates) if gate else None
             if gate and "vector:unavailable" not in status:
                 index = self.engine.index()
+                listed = [c.memory.id for c in candidates]
+                # on first use, one look-up for every candidate (on PostgreSQL each is a round trip to the server)
+                with_vectors = functools.cache(lambda: index.having_vectors(listed) if index is not None else set())
                 candidates, dropped = semantic_gate(
                     candidates,
                     retrieval.min_trace_sim,
-                    lambda mid: index is not None and index.contains(mid),
+                    lambda mid: mid in with_vectors(),
                     prepared,
                     vocabulary,
                     scale,

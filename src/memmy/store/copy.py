@@ -16,6 +16,7 @@ from typing import Any
 
 from memmy.errors import StoreError
 from memmy.store.db import Database
+from memmy.store.pgvectors import ANN_TABLE
 from memmy.store.schema import refill_fts
 
 #: Not copied: the full-text index (rebuilt from memories) and each side's own migration record.
@@ -44,7 +45,8 @@ def tables(db: Database) -> list[str]:
     if db.backend == "postgres":
         rows = db.query(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() "
-            "AND table_type = 'BASE TABLE' ORDER BY table_name"
+            "AND table_type = 'BASE TABLE' AND table_name <> ? ORDER BY table_name",
+            (ANN_TABLE,),  # pgvector's mirror of the vector rows: an index, kept by a trigger
         )
     else:
         rows = db.query(

@@ -219,6 +219,29 @@ class TermStats:
         sum over its bigrams (and phrase) of their documents, since each is a token of the OR query."""
         return sum(self._count(db, part) for part in fts_match_parts([term]))
 
+    def prefetch(self, db: Database, terms: Sequence[str]) -> None:
+        """On PostgreSQL, count every uncached expression :meth:`doc_count` and :meth:`scored_matches` will ask
+        for, in one statement: one round trip to the server instead of one per term (SQLite counts in-process)."""
+        if db.backend != "postgres":
+            return
+        now = time.monotonic()
+        wanted = {fts_match_expression([term]) for term in terms} | set(fts_match_parts(list(terms)))
+        missing = sorted(
+            e for e in wanted if e and not ((c := self._counts.get(e)) is not None and now - c[0] <= self.ttl_s)
+        )
+        if not missing:
+            return
+        counted = ", ".join("(SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?)" for _ in missing)
+        try:
+            row = db.query_one(f"SELECT {counted}", missing)
+        except sqlite3.OperationalError:
+            return  # each term is counted on its own then
+        if row is None:
+            return
+        if len(self._counts) > 5000:
+            self._counts.clear()
+        self._counts.update({e: (now, int(n or 0)) for e, n in zip(missing, tuple(row), strict=True)})
+
     def _count(self, db: Database, expression: str) -> int:
         if not expression:
             return 0
@@ -508,6 +531,7 @@ class MemoryRepository:
         total = self._term_stats.total(self.db)
         if total < self.selective_min_docs or len(terms) <= 1:
             return list(terms)
+        self._term_stats.prefetch(self.db, terms)
         counts = {term: self._term_stats.doc_count(self.db, term) for term in terms}
         ranked = sorted((t for t in terms if counts[t] > 0), key=lambda t: counts[t])
         chosen = [t for t in ranked[:MAX_SELECTIVE_TERMS] if counts[t] <= COMMON_TERM_SHARE * total or t in ranked[:2]]

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from memmy.errors import StoreError
+from memmy.store import pgvectors
 from memmy.store.db import Database, MigrationResult, _split_sql, utc_now
 from memmy.store.pgdialect import PRELUDE, Statement, bm25_idf, document_counts_sql, pg_ddl, translate
 from memmy.store.schema import MIGRATIONS, SCHEMA_VERSION
@@ -299,6 +300,10 @@ def redact_dsn(dsn: str) -> str:
     return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", dsn)
 
 
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    conn.execute(pgvectors.SESSION_SETTINGS.encode())
+
+
 class PgDatabase(Database):
     """The store on PostgreSQL (see the module doc): the same query/transaction/savepoint API as SQLite's."""
 
@@ -322,7 +327,13 @@ class PgDatabase(Database):
         self.counts = DocumentCounts()
         try:
             self.pool: ConnectionPool[Any] = ConnectionPool(
-                dsn, min_size=1, max_size=pool_max, kwargs={"autocommit": True}, open=True, timeout=30.0
+                dsn,
+                min_size=1,
+                max_size=pool_max,
+                kwargs={"autocommit": True},
+                configure=_configure,
+                open=True,
+                timeout=30.0,
             )
             self.pool.wait(timeout=30.0)
         except Exception as exc:
@@ -373,6 +384,8 @@ class PgDatabase(Database):
                         raise StoreError(f"{redact_dsn(self.dsn)}: migration {migration.id} failed: {exc}") from exc
                     conn.raw_execute("COMMIT")
                     applied.append(migration.id)
+                #: Whether the server has pgvector: the vector channel then asks the database (store/pgvectors.py).
+                self.has_vector = pgvectors.install(raw)  # under the lock: daemons starting at once install once
             finally:
                 conn.raw_execute(f"SELECT pg_advisory_unlock({MIGRATE_LOCK_KEY})")
         return MigrationResult(version, target, tuple(applied), None)

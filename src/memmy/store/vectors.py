@@ -345,6 +345,15 @@ class VectorIndex:
                     return self._blocks[found[0]].vector(found[1])
         return None
 
+    def vectors(self, memory_ids: Iterable[str]) -> dict[str, Vector]:
+        """:meth:`vector` of each listed memory that has one (one look-up for many)."""
+        found = {memory_id: self.vector(memory_id) for memory_id in dict.fromkeys(memory_ids)}
+        return {memory_id: vector for memory_id, vector in found.items() if vector is not None}
+
+    def having_vectors(self, memory_ids: Iterable[str]) -> set[str]:
+        """The listed memories that have an indexed vector (:meth:`contains` for many at once)."""
+        return {memory_id for memory_id in memory_ids if self.contains(memory_id)}
+
     def similarities(self, memory_ids: Iterable[str], query: Vector) -> dict[str, float]:
         """Cosine of ``query`` with each listed memory that has a vector (best field), for candidates that
         another channel found: their semantic evidence is known exactly, not only when they made the top k.
@@ -475,10 +484,7 @@ class VectorIndex:
                         break
             results[name] = list(best.items())
         if merge:
-            merged = sorted(
-                (hit for name, hits in results.items() if name != "*" for hit in hits), key=lambda hit: -hit[1]
-            )
-            results["*"] = merged[: max(pools.values())]
+            results["*"] = merged_layers(results, max(pools.values()))
         return results
 
     @staticmethod
@@ -506,6 +512,12 @@ class VectorIndex:
                 if len(best) >= k:
                     break
         return list(best.items())
+
+
+def merged_layers(results: dict[str, list[tuple[str, float]]], k: int) -> list[tuple[str, float]]:
+    """The per-layer results (``"*"`` left out) as one list, best first, cut at ``k``."""
+    merged = sorted((hit for name, hits in results.items() if name != "*" for hit in hits), key=lambda hit: -hit[1])
+    return merged[:k]
 
 
 def top_rows(scores: Vector, take: int) -> NDArray[np.intp]:
