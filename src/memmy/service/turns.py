@@ -16,7 +16,7 @@ from memmy.evolve.repair import tool_failure_burst
 from memmy.evolve.rules_text import call_failed
 from memmy.jobs.episodes import EpisodeOps
 from memmy.jobs.evolution import queue_burst_repair
-from memmy.jobs.writer import trace_view
+from memmy.jobs.writer import indexed_trace
 from memmy.namespace import Namespace
 from memmy.recall.intent import classify_intent, should_skip
 from memmy.service.recall import RecallOps
@@ -324,7 +324,7 @@ class TurnOps(Configured):
             feedback_cfg = self.config.feedback
             episode = episodes.get(episode_id)
             window = (episode.l1_memory_ids if episode else [])[-feedback_cfg.failure_window :]
-            recent = [trace_view(m) for m in self.writer.memories.get_many(window).values()]
+            recent = [indexed_trace(m) for m in self.writer.memories.get_many(window).values()]
             burst = tool_failure_burst(recent, feedback_cfg.failure_threshold, feedback_cfg.failure_window)
             if burst is not None:
                 job = queue_burst_repair(self.jobs, episode_id, burst)
