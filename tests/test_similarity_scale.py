@@ -14,7 +14,7 @@ import yaml
 
 from memmy.commands.dream import DreamRun
 from memmy.commands.memory import AddMemory
-from memmy.commands.turns import OpenSession, StartTurn
+from memmy.commands.turn_requests import OpenSession, StartTurn
 from memmy.config import load_config
 from memmy.config_defaults import default_tree
 from memmy.domain import Memory, content_hash

@@ -20,7 +20,7 @@ from memmy.evolve.model import IndexedTrace
 from memmy.evolve.reflection import Reflection, is_social_step, reflect_batch
 from memmy.evolve.reward import EpisodeTurn, FeedbackItem, backpropagate, score_episode, skip_reason
 from memmy.indexing import Indexer
-from memmy.jobs.episodes import EpisodeOps
+from memmy.jobs.episode import EpisodeOps
 from memmy.jobs.writer import LayerWriter, indexed_trace, iso, parse_iso
 from memmy.kinds import trace as ktrace
 from memmy.llm.client import JsonLLM, LLMError

@@ -8,13 +8,13 @@ from typing import Any, cast
 
 from memmy.capture.sanitize import sanitize_text
 from memmy.commands.answers import SessionClosed, SessionOpened, TurnCompleted, TurnStarted
-from memmy.commands.turns import CloseSession, CompleteTurn, OpenSession, StartTurn, normalize_status
+from memmy.commands.turn_requests import CloseSession, CompleteTurn, OpenSession, StartTurn, normalize_status
 from memmy.config import Configured, Settings
 from memmy.domain import new_id, sha256_hex
 from memmy.errors import Conflict, NotFound
 from memmy.evolve.repair import tool_failure_burst
 from memmy.evolve.rules_text import call_failed
-from memmy.jobs.episodes import EpisodeOps
+from memmy.jobs.episode import EpisodeOps
 from memmy.jobs.evolution import queue_burst_repair
 from memmy.jobs.writer import indexed_trace
 from memmy.namespace import Namespace
