@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 from memmy.commands.evolution import RunWorker
-from memmy.commands.turns import CloseSession, CompleteTurn, OpenSession, StartTurn
+from memmy.commands.turn_requests import CloseSession, CompleteTurn, OpenSession, StartTurn
 
 FAMILIES = [
     ("python", "run the unit tests of the {x} package", "ModuleNotFoundError: No module named '{x}_core'"),

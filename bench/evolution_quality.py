@@ -66,7 +66,7 @@ from pathlib import Path
 from typing import Any
 
 from memmy.commands.evolution import Feedback, RunWorker
-from memmy.commands.turns import CloseSession, CompleteTurn, OpenSession, StartTurn
+from memmy.commands.turn_requests import CloseSession, CompleteTurn, OpenSession, StartTurn
 
 # --------------------------------------------------------------------------- the task bank
 

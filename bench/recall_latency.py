@@ -72,7 +72,7 @@ import httpx
 import numpy as np
 
 import memmy.recall.pipeline as pipeline_module
-from memmy.commands.turns import OpenSession, StartTurn
+from memmy.commands.turn_requests import OpenSession, StartTurn
 from memmy.domain import ID_PREFIX_BY_LAYER, Memory, new_id
 from memmy.embed import LocalMiniLMEmbedder, OnnxMiniLMEmbedder
 from memmy.embed.onnx_minilm import onnxruntime_available

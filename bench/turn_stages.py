@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from memmy.commands.turns import OpenSession, StartTurn
+from memmy.commands.turn_requests import OpenSession, StartTurn
 from memmy.namespace import Namespace
 from memmy.server.app import Api
 from memmy.server.bodies import parse_body

@@ -43,7 +43,7 @@ import memmy.recall.pipeline as pipeline_module
 import memmy.recall.query as query_module
 import memmy.store.memories as memories_module
 from memmy.capture.trace import error_signatures
-from memmy.commands.turns import OpenSession, StartTurn
+from memmy.commands.turn_requests import OpenSession, StartTurn
 from memmy.embed import OnnxMiniLMEmbedder
 from memmy.namespace import Namespace
 from memmy.recall.channels import ChannelHit, pattern_channel

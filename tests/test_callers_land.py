@@ -20,7 +20,7 @@ import psutil
 import pytest
 from mcp import Client
 
-from memmy.commands.turns import OpenSession, StartTurn
+from memmy.commands.turn_requests import OpenSession, StartTurn
 from memmy.config import load_config
 from memmy.namespace import Namespace
 from memmy.service import MemoryService

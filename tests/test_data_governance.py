@@ -27,7 +27,7 @@ from memmy.commands.evolution import Feedback, RunWorker
 from memmy.commands.governance import ListLogs, RestoreTombstone, ReviewDecision, ReviewQueue
 from memmy.commands.memory import AddMemory, DeleteMemory, SearchMemory
 from memmy.commands.panel import PanelItems
-from memmy.commands.turns import CompleteTurn, OpenSession, StartTurn
+from memmy.commands.turn_requests import CompleteTurn, OpenSession, StartTurn
 from memmy.config import load_config
 from memmy.embed import Embedder
 from memmy.errors import Conflict

@@ -13,7 +13,7 @@ from click.testing import CliRunner, Result
 
 from memmy.cli.main import cli
 from memmy.commands.memory import PurgeCanary
-from memmy.commands.turns import CompleteTurn, OpenSession
+from memmy.commands.turn_requests import CompleteTurn, OpenSession
 from memmy.domain import CANARY_PREFIX
 from memmy.errors import Conflict, InvalidArgument
 from memmy.namespace import Namespace

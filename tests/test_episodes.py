@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from memmy.cli.main import cli
 from memmy.commands.evolution import Feedback, RunWorker
 from memmy.commands.panel import PanelTasks
-from memmy.commands.turns import CloseSession, CompleteTurn, OpenSession, StartTurn
+from memmy.commands.turn_requests import CloseSession, CompleteTurn, OpenSession, StartTurn
 from memmy.config import load_config
 from memmy.embed import Embedder
 from memmy.namespace import Namespace

@@ -24,7 +24,7 @@ from memmy.evolve.boundaries import (
     classify_relation_llm,
     word_count,
 )
-from memmy.evolve.model import TraceView
+from memmy.evolve.model import IndexedTrace
 from memmy.evolve.reflection import is_social_step
 from memmy.llm.client import LLMEndpoint, OpenAICompatibleLLM
 from tests.llm_stub import Answer, ChatStub, run_chat_stub
@@ -422,8 +422,18 @@ def test_min_confidence_filters_weak_signals() -> None:
 # --------------------------------------------------------------------------- social-only steps (reflection)
 
 
-def step(user: str, tools: list[dict[str, Any]] | None = None) -> TraceView:
-    return TraceView("t", "ep", "s", NOW.isoformat(), user, "ok", user, [], "_|_|_|_", [], tools or [])
+def step(user: str, tools: list[dict[str, Any]] | None = None) -> IndexedTrace:
+    return IndexedTrace(
+        id="t",
+        episode_id="ep",
+        session_id="s",
+        created_at=NOW.isoformat(),
+        user_text=user,
+        agent_text="ok",
+        summary=user,
+        signature="_|_|_|_",
+        tool_calls=tuple(tools or []),
+    )
 
 
 @pytest.mark.parametrize("text", ["thanks!", "谢谢你", "hello", "你真棒！", "great job", "Thank you so much"])

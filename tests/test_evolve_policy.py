@@ -7,6 +7,7 @@ import json
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -27,7 +28,7 @@ from memmy.evolve.failure import (
     tool_failure_burst,
     value_divergence,
 )
-from memmy.evolve.model import PolicyDraft, PolicyView, TraceView
+from memmy.evolve.model import IndexedPolicy, IndexedTrace, PolicyDraft
 from memmy.evolve.policy import (
     association_score,
     best_association,
@@ -65,8 +66,8 @@ def trace(
     episode: str | None = None,
     ts: int = 0,
     reflection: str | None = None,
-) -> TraceView:
-    return TraceView(
+) -> IndexedTrace:
+    return IndexedTrace(
         id=tid,
         episode_id=episode or f"ep-{tid}",
         session_id=f"sess-{tid}",
@@ -74,10 +75,10 @@ def trace(
         user_text=user,
         agent_text=agent,
         summary=user[:140],
-        tags=["python", "test"],
+        tags=("python", "test"),
         signature=sig,
-        error_signatures=[],
-        tool_calls=calls,
+        error_signatures=(),
+        tool_calls=tuple(calls),
         status=status,
         reflection=reflection,
         alpha=0.5,
@@ -85,7 +86,7 @@ def trace(
     )
 
 
-def ok_en(tid: str = "ok1", value: float = 0.6) -> TraceView:
+def ok_en(tid: str = "ok1", value: float = 0.6) -> IndexedTrace:
     return trace(
         tid,
         "Please fix the pytest import error in CI for the foo package",
@@ -95,7 +96,7 @@ def ok_en(tid: str = "ok1", value: float = 0.6) -> TraceView:
     )
 
 
-def fail_en(tid: str = "bad1", module: str = "foo", path: str = "/home/u/foo") -> TraceView:
+def fail_en(tid: str = "bad1", module: str = "foo", path: str = "/home/u/foo") -> IndexedTrace:
     return trace(
         tid,
         f"Run the tests for the {module} package",
@@ -106,7 +107,7 @@ def fail_en(tid: str = "bad1", module: str = "foo", path: str = "/home/u/foo") -
     )
 
 
-def ok_zh(tid: str = "zok", value: float = 0.5) -> TraceView:
+def ok_zh(tid: str = "zok", value: float = 0.5) -> IndexedTrace:
     return trace(
         tid,
         "请帮我修复 CI 里 pytest 的导入错误",
@@ -116,7 +117,7 @@ def ok_zh(tid: str = "zok", value: float = 0.5) -> TraceView:
     )
 
 
-def fail_zh(tid: str = "zbad") -> TraceView:
+def fail_zh(tid: str = "zbad") -> IndexedTrace:
     return trace(
         tid,
         "运行 foo 包的测试",
@@ -144,35 +145,35 @@ def test_split_signature_pads_missing_parts() -> None:
 
 def test_association_score_adds_shared_parts_and_hard_gates() -> None:
     t = trace("t", "x", "y", [], sig="python|test|bash|_")
-    t.vector = unit(1, 0)
-    policy = PolicyView(
+    t = replace(t, vector=unit(1, 0))
+    policy = IndexedPolicy(
         id="p", title="t", trigger="", procedure="", signature="python|lint|bash|_", vector=unit(0.8, 0.6)
     )
     score, cos, shared = association_score(t, policy)
     assert cos == pytest.approx(0.8, abs=1e-6) and shared == 2
     assert score == pytest.approx(0.9, abs=1e-6)
-    gated = PolicyView(
+    gated = IndexedPolicy(
         id="g", title="t", trigger="", procedure="", signature="docker|test|bash|EXIT_1", vector=t.vector
     )
     score, cos, shared = association_score(t, gated)
     assert cos == pytest.approx(1.0) and shared == 2 and score == pytest.approx(0.4)
-    no_vec = PolicyView(id="n", title="t", trigger="", procedure="", signature="python|test|bash|_")
+    no_vec = IndexedPolicy(id="n", title="t", trigger="", procedure="", signature="python|test|bash|_")
     score, cos, shared = association_score(t, no_vec)
     assert (round(score, 6), cos, shared) == (0.15, 0.0, 3)
 
 
 def test_best_association_signature_match_without_vectors_and_threshold() -> None:
     t = trace("t", "x", "y", [], sig=SIG)
-    same = PolicyView(id="same", title="a", trigger="", procedure="", signature=SIG)
-    other = PolicyView(id="other", title="b", trigger="", procedure="", signature="node|npm|bash|_")
+    same = IndexedPolicy(id="same", title="a", trigger="", procedure="", signature=SIG)
+    other = IndexedPolicy(id="other", title="b", trigger="", procedure="", signature="node|npm|bash|_")
     found = best_association(t, [other, same])
     assert found is not None
     assert found[0].id == "same" and found[1] == pytest.approx(0.65) and found[3] == "matches_signature"
     assert best_association(t, [other]) is None
-    same.status = "archived"
+    same = replace(same, status="archived")
     assert best_association(t, [same]) is None
-    t.vector = unit(1, 0.05)
-    close = PolicyView(id="close", title="c", trigger="", procedure="", signature="python|x|y|_", vector=unit(1, 0))
+    t = replace(t, vector=unit(1, 0.05))
+    close = IndexedPolicy(id="close", title="c", trigger="", procedure="", signature="python|x|y|_", vector=unit(1, 0))
     found = best_association(t, [close])
     assert found is not None and found[3] == "similar_pattern" and found[2] > 0.99
 
@@ -184,9 +185,9 @@ def test_best_association_with_real_minilm_vectors(embedder: Embedder) -> None:
         "Configure nginx reverse proxy with gzip compression inside a docker container",
     ]
     tvec, pvec_a, pvec_b = embedder.embed([t.summary, *texts], "query")
-    t.vector = tvec
-    a = PolicyView(id="a", title=texts[0], trigger="", procedure="", signature="python|test|bash|_", vector=pvec_a)
-    b = PolicyView(id="b", title=texts[1], trigger="", procedure="", signature="docker|nginx|bash|_", vector=pvec_b)
+    t = replace(t, vector=tvec)
+    a = IndexedPolicy(id="a", title=texts[0], trigger="", procedure="", signature="python|test|bash|_", vector=pvec_a)
+    b = IndexedPolicy(id="b", title=texts[1], trigger="", procedure="", signature="docker|nginx|bash|_", vector=pvec_b)
     found = best_association(t, [b, a], min_similarity=0.0)
     assert found is not None and found[0].id == "a"
     assert association_score(t, a)[1] > association_score(t, b)[1]
@@ -317,7 +318,7 @@ def test_policy_body_lines() -> None:
         assert prefix in body
     assert "Gain: 0.300" in body and "Prefer: bash: pip install -e ." in body
     assert "Avoid: running pytest before installing" in body and "Avoid: Avoid:" not in body
-    view = PolicyView(id="p", title="T", trigger="G", procedure="P", support=3, gain=0.25, source_trace_ids=["a"])
+    view = IndexedPolicy(id="p", title="T", trigger="G", procedure="P", support=3, gain=0.25, source_trace_ids=("a",))
     assert (
         "Support: 3" in policy_body(view) and "Gain: 0.250" in policy_body(view) and "Evidence: a" in policy_body(view)
     )
@@ -410,15 +411,15 @@ def test_avoidance_llm_good_and_fallbacks() -> None:
 
 
 def test_merge_guidance_dedupes_newest_first_and_caps() -> None:
-    existing = PolicyView(
+    existing = IndexedPolicy(
         id="p",
         title="Old title",
         trigger="old trigger",
         procedure="old procedure",
         experience_type="failure_avoidance",
-        anti_pattern=["avoid: running `pytest` without install", "Avoid: old 1", "Avoid: old 2"],
-        preference=["Prefer: uv"],
-        source_trace_ids=["a", "b"],
+        anti_pattern=("avoid: running `pytest` without install", "Avoid: old 1", "Avoid: old 2"),
+        preference=("Prefer: uv",),
+        source_trace_ids=("a", "b"),
     )
     draft = PolicyDraft(
         title="New",
@@ -516,8 +517,8 @@ def test_repair_heuristic_triggers() -> None:
     rep = repair_heuristic("tool_failure_burst", "ctx", [], [fail_en()], burst=burst)
     assert rep.anti_pattern == "repeating bash after 4 failures with Error: Cannot find module 'x'"
     assert rep.severity == "warn" and rep.confidence == pytest.approx(0.9) and rep.low_value_ids == ["bad1"]
-    good = ok_en("h", 0.8)
-    good.reflection = "Installing the package in editable mode first made the imports resolve."
+    lesson = "Installing the package in editable mode first made the imports resolve."
+    good = replace(ok_en("h", 0.8), reflection=lesson)
     rep = repair_heuristic("value_distribution", "ctx", [good], [fail_en()])
     assert rep.preference == "Installing the package in editable mode first made the imports resolve."
     assert rep.anti_pattern.startswith("running `pytest -q` (ModuleNotFoundError")

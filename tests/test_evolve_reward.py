@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from memmy.evolve.model import TraceView
+from memmy.evolve.model import IndexedTrace
 from memmy.evolve.reflection import (
     BATCH_REFLECTION_PROMPT,
     Reflection,
@@ -333,9 +333,9 @@ def trace(
     agent: str = "Ran them.",
     alpha: float = 0.0,
     tools: list[dict[str, Any]] | None = None,
-) -> TraceView:
+) -> IndexedTrace:
     stamp = created_at if isinstance(created_at, str) else created_at.isoformat()
-    return TraceView(
+    return IndexedTrace(
         id=trace_id,
         episode_id="ep",
         session_id="s",
@@ -343,10 +343,10 @@ def trace(
         user_text=user,
         agent_text=agent,
         summary=user,
-        tags=[],
+        tags=(),
         signature="_|_|_|_",
-        error_signatures=[],
-        tool_calls=tools or [],
+        error_signatures=(),
+        tool_calls=tuple(tools or []),
         reflection=reflection,
         alpha=alpha,
     )
@@ -438,7 +438,7 @@ def test_parse_scores_orders_by_idx() -> None:
     assert parse_scores(answer, 2) == [("RELATED", ""), ("PIVOTAL", "ROOT_CAUSE")]
 
 
-def episode(n: int, *, social_at: int | None = None, poison_at: int | None = None) -> list[TraceView]:
+def episode(n: int, *, social_at: int | None = None, poison_at: int | None = None) -> list[IndexedTrace]:
     traces = []
     for i in range(n):
         user = "thanks!" if i == social_at else ("POISON step" if i == poison_at else f"step {i}: edit module_{i}.py")

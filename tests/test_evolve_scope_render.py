@@ -10,16 +10,18 @@ import pytest
 
 from memmy.domain import Memory
 from memmy.evolve.failure import avoidance_draft, classify_feedback_shape
-from memmy.evolve.model import TraceView
+from memmy.evolve.model import IndexedTrace
 from memmy.evolve.scope import derived_scope, visible_in
 from memmy.evolve.topics import content_keywords, shares_evidence, topical
 from memmy.kinds.text import whole_sentences
 from memmy.recall.render import RenderItem, estimate_tokens, render_context
 
 
-def trace(tid: str, user: str, agent: str, calls: list[dict[str, Any]], created: str, value: float = 0.5) -> TraceView:
+def trace(
+    tid: str, user: str, agent: str, calls: list[dict[str, Any]], created: str, value: float = 0.5
+) -> IndexedTrace:
     """A trace view with tool calls."""
-    return TraceView(
+    return IndexedTrace(
         id=tid,
         episode_id="episode_1",
         session_id="s",
@@ -27,10 +29,10 @@ def trace(tid: str, user: str, agent: str, calls: list[dict[str, Any]], created:
         user_text=user,
         agent_text=agent,
         summary=user,
-        tags=[],
+        tags=(),
         signature="node|pnpm|bash|_",
-        error_signatures=[],
-        tool_calls=calls,
+        error_signatures=(),
+        tool_calls=tuple(calls),
         value=value,
     )
 

@@ -6,13 +6,14 @@ import hashlib
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import pytest
 
 from memmy.embed import Embedder
-from memmy.evolve.model import PolicyView, TraceView
+from memmy.evolve.model import IndexedPolicy, IndexedTrace
 from memmy.evolve.skill import (
     crystallize_heuristic,
     crystallize_llm,
@@ -54,8 +55,8 @@ def call(command: str, output: str = "", error: str | None = None, name: str = "
 
 def trace(
     tid: str, user: str, agent: str, calls: list[dict[str, Any]], value: float, vec: Vec | None = None
-) -> TraceView:
-    return TraceView(
+) -> IndexedTrace:
+    return IndexedTrace(
         id=tid,
         episode_id=f"ep-{tid}",
         session_id="s",
@@ -63,17 +64,17 @@ def trace(
         user_text=user,
         agent_text=agent,
         summary=user[:140],
-        tags=["python"],
+        tags=("python",),
         signature="python|test|bash|_",
-        error_signatures=[],
-        tool_calls=calls,
+        error_signatures=(),
+        tool_calls=tuple(calls),
         value=value,
         vector=vec,
     )
 
 
-def pytest_policy(pid: str = "p1", gain: float = 0.2, vec: Vec | None = None) -> PolicyView:
-    return PolicyView(
+def pytest_policy(pid: str = "p1", gain: float = 0.2, vec: Vec | None = None) -> IndexedPolicy:
+    return IndexedPolicy(
         id=pid,
         title="Pytest import error in CI via bash",
         trigger="When the request is about: pytest import error in CI",
@@ -83,14 +84,14 @@ def pytest_policy(pid: str = "p1", gain: float = 0.2, vec: Vec | None = None) ->
         status="active",
         support=2,
         gain=gain,
-        preference=["bash: pip install -e . → bash: pytest -q"],
-        tags=["python", "test", "bash"],
+        preference=("bash: pip install -e . → bash: pytest -q",),
+        tags=("python", "test", "bash"),
         vector=vec,
     )
 
 
-def avoid_policy(pid: str = "p2", vec: Vec | None = None) -> PolicyView:
-    return PolicyView(
+def avoid_policy(pid: str = "p2", vec: Vec | None = None) -> IndexedPolicy:
+    return IndexedPolicy(
         id=pid,
         title="Avoid: running `pytest -q` without `pip install -e .` first",
         trigger="When the request is about: run the tests",
@@ -99,15 +100,15 @@ def avoid_policy(pid: str = "p2", vec: Vec | None = None) -> PolicyView:
         status="active",
         support=1,
         gain=0.1,
-        anti_pattern=["Avoid: running `pytest -q` without `pip install -e .` first (ModuleNotFoundError)"],
-        preference=["Prefer: `pip install -e .` → `pytest -q`"],
-        tags=["python", "failure"],
+        anti_pattern=("Avoid: running `pytest -q` without `pip install -e .` first (ModuleNotFoundError)",),
+        preference=("Prefer: `pip install -e .` → `pytest -q`",),
+        tags=("python", "failure"),
         vector=vec,
     )
 
 
-def zh_policy(pid: str = "z1") -> PolicyView:
-    return PolicyView(
+def zh_policy(pid: str = "z1") -> IndexedPolicy:
+    return IndexedPolicy(
         id=pid,
         title="修复 CI 里 pytest 导入错误",
         trigger="当请求涉及：CI pytest 导入错误",
@@ -117,11 +118,11 @@ def zh_policy(pid: str = "z1") -> PolicyView:
         status="active",
         support=1,
         gain=0.3,
-        tags=["python"],
+        tags=("python",),
     )
 
 
-def evidence_traces() -> list[TraceView]:
+def evidence_traces() -> list[IndexedTrace]:
     return [
         trace(
             "e1",
@@ -154,29 +155,31 @@ def stub_llm(answer: Callable[[str, str], str | None]) -> Iterator[tuple[OpenAIC
     ("policy", "key"),
     [
         (pytest_policy(), "python|pip"),
-        (PolicyView(id="d", title="Rebuild the image", trigger="docker build fails", procedure="docker build ."), None),
         (
-            PolicyView(id="n", title="Install deps", trigger="node project", procedure="npm ci then npm test"),
+            IndexedPolicy(id="d", title="Rebuild the image", trigger="docker build fails", procedure="docker build ."),
+            None,
+        ),
+        (
+            IndexedPolicy(id="n", title="Install deps", trigger="node project", procedure="npm ci then npm test"),
             "node|npm",
         ),
         (
-            PolicyView(id="z", title="数据库迁移失败", trigger="当请求涉及：数据库迁移", procedure="先备份再执行"),
+            IndexedPolicy(id="z", title="数据库迁移失败", trigger="当请求涉及：数据库迁移", procedure="先备份再执行"),
             "db|_",
         ),
         (
-            PolicyView(id="f", title="Write release notes", trigger="x", procedure="y", tags=["policy", "docs"]),
+            IndexedPolicy(id="f", title="Write release notes", trigger="x", procedure="y", tags=("policy", "docs")),
             "docs|_",
         ),
-        (PolicyView(id="g", title="Write release notes", trigger="x", procedure="y"), "general|_"),
+        (IndexedPolicy(id="g", title="Write release notes", trigger="x", procedure="y"), "general|_"),
     ],
 )
-def test_domain_key(policy: PolicyView, key: str | None) -> None:
+def test_domain_key(policy: IndexedPolicy, key: str | None) -> None:
     assert domain_key(policy) == (key or "docker|docker-cli")
 
 
 def test_eligible_and_buckets() -> None:
-    candidate = pytest_policy("c")
-    candidate.status = "candidate"
+    candidate = replace(pytest_policy("c"), status="candidate")
     weak = pytest_policy("w", gain=0.01)
     policies = [pytest_policy("a"), avoid_policy("b"), candidate, weak, zh_policy("z")]
     eligible = eligible_policies(policies)
@@ -225,7 +228,8 @@ def test_world_model_heuristic_chinese() -> None:
 def test_world_model_with_real_minilm_vectors(embedder: Embedder) -> None:
     a, b = pytest_policy("a"), avoid_policy("b")
     texts = [f"{p.title}\n{p.trigger}\n{p.procedure}" for p in (a, b)]
-    a.vector, b.vector = embedder.embed(texts, "query")
+    vectors = embedder.embed(texts, "query")
+    a, b = replace(a, vector=vectors[0]), replace(b, vector=vectors[1])
     draft = world_model_heuristic(domain_key(a), [a, b])
     assert draft is not None and draft.admission == "strict" and draft.cohesion > 0.5
 
@@ -275,8 +279,7 @@ def test_skill_eligibility_eta_and_key() -> None:
     assert skill_eligible(pytest_policy())
     assert not skill_eligible(avoid_policy())
     assert not skill_eligible(pytest_policy(gain=0.01))
-    candidate = pytest_policy()
-    candidate.status = "candidate"
+    candidate = replace(pytest_policy(), status="candidate")
     assert not skill_eligible(candidate)
     assert draft_eta(0.2, 2) == pytest.approx(0.6)
     assert draft_eta(0.2, 1, min_support=4) == pytest.approx(0.225)
@@ -331,18 +334,19 @@ def test_crystallize_heuristic_chinese_single_line_and_empty() -> None:
     draft = crystallize_heuristic(zh_policy(), [], [])
     assert draft is not None and draft.name.startswith("skill_") and len(draft.steps) == 3
     assert "## 步骤" in draft.invocation_guide and skill_description(draft.invocation_guide, 200).startswith("修复")
-    one = PolicyView(id="o", title="Ship", trigger="t", procedure="Run make release", verification="tag pushed")
+    one = IndexedPolicy(id="o", title="Ship", trigger="t", procedure="Run make release", verification="tag pushed")
     single = crystallize_heuristic(one, [], [])
     assert single is not None and [s["body"] for s in single.steps] == ["Run make release", "tag pushed"]
     assert single.steps[1]["title"] == "Verify: tag pushed"
-    split = PolicyView(id="s", title="Ship", trigger="t", procedure="build the wheel; upload it then tag the release")
+    steps = "build the wheel; upload it then tag the release"
+    split = IndexedPolicy(id="s", title="Ship", trigger="t", procedure=steps)
     chained = crystallize_heuristic(split, [], [])
     assert chained is not None and [s["body"] for s in chained.steps] == [
         "build the wheel",
         "upload it",
         "tag the release",
     ]
-    assert crystallize_heuristic(PolicyView(id="e", title="x", trigger="t", procedure=""), [], []) is None
+    assert crystallize_heuristic(IndexedPolicy(id="e", title="x", trigger="t", procedure=""), [], []) is None
 
 
 GOOD_SKILL = {
@@ -421,7 +425,7 @@ def test_rebuild_levels_follow_new_evidence_and_policy_changes() -> None:
     print_ = policy_fingerprint(policy)
     assert print_ == policy_fingerprint(pytest_policy()) and len(print_) == 16
     changed = pytest_policy()
-    changed.procedure += " Then run the linters."
+    changed = replace(changed, procedure=changed.procedure + " Then run the linters.")
     assert policy_fingerprint(changed) != print_
     stats_only = pytest_policy(gain=0.9)
     assert policy_fingerprint(stats_only) == print_, "statistics alone never force a rebuild"

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from memmy.sources.imported_turns import ImportedTurn
 from memmy.sources.importer import MAX_TURN_BYTES, turn_over_limit, turn_size
 from memmy.sources.model import SourceMessage, has_long_digit_run, loads_json
-from memmy.sources.turns import ImportedTurn
 from memmy.store.jsontext import dumps_json
 from memmy.transcripts import model
 

@@ -48,7 +48,7 @@ def test_a_failing_conversation_keeps_the_others_fails_the_exit_code_and_is_retr
     bad.write()
 
     from memmy.sources import reading as importer_module  # where conversations are grouped
-    from memmy.sources.turns import group_turns as real_group
+    from memmy.sources.imported_turns import group_turns as real_group
 
     def group_or_fail(conversation: object) -> object:
         if any("POISON" in m.content for m in conversation.messages):  # type: ignore[attr-defined]

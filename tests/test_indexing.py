@@ -10,7 +10,7 @@ import pytest
 from numpy.typing import NDArray
 
 from memmy.commands.memory import AddMemory, DeleteMemory, SearchMemory
-from memmy.commands.turns import OpenSession, StartTurn
+from memmy.commands.turn_requests import OpenSession, StartTurn
 from memmy.config import load_config
 from memmy.embed import Embedder, build_embedder
 from memmy.embed.base import EmbeddingFingerprint, EmbedRole

@@ -28,7 +28,7 @@ import httpx
 import pytest
 
 from memmy.evolve.failure import FAILURE_SINK_PROMPT
-from memmy.evolve.model import TraceView
+from memmy.evolve.model import IndexedTrace
 from memmy.evolve.policy import L2_INDUCTION_PROMPT, induce_heuristic, induce_llm
 from memmy.jobs.evolution import SUMMARY_PROMPT
 from memmy.llm.client import LLMEndpoint, OpenAICompatibleLLM
@@ -110,12 +110,12 @@ def real_client(url: str) -> OpenAICompatibleLLM:
     return OpenAICompatibleLLM(endpoint, malformed_retries=0)
 
 
-def trace(index: int, user: str, agent: str, tools: list[dict[str, Any]]) -> TraceView:
+def trace(index: int, user: str, agent: str, tools: list[dict[str, Any]]) -> IndexedTrace:
     """A successful trace of the heap-size fix."""
-    return TraceView(
+    return IndexedTrace(
         id=f"t{index}", episode_id=f"e{index}", session_id="s", created_at="2026-12-01T00:00:00Z", user_text=user,
-        agent_text=agent, summary=user[:80], tags=["node"], signature="node|build|bash|heap_oom",
-        error_signatures=[], tool_calls=tools, value=0.8, alpha=0.5,
+        agent_text=agent, summary=user[:80], tags=("node",), signature="node|build|bash|heap_oom",
+        error_signatures=(), tool_calls=tuple(tools), value=0.8, alpha=0.5,
     )  # fmt: skip
 
 

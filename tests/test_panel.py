@@ -21,7 +21,7 @@ from starlette.testclient import TestClient
 from memmy.commands.evolution import RunWorker
 from memmy.commands.governance import ListLogs
 from memmy.commands.memory import AddMemory, DeleteMemory, SearchMemory
-from memmy.commands.turns import OpenSession
+from memmy.commands.turn_requests import OpenSession
 from memmy.jobs.writer import LayerWrite, LayerWriter
 from memmy.namespace import Namespace
 from memmy.panel import routes as panel_routes

@@ -12,7 +12,7 @@ import pytest
 from memmy.capture.sanitize import wrap_for_agent
 from memmy.commands.answers import SearchAnswer
 from memmy.commands.memory import AddMemory, ArchiveMemory, DeleteMemory, SearchMemory
-from memmy.commands.turns import CompleteTurn, OpenSession, StartTurn
+from memmy.commands.turn_requests import CompleteTurn, OpenSession, StartTurn
 from memmy.namespace import Namespace
 from memmy.recall.query import structural_fragments
 from memmy.service import MemoryService

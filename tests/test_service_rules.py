@@ -12,7 +12,7 @@ from memmy.commands.admin import ReloadConfig
 from memmy.commands.imports import StartScan
 from memmy.commands.memory import CHANNEL_NAMES, AddMemory, ArchiveMemory, Mode, SearchMemory
 from memmy.commands.panel import PanelItems
-from memmy.commands.turns import CloseSession, CompleteTurn, OpenSession, StartTurn
+from memmy.commands.turn_requests import CloseSession, CompleteTurn, OpenSession, StartTurn
 from memmy.config import load_config
 from memmy.embed import Embedder
 from memmy.errors import Conflict, Forbidden

@@ -14,14 +14,14 @@ import yaml
 
 from memmy.commands.dream import DreamRun
 from memmy.commands.memory import AddMemory
-from memmy.commands.turns import OpenSession, StartTurn
+from memmy.commands.turn_requests import OpenSession, StartTurn
 from memmy.config import load_config
 from memmy.config_defaults import default_tree
 from memmy.domain import Memory, content_hash
 from memmy.embed import Embedder
 from memmy.embed.scale import E5_SCALE, E5_TEXTS_SCALE, MINILM_ANCHORS, SimilarityScale, similarity_scale
 from memmy.errors import EmbeddingError
-from memmy.evolve.model import PolicyView, TraceView
+from memmy.evolve.model import IndexedPolicy, IndexedTrace
 from memmy.evolve.policy import association_score
 from memmy.evolve.skill import select_evidence
 from memmy.indexing import Indexer
@@ -137,9 +137,16 @@ def test_two_stored_texts_are_read_on_minilms_scale_through_their_own_anchors() 
     assert E5_TEXTS_SCALE.from_reference(0.95) > 0.98  # dream's duplicateSimilarity on e5's scale
     # L2 association: a trace and a policy at e5 cosine 0.90 (MiniLM 0.54) sharing one signature part do not associate
     when = "2026-12-04T00:00:00Z"
-    trace = TraceView("t", None, None, when, "merge fails", "rebased", "merge fails", [], "git|merge|bash|E1", [], [])
-    trace.vector = _at_cosine(0.90, 0)
-    policy = PolicyView(
+    trace = IndexedTrace(
+        id="t",
+        created_at=when,
+        user_text="merge fails",
+        agent_text="rebased",
+        summary="merge fails",
+        signature="git|merge|bash|E1",
+        vector=_at_cosine(0.90, 0),
+    )
+    policy = IndexedPolicy(
         id="p", title="t", trigger="t", procedure="p", signature="git|rebase|shell|E2", vector=_at_cosine(0.90, 1)
     )
     raw, _cos, _shared = association_score(trace, policy)
@@ -205,12 +212,10 @@ def test_an_episode_rollup_needs_its_representatives_cosine_on_minilms_scale() -
 
 
 def test_a_skills_evidence_weighs_e5s_cosine_as_minilms_would() -> None:
-    def trace(name: str, value: float, cosine: float) -> TraceView:
-        view = TraceView(name, None, None, "2026-12-04T00:00:00Z", "deploy", "done", "deploy", [], "_|_|_|_", [], [])
-        view.value, view.vector = value, _at_cosine(cosine, 1)
-        return view
+    def trace(name: str, value: float, cosine: float) -> IndexedTrace:
+        return IndexedTrace(id=name, user_text="deploy", summary="deploy", value=value, vector=_at_cosine(cosine, 1))
 
-    policy = PolicyView(id="p", title="t", trigger="t", procedure="p", vector=_at_cosine(1.0, 0))
+    policy = IndexedPolicy(id="p", title="t", trigger="t", procedure="p", vector=_at_cosine(1.0, 0))
     close, unrelated = trace("close", 0.30, 0.95), trace("unrelated", 0.33, 0.85)  # e5: MiniLM 0.78 and 0.26
     assert select_evidence(policy, [close, unrelated])[0][0].id == "unrelated"  # e5's narrow band, raw
     assert select_evidence(policy, [close, unrelated], 6, E5_TEXTS_SCALE.to_reference)[0][0].id == "close"

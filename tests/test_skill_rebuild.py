@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from memmy.commands.turns import CloseSession, CompleteTurn, OpenSession, StartTurn
+from memmy.commands.turn_requests import CloseSession, CompleteTurn, OpenSession, StartTurn
 from memmy.domain import Memory
 from memmy.embed import Embedder
 from memmy.evolve.skill import SKILL_CRYSTALLIZE_PROMPT

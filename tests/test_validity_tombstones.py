@@ -14,7 +14,7 @@ from memmy.cli.main import cli
 from memmy.commands.governance import ListTombstones, RestoreTombstone
 from memmy.commands.imports import StartScan
 from memmy.commands.memory import AddMemory, SearchMemory
-from memmy.commands.turns import CompleteTurn, OpenSession
+from memmy.commands.turn_requests import CompleteTurn, OpenSession
 from memmy.keys.args import key_args
 from memmy.namespace import Namespace
 from memmy.recall.freshness import freshness_factor, validity_payload

@@ -13,7 +13,7 @@ import pytest
 
 from memmy.capture.sanitize import sanitize_text, wrap_for_agent
 from memmy.commands.memory import AddMemory
-from memmy.commands.turns import OpenSession, StartTurn
+from memmy.commands.turn_requests import OpenSession, StartTurn
 from memmy.domain import Memory
 from memmy.hook.runtime import packet
 from memmy.namespace import Namespace

@@ -8,11 +8,12 @@ shapes and decision repairs live in :mod:`memmy.evolve.repair`.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from memmy.domain import sha256_hex
-from memmy.evolve.model import PolicyDraft, PolicyView, TraceView
+from memmy.evolve.model import IndexedPolicy, IndexedTrace, PolicyDraft
 from memmy.evolve.policy import split_signature
 from memmy.evolve.repair import (
     FeedbackShape,
@@ -43,6 +44,7 @@ from memmy.evolve.rules_text import (
 )
 from memmy.evolve.topics import evidence_keywords, shares_evidence
 from memmy.kinds.policy import AVOID
+from memmy.kinds.trace import Trace
 from memmy.llm.client import JsonLLM, LLMError
 from memmy.llm.guard import reject, vet_text
 
@@ -91,12 +93,12 @@ _LOCATION_WORDS = frozenset({"line", "col", "column", "file", "行", "列"})
 _DANGLING = frozenset({"", "at", "in", "on", "from", "of", "to", "for", "with", "by", "near", "and"})
 
 
-def is_failure(trace: TraceView) -> bool:
+def is_failure(trace: Trace) -> bool:
     """A failed turn, a failed tool call, or a negative value."""
     return trace.status == "failed" or trace.value < 0 or any(call_failed(c) for c in trace.tool_calls)
 
 
-def failed_step(trace: TraceView) -> bool:
+def failed_step(trace: Trace) -> bool:
     """A step that really failed: a failed turn or a failed tool call (a low value alone is no error to avoid)."""
     return trace.status == "failed" or any(call_failed(c) for c in trace.tool_calls)
 
@@ -113,7 +115,7 @@ def normalise_error(text: str) -> str:
     return " ".join(words).strip(" :.-")[:80]
 
 
-def trace_error(trace: TraceView) -> str:
+def trace_error(trace: Trace) -> str:
     """The first error line of a trace: from its failed calls, else its error signatures."""
     for call in trace.tool_calls:
         if call_failed(call):
@@ -123,7 +125,7 @@ def trace_error(trace: TraceView) -> str:
     return clip(trace.error_signatures[0], 100) if trace.error_signatures else ""
 
 
-def failure_signature(trace: TraceView) -> str:
+def failure_signature(trace: Trace) -> str:
     """``primaryTag|tool|errCode|normalised error``: the same failure hashes the same in another session."""
     primary, _secondary, sig_tool, err_code = split_signature(trace.signature)
     if primary == "_" and trace.tags:
@@ -139,7 +141,7 @@ def failure_key(sig: str) -> str:
     return "failure:" + sha256_hex(sig)[:16]
 
 
-def _command(call: dict[str, Any]) -> str:
+def _command(call: Mapping[str, Any]) -> str:
     return short_input(call.get("input")) or str(call.get("name") or "tool")
 
 
@@ -154,7 +156,7 @@ def _prerequisites(command: str, ok_steps: list[str], failed_steps: list[str]) -
     return []
 
 
-def _avoid_line(call: dict[str, Any], ok_steps: list[str], failed_steps: list[str], zh: bool) -> str:
+def _avoid_line(call: Mapping[str, Any], ok_steps: list[str], failed_steps: list[str], zh: bool) -> str:
     command = _command(call)
     error = error_line(call)
     missing = _prerequisites(command, ok_steps, failed_steps)
@@ -193,7 +195,7 @@ def bare_command(command: str) -> str:
     return _ENV_PREFIX.sub("", " ".join(command.split()))
 
 
-def rerun_kind(failed: list[dict[str, Any]], later: list[dict[str, Any]]) -> int:
+def rerun_kind(failed: Sequence[Mapping[str, Any]], later: Sequence[Mapping[str, Any]]) -> int:
     """How a later step's successful calls re-run the failed ones: 2 the same command (environment
     assignments aside), 1 the same program and subcommand (its first two words), 0 neither."""
     bad = {bare_command(_command(c)) for c in failed if call_failed(c)}
@@ -202,7 +204,7 @@ def rerun_kind(failed: list[dict[str, Any]], later: list[dict[str, Any]]) -> int
     return 2 if any(r in bad for r in ran) else 1 if any(" ".join(r.split()[:2]) in heads for r in ran) else 0
 
 
-def best_success(succeeded: list[TraceView], failed: list[TraceView] | None = None) -> TraceView:
+def best_success(succeeded: list[IndexedTrace], failed: list[IndexedTrace] | None = None) -> IndexedTrace:
     """The step that got the failed command through: the one that re-runs it (the same command before the same
     program), else the latest successful step, not a diagnostic look on the way."""
     bad = [c for t in failed or [] for c in t.tool_calls]
@@ -211,7 +213,7 @@ def best_success(succeeded: list[TraceView], failed: list[TraceView] | None = No
     )
 
 
-def _prefer_line(succeeded: list[TraceView], failed: list[TraceView] | None = None) -> str:
+def _prefer_line(succeeded: list[IndexedTrace], failed: list[IndexedTrace] | None = None) -> str:
     """What worked instead: the steps of :func:`best_success`, else its answer."""
     best = best_success(succeeded, failed)
     steps = [s.split(": ", 1)[-1] for s in tool_steps(best)]
@@ -220,7 +222,7 @@ def _prefer_line(succeeded: list[TraceView], failed: list[TraceView] | None = No
     return guidance_line(first_sentence(best.agent_text, 200) or best.summary)
 
 
-def avoidance_draft(failed: list[TraceView], succeeded: list[TraceView], feedback_text: str = "") -> PolicyDraft:
+def avoidance_draft(failed: list[IndexedTrace], succeeded: list[IndexedTrace], feedback_text: str = "") -> PolicyDraft:
     """A failure-avoidance policy from failed traces, optional successes at the same request and feedback."""
     requests = [t.user_text.strip() or t.summary for t in failed]
     zh = is_chinese(" ".join(requests + [feedback_text] + [t.agent_text for t in failed]))
@@ -295,8 +297,8 @@ def avoidance_draft(failed: list[TraceView], succeeded: list[TraceView], feedbac
 
 
 def avoidance_llm(
-    failed: list[TraceView],
-    succeeded: list[TraceView],
+    failed: list[IndexedTrace],
+    succeeded: list[IndexedTrace],
     feedback_text: str,
     llm: JsonLLM | None,
     *,
@@ -358,7 +360,7 @@ def avoidance_llm(
     )
 
 
-def merge_guidance(existing: PolicyView, draft: PolicyDraft, max_lines: int = 6) -> PolicyDraft:
+def merge_guidance(existing: IndexedPolicy, draft: PolicyDraft, max_lines: int = 6) -> PolicyDraft:
     """Merge a new draft into an existing policy: the policy keeps its identity text, guidance lines are
     unioned newest first without near-duplicates (capped at ``max_lines``), support ids are unioned."""
     polarity = draft.evidence_polarity
@@ -375,8 +377,8 @@ def merge_guidance(existing: PolicyView, draft: PolicyDraft, max_lines: int = 6)
         evidence_polarity=polarity,
         signature=existing.signature or draft.signature,
         confidence=max(existing.confidence, draft.confidence),
-        support_trace_ids=list(dict.fromkeys(existing.source_trace_ids + draft.support_trace_ids)),
-        preference=dedupe_lines(draft.preference + existing.preference, max_lines),
-        anti_pattern=dedupe_lines(draft.anti_pattern + existing.anti_pattern, max_lines),
-        tags=list(dict.fromkeys(existing.tags + draft.tags)),
+        support_trace_ids=list(dict.fromkeys([*existing.source_trace_ids, *draft.support_trace_ids])),
+        preference=dedupe_lines([*draft.preference, *existing.preference], max_lines),
+        anti_pattern=dedupe_lines([*draft.anti_pattern, *existing.anti_pattern], max_lines),
+        tags=list(dict.fromkeys([*existing.tags, *draft.tags])),
     )

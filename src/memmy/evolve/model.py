@@ -1,65 +1,42 @@
-"""Read-only views of the memories the evolution rules work on (with their vectors); the drafts they return are
-the kinds' own (:mod:`memmy.kinds`)."""
+"""The memories the evolution rules work on: the kinds' own payloads (:mod:`memmy.kinds`), with the memory's id,
+time and index vector beside them; the drafts the rules return are the kinds' own too.
+
+A rule that reads only a payload takes :class:`~memmy.kinds.trace.Trace` or :class:`~memmy.kinds.policy.Policy`;
+one that also needs which memory it is (its id, time, session) or its vector takes the indexed form below.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from memmy.kinds.policy import Policy
 from memmy.kinds.policy import PolicyDraft as PolicyDraft
 from memmy.kinds.skill import SkillDraft as SkillDraft
+from memmy.kinds.trace import Trace
 from memmy.kinds.world import WorldModelDraft as WorldModelDraft
 
 Vector = npt.NDArray[np.float32]
 
 
-@dataclass
-class TraceView:
-    """One L1 trace (one captured turn) as the evolution rules see it."""
+@dataclass(frozen=True)
+class IndexedTrace(Trace):
+    """An L1 trace (one captured turn) with its memory's id, session, time and unit-length summary vector."""
 
-    id: str
-    episode_id: str | None
-    session_id: str | None
-    created_at: str  # ISO-8601 UTC
-    user_text: str
-    agent_text: str
-    summary: str
-    tags: list[str]
-    signature: str  # "primaryTag|secondaryTag|tool|errCode", "_" for a missing part
-    error_signatures: list[str]
-    tool_calls: list[dict[str, Any]]  # normalised: name, input, output, error, success, errorCode
-    status: str = "succeeded"  # turn status: succeeded | failed | cancelled
-    reflection: str | None = None  # IRRELEVANT | RELATED | PIVOTAL | RELATED_DEFAULT | free text
-    alpha: float = 0.0
-    value: float = 0.0
-    priority: float = 0.5
-    vector: Vector | None = None  # unit-length vec_summary, when embedded
+    id: str = ""
+    session_id: str | None = None
+    created_at: str = ""  # ISO-8601 UTC
+    status: str = "succeeded"  # the rules read a turn without a recorded status as succeeded
+    vector: Vector | None = field(default=None, compare=False, repr=False)
 
 
-@dataclass
-class PolicyView:
-    """One L2 policy (experience) as the evolution rules see it."""
+@dataclass(frozen=True)
+class IndexedPolicy(Policy):
+    """An L2 policy (experience) with its memory's id, tags, last update and vector."""
 
-    id: str
-    title: str
-    trigger: str
-    procedure: str
-    verification: str = ""
-    boundary: str = ""
-    experience_type: str = "success_pattern"  # success_pattern | failure_avoidance | preference | repair_instruction
-    signature: str = ""
-    status: str = "candidate"  # candidate | active | archived
-    support: int = 0
-    gain: float = 0.0
-    raw_gain: float = 0.0
-    confidence: float = 0.5
-    preference: list[str] = field(default_factory=list)
-    anti_pattern: list[str] = field(default_factory=list)
-    source_episode_ids: list[str] = field(default_factory=list)
-    source_trace_ids: list[str] = field(default_factory=list)
-    tags: list[str] = field(default_factory=list)
-    vector: Vector | None = None
+    id: str = ""
+    tags: tuple[str, ...] = ()
     updated_at: str = ""
+    vector: Vector | None = field(default=None, compare=False, repr=False)

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 
 from memmy.domain import sha256_hex
-from memmy.evolve.model import PolicyDraft, PolicyView, TraceView
+from memmy.evolve.model import IndexedPolicy, IndexedTrace, PolicyDraft
 from memmy.evolve.rules_text import (
     CosineScale,
     as_str_list,
@@ -36,6 +36,7 @@ from memmy.evolve.rules_text import (
     trace_succeeded,
 )
 from memmy.kinds.policy import AVOID, PREFER, labelled
+from memmy.kinds.trace import Trace
 from memmy.llm.client import JsonLLM, LLMError
 from memmy.llm.guard import reject, vet_text
 
@@ -62,7 +63,7 @@ def split_signature(sig: str) -> tuple[str, str, str, str]:
 
 
 def association_score(
-    trace: TraceView, policy: PolicyView, to_reference: CosineScale = same_scale
+    trace: IndexedTrace, policy: IndexedPolicy, to_reference: CosineScale = same_scale
 ) -> tuple[float, float, int]:
     """(score, cos, shared) of a trace against a policy: cosine plus 0.05 per shared signature part.
 
@@ -80,18 +81,18 @@ def association_score(
 
 
 def best_association(
-    trace: TraceView,
-    policies: list[PolicyView],
+    trace: IndexedTrace,
+    policies: list[IndexedPolicy],
     min_similarity: float = 0.65,
     to_reference: CosineScale = same_scale,
-) -> tuple[PolicyView, float, float, str] | None:
+) -> tuple[IndexedPolicy, float, float, str] | None:
     """The best non-archived policy for a trace, or None under ``min_similarity`` (a MiniLM cosine; the model's
     cosines are read through ``to_reference``).
 
     Returns (policy, score, cos, relation). An equal signature always associates (``matches_signature``,
     score raised to at least ``min_similarity``), even without vectors.
     """
-    best: tuple[tuple[float, int, float], PolicyView, float, float, str] | None = None
+    best: tuple[tuple[float, int, float], IndexedPolicy, float, float, str] | None = None
     for policy in policies:
         if policy.status == "archived":
             continue
@@ -173,11 +174,11 @@ def policy_key(signature: str) -> str:
 # ---------------------------------------------------------------- induction
 
 
-def _request_text(trace: TraceView) -> str:
+def _request_text(trace: Trace) -> str:
     return trace.user_text.strip() or trace.summary
 
 
-def _best(traces: list[TraceView]) -> TraceView:
+def _best(traces: list[IndexedTrace]) -> IndexedTrace:
     return max(traces, key=lambda t: (t.value, t.alpha, len(t.tool_calls), t.created_at))
 
 
@@ -186,7 +187,7 @@ def _signature_tags(signature: str) -> list[str]:
     return list(dict.fromkeys(p.lower() for p in (primary, secondary, tool) if p != "_"))
 
 
-def _boundary(signature: str, best: TraceView, zh: bool) -> str:
+def _boundary(signature: str, best: Trace, zh: bool) -> str:
     primary, _secondary, tool, _err = split_signature(signature)
     first_tool = next((str(c.get("name")) for c in best.tool_calls if c.get("name")), "")
     scope = "/".join(p for p in (primary if primary != "_" else "", tool if tool != "_" else first_tool) if p)
@@ -205,7 +206,7 @@ def trigger_phrase(trigger: str) -> str:
     return re.sub(r"^\s*(?:when the request is about|当请求涉及)\s*[:：]\s*", "", trigger, flags=re.I).strip()
 
 
-def _procedure(best: TraceView, zh: bool) -> list[str]:
+def _procedure(best: Trace, zh: bool) -> list[str]:
     steps = [f"{i}. {step}" for i, step in enumerate(tool_steps(best), start=1)]
     answer = first_sentence(best.agent_text, 120)
     if answer:
@@ -214,7 +215,7 @@ def _procedure(best: TraceView, zh: bool) -> list[str]:
     return steps
 
 
-def induce_heuristic(signature: str, traces: list[TraceView]) -> PolicyDraft | None:
+def induce_heuristic(signature: str, traces: list[IndexedTrace]) -> PolicyDraft | None:
     """Induce a success-pattern policy offline from traces sharing ``signature``; None without a success.
 
     Trigger = the shared request phrase, procedure = the best trace's tool steps and answer clause,
@@ -259,9 +260,9 @@ def induce_heuristic(signature: str, traces: list[TraceView]) -> PolicyDraft | N
     )
 
 
-def induction_prompt(signature: str, traces: list[TraceView], char_budget: int = 3000) -> tuple[str, list[str]]:
+def induction_prompt(signature: str, traces: list[IndexedTrace], char_budget: int = 3000) -> tuple[str, list[str]]:
     """The L2 induction user message (best trace per episode, by value, within ``char_budget``) and its ids."""
-    per_episode: dict[str, TraceView] = {}
+    per_episode: dict[str, IndexedTrace] = {}
     for trace in traces:
         key = trace.episode_id or trace.id
         if key not in per_episode or (trace.value, trace.alpha) > (per_episode[key].value, per_episode[key].alpha):
@@ -281,7 +282,7 @@ def induction_prompt(signature: str, traces: list[TraceView], char_budget: int =
 
 def induce_llm(
     signature: str,
-    traces: list[TraceView],
+    traces: list[IndexedTrace],
     llm: JsonLLM | None,
     *,
     timeout_s: float = 120.0,
@@ -334,7 +335,7 @@ def induce_llm(
     )
 
 
-def policy_body(draft_or_view: PolicyDraft | PolicyView, stats: PolicyStats | None = None) -> str:
+def policy_body(draft_or_view: PolicyDraft | IndexedPolicy, stats: PolicyStats | None = None) -> str:
     """The policy's ``memory_value`` text: Policy/Trigger/Procedure/Verification/Boundary, stats, Prefer/Avoid."""
     p = draft_or_view
     lines = [f"Policy: {p.title}", f"Trigger: {p.trigger}", f"Procedure: {p.procedure}"]
@@ -349,7 +350,7 @@ def policy_body(draft_or_view: PolicyDraft | PolicyView, stats: PolicyStats | No
             f"Raw gain: {stats.raw_gain:.3f}",
             f"Confidence: {stats.confidence:.3f}",
         ]
-    elif isinstance(p, PolicyView):
+    elif isinstance(p, IndexedPolicy):
         lines += [f"Support: {p.support}", f"Gain: {p.gain:.3f}", f"Raw gain: {p.raw_gain:.3f}"]
         lines.append(f"Confidence: {p.confidence:.3f}")
     else:

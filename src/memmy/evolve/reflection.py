@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from memmy.evolve.boundaries import word_count
-from memmy.evolve.model import TraceView
+from memmy.evolve.model import IndexedTrace
+from memmy.kinds.trace import Trace
 from memmy.llm.client import JsonLLM, LLMError
 
 RELEVANCE_ALPHA = {"IRRELEVANT": 0.0, "RELATED": 0.5, "PIVOTAL": 1.0}
@@ -63,7 +65,7 @@ _DURABLE_FACT = re.compile(
 )
 
 
-def is_social_step(trace: TraceView) -> bool:
+def is_social_step(trace: Trace) -> bool:
     """A social-only step: no tools, at most 6 words of thanks/hello/praise, no question, task or durable fact.
 
     CJK text counts one word per two characters (see :func:`memmy.evolve.boundaries.word_count`).
@@ -111,7 +113,7 @@ def _clip(value: Any, limit: int) -> str:
     return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
 
 
-def _outcome(tool_calls: list[dict[str, Any]]) -> str:
+def _outcome(tool_calls: Sequence[Mapping[str, Any]]) -> str:
     if not tool_calls:
         return "(assistant-only step)"
     last = tool_calls[-1]
@@ -120,7 +122,7 @@ def _outcome(tool_calls: list[dict[str, Any]]) -> str:
     return _clip(f"ERROR {_text(error)} {output}" if error else output, 240)
 
 
-def step_payload(trace: TraceView) -> dict[str, Any]:
+def step_payload(trace: Trace) -> dict[str, Any]:
     """One step of the batch-reflection payload, with the reference's per-field caps."""
     reflection = trace.reflection or ""
     return {
@@ -229,7 +231,7 @@ def _llm_scores(
 
 
 def reflect_batch(
-    traces: list[TraceView],
+    traces: list[IndexedTrace],
     task_context: str,
     llm: JsonLLM | None,
     *,

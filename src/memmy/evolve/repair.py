@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from memmy.domain import sha256_hex
-from memmy.evolve.model import TraceView
+from memmy.evolve.model import IndexedTrace
 from memmy.evolve.rules_text import (
     REFLECTION_LABELS,
     as_text,
@@ -26,6 +26,7 @@ from memmy.evolve.rules_text import (
     trace_block,
 )
 from memmy.evolve.topics import content_keywords, evidence_keywords, shares_evidence
+from memmy.kinds.trace import Trace
 from memmy.llm.client import JsonLLM, LLMError
 from memmy.llm.guard import reject, vet_text
 
@@ -161,7 +162,7 @@ class RepairDraft:
     low_value_ids: list[str]
 
 
-def tool_failure_burst(traces: list[TraceView], threshold: int = 3, window: int = 5) -> tuple[str, int, str] | None:
+def tool_failure_burst(traces: list[IndexedTrace], threshold: int = 3, window: int = 5) -> tuple[str, int, str] | None:
     """(tool, failures, reason) when one tool failed ``threshold`` times in the last ``window`` tool calls
     without a success in that window; None otherwise."""
     calls = [c for t in sorted(traces, key=lambda t: t.created_at) for c in t.tool_calls][-window:]
@@ -183,15 +184,15 @@ def tool_failure_burst(traces: list[TraceView], threshold: int = 3, window: int 
 
 
 def value_divergence(
-    traces: list[TraceView], value_delta: float = 0.5, min_low: float = 0.01
-) -> list[tuple[str, list[TraceView], list[TraceView]]]:
+    traces: list[IndexedTrace], value_delta: float = 0.5, min_low: float = 0.01
+) -> list[tuple[str, list[IndexedTrace], list[IndexedTrace]]]:
     """Per signature: (signature, high V>0 best first, low V<−min_low worst first) when their means differ
     by at least ``value_delta``; the widest gaps first."""
-    groups: dict[str, list[TraceView]] = {}
+    groups: dict[str, list[IndexedTrace]] = {}
     for trace in traces:
         if trace.signature:
             groups.setdefault(trace.signature, []).append(trace)
-    found: list[tuple[float, str, list[TraceView], list[TraceView]]] = []
+    found: list[tuple[float, str, list[IndexedTrace], list[IndexedTrace]]] = []
     for sig, members in groups.items():
         high = sorted((t for t in members if t.value > 0), key=lambda t: -t.value)
         low = sorted((t for t in members if t.value < -min_low), key=lambda t: t.value)
@@ -208,7 +209,7 @@ def context_hash(*parts: str) -> str:
     return sha256_hex(":".join(parts))[:16]
 
 
-def _lesson(trace: TraceView, limit: int = 200) -> str:
+def _lesson(trace: Trace, limit: int = 200) -> str:
     """What a trace teaches: a free-text reflection, else its answer, else its summary."""
     reflection = (trace.reflection or "").strip()
     if reflection and reflection.upper() not in REFLECTION_LABELS and len(reflection) >= 10:
@@ -216,7 +217,7 @@ def _lesson(trace: TraceView, limit: int = 200) -> str:
     return first_sentence(trace.agent_text, limit) or clip(trace.summary or trace.user_text, limit)
 
 
-def _failed_lesson(trace: TraceView) -> str:
+def _failed_lesson(trace: Trace) -> str:
     failed = next((c for c in trace.tool_calls if call_failed(c)), None)
     if failed is None:
         return _lesson(trace)
@@ -228,8 +229,8 @@ def _failed_lesson(trace: TraceView) -> str:
 def repair_heuristic(
     trigger: str,
     context_hash: str,
-    high: list[TraceView],
-    low: list[TraceView],
+    high: list[IndexedTrace],
+    low: list[IndexedTrace],
     feedback_text: str = "",
     burst: tuple[str, int, str] | None = None,
 ) -> RepairDraft:
@@ -293,8 +294,8 @@ def repair_heuristic(
 def repair_prompt(
     trigger: str,
     context_hash: str,
-    high: list[TraceView],
-    low: list[TraceView],
+    high: list[IndexedTrace],
+    low: list[IndexedTrace],
     feedback_text: str,
     burst: tuple[str, int, str] | None,
 ) -> str:
@@ -316,8 +317,8 @@ def repair_prompt(
 def repair_llm(
     trigger: str,
     context_hash: str,
-    high: list[TraceView],
-    low: list[TraceView],
+    high: list[IndexedTrace],
+    low: list[IndexedTrace],
     feedback_text: str = "",
     burst: tuple[str, int, str] | None = None,
     llm: JsonLLM | None = None,

@@ -14,7 +14,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from memmy.evolve.boundaries import classify_feedback, has_cjk, one_line
-from memmy.evolve.model import TraceView
+from memmy.evolve.model import IndexedTrace
+from memmy.kinds.trace import Trace
 from memmy.llm.client import JsonLLM, LLMError
 
 AXES = ("goal_achievement", "process_quality", "user_satisfaction")
@@ -425,7 +426,7 @@ def _parse_time(value: str) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def effective_alpha(trace: TraceView) -> float:
+def effective_alpha(trace: Trace) -> float:
     """alpha from the reflection label (IRRELEVANT 0, RELATED/RELATED_DEFAULT .5, PIVOTAL 1), else alpha or .5."""
     label = (trace.reflection or "").strip().upper()
     if label in RELEVANCE_ALPHA:
@@ -434,7 +435,7 @@ def effective_alpha(trace: TraceView) -> float:
 
 
 def backpropagate(
-    traces: list[TraceView],
+    traces: list[IndexedTrace],
     r_human: float,
     *,
     gamma: float = 0.9,

@@ -9,12 +9,13 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
-from memmy.evolve.model import TraceView, Vector
+from memmy.evolve.model import IndexedTrace, Vector
+from memmy.kinds.trace import Trace
 
 CJK_RE = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
 _TOKEN_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+\-/]*|[\u3400-\u9fff\uf900-\ufaff]+")
@@ -246,19 +247,19 @@ def short_input(value: Any, limit: int = 120) -> str:
     return clip(json.dumps(value, ensure_ascii=False, default=str), limit)
 
 
-def call_failed(call: dict[str, Any]) -> bool:
+def call_failed(call: Mapping[str, Any]) -> bool:
     """A normalised tool call failed: ``success`` is False or it carries an error."""
     return call.get("success") is False or bool(call.get("error"))
 
 
-def tool_step(call: dict[str, Any]) -> str:
+def tool_step(call: Mapping[str, Any]) -> str:
     """``name: short input`` for one tool call."""
     short = short_input(call.get("input"))
     name = str(call.get("name") or "tool")
     return f"{name}: {short}" if short else name
 
 
-def tool_steps(trace: TraceView, limit: int = 5) -> list[str]:
+def tool_steps(trace: Trace, limit: int = 5) -> list[str]:
     """Distinct consecutive tool steps of a trace (memmy's own recall tools skipped), at most ``limit``."""
     steps: list[str] = []
     for call in trace.tool_calls:
@@ -270,12 +271,12 @@ def tool_steps(trace: TraceView, limit: int = 5) -> list[str]:
     return steps[:limit]
 
 
-def trace_succeeded(trace: TraceView) -> bool:
+def trace_succeeded(trace: Trace) -> bool:
     """Positive value, a succeeded turn and no failed tool call."""
     return trace.value > 0 and trace.status == "succeeded" and not any(call_failed(c) for c in trace.tool_calls)
 
 
-def success_evidence(trace: TraceView) -> str:
+def success_evidence(trace: Trace) -> str:
     """The line of a tool output or answer that says the work passed/was fixed; ``""`` when none does."""
     zh = is_chinese(trace.user_text + trace.agent_text)
     for call in reversed(trace.tool_calls):
@@ -303,7 +304,7 @@ def guidance_line(body: str, limit: int = 220) -> str:
     return clip(strip_prefix(body), limit)
 
 
-def trace_block(trace: TraceView, *, user_cap: int = 200, agent_cap: int = 300, reflection_cap: int = 300) -> str:
+def trace_block(trace: IndexedTrace, *, user_cap: int = 200, agent_cap: int = 300, reflection_cap: int = 300) -> str:
     """One trace as prompt text: id, episode, tags, user, agent, up to 3 tools, reflection, V and alpha."""
     tools = "; ".join(
         f"{c.get('name') or 'tool'}({short_input(c.get('input'), 100)}) -> "
@@ -328,7 +329,7 @@ _GENERIC_ERROR = re.compile(
 )
 
 
-def error_line(call: dict[str, Any]) -> str:
+def error_line(call: Mapping[str, Any]) -> str:
     """The most telling line of a failed call: an ``XxxError:`` line, else an error-looking line, else the first."""
     text = str(call.get("error") or "") + "\n" + str(call.get("output") or "")
     exception = _EXC_LINE.search(text)

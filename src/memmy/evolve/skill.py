@@ -11,7 +11,7 @@ from typing import Any
 
 from memmy.domain import sha256_hex
 from memmy.evolve.boundaries import classify_feedback
-from memmy.evolve.model import PolicyView, SkillDraft, TraceView
+from memmy.evolve.model import IndexedPolicy, IndexedTrace, SkillDraft
 from memmy.evolve.rules_text import (
     CosineScale,
     as_str_list,
@@ -31,7 +31,8 @@ from memmy.evolve.rules_text import (
     task_text,
     trace_block,
 )
-from memmy.kinds.policy import AVOID, PREFER, labelled, stored_line
+from memmy.kinds.policy import AVOID, PREFER, Policy, labelled, stored_line
+from memmy.kinds.trace import Trace
 from memmy.llm.client import JsonLLM, LLMError
 from memmy.llm.guard import reject, vet_text
 
@@ -52,7 +53,7 @@ _STEP_PREFIX = re.compile(r"^\s*(?:\d+[.)、]|[-*•]|step \d+[:.]?|第.步[:：
 _RETRY = re.compile(r"\b(?:still|again|same error)\b|还是|仍然|依然|又", re.IGNORECASE)
 
 
-def skill_eligible(policy: PolicyView, min_gain: float = 0.02, min_support: int = 1) -> bool:
+def skill_eligible(policy: Policy, min_gain: float = 0.02, min_support: int = 1) -> bool:
     """An active success anchor with enough gain and support can become a Skill."""
     return (
         policy.status == "active"
@@ -88,7 +89,7 @@ def skill_key(policy_id: str) -> str:
     return "skill:" + policy_id
 
 
-def policy_fingerprint(policy: PolicyView) -> str:
+def policy_fingerprint(policy: Policy) -> str:
     """A short hash of what a Skill is built from in the policy (its text and guidance, not its statistics)."""
     parts = [policy.title, policy.trigger, policy.procedure, policy.verification, policy.boundary]
     kind = policy.experience_type  # the lines as stored, so that a fingerprint stays what it was
@@ -112,15 +113,15 @@ def rebuild_level(previous: dict[str, Any], fingerprint: str, evidence_ids: list
 
 
 def select_evidence(
-    policy: PolicyView, traces: list[TraceView], limit: int = 6, to_reference: CosineScale = same_scale
-) -> tuple[list[TraceView], list[TraceView]]:
+    policy: IndexedPolicy, traces: list[IndexedTrace], limit: int = 6, to_reference: CosineScale = same_scale
+) -> tuple[list[IndexedTrace], list[IndexedTrace]]:
     """(evidence, counter-examples): traces with value > −0.15 ranked by value + 0.2·cos (top ``limit``; the
     cosine read on MiniLM's scale through ``to_reference``, so it weighs the same whatever the model), and
     traces with value < 0, worst first (top 5). Redacted traces are skipped; the caller drops failure
     episodes (rTask ≤ −0.15)."""
     usable = [t for t in traces if "[REDACTED]" not in (t.user_text, t.agent_text)]
 
-    def merit(trace: TraceView) -> float:
+    def merit(trace: IndexedTrace) -> float:
         return trace.value + 0.2 * to_reference(cosine(trace.vector, policy.vector))
 
     evidence = sorted((t for t in usable if t.value > -0.15), key=lambda t: -merit(t))
@@ -128,7 +129,7 @@ def select_evidence(
     return evidence[:limit], counter[:5]
 
 
-def evidence_tools(evidence: list[TraceView]) -> list[str]:
+def evidence_tools(evidence: list[IndexedTrace]) -> list[str]:
     """Distinct tool names used in the evidence, in first-use order (memmy's own tools skipped)."""
     names = [str(c.get("name")) for t in evidence for c in t.tool_calls if c.get("name")]
     return list(dict.fromkeys(n for n in names if not n.startswith("memmy_")))
@@ -152,7 +153,7 @@ def _step(line: str) -> dict[str, str]:
     return {"title": clip(line, 60), "body": line}
 
 
-def _counter_line(trace: TraceView) -> str:
+def _counter_line(trace: Trace) -> str:
     failed = next((c for c in trace.tool_calls if call_failed(c)), None)
     if failed is not None:
         command = short_input(failed.get("input")) or str(failed.get("name") or "tool")
@@ -214,7 +215,9 @@ def render_guide(
     return "\n\n".join(parts)
 
 
-def crystallize_heuristic(policy: PolicyView, evidence: list[TraceView], counter: list[TraceView]) -> SkillDraft | None:
+def crystallize_heuristic(
+    policy: IndexedPolicy, evidence: list[IndexedTrace], counter: list[IndexedTrace]
+) -> SkillDraft | None:
     """A rule-made Skill: steps from the policy procedure (2-6, the verification as the last step when
     there is only one), tools from the evidence, guidance from the policy and the counter-examples.
     None when not even two steps can be stated."""
@@ -288,9 +291,9 @@ def _llm_steps(value: Any, source: str = "") -> list[dict[str, str]] | None:
 
 
 def skill_prompt(
-    policy: PolicyView,
-    evidence: list[TraceView],
-    counter: list[TraceView],
+    policy: IndexedPolicy,
+    evidence: list[IndexedTrace],
+    counter: list[IndexedTrace],
     cap: int = 500,
     *,
     previous_guide: str = "",
@@ -320,9 +323,9 @@ def skill_prompt(
 
 
 def crystallize_llm(
-    policy: PolicyView,
-    evidence: list[TraceView],
-    counter: list[TraceView],
+    policy: IndexedPolicy,
+    evidence: list[IndexedTrace],
+    counter: list[IndexedTrace],
     llm: JsonLLM | None,
     *,
     timeout_s: float = 120.0,
@@ -394,7 +397,7 @@ def crystallize_llm(
     )
 
 
-def verify_skill(draft: SkillDraft, evidence: list[TraceView]) -> tuple[float, float, bool]:
+def verify_skill(draft: SkillDraft, evidence: list[IndexedTrace]) -> tuple[float, float, bool]:
     """(tool coverage, resonance, ok). Coverage: share of tool-using evidence traces that use a tool the
     Skill names (1 when no evidence used tools). Resonance: share of evidence traces sharing at least two
     salient words/CJK bigrams (or all they have) with the Skill text. ok when both reach 0.5."""

@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from memmy.evolve.model import TraceView
 from memmy.evolve.rules_text import short_input
+from memmy.kinds.trace import Trace
 
 _ASCII = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 _CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
@@ -167,7 +167,7 @@ def shared(a: set[str], b: set[str]) -> set[str]:
     return a & b
 
 
-def evidence_keywords(trace: TraceView) -> set[str]:
+def evidence_keywords(trace: Trace) -> set[str]:
     """What a step is about: the content words of its request, answer, tool inputs, outputs and errors, without
     the tools' program names (``pnpm``, ``kubectl``), which two unrelated steps easily share."""
     heads: set[str] = set()
@@ -197,7 +197,7 @@ def step_keywords(tool_calls: list[dict[str, Any]]) -> set[str]:
     return content_keywords("\n".join(parts)) - heads
 
 
-def shares_evidence(failed: TraceView, later: TraceView, minimum: int = 2) -> bool:
+def shares_evidence(failed: Trace, later: Trace, minimum: int = 2) -> bool:
     """True when a later step is about the same thing as a failed one: they share at least ``minimum`` content
     words (error text, file, command arguments, key terms). A step of another task does not pair with it."""
     return len(evidence_keywords(failed) & evidence_keywords(later)) >= minimum

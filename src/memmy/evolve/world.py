@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from memmy.domain import sha256_hex
-from memmy.evolve.model import PolicyView, WorldModelDraft
+from memmy.evolve.model import IndexedPolicy, WorldModelDraft
 from memmy.evolve.rules_text import (
     CosineScale,
     as_str_list,
@@ -26,6 +26,7 @@ from memmy.evolve.rules_text import (
     same_scale,
     strip_prefix,
 )
+from memmy.kinds.policy import Policy
 from memmy.llm.client import JsonLLM, LLMError
 from memmy.llm.guard import reject, vet_text
 
@@ -76,7 +77,7 @@ def _best_match(text: str, table: tuple[tuple[str, re.Pattern[str]], ...]) -> st
     return name if hits else ""
 
 
-def domain_key(policy: PolicyView) -> str:
+def domain_key(policy: IndexedPolicy) -> str:
     """``primaryDomainTag|toolTag`` from regexes over title/trigger/procedure/boundary (``_`` for no tool)."""
     text = "\n".join((policy.title, policy.trigger, policy.procedure, policy.boundary))
     domain = _best_match(text, _DOMAIN_RES)
@@ -86,14 +87,16 @@ def domain_key(policy: PolicyView) -> str:
     return f"{domain}|{_best_match(text, _TOOL_RES) or '_'}"
 
 
-def eligible_policies(policies: list[PolicyView], min_gain: float = 0.02, min_support: int = 1) -> list[PolicyView]:
+def eligible_policies(
+    policies: list[IndexedPolicy], min_gain: float = 0.02, min_support: int = 1
+) -> list[IndexedPolicy]:
     """Active policies with enough gain and support: the input of L3 abstraction."""
     return [p for p in policies if p.status == "active" and p.gain >= min_gain and p.support >= min_support]
 
 
-def bucket_policies(policies: list[PolicyView]) -> dict[str, list[PolicyView]]:
+def bucket_policies(policies: list[IndexedPolicy]) -> dict[str, list[IndexedPolicy]]:
     """Group policies by :func:`domain_key`, keeping their order."""
-    buckets: dict[str, list[PolicyView]] = {}
+    buckets: dict[str, list[IndexedPolicy]] = {}
     for policy in policies:
         buckets.setdefault(domain_key(policy), []).append(policy)
     return buckets
@@ -109,7 +112,7 @@ def _domain_title(domain: str) -> str:
     return f"{primary} ({tool})" if tool and tool != "_" else primary
 
 
-def _phrase(policy: PolicyView) -> str:
+def _phrase(policy: Policy) -> str:
     trigger = re.sub(r"^\s*(?:when the request is about|当请求涉及)\s*[:：]\s*", "", policy.trigger, flags=re.I)
     return clip(trigger or policy.title, 100)
 
@@ -120,14 +123,14 @@ def _steps_line(procedure: str) -> str:
     return clip(" → ".join(f"`{s.split(': ', 1)[-1]}`" if ": " in s else s for s in steps[:4]), 200)
 
 
-def _known_failures(policy: PolicyView) -> list[str]:
+def _known_failures(policy: Policy) -> list[str]:
     lines = [strip_prefix(a) for a in policy.anti_pattern]
     if policy.experience_type in ("failure_avoidance", "repair_instruction") and not lines:
         lines = [first_sentence(strip_prefix(re.sub(r"^.*?[:：]\s*", "", policy.procedure, count=1)), 160)]
     return [clip(line, 200) for line in lines if line]
 
 
-def _structure(domain: str, policies: list[PolicyView], zh: bool) -> tuple[list[dict[str, Any]], ...]:
+def _structure(domain: str, policies: list[IndexedPolicy], zh: bool) -> tuple[list[dict[str, Any]], ...]:
     environment: list[dict[str, Any]] = []
     inference: list[dict[str, Any]] = []
     constraints: list[dict[str, Any]] = []
@@ -150,7 +153,7 @@ def _structure(domain: str, policies: list[PolicyView], zh: bool) -> tuple[list[
     return environment, inference, constraints
 
 
-def _body(title: str, domain: str, policies: list[PolicyView], zh: bool) -> str:
+def _body(title: str, domain: str, policies: list[IndexedPolicy], zh: bool) -> str:
     known = _domain_title(domain)
     intro = (
         f"{known}：已知 {len(policies)} 条经验。"
@@ -176,7 +179,7 @@ def _body(title: str, domain: str, policies: list[PolicyView], zh: bool) -> str:
 
 def world_model_heuristic(
     domain: str,
-    policies: list[PolicyView],
+    policies: list[IndexedPolicy],
     cluster_min_similarity: float = 0.3,
     to_reference: CosineScale = same_scale,
 ) -> WorldModelDraft | None:
@@ -240,7 +243,7 @@ def _items(value: Any, allowed: set[str], source: str = "") -> list[dict[str, An
 
 def world_prompt(
     domain: str,
-    policies: list[PolicyView],
+    policies: list[IndexedPolicy],
     policy_cap: int = 800,
     existing: list[tuple[str, str]] | None = None,
 ) -> str:
@@ -269,7 +272,7 @@ def world_prompt(
 
 def world_model_llm(
     domain: str,
-    policies: list[PolicyView],
+    policies: list[IndexedPolicy],
     llm: JsonLLM | None,
     *,
     timeout_s: float = 120.0,

@@ -15,7 +15,7 @@ from memmy.hook.wrappers import sanitize
 from memmy.transcripts.claude_code import ClaudeTranscriptReader
 from memmy.transcripts.codex import read_rollout, rollout_id_of, rollout_messages
 from memmy.transcripts.model import ScanStats, SourceMessage, parse_jsonl_line
-from memmy.transcripts.turns import group_messages
+from memmy.transcripts.turn_grouping import group_messages
 
 MAX_TAIL_BYTES = 4 * 1024 * 1024
 

@@ -16,12 +16,12 @@ from typing import Any
 from memmy.config import Configured, Settings
 from memmy.evolve.boundaries import EpisodeContext, classify_relation_llm
 from memmy.evolve.failure import context_hash, is_failure, tool_failure_burst, value_divergence
-from memmy.evolve.model import TraceView
+from memmy.evolve.model import IndexedTrace
 from memmy.evolve.reflection import Reflection, is_social_step, reflect_batch
 from memmy.evolve.reward import EpisodeTurn, FeedbackItem, backpropagate, score_episode, skip_reason
 from memmy.indexing import Indexer
-from memmy.jobs.episodes import EpisodeOps
-from memmy.jobs.writer import LayerWriter, iso, parse_iso, trace_view
+from memmy.jobs.episode import EpisodeOps
+from memmy.jobs.writer import LayerWriter, indexed_trace, iso, parse_iso
 from memmy.kinds import trace as ktrace
 from memmy.llm.client import JsonLLM, LLMError
 from memmy.llm.guard import vet_text
@@ -139,10 +139,10 @@ class EpisodeEvolution(Configured):
         return apply
 
     # -- helpers ----------------------------------------------------------------------------------
-    def episode_traces(self, episode: EpisodeRecord) -> list[TraceView]:
-        """The episode's live traces as views, oldest first."""
+    def episode_traces(self, episode: EpisodeRecord) -> list[IndexedTrace]:
+        """The episode's live traces as the rules read them, oldest first."""
         found = self.memories.get_many(episode.l1_memory_ids)
-        views = [trace_view(found[i], self.indexer) for i in episode.l1_memory_ids if i in found]
+        views = [indexed_trace(found[i], self.indexer) for i in episode.l1_memory_ids if i in found]
         return sorted(views, key=lambda t: t.created_at)
 
     def _turns(self, episode: EpisodeRecord) -> list[EpisodeTurn]:
@@ -415,7 +415,7 @@ class EpisodeEvolution(Configured):
         return apply
 
     def _divergent_signatures(
-        self, scored: list[TraceView], delta: float, min_low: float
+        self, scored: list[IndexedTrace], delta: float, min_low: float
     ) -> list[tuple[str, list[str], list[str]]]:
         """Signatures of this episode whose high- and low-value traces (store-wide) diverge."""
         signatures = {t.signature for t in scored if t.signature and t.signature != "_|_|_|_"}
@@ -436,25 +436,12 @@ class EpisodeEvolution(Configured):
         return found
 
 
-def _value_view(trace_id: str, signature: str, value: Any) -> TraceView:
-    """A trace view with just what value statistics need."""
-    return TraceView(
-        id=trace_id,
-        episode_id=None,
-        session_id=None,
-        created_at="",
-        user_text="",
-        agent_text="",
-        summary="",
-        tags=[],
-        signature=signature,
-        error_signatures=[],
-        tool_calls=[],
-        value=float(value or 0.0),
-    )
+def _value_view(trace_id: str, signature: str, value: Any) -> IndexedTrace:
+    """A trace with just what value statistics need."""
+    return IndexedTrace(id=trace_id, signature=signature, value=float(value or 0.0))
 
 
-def _credit_failed_step(reflection: Reflection, trace: TraceView) -> Reflection:
+def _credit_failed_step(reflection: Reflection, trace: IndexedTrace) -> Reflection:
     """Offline credit: a failed step earned no share of the episode's success (the next step gets the δ bonus)."""
     if reflection.source == "default" and is_failure(trace):
         return Reflection(trace.id, "IRRELEVANT", 0.0, "failed step (tool error or failed turn)", "heuristic_failure")

@@ -26,12 +26,12 @@ from memmy.evolve.failure import (
     repair_llm,
     shares_evidence,
 )
-from memmy.evolve.model import PolicyDraft, PolicyView, TraceView
+from memmy.evolve.model import IndexedPolicy, IndexedTrace, PolicyDraft
 from memmy.evolve.policy import best_association, compute_stats, induce_llm, policy_body, policy_key
 from memmy.evolve.topics import content_keywords
 from memmy.indexing import Indexer
 from memmy.jobs.evolution import ModelSlots
-from memmy.jobs.writer import LayerWrite, LayerWriter, parse_iso, policy_view, trace_view
+from memmy.jobs.writer import LayerWrite, LayerWriter, indexed_policy, indexed_trace, parse_iso
 from memmy.kinds import policy, skill
 from memmy.kinds import trace as ktrace
 from memmy.kinds.catalog import own_words
@@ -103,8 +103,8 @@ class PolicyEvolution(Configured):
         use_llm = {"l2Induction": self.config.l2_induction.use_llm, "feedback": self.config.feedback.use_llm}
         return self.models.evolution if use_llm[section] else None
 
-    def _success_policies(self) -> list[PolicyView]:
-        views = [policy_view(m, self.indexer) for m in self.memories.by_layer("L2")]
+    def _success_policies(self) -> list[IndexedPolicy]:
+        views = [indexed_policy(m, self.indexer) for m in self.memories.by_layer("L2")]
         return [v for v in views if v.experience_type == "success_pattern" and v.status != "archived"]
 
     # -- statistics -------------------------------------------------------------------------------
@@ -166,7 +166,7 @@ class PolicyEvolution(Configured):
         memory = self.memories.get(job.target_memory_id or "")
         if memory is None or memory.layer != "L1":
             return None
-        trace = trace_view(memory, self.indexer)
+        trace = indexed_trace(memory, self.indexer)
         success = self._success_policies()
         if memory.project_id is not None:  # a trace supports only its own project's (or a global) policy
             projects = {m.id: m.project_id for m in self.memories.get_many([p.id for p in success]).values()}
@@ -195,7 +195,7 @@ class PolicyEvolution(Configured):
         for cand in pending:
             if episode_signatures is None or cand.signature in episode_signatures:
                 groups.setdefault(cand.signature, []).append(cand)
-        plans: list[tuple[str, list[Any], list[TraceView], str | None, PolicyDraft | None]] = []
+        plans: list[tuple[str, list[Any], list[IndexedTrace], str | None, PolicyDraft | None]] = []
         min_episodes = self._l2.min_episodes_for_induction
         llm = self._llm_for("l2Induction")
         success = self._success_policies()
@@ -209,7 +209,7 @@ class PolicyEvolution(Configured):
                 ids = {m.id for m in members}
                 cands = [c for c in all_cands if c.trace_id in ids]
                 keyed = f"{project}|{signature}" if project else signature
-                traces = [self._with_task(trace_view(m, self.indexer)) for m in members]
+                traces = [self._with_task(indexed_trace(m, self.indexer)) for m in members]
                 if len({t.episode_id for t in traces if t.episode_id}) < min_episodes:
                     continue
                 existing = self.memories.find_by_key("L2", policy_key(keyed))
@@ -277,7 +277,7 @@ class PolicyEvolution(Configured):
                 tasks.append(task)
         return tasks[-limit:]
 
-    def _with_task(self, trace: TraceView) -> TraceView:
+    def _with_task(self, trace: IndexedTrace) -> IndexedTrace:
         """A follow-up step ("it still fails, fix it") carries its episode's task, so triggers name the task."""
         episode = self.episodes.get(trace.episode_id) if trace.episode_id else None
         task = str(episode.meta.get("initialUserText") or "") if episode is not None else ""
@@ -296,7 +296,7 @@ class PolicyEvolution(Configured):
         if episode is None:
             return None
         found = self.memories.get_many(episode.l1_memory_ids)
-        traces = sorted((trace_view(m, self.indexer) for m in found.values()), key=lambda t: t.created_at)
+        traces = sorted((indexed_trace(m, self.indexer) for m in found.values()), key=lambda t: t.created_at)
         failed = [t for t in traces if failed_step(t)]  # tool errors and failed turns, not a low value alone
         if not failed:
             return None
@@ -305,7 +305,7 @@ class PolicyEvolution(Configured):
             for f in self.feedback.for_episode(episode.id)
             if f.polarity == "negative" and (f.channel == "explicit" or is_guidance(f.rationale))
         ]
-        groups: dict[str, list[TraceView]] = {}
+        groups: dict[str, list[IndexedTrace]] = {}
         for trace in failed:
             groups.setdefault(failure_signature(trace), []).append(trace)
         llm = self._llm_for("feedback")
@@ -323,7 +323,7 @@ class PolicyEvolution(Configured):
             existing = self.memories.find_by_key("L2", failure_key(keyed))
             support = [episode.id]
             if existing is not None:
-                view = policy_view(existing)
+                view = indexed_policy(existing)
                 draft = merge_guidance(view, draft, GUIDANCE_CAP)
                 support = sorted(set(view.source_episode_ids) | {episode.id})
             active = bool(recovered) or len(support) >= 2 or (episode.r_task or 0) < 0 or bool(negative_notes)
@@ -384,13 +384,13 @@ class PolicyEvolution(Configured):
         payload = job.payload
         trigger = str(payload.get("trigger") or "feedback")
         episode = self.episodes.get(job.episode_id or "") if job.episode_id else None
-        traces: list[TraceView] = []
+        traces: list[IndexedTrace] = []
         if episode is not None:
             found = self.memories.get_many(episode.l1_memory_ids)
-            traces = sorted((trace_view(m) for m in found.values()), key=lambda t: t.created_at)
+            traces = sorted((indexed_trace(m) for m in found.values()), key=lambda t: t.created_at)
         if trigger == "value_distribution":
-            high = [trace_view(m) for m in self.memories.get_many(list(payload.get("highIds") or [])).values()]
-            low = [trace_view(m) for m in self.memories.get_many(list(payload.get("lowIds") or [])).values()]
+            high = [indexed_trace(m) for m in self.memories.get_many(list(payload.get("highIds") or [])).values()]
+            low = [indexed_trace(m) for m in self.memories.get_many(list(payload.get("lowIds") or [])).values()]
             ctx = str(payload.get("contextHash") or context_hash("value-distribution", str(payload.get("signature"))))
         elif trigger == "tool_failure_burst":
             tool = str(payload.get("tool") or "")
@@ -399,7 +399,7 @@ class PolicyEvolution(Configured):
             ctx = context_hash("tool-burst", (episode.user_id or "") if episode else "", tool)
         else:
             target = self.memories.get(job.target_memory_id or "") if job.target_memory_id else None
-            low = [trace_view(target)] if target is not None and target.layer == "L1" else traces[-1:]
+            low = [indexed_trace(target)] if target is not None and target.layer == "L1" else traces[-1:]
             signature = low[0].signature if low else ""
             high = [t for t in self._same_signature(signature) if t.value > 0 and t.id not in {x.id for x in low}]
             ctx = context_hash("feedback", (episode.user_id or "") if episode else "", signature)
@@ -452,7 +452,7 @@ class PolicyEvolution(Configured):
 
         return apply
 
-    def _same_signature(self, signature: str, limit: int = 50) -> list[TraceView]:
+    def _same_signature(self, signature: str, limit: int = 50) -> list[IndexedTrace]:
         if not signature:
             return []
         rows = self.store.query(
@@ -461,7 +461,7 @@ class PolicyEvolution(Configured):
             "ORDER BY updated_at DESC LIMIT ?",
             (signature, limit),
         )
-        return [trace_view(m) for m in self.memories.get_many([r[0] for r in rows]).values()]
+        return [indexed_trace(m) for m in self.memories.get_many([r[0] for r in rows]).values()]
 
     def _attach(self, policy_ids: list[str], prefer: list[str], avoid: list[str]) -> int:
         """Add guidance lines to linked live policies; returns how many took them."""

@@ -22,7 +22,7 @@ from memmy.evolve.skill import (
     verify_skill,
 )
 from memmy.jobs.evolution import DerivedEvolution
-from memmy.jobs.writer import LayerWrite, policy_view, trace_view
+from memmy.jobs.writer import LayerWrite, indexed_policy, indexed_trace
 from memmy.kinds import policy as kpolicy
 from memmy.kinds import skill as kskill
 from memmy.store.jobs import JobRecord
@@ -48,11 +48,11 @@ class SkillEvolution(DerivedEvolution):
         memory = self.memories.get(job.target_memory_id or "")
         if memory is None or memory.layer != "L2":
             return None
-        policy = policy_view(memory, self.indexer)
+        policy = indexed_policy(memory, self.indexer)
         if not skill_eligible(policy, cfg.min_gain, cfg.min_support):
             return None
         traces = [
-            trace_view(m, self.indexer) for m in self.memories.get_many(self.evolution.traces_of(policy.id)).values()
+            indexed_trace(m, self.indexer) for m in self.memories.get_many(self.evolution.traces_of(policy.id)).values()
         ]
         evidence, counter = select_evidence(
             policy, traces, cfg.evidence_limit, self.indexer.cosine_scale("texts").to_reference

@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from memmy.domain import Memory
-from memmy.evolve.model import PolicyView, WorldModelDraft
+from memmy.evolve.model import IndexedPolicy, WorldModelDraft
 from memmy.evolve.world import bucket_policies, domain_key, eligible_policies, world_key, world_model_llm
 from memmy.jobs.evolution import DerivedEvolution
-from memmy.jobs.writer import LayerWrite, policy_view
+from memmy.jobs.writer import LayerWrite, indexed_policy
 from memmy.kinds import policy as kpolicy
 from memmy.kinds import world as kworld
 from memmy.store.jobs import JobRecord
@@ -19,7 +19,7 @@ from memmy.store.jobs import JobRecord
 Apply = Callable[[], None]
 
 
-def _supersedable(memory: Memory, domain: str, policies: list[PolicyView]) -> bool:
+def _supersedable(memory: Memory, domain: str, policies: list[IndexedPolicy]) -> bool:
     """World models a new note of ``domain`` may replace: another note of the same primary domain, or one built
     from some of the same policies (unrelated domains never retire each other)."""
     if memory.memory_key == world_key(domain):
@@ -40,7 +40,7 @@ class WorldEvolution(DerivedEvolution):
     def abstraction(self, job: JobRecord) -> Apply | None:
         """Summarise each domain bucket of active policies into a declarative world-model note."""
         cfg = self.config.l3_abstraction
-        views = [policy_view(m, self.indexer) for m in self.memories.by_layer("L2", ("activated",))]
+        views = [indexed_policy(m, self.indexer) for m in self.memories.by_layer("L2", ("activated",))]
         eligible = eligible_policies(views, cfg.min_policy_gain, cfg.min_policy_support)
         # failure-avoidance guidance is knowledge about the environment too (what fails there)
         eligible += [
@@ -49,7 +49,7 @@ class WorldEvolution(DerivedEvolution):
         buckets = bucket_policies(eligible)
         seed = self.memories.get(str(job.payload.get("seedPolicyId") or ""))
         if seed is not None and seed.layer == "L2":
-            seed_domain = domain_key(policy_view(seed))
+            seed_domain = domain_key(indexed_policy(seed))
             buckets = {k: v for k, v in buckets.items() if k == seed_domain} or buckets
         llm = self.models.evolution if cfg.use_llm else None
         stored = self.memories.by_layer("L3", ("activated",))

@@ -1,15 +1,15 @@
-"""Shared plumbing of the evolution handlers: memory→view mapping and layer writes by key."""
+"""Shared plumbing of the evolution handlers: memories read as the rules take them, and layer writes by key."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from memmy.domain import Layer, Memory, content_hash, new_id
-from memmy.evolve.model import PolicyView, TraceView
+from memmy.evolve.model import IndexedPolicy, IndexedTrace, Vector
 from memmy.evolve.scope import DerivedScope, derived_scope
 from memmy.indexing import Indexer
 from memmy.kinds import memory as stored
@@ -43,57 +43,41 @@ def iso(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def trace_view(memory: Memory, indexer: Indexer | None = None) -> TraceView:
-    """The evolution view of an L1 memory (its vector from the in-memory index when there is one)."""
-    found = trace.of(memory)
-    vector = indexer.index.vector(memory.id) if indexer is not None and indexer.index is not None else None
-    return TraceView(
+def indexed_trace(memory: Memory, indexer: Indexer | None = None) -> IndexedTrace:
+    """The trace of an L1 memory as the rules read it (its vector from the in-memory index when there is one): the
+    memory's summary and tags stand in for the trace's own when it has none."""
+    found = IndexedTrace.of(memory.properties)
+    return replace(
+        found,
         id=memory.id,
-        episode_id=found.episode_id,
         session_id=memory.session_id,
         created_at=memory.created_at,
-        user_text=found.user_text,
-        agent_text=found.agent_text,
         summary=found.summary or memory.summary,
-        tags=list(found.tags or memory.tags),
+        tags=found.tags or tuple(memory.tags),
         signature=found.signature or "_|_|_|_",
-        error_signatures=list(found.error_signatures),
-        tool_calls=[dict(call) for call in found.tool_calls],
         status=found.status or "succeeded",
-        reflection=found.reflection,
-        alpha=found.alpha,
-        value=found.value,
-        priority=found.priority,
-        vector=vector,
+        vector=_vector(memory, indexer),
     )
 
 
-def policy_view(memory: Memory, indexer: Indexer | None = None) -> PolicyView:
-    """The evolution view of an L2 memory."""
-    found = policy.of(memory)
-    vector = indexer.index.vector(memory.id) if indexer is not None and indexer.index is not None else None
-    return PolicyView(
+def indexed_policy(memory: Memory, indexer: Indexer | None = None) -> IndexedPolicy:
+    """The policy of an L2 memory as the rules read it: the memory's title and content stand in for the policy's
+    own title and procedure when it has none."""
+    found = IndexedPolicy.of(memory.properties)
+    return replace(
+        found,
         id=memory.id,
         title=found.title or memory.title,
-        trigger=found.trigger,
         procedure=found.procedure or memory.content,
-        verification=found.verification,
-        boundary=found.boundary,
-        experience_type=found.experience_type,
-        signature=found.signature,
-        status=found.status,
-        support=found.support,
-        gain=found.gain,
-        raw_gain=found.raw_gain,
-        confidence=found.confidence,
-        preference=list(found.preference),
-        anti_pattern=list(found.anti_pattern),
-        source_episode_ids=list(found.source_episode_ids),
-        source_trace_ids=list(found.source_trace_ids),
-        tags=list(memory.tags),
-        vector=vector,
+        tags=tuple(memory.tags),
         updated_at=memory.updated_at,
+        vector=_vector(memory, indexer),
     )
+
+
+def _vector(memory: Memory, indexer: Indexer | None) -> Vector | None:
+    """The memory's vector in the in-memory index (None without one)."""
+    return indexer.index.vector(memory.id) if indexer is not None and indexer.index is not None else None
 
 
 REVIEWED_LAYERS = ("L2", "L3", "Skill")

@@ -31,7 +31,7 @@ from memmy.commands.memory import (
     SearchMemory,
 )
 from memmy.commands.panel import MemoryLogs, PanelItems, PanelTasks
-from memmy.commands.turns import CloseSession, CompleteTurn, OpenSession, StartTurn
+from memmy.commands.turn_requests import CloseSession, CompleteTurn, OpenSession, StartTurn
 from memmy.keys.args import KEY_ARGS, KeyArgs, key_args
 from memmy.namespace import Namespace
 from memmy.service import MemoryService

@@ -48,7 +48,7 @@ from memmy.commands.memory import (
     RestoreMemory,
     SearchMemory,
 )
-from memmy.commands.turns import CloseSession, CompleteTurn, OpenSession, StartTurn
+from memmy.commands.turn_requests import CloseSession, CompleteTurn, OpenSession, StartTurn
 from memmy.config import Configured, MemmyConfig, load_config, reload_requires_restart
 from memmy.embed import Embedder
 from memmy.errors import ConfigError, InvalidArgument

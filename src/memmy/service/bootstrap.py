@@ -16,7 +16,7 @@ from memmy.dream.ops import DreamOps
 from memmy.embed import Embedder, build_embedder, model_cache_dir
 from memmy.errors import ConfigError
 from memmy.indexing import Indexer
-from memmy.jobs.episodes import EpisodeOps
+from memmy.jobs.episode import EpisodeOps
 from memmy.jobs.evolution import EpisodeEvolution, ModelSlots
 from memmy.jobs.policy import PolicyEvolution
 from memmy.jobs.skill import SkillEvolution
@@ -31,7 +31,7 @@ from memmy.service.memories import MemoryOps
 from memmy.service.models import ModelClients, build_model_clients
 from memmy.service.panel import PanelOps
 from memmy.service.recall import RecallOps
-from memmy.service.turns import TurnOps
+from memmy.service.turn_ops import TurnOps
 from memmy.service.validity import ValidityOps
 from memmy.store.unit import Store
 from memmy.traces.writer import TraceWriter

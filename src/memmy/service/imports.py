@@ -19,11 +19,11 @@ from memmy.errors import Conflict, Forbidden, InvalidArgument, NotFound
 from memmy.namespace import normalise_source
 from memmy.redact import DEFAULT_REDACTOR, Redactor
 from memmy.sources.adapters import ADAPTERS
+from memmy.sources.imported_turns import ImportedTurn
 from memmy.sources.importer import Importer, ImportOptions, ImportProgress, JobControl, TurnState
 from memmy.sources.model import SourceAdapter
 from memmy.sources.reading import ReaderMode
 from memmy.sources.recipe import load_recipes
-from memmy.sources.turns import ImportedTurn
 from memmy.store.db import utc_now
 from memmy.store.unit import Store
 from memmy.traces.prepare import ImportPreparer, PreparedTrace, captured_import

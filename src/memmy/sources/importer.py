@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from memmy.redact import DEFAULT_REDACTOR, Redactor
+from memmy.sources.imported_turns import ImportedTurn
 from memmy.sources.model import Conversation, ScanStats, SourceAdapter
 from memmy.sources.reading import ReadConversation, ReaderMode, SkipRule, read_conversations
-from memmy.sources.turns import ImportedTurn
 from memmy.store.db import utc_now
 from memmy.store.imports import Checkpoint, ImportStateRepository
 

@@ -29,8 +29,8 @@ from typing import IO, Literal
 
 from memmy.domain import sha256_hex
 from memmy.redact import RedactionReport, Redactor, replace_surrogates
+from memmy.sources.imported_turns import ImportedTurn, group_turns
 from memmy.sources.model import Conversation, ScanStats, SourceAdapter, SourceMessage
-from memmy.sources.turns import ImportedTurn, group_turns
 from memmy.store.imports import Checkpoint
 from memmy.transcripts.model import with_fields
 

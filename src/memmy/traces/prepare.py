@@ -52,7 +52,7 @@ class _Message(Protocol):
 
 
 class ImportedTurnLike(Protocol):
-    """What an imported transcript turn offers (``memmy.sources.turns.ImportedTurn``)."""
+    """What an imported transcript turn offers (``memmy.sources.imported_turns.ImportedTurn``)."""
 
     source: str
     conversation_id: str

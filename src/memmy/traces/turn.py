@@ -7,7 +7,7 @@ from functools import cached_property, lru_cache
 from typing import Any
 
 from memmy.domain import sha256_hex
-from memmy.transcripts.turns import host_turn_id
+from memmy.transcripts.turn_grouping import host_turn_id
 
 
 @lru_cache(maxsize=256)  # every turn of a conversation asks

@@ -14,9 +14,9 @@ from memmy.agent.schedule import ScheduleStore
 from memmy.agent.sessions import SessionStore
 from memmy.signin import CookieAuth
 from memmy.workbench.routes import COOKIE, SESSIONS_FILE, Workbench
+from memmy.workbench.running_turns import EventHub, Turns
 from memmy.workbench.schedules import Scheduler
 from memmy.workbench.settings import LOGGER, general
-from memmy.workbench.turns import EventHub, Turns
 
 
 def mounter(

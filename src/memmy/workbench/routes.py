@@ -24,10 +24,10 @@ from memmy.agent.config import AgentConfig
 from memmy.agent.schedule import ScheduleStore
 from memmy.agent.sessions import Session
 from memmy.signin import CookieAuth, CookieSession, host_allowed
-from memmy.workbench import slash
+from memmy.workbench import slash_commands
 from memmy.workbench.channels import ChannelsPage
+from memmy.workbench.running_turns import Input, Turns
 from memmy.workbench.settings import Settings, general
-from memmy.workbench.turns import Input, Turns
 
 COOKIE = "memmy_workbench"
 SESSIONS_FILE = "workbench-sessions.json"
@@ -171,7 +171,7 @@ class Workbench:
             "csrf": session.csrf if session else "",
             "panel": self.panel_url,
             "model": self.config.default.model if self.config.default else None,
-            "commands": [list(c) for c in slash.COMMANDS],
+            "commands": [list(c) for c in slash_commands.COMMANDS],
             "maxFiles": MAX_FILES,
             "maxBytes": MAX_BYTES,
             "asr": asr.enabled(self.config),
@@ -359,7 +359,7 @@ class Workbench:
         agent = self.turns.agent(session)
         if line.split()[0] == "/image":
             return await self._image(session, line.removeprefix("/image").strip())
-        outcome = await slash.run(agent, line, [])
+        outcome = await slash_commands.run(agent, line, [])
         result: dict[str, Any] = {"id": session.id, "status": "command", "text": outcome.text}
         if outcome.action == "new":
             result["id"] = self.turns.new_session().id

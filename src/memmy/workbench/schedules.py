@@ -11,7 +11,7 @@ import time
 
 from memmy.agent.schedule import Schedule, ScheduleStore
 from memmy.agent.sessions import Session
-from memmy.workbench.turns import Input, Turns
+from memmy.workbench.running_turns import Input, Turns
 
 #: How often the schedules file is read (a schedule added by ``memmy schedule add`` is seen within this).
 POLL_S = 1.0

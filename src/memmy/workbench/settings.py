@@ -25,7 +25,7 @@ from memmy.agent.slots import SLOTS, Slot, parse_slot, read_slots, section, slot
 from memmy.agent.usage import UsageBook
 from memmy.errors import ConfigError
 from memmy.signin import CookieSession
-from memmy.workbench.turns import Turns
+from memmy.workbench.running_turns import Turns
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LANGUAGES = ("en", "zh")

@@ -18,10 +18,10 @@ from textual.widgets import Button, Input, OptionList, Static
 from textual.widgets.option_list import Option
 from textual.worker import Worker, WorkerCancelled, WorkerFailed
 
-from memmy.agent.commands import EXIT_WORDS, archive_and_reset, run_command, visible_commands
 from memmy.agent.config import DEFAULT_SESSION, AgentConfig
 from memmy.agent.loop import TurnEvent
 from memmy.agent.runtime import Runtime, open_runtime
+from memmy.agent.slash_commands import EXIT_WORDS, archive_and_reset, run_command, visible_commands
 
 
 class PromptInput(Input):

@@ -11,7 +11,7 @@ from functools import cached_property
 
 from memmy.capture.sanitize import sanitize_text
 from memmy.sources.model import Conversation, SourceMessage
-from memmy.transcripts.turns import group_messages, host_turn_id
+from memmy.transcripts.turn_grouping import group_messages, host_turn_id
 
 
 @dataclass

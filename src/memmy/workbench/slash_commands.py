@@ -1,5 +1,5 @@
 """The workbench's slash commands: the TUI's (``/help``, ``/status``, ``/model``, ``/goal``, ``/memory`` … from
-:mod:`memmy.agent.commands`) plus ``/new``, ``/stop``, ``/restart`` carried out by the workbench and ``/dream``,
+:mod:`memmy.agent.slash_commands`) plus ``/new``, ``/stop``, ``/restart`` carried out by the workbench and ``/dream``,
 ``/dream-log``, ``/dream-restore ID`` asked of the memory daemon."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from memmy.agent import commands
+from memmy.agent import slash_commands
 from memmy.agent.daemon_link import DaemonError
 from memmy.agent.loop import Agent
 from memmy.agent.memory import MemoryBridge
@@ -89,7 +89,7 @@ async def run(agent: Agent, line: str, problems: list[str]) -> Outcome:
         return Outcome("", ACTIONS[name])
     if name in ("/dream", "/dream-log", "/dream-restore"):
         return Outcome(await dream(agent.memory, name, arg))
-    if name in ("/quit", "/exit", "/last-compaction") or name in {c[0] for c in commands.COMMANDS}:
-        done = commands.run_command(agent, line, problems)
+    if name in ("/quit", "/exit", "/last-compaction") or name in {c[0] for c in slash_commands.COMMANDS}:
+        done = slash_commands.run_command(agent, line, problems)
         return Outcome(done.text if done.action != "quit" else "close the tab to leave")
     return Outcome(f"unknown command {name}; /help lists them")

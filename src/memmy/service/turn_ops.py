@@ -8,15 +8,15 @@ from typing import Any, cast
 
 from memmy.capture.sanitize import sanitize_text
 from memmy.commands.answers import SessionClosed, SessionOpened, TurnCompleted, TurnStarted
-from memmy.commands.turns import CloseSession, CompleteTurn, OpenSession, StartTurn, normalize_status
+from memmy.commands.turn_requests import CloseSession, CompleteTurn, OpenSession, StartTurn, normalize_status
 from memmy.config import Configured, Settings
 from memmy.domain import new_id, sha256_hex
 from memmy.errors import Conflict, NotFound
 from memmy.evolve.repair import tool_failure_burst
 from memmy.evolve.rules_text import call_failed
-from memmy.jobs.episodes import EpisodeOps
+from memmy.jobs.episode import EpisodeOps
 from memmy.jobs.evolution import queue_burst_repair
-from memmy.jobs.writer import trace_view
+from memmy.jobs.writer import indexed_trace
 from memmy.namespace import Namespace
 from memmy.recall.intent import classify_intent, should_skip
 from memmy.service.recall import RecallOps
@@ -324,7 +324,7 @@ class TurnOps(Configured):
             feedback_cfg = self.config.feedback
             episode = episodes.get(episode_id)
             window = (episode.l1_memory_ids if episode else [])[-feedback_cfg.failure_window :]
-            recent = [trace_view(m) for m in self.writer.memories.get_many(window).values()]
+            recent = [indexed_trace(m) for m in self.writer.memories.get_many(window).values()]
             burst = tool_failure_burst(recent, feedback_cfg.failure_threshold, feedback_cfg.failure_window)
             if burst is not None:
                 job = queue_burst_repair(self.jobs, episode_id, burst)
