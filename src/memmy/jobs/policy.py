@@ -370,7 +370,7 @@ class PolicyEvolution(Configured):
 
         return apply
 
-    def _team_keyed(self, traces: Sequence[TraceView], signature: str) -> str:
+    def _team_keyed(self, traces: Sequence[IndexedTrace], signature: str) -> str:
         """A failure's policy key: inside a team project (traces shared there) the project's own, so a team's
         failure policy is never merged with a private one of the same failure; elsewhere the signature itself."""
         found = self.memories.get_many([t.id for t in traces], MemoryFilter(include_pending_imports=True))
