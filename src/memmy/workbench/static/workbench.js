@@ -188,6 +188,10 @@
       else if (m.role === "assistant") {
         if (m.content) this.settle(m.content);
         for (const call of m.tool_calls || []) this.toolCall(call.id, call.function.name, call.function.arguments);
+        for (const a of m.artifacts || []) {
+          const name = a.kind === "image" && /^images\/([A-Za-z0-9._-]+)$/.exec(String(a.path || ""));
+          if (name && state.current) this.image(`/api/sessions/${state.current}/image/${name[1]}`);
+        }
       } else if (m.role === "tool") this.toolResult(m.tool_call_id, m.content, true);
     }
   };
