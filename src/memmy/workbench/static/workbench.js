@@ -238,7 +238,8 @@
     }
     if (answer.id && answer.id !== state.current) await open(answer.id);
     if (answer.status === "command" && answer.text) state.view.note(answer.text, "command");
-    if (answer.image) state.view.image(answer.image);
+    // A new task opened above already shows the picture (its history keeps it); an open one gets it here.
+    if (answer.image && !state.view.root.querySelector(`img[src="${answer.image}"]`)) state.view.image(answer.image);
   }
 
   function keydown(e) {
