@@ -18,7 +18,10 @@ machine. The floor measured in the same run: a bare sendMessage round trip with 
 before and after: on a shared machine it decides most of the figures, so compare runs made together.
 Target (issue 33): p95 <= 50 ms for both.
 
-Run:  python bench/channels.py [--chats 20] [--messages 10] [--in-process]
+The chat turns run on an event loop of their own (a thread, see memmy/agent/channels/agent_turns.py); ``--profile``
+profiles the two loops apart: what the channel layer's loop costs a message, and what the agent's turn does.
+
+Run:  python bench/channels.py [--chats 20] [--messages 10] [--in-process] [--profile]
 """
 
 from __future__ import annotations
@@ -104,6 +107,10 @@ async def run(args: argparse.Namespace, bots: list[Bot], conn: Connection, home:
 
     config = load_agent_config()
     turns = AgentTurns(config)
+    if args.turn_profiler is not None:  # the turns' loop thread, started here under a profiler of its own
+        turns.loop = asyncio.new_event_loop()
+        turns.thread = threading.Thread(target=args.turn_profiler.runcall, args=(turns.loop.run_forever,), daemon=True)
+        turns.thread.start()
     users = tuple(str(1000 + chat) for chat in range(args.chats))
     tasks = []
     routers = []
@@ -219,8 +226,8 @@ PARTS = (  # (label, path fragment) in the order a frame is attributed: the firs
 )
 
 
-def shares(stats: pstats.Stats) -> None:
-    """The channels' process CPU (own time of each function, waiting in select excluded) by part."""
+def shares(title: str, stats: pstats.Stats, messages: int) -> None:
+    """One thread's CPU (own time of each function, waiting in select excluded) by part."""
     totals: dict[str, float] = {}
     for (path, _, name), row in stats.stats.items():  # type: ignore[attr-defined]
         own = float(row[2])
@@ -237,9 +244,10 @@ def shares(stats: pstats.Stats) -> None:
         reverse=True,
     )
     whole = sum(totals.values()) or 1.0
-    print("where the channels' process spends its CPU (cProfile, own time):")
+    print(f"where {title} spends its CPU (cProfile, own time):")
     for label, seconds in sorted(totals.items(), key=lambda item: -item[1]):
-        print(f"  {label:<40} {seconds:6.2f} s  {100 * seconds / whole:4.0f} %")
+        per = seconds * 1000 / messages
+        print(f"  {label:<40} {seconds:6.2f} s  {100 * seconds / whole:4.0f} %  {per:5.2f} ms a message")
     print("  the most of other: " + ", ".join(f"{name} {seconds:.2f} s" for seconds, name in other[:6]))
 
 
@@ -251,6 +259,7 @@ def main() -> None:
     parser.add_argument("--in-process", action="store_true", help="Run the fakes in the bench's process.")
     parser.add_argument("--profile", action="store_true", help="Where the channels' process spends its CPU.")
     args = parser.parse_args()
+    args.turn_profiler = None
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}  (cores: {os.cpu_count()})")
     ours, theirs = multiprocessing.Pipe()
     if args.in_process:
@@ -267,9 +276,13 @@ def main() -> None:
         write_agent_config(home, ModelStub(openai_url=stub_url), memory=False)
         bots = [Bot(url, token) for url, token in servers]
         if args.profile:
-            profiler = cProfile.Profile()
-            profiler.runcall(asyncio.run, run(args, bots, ours, home))
-            shares(pstats.Stats(profiler))
+            profiler = args.turn_profiler = cProfile.Profile()
+            channels = cProfile.Profile()
+            channels.runcall(asyncio.run, run(args, bots, ours, home))
+            shares(
+                "the channels' loop (receiving, routing, sending)", pstats.Stats(channels), args.chats * args.messages
+            )
+            shares("the agent turns' loop (its own thread)", pstats.Stats(profiler), args.chats * args.messages)
         else:
             asyncio.run(run(args, bots, ours, home))
     side.join(30)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Coroutine
@@ -26,6 +27,7 @@ from memmy.agent.runtime import Runtime, open_runtime
 
 MAX_OPEN = 32  # runtimes kept open (least recently used closed first)
 WRITING_TOOLS = ("write_file", "edit_file")
+SWITCH_INTERVAL_S = 0.001
 T = TypeVar("T")
 
 
@@ -50,6 +52,10 @@ class AgentTurns:
     def _turns_loop(self) -> asyncio.AbstractEventLoop:
         """The turns' event loop, in a thread started with the first turn."""
         if self.loop is None:
+            # The two loops share the interpreter lock: a socket call on the channels' loop gives it up and then
+            # waits for the turns' thread to hand it back, up to the switch interval. 1 ms (the default is 5) keeps
+            # each of a send's socket calls from waiting 5 ms behind a busy turn.
+            sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
             self.loop = asyncio.new_event_loop()
             self.thread = threading.Thread(target=self.loop.run_forever, name="memmy-chat-turns", daemon=True)
             self.thread.start()
