@@ -157,6 +157,7 @@ def report(
     layer: list[tuple[str, float]],
 ) -> None:
     inbound: list[float] = []
+    later: list[float] = []  # receive -> provider request of each chat's messages after its first (runtime open)
     outbound: list[float] = []
     problems: list[str] = []
     for chat in range(args.chats):
@@ -173,6 +174,8 @@ def report(
             update_id = fake.update_of[question]
             ready = max(fake.delivered_at[update_id], previous_sent)
             inbound.append((asked[question] - ready) * 1000)
+            if n:
+                later.append(inbound[-1])
             outbound.append((at - asked[question]) * 1000)
             previous_sent = at
     floor = bare_round_trip(fakes[0])
@@ -186,8 +189,13 @@ def report(
     for line in problems[:10]:
         print("  " + line)
     if inbound:
-        for label, values in (("receive -> provider request", inbound), ("reply -> platform send", outbound)):
-            print(f"{label:<28} p50 {percentile(values, 50):6.1f} ms   p95 {percentile(values, 95):6.1f} ms")
+        for label, values in (
+            ("receive -> provider request", inbound),
+            ("  the same, after a chat's 1st", later),
+            ("reply -> platform send", outbound),
+        ):
+            if values:
+                print(f"{label:<30} p50 {percentile(values, 50):6.1f} ms   p95 {percentile(values, 95):6.1f} ms")
     for stage, label in (
         ("pick_to_turn", "queue hand-over -> turn start"),
         ("answer_to_sent", "answer -> platform took it"),
