@@ -166,7 +166,11 @@ def report(
         texts = [s[1] for s in answers]
         wanted = [f"answer: chat {chat} message {n}" for n in range(args.messages)]
         if texts != wanted:
-            problems.append(f"chat {chat}: {len(texts)} answers, in order: {texts == wanted[: len(texts)]}")
+            missing = [w.rsplit(" ", 1)[1] for w in wanted if w not in texts]
+            order = [t.rsplit(" ", 1)[1] for t in texts]
+            mine = [s[1] for s in fake.sent if s[0] == str(1000 + chat)]
+            said = [text[:60] for text in mine if not text.startswith(("answer", "Queued"))]  # e.g. a failed turn
+            problems.append(f"chat {chat}: {len(texts)} answers (messages {' '.join(order)}; missing {missing}) {said}")
             continue
         previous_sent = 0.0
         for n, (_, _, at) in enumerate(answers):
