@@ -18,7 +18,10 @@ machine. The floor measured in the same run: a bare sendMessage round trip with 
 before and after: on a shared machine it decides most of the figures, so compare runs made together.
 Target (issue 33): p95 <= 50 ms for both.
 
-Run:  python bench/channels.py [--chats 20] [--messages 10] [--in-process]
+The chat turns run on an event loop of their own (a thread, see memmy/agent/channels/agent_turns.py); ``--profile``
+profiles the two loops apart: what the channel layer's loop costs a message, and what the agent's turn does.
+
+Run:  python bench/channels.py [--chats 20] [--messages 10] [--in-process] [--profile]
 """
 
 from __future__ import annotations
@@ -104,6 +107,10 @@ async def run(args: argparse.Namespace, bots: list[Bot], conn: Connection, home:
 
     config = load_agent_config()
     turns = AgentTurns(config)
+    if args.turn_profiler is not None:  # the turns' loop thread, started here under a profiler of its own
+        turns.loop = asyncio.new_event_loop()
+        turns.thread = threading.Thread(target=args.turn_profiler.runcall, args=(turns.loop.run_forever,), daemon=True)
+        turns.thread.start()
     users = tuple(str(1000 + chat) for chat in range(args.chats))
     tasks = []
     routers = []
@@ -150,6 +157,7 @@ def report(
     layer: list[tuple[str, float]],
 ) -> None:
     inbound: list[float] = []
+    later: list[float] = []  # receive -> provider request of each chat's messages after its first (runtime open)
     outbound: list[float] = []
     problems: list[str] = []
     for chat in range(args.chats):
@@ -158,7 +166,11 @@ def report(
         texts = [s[1] for s in answers]
         wanted = [f"answer: chat {chat} message {n}" for n in range(args.messages)]
         if texts != wanted:
-            problems.append(f"chat {chat}: {len(texts)} answers, in order: {texts == wanted[: len(texts)]}")
+            missing = [w.rsplit(" ", 1)[1] for w in wanted if w not in texts]
+            order = [t.rsplit(" ", 1)[1] for t in texts]
+            mine = [s[1] for s in fake.sent if s[0] == str(1000 + chat)]
+            said = [text[:60] for text in mine if not text.startswith(("answer", "Queued"))]  # e.g. a failed turn
+            problems.append(f"chat {chat}: {len(texts)} answers (messages {' '.join(order)}; missing {missing}) {said}")
             continue
         previous_sent = 0.0
         for n, (_, _, at) in enumerate(answers):
@@ -166,6 +178,8 @@ def report(
             update_id = fake.update_of[question]
             ready = max(fake.delivered_at[update_id], previous_sent)
             inbound.append((asked[question] - ready) * 1000)
+            if n:
+                later.append(inbound[-1])
             outbound.append((at - asked[question]) * 1000)
             previous_sent = at
     floor = bare_round_trip(fakes[0])
@@ -179,8 +193,13 @@ def report(
     for line in problems[:10]:
         print("  " + line)
     if inbound:
-        for label, values in (("receive -> provider request", inbound), ("reply -> platform send", outbound)):
-            print(f"{label:<28} p50 {percentile(values, 50):6.1f} ms   p95 {percentile(values, 95):6.1f} ms")
+        for label, values in (
+            ("receive -> provider request", inbound),
+            ("  the same, after a chat's 1st", later),
+            ("reply -> platform send", outbound),
+        ):
+            if values:
+                print(f"{label:<30} p50 {percentile(values, 50):6.1f} ms   p95 {percentile(values, 95):6.1f} ms")
     for stage, label in (
         ("pick_to_turn", "queue hand-over -> turn start"),
         ("answer_to_sent", "answer -> platform took it"),
@@ -219,8 +238,8 @@ PARTS = (  # (label, path fragment) in the order a frame is attributed: the firs
 )
 
 
-def shares(stats: pstats.Stats) -> None:
-    """The channels' process CPU (own time of each function, waiting in select excluded) by part."""
+def shares(title: str, stats: pstats.Stats, messages: int) -> None:
+    """One thread's CPU (own time of each function, waiting in select excluded) by part."""
     totals: dict[str, float] = {}
     for (path, _, name), row in stats.stats.items():  # type: ignore[attr-defined]
         own = float(row[2])
@@ -237,9 +256,10 @@ def shares(stats: pstats.Stats) -> None:
         reverse=True,
     )
     whole = sum(totals.values()) or 1.0
-    print("where the channels' process spends its CPU (cProfile, own time):")
+    print(f"where {title} spends its CPU (cProfile, own time):")
     for label, seconds in sorted(totals.items(), key=lambda item: -item[1]):
-        print(f"  {label:<40} {seconds:6.2f} s  {100 * seconds / whole:4.0f} %")
+        per = seconds * 1000 / messages
+        print(f"  {label:<40} {seconds:6.2f} s  {100 * seconds / whole:4.0f} %  {per:5.2f} ms a message")
     print("  the most of other: " + ", ".join(f"{name} {seconds:.2f} s" for seconds, name in other[:6]))
 
 
@@ -251,6 +271,7 @@ def main() -> None:
     parser.add_argument("--in-process", action="store_true", help="Run the fakes in the bench's process.")
     parser.add_argument("--profile", action="store_true", help="Where the channels' process spends its CPU.")
     args = parser.parse_args()
+    args.turn_profiler = None
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}  (cores: {os.cpu_count()})")
     ours, theirs = multiprocessing.Pipe()
     if args.in_process:
@@ -267,9 +288,13 @@ def main() -> None:
         write_agent_config(home, ModelStub(openai_url=stub_url), memory=False)
         bots = [Bot(url, token) for url, token in servers]
         if args.profile:
-            profiler = cProfile.Profile()
-            profiler.runcall(asyncio.run, run(args, bots, ours, home))
-            shares(pstats.Stats(profiler))
+            profiler = args.turn_profiler = cProfile.Profile()
+            channels = cProfile.Profile()
+            channels.runcall(asyncio.run, run(args, bots, ours, home))
+            shares(
+                "the channels' loop (receiving, routing, sending)", pstats.Stats(channels), args.chats * args.messages
+            )
+            shares("the agent turns' loop (its own thread)", pstats.Stats(profiler), args.chats * args.messages)
         else:
             asyncio.run(run(args, bots, ours, home))
     side.join(30)

@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from memmy.agent.cli import cli
+from tests.agent_stubs import run_model_stub
 
 
 def _install(platform: str) -> str:
@@ -82,3 +83,27 @@ def test_uninstall_removes_the_unit_and_status_reports_it(isolated_home: Path) -
 def test_other_systems_are_told_what_to_run(isolated_home: Path, platform: str) -> None:
     done = CliRunner().invoke(cli, ["service", "install", "--no-start", "--platform", platform])
     assert done.exit_code == 1 and "memmy serve" in done.output
+
+
+def _onboard(answers: str) -> subprocess.CompletedProcess[str]:
+    # only this interpreter's directory on PATH: no systemctl, so the unit is written and never started here
+    env = {**os.environ, "PATH": str(Path(sys.executable).parent)}
+    program = "from memmy.agent.cli import main; main()"
+    return subprocess.run(
+        [sys.executable, "-c", program, "onboard"], input=answers, capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+def test_onboard_offers_serve_at_login_and_installs_it_when_asked(isolated_home: Path) -> None:
+    unit = isolated_home / ".config" / "systemd" / "user" / "memmy-gateway.service"
+    with run_model_stub() as stub:
+        steps = f"1\nstub-model\n{stub.openai_url}\nsk-key\nallow\n" + "\n" * 4  # the model steps, defaults after
+        declined = _onboard(steps + "\n")  # the default answer is no
+        assert declined.returncode == 0, declined.stdout + declined.stderr
+        assert "at login?" in declined.stdout and "at login:  no (later: `memmy service install`)" in declined.stdout
+        assert not unit.exists()
+        accepted = _onboard(steps + "y\n")
+    assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+    assert f"wrote {unit}" in accepted.stdout and "could not start it (systemctl not found)" in accepted.stdout
+    assert "ExecStart=" in unit.read_text() and "memmy.agent serve" in unit.read_text()
+    assert (isolated_home / ".memmy" / "gateway.env").exists()

@@ -350,6 +350,9 @@ def test_slash_image_shows_the_picture(browser: Browser, served: tuple[str, Mode
     expect(picture).to_be_visible()
     page.wait_for_function("() => document.querySelector('.artifact.image img').naturalWidth === 1")
     expect(page.locator(".note").last).to_contain_text("saved images/")
+    page.reload()  # the task reopened: the picture is in its history
+    expect(page.locator(".artifact.image img")).to_be_visible()
+    page.wait_for_function("() => document.querySelector('.artifact.image img').naturalWidth === 1")
     page.context.close()
 
 

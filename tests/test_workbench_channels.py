@@ -61,7 +61,7 @@ def test_connect_pair_and_talk_from_the_channels_page(
     page.locator("body").click()
     expect(card.locator(".counts")).to_contain_text("77", timeout=15_000)
     SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / "channels.png"), full_page=False)
+    page.screenshot(path=str(SHOTS / "channels.png"), full_page=True)  # all six platforms
 
     card.locator("button", has_text="Disconnect").click()
     expect(card.locator("h2 .state")).to_have_text("disabled", timeout=15_000)

@@ -130,6 +130,17 @@ def test_the_workbench_makes_pictures_with_the_agent_and_slash_image(tmp_path: P
         assert made["text"].startswith("saved images/") and made["image"].startswith(f"/api/sessions/{sid}/image/")
         assert bench.http.get(made["image"]).content == tiny_png()
         assert stub.requests[-1]["body"]["prompt"] == "a lighthouse in fog"
+        # the picture is kept in the task: reopened, its answer names it as an artifact
+        task = bench.task(sid)
+        kept = task["messages"][-2:]
+        path = made["text"].removeprefix("saved ")
+        assert kept[0] == {"role": "user", "content": "/image a lighthouse in fog"}
+        assert kept[1]["artifacts"] == [{"kind": "image", "path": path}]
+        bench.send("and now?", sid)
+        bench.wait_idle(sid, after=task["seq"])
+        asked = stub.requests[-1]["body"]["messages"]
+        assert any(m["content"] == f"saved {path}" for m in asked)  # the model knows the picture was made
+        assert all(set(m) <= {"role", "content", "tool_calls", "tool_call_id", "name"} for m in asked)
         for bad in ("../../config.yaml", "x.txt", ".hidden.png", "nothere.png"):
             assert bench.http.get(f"/api/sessions/{sid}/image/{bad}").status_code == 404
         assert bench.send("/image", sid)["text"] == "describe the image to make"

@@ -125,12 +125,18 @@ def service() -> None:
 @click.pass_context
 def install(ctx: click.Context, start: bool, platform: str) -> None:
     """Write the unit (Linux) or launchd agent (macOS) for `memmy serve`, and start it."""
+    try:
+        install_service(_config(ctx), (ctx.find_root().obj or {}).get("config"), platform, start)
+    except MemmyError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def install_service(config: AgentConfig, config_file: str | None, platform: str, start: bool) -> None:
+    """Write the unit or launchd agent for ``memmy serve`` (and its secrets file), and start it when ``start``
+    (``memmy service install``, and ``memmy onboard``'s last question); raises MemmyError on an OS it cannot."""
     if platform != "darwin" and not platform.startswith("linux"):
-        raise click.ClickException(
-            "memmy service knows systemd (Linux) and launchd (macOS); elsewhere run `memmy serve`"
-        )
-    config = _config(ctx)
-    path, text = render(config, os.environ, platform, (ctx.find_root().obj or {}).get("config"))
+        raise MemmyError("memmy service knows systemd (Linux) and launchd (macOS); elsewhere run `memmy serve`")
+    path, text = render(config, os.environ, platform, config_file)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     click.echo(f"wrote {path}")

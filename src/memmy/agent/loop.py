@@ -26,6 +26,8 @@ SUMMARY_PROMPT = (
     "touched, open questions. Be concise; keep exact names, paths and numbers."
 )
 KEEP_RECENT = 6
+#: What a provider gets of a saved message (the session keeps more: the workbench's ``artifacts`` of an answer).
+MESSAGE_KEYS = frozenset({"role", "content", "tool_calls", "tool_call_id", "name"})
 
 
 @dataclass
@@ -88,6 +90,7 @@ class Agent:
         self.running = False
         self.parts: list[dict[str, Any]] = []  # image parts the current turn's user message carries
         self._provider: Provider | None = None
+        self._saving: asyncio.Task[None] | None = None  # the turn's first write, on disk while the model is asked
         choice = config.model(session.preset) or config.default
         self.choice: ModelChoice | None = choice
 
@@ -129,7 +132,7 @@ class Agent:
         return "\n".join(lines)
 
     def _view(self, user_index: int, recall: Recall | None) -> list[dict[str, Any]]:
-        messages = [dict(m) for m in self.session.messages]
+        messages = [{k: v for k, v in m.items() if k in MESSAGE_KEYS} for m in self.session.messages]
         if (recall is not None or self.parts) and 0 <= user_index < len(messages):
             content = str(messages[user_index]["content"])
             content = recall.wrapped(content) if recall is not None else content
@@ -199,7 +202,7 @@ class Agent:
             raise
         self.session.messages.append({"role": "user", "content": text})
         user_index = len(self.session.messages) - 1
-        self.store.save(self.session)
+        self._saving = asyncio.create_task(self.store.save_async(self.session))
         self._ready_provider()
         recall: Recall | None = None
         if recalling is not None and self.memory is not None:
@@ -253,7 +256,7 @@ class Agent:
             if done.tool_calls:
                 message["tool_calls"] = [call.as_message() for call in done.tool_calls]
             self.session.messages.append(message)
-            self.store.save(self.session)
+            await self._save()
             if done.text:
                 result.answer = done.text
             if not done.tool_calls:
@@ -276,13 +279,20 @@ class Agent:
                         "success": ok,
                     }
                 )
-            self.store.save(self.session)
+            await self._save()
             self._take_appended()
         result.status = "failed"
         result.error = (
             f"stopped after {self.config.max_tool_iterations} tool rounds (agents.defaults.maxToolIterations)"
         )
         self.emit(TurnEvent("error", result.error, {"kind": "tool_loop"}))
+
+    async def _save(self) -> None:
+        """Write the session off the event loop, after the write still in flight (the file ends at the newest)."""
+        if self._saving is not None:
+            saving, self._saving = self._saving, None
+            await saving
+        await self.store.save_async(self.session)
 
     def _take_appended(self) -> None:
         for extra in self.appended:
@@ -314,7 +324,7 @@ class Agent:
 
     async def _finish(self, result: TurnResult, recall: Recall | None, started: float) -> None:
         self.running = False
-        self.store.save(self.session)
+        await self._save()
         result.elapsed_ms = (time.perf_counter() - started) * 1000
         if self.memory is not None and recall is not None:
             # Capture runs off the turn's critical path (the capture thread): the answer is out, the next turn

@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import sys
 from typing import Any
 
 import click
 
-from memmy.agent.config import PROVIDERS, ModelChoice, load_agent_config, write_agent_sections
+from memmy.agent.config import PROVIDERS, AgentConfig, ModelChoice, load_agent_config, write_agent_sections
+from memmy.agent.gateway_service import install_service
 from memmy.agent.providers import ProviderError, _status_message
 from memmy.agent.slots import Slot, slot_patch, test_slot
 from memmy.config import config_path, read_config_file
+from memmy.errors import MemmyError
 
 DEFAULT_SECTIONS: dict[str, Any] = {
     "agents": {"defaults": {"provider": "openai", "model": "gpt-4o", "memory": True}},
@@ -81,8 +84,26 @@ def run_onboard(config_file: str | None, defaults: bool) -> int:
     click.echo(f"workspace: {config.workspace}")
     if config.default is not None:
         click.echo(f"model:     {config.default.model} via {config.default.provider}")
+    if not defaults:
+        _offer_service(config, config_file)
     click.echo("next: `memmy status`, then `memmy`")
     return 0
+
+
+def _offer_service(config: AgentConfig, config_file: str | None) -> None:
+    """The optional last step: ``memmy serve`` (workbench, chat channels) at login, as ``memmy service install``
+    does it. No by default, and no answer (the end of the input) is no: the config is already saved."""
+    try:
+        wanted = click.confirm("Start `memmy serve` (workbench and chat channels) at login?", default=False)
+    except click.Abort:
+        wanted = False
+    if not wanted:
+        click.echo("at login:  no (later: `memmy service install`)")
+        return
+    try:
+        install_service(config, config_file, sys.platform, start=True)
+    except MemmyError as exc:
+        click.echo(f"at login:  not set up: {exc}")
 
 
 def _menu(existing: dict[str, Any], sections: dict[str, Any]) -> dict[str, Any]:

@@ -5,10 +5,13 @@ those fields existed load with their defaults, and unknown keys are ignored."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import itertools
 import json
 import os
 import re
+import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -78,6 +81,9 @@ class SessionStore:
     def __init__(self, home: Path) -> None:
         self.dir = home / "agent" / "sessions"
         self._heads: dict[Path, tuple[tuple[int, int], Session, int]] = {}
+        self._writing = threading.Lock()
+        self._order = itertools.count()  # when each copy was taken: an older one never replaces a newer one
+        self._written: dict[Path, int] = {}
 
     def path(self, name: str) -> Path:
         """Where the session ``name`` lives."""
@@ -119,12 +125,26 @@ class SessionStore:
         """Write the session (0600, atomic); ``touch=False`` keeps its ``updated`` time (a rename, a pin)."""
         if touch:
             session.updated = time.time()
-        self.dir.mkdir(parents=True, exist_ok=True)
-        target = self.path(session.name)
-        tmp = target.with_name(target.name + ".tmp")
-        tmp.write_text(json.dumps(asdict(session), ensure_ascii=False), encoding="utf-8")
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, target)
+        self._write(self.path(session.name), asdict(session), next(self._order))
+
+    async def save_async(self, session: Session) -> None:
+        """:meth:`save` with the file written in a thread: a host of many sessions (``memmy serve`` with chat
+        channels) keeps serving the others while one is written. The session is copied first, on the caller's
+        loop, so it may change while the copy is written."""
+        session.updated = time.time()
+        await asyncio.to_thread(self._write, self.path(session.name), asdict(session), next(self._order))
+
+    def _write(self, target: Path, data: dict[str, Any], order: int) -> None:
+        text = json.dumps(data, ensure_ascii=False)
+        with self._writing:  # one writer at a time (the temporary file is shared by the saves of a session)
+            if order < self._written.get(target, -1):
+                return  # a newer copy of the session (taken later) is on disk already
+            self._written[target] = order
+            self.dir.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(target.name + ".tmp")
+            tmp.write_text(text, encoding="utf-8")
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, target)
 
     def heads(self) -> list[tuple[Session, int]]:
         """Every saved session with its number of turns, most recently used first; each session holds only its first

@@ -386,11 +386,17 @@ class Workbench:
                 "status": "command",
                 "text": str(exc),
             }
-        if self.turns.store.by_id(session.id) is None:
-            self.turns.store.save(session)
+        # Kept in the conversation, the picture as an artifact of the answer: reopening the task shows it again,
+        # and the model knows it was made (the artifact key itself is never sent to a provider).
+        saved = f"{imagegen.FOLDER}/{image.name}"
+        session.messages.append({"role": "user", "content": f"/image {prompt}"})
+        session.messages.append(
+            {"role": "assistant", "content": f"saved {saved}", "artifacts": [{"kind": "image", "path": saved}]}
+        )
+        await asyncio.to_thread(self.turns.store.save, session)
         self.turns.hub.publish(session.id, "meta")
         url = f"/api/sessions/{session.id}/image/{image.name}"
-        return {"id": session.id, "status": "command", "text": f"saved {imagegen.FOLDER}/{image.name}", "image": url}
+        return {"id": session.id, "status": "command", "text": f"saved {saved}", "image": url}
 
     async def unschedule(self, request: Request, _: CookieSession) -> Response:
         """``POST /api/schedules/{id}/remove``: delete a schedule (the ✕ on its row in the task list)."""

@@ -188,6 +188,10 @@
       else if (m.role === "assistant") {
         if (m.content) this.settle(m.content);
         for (const call of m.tool_calls || []) this.toolCall(call.id, call.function.name, call.function.arguments);
+        for (const a of m.artifacts || []) {
+          const name = a.kind === "image" && /^images\/([A-Za-z0-9._-]+)$/.exec(String(a.path || ""));
+          if (name && state.current) this.image(`/api/sessions/${state.current}/image/${name[1]}`);
+        }
       } else if (m.role === "tool") this.toolResult(m.tool_call_id, m.content, true);
     }
   };
@@ -234,7 +238,8 @@
     }
     if (answer.id && answer.id !== state.current) await open(answer.id);
     if (answer.status === "command" && answer.text) state.view.note(answer.text, "command");
-    if (answer.image) state.view.image(answer.image);
+    // A new task opened above already shows the picture (its history keeps it); an open one gets it here.
+    if (answer.image && !state.view.root.querySelector(`img[src="${answer.image}"]`)) state.view.image(answer.image);
   }
 
   function keydown(e) {
