@@ -18,7 +18,6 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import click
-import httpx
 
 from memmy.agent.config import AgentConfig, load_agent_config
 from memmy.errors import MemmyError
@@ -198,6 +197,8 @@ def status(ctx: click.Context, as_json: bool, platform: str) -> None:
     )
     url = f"http://{config.serve_host}:{config.serve_port}"
     answering = False
+    import httpx  # only `service status` asks: `memmy status` and `onboard` import this module
+
     with contextlib.suppress(httpx.HTTPError):
         answering = httpx.get(f"{url}/health", timeout=3).status_code == 200
     manager = None if code == 127 else (output.splitlines()[0] if output else str(code))
