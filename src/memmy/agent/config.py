@@ -30,7 +30,7 @@ class ProviderSpec:
 
     name: str
     label: str
-    kind: str  # "openai" (Chat Completions) or "anthropic" (Messages)
+    kind: str  # "openai" (Chat Completions), "anthropic" (Messages) or "gemini" (google-genai)
     api_base: str
     model: str
     key_env: str = ""
@@ -47,8 +47,8 @@ PROVIDERS: dict[str, ProviderSpec] = {
         ProviderSpec(
             "gemini",
             "Gemini",
-            "openai",
-            "https://generativelanguage.googleapis.com/v1beta/openai",
+            "gemini",
+            "https://generativelanguage.googleapis.com",
             "gemini-2.5-pro",
             "GEMINI_API_KEY",
         ),
@@ -216,10 +216,12 @@ def _resolve_model(
     settings = providers.get(provider) or {}
     if not isinstance(settings, dict):
         raise ConfigError(f"{path}: providers.{provider}: expected a mapping")
-    kind = str(settings.get("type") or (spec.kind if spec else "openai"))
-    if kind not in ("openai", "anthropic"):
-        raise ConfigError(f"{path}: providers.{provider}.type: expected openai or anthropic, got {kind!r}")
     api_base = str(settings.get("apiBase") or "")
+    kind = str(settings.get("type") or (spec.kind if spec else "openai"))
+    if kind == "gemini" and not settings.get("type") and api_base.rstrip("/").endswith("/openai"):
+        kind = "openai"  # Gemini's OpenAI-compatible path, as configs written before the Gemini SDK name it
+    if kind not in ("openai", "anthropic", "gemini"):
+        raise ConfigError(f"{path}: providers.{provider}.type: expected openai, anthropic or gemini, got {kind!r}")
     api_key = str(settings.get("apiKey") or "")
     if provider == "openai":
         api_base = api_base or env.get("OPENAI_BASE_URL", "")

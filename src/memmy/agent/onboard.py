@@ -32,6 +32,8 @@ async def probe_model(choice: ModelChoice, timeout_s: float = 10.0) -> tuple[boo
     import anthropic
     import openai
 
+    if choice.kind == "gemini":
+        return await _probe_gemini(choice, timeout_s)
     try:
         if choice.kind == "anthropic":
             client_a = anthropic.AsyncAnthropic(
@@ -48,6 +50,19 @@ async def probe_model(choice: ModelChoice, timeout_s: float = 10.0) -> tuple[boo
     except (openai.OpenAIError, anthropic.AnthropicError) as exc:
         error: ProviderError = _status_message(choice, exc)
         return False, str(error)
+    return True, f"{count} models listed"
+
+
+async def _probe_gemini(choice: ModelChoice, timeout_s: float) -> tuple[bool, str]:
+    """List the Gemini API's models through ``google-genai``."""
+    from memmy.agent.providers import gemini_client, gemini_error
+
+    client = gemini_client(choice.api_key, choice.api_base, timeout_s, 0)
+    try:
+        count = len([model async for model in await client.aio.models.list()])
+    except Exception as exc:  # the SDK's APIError and the transport's errors alike
+        where = f"{choice.provider} ({choice.api_base or 'default endpoint'})"
+        return False, str(gemini_error(where, f"providers.{choice.provider}.apiKey", timeout_s, exc))
     return True, f"{count} models listed"
 
 

@@ -1,0 +1,132 @@
+"""The Gemini provider through Google's ``google-genai`` SDK against a local server speaking the Gemini REST wire
+format (tests/fake_gemini.py): a streamed turn, a tool call round trip, images in, and the primary slot's
+connection test."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from pathlib import Path
+from typing import Any
+
+from memmy.agent.config import load_agent_config
+from memmy.agent.loop import TurnEvent, TurnResult
+from memmy.agent.runtime import open_runtime
+from memmy.agent.slots import Slot
+from memmy.agent.slots import test_slot as check_slot
+from tests.agent_stubs import tiny_png
+from tests.fake_gemini import FakeGemini, GeminiReply, function_responses, last_user_text, run_fake_gemini
+
+
+def write_config(home: Path, fake: FakeGemini, key: str = "gm-test-key") -> None:
+    """``$MEMMY_HOME/config.yaml`` with the Gemini provider at the fake."""
+    memmy_home = home / ".memmy"
+    memmy_home.mkdir(parents=True, exist_ok=True)
+    (memmy_home / "config.yaml").write_text(
+        "agents:\n  defaults: {provider: gemini, model: gemini-fake, maxRetries: 0, timeoutS: 20, memory: false}\n"
+        f"providers:\n  gemini: {{apiBase: '{fake.url}', apiKey: {key}}}\n"
+        "tools:\n  exec: {approval: allow, timeout: 5}\n",
+        encoding="utf-8",
+    )
+
+
+def one_turn(text: str, project: str | None = None) -> tuple[TurnResult, list[TurnEvent]]:
+    events: list[TurnEvent] = []
+
+    async def main() -> TurnResult:
+        runtime = await open_runtime(load_agent_config(), "cli:gemini", project, emit=events.append)
+        try:
+            return await runtime.agent.run_turn(text)
+        finally:
+            await runtime.close()
+
+    return asyncio.run(main()), events
+
+
+def tool_brain(body: dict[str, Any]) -> GeminiReply:
+    """Reads notes.txt through the agent's read_file tool, then reports what it returned."""
+    answered = function_responses(body)
+    if answered:
+        return GeminiReply(text="tool said: " + str(answered[-1]["response"]["result"]))
+    if "read notes" in last_user_text(body):
+        return GeminiReply(calls=[("read_file", {"path": "notes.txt"})])
+    return GeminiReply(text="no tool")
+
+
+def test_a_turn_streams_the_gemini_answer(isolated_home: Path) -> None:
+    with run_fake_gemini() as fake:
+        write_config(isolated_home, fake)
+        result, events = one_turn("hello there gemini")
+    assert result.answer == "gemini says: hello there gemini" and result.status == "succeeded"
+    assert [e.text for e in events if e.kind == "text"] == ["gemini ", "says: ", "hello ", "there ", "gemini"]
+    request = fake.requests[-1]
+    assert request["path"] == "/v1beta/models/gemini-fake:streamGenerateContent?alt=sse"
+    assert request["body"]["systemInstruction"]["parts"][0]["text"]  # the agent's system prompt travels apart
+    assert request["body"]["generationConfig"]["maxOutputTokens"] == 4096
+
+
+def test_a_tool_call_round_trip(isolated_home: Path, tmp_path: Path) -> None:
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "notes.txt").write_text("the parser lives in src/parse.py\n")
+    with run_fake_gemini(tool_brain) as fake:
+        write_config(isolated_home, fake)
+        result, events = one_turn("please read notes", str(project))
+    assert result.answer == "tool said: the parser lives in src/parse.py\n"
+    assert [e.kind for e in events if e.kind.startswith("tool")] == ["tool_call", "tool_result"]
+    first, second = (r["body"] for r in fake.requests)
+    declared = {d["name"]: d for d in first["tools"][0]["functionDeclarations"]}
+    schema = declared["read_file"]["parameters_json_schema"]  # google-genai writes it snake_case (the API reads both)
+    assert schema["properties"]["path"]["type"] == "string" and schema["required"] == ["path"]
+    # the model's call went back as a model turn, the tool's answer as a functionResponse naming the function
+    assert second["contents"][-2]["role"] == "model"
+    assert second["contents"][-2]["parts"][-1]["functionCall"] == {"name": "read_file", "args": {"path": "notes.txt"}}
+    assert function_responses(second)[0]["name"] == "read_file"
+
+
+def test_images_go_in_as_inline_bytes(isolated_home: Path) -> None:
+    from memmy.agent.config import ModelChoice
+    from memmy.agent.providers import build_provider
+
+    picture = base64.b64encode(tiny_png()).decode()
+    message = {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "what is this"},
+            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{picture}"}},
+        ],
+    }
+    with run_fake_gemini() as fake:
+        choice = ModelChoice("default", "gemini", "gemini", "gemini-fake", fake.url, "gm-test-key", 20, 0, 1000, 64)
+        done = asyncio.run(build_provider(choice).stream([message], []))
+    assert done.text == "gemini says: what is this"
+    parts = fake.requests[-1]["body"]["contents"][0]["parts"]
+    inline = parts[1]["inlineData"]  # google-genai writes the field snake_case (the API reads both)
+    assert inline["data"] == picture and inline.get("mimeType", inline.get("mime_type")) == "image/png"
+
+
+def test_the_primary_slot_test_passes_and_fails_clearly() -> None:
+    with run_fake_gemini() as fake:
+        good = Slot("primary", "gemini", "gemini-fake", fake.url, "gm-test-key")
+        ok, said = asyncio.run(check_slot(good))
+        assert ok and said == "gemini-fake answered (1 candidate)", said
+        assert fake.requests[-1]["path"] == "/v1beta/models/gemini-fake:generateContent"
+        assert fake.requests[-1]["body"]["generationConfig"] == {"maxOutputTokens": 1}
+        ok, said = asyncio.run(check_slot(Slot("primary", "gemini", "gemini-fake", fake.url, "wrong-key")))
+        assert not ok and "refused the API key" in said and "wrong-key" not in said, said
+        offline = fake.url
+    ok, said = asyncio.run(check_slot(Slot("primary", "gemini", "gemini-fake", offline, "gm-test-key"), timeout_s=3))
+    assert not ok and f"cannot reach gemini ({offline})" in said, said
+
+
+def test_onboarding_lists_the_gemini_models() -> None:
+    from memmy.agent.config import ModelChoice
+    from memmy.agent.onboard import probe_model
+
+    with run_fake_gemini() as fake:
+        choice = ModelChoice("default", "gemini", "gemini", "gemini-fake", fake.url, "gm-test-key", 20, 0, 1000, 64)
+        assert asyncio.run(probe_model(choice)) == (True, "1 models listed")
+        assert fake.requests == []  # a GET: listed, not recorded as a generate call
+        wrong = ModelChoice("default", "gemini", "gemini", "gemini-fake", fake.url, "nope", 20, 0, 1000, 64)
+        ok, said = asyncio.run(probe_model(wrong))
+    assert not ok and "refused the API key" in said
