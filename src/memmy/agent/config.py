@@ -116,14 +116,14 @@ class McpServerConfig:
     enabled_tools: tuple[str, ...] = ("*",)
 
 
-SEARCH_PROVIDERS = ("duckduckgo", "searxng", "brave", "tavily", "none")
+SEARCH_PROVIDERS = ("ddgs", "duckduckgo", "searxng", "brave", "tavily", "none")
 
 
 @dataclass(frozen=True)
 class SearchConfig:
     """``tools.web.search``: provider, result count, endpoint, key, time cap."""
 
-    provider: str = "duckduckgo"
+    provider: str = "ddgs"
     max_results: int = 5
     api_base: str = ""
     api_key: str = ""
@@ -286,7 +286,7 @@ def _search(web: Mapping[str, Any], path: Path) -> SearchConfig:
     entry = web.get("search") or {}
     if not isinstance(entry, dict):
         raise ConfigError(f"{path}: tools.web.search: expected a mapping")
-    provider = str(entry.get("provider", "duckduckgo") or "none").lower()
+    provider = str(entry.get("provider", "ddgs") or "none").lower()
     if provider not in SEARCH_PROVIDERS:
         raise ConfigError(f"{path}: tools.web.search.provider: expected one of {', '.join(SEARCH_PROVIDERS)}")
     return SearchConfig(
