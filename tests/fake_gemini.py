@@ -17,10 +17,11 @@ from typing import Any
 
 @dataclass
 class GeminiReply:
-    """One scripted answer: text and/or function calls ``(name, args)``."""
+    """One scripted answer: text and/or function calls ``(name, args)``, or an HTTP error status."""
 
     text: str = ""
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    status: int = 200
 
 
 GeminiBrain = Callable[[dict[str, Any]], GeminiReply]
@@ -109,7 +110,12 @@ def run_fake_gemini(brain: GeminiBrain = echo) -> Iterator[FakeGemini]:
                 self._json(404, {"error": {"code": 404, "message": "no route", "status": "NOT_FOUND"}})
                 return
             model, method = route.removeprefix("/v1beta/models/").split(":", 1)
-            chunks = list(_chunks(brain(body), model))
+            reply = brain(body)
+            if reply.status != 200:
+                status = "RESOURCE_EXHAUSTED" if reply.status == 429 else "INTERNAL"
+                self._json(reply.status, {"error": {"code": reply.status, "message": "fake says no", "status": status}})
+                return
+            chunks = list(_chunks(reply, model))
             if method == "generateContent":
                 parts = [p for c in chunks for p in c["candidates"][0]["content"]["parts"] if p.get("text") != ""]
                 whole = {**chunks[-1]["candidates"][0], "content": {"role": "model", "parts": parts}}

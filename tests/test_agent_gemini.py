@@ -9,7 +9,9 @@ import base64
 from pathlib import Path
 from typing import Any
 
-from memmy.agent.config import load_agent_config
+import pytest
+
+from memmy.agent.config import ModelChoice, load_agent_config
 from memmy.agent.loop import TurnEvent, TurnResult
 from memmy.agent.runtime import open_runtime
 from memmy.agent.slots import Slot
@@ -28,6 +30,11 @@ def write_config(home: Path, fake: FakeGemini, key: str = "gm-test-key") -> None
         "tools:\n  exec: {approval: allow, timeout: 5}\n",
         encoding="utf-8",
     )
+
+
+def choice_at(fake: FakeGemini, key: str = "gm-test-key") -> ModelChoice:
+    """The Gemini model at the fake, as the config would resolve it."""
+    return ModelChoice("default", "gemini", "gemini", "gemini-fake", fake.url, key, 20, 0, 1000, 64)
 
 
 def one_turn(text: str, project: str | None = None) -> tuple[TurnResult, list[TurnEvent]]:
@@ -84,8 +91,23 @@ def test_a_tool_call_round_trip(isolated_home: Path, tmp_path: Path) -> None:
     assert function_responses(second)[0]["name"] == "read_file"
 
 
+def test_provider_errors_say_what_happened() -> None:
+    from memmy.agent.providers import ProviderError, build_provider
+
+    message = [{"role": "user", "content": "hi"}]
+    for status, kind, said in ((429, "rate_limited", "rate limiting"), (500, "error", "answered HTTP 500")):
+
+        def refuse(body: dict[str, Any], status: int = status) -> GeminiReply:
+            return GeminiReply(status=status)
+
+        with run_fake_gemini(refuse) as fake:
+            choice = choice_at(fake)
+            with pytest.raises(ProviderError) as error:
+                asyncio.run(build_provider(choice).stream(message, []))
+        assert error.value.kind == kind and said in str(error.value), error.value
+
+
 def test_images_go_in_as_inline_bytes(isolated_home: Path) -> None:
-    from memmy.agent.config import ModelChoice
     from memmy.agent.providers import build_provider
 
     picture = base64.b64encode(tiny_png()).decode()
@@ -97,7 +119,7 @@ def test_images_go_in_as_inline_bytes(isolated_home: Path) -> None:
         ],
     }
     with run_fake_gemini() as fake:
-        choice = ModelChoice("default", "gemini", "gemini", "gemini-fake", fake.url, "gm-test-key", 20, 0, 1000, 64)
+        choice = choice_at(fake)
         done = asyncio.run(build_provider(choice).stream([message], []))
     assert done.text == "gemini says: what is this"
     parts = fake.requests[-1]["body"]["contents"][0]["parts"]
@@ -120,13 +142,12 @@ def test_the_primary_slot_test_passes_and_fails_clearly() -> None:
 
 
 def test_onboarding_lists_the_gemini_models() -> None:
-    from memmy.agent.config import ModelChoice
     from memmy.agent.onboard import probe_model
 
     with run_fake_gemini() as fake:
-        choice = ModelChoice("default", "gemini", "gemini", "gemini-fake", fake.url, "gm-test-key", 20, 0, 1000, 64)
+        choice = choice_at(fake)
         assert asyncio.run(probe_model(choice)) == (True, "1 models listed")
         assert fake.requests == []  # a GET: listed, not recorded as a generate call
-        wrong = ModelChoice("default", "gemini", "gemini", "gemini-fake", fake.url, "nope", 20, 0, 1000, 64)
+        wrong = choice_at(fake, "nope")
         ok, said = asyncio.run(probe_model(wrong))
     assert not ok and "refused the API key" in said
