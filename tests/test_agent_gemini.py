@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +17,9 @@ import pytest
 from memmy.agent.config import ModelChoice, load_agent_config
 from memmy.agent.loop import TurnEvent, TurnResult
 from memmy.agent.runtime import open_runtime
-from memmy.agent.slots import Slot
+from memmy.agent.slots import Slot, read_slots
 from memmy.agent.slots import test_slot as check_slot
+from memmy.config import read_config_file
 from tests.agent_stubs import tiny_png
 from tests.fake_gemini import FakeGemini, GeminiReply, function_responses, last_user_text, run_fake_gemini
 
@@ -151,3 +155,26 @@ def test_onboarding_lists_the_gemini_models() -> None:
         wrong = choice_at(fake, "nope")
         ok, said = asyncio.run(probe_model(wrong))
     assert not ok and "refused the API key" in said
+
+
+def test_onboarding_a_gemini_primary_points_the_memory_models_at_its_openai_path(isolated_home: Path) -> None:
+    with run_fake_gemini() as fake:
+        answers = (
+            f"3\ngemini-fake\n{fake.url}\n${{GEMINI_API_KEY}}\nallow\n"  # step 1: Gemini, listed through its SDK
+            "1\n1\nn\nn\n"  # built-in embedding; memory models: the primary; no ASR, no images
+            "y\ny\n"  # the fake speaks no Chat Completions: save the memory slots anyway
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", "from memmy.agent.cli import main; main()", "onboard"],
+            input=answers,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "GEMINI_API_KEY": "gm-test-key"},
+            timeout=120,
+        )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ok: 1 models listed" in done.stdout
+    slots = read_slots(read_config_file(isolated_home / ".memmy" / "config.yaml"))
+    assert (slots["primary"].provider, slots["primary"].api_base) == ("gemini", fake.url)
+    assert slots["summary"].api_base == slots["evolution"].api_base == fake.url + "/v1beta/openai"
+    assert slots["summary"].model == "gemini-fake" and slots["summary"].api_key == "${GEMINI_API_KEY}"

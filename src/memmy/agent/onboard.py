@@ -107,8 +107,11 @@ def _menu(existing: dict[str, Any], sections: dict[str, Any]) -> dict[str, Any]:
         return {}
     primary = sections["agents"]["defaults"]
     entry = sections["providers"][primary["provider"]]
-    openai_kind = PROVIDERS[primary["provider"]].kind == "openai"
+    spec = PROVIDERS[primary["provider"]]
     base, key = str(entry.get("apiBase") or ""), str(entry.get("apiKey") or "")
+    if spec.kind == "gemini" and not base.endswith("/openai"):
+        base = (base or spec.api_base).rstrip("/") + "/v1beta/openai"  # the memory models speak Chat Completions
+    openai_kind = spec.kind in ("openai", "gemini")
     slots = [_embedding(base, key)]
     click.echo("Step 2/3: memory models (summaries and skill evolution)")
     slots += _memory_models(primary["model"], base, key, openai_kind)
