@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -26,6 +27,21 @@ DDG_PAGE = f"""<html><body>
 <div class="result"><h2><a class="result__a" href="https://realpython.com/async-io-python/">Async IO in Python</a></h2>
 <div class="result__snippet">A complete walkthrough.</div></div>
 </body></html>"""
+# DuckDuckGo's HTML endpoint as it answers today (the shape ddgs's DuckDuckGo engine reads: div.result__body,
+# its h2 title, the snippet link's href).
+DDGS_PAGE = """<html><body><div class="serp__results"><div id="links" class="results">
+<div class="result results_links results_links_deep web-result "><div class="links_main links_deep result__body">
+<h2 class="result__title"><a rel="nofollow" class="result__a" href="https://peps.python.org/pep-0492/">PEP 492 &ndash;
+Coroutines with async and await syntax</a></h2>
+<div class="result__extras"><div class="result__extras__url"><a class="result__url"
+href="https://peps.python.org/pep-0492/">peps.python.org/pep-0492/</a></div></div>
+<a class="result__snippet" href="https://peps.python.org/pep-0492/">This PEP introduces <b>async</b> and await.</a>
+<div class="clear"></div></div></div>
+<div class="result results_links results_links_deep web-result "><div class="links_main links_deep result__body">
+<h2 class="result__title"><a rel="nofollow" class="result__a" href="https://trio.readthedocs.io/">Trio</a></h2>
+<a class="result__snippet" href="https://trio.readthedocs.io/">A friendly async library.</a>
+<div class="clear"></div></div></div>
+</div></div></body></html>"""
 
 
 @pytest.fixture
@@ -60,6 +76,8 @@ def search_server() -> Iterator[tuple[str, list[dict[str, Any]]]]:
             seen.append({"path": self.path, "body": raw, "headers": dict(self.headers.items())})
             if self.path == "/ddg/html/":
                 self._send(DDG_PAGE, "text/html")
+            elif self.path == "/ddgs/html/":
+                self._send(DDGS_PAGE, "text/html")
             else:  # tavily
                 self._send(json.dumps({"results": [{"title": "Tavily hit", "url": "https://example.org/t"}]}))
 
@@ -91,6 +109,45 @@ def test_duckduckgo_html_results(search_server: tuple[str, list[dict[str, Any]]]
     assert seen[-1]["body"] == "q=python+asyncio"
 
 
+def test_ddgs_reads_a_duckduckgo_page_through_its_own_engine(
+    search_server: tuple[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    # ddgs asks real search sites; with apiBase its DuckDuckGo engine (its HTTP client and parser) asks the local
+    # server instead, which is how this test reaches it offline
+    base, seen = search_server
+    output, ok = run_search(tmp_path, SearchConfig(provider="ddgs", api_base=base + "/ddgs/html/", max_results=1))
+    assert ok, output
+    assert output.splitlines() == [
+        "1. PEP 492 – Coroutines with async and await syntax",
+        "   https://peps.python.org/pep-0492/",
+        "   This PEP introduces async and await.",
+    ]
+    assert seen[-1]["path"] == "/ddgs/html/" and "q=python+asyncio" in seen[-1]["body"]
+
+
+def test_ddgs_result_mapping_and_the_fallback(
+    tmp_path: Path, search_server: tuple[str, list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memmy.agent import websearch
+
+    recorded = [  # DDGS().text() rows as the library returns them
+        {"title": "asyncio &mdash; docs", "href": "https://docs.python.org/3/library/asyncio.html", "body": " a  b "},
+        {"title": "wrapped", "href": "//duckduckgo.com/l/?uddg=https%3A%2F%2Fexample.org%2Fx&rut=1", "body": ""},
+        {"title": "no link", "href": "", "body": "dropped"},
+    ]
+    assert websearch.ddgs_hits(recorded) == [
+        websearch.Hit("asyncio — docs", "https://docs.python.org/3/library/asyncio.html", "a b"),
+        websearch.Hit("wrapped", "https://example.org/x", ""),
+    ]
+    assert SearchConfig().provider == "ddgs" and websearch.effective_provider("ddgs") == "ddgs"
+    # without the library, ddgs falls back to memmy's own DuckDuckGo HTML reader (same endpoint setting)
+    base, seen = search_server
+    monkeypatch.setitem(sys.modules, "ddgs", None)  # what `import ddgs` meets where it is not installed
+    assert websearch.effective_provider("ddgs") == "duckduckgo"
+    output, ok = run_search(tmp_path, SearchConfig(provider="ddgs", api_base=base + "/ddg/html/"))
+    assert ok and output.splitlines()[0] == "1. asyncio — Asynchronous I/O" and seen[-1]["path"] == "/ddg/html/"
+
+
 def test_json_providers(search_server: tuple[str, list[dict[str, Any]]], tmp_path: Path) -> None:
     base, seen = search_server
     output, ok = run_search(tmp_path, SearchConfig(provider="searxng", api_base=base + "/searxng"))
@@ -114,6 +171,8 @@ def test_honest_errors(tmp_path: Path) -> None:
     offline = refused_endpoint()
     output, ok = run_search(tmp_path, SearchConfig(provider="duckduckgo", api_base=offline, timeout_s=3))
     assert not ok and f"cannot reach the duckduckgo search provider at {offline} (offline?)" in output
+    output, ok = run_search(tmp_path, SearchConfig(provider="ddgs", api_base=offline, timeout_s=3))
+    assert not ok and f"cannot reach the ddgs search provider at {offline} (offline?)" in output
 
 
 def test_config_keys_and_toggle(isolated_home: Path, tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ class ProviderSpec:
 
     name: str
     label: str
-    kind: str  # "openai" (Chat Completions) or "anthropic" (Messages)
+    kind: str  # "openai" (Chat Completions), "anthropic" (Messages) or "gemini" (google-genai)
     api_base: str
     model: str
     key_env: str = ""
@@ -47,8 +47,8 @@ PROVIDERS: dict[str, ProviderSpec] = {
         ProviderSpec(
             "gemini",
             "Gemini",
-            "openai",
-            "https://generativelanguage.googleapis.com/v1beta/openai",
+            "gemini",
+            "https://generativelanguage.googleapis.com",
             "gemini-2.5-pro",
             "GEMINI_API_KEY",
         ),
@@ -116,14 +116,14 @@ class McpServerConfig:
     enabled_tools: tuple[str, ...] = ("*",)
 
 
-SEARCH_PROVIDERS = ("duckduckgo", "searxng", "brave", "tavily", "none")
+SEARCH_PROVIDERS = ("ddgs", "duckduckgo", "searxng", "brave", "tavily", "none")
 
 
 @dataclass(frozen=True)
 class SearchConfig:
     """``tools.web.search``: provider, result count, endpoint, key, time cap."""
 
-    provider: str = "duckduckgo"
+    provider: str = "ddgs"
     max_results: int = 5
     api_base: str = ""
     api_key: str = ""
@@ -216,10 +216,12 @@ def _resolve_model(
     settings = providers.get(provider) or {}
     if not isinstance(settings, dict):
         raise ConfigError(f"{path}: providers.{provider}: expected a mapping")
-    kind = str(settings.get("type") or (spec.kind if spec else "openai"))
-    if kind not in ("openai", "anthropic"):
-        raise ConfigError(f"{path}: providers.{provider}.type: expected openai or anthropic, got {kind!r}")
     api_base = str(settings.get("apiBase") or "")
+    kind = str(settings.get("type") or (spec.kind if spec else "openai"))
+    if kind == "gemini" and not settings.get("type") and api_base.rstrip("/").endswith("/openai"):
+        kind = "openai"  # Gemini's OpenAI-compatible path, as configs written before the Gemini SDK name it
+    if kind not in ("openai", "anthropic", "gemini"):
+        raise ConfigError(f"{path}: providers.{provider}.type: expected openai, anthropic or gemini, got {kind!r}")
     api_key = str(settings.get("apiKey") or "")
     if provider == "openai":
         api_base = api_base or env.get("OPENAI_BASE_URL", "")
@@ -284,7 +286,7 @@ def _search(web: Mapping[str, Any], path: Path) -> SearchConfig:
     entry = web.get("search") or {}
     if not isinstance(entry, dict):
         raise ConfigError(f"{path}: tools.web.search: expected a mapping")
-    provider = str(entry.get("provider", "duckduckgo") or "none").lower()
+    provider = str(entry.get("provider", "ddgs") or "none").lower()
     if provider not in SEARCH_PROVIDERS:
         raise ConfigError(f"{path}: tools.web.search.provider: expected one of {', '.join(SEARCH_PROVIDERS)}")
     return SearchConfig(

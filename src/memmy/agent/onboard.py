@@ -35,6 +35,8 @@ async def probe_model(choice: ModelChoice, timeout_s: float = 10.0) -> tuple[boo
     import anthropic
     import openai
 
+    if choice.kind == "gemini":
+        return await _probe_gemini(choice, timeout_s)
     try:
         if choice.kind == "anthropic":
             client_a = anthropic.AsyncAnthropic(
@@ -51,6 +53,19 @@ async def probe_model(choice: ModelChoice, timeout_s: float = 10.0) -> tuple[boo
     except (openai.OpenAIError, anthropic.AnthropicError) as exc:
         error: ProviderError = _status_message(choice, exc)
         return False, str(error)
+    return True, f"{count} models listed"
+
+
+async def _probe_gemini(choice: ModelChoice, timeout_s: float) -> tuple[bool, str]:
+    """List the Gemini API's models through ``google-genai``."""
+    from memmy.agent.providers import gemini_client, gemini_error
+
+    client = gemini_client(choice.api_key, choice.api_base, timeout_s, 0)
+    try:
+        count = len([model async for model in await client.aio.models.list()])
+    except Exception as exc:  # the SDK's APIError and the transport's errors alike
+        where = f"{choice.provider} ({choice.api_base or 'default endpoint'})"
+        return False, str(gemini_error(where, f"providers.{choice.provider}.apiKey", timeout_s, exc))
     return True, f"{count} models listed"
 
 
@@ -113,8 +128,11 @@ def _menu(existing: dict[str, Any], sections: dict[str, Any]) -> dict[str, Any]:
         return {}
     primary = sections["agents"]["defaults"]
     entry = sections["providers"][primary["provider"]]
-    openai_kind = PROVIDERS[primary["provider"]].kind == "openai"
+    spec = PROVIDERS[primary["provider"]]
     base, key = str(entry.get("apiBase") or ""), str(entry.get("apiKey") or "")
+    if spec.kind == "gemini" and not base.endswith("/openai"):
+        base = (base or spec.api_base).rstrip("/") + "/v1beta/openai"  # the memory models speak Chat Completions
+    openai_kind = spec.kind in ("openai", "gemini")
     slots = [_embedding(base, key)]
     click.echo("Step 2/3: memory models (summaries and skill evolution)")
     slots += _memory_models(primary["model"], base, key, openai_kind)

@@ -1,9 +1,11 @@
-"""Model providers through their official SDKs: OpenAI Chat Completions (and every compatible endpoint) and
-Anthropic Messages. Both stream; both return one :class:`Completion` in the OpenAI message shape the loop uses.
+"""Model providers through their official SDKs: OpenAI Chat Completions (and every compatible endpoint), Anthropic
+Messages and Gemini (``google-genai``). All stream; all return one :class:`Completion` in the OpenAI message shape
+the loop uses.
 SDK errors become a :class:`ProviderError` whose message says what happened and what to do."""
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import ssl
@@ -355,8 +357,221 @@ class AnthropicProvider:
         return done
 
 
+#: The separator between a Gemini function call's id and its thought signature inside one OpenAI tool-call id
+#: (Gemini 3 wants each call's signature back with the call; the loop keeps only OpenAI-shaped messages).
+_SIGNATURE = "~sig~"
+#: The prefix of the ids memmy gives calls the model sent without one (never sent back to Gemini as an id).
+_LOCAL_ID = "gemini-call-"
+
+
+def _gemini_part(part: Any) -> Any:
+    """An OpenAI user content part as a Gemini part: text, or a ``data:`` image as inline bytes (else None)."""
+    from google.genai import types
+
+    if not isinstance(part, dict):
+        return None
+    url = str((part.get("image_url") or {}).get("url", ""))
+    if url.startswith("data:") and ";base64," in url:
+        media, data = url[5:].split(";base64,", 1)
+        return types.Part(inline_data=types.Blob(mime_type=media, data=base64.b64decode(data)))
+    if part.get("type") == "text":
+        return types.Part(text=str(part.get("text", "")))
+    return None
+
+
+def _gemini_id(call_id: str) -> str | None:
+    """The id Gemini gave a function call (None where memmy made one up)."""
+    own = str(call_id).split(_SIGNATURE, 1)[0]
+    return None if not own or own.startswith(_LOCAL_ID) else own
+
+
+def to_gemini(messages: list[dict[str, Any]]) -> tuple[str, list[Any]]:
+    """OpenAI-shaped messages -> (system instruction, Gemini contents with function call / response parts)."""
+    from google.genai import types
+
+    system: list[str] = []
+    out: list[types.Content] = []
+    names: dict[str, str] = {}  # tool call id -> function name (a function response names its function)
+
+    def push(role: str, parts: list[types.Part]) -> None:
+        if not parts:
+            return
+        if out and out[-1].role == role and out[-1].parts is not None:
+            out[-1].parts.extend(parts)
+        else:
+            out.append(types.Content(role=role, parts=parts))
+
+    for message in messages:
+        role = message.get("role")
+        content = message.get("content") or ""
+        if role == "system":
+            system.append(str(content))
+        elif role == "tool":
+            call_id = str(message.get("tool_call_id", ""))
+            response = types.FunctionResponse(
+                id=_gemini_id(call_id),
+                name=names.get(call_id, str(message.get("name") or "tool")),
+                response={"result": str(content)},
+            )
+            push("user", [types.Part(function_response=response)])
+        elif role == "assistant":
+            parts = [types.Part(text=str(content))] if content else []
+            for call in message.get("tool_calls") or []:
+                try:
+                    args = json.loads(call["function"]["arguments"] or "{}")
+                except ValueError:
+                    args = {}
+                names[call["id"]] = call["function"]["name"]
+                signature = str(call["id"]).partition(_SIGNATURE)[2]
+                parts.append(
+                    types.Part(
+                        function_call=types.FunctionCall(
+                            id=_gemini_id(call["id"]),
+                            name=call["function"]["name"],
+                            args=args if isinstance(args, dict) else {},
+                        ),
+                        thought_signature=base64.b64decode(signature) if signature else None,
+                    )
+                )
+            push("model", parts)
+        elif isinstance(content, list):
+            push("user", [p for p in (_gemini_part(part) for part in content) if p is not None])
+        else:
+            push("user", [types.Part(text=str(content))])
+    return "\n\n".join(system), out
+
+
+def gemini_config(choice: ModelChoice, system: str, tools: list[dict[str, Any]], options: Options) -> Any:
+    """The ``GenerateContentConfig`` of one call: system instruction, function declarations, sampling options in
+    Gemini's terms (what it has no equivalent for is left out)."""
+    from google.genai import types
+
+    fields: dict[str, Any] = {"max_output_tokens": options.get("max_completion_tokens") or options.get("max_tokens")}
+    fields["max_output_tokens"] = fields["max_output_tokens"] or choice.max_tokens
+    for key in ("temperature", "top_p", "top_k", "seed", "presence_penalty", "frequency_penalty"):
+        if key in options:
+            fields[key] = options[key]
+    stop = options.get("stop")
+    if stop:
+        fields["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
+    if isinstance(options.get("response_format"), dict) and options["response_format"].get("type") == "json_object":
+        fields["response_mime_type"] = "application/json"
+    if system:
+        fields["system_instruction"] = system
+    if tools:
+        declarations = [
+            types.FunctionDeclaration(
+                name=t["function"]["name"],
+                description=t["function"].get("description", ""),
+                parameters_json_schema=t["function"].get("parameters") or {"type": "object", "properties": {}},
+            )
+            for t in tools
+        ]
+        fields["tools"] = [types.Tool(function_declarations=declarations)]
+        mode = {"auto": "AUTO", "none": "NONE", "required": "ANY"}.get(str(options.get("tool_choice")))
+        if mode:
+            calling = types.FunctionCallingConfig(mode=types.FunctionCallingConfigMode(mode))
+            fields["tool_config"] = types.ToolConfig(function_calling_config=calling)
+    fields["automatic_function_calling"] = types.AutomaticFunctionCallingConfig(disable=True)
+    return types.GenerateContentConfig(**fields)
+
+
+def gemini_client(api_key: str, api_base: str, timeout_s: float, max_retries: int) -> Any:
+    """A ``google.genai.Client`` for the Gemini API at ``api_base`` (the SDK's default host when empty), on httpx
+    with the process's TLS context."""
+    import httpx
+    from google import genai
+    from google.genai import types
+
+    options = types.HttpOptions(
+        base_url=api_base or None,
+        api_version="v1beta",
+        timeout=int(timeout_s * 1000),
+        retry_options=types.HttpRetryOptions(attempts=max_retries + 1),
+        httpx_async_client=httpx.AsyncClient(verify=tls_context(), timeout=timeout_s),
+    )
+    return genai.Client(api_key=api_key or "not-needed", http_options=options)
+
+
+def gemini_error(where: str, key_field: str, timeout_s: float, exc: Exception) -> ProviderError:
+    """A Gemini SDK or transport failure as a :class:`ProviderError` that says what to do."""
+    import httpx
+    from google.genai import errors
+
+    if isinstance(exc, httpx.TimeoutException):
+        return ProviderError(f"{where} did not answer within {timeout_s:g} s; try again", "timeout")
+    if isinstance(exc, httpx.TransportError | OSError):
+        return ProviderError(f"cannot reach {where}: is it running and is apiBase right?", "unreachable")
+    if isinstance(exc, errors.APIError):
+        detail = str(exc.message or exc)[:300]
+        if exc.code == 429:
+            message = f"{where} is rate limiting requests (HTTP 429); wait a moment and retry"
+            return ProviderError(message, "rate_limited")
+        if exc.code in (401, 403) or "API key" in detail:
+            return ProviderError(f"{where} refused the API key (HTTP {exc.code}); check {key_field}", "auth")
+        kind = "bad_request" if exc.code < 500 else "error"
+        return ProviderError(f"{where} answered HTTP {exc.code}: {detail}", kind)
+    return ProviderError(f"{where} failed: {type(exc).__name__}: {str(exc)[:300]}", "error")
+
+
+class GeminiProvider:
+    """``generateContent`` through Google's ``google-genai`` SDK, streamed (``streamGenerateContent``)."""
+
+    def __init__(self, choice: ModelChoice) -> None:
+        self.choice = choice
+        self.client = gemini_client(choice.api_key, choice.api_base, choice.timeout_s, choice.max_retries)
+
+    async def stream(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        on_text: TextSink | None = None,
+        options: Options | None = None,
+    ) -> Completion:
+        """Stream one answer; ``functionCall`` parts become tool calls."""
+        system, contents = to_gemini(messages)
+        config = gemini_config(self.choice, system, tools, options or {})
+        done = Completion()
+        parts: list[str] = []
+        try:
+            chunks = await self.client.aio.models.generate_content_stream(
+                model=self.choice.model, contents=contents, config=config
+            )
+            async for chunk in chunks:
+                if chunk.usage_metadata is not None:
+                    done.usage = {
+                        "prompt_tokens": chunk.usage_metadata.prompt_token_count or 0,
+                        "completion_tokens": chunk.usage_metadata.candidates_token_count or 0,
+                    }
+                for candidate in chunk.candidates or []:
+                    for part in (candidate.content.parts if candidate.content else None) or []:
+                        if part.function_call is not None:
+                            call = part.function_call
+                            call_id = call.id or f"{_LOCAL_ID}{len(done.tool_calls)}"
+                            if part.thought_signature:
+                                call_id += _SIGNATURE + base64.b64encode(part.thought_signature).decode()
+                            arguments = json.dumps(call.args or {}, ensure_ascii=False)
+                            done.tool_calls.append(ToolCall(call_id, call.name or "", arguments))
+                        elif part.text and not part.thought:
+                            parts.append(part.text)
+                            if on_text is not None:
+                                on_text(part.text)
+                    if candidate.finish_reason is not None and candidate.finish_reason.name == "MAX_TOKENS":
+                        done.finish_reason = "length"
+        except Exception as exc:  # the SDK raises its APIError and the transport's own errors
+            where = f"{self.choice.provider} ({self.choice.api_base or 'default endpoint'})"
+            key_field = f"providers.{self.choice.provider}.apiKey"
+            raise gemini_error(where, key_field, self.choice.timeout_s, exc) from None
+        done.text = "".join(parts)
+        if done.tool_calls:
+            done.finish_reason = "tool_calls"
+        return done
+
+
 def build_provider(choice: ModelChoice) -> Provider:
     """The provider object for a resolved model."""
     if choice.kind == "anthropic":
         return AnthropicProvider(choice)
+    if choice.kind == "gemini":
+        return GeminiProvider(choice)
     return OpenAIProvider(choice)

@@ -206,6 +206,9 @@ async def test_slot(slot: Slot, timeout_s: float = 15.0) -> tuple[bool, str]:
         return True, "off" if slot.name != "primary" else "no model configured"
     if not slot.remote:
         return True, f"{slot.provider}: nothing to reach (runs in the memory daemon or the host agent)"
+    spec = PROVIDERS.get(slot.provider)
+    if slot.name == "primary" and spec is not None and spec.kind == "gemini" and not slot.api_base.endswith("/openai"):
+        return await _test_gemini(slot, timeout_s)
     client = openai.AsyncOpenAI(
         api_key=slot.api_key or "x", base_url=slot.api_base or None, timeout=timeout_s, max_retries=0
     )
@@ -231,3 +234,20 @@ async def test_slot(slot: Slot, timeout_s: float = 15.0) -> tuple[bool, str]:
         return False, f"{type(exc).__name__}{f' {status}' if status else ''}: {said[:200]}"
     finally:
         await client.close()
+
+
+async def _test_gemini(slot: Slot, timeout_s: float) -> tuple[bool, str]:
+    """The Gemini connection test: a one-token ``generateContent`` through ``google-genai``."""
+    from google.genai import types
+
+    from memmy.agent.providers import gemini_client, gemini_error
+
+    client = gemini_client(slot.api_key, slot.api_base, timeout_s, 0)
+    try:
+        config = types.GenerateContentConfig(max_output_tokens=1)
+        answer = await client.aio.models.generate_content(model=slot.model, contents="Say OK.", config=config)
+        return True, f"{slot.model} answered ({len(answer.candidates or [])} candidate)"
+    except Exception as exc:  # the SDK's APIError and the transport's errors alike
+        where = f"gemini ({slot.api_base or 'default endpoint'})"
+        said = str(gemini_error(where, "primary.apiKey", timeout_s, exc))
+        return False, said.replace(slot.api_key, "***") if slot.api_key else said

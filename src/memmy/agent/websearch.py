@@ -1,12 +1,15 @@
 """The ``web_search`` tool: one query to the configured search provider (``tools.web.search``), the top results
-as ``title / url / snippet``. Providers: ``duckduckgo`` (the default, its keyless HTML endpoint), ``searxng`` (a
-SearXNG instance's JSON API, ``apiBase`` required), ``brave`` and ``tavily`` (``apiKey`` required); ``none``
-turns searching off. Honest offline: an unreachable provider or a missing key is a clear error the model reads,
-never an empty result that looks like "nothing found"."""
+as ``title / url / snippet``. Providers: ``ddgs`` (the default, no key: the ``ddgs`` metasearch library, or
+DuckDuckGo's HTML endpoint below where that library is not installed), ``duckduckgo`` (its keyless HTML endpoint,
+read by memmy's own parser), ``searxng`` (a SearXNG instance's JSON API, ``apiBase`` required), ``brave`` and
+``tavily`` (``apiKey`` required); ``none`` turns searching off. Honest offline: an unreachable provider or a
+missing key is a clear error the model reads, never an empty result that looks like "nothing found"."""
 
 from __future__ import annotations
 
+import asyncio
 import html
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from typing import Any
@@ -72,16 +75,18 @@ def _ddg_target(href: str) -> str:
 async def search(config: SearchConfig, query: str, limit: int | None = None) -> list[Hit]:
     """Run one search; raises SearchError with a clear reason."""
     count = max(1, min(int(limit or config.max_results), 20))
-    provider = config.provider
+    provider = effective_provider(config.provider)
     if provider in ("", "none"):
         raise SearchError(
             "web search is off: no search provider is configured "
-            "(set tools.web.search.provider to duckduckgo, searxng, brave or tavily)"
+            "(set tools.web.search.provider to ddgs, duckduckgo, searxng, brave or tavily)"
         )
     if provider not in PROVIDERS:
         raise SearchError(f"unknown search provider {provider!r} (tools.web.search.provider): {', '.join(PROVIDERS)}")
     if provider in ("brave", "tavily") and not config.api_key:
         raise SearchError(f"the {provider} search provider needs tools.web.search.apiKey")
+    if provider == "ddgs":
+        return (await _ddgs(config, query, count))[:count]
     base = config.api_base or DEFAULT_BASES.get(provider, "")
     if not base:
         raise SearchError(f"the {provider} search provider needs tools.web.search.apiBase (your instance's URL)")
@@ -122,6 +127,48 @@ async def _ask(client: httpx.AsyncClient, provider: str, base: str, key: str, qu
     response = await client.post(base, json=body, headers=headers)
     response.raise_for_status()
     return [_hit(r.get("title"), r.get("url"), r.get("content")) for r in response.json().get("results") or []]
+
+
+def effective_provider(provider: str) -> str:
+    """The provider a search uses: ``ddgs`` falls back to ``duckduckgo`` (HTML) where the library is missing."""
+    if provider == "ddgs":
+        try:
+            import ddgs  # noqa: F401 - only whether it is installed
+        except ImportError:
+            return "duckduckgo"
+    return provider
+
+
+def ddgs_hits(rows: Iterable[Mapping[str, Any]]) -> list[Hit]:
+    """``ddgs`` text results (``title``, ``href``, ``body``) as hits; DuckDuckGo's redirect links unwrapped."""
+    return [_hit(r.get("title"), _ddg_target(str(r.get("href") or "")), r.get("body")) for r in rows if r.get("href")]
+
+
+async def _ddgs(config: SearchConfig, query: str, count: int) -> list[Hit]:
+    """One ``ddgs`` text search in a worker thread (the library is synchronous). With ``apiBase``, only its
+    DuckDuckGo engine asks, at that endpoint (a mirror, or a local server in tests)."""
+    from ddgs import DDGS
+    from ddgs.engines.duckduckgo import Duckduckgo
+    from ddgs.exceptions import DDGSException, TimeoutException
+
+    timeout = max(1, round(config.timeout_s))
+
+    def ask() -> list[dict[str, Any]]:
+        if config.api_base:
+            engine = type("Endpoint", (Duckduckgo,), {"search_url": config.api_base})(timeout=timeout)
+            return [vars(result) for result in engine.search(query) or []]
+        return DDGS(timeout=timeout).text(query, max_results=count)
+
+    where = config.api_base or "its search engines"
+    try:
+        rows = await asyncio.wait_for(asyncio.to_thread(ask), config.timeout_s * 2 + 5)
+    except (TimeoutException, TimeoutError):
+        raise SearchError(f"ddgs search ({where}) did not answer within {config.timeout_s:g} s") from None
+    except DDGSException as exc:
+        if str(exc) == "No results found.":
+            return []
+        raise SearchError(f"cannot reach the ddgs search provider at {where} (offline?): {str(exc)[:200]}") from None
+    return ddgs_hits(rows)
 
 
 def _hit(title: Any, url: Any, snippet: Any) -> Hit:
