@@ -50,6 +50,7 @@
     document.querySelectorAll("[data-i18n]").forEach((node) => { node.textContent = t(node.textContent.trim()); });
     document.querySelectorAll("[data-i18n-ph]").forEach((node) => { node.placeholder = t(node.placeholder); });
   }
+  let adopting = null;  // a new task's send in flight (see send)
   const state = { tasks: [], current: null, viewSeq: 0, log: [], running: false, seq: 0, files: [], view: null, composing: false, petThread: null };
 
   function el(tag, attrs, ...children) {
@@ -226,6 +227,17 @@
     for (const f of state.files) form.append("files", f, f.name);
     input.value = ""; state.files = []; chips(); hideCommands();
     const sentAt = state.seq;
+    // A new task's events (its end too) may come before its id does: until it is opened, it is not "out of sight".
+    let adopted = () => {};
+    if (PAGE === "workbench" && !state.current) {
+      const pending = new Promise((resolve) => { adopted = () => { if (adopting === pending) adopting = null; resolve(); }; });
+      adopting = pending;
+    }
+    try { await sendAndShow(form, text, sentAt); } finally { adopted(); }
+  }
+
+  async function sendAndShow(form, text, sentAt) {
+    const input = $("#input");
     let answer;
     try { answer = await api("POST", "/api/send", form); } catch (e) { input.value = text; flash(String(e.message || e)); return; }
     if (PAGE === "pet") {
@@ -457,8 +469,9 @@
   }
 
   // A finished task the user is not looking at: a system notification, when Settings turned them on.
-  function notifyDone(event) {
+  async function notifyDone(event) {
     if (!(BOOT.notifications || localStorage.getItem("memmy.notify") === "1") || !window.Notification || Notification.permission !== "granted") return;
+    if (adopting) await adopting;  // a task this page just started may be this very one
     if (event.session === state.current && !document.hidden) return;
     new Notification("memmy", { body: `${event.text || t("New task")} — ${t("finished")}`, tag: event.session });
   }
