@@ -241,14 +241,15 @@ def init(
         click.echo(f"  skipped (not installed here): {', '.join(skipped)}")
     if not dry_run:
         endpoint_now = storage["endpoint"]
-        state = _service_state(endpoint_now, current.storage.token or token, current.storage.sqlite_path)
-        if server_url:
+        if server_url:  # a team server: asked once, through the CA `init --ca` recorded
             problem = _unreachable(endpoint_now, current.storage.token or token)
             click.echo(
                 f"\nThis machine's agents use the memory server at {endpoint_now}"
                 + (f" (not reachable now: {problem}; turns wait in the outbox)" if problem else " (it answers).")
             )
-        elif state == "ours":
+            return
+        state = _service_state(endpoint_now, current.storage.token or token, current.storage.sqlite_path)
+        if state == "ours":
             click.echo(f"\nThe service is running at {endpoint_now}: try memmy-memory health")
         elif state == "other":
             click.echo(
