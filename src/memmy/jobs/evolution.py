@@ -52,14 +52,18 @@ class ModelSlots:
 
 
 class DerivedEvolution(Configured):
-    """What the handlers of a derived layer (world models, skills) work with: the store's memories, episodes and
-    evolution links, the index, the models and the layer writer."""
+    """What every group of evolution handlers (episodes, policies, world models, skills) works with: the store and
+    its repositories, the index, the models and the layer writer."""
 
     def __init__(self, settings: Settings, store: Store, indexer: Indexer, models: ModelSlots) -> None:
         self.settings = settings
+        self.store = store
         self.memories = store.memories
         self.episodes = store.episodes
+        self.feedback = store.feedback
         self.evolution = store.evolution
+        self.jobs = store.jobs
+        self.queue = store.queue
         self.indexer = indexer
         self.models = models
         self.writer = LayerWriter(store, indexer)
@@ -79,24 +83,14 @@ def queue_burst_repair(jobs: JobRepository, episode_id: str, burst: tuple[str, i
     return job
 
 
-class EpisodeEvolution(Configured):
+class EpisodeEvolution(DerivedEvolution):
     """Handlers: trace_summary, episode_idle_close, reflection, reward."""
 
     def __init__(
         self, settings: Settings, store: Store, indexer: Indexer, episode_ops: EpisodeOps, models: ModelSlots
     ) -> None:
-        self.settings = settings
-        self.store = store
-        self.memories = store.memories
-        self.episodes = store.episodes
-        self.feedback = store.feedback
-        self.evolution = store.evolution
-        self.jobs = store.jobs
-        self.queue = store.queue
-        self.indexer = indexer
+        super().__init__(settings, store, indexer, models)
         self.episode_ops = episode_ops
-        self.models = models
-        self.writer = LayerWriter(store, indexer)
 
     def handlers(self) -> dict[str, Callable[[JobRecord], Apply | None]]:
         """Job type → handler."""

@@ -10,7 +10,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from memmy.config import Configured, L2InductionSettings, Settings
+from memmy.config import L2InductionSettings
 from memmy.domain import Memory, team_keys
 from memmy.evolve.boundaries import is_guidance
 from memmy.evolve.failure import (
@@ -29,15 +29,13 @@ from memmy.evolve.failure import (
 from memmy.evolve.model import IndexedPolicy, IndexedTrace, PolicyDraft
 from memmy.evolve.policy import best_association, compute_stats, induce_llm, policy_body, policy_key
 from memmy.evolve.topics import content_keywords
-from memmy.indexing import Indexer
-from memmy.jobs.evolution import ModelSlots
-from memmy.jobs.writer import LayerWrite, LayerWriter, indexed_policy, indexed_trace, parse_iso
+from memmy.jobs.evolution import DerivedEvolution
+from memmy.jobs.writer import LayerWrite, indexed_policy, indexed_trace, parse_iso
 from memmy.kinds import policy, skill
 from memmy.kinds import trace as ktrace
 from memmy.kinds.catalog import own_words
 from memmy.store.jobs import JobRecord
 from memmy.store.memories import MemoryFilter
-from memmy.store.unit import Store
 
 Apply = Callable[[], None]
 GUIDANCE_CAP = policy.GUIDANCE_CAP
@@ -54,20 +52,8 @@ def _memory_status(policy_status: str) -> str:
     return {"active": "activated", "archived": "archived"}.get(policy_status, "resolving")
 
 
-class PolicyEvolution(Configured):
+class PolicyEvolution(DerivedEvolution):
     """Handlers: l2_association, l2_induction, failure_experience, decision_repair, policy_feedback."""
-
-    def __init__(self, settings: Settings, store: Store, indexer: Indexer, models: ModelSlots) -> None:
-        self.settings = settings
-        self.store = store
-        self.memories = store.memories
-        self.episodes = store.episodes
-        self.feedback = store.feedback
-        self.evolution = store.evolution
-        self.jobs = store.jobs
-        self.indexer = indexer
-        self.models = models
-        self.writer = LayerWriter(store, indexer)
 
     def handlers(self) -> dict[str, Callable[[JobRecord], Apply | None]]:
         """Job type → handler."""
