@@ -13,12 +13,13 @@ psycopg is imported here only: a SQLite store never loads it.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from decimal import Decimal
 from pathlib import Path
@@ -295,6 +296,34 @@ class _Detached:
             return _Done(cursor.fetchall(), cursor.rowcount, cursor.lastrowid)
 
 
+_CURSORS = itertools.count(1)
+
+
+def _named_cursor(raw: psycopg.Connection[Any], sql: str, batch: int) -> Iterator[tuple[Any, ...]]:
+    with raw.cursor(name=f"memmy_stream_{next(_CURSORS)}") as cursor:
+        cursor.itersize = batch
+        cursor.execute(sql.encode())
+        for row in cursor:
+            yield tuple(_plain(value) for value in row)
+
+
+def copy_in(raw: psycopg.Connection[Any], table: str, names: Sequence[str], rows: Iterable[Sequence[Any]]) -> int:
+    """Write ``rows`` into ``table``'s columns ``names`` with one ``COPY ... FROM STDIN`` (text format: each value
+    as its Python type dumps it, read by the column's type, as an INSERT would); the number of rows."""
+    import psycopg
+
+    listed = ", ".join(f'"{name}"' for name in names)
+    count = 0
+    try:
+        with raw.cursor() as cursor, cursor.copy(f'COPY "{table}" ({listed}) FROM STDIN'.encode()) as copy:
+            for row in rows:
+                copy.write_row(row)
+                count += 1
+    except psycopg.Error as exc:
+        raise _as_sqlite_error(exc) from exc
+    return count
+
+
 def redact_dsn(dsn: str) -> str:
     """``dsn`` without its password (for messages and logs)."""
     return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", dsn)
@@ -469,6 +498,16 @@ class PgDatabase(Database):
         """Run a read and return the first row (or None)."""
         rows = self.query(sql, params)
         return rows[0] if rows else None
+
+    def stream(self, sql: str, batch: int = 2000) -> Iterator[tuple[Any, ...]]:
+        """The rows of a read (PostgreSQL text, no parameters) through a server-side cursor, ``batch`` at a time:
+        on this thread's transaction (so it sees its uncommitted rows), else on a pool connection of its own."""
+        current = self._current()
+        if current is not None:
+            yield from _named_cursor(current.raw, sql, batch)
+            return
+        with self.pool.connection() as raw, raw.transaction():
+            yield from _named_cursor(raw, sql, batch)
 
     # --- what SQLite's file needs and PostgreSQL does not -------------------------------------------------------
 
