@@ -144,6 +144,21 @@ def rowid_is_a_column(db: Database, table: str) -> bool:
     return len(keys) == 1 and str(keys[0][2]).upper() == "INTEGER"
 
 
+def rowid_order(db: Database, table: str) -> str:
+    """The column that orders ``table`` by rowid through an index: ``rowid``, or on PostgreSQL the key column a
+    generated ``rowid`` repeats (sorting by the generated column itself would sort the whole table)."""
+    if db.backend == "postgres":
+        row = db.query_one(
+            "SELECT generation_expression FROM information_schema.columns WHERE table_schema = current_schema() "
+            "AND table_name = ? AND column_name = 'rowid'",
+            (table,),
+        )
+        name = str(row[0] or "").strip('()" ') if row is not None else ""
+        if name.isidentifier():
+            return f'"{name}"'
+    return "rowid"
+
+
 def parents(db: Database, table: str) -> set[str]:
     """The tables ``table``'s foreign keys point at."""
     if db.backend == "postgres":
@@ -173,6 +188,8 @@ def in_key_order(db: Database, names: list[str]) -> list[str]:
 
 
 def _plain(value: Any) -> Any:
+    if value is None or type(value) is str or type(value) is int:  # most values: nothing to do
+        return value
     if isinstance(value, bytes | memoryview):
         return bytes(value).hex()
     if isinstance(value, float) and value.is_integer():
@@ -186,9 +203,11 @@ def table_digest(db: Database, table: str, names: list[str], progress: Progress 
     digest = hashlib.sha256()
     listed = ", ".join(f'"{name}"' for name in names)
     meter = Meter(f"hash {table} ({db.backend})", progress)
-    for row in meter.count(db.stream(f'SELECT {listed} FROM "{table}" ORDER BY rowid')):
+    order = rowid_order(db, table)
+    for row in meter.count(db.stream(f'SELECT {listed} FROM "{table}" ORDER BY {order}')):
         digest.update(json.dumps([_plain(v) for v in row], ensure_ascii=False, default=str).encode())
         digest.update(b"\n")
+    meter.done()
     return meter.rows, digest.hexdigest()
 
 
@@ -245,7 +264,8 @@ def _copy_table(
 ) -> None:
     listed = ", ".join(f'"{name}"' for name in cols)
     target = (["rowid"] if with_rowid else []) + cols
-    select = f'SELECT {"rowid AS copy_rowid, " if with_rowid else ""}{listed} FROM "{table}" ORDER BY rowid'
+    order = rowid_order(source, table)
+    select = f'SELECT {"rowid AS copy_rowid, " if with_rowid else ""}{listed} FROM "{table}" ORDER BY {order}'
     meter = Meter(table, progress)
     rows = meter.count(source.stream(select, BATCH))
     if bulk:  # PostgreSQL: one COPY

@@ -300,11 +300,10 @@ _CURSORS = itertools.count(1)
 
 
 def _named_cursor(raw: psycopg.Connection[Any], sql: str, batch: int) -> Iterator[tuple[Any, ...]]:
-    with raw.cursor(name=f"memmy_stream_{next(_CURSORS)}") as cursor:
+    with raw.cursor(name=f"memmy_stream_{next(_CURSORS)}", binary=True) as cursor:
         cursor.itersize = batch
         cursor.execute(sql.encode())
-        for row in cursor:
-            yield tuple(_plain(value) for value in row)
+        yield from cursor  # a table's own columns: bytes, text, numbers (no numeric to convert)
 
 
 def copy_in(raw: psycopg.Connection[Any], table: str, names: Sequence[str], rows: Iterable[Sequence[Any]]) -> int:
