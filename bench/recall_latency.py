@@ -742,13 +742,14 @@ def fmt(value: float) -> str:
 
 
 def stage_rows(results: Sequence[PathResult]) -> tuple[list[str], list[list[str]]]:
-    """Per-stage p50/p95 table of the in-process runs (one column pair per size)."""
+    """Per-stage p50/p95 table of the in-process runs (one column pair per size and backend)."""
     names: list[str] = ["embed", "vector", "keyword (overlaps embed+vector)", "keyword_wait"]
     names += [*(f"  {c}" for c in CHANNEL_FUNCS), "load", "fuse", "expand", "select"]
     names += ["prep+render", "recall log", "turn bookkeeping"]
     headers = ["stage (ms)"]
     for r in results:
-        headers += [f"{r.size:,} p50", f"{r.size:,} p95", f"{r.size:,} floor p50"]
+        label = f"{r.size:,}" + (" postgres" if "postgres" in r.where else "")
+        headers += [f"{label} p50", f"{label} p95", f"{label} floor p50"]
     rows = []
     for name in names:
         row = [name]
@@ -810,7 +811,7 @@ def print_report(
 
     local = [r for r in report.paths if r.where == "in-process"]
     if local:
-        headers, rows = stage_rows(local)
+        headers, rows = stage_rows([r for r in report.paths if r.where.startswith("in-process")])
         print("\n## Where the time goes (in-process, per turn; p50/p95 of each stage taken separately)\n")
         print(markdown_table(headers, rows))
         print(

@@ -19,6 +19,7 @@ from memmy.store.db import Database
 from memmy.store.memories import MemoryFilter, MemoryRepository
 from memmy.store.pg import PgDatabase
 from memmy.store.pgvectors import ANN_TABLE, ANN_TRIGGER, PgVectorIndex, ensure_hnsw, hnsw_index_name
+from memmy.store.schema import refill_fts
 from memmy.store.vectors import VectorRepository
 from tests.answers import must
 from tests.conftest import only_sqlite
@@ -110,7 +111,8 @@ def test_the_bulk_copy_fills_the_vector_mirror_as_the_trigger_would_and_turns_th
 ) -> None:
     """The copy loads the vector rows with the mirror's trigger off and fills the mirror from the blobs in numpy:
     every mirror row equals the trigger's decode bit for bit (signed zero, a subnormal, the largest float32 among
-    them); an HNSW index the destination had is built again; the trigger fires again afterwards."""
+    them); an HNSW index the destination had is built again; the trigger fires again afterwards; the full-text rows
+    are the per-row INSERT's."""
     dsn = postgres_dsn
     fill_every_kind_of_row(service)
     first = str(must(service.db.query_one("SELECT id FROM memories ORDER BY rowid LIMIT 1"))[0])
@@ -149,6 +151,14 @@ def test_the_bulk_copy_fills_the_vector_mirror_as_the_trigger_would_and_turns_th
             assert mirror_differences(raw) == []
         found = PgVectorIndex(pg, 384, "local", "edge-model").vectors([first])
         assert np.array_equal(found[first], later)
+        # the full-text rows the bulk load wrote are the ones the per-row INSERT writes
+        listed = "SELECT rowid, id, identifier, memory_value, tags, tsv::text FROM memories_fts ORDER BY rowid"
+        bulk = [tuple(row) for row in pg.query(listed)]
+        assert len(bulk) >= 4
+        with pg.transaction() as conn:
+            conn.execute("DELETE FROM memories_fts")
+            refill_fts(conn)
+        assert [tuple(row) for row in pg.query(listed)] == bulk
     finally:
         pg.close()
 

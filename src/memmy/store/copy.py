@@ -233,8 +233,16 @@ def copy_store(source: Database, destination: Database, progress: Progress = Non
             _copy_table(source, out, table, cols, with_rowid=with_rowid, bulk=bulk, progress=progress)
         meter = Meter("memories_fts (rebuilt from memories)", progress)
         out.execute("DELETE FROM memories_fts")
-        refill_fts(out)
-        meter.done(int(out.execute("SELECT COUNT(*) FROM memories_fts").fetchone()[0]))
+        if bulk:  # the same rows, from the source's memories (the copied ones are compared with them below)
+            from memmy.store.pg import refill_fts_bulk
+
+            listed = "rowid, id, memory_key, title, memory_value, tags_json"
+            order = rowid_order(source, "memories")
+            query = f"SELECT {listed} FROM memories WHERE status != 'deleted' ORDER BY {order}"
+            meter.done(refill_fts_bulk(cast(Any, out).raw, source.stream(query)))
+        else:
+            refill_fts(out)
+            meter.done(int(out.execute("SELECT COUNT(*) FROM memories_fts").fetchone()[0]))
         if bulk:
             _derived_on(source, out, indexes, progress)
             restart_identities(destination, out, names)

@@ -28,8 +28,18 @@ from typing import TYPE_CHECKING, Any, cast
 from memmy.errors import StoreError
 from memmy.store import pgvectors
 from memmy.store.db import Database, MigrationResult, _split_sql, utc_now
-from memmy.store.pgdialect import PRELUDE, Statement, bm25_idf, document_counts_sql, pg_ddl, translate
+from memmy.store.pgdialect import (
+    FTS_FROM_LOAD,
+    PRELUDE,
+    Statement,
+    bm25_idf,
+    document_counts_sql,
+    fts_text,
+    pg_ddl,
+    translate,
+)
 from memmy.store.schema import MIGRATIONS, SCHEMA_VERSION
+from memmy.store.text import fts_row
 
 if TYPE_CHECKING:
     import psycopg
@@ -321,6 +331,32 @@ def copy_in(raw: psycopg.Connection[Any], table: str, names: Sequence[str], rows
     except psycopg.Error as exc:
         raise _as_sqlite_error(exc) from exc
     return count
+
+
+def refill_fts_bulk(raw: psycopg.Connection[Any], memories: Iterable[Sequence[Any]]) -> int:
+    """Fill the empty ``memories_fts`` from ``memories`` rows (rowid, id, memory_key, title, memory_value,
+    tags_json; the ones not deleted) in one ``COPY`` and one ``INSERT ... SELECT``: the rows and tsvectors the
+    per-row INSERT writes, without a statement per row. ``raw``: inside the transaction; returns the rows."""
+    import psycopg
+
+    columns = ("rowid", "id", "identifier", "memory_value", "tags", "identifier_tokens", "value_tokens", "tags_tokens")
+    raw.execute(
+        b"CREATE TEMPORARY TABLE memmy_fts_load (rowid BIGINT, id TEXT, identifier TEXT, memory_value TEXT, "
+        b"tags TEXT, identifier_tokens TEXT, value_tokens TEXT, tags_tokens TEXT) ON COMMIT DROP"
+    )
+
+    def rows() -> Iterator[tuple[Any, ...]]:
+        for rowid, memory_id, key, title, value, tags_json in memories:
+            identifier, text, tags = fts_row(key, title, value, tags_json)
+            yield rowid, memory_id, identifier, text, tags, fts_text(identifier), fts_text(text), fts_text(tags)
+
+    copy_in(raw, "memmy_fts_load", columns, rows())
+    try:
+        filled = int(raw.execute(FTS_FROM_LOAD.encode()).rowcount)
+        raw.execute(b"DROP TABLE memmy_fts_load")
+    except psycopg.Error as exc:
+        raise _as_sqlite_error(exc) from exc
+    return filled
 
 
 def redact_dsn(dsn: str) -> str:
