@@ -606,6 +606,13 @@ class BenchPostgres:
             conn.execute(f"CREATE DATABASE {name}{like}")
         return self.uri(name)
 
+    def drop(self, name: str) -> None:
+        """Drop database ``name`` of the embedded server (a run's copy, once measured)."""
+        import psycopg
+
+        with psycopg.connect(self.admin(), autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name}")
+
     def mark(self, size: int, marker: dict[str, Any]) -> None:
         """Record ``marker`` on the copy of the store of ``size`` memories."""
         import psycopg
@@ -998,6 +1005,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                     on_postgres(args, env_home, run_db, pg_dsn, size, embedder, (warmup, timed, sample_prompts), report)
             finally:
                 shutil.rmtree(run_db.parent, ignore_errors=True)
+                if pg is not None and not pg.dsn:
+                    pg.drop(f"memmy_bench_{size}")  # as run-<n>/ goes: the kept copy stays
         print_report(report, args, time.perf_counter() - started, (load_start, os.getloadavg()[0]), len(timed))
     finally:
         if pg is not None:
