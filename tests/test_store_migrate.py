@@ -14,7 +14,7 @@ from memmy.commands.memory import AddMemory, DeleteMemory
 from memmy.keys.args import key_args
 from memmy.namespace import Namespace
 from memmy.service import MemoryService
-from memmy.store.copy import NOT_COPIED, columns, table_digest, tables
+from memmy.store.copy import NOT_COPIED, columns, copy_store, table_digest, tables
 from memmy.store.db import Database
 from memmy.store.memories import MemoryFilter, MemoryRepository
 from memmy.store.pg import PgDatabase
@@ -193,5 +193,21 @@ def test_a_failed_bulk_copy_leaves_the_destination_and_its_trigger_as_they_were(
         with pg.pool.connection() as raw:
             assert trigger_state(raw) == "O"
             assert raw.execute(b"SELECT to_regclass(%s) IS NOT NULL", (hnsw_index_name(384),)).fetchone()[0]
+    finally:
+        pg.close()
+
+
+@only_sqlite
+def test_the_bulk_copy_goes_to_a_server_without_the_vector_mirror(service: MemoryService, postgres_dsn: str) -> None:
+    """On a server without pgvector there is no mirror and no trigger: the copy leaves them alone."""
+    fill_every_kind_of_row(service)
+    pg = PgDatabase(postgres_dsn)
+    try:
+        with pg.pool.connection() as raw:  # as install() leaves a server without pgvector
+            raw.execute(f"DROP TRIGGER {ANN_TRIGGER} ON memory_vector_entries; DROP TABLE {ANN_TABLE}".encode())
+        results = copy_store(service.db, pg)
+        assert all(r.equal for r in results) and count(pg, "memory_vector_entries") == count(
+            service.db, "memory_vector_entries"
+        )
     finally:
         pg.close()

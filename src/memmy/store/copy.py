@@ -296,15 +296,30 @@ def _copy_table(
     meter.done()
 
 
+def _present(raw: Any) -> list[DerivedTable]:
+    """The tables of :data:`DERIVED` this database has with their triggers (a server without pgvector has no
+    vector mirror)."""
+    return [
+        derived
+        for derived in DERIVED
+        if raw.execute(
+            b"SELECT 1 FROM pg_trigger WHERE tgname = %s AND tgrelid = to_regclass(%s)",
+            (derived.trigger, derived.source_table),
+        ).fetchone()
+        and raw.execute(b"SELECT to_regclass(%s) IS NOT NULL", (derived.table,)).fetchone()[0]
+    ]
+
+
 def _derived_off(out: sqlite3.Connection) -> list[tuple[str, str]]:
     """Turn the triggers of :data:`DERIVED` off for this transaction and drop the secondary indexes of their tables
     and of the full-text table (each built again once its table is filled: faster than row by row); the dropped
     indexes' (name, definition)."""
     raw = cast(Any, out).raw
     indexes: list[tuple[str, str]] = []
-    for derived in DERIVED:
+    present = _present(raw)
+    for derived in present:
         raw.execute(f'ALTER TABLE "{derived.source_table}" DISABLE TRIGGER "{derived.trigger}"'.encode())
-    for table in ("memories_fts", *(derived.table for derived in DERIVED)):
+    for table in ("memories_fts", *(derived.table for derived in present)):
         rows = raw.execute(
             b"SELECT c.relname, pg_get_indexdef(x.indexrelid) FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid "
             b"WHERE x.indrelid = to_regclass(%s) AND NOT x.indisprimary AND NOT x.indisunique",
@@ -319,7 +334,7 @@ def _derived_off(out: sqlite3.Connection) -> list[tuple[str, str]]:
 def _derived_on(source: Database, out: sqlite3.Connection, indexes: list[tuple[str, str]], progress: Progress) -> None:
     """Fill each table of :data:`DERIVED` from the loaded rows, build its indexes, turn its trigger back on."""
     raw = cast(Any, out).raw
-    for derived in DERIVED:
+    for derived in _present(raw):
         meter = Meter(f"{derived.table} (filled after the load)", progress)
         raw.execute(f'DELETE FROM "{derived.table}"'.encode())
         if isinstance(derived.fill, str):
