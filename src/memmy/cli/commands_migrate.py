@@ -20,7 +20,8 @@ def migrate(obj: CliContext, target: str, source: str | None) -> None:
     """Copy the whole store to PostgreSQL (--to postgresql://…) or back to a SQLite file, compared table by table.
 
     Every table goes into an empty store on the other engine, then row counts and content hashes are compared
-    table by table: nothing is kept unless all agree, and the source is only read."""
+    table by table: nothing is kept unless all agree, and the source is only read. Progress (rows and rows/s per
+    table) goes to stderr."""
     from memmy.config import load_config
     from memmy.service.store_copy import migrate_store
 
@@ -30,7 +31,7 @@ def migrate(obj: CliContext, target: str, source: str | None) -> None:
     if target == source:
         raise click.UsageError("--to and --from name the same store")
     try:
-        results = migrate_store(source, target)
+        results = migrate_store(source, target, progress=lambda line: click.echo(line, err=True))
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
     rows = sum(r.copied_rows for r in results)

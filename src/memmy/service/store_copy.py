@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memmy.store.copy import TableCopy, copy_store
+from memmy.store.copy import Progress, TableCopy, copy_store
 from memmy.store.db import Database
 
 
@@ -17,13 +17,14 @@ def open_store(where: str) -> Database:
     return Database(Path(where).expanduser())
 
 
-def migrate_store(source: str, target: str) -> list[TableCopy]:
-    """Copy the store at ``source`` into the empty store at ``target`` (see :func:`memmy.store.copy.copy_store`)."""
+def migrate_store(source: str, target: str, progress: Progress = None) -> list[TableCopy]:
+    """Copy the store at ``source`` into the empty store at ``target`` (see :func:`memmy.store.copy.copy_store`;
+    ``progress`` gets its lines: rows and rows/s per table)."""
     src = open_store(source)
     try:
         dst = open_store(target)
         try:
-            return copy_store(src, dst)
+            return copy_store(src, dst, progress)
         finally:
             dst.close()
     finally:

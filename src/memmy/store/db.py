@@ -356,6 +356,18 @@ class Database:
             row: sqlite3.Row | None = self.conn.execute(sql, params).fetchone()
             return row
 
+    def stream(self, sql: str, batch: int = 2000) -> Iterator[tuple[Any, ...]]:
+        """The rows of a read (no parameters), fetched ``batch`` at a time: a whole table without holding it
+        in memory (a store copy, a content hash)."""
+        with self.lock:  # each step under the connection's lock (another thread may use it between batches)
+            cursor = self.conn.execute(sql)
+        while True:
+            with self.lock:
+                rows = cursor.fetchmany(batch)
+            if not rows:
+                return
+            yield from rows
+
     def write_probe(self, max_age_s: float = PROBE_MAX_AGE_S) -> str | None:
         """Why the store cannot write right now (disk full, read-only, damaged), or None when it can.
 

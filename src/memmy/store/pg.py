@@ -13,12 +13,13 @@ psycopg is imported here only: a SQLite store never loads it.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from decimal import Decimal
 from pathlib import Path
@@ -27,8 +28,18 @@ from typing import TYPE_CHECKING, Any, cast
 from memmy.errors import StoreError
 from memmy.store import pgvectors
 from memmy.store.db import Database, MigrationResult, _split_sql, utc_now
-from memmy.store.pgdialect import PRELUDE, Statement, bm25_idf, document_counts_sql, pg_ddl, translate
+from memmy.store.pgdialect import (
+    FTS_FROM_LOAD,
+    PRELUDE,
+    Statement,
+    bm25_idf,
+    document_counts_sql,
+    fts_text,
+    pg_ddl,
+    translate,
+)
 from memmy.store.schema import MIGRATIONS, SCHEMA_VERSION
+from memmy.store.text import fts_row
 
 if TYPE_CHECKING:
     import psycopg
@@ -295,6 +306,59 @@ class _Detached:
             return _Done(cursor.fetchall(), cursor.rowcount, cursor.lastrowid)
 
 
+_CURSORS = itertools.count(1)
+
+
+def _named_cursor(raw: psycopg.Connection[Any], sql: str, batch: int) -> Iterator[tuple[Any, ...]]:
+    with raw.cursor(name=f"memmy_stream_{next(_CURSORS)}", binary=True) as cursor:
+        cursor.itersize = batch
+        cursor.execute(sql.encode())
+        yield from cursor  # a table's own columns: bytes, text, numbers (no numeric to convert)
+
+
+def copy_in(raw: psycopg.Connection[Any], table: str, names: Sequence[str], rows: Iterable[Sequence[Any]]) -> int:
+    """Write ``rows`` into ``table``'s columns ``names`` with one ``COPY ... FROM STDIN`` (text format: each value
+    as its Python type dumps it, read by the column's type, as an INSERT would); the number of rows."""
+    import psycopg
+
+    listed = ", ".join(f'"{name}"' for name in names)
+    count = 0
+    try:
+        with raw.cursor() as cursor, cursor.copy(f'COPY "{table}" ({listed}) FROM STDIN'.encode()) as copy:
+            for row in rows:
+                copy.write_row(row)
+                count += 1
+    except psycopg.Error as exc:
+        raise _as_sqlite_error(exc) from exc
+    return count
+
+
+def refill_fts_bulk(raw: psycopg.Connection[Any], memories: Iterable[Sequence[Any]]) -> int:
+    """Fill the empty ``memories_fts`` from ``memories`` rows (rowid, id, memory_key, title, memory_value,
+    tags_json; the ones not deleted) in one ``COPY`` and one ``INSERT ... SELECT``: the rows and tsvectors the
+    per-row INSERT writes, without a statement per row. ``raw``: inside the transaction; returns the rows."""
+    import psycopg
+
+    columns = ("rowid", "id", "identifier", "memory_value", "tags", "identifier_tokens", "value_tokens", "tags_tokens")
+    raw.execute(
+        b"CREATE TEMPORARY TABLE memmy_fts_load (rowid BIGINT, id TEXT, identifier TEXT, memory_value TEXT, "
+        b"tags TEXT, identifier_tokens TEXT, value_tokens TEXT, tags_tokens TEXT) ON COMMIT DROP"
+    )
+
+    def rows() -> Iterator[tuple[Any, ...]]:
+        for rowid, memory_id, key, title, value, tags_json in memories:
+            identifier, text, tags = fts_row(key, title, value, tags_json)
+            yield rowid, memory_id, identifier, text, tags, fts_text(identifier), fts_text(text), fts_text(tags)
+
+    copy_in(raw, "memmy_fts_load", columns, rows())
+    try:
+        filled = int(raw.execute(FTS_FROM_LOAD.encode()).rowcount)
+        raw.execute(b"DROP TABLE memmy_fts_load")
+    except psycopg.Error as exc:
+        raise _as_sqlite_error(exc) from exc
+    return filled
+
+
 def redact_dsn(dsn: str) -> str:
     """``dsn`` without its password (for messages and logs)."""
     return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", dsn)
@@ -469,6 +533,16 @@ class PgDatabase(Database):
         """Run a read and return the first row (or None)."""
         rows = self.query(sql, params)
         return rows[0] if rows else None
+
+    def stream(self, sql: str, batch: int = 2000) -> Iterator[tuple[Any, ...]]:
+        """The rows of a read (PostgreSQL text, no parameters) through a server-side cursor, ``batch`` at a time:
+        on this thread's transaction (so it sees its uncommitted rows), else on a pool connection of its own."""
+        current = self._current()
+        if current is not None:
+            yield from _named_cursor(current.raw, sql, batch)
+            return
+        with self.pool.connection() as raw, raw.transaction():
+            yield from _named_cursor(raw, sql, batch)
 
     # --- what SQLite's file needs and PostgreSQL does not -------------------------------------------------------
 

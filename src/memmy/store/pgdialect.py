@@ -115,11 +115,20 @@ def bm25_idf(total: float, counts: list[int]) -> list[float]:
     return [math.log((documents - n + 0.5) / (n + 0.5) + 1) for n in counts]
 
 
-def _tsv_sql(mark: str = "%s") -> str:
+def _tsv_sql(identifier: str = "%s", value: str = "%s", tags: str = "%s") -> str:
+    """The ``tsv`` of a full-text row from the token texts (:func:`fts_text`) of its three columns."""
     return (
-        f"setweight(to_tsvector('{TS_CONFIG}', {mark}), 'A') || setweight(to_tsvector('{TS_CONFIG}', {mark}), 'D') || "
-        f"setweight(to_tsvector('{TS_CONFIG}', {mark}), 'B')"
+        f"setweight(to_tsvector('{TS_CONFIG}', {identifier}), 'A') || "
+        f"setweight(to_tsvector('{TS_CONFIG}', {value}), 'D') || setweight(to_tsvector('{TS_CONFIG}', {tags}), 'B')"
     )
+
+
+#: Fills ``memories_fts`` from the temporary table :func:`memmy.store.pg.refill_fts_bulk` loads (the token texts
+#: made in Python, as each INSERT's are).
+FTS_FROM_LOAD: Final = (
+    "INSERT INTO memories_fts(rowid, id, identifier, memory_value, tags, tsv) SELECT rowid, id, identifier, "
+    f"memory_value, tags, {_tsv_sql('identifier_tokens', 'value_tokens', 'tags_tokens')} FROM memmy_fts_load"
+)
 
 
 @dataclass(frozen=True)

@@ -78,6 +78,45 @@ ANN_BACKFILL: Final = (
     "embedding_dim, memmy_blob_vector(embedding) FROM memory_vector_entries ON CONFLICT (entry_id) DO NOTHING"
 )
 FIELDS: Final = ("vec_summary", "vec", "vec_action")
+#: The trigger that writes the mirror (a bulk copy turns it off for its transaction and calls :func:`copy_mirror`).
+ANN_TRIGGER: Final = "memory_vector_ann_sync"
+#: The vector rows :func:`copy_mirror` takes, in this order (on either engine).
+MIRROR_SOURCE: Final = (
+    "SELECT id, memory_id, vector_field, embedding_provider, embedding_model, embedding_dim, embedding "
+    "FROM memory_vector_entries ORDER BY id"
+)
+_MIRROR_COLUMNS: Final = (
+    "entry_id",
+    "memory_id",
+    "vector_field",
+    "embedding_provider",
+    "embedding_model",
+    "embedding_dim",
+    "embedding",
+)
+_MIRROR_TYPES: Final = ("int8", "text", "text", "text", "text", "int4", "vector")
+
+
+def copy_mirror(raw: Any, rows: Iterable[Sequence[Any]]) -> int:
+    """Write the mirror rows of ``rows`` (:data:`MIRROR_SOURCE`'s columns) with one binary ``COPY``: each blob
+    read as little-endian float32 in numpy and sent as pgvector's binary ``vector`` (the same floats the trigger's
+    :data:`BLOB_TO_VECTOR` writes, bit for bit, without decoding them in SQL). ``raw``: a psycopg connection inside
+    the transaction that loaded the rows; returns the number written."""
+    from pgvector.psycopg.vector import register_vector_info
+    from psycopg.types import TypeInfo
+
+    count = 0
+    with raw.cursor() as cursor:  # the vector adapter on this cursor only: the pool's connections stay as they are
+        register_vector_info(cursor, TypeInfo.fetch(raw, "vector"))
+        listed = ", ".join(_MIRROR_COLUMNS)
+        with cursor.copy(f"COPY {ANN_TABLE} ({listed}) FROM STDIN (FORMAT BINARY)".encode()) as copy:
+            copy.set_types(list(_MIRROR_TYPES))
+            for entry_id, memory_id, field, provider, model, dim, blob in rows:
+                copy.write_row(
+                    (entry_id, memory_id, field, provider, model, dim, np.frombuffer(bytes(blob), dtype="<f4"))
+                )
+                count += 1
+    return count
 
 
 class PooledDatabase(Protocol):
