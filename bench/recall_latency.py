@@ -606,6 +606,7 @@ def on_postgres(
     from memmy.store.copy import copy_store
     from memmy.store.db import Database
     from memmy.store.pg import PgDatabase
+    from memmy.store.pgfts import POSTINGS
     from memmy.store.pgvectors import ensure_hnsw
 
     warmup, timed, sample_prompts = prompts
@@ -615,6 +616,7 @@ def on_postgres(
     source, target = Database(run_db), PgDatabase(dsn)
     try:
         copied = copy_store(source, target)
+        target.conn.execute(f"VACUUM (ANALYZE) {POSTINGS}")  # its index-only scans want the visibility map set
         target.conn.execute("ANALYZE")
     finally:
         source.close()

@@ -45,8 +45,9 @@ def tables(db: Database) -> list[str]:
     if db.backend == "postgres":
         rows = db.query(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() "
-            "AND table_type = 'BASE TABLE' AND table_name <> ? ORDER BY table_name",
-            (ANN_TABLE,),  # pgvector's mirror of the vector rows: an index, kept by a trigger
+            "AND table_type = 'BASE TABLE' AND table_name <> ? AND table_name NOT LIKE 'memories\\_fts\\_%' "
+            "ORDER BY table_name",
+            (ANN_TABLE,),  # pgvector's mirror of the vector rows and the postings (store/pgfts.py): kept by triggers
         )
     else:
         rows = db.query(
