@@ -479,7 +479,7 @@ def stage_floors(
         clock = time.perf_counter()
         if expression:
             service.db.query(
-                "SELECT rowid, bm25(memories_fts, 0.0, 2.0, 1.0, 1.5) AS rank FROM memories_fts "
+                "SELECT rowid AS r, bm25(memories_fts, 0.0, 2.0, 1.0, 1.5) AS rank FROM memories_fts "
                 "WHERE memories_fts MATCH ? ORDER BY rank LIMIT ?",
                 [expression, 4 * 120],
             )

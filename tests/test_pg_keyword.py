@@ -12,7 +12,7 @@ from memmy.domain import Memory
 from memmy.store.db import Database
 from memmy.store.memories import MemoryFilter, MemoryRepository, TermStats
 from memmy.store.pg import PgDatabase
-from memmy.store.pgfts import POSTINGS, STATS
+from memmy.store.pgfts import POSTINGS, STATS, STATS_ROWS
 from tests.test_store import make_memory
 
 FILLER = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda omicron sigma".split()
@@ -60,7 +60,7 @@ def postings_match_their_rows(pg: PgDatabase) -> None:
     )
     kept = pg.query(f"SELECT lexeme, rowid, hits_a + hits_b + hits_d, doclen FROM {POSTINGS} ORDER BY 1, 2")
     assert [tuple(r) for r in kept] == [tuple(r) for r in expected]
-    counts = pg.query_one(f"SELECT docs, tokens FROM {STATS}")
+    counts = pg.query_one(STATS_ROWS)
     table = pg.query_one("SELECT count(*), COALESCE(sum(doclen), 0) FROM memories_fts")
     assert counts is not None and table is not None and tuple(counts) == tuple(table)
 

@@ -188,7 +188,7 @@ def _rewrite_code(code: str) -> str:
     code = re.sub(r"\blast_insert_rowid\(\)", "lastval()", code, flags=re.IGNORECASE)
     code = re.sub(r"\bAS\s+REAL\b", "AS DOUBLE PRECISION", code, flags=re.IGNORECASE)
     code = re.sub(r"\btotal\(", "memmy_total(", code)
-    code = re.sub(r"\bcount\(\*\) FROM memories_fts_docsize\b", "docs FROM memories_fts_stats", code)
+    code = re.sub(r"\bcount\(\*\) FROM memories_fts_docsize\b", "sum(docs) FROM memories_fts_stats", code)
     return re.sub(r"\bBEGIN\s+IMMEDIATE\b", "BEGIN", code, flags=re.IGNORECASE)
 
 
