@@ -12,7 +12,8 @@ from memmy.domain import Memory
 from memmy.store.db import Database
 from memmy.store.memories import MemoryFilter, MemoryRepository, TermStats
 from memmy.store.pg import PgDatabase
-from memmy.store.pgfts import POSTINGS, STATS, STATS_ROWS
+from memmy.store.pgfts import POSTINGS, POSTINGS_BACKFILL, STATS, STATS_ROWS
+from memmy.store.schema import refill_fts
 from tests.test_store import make_memory
 
 FILLER = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda omicron sigma".split()
@@ -149,3 +150,21 @@ def test_a_postgres_store_from_before_the_postings_gets_them(tmp_path: Path, pos
     finally:
         sqlite.close()
         reopened.close()
+
+
+def test_postgres_postings_backfill_after_a_bulk_load(postgres_dsn: str) -> None:
+    """A load with the triggers off, then POSTINGS_BACKFILL: the postings and counts equal the rows."""
+    pg = PgDatabase(postgres_dsn)
+    try:
+        MemoryRepository(pg).insert_many(corpus()[:3], "test")
+        with pg.transaction() as conn:
+            conn.execute("ALTER TABLE memories_fts DISABLE TRIGGER USER")
+            conn.execute("DELETE FROM memories_fts")
+            refill_fts(conn)
+            conn.execute("ALTER TABLE memories_fts ENABLE TRIGGER USER")
+            for statement in POSTINGS_BACKFILL:
+                conn.execute(statement)
+        postings_match_their_rows(pg)
+        assert pg.query_one(f"SELECT count(DISTINCT rowid) FROM {POSTINGS}") == (3,)
+    finally:
+        pg.close()

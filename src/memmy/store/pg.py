@@ -27,7 +27,7 @@ from memmy.errors import StoreError
 from memmy.store import pgvectors
 from memmy.store.db import Database, MigrationResult, _split_sql, utc_now
 from memmy.store.pgdialect import PRELUDE, Statement, pg_ddl, translate
-from memmy.store.pgfts import FTS_DDL, HAS_DOCLEN, HAS_TRIGGERS, POSTINGS, POSTINGS_BACKFILL, TRIGGER_DDL
+from memmy.store.pgfts import FTS_DDL, HAS_DOCLEN, HAS_TRIGGERS, POSTINGS_BACKFILL, TRIGGER_DDL
 from memmy.store.schema import MIGRATIONS, SCHEMA_VERSION, refill_fts
 
 if TYPE_CHECKING:
@@ -244,7 +244,6 @@ def install_fts(conn: PgConnection) -> None:
             if before_postings:
                 conn.raw_execute("DELETE FROM memories_fts")
                 refill_fts(cast(sqlite3.Connection, conn))
-            conn.raw_execute(f"DELETE FROM {POSTINGS}")
             for statement in POSTINGS_BACKFILL:
                 conn.raw_execute(statement)
         for statement in TRIGGER_DDL:

@@ -108,9 +108,11 @@ _POSTINGS_OF = (
     f"{COLUMN_CODE['A']} WHEN 'B' THEN {COLUMN_CODE['B']} ELSE {COLUMN_CODE['D']} END "
     "FROM unnest(u.positions, u.weights) x(p, w)) FROM {rows} r, unnest(r.tsv) u"
 )
-#: Fill the postings and the counts from ``memories_fts`` in one statement each (they must be empty: a store
-#: upgraded to them, or after a bulk load made with the triggers disabled).
+#: Fill the postings and the counts from ``memories_fts`` afresh, in one statement each: a store upgraded to them,
+#: or after a bulk load made with the triggers off (``ALTER TABLE memories_fts DISABLE TRIGGER USER``, the load,
+#: ``ENABLE TRIGGER USER``, then these, in one transaction).
 POSTINGS_BACKFILL: Final = (
+    f"DELETE FROM {POSTINGS}",
     _POSTINGS_OF.format(rows="memories_fts"),
     f"DELETE FROM {STATS}",
     f"INSERT INTO {STATS}(docs, tokens) SELECT count(*), COALESCE(sum(doclen), 0) FROM memories_fts",
