@@ -505,6 +505,7 @@ def on_postgres(service: MemoryService, home: Path, config_path: Path | None) ->
 
     from memmy.store.copy import copy_store
     from memmy.store.pg import PgDatabase
+    from memmy.store.pgfts import POSTINGS
 
     data = home / "postgres"
     shutil.rmtree(data, ignore_errors=True)
@@ -515,6 +516,8 @@ def on_postgres(service: MemoryService, home: Path, config_path: Path | None) ->
     target = PgDatabase(dsn)
     try:
         copied = copy_store(service.db, target)
+        target.conn.execute(f"VACUUM (ANALYZE) {POSTINGS}")  # its index-only scans want the visibility map set
+        target.conn.execute("ANALYZE")
     finally:
         target.close()
     print(

@@ -479,7 +479,7 @@ def stage_floors(
         clock = time.perf_counter()
         if expression:
             service.db.query(
-                "SELECT rowid, bm25(memories_fts, 0.0, 2.0, 1.0, 1.5) AS rank FROM memories_fts "
+                "SELECT rowid AS r, bm25(memories_fts, 0.0, 2.0, 1.0, 1.5) AS rank FROM memories_fts "
                 "WHERE memories_fts MATCH ? ORDER BY rank LIMIT ?",
                 [expression, 4 * 120],
             )
@@ -653,6 +653,7 @@ def copy_to_postgres(
     from memmy.store.copy import copy_store
     from memmy.store.db import Database
     from memmy.store.pg import PgDatabase
+    from memmy.store.pgfts import POSTINGS
     from memmy.store.pgvectors import ensure_hnsw
 
     if pg.dsn:  # one given database: copied every run
@@ -678,6 +679,7 @@ def copy_to_postgres(
     source, target = Database(run_db), PgDatabase(dsn)
     try:
         copied = copy_store(source, target, progress=progress)
+        target.conn.execute(f"VACUUM (ANALYZE) {POSTINGS}")  # its index-only scans want the visibility map set
         target.conn.execute("ANALYZE")
     finally:
         source.close()

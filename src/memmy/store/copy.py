@@ -110,7 +110,7 @@ def tables(db: Database) -> list[str]:
     if db.backend == "postgres":
         rows = db.query(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() "
-            "AND table_type = 'BASE TABLE' ORDER BY table_name"
+            "AND table_type = 'BASE TABLE' AND table_name NOT LIKE 'memories\\_fts\\_%' ORDER BY table_name"
         )
         derived = {d.table for d in DERIVED}  # indexes kept by triggers, not data
         return [str(row[0]) for row in rows if str(row[0]) not in derived]

@@ -18,7 +18,6 @@ import logging
 import re
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from decimal import Decimal
@@ -28,17 +27,9 @@ from typing import TYPE_CHECKING, Any, cast
 from memmy.errors import StoreError
 from memmy.store import pgvectors
 from memmy.store.db import Database, MigrationResult, _split_sql, utc_now
-from memmy.store.pgdialect import (
-    FTS_FROM_LOAD,
-    PRELUDE,
-    Statement,
-    bm25_idf,
-    document_counts_sql,
-    fts_text,
-    pg_ddl,
-    translate,
-)
-from memmy.store.schema import MIGRATIONS, SCHEMA_VERSION
+from memmy.store.pgdialect import FTS_FROM_LOAD, PRELUDE, Statement, fts_text, pg_ddl, translate
+from memmy.store.pgfts import FTS_DDL, HAS_DOCLEN, HAS_TRIGGERS, POSTINGS_BACKFILL, TRIGGER_DDL
+from memmy.store.schema import MIGRATIONS, SCHEMA_VERSION, refill_fts
 from memmy.store.text import fts_row
 
 if TYPE_CHECKING:
@@ -178,46 +169,11 @@ TABLE_INFO = (
 )
 
 
-class DocumentCounts:
-    """How many documents each full-text part matches (BM25's IDF), cached for a while per database as FTS5's
-    ``TermStats`` caches its counts: a document frequency changes slowly, and counting costs a pass over matches."""
-
-    def __init__(self, ttl_s: float = 300.0) -> None:  # noqa: D107
-        self.ttl_s = ttl_s
-        self._lock = threading.Lock()
-        self._counts: dict[str, tuple[float, int]] = {}
-        self._total: tuple[float, float] = (0.0, 0.0)
-
-    def idf(self, conn: PgConnection, parts: list[str]) -> list[float]:
-        """Each part's BM25 IDF, counting on ``conn`` what is not cached."""
-        if not parts:
-            return []
-        now = time.monotonic()
-        with self._lock:
-            fresh = {p: c for p, (at, c) in self._counts.items() if now - at <= self.ttl_s}
-            total = self._total[1] if now - self._total[0] <= self.ttl_s else None
-        missing = [p for p in parts if p not in fresh]
-        if missing or total is None:
-            asked = missing or parts[:1]
-            row = conn.raw.execute(document_counts_sql(asked).encode()).fetchone()
-            if row is not None:
-                total = float(row[0] or 0)
-                counted = dict(zip(asked, (int(n) for n in row[1:]), strict=True))
-                fresh.update(counted)
-                with self._lock:
-                    if len(self._counts) > 5000:
-                        self._counts.clear()
-                    self._counts.update({p: (now, n) for p, n in counted.items()})
-                    self._total = (now, total)
-        return bm25_idf(total or 0.0, [fresh.get(p, 0) for p in parts])
-
-
 class PgConnection:
     """A pool connection with sqlite3's ``execute``/``executemany``, taking SQLite's SQL (see module doc)."""
 
-    def __init__(self, conn: psycopg.Connection[Any], counts: DocumentCounts | None = None) -> None:  # noqa: D107
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:  # noqa: D107
         self.raw = conn
-        self.counts = counts or DocumentCounts(ttl_s=0.0)
 
     @property
     def in_transaction(self) -> bool:
@@ -244,7 +200,7 @@ class PgConnection:
         cursor = psycopg.ClientCursor(self.raw, row_factory=_row_factory(statement.drops_rowid))
         try:
             given = tuple(params)
-            text = statement.text(given, lambda parts: self.counts.idf(self, parts))
+            text = statement.text(given)
             cursor.execute(text.encode(), statement.params(given))
         except psycopg.Error as exc:
             raise _as_sqlite_error(exc) from exc
@@ -270,6 +226,34 @@ class PgConnection:
             self.raw.execute(sql.encode())
         except psycopg.Error as exc:
             raise _as_sqlite_error(exc) from exc
+
+
+def install_fts(conn: PgConnection) -> None:
+    """The keyword channel's postings, counts and triggers (:mod:`memmy.store.pgfts`), in one transaction.
+
+    Where ``memories_fts`` has no postings triggers yet (a new store, a table a migration recreated, a store made
+    before the postings) the postings are filled from it in one statement; a store made before them (its
+    tsvectors stemmed by Snowball English, no document lengths) has its full-text rows written again first.
+    """
+    conn.raw_execute("BEGIN")
+    try:
+        row = conn.raw.execute(HAS_DOCLEN.encode()).fetchone()
+        before_postings = not (row and row[0])
+        for statement in FTS_DDL:
+            conn.raw_execute(statement)
+        row = conn.raw.execute(HAS_TRIGGERS.encode()).fetchone()
+        if not (row and row[0]):
+            if before_postings:
+                conn.raw_execute("DELETE FROM memories_fts")
+                refill_fts(cast(sqlite3.Connection, conn))
+            for statement in POSTINGS_BACKFILL:
+                conn.raw_execute(statement)
+        for statement in TRIGGER_DDL:
+            conn.raw_execute(statement)
+    except BaseException:
+        conn.raw_execute("ROLLBACK")
+        raise
+    conn.raw_execute("COMMIT")
 
 
 class _Done:
@@ -302,7 +286,7 @@ class _Detached:
     def execute(self, sql: str, params: Sequence[Any] = ()) -> _Done:
         """Run one statement in autocommit."""
         with self.db.pool.connection() as raw:
-            cursor = PgConnection(raw, self.db.counts).execute(sql, params)
+            cursor = PgConnection(raw).execute(sql, params)
             return _Done(cursor.fetchall(), cursor.rowcount, cursor.lastrowid)
 
 
@@ -388,7 +372,6 @@ class PgDatabase(Database):
         self.commits = 0
         self._checkpoints = None
         self._local = threading.local()
-        self.counts = DocumentCounts()
         try:
             self.pool: ConnectionPool[Any] = ConnectionPool(
                 dsn,
@@ -448,6 +431,7 @@ class PgDatabase(Database):
                         raise StoreError(f"{redact_dsn(self.dsn)}: migration {migration.id} failed: {exc}") from exc
                     conn.raw_execute("COMMIT")
                     applied.append(migration.id)
+                install_fts(conn)
                 #: Whether the server has pgvector: the vector channel then asks the database (store/pgvectors.py).
                 self.has_vector = pgvectors.install(raw)  # under the lock: daemons starting at once install once
             finally:
@@ -488,7 +472,7 @@ class PgDatabase(Database):
                 yield cast(sqlite3.Connection, current)
                 return
             with self.pool.connection() as raw:
-                conn = PgConnection(raw, self.counts)
+                conn = PgConnection(raw)
                 conn.raw_execute(f"BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK_KEY})")  # one round trip
                 self._local.conn = conn
                 try:
@@ -527,7 +511,7 @@ class PgDatabase(Database):
         if current is not None:
             return cast(list[sqlite3.Row], current.execute(sql, params).fetchall())
         with self.pool.connection() as raw:
-            return cast(list[sqlite3.Row], PgConnection(raw, self.counts).execute(sql, params).fetchall())
+            return cast(list[sqlite3.Row], PgConnection(raw).execute(sql, params).fetchall())
 
     def query_one(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> sqlite3.Row | None:
         """Run a read and return the first row (or None)."""

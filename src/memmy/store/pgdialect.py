@@ -10,26 +10,32 @@ NOTHING``, ``json_extract(col, '$.a.b')`` -> ``col::jsonb #>> '{a,b}'`` (cast to
 ``LIMIT -1`` -> ``LIMIT ALL``, ``last_insert_rowid()`` -> ``lastval()``. Every table has a ``rowid`` column on
 PostgreSQL (an identity, or the integer primary key it aliases on SQLite), so ``rowid`` needs no rewrite.
 
-Full text: ``memories_fts MATCH ?`` becomes ``tsv @@ to_tsquery('memmy', …)`` over a ``tsvector`` built from
-memmy's own tokens (:func:`fts_tokens`: the unicode61 split, lower case, diacritics removed; CJK already as
-bigrams by :mod:`memmy.store.text`), stemmed by PostgreSQL's Snowball English (SQLite uses Porter) and never
-stop-worded; ``bm25(memories_fts, …)`` and FTS5's ``rank`` become a BM25 of the query's parts (IDF from document
-counts, the same column weights: identifier 2, value 1, tags 1.5; see :func:`bm25_sql`). Fusion uses ranks (RRF), so
-the scale of the score does not matter, its order does.
+Full text (:mod:`memmy.store.pgfts`): ``memories_fts MATCH ?`` becomes ``tsv @@ to_tsquery('simple', …)`` over a
+``tsvector`` of memmy's own tokens (:func:`fts_tokens`: the unicode61 split, lower case, diacritics removed; CJK
+already as bigrams by :mod:`memmy.store.text`), stemmed by FTS5's own Porter (:func:`memmy.store.pgfts.porter_stems`)
+and never stop-worded. The ranked keyword statement (``bm25(memories_fts, …) … ORDER BY rank LIMIT ?``) becomes
+FTS5's bm25() over the postings table (:func:`memmy.store.pgfts.ranked_sql`), a document count over the postings
+(:func:`memmy.store.pgfts.count_sql`), and any other ``bm25()``/``rank`` the same score of each row at hand.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 import re
 import unicodedata
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-#: The text search configuration the migrations create: the ``simple`` parser's words, Snowball English stems.
-TS_CONFIG: Final = "memmy"
+from memmy.store.pgfts import (
+    RANK_WEIGHTS,
+    TS_CONFIG,
+    count_sql,
+    porter_stems,
+    ranked_sql,
+    row_score_sql,
+    tsquery_text,
+)
+
 _TOKEN = re.compile(r"[^\W_]+")
 _QUOTED = re.compile(r'"((?:[^"]|"")*)"')
 
@@ -46,88 +52,46 @@ def fts_tokens(text: str) -> list[str]:
 
 
 def fts_text(text: str | None) -> str:
-    """``text`` as the space-separated tokens PostgreSQL indexes (see :func:`fts_tokens`)."""
-    return " ".join(fts_tokens(text or ""))
+    """``text`` as the space-separated stems PostgreSQL indexes (see :func:`fts_tokens`)."""
+    return " ".join(porter_stems(fts_tokens(text or "")))
 
 
-def _lexeme(token: str) -> str:
-    return "'" + token.replace("'", "''") + "'"
-
-
-def tsquery_parts(expression: str) -> list[str]:
-    """The quoted tokens and phrases of a MATCH expression as memmy builds them, each as ``to_tsquery`` text (a
-    phrase's tokens joined by ``<->``), each once."""
-    parts: list[str] = []
+def match_parts(expression: str) -> list[list[str]]:
+    """The quoted tokens and phrases of a MATCH expression as memmy builds them, each as its stems in order,
+    each once."""
+    parts: dict[tuple[str, ...], None] = {}
     for quoted in _QUOTED.findall(expression):
         tokens = fts_tokens(quoted.replace('""', '"'))
         if tokens:
-            phrase = " <-> ".join(_lexeme(t) for t in tokens)
-            parts.append(f"({phrase})" if len(tokens) > 1 else phrase)
-    return list(dict.fromkeys(parts))
+            parts.setdefault(tuple(porter_stems(tokens)), None)
+    return [list(p) for p in parts]
 
 
 def fts5_to_tsquery(expression: str) -> str:
     """A MATCH expression (quoted tokens and phrases, OR-ed) as ``to_tsquery`` text; empty when nothing is left."""
-    return " | ".join(tsquery_parts(expression))
+    return " | ".join(tsquery_text(p) for p in match_parts(expression))
 
 
-#: Where a statement's BM25 score goes; it is written per call (:func:`bm25_sql`), since it has a term per part.
+#: Where a statement's BM25 score goes; it is written per call (:func:`memmy.store.pgfts.row_score_sql`).
 BM25_MARK: Final = "\x00bm25\x00"
+_INLINE = re.compile(r"\x00(count|ranked|score)(\d+)\x00")
 
 
-def _tsq(part: str) -> str:
-    """One part's tsquery as a literal (its lexemes are letters and digits; quotes are doubled all the same)."""
-    return f"to_tsquery('{TS_CONFIG}', '{part.replace(chr(39), chr(39) * 2)}')"
+#: The tsvector (identifier A, value D, tags B) and the length in tokens of the columns ``t.a``, ``t.d``, ``t.b``.
+_TSV_DOCLEN = (
+    f"setweight(to_tsvector('{TS_CONFIG}', t.a), 'A') || setweight(to_tsvector('{TS_CONFIG}', t.d), 'D') || "
+    f"setweight(to_tsvector('{TS_CONFIG}', t.b), 'B'), cardinality(string_to_array(t.a, ' ')) "
+    "+ cardinality(string_to_array(t.d, ' ')) + cardinality(string_to_array(t.b, ' '))"
+)
+_TSV_COLUMNS = "(SELECT %s::text AS a, %s::text AS d, %s::text AS b) t"
 
 
-def document_counts_sql(parts: list[str]) -> str:
-    """One pass over the rows any part matches: (the table's estimated rows, each part's document count)."""
-    counts = ", ".join(f"count(*) FILTER (WHERE tsv @@ {_tsq(p)})" for p in parts)
-    either = " || ".join(_tsq(p) for p in parts)
-    return (
-        "SELECT (SELECT reltuples FROM pg_class WHERE oid = 'memories_fts'::regclass), "
-        f"{counts} FROM memories_fts WHERE tsv @@ ({either})"
-    )
-
-
-def _weighted(part: str, weight: str) -> str:
-    """``part`` matching only where its lexemes carry ``weight`` (the column: A identifier, B tags)."""
-    return re.sub(r"('(?:[^']|'')*')", rf"\1:{weight}", part)
-
-
-def bm25_sql(parts: list[str], idf: list[float]) -> str:
-    """FTS5's ``bm25()`` (negative: lower is better) over the tsvector: per part, its BM25 IDF (computed by the
-    caller from :func:`document_counts_sql`) times where it occurs, weighted as bm25()'s columns: anywhere 1, in
-    the identifier +1, in the tags +0.5. Without the IDF a query's rare word would count no more than its common
-    ones. Term frequency is left out: ``ts_rank_cd`` per part cost 4x the whole query (40 ms over 1,400 matches)
-    and ranked the same top rows on memmy's short memories."""
-    terms = [
-        f"({weight!r} * ((tsv @@ {_tsq(part)})::int + (tsv @@ {_tsq(_weighted(part, 'A'))})::int "
-        f"+ 0.5 * (tsv @@ {_tsq(_weighted(part, 'B'))})::int))"
-        for part, weight in zip(parts, idf, strict=True)
-    ]
-    return f"(-({' + '.join(terms) or '0'}))"
-
-
-def bm25_idf(total: float, counts: list[int]) -> list[float]:
-    """BM25's ``ln((N - n + 0.5) / (n + 0.5) + 1)`` per part (N at least the largest count)."""
-    documents = max([total, *counts, 1])
-    return [math.log((documents - n + 0.5) / (n + 0.5) + 1) for n in counts]
-
-
-def _tsv_sql(identifier: str = "%s", value: str = "%s", tags: str = "%s") -> str:
-    """The ``tsv`` of a full-text row from the token texts (:func:`fts_text`) of its three columns."""
-    return (
-        f"setweight(to_tsvector('{TS_CONFIG}', {identifier}), 'A') || "
-        f"setweight(to_tsvector('{TS_CONFIG}', {value}), 'D') || setweight(to_tsvector('{TS_CONFIG}', {tags}), 'B')"
-    )
-
-
-#: Fills ``memories_fts`` from the temporary table :func:`memmy.store.pg.refill_fts_bulk` loads (the token texts
-#: made in Python, as each INSERT's are).
+#: Fills ``memories_fts`` from the temporary table :func:`memmy.store.pg.refill_fts_bulk` loads (the stems made in
+#: Python, as each INSERT's are): the tsvector and the length in tokens the per-row INSERT writes.
 FTS_FROM_LOAD: Final = (
-    "INSERT INTO memories_fts(rowid, id, identifier, memory_value, tags, tsv) SELECT rowid, id, identifier, "
-    f"memory_value, tags, {_tsv_sql('identifier_tokens', 'value_tokens', 'tags_tokens')} FROM memmy_fts_load"
+    "INSERT INTO memories_fts(rowid, id, identifier, memory_value, tags, tsv, doclen) SELECT l.rowid, l.id, "
+    f"l.identifier, l.memory_value, l.tags, {_TSV_DOCLEN} FROM memmy_fts_load l, LATERAL (SELECT l.identifier_tokens "
+    "AS a, l.value_tokens AS d, l.tags_tokens AS b) t"
 )
 
 
@@ -136,7 +100,9 @@ class Statement:
     """One translated statement: its PostgreSQL text and where each ``%s`` takes its value from.
 
     ``plan`` lists, per placeholder, the index of the caller's parameter and how it is turned into this one's:
-    ``""`` as it is, ``"tsquery"`` a MATCH expression as tsquery text, ``"fts"`` a column's text as tokens.
+    ``""`` as it is, ``"tsquery"`` a MATCH expression as tsquery text, ``"fts"`` a column's text as stems.
+    ``inline`` lists the statement text written per call from a MATCH expression: (the caller's parameter, its
+    mark ``\\x00kind<n>\\x00`` in :attr:`sql`, kind: ``count``, ``ranked`` or ``score``).
     """
 
     sql: str
@@ -144,16 +110,23 @@ class Statement:
     is_insert: bool
     drops_rowid: bool
     into: str | None
-    #: The caller's parameter holding the MATCH expression, when the statement has a BM25 score to write.
-    scored_by: int | None = None
+    inline: tuple[tuple[int, str, str], ...] = ()
+    #: bm25()'s column weights (identifier, value, tags) for ``ranked`` and ``score``.
+    weights: tuple[float, float, float] = RANK_WEIGHTS
 
-    def text(self, given: tuple[Any, ...] | list[Any], idf: Callable[[list[str]], list[float]]) -> str:
-        """:attr:`sql` with its BM25 score written out for this call's MATCH expression (``idf`` gives each part's
-        weight)."""
-        if self.scored_by is None:
-            return self.sql
-        parts = tsquery_parts(str(given[self.scored_by]))
-        return self.sql.replace(BM25_MARK, bm25_sql(parts, idf(parts)).replace("%", "%%"))
+    def text(self, given: tuple[Any, ...] | list[Any]) -> str:
+        """:attr:`sql` with its full-text parts written out for this call's MATCH expressions."""
+        sql = self.sql
+        for index, mark, kind in self.inline:
+            parts = match_parts(str(given[index]))
+            if kind == "count":
+                piece = count_sql(parts)
+            elif kind == "ranked":
+                piece = ranked_sql(parts, self.weights)
+            else:
+                piece = row_score_sql(parts, self.weights)
+            sql = sql.replace(mark, piece.replace("%", "%%"))
+        return sql
 
     def params(self, given: tuple[Any, ...] | list[Any]) -> list[Any]:
         """The parameters of :attr:`sql` from the caller's."""
@@ -178,6 +151,12 @@ _FTS_INSERT_SELECT = re.compile(
     r"^\s*INSERT INTO memories_fts\(rowid, id, identifier, memory_value, tags\)\s+SELECT rowid, id, \?, \?, \? "
     r"FROM memories WHERE id = \?\s*$"
 )
+_BM25_CALL = re.compile(r"\bbm25\(memories_fts((?:\s*,\s*-?[\d.]+)*)\s*\)")
+_RANKED = re.compile(
+    r"^\s*SELECT rowid AS r, bm25\(memories_fts[^)]*\) AS rank FROM memories_fts\s+WHERE memories_fts MATCH \?\s+"
+    r"ORDER BY rank LIMIT \?\s*$"
+)
+_COUNT = re.compile(r"\bSELECT count\(\*\) FROM memories_fts WHERE memories_fts MATCH \?", re.IGNORECASE)
 _NUMERIC_KEYS = frozenset({"tokens", "topScore", "priority", "gain", "value", "score", "strength"})
 _JSON_EXTRACT = re.compile(r"json_extract\(\s*([\w.]+)\s*,\s*'\$\.([\w.]+)'\s*\)", re.IGNORECASE)
 _JSON_LENGTH = re.compile(r"json_array_length\(\s*([\w.]+)\s*\)", re.IGNORECASE)
@@ -218,7 +197,7 @@ def _rewrite_code(code: str) -> str:
     code = re.sub(r"\blast_insert_rowid\(\)", "lastval()", code, flags=re.IGNORECASE)
     code = re.sub(r"\bAS\s+REAL\b", "AS DOUBLE PRECISION", code, flags=re.IGNORECASE)
     code = re.sub(r"\btotal\(", "memmy_total(", code)
-    code = re.sub(r"\bmemories_fts_docsize\b", "memories_fts", code)
+    code = re.sub(r"\bcount\(\*\) FROM memories_fts_docsize\b", "sum(docs) FROM memories_fts_stats", code)
     return re.sub(r"\bBEGIN\s+IMMEDIATE\b", "BEGIN", code, flags=re.IGNORECASE)
 
 
@@ -307,24 +286,41 @@ def translate(sql: str) -> Statement:
     sql = _JSON_REMOVE.sub(lambda m: f"({m.group(1)}::jsonb #- memmy_json_path({m.group(2)}))::text", sql)
     sql = _pairs(sql)
     sql = _qualify_upsert(sql, into)
-    score = BM25_MARK
-    sql = re.sub(r"\bbm25\(memories_fts[^)]*\)", score, sql)
+    weights = RANK_WEIGHTS
+    bm25 = _BM25_CALL.search(sql)
+    if bm25 is not None:
+        weights = _bm25_weights(bm25.group(1))
+    ranked = _RANKED.match(sql)
+    if ranked is not None:  # the keyword channel's ranked statement: FTS5's bm25() over the postings
+        sql = "?RANKED LIMIT ?"
+    sql = _COUNT.sub("SELECT ?COUNT", sql)
+    sql = re.sub(r"\bbm25\(memories_fts[^)]*\)", "?SCORE", sql)
     if "memories_fts MATCH" in sql:
-        sql = re.sub(r"\brank AS\b", f"{score} AS", sql)
+        sql = re.sub(r"\brank AS\b", "?SCORE AS", sql)
         sql = sql.replace("memories_fts MATCH ?", f"memories_fts.tsv @@ to_tsquery('{TS_CONFIG}', ?MATCH)")
     out: list[str] = []
     plan: list[tuple[int, str]] = []
+    inline: list[tuple[int, str, str]] = []
+    given = 0  # the caller's parameter the next ``?`` takes
     match_index: int | None = None
     for literal, piece in _split_literals(sql):
         if literal:
             out.append(piece.replace("%", "%%"))
             continue
-        for part in re.split(r"(\?MATCH|\?)", _rewrite_code(piece).replace("%", "%%")):
-            if part in ("?", "?MATCH"):
+        for part in re.split(r"(\?MATCH|\?COUNT|\?RANKED|\?SCORE|\?)", _rewrite_code(piece).replace("%", "%%")):
+            if part in ("?COUNT", "?RANKED"):
+                mark = f"\x00{part[1:].lower()}{len(inline)}\x00"
+                inline.append((given, mark, part[1:].lower()))
+                out.append(mark)
+                given += 1
+            elif part == "?SCORE":
+                out.append(BM25_MARK)
+            elif part in ("?", "?MATCH"):
                 if part == "?MATCH":
-                    match_index = len(plan)
-                plan.append((len(plan), "tsquery" if part == "?MATCH" else ""))
+                    match_index = given
+                plan.append((given, "tsquery" if part == "?MATCH" else ""))
                 out.append("%s")
+                given += 1
             else:
                 out.append(part)
     text = "".join(out)
@@ -334,38 +330,39 @@ def translate(sql: str) -> Statement:
             text = text[: returning.start()] + " ON CONFLICT DO NOTHING" + text[returning.start() :]
         else:
             text = text.rstrip().rstrip(";") + " ON CONFLICT DO NOTHING"
-    scored_by = match_index if BM25_MARK in text else None
-    return Statement(text, tuple(plan), into is not None, bool(_STAR.search(sql)), into, scored_by)
+    if BM25_MARK in text and match_index is not None:
+        inline.append((match_index, BM25_MARK, "score"))
+    return Statement(text, tuple(plan), into is not None, bool(_STAR.search(sql)), into, tuple(inline), weights)
+
+
+def _bm25_weights(arguments: str) -> tuple[float, float, float]:
+    """bm25()'s weights of the (identifier, value, tags) columns from its arguments after the table (the first
+    is the unindexed id's); a column without one weighs 1."""
+    given = [float(a) for a in arguments.split(",") if a.strip()][1:]
+    given += [1.0] * (3 - len(given))
+    return given[0], given[1], given[2]
 
 
 def _fts_insert(sql: str) -> Statement | None:
     """The full-text index's writes, with the tsvector built from memmy's tokens."""
-    columns = "INSERT INTO memories_fts(rowid, id, identifier, memory_value, tags, tsv) "
+    columns = "INSERT INTO memories_fts(rowid, id, identifier, memory_value, tags, tsv, doclen) "
     plan: tuple[tuple[int, str], ...]
     if _FTS_INSERT_VALUES.match(sql):
         plan = ((0, ""), (1, ""), (2, ""), (3, ""), (4, ""), (2, "fts"), (3, "fts"), (4, "fts"))
-        return Statement(columns + f"VALUES (%s, %s, %s, %s, %s, {_tsv_sql()})", plan, True, False, "memories_fts")
+        text = columns + f"SELECT %s, %s, %s, %s, %s, {_TSV_DOCLEN} FROM {_TSV_COLUMNS}"
+        return Statement(text, plan, True, False, "memories_fts")
     if _FTS_INSERT_SELECT.match(sql):
         plan = ((0, ""), (1, ""), (2, ""), (0, "fts"), (1, "fts"), (2, "fts"), (3, ""))
-        text = columns + f"SELECT rowid, id, %s, %s, %s, {_tsv_sql()} FROM memories WHERE id = %s"
+        text = columns + f"SELECT m.rowid, m.id, %s, %s, %s, {_TSV_DOCLEN} FROM memories m, {_TSV_COLUMNS} "
+        text += "WHERE m.id = %s"
         return Statement(text, plan, True, False, "memories_fts")
     return None
 
 
 # --- the schema --------------------------------------------------------------------------------------------------
 
-#: Run before the migrations, idempotently: the text search configuration and the helpers the rewrites use.
+#: Run before the migrations, idempotently: the helpers the rewrites use.
 PRELUDE: Final = (
-    f"""DO $$ BEGIN
-  IF NOT EXISTS (SELECT 1 FROM pg_ts_dict WHERE dictname = 'memmy_stem') THEN
-    CREATE TEXT SEARCH DICTIONARY memmy_stem (TEMPLATE = snowball, Language = english);
-  END IF;
-  IF NOT EXISTS (SELECT 1 FROM pg_ts_config WHERE cfgname = '{TS_CONFIG}') THEN
-    CREATE TEXT SEARCH CONFIGURATION {TS_CONFIG} (COPY = simple);
-    ALTER TEXT SEARCH CONFIGURATION {TS_CONFIG} ALTER MAPPING FOR asciiword, word, numword, asciihword, hword,
-      hword_asciipart, hword_part, hword_numpart WITH memmy_stem;
-  END IF;
-END $$""",
     "CREATE OR REPLACE AGGREGATE memmy_total(double precision) (SFUNC = float8pl, STYPE = double precision, "
     "INITCOND = '0')",
     "CREATE OR REPLACE FUNCTION memmy_json_path(path text) RETURNS text[] LANGUAGE sql IMMUTABLE AS "
@@ -376,7 +373,7 @@ END $$""",
 
 PG_FTS_DDL: Final = (
     'CREATE TABLE memories_fts (rowid BIGINT PRIMARY KEY, id TEXT COLLATE "C", identifier TEXT, '
-    "memory_value TEXT, tags TEXT, tsv tsvector NOT NULL)",
+    "memory_value TEXT, tags TEXT, tsv tsvector NOT NULL, doclen INTEGER NOT NULL DEFAULT 0)",
     "CREATE INDEX memories_fts_tsv ON memories_fts USING GIN (tsv)",
 )
 _CREATE_TABLE = re.compile(r"^CREATE TABLE (?:IF NOT EXISTS )?(\w+)\s*\(", re.IGNORECASE)

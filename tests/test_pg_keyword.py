@@ -1,0 +1,170 @@
+"""The keyword channel on PostgreSQL ranks as SQLite FTS5's bm25() does: the same stems, the same rows in the same
+order with the same scores, and its postings (store/pgfts.py) kept with every write, rebuilt for an older store."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from memmy.domain import Memory
+from memmy.store.db import Database
+from memmy.store.memories import MemoryFilter, MemoryRepository, TermStats
+from memmy.store.pg import PgDatabase
+from memmy.store.pgfts import POSTINGS, POSTINGS_BACKFILL, STATS, STATS_ROWS
+from memmy.store.schema import refill_fts
+from tests.test_store import make_memory
+
+FILLER = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda omicron sigma".split()
+#: (content, title, tags): repeated words, short and long memories, hits in the title and the tags, CJK text.
+CORPUS: tuple[tuple[str, str, list[str]], ...] = (
+    ("database timeout on the staging database database", "", []),
+    ("database timeout", "", []),
+    ("a long note that mentions the database once among many other words about deploys", "", []),
+    ("connection pool timeout while running migrations", "database", []),
+    ("retry the worker after a timeout", "", ["database"]),
+    ("数据库连接超时 after the deploy", "", []),
+    ("数据库 的 连接 池 is full", "部署", []),
+    ("we trekked to the server room; possibly the cable", "", []),
+    ("schema migrations ran generously slow", "", ["migrate"]),
+    ("pool pool pool worker", "", ["timeout"]),
+)
+QUERIES = (
+    "database timeout",
+    "数据库连接超时",
+    "running migrations pool",
+    "trek possible",
+    "部署 worker",
+    "migrate schema",
+)
+
+
+def corpus() -> list[Memory]:
+    """The corpus, each memory a distinct length (a filler word of its own count), so no two scores tie."""
+    memories = []
+    for i, (content, title, tags) in enumerate(CORPUS):
+        padding = " ".join(FILLER[j % len(FILLER)] for j in range(i * 3))
+        memories.append(make_memory(f"{content} {padding}", title=title, tags=tags))
+    return memories
+
+
+def ranked(db: Database, query: str) -> list[tuple[str, float]]:
+    return MemoryRepository(db).fts_search(query, 10, MemoryFilter())
+
+
+def postings_match_their_rows(pg: PgDatabase) -> None:
+    """The postings and counts equal what memories_fts holds now (recomputed from its tsvectors)."""
+    expected = pg.query(
+        "SELECT u.lexeme, f.rowid, cardinality(u.positions), f.doclen FROM memories_fts f, unnest(f.tsv) u "
+        "ORDER BY 1, 2"
+    )
+    kept = pg.query(f"SELECT lexeme, rowid, hits_a + hits_b + hits_d, doclen FROM {POSTINGS} ORDER BY 1, 2")
+    assert [tuple(r) for r in kept] == [tuple(r) for r in expected]
+    counts = pg.query_one(STATS_ROWS)
+    table = pg.query_one("SELECT count(*), COALESCE(sum(doclen), 0) FROM memories_fts")
+    assert counts is not None and table is not None and tuple(counts) == tuple(table)
+
+
+def test_postgres_ranks_keyword_hits_as_fts5_bm25(tmp_path: Path, postgres_dsn: str) -> None:
+    """Same ids, same order, same scores as SQLite's bm25() (term frequency, document length, column weights)."""
+    sqlite, pg = Database(tmp_path / "s.sqlite"), PgDatabase(postgres_dsn)
+    try:
+        for db in (sqlite, pg):
+            MemoryRepository(db).insert_many(corpus(), "test")
+        for query in QUERIES:
+            expected = ranked(sqlite, query)
+            got = ranked(pg, query)
+            assert expected, query
+            assert [m for m, _ in got] == [m for m, _ in expected], query
+            assert [s for _, s in got] == pytest.approx([s for _, s in expected], rel=1e-9), query
+        for term in ("database", "数据库连接", "timeout", "trek"):
+            assert TermStats().doc_count(pg, term) == TermStats().doc_count(sqlite, term), term
+            assert TermStats().scored_matches(pg, term) == TermStats().scored_matches(sqlite, term), term
+        assert TermStats().total(pg) == TermStats().total(sqlite) == len(CORPUS)
+    finally:
+        sqlite.close()
+        pg.close()
+
+
+def test_postgres_stems_words_as_fts5_porter(tmp_path: Path, postgres_dsn: str) -> None:
+    """'trekked' is found by 'trek' and 'possibly' by 'possible' on both (FTS5's Porter; Snowball English differs)."""
+    sqlite, pg = Database(tmp_path / "s.sqlite"), PgDatabase(postgres_dsn)
+    try:
+        memory = make_memory("we trekked north; possibly the cable")
+        for db in (sqlite, pg):
+            MemoryRepository(db).insert(memory, "test")
+            assert [m for m, _ in ranked(db, "trek")] == [memory.id]
+            assert [m for m, _ in ranked(db, "possible")] == [memory.id]
+    finally:
+        sqlite.close()
+        pg.close()
+
+
+def test_postgres_postings_follow_every_write(postgres_dsn: str) -> None:
+    """Insert, update, delete, restore and a wipe of the index each leave the postings equal to the rows."""
+    pg = PgDatabase(postgres_dsn)
+    try:
+        repo = MemoryRepository(pg)
+        memories = corpus()
+        repo.insert_many(memories, "test")
+        postings_match_their_rows(pg)
+        changed = dataclasses.replace(memories[1], content="zebra crossing timeout", tags=["zebra"])
+        repo.update(changed, {}, "update", "test")
+        postings_match_their_rows(pg)
+        assert [m for m, _ in ranked(pg, "zebra")] == [changed.id]
+        deleted = dataclasses.replace(changed, status="deleted")
+        repo.update(deleted, {}, "delete", "test")
+        postings_match_their_rows(pg)
+        assert ranked(pg, "zebra") == []
+        repo.update(dataclasses.replace(deleted, status="activated"), {}, "restore", "test")
+        postings_match_their_rows(pg)
+        assert [m for m, _ in ranked(pg, "zebra")] == [changed.id]
+        with pg.transaction() as conn:
+            conn.execute("DELETE FROM memories_fts")
+        postings_match_their_rows(pg)
+        assert pg.query_one(f"SELECT count(*) FROM {POSTINGS}") == (0,)
+    finally:
+        pg.close()
+
+
+def test_a_postgres_store_from_before_the_postings_gets_them(tmp_path: Path, postgres_dsn: str) -> None:
+    """A store made by the previous version (Snowball English tsvectors, no document lengths, no postings) is
+    re-indexed when opened, and then ranks as SQLite does."""
+    pg = PgDatabase(postgres_dsn)
+    MemoryRepository(pg).insert_many(corpus(), "test")
+    with pg.pool.connection() as raw:  # back to what the previous version left
+        raw.execute(
+            "DROP TRIGGER memmy_postings_added ON memories_fts; DROP TRIGGER memmy_postings_removed ON memories_fts; "
+            f"DROP TRIGGER memmy_postings_changed ON memories_fts; DROP TABLE {POSTINGS}, {STATS}; "
+            "ALTER TABLE memories_fts DROP COLUMN doclen; "
+            "UPDATE memories_fts SET tsv = to_tsvector('english', coalesce(memory_value, ''))"
+        )
+    pg.close()
+    sqlite, reopened = Database(tmp_path / "s.sqlite"), PgDatabase(postgres_dsn)
+    try:
+        MemoryRepository(sqlite).insert_many(corpus(), "test")
+        postings_match_their_rows(reopened)
+        for query in QUERIES:
+            assert [m for m, _ in ranked(reopened, query)] == [m for m, _ in ranked(sqlite, query)], query
+    finally:
+        sqlite.close()
+        reopened.close()
+
+
+def test_postgres_postings_backfill_after_a_bulk_load(postgres_dsn: str) -> None:
+    """A load with the triggers off, then POSTINGS_BACKFILL: the postings and counts equal the rows."""
+    pg = PgDatabase(postgres_dsn)
+    try:
+        MemoryRepository(pg).insert_many(corpus()[:3], "test")
+        with pg.transaction() as conn:
+            conn.execute("ALTER TABLE memories_fts DISABLE TRIGGER USER")
+            conn.execute("DELETE FROM memories_fts")
+            refill_fts(conn)
+            conn.execute("ALTER TABLE memories_fts ENABLE TRIGGER USER")
+            for statement in POSTINGS_BACKFILL:
+                conn.execute(statement)
+        postings_match_their_rows(pg)
+        assert pg.query_one(f"SELECT count(DISTINCT rowid) FROM {POSTINGS}") == (3,)
+    finally:
+        pg.close()
