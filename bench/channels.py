@@ -99,18 +99,14 @@ def percentile(values: list[float], q: float) -> float:
 
 
 async def run(args: argparse.Namespace, bots: list[Bot], conn: Connection, home: Path) -> None:
-    from memmy.agent.channels.agent_turns import AgentTurns
     from memmy.agent.channels.router import ChatRouter
     from memmy.agent.channels.settings import ChannelSettings
     from memmy.agent.channels.telegram import TelegramChannel
+    from memmy.agent.channels.turn_worker import TurnWorker
     from memmy.agent.config import load_agent_config
 
     config = load_agent_config()
-    turns = AgentTurns(config)
-    if args.turn_profiler is not None:  # the turns' loop thread, started here under a profiler of its own
-        turns.loop = asyncio.new_event_loop()
-        turns.thread = threading.Thread(target=args.turn_profiler.runcall, args=(turns.loop.run_forever,), daemon=True)
-        turns.thread.start()
+    turns = TurnWorker(config)
     users = tuple(str(1000 + chat) for chat in range(args.chats))
     tasks = []
     routers = []
@@ -121,7 +117,7 @@ async def run(args: argparse.Namespace, bots: list[Bot], conn: Connection, home:
         router = ChatRouter(settings, adapter, turns, bot_home)
         routers.append(router)
         tasks.append(asyncio.create_task(adapter.run(router.deliver)))
-    await asyncio.to_thread(turns.warm)  # as the supervisor does when it starts the channels
+    await turns.start()  # as the supervisor does when it starts the channels
     await asyncio.sleep(1.0)
     started, cpu_started = time.monotonic(), time.process_time()
     conn.send("go")
@@ -145,7 +141,7 @@ async def run(args: argparse.Namespace, bots: list[Bot], conn: Connection, home:
     for bot, (sent, update_of, delivered_at) in zip(bots, records, strict=True):
         bot.sent, bot.update_of, bot.delivered_at = sent, update_of, delivered_at
     print(f"the channels' process: {cpu * 1000 / max(1, args.chats * args.messages):.1f} ms CPU a message")
-    layer = [t for router in routers for t in router.timings]
+    layer = [t for router in routers for t in router.timings] + turns.timings
     report(args, bots, asked, elapsed, layer)
 
 
@@ -203,6 +199,8 @@ def report(
     for stage, label in (
         ("pick_to_turn", "queue hand-over -> turn start"),
         ("answer_to_sent", "answer -> platform took it"),
+        ("to_worker", "request -> worker read it"),
+        ("from_worker", "worker answered -> read here"),
     ):
         values = [seconds * 1000 for name, seconds in layer if name == stage]
         if values:
@@ -271,7 +269,6 @@ def main() -> None:
     parser.add_argument("--in-process", action="store_true", help="Run the fakes in the bench's process.")
     parser.add_argument("--profile", action="store_true", help="Where the channels' process spends its CPU.")
     args = parser.parse_args()
-    args.turn_profiler = None
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}  (cores: {os.cpu_count()})")
     ours, theirs = multiprocessing.Pipe()
     if args.in_process:
@@ -288,13 +285,11 @@ def main() -> None:
         write_agent_config(home, ModelStub(openai_url=stub_url), memory=False)
         bots = [Bot(url, token) for url, token in servers]
         if args.profile:
-            profiler = args.turn_profiler = cProfile.Profile()
             channels = cProfile.Profile()
             channels.runcall(asyncio.run, run(args, bots, ours, home))
             shares(
                 "the channels' loop (receiving, routing, sending)", pstats.Stats(channels), args.chats * args.messages
             )
-            shares("the agent turns' loop (its own thread)", pstats.Stats(profiler), args.chats * args.messages)
         else:
             asyncio.run(run(args, bots, ours, home))
     side.join(30)
