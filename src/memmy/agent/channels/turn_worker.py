@@ -61,7 +61,10 @@ class TurnWorker:
         self.config_file = config_file
         self.process: asyncio.subprocess.Process | None = None
         self.reader: asyncio.Task[None] | None = None
-        self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        # each waiting request, with the worker it was sent to (a worker that ends fails only its own requests)
+        self.pending: dict[int, tuple[asyncio.Future[dict[str, Any]], asyncio.subprocess.Process]] = {}
+        self.alive = False  # the current worker's answers pipe is open (false from its end, before it is reaped)
+        self.backing_off = False  # waiting before a restart (close() need not wait for it)
         self.ids = itertools.count(1)
         self.starting = asyncio.Lock()
         self.ready: asyncio.Future[None] | None = None
@@ -76,10 +79,11 @@ class TurnWorker:
     async def start(self) -> None:
         """Start the worker (it loads the tool loop and the provider's SDK before it says it is ready)."""
         async with self.starting:
-            if self.process is not None and self.process.returncode is None and self.ready is not None:
+            if self.alive and self.ready is not None:
                 await asyncio.shield(self.ready)
                 return
-            self.closing = False
+            if self.closing:
+                raise WorkerGone("memmy serve is stopping")
             self.started_at = time.monotonic()
             loop = asyncio.get_running_loop()
             answers, theirs = os.pipe()  # the worker's answers come on a pipe of their own, not its stdout
@@ -97,6 +101,7 @@ class TurnWorker:
             stream = asyncio.StreamReader(limit=LINE_LIMIT)
             await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stream), os.fdopen(answers, "rb", 0))
             self.ready = loop.create_future()
+            self.alive = True
             self.reader = asyncio.create_task(self._read(self.process, stream, self.ready), name="channels:worker")
             setup = base64.b64encode(pickle.dumps((self.config, self.config_file))).decode("ascii")
             self._write({"op": "setup", "config": setup})
@@ -113,20 +118,23 @@ class TurnWorker:
                 if message.get("op") == "ready" and not ready.done():
                     ready.set_result(None)
                     continue
-                future = self.pending.pop(int(message.get("id") or 0), None)
+                future, _ = self.pending.pop(int(message.get("id") or 0), (None, None))
                 if future is not None and not future.done():
                     message["got"] = got
                     future.set_result(message)
         except (ValueError, OSError) as exc:
             log.warning("the chat turns' worker sent something unreadable: %s", exc)
+        if process is self.process:
+            self.alive = False  # from here a request starts a new worker instead of writing to this one
         code = await process.wait()
         reason = f"exit code {code}" if code >= 0 else f"killed by signal {-code}"
         if not ready.done():
             ready.set_exception(WorkerGone(f"the chat turns' worker did not start ({reason})"))
-        for future in self.pending.values():
-            if not future.done():
-                future.set_exception(WorkerGone(reason))
-        self.pending.clear()
+        for request, (future, sent_to) in list(self.pending.items()):
+            if sent_to is process:
+                del self.pending[request]
+                if not future.done():
+                    future.set_exception(WorkerGone(reason))
         if self.closing or not ready.done() or ready.exception() is not None:
             return  # never started: the next message tries again (and is told if it fails again)
         self.restarts += 1
@@ -134,24 +142,29 @@ class TurnWorker:
         self.quick_deaths = self.quick_deaths + 1 if lived < HEALTHY_AFTER_S else 0
         delay = min(30.0, 0.5 * 2**self.quick_deaths) if self.quick_deaths else 0.0
         log.warning("the chat turns' worker stopped (%s); starting it again in %.1f s", reason, delay)
-        await asyncio.sleep(delay)
-        if not self.closing and (self.process is None or self.process.returncode is not None):
+        self.backing_off = True
+        try:
+            await asyncio.sleep(delay)
+        finally:
+            self.backing_off = False
+        if not self.closing and not self.alive:
             with contextlib.suppress(Exception):
                 await self.start()
 
     def _write(self, message: dict[str, Any]) -> None:
         process = self.process
-        if process is None or process.stdin is None or process.returncode is not None:
+        if process is None or process.stdin is None or not self.alive:
             raise WorkerGone("the chat turns' worker is not running")
         process.stdin.write(json.dumps(message).encode("utf-8") + b"\n")
 
     async def _ask(self, message: dict[str, Any]) -> dict[str, Any]:
         """Send ``message`` with a new id and wait for the worker's reply to it."""
-        if self.process is None or self.process.returncode is not None:
+        if not self.alive:
             await self.start()
+        assert self.process is not None
         request = next(self.ids)
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self.pending[request] = future
+        self.pending[request] = (future, self.process)
         message["id"] = request
         try:
             self._write(message)
@@ -207,6 +220,8 @@ class TurnWorker:
                 process.kill()
                 await process.wait()
         if reader is not None:
+            if self.backing_off:
+                reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reader
         self.process = self.reader = None
