@@ -17,6 +17,8 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from memmy.agent.channels.router import Answer
 from memmy.agent.channels.turn_worker import TurnWorker
 from memmy.agent.config import load_agent_config
@@ -49,8 +51,27 @@ def test_a_turn_is_answered_through_the_worker_and_the_session_continues(isolate
     assert (first.text, first.status) == ("echo: first question", "succeeded")
     assert second.text == "echo: second question"
     assert pid != os.getpid()  # the turn ran in another process
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # close() stopped it (and reaped it)
     said = [m["content"] for m in stub.requests[-1]["body"]["messages"] if m["role"] == "user"]
     assert said == ["first question", "second question"]  # one session across the two messages
+
+
+def test_the_worker_ends_when_the_channels_process_is_gone(isolated_home: Path) -> None:
+    """Its stdin closing (the channels' process killed, nothing said) ends the worker, its runtimes closed."""
+    with run_model_stub(lambda body: Reply(text="echo: " + question(body))) as stub:
+        write_agent_config(isolated_home, stub, memory=False)
+        config = load_agent_config()
+
+        async def orphan() -> int:
+            worker = TurnWorker(config)
+            await worker.start()
+            assert worker.process is not None and worker.process.stdin is not None
+            worker.closing = True  # this test plays the dead parent: no restart
+            worker.process.stdin.close()
+            return await asyncio.wait_for(worker.process.wait(), 60)
+
+        assert asyncio.run(orphan()) == 0
 
 
 def test_a_killed_worker_is_started_again_and_its_message_is_answered_with_an_error(isolated_home: Path) -> None:
