@@ -18,8 +18,10 @@ machine. The floor measured in the same run: a bare sendMessage round trip with 
 before and after: on a shared machine it decides most of the figures, so compare runs made together.
 Target (issue 33): p95 <= 50 ms for both.
 
-The chat turns run on an event loop of their own (a thread, see memmy/agent/channels/agent_turns.py); ``--profile``
-profiles the two loops apart: what the channel layer's loop costs a message, and what the agent's turn does.
+The chat turns run in a worker process of their own (memmy/agent/channels/turn_worker.py): the layer's figures
+include the two hops over its pipe ("request -> worker read it", "worker answered -> read here"), and
+``--profile`` profiles the channels' process (receiving, routing, sending), which no longer runs a turn. A reply
+that says the turn failed counts as an answer for the wait and is reported apart ("told their turn failed").
 
 Run:  python bench/channels.py [--chats 20] [--messages 10] [--in-process] [--profile]
 """
@@ -84,7 +86,8 @@ def platform_side(conn: Connection, chats: int, messages: int) -> None:
             for n in range(messages):
                 fake.say(1000 + chat, 1000 + chat, f"chat {chat} message {n}")
         while conn.recv() == "count":
-            conn.send(sum(len([s for s in f.sent if s.text.startswith("answer")]) for f in fakes))
+            # every reply counts, a failed turn's too ("[failed] ..."): the bench stops when each message has one
+            conn.send(sum(len([s for s in f.sent if not s.text.startswith("Queued")]) for f in fakes))
         records = [
             ([(s.chat_id, s.text, s.at) for s in f.sent if s.method == "sendMessage"], f.update_of, f.delivered_at)
             for f in fakes
@@ -99,18 +102,14 @@ def percentile(values: list[float], q: float) -> float:
 
 
 async def run(args: argparse.Namespace, bots: list[Bot], conn: Connection, home: Path) -> None:
-    from memmy.agent.channels.agent_turns import AgentTurns
     from memmy.agent.channels.router import ChatRouter
     from memmy.agent.channels.settings import ChannelSettings
     from memmy.agent.channels.telegram import TelegramChannel
+    from memmy.agent.channels.turn_worker import TurnWorker
     from memmy.agent.config import load_agent_config
 
     config = load_agent_config()
-    turns = AgentTurns(config)
-    if args.turn_profiler is not None:  # the turns' loop thread, started here under a profiler of its own
-        turns.loop = asyncio.new_event_loop()
-        turns.thread = threading.Thread(target=args.turn_profiler.runcall, args=(turns.loop.run_forever,), daemon=True)
-        turns.thread.start()
+    turns = TurnWorker(config)
     users = tuple(str(1000 + chat) for chat in range(args.chats))
     tasks = []
     routers = []
@@ -121,7 +120,7 @@ async def run(args: argparse.Namespace, bots: list[Bot], conn: Connection, home:
         router = ChatRouter(settings, adapter, turns, bot_home)
         routers.append(router)
         tasks.append(asyncio.create_task(adapter.run(router.deliver)))
-    await asyncio.to_thread(turns.warm)  # as the supervisor does when it starts the channels
+    await turns.start()  # as the supervisor does when it starts the channels
     await asyncio.sleep(1.0)
     started, cpu_started = time.monotonic(), time.process_time()
     conn.send("go")
@@ -140,13 +139,14 @@ async def run(args: argparse.Namespace, bots: list[Bot], conn: Connection, home:
     for router in routers:
         await router.close()
     await turns.close()
+    floor = await asyncio.to_thread(bare_round_trip, bots[0])  # before "collect": the fakes stop after it
     conn.send("collect")
     records, asked = await asyncio.to_thread(conn.recv)
     for bot, (sent, update_of, delivered_at) in zip(bots, records, strict=True):
         bot.sent, bot.update_of, bot.delivered_at = sent, update_of, delivered_at
     print(f"the channels' process: {cpu * 1000 / max(1, args.chats * args.messages):.1f} ms CPU a message")
-    layer = [t for router in routers for t in router.timings]
-    report(args, bots, asked, elapsed, layer)
+    layer = [t for router in routers for t in router.timings] + turns.timings
+    report(args, bots, asked, elapsed, layer, floor)
 
 
 def report(
@@ -155,6 +155,7 @@ def report(
     asked: dict[str, float],
     elapsed: float,
     layer: list[tuple[str, float]],
+    floor: list[float],
 ) -> None:
     inbound: list[float] = []
     later: list[float] = []  # receive -> provider request of each chat's messages after its first (runtime open)
@@ -182,13 +183,14 @@ def report(
                 later.append(inbound[-1])
             outbound.append((at - asked[question]) * 1000)
             previous_sent = at
-    floor = bare_round_trip(fakes[0])
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}  (cores: {os.cpu_count()})")
     total = args.chats * args.messages
     answered = sum(len([s for s in f.sent if s[1].startswith("answer")]) for f in fakes)
+    failed = sum(len([s for s in f.sent if s[0] != "1" and not s[1].startswith(("answer", "Queued"))]) for f in fakes)
     print(
         f"{args.chats} chats x {args.messages} messages over {len(fakes)} bots: {answered}/{total} answered "
-        f"in {elapsed:.1f} s; every chat answered once, in order: {'yes' if not problems else 'NO'}"
+        f"({failed} told their turn failed, {max(0, total - answered - failed)} never answered) in {elapsed:.1f} s; "
+        f"every chat answered once, in order: {'yes' if not problems else 'NO'}"
     )
     for line in problems[:10]:
         print("  " + line)
@@ -203,6 +205,8 @@ def report(
     for stage, label in (
         ("pick_to_turn", "queue hand-over -> turn start"),
         ("answer_to_sent", "answer -> platform took it"),
+        ("to_worker", "request -> worker read it"),
+        ("from_worker", "worker answered -> read here"),
     ):
         values = [seconds * 1000 for name, seconds in layer if name == stage]
         if values:
@@ -220,7 +224,7 @@ def bare_round_trip(fake: Bot, runs: int = 50) -> list[float]:
     with httpx.Client(base_url=f"{fake.url}/bot{fake.token}") as client:
         for _ in range(runs):
             start = time.monotonic()
-            client.post("/sendMessage", data={"chat_id": "1", "text": "floor"}).raise_for_status()
+            client.post("/sendMessage", data={"chat_id": "1", "text": "floor"}).raise_for_status()  # chat 1: no user's
             times.append((time.monotonic() - start) * 1000)
     return times
 
@@ -271,7 +275,6 @@ def main() -> None:
     parser.add_argument("--in-process", action="store_true", help="Run the fakes in the bench's process.")
     parser.add_argument("--profile", action="store_true", help="Where the channels' process spends its CPU.")
     args = parser.parse_args()
-    args.turn_profiler = None
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}  (cores: {os.cpu_count()})")
     ours, theirs = multiprocessing.Pipe()
     if args.in_process:
@@ -288,13 +291,11 @@ def main() -> None:
         write_agent_config(home, ModelStub(openai_url=stub_url), memory=False)
         bots = [Bot(url, token) for url, token in servers]
         if args.profile:
-            profiler = args.turn_profiler = cProfile.Profile()
             channels = cProfile.Profile()
             channels.runcall(asyncio.run, run(args, bots, ours, home))
             shares(
                 "the channels' loop (receiving, routing, sending)", pstats.Stats(channels), args.chats * args.messages
             )
-            shares("the agent turns' loop (its own thread)", pstats.Stats(profiler), args.chats * args.messages)
         else:
             asyncio.run(run(args, bots, ours, home))
     side.join(30)

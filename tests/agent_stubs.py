@@ -188,6 +188,16 @@ def _anthropic_events(reply: Reply, model: str) -> Iterator[dict[str, Any]]:
     yield {"type": "message_stop"}
 
 
+class StubServer(ThreadingHTTPServer):
+    """The fake provider's HTTP server. Its listen backlog is a real server's, not socketserver's 5: each streamed
+    answer closes its connection, so 20 chats asking at once open 20 connections at once, and with a backlog of 5
+    the kernel drops the SYNs beyond it — the client retries a second later, or (``maxRetries: 0``) the turn fails
+    with "cannot reach openai" (bench/channels.py's "lost answer", about 1 run in 30)."""
+
+    daemon_threads = True
+    request_queue_size = 1024
+
+
 @contextmanager
 def run_model_stub(brain: Brain = echo_brain, delay_s: float = 0.0) -> Iterator[ModelStub]:
     """Serve both wire protocols on one free loopback port for the ``with`` block."""
@@ -286,8 +296,7 @@ def run_model_stub(brain: Brain = echo_brain, delay_s: float = 0.0) -> Iterator[
             except (BrokenPipeError, ConnectionResetError):
                 return
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
+    server = StubServer(("127.0.0.1", 0), Handler)
     port = server.server_address[1]
     stub.openai_url = f"http://127.0.0.1:{port}/v1"
     stub.anthropic_url = f"http://127.0.0.1:{port}"

@@ -1,25 +1,17 @@
-"""The :class:`~memmy.agent.channels.router.TurnRunner` over the real agent runtime: one open runtime per chat session
-(memory session, model, tools), the channel as the memory source, the shell and file tools off unless the
-channel's ``tools`` setting turns them on, and the files the agent wrote returned with the answer.
-
-The turns run on an event loop of their own, in a thread: the agent's CPU work (the provider SDK building requests
-and parsing streams, the runtime) is what fills a loop when many chats talk at once, and on the channels' loop it
-would sit between every platform's message and its hand-over, and between every answer and its send. On their own
-loop the channels' loop stays nearly idle, so receiving and sending wait only for the interpreter's switch
-interval (5 ms), not for the other chats' turns."""
+"""Chat turns on the real agent runtime: one open runtime per chat session (memory session, model, tools), the
+channel as the memory source, the shell and file tools off unless the channel's ``tools`` setting turns them on, and
+the files the agent wrote returned with the answer. It runs in the chat turns' worker process
+(:mod:`memmy.agent.channels.turn_worker`), on that process's event loop: the channels' process never runs a turn."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
-import sys
-import threading
 from collections import OrderedDict
-from collections.abc import Coroutine
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from memmy.agent.channels.router import Answer
 from memmy.agent.config import AgentConfig
@@ -27,8 +19,6 @@ from memmy.agent.runtime import Runtime, open_runtime
 
 MAX_OPEN = 32  # runtimes kept open (least recently used closed first)
 WRITING_TOOLS = ("write_file", "edit_file")
-SWITCH_INTERVAL_S = 0.001
-T = TypeVar("T")
 
 
 def chat_config(config: AgentConfig, tools: bool) -> AgentConfig:
@@ -45,29 +35,11 @@ class AgentTurns:
         self.config = config
         self.config_file = config_file
         self.open: OrderedDict[tuple[str, str, bool], Runtime] = OrderedDict()
-        self.locks: dict[str, asyncio.Lock] = {}  # used on the turns' loop only
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.thread: threading.Thread | None = None
-
-    def _turns_loop(self) -> asyncio.AbstractEventLoop:
-        """The turns' event loop, in a thread started with the first turn."""
-        if self.loop is None:
-            # The two loops share the interpreter lock: a socket call on the channels' loop gives it up and then
-            # waits for the turns' thread to hand it back, up to the switch interval. 1 ms (the default is 5) keeps
-            # each of a send's socket calls from waiting 5 ms behind a busy turn.
-            sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
-            self.loop = asyncio.new_event_loop()
-            self.thread = threading.Thread(target=self.loop.run_forever, name="memmy-chat-turns", daemon=True)
-            self.thread.start()
-        return self.loop
-
-    async def _on_turns_loop(self, work: Coroutine[Any, Any, T]) -> T:
-        """Run ``work`` on the turns' loop and wait for it here (cancelling the wait cancels it there)."""
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, self._turns_loop()))
+        self.locks: dict[str, asyncio.Lock] = {}
 
     def warm(self) -> None:
         """Import what a chat's first turn needs (the tool loop, MCP, the provider's SDK) before the first message
-        arrives, instead of in front of it (the SDK import alone is most of a second; run in a thread)."""
+        arrives, instead of in front of it (the SDK import alone is most of a second)."""
         from memmy.agent import loop, mcp_tools, tools  # noqa: F401 - imported to be loaded
         from memmy.agent.providers import build_provider
 
@@ -96,11 +68,6 @@ class AgentTurns:
         self, session: str, text: str, *, source: str, tools: bool, parts: list[dict[str, Any]] | None = None
     ) -> Answer:
         """Run one turn of ``session`` and return its answer and written files (``parts``: images sent along)."""
-        return await self._on_turns_loop(self._run(session, text, source=source, tools=tools, parts=parts))
-
-    async def _run(
-        self, session: str, text: str, *, source: str, tools: bool, parts: list[dict[str, Any]] | None
-    ) -> Answer:
         async with self.locks.setdefault(session, asyncio.Lock()):
             runtime = await self._runtime(session, source, tools)
             result = await runtime.agent.run_turn(text, parts)
@@ -122,18 +89,7 @@ class AgentTurns:
         return "Memory: not connected yet (the first message connects it)"
 
     async def close(self) -> None:
-        """Deliver pending captures, close every runtime and stop the turns' loop."""
-        loop, thread = self.loop, self.thread
-        if loop is None or thread is None:
-            return
-        await self._on_turns_loop(self._close_runtimes())
-        loop.call_soon_threadsafe(loop.stop)
-        await asyncio.to_thread(thread.join, 30)
-        if not thread.is_alive():
-            loop.close()
-        self.loop = self.thread = None
-
-    async def _close_runtimes(self) -> None:
+        """Deliver pending captures and close every runtime."""
         while self.open:
             _, runtime = self.open.popitem()
             with contextlib.suppress(Exception):

@@ -43,7 +43,7 @@ class Answer:
 
 
 class TurnRunner(Protocol):
-    """Runs one agent turn in a named session (the agent runtime, or a test double in unit tests)."""
+    """Runs one agent turn in a named session (the agent runtime in the chat turns' worker process)."""
 
     async def run(
         self, session: str, text: str, *, source: str, tools: bool, parts: list[dict[str, Any]] | None = None
@@ -56,8 +56,8 @@ class TurnRunner(Protocol):
     async def close(self) -> None:
         """Deliver what is pending and release the sessions."""
 
-    def warm(self) -> None:
-        """Load what the first turn needs, ahead of it (called in a thread)."""
+    async def start(self) -> None:
+        """Get ready for the first turn ahead of it (start the worker, load the provider's SDK)."""
 
 
 def compose_prompt(

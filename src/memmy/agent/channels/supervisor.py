@@ -159,8 +159,15 @@ class ChannelSupervisor:
             self._launch(settings)
         self.tasks.append(asyncio.create_task(self._heartbeat(), name="channels:status"))
         if self.channels:
-            self.tasks.append(asyncio.create_task(asyncio.to_thread(self.runner.warm), name="channels:warm"))
+            self.tasks.append(asyncio.create_task(self._start_runner(), name="channels:turns"))
         self.write_status()
+
+    async def _start_runner(self) -> None:
+        """Start the chat turns' worker before the first message (a failure is said here and again to the chat)."""
+        try:
+            await self.runner.start()
+        except Exception as exc:
+            log.warning("the chat turns' worker did not start: %s", exc)
 
     async def restart(self, settings: ChannelSettings) -> None:
         """Run ``settings`` now (a channel connected or changed while the process runs), replacing its old task."""
@@ -266,7 +273,7 @@ class ChannelSupervisor:
 def supervisor_for(config: AgentConfig, config_file: str | None = None) -> ChannelSupervisor:
     """The supervisor of the channels config.yaml enables, for ``memmy serve`` (with none it waits for one to be
     connected from the workbench; agent runtimes open with a chat's first message, so it costs nothing idle)."""
-    from memmy.agent.channels.agent_turns import AgentTurns
+    from memmy.agent.channels.turn_worker import TurnWorker
 
     channels = [c for c in load_channels(config.raw, config.path) if c.enabled]
-    return ChannelSupervisor(channels, AgentTurns(config, config_file), config.home)
+    return ChannelSupervisor(channels, TurnWorker(config, config_file), config.home)

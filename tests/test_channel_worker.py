@@ -1,0 +1,150 @@
+"""The chat turns' worker process (memmy/agent/channels/turn_worker.py): a turn answered through it with the
+session continued, a worker killed mid-turn started again with its message answered with an error (and the next
+one answered), and many chats at once answered once each, in order per chat, while their answers come back from
+the worker out of order across chats. The real worker process, agent runtime and python-telegram-bot against the
+fake Bot API server; the fake model provider answers."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import select
+import signal
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memmy.agent.channels.router import Answer
+from memmy.agent.channels.turn_worker import TurnWorker
+from memmy.agent.config import load_agent_config
+from tests.agent_stubs import Reply, StubServer, last_user_text, run_model_stub, write_agent_config
+from tests.fake_telegram import fake_telegram
+from tests.test_channels import OWNER, channel_config, supervising, write_config
+
+
+def question(body: dict[str, Any]) -> str:
+    """The user's message in a model request (memory is off in these tests: no recalled context around it)."""
+    return last_user_text(body).strip()
+
+
+def test_a_turn_is_answered_through_the_worker_and_the_session_continues(isolated_home: Path) -> None:
+    with run_model_stub(lambda body: Reply(text="echo: " + question(body))) as stub:
+        write_agent_config(isolated_home, stub, memory=False)
+        config = load_agent_config()
+
+        async def talk() -> tuple[Answer, Answer, int]:
+            worker = TurnWorker(config)
+            try:
+                first = await worker.run("channel:telegram:7", "first question", source="telegram", tools=False)
+                second = await worker.run("channel:telegram:7", "second question", source="telegram", tools=False)
+                assert worker.process is not None
+                return first, second, worker.process.pid
+            finally:
+                await worker.close()
+
+        first, second, pid = asyncio.run(talk())
+    assert (first.text, first.status) == ("echo: first question", "succeeded")
+    assert second.text == "echo: second question"
+    assert pid != os.getpid()  # the turn ran in another process
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # close() stopped it (and reaped it)
+    said = [m["content"] for m in stub.requests[-1]["body"]["messages"] if m["role"] == "user"]
+    assert said == ["first question", "second question"]  # one session across the two messages
+
+
+def test_the_worker_ends_when_the_channels_process_is_gone(isolated_home: Path) -> None:
+    """Its stdin closing (the channels' process killed, nothing said) ends the worker, its runtimes closed."""
+    with run_model_stub(lambda body: Reply(text="echo: " + question(body))) as stub:
+        write_agent_config(isolated_home, stub, memory=False)
+        config = load_agent_config()
+
+        async def orphan() -> int:
+            worker = TurnWorker(config)
+            await worker.start()
+            assert worker.process is not None and worker.process.stdin is not None
+            worker.closing = True  # this test plays the dead parent: no restart
+            worker.process.stdin.close()
+            return await asyncio.wait_for(worker.process.wait(), 60)
+
+        assert asyncio.run(orphan()) == 0
+
+
+def test_a_killed_worker_is_started_again_and_its_message_is_answered_with_an_error(isolated_home: Path) -> None:
+    release = threading.Event()
+
+    def holding(body: dict[str, Any]) -> Reply:
+        asked = question(body)
+        if asked.startswith("hold"):
+            release.wait(60)  # until the test has killed the worker that asked
+        return Reply(text="echo: " + asked)
+
+    with run_model_stub(holding) as stub, fake_telegram() as fake:
+        channel_config(isolated_home, stub, fake, None)
+        with supervising() as supervisor:
+            worker = supervisor.runner
+            assert isinstance(worker, TurnWorker)
+            fake.say(OWNER, OWNER, "hold this one")
+            fake.say(OWNER, OWNER, "then this one")
+            fake.wait_for(lambda: len(stub.requests) == 1)
+            assert worker.process is not None
+            killed = worker.process.pid
+            os.kill(killed, signal.SIGKILL)
+            fake.wait_for(lambda: "echo: then this one" in fake.texts(OWNER), 60)
+            release.set()
+            texts = [t for t in fake.texts(OWNER) if not t.startswith("Queued")]
+            assert len(texts) == 2 and texts[1] == "echo: then this one"
+            assert texts[0].startswith("The agent's worker process stopped while it worked on this message")
+            assert "killed by signal 9" in texts[0]
+            assert worker.restarts == 1 and worker.process is not None and worker.process.pid != killed
+            assert [question(r["body"]) for r in stub.requests] == ["hold this one", "then this one"]
+
+
+def test_many_chats_through_the_worker_are_answered_once_each_in_order(isolated_home: Path) -> None:
+    chats = [OWNER, 43, 44, 45, 46]
+
+    def staggered(body: dict[str, Any]) -> Reply:
+        asked = question(body)
+        # a chat's first answer is the slowest: the worker answers the chats' turns out of order across chats
+        return Reply(text="echo: " + asked, delay_s=0.4 if asked.endswith("message 0") else 0.0)
+
+    with run_model_stub(staggered) as stub, fake_telegram() as fake:
+        allowed = ", ".join(f"'{chat}'" for chat in chats)
+        channels = f"channels:\n  telegram:\n    token: {fake.token}\n    apiBase: '{fake.url}'\n"
+        write_config(isolated_home, stub, None, channels + f"    allowFrom: [{allowed}]\n")
+        with supervising():
+            for n in range(4):
+                for chat in chats:
+                    fake.say(chat, chat, f"chat {chat} message {n}")
+            fake.wait_for(lambda: sum(t.startswith("echo") for c in chats for t in fake.texts(c)) >= 20, 120)
+            for chat in chats:
+                answers = [t for t in fake.texts(chat) if t.startswith("echo")]
+                assert answers == [f"echo: chat {chat} message {n}" for n in range(4)]
+
+
+def test_the_fake_provider_takes_twenty_chats_connecting_at_once() -> None:
+    """The bench's rare lost answer: 20 chats' turns connect to the fake provider at once (each streamed answer
+    closes its connection), and a listen backlog of socketserver's 5 dropped the SYNs beyond it — a second's wait,
+    or with ``maxRetries: 0`` a turn failed with "cannot reach openai". Here the server accepts nothing while 40
+    clients connect: each must still be connected (queued by the kernel), none left retrying its SYN."""
+    server = StubServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
+    clients = [socket.socket() for _ in range(40)]
+    try:
+        for client in clients:
+            client.setblocking(False)
+            client.connect_ex(server.server_address)
+        waiting = list(clients)
+        deadline = time.monotonic() + 10  # loopback handshakes take microseconds; a dropped SYN is retried after 1 s
+        while waiting and time.monotonic() < deadline:
+            _, ready, _ = select.select([], waiting, [], max(0.0, deadline - time.monotonic()))
+            waiting = [client for client in waiting if client not in ready]
+        assert not waiting, f"{len(waiting)} of 40 connections not accepted by the kernel"
+        assert all(client.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0 for client in clients)
+    finally:
+        for client in clients:
+            client.close()
+        server.server_close()
