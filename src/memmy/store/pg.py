@@ -28,7 +28,7 @@ from memmy.errors import StoreError
 from memmy.store import pgvectors
 from memmy.store.db import Database, MigrationResult, _split_sql, utc_now
 from memmy.store.pgdialect import FTS_FROM_LOAD, PRELUDE, Statement, fts_text, pg_ddl, translate
-from memmy.store.pgfts import FTS_DDL, HAS_DOCLEN, HAS_TRIGGERS, POSTINGS_BACKFILL, TRIGGER_DDL
+from memmy.store.pgfts import FTS_DDL, HAS_DOCLEN, HAS_TRIGGERS, POSTINGS, POSTINGS_BACKFILL, TRIGGER_DDL
 from memmy.store.schema import MIGRATIONS, SCHEMA_VERSION, refill_fts
 from memmy.store.text import fts_row
 
@@ -236,6 +236,7 @@ def install_fts(conn: PgConnection) -> None:
     tsvectors stemmed by Snowball English, no document lengths) has its full-text rows written again first.
     """
     conn.raw_execute("BEGIN")
+    filled = False
     try:
         row = conn.raw.execute(HAS_DOCLEN.encode()).fetchone()
         before_postings = not (row and row[0])
@@ -248,12 +249,16 @@ def install_fts(conn: PgConnection) -> None:
                 refill_fts(cast(sqlite3.Connection, conn))
             for statement in POSTINGS_BACKFILL:
                 conn.raw_execute(statement)
+            filled = True
         for statement in TRIGGER_DDL:
             conn.raw_execute(statement)
     except BaseException:
         conn.raw_execute("ROLLBACK")
         raise
     conn.raw_execute("COMMIT")
+    if filled:  # ranking reads the postings by index-only scans: they want the visibility map set and statistics
+        conn.raw_execute(f"VACUUM (ANALYZE) {POSTINGS}")
+        conn.raw_execute("ANALYZE memories_fts")
 
 
 class _Done:
