@@ -157,6 +157,62 @@ def test_capture_spooled_while_the_daemon_is_down_and_sent_when_it_is_back(daemo
     assert "7411" in search(daemon, "heron cache port")
 
 
+class SlowStart(BaseHTTPRequestHandler):
+    """Forwards to the real daemon, but holds every turn start until ``release`` is set (a daemon busy loading
+    its model when the first turn starts), then forwards it late."""
+
+    release = threading.Event()
+    target = ""
+
+    def do_POST(self) -> None:  # noqa: N802 - the standard library's handler name
+        import httpx
+
+        body = self.rfile.read(int(self.headers.get("content-length") or 0))
+        if self.path.endswith("/turns/start"):
+            self.release.wait(30)
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+        response = httpx.post(self.target + self.path, content=body, headers=headers, timeout=30)
+        try:
+            self.send_response(response.status_code)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(response.content)))
+            self.end_headers()
+            self.wfile.write(response.content)
+        except OSError:
+            pass  # the agent stopped waiting
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_turn_whose_start_timed_out_is_still_captured(daemon: Daemon) -> None:
+    """The turn goes on without recalled memory when its start times out, and its capture is kept; the start,
+    arriving at the daemon after the completion, leaves the completed turn as it is."""
+    SlowStart.target, SlowStart.release = daemon.url, threading.Event()
+    proxy = ThreadingHTTPServer(("127.0.0.1", 0), SlowStart)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+
+    async def main() -> None:
+        memory = bridge(f"http://127.0.0.1:{proxy.server_address[1]}", daemon.token, timeout_s=1.0)
+        try:
+            assert await memory.open_session("cli:slow-start", None)
+            recall = await memory.start_turn("cli:slow-start", "what does the kestrel queue retry on?")
+            assert recall is not None and recall.markdown == "" and recall.status == ["start_failed"]
+            assert "did not answer in time" in str(memory.error)  # the agent says why it has no memory this turn
+            captured = memory.capture_turn(recall, "the kestrel queue retries on HTTP 429 only", "succeeded", [])
+            assert await stored(captured)
+        finally:
+            SlowStart.release.set()
+            await memory.aclose()
+
+    try:
+        asyncio.run(main())
+        assert "HTTP 429 only" in search(daemon, "kestrel queue retry")
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+
+
 class Unavailable(BaseHTTPRequestHandler):
     """A daemon that answers every request with 503 until ``ready`` is set, then forwards to the real one."""
 

@@ -48,6 +48,20 @@ def test_requested_session_id_wins_over_host_key(service: MemoryService) -> None
     assert wanted["sessionId"] == "session_mine" and wanted["resumed"] is False
 
 
+def test_a_turn_start_arriving_after_the_completion_leaves_the_turn_completed(service: MemoryService) -> None:
+    """An agent that gave up waiting for a slow turn start completes the turn anyway; the start the daemon then
+    processes late must not set the completed turn back to ``started`` (the panel would hide its answer)."""
+    session = service.open_session(OpenSession.from_json({}), NS)["sessionId"]
+    body = {"sessionId": session, "query": "which port does the osprey proxy use?", "turnId": "turn-late-start"}
+    completed = service.complete_turn(
+        CompleteTurn.from_json({**body, "answer": "The osprey proxy listens on 9311."}, "turn-late-start"), NS
+    )
+    service.start_turn(StartTurn.from_json(body), NS)
+    row = service.store.sessions.get_raw_turn(session, "turn-late-start")
+    assert row is not None and row["id"] == completed["rawTurnId"]
+    assert row["status"] == "succeeded" and "9311" in str(row["assistant_text"])
+
+
 def test_completion_after_close_only_for_started_turns(service: MemoryService) -> None:
     session = service.open_session(OpenSession.from_json({}), NS)["sessionId"]
     started = service.start_turn(StartTurn.from_json({"sessionId": session, "query": "rename the package"}), NS)

@@ -216,8 +216,10 @@ class MemoryBridge:
             "adapterId": ADAPTER,
             "requestId": f"start:{turn_id}",
         }
+        opened = False
         try:
             await self._open(session_id, workspace, user)
+            opened = True
             try:
                 started = await self._call(routes.TURNS_START, body, workspace, user)
             except DaemonError as exc:
@@ -232,7 +234,11 @@ class MemoryBridge:
         except (DaemonError, ValueError) as exc:
             if self.error is None:
                 self._fail(f"turn start failed: {str(exc)[:200]}")
-            return None
+            if not opened:
+                return None
+            # The session is open but the start timed out or failed (a daemon busy loading its model): the turn
+            # goes on without recalled memory, and is still captured (a completion needs no start).
+            return Recall(user=user, session_id=session_id, turn_id=turn_id, query=query, status=["start_failed"])
         if not isinstance(started, dict):
             self._fail("turn start answered something other than a JSON object")
             return None

@@ -217,6 +217,7 @@ class TurnOps(Configured):
                     {"turn_start": {"contextPacketId": context_packet_id, "searchEventId": event_id}}
                 ),
             },
+            only_started=True,  # a start that arrives after the turn was completed (the agent gave up waiting)
         )
 
     def complete_turn(self, command: CompleteTurn, ns: Namespace) -> TurnCompleted:

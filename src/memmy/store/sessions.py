@@ -133,23 +133,31 @@ class SessionRepository:
         )
         return [r["id"] for r in rows]
 
-    def upsert_raw_turn(self, raw_turn_id: str, session_id: str, turn_id: str, fields: dict[str, Any]) -> None:
-        """Insert or update a raw turn; ``fields`` maps column names to values (JSON columns pre-encoded)."""
-        self.upsert_raw_turns([(raw_turn_id, session_id, turn_id, fields)])
+    def upsert_raw_turn(
+        self, raw_turn_id: str, session_id: str, turn_id: str, fields: dict[str, Any], *, only_started: bool = False
+    ) -> None:
+        """Insert or update a raw turn; ``fields`` maps column names to values (JSON columns pre-encoded).
+        ``only_started``: an existing turn is updated only while it is still ``started`` (a turn start that
+        arrives after the turn's completion leaves the completed turn as it is)."""
+        self.upsert_raw_turns([(raw_turn_id, session_id, turn_id, fields)], only_started=only_started)
 
-    def upsert_raw_turns(self, turns: Sequence[tuple[str, str, str, dict[str, Any]]]) -> None:
-        """Insert or update raw turns ``(id, session, turn id, fields)`` whose ``fields`` name the same columns."""
+    def upsert_raw_turns(
+        self, turns: Sequence[tuple[str, str, str, dict[str, Any]]], *, only_started: bool = False
+    ) -> None:
+        """Insert or update raw turns ``(id, session, turn id, fields)`` whose ``fields`` name the same columns
+        (``only_started``: as in :meth:`upsert_raw_turn`)."""
         if not turns:
             return
         names = list(turns[0][3])
         columns = ["id", "session_id", "turn_id", "created_at", *names]
         update = ",".join(f"{name}=excluded.{name}" for name in names) or "turn_id=turn_id"
+        guard = " WHERE raw_turns.status = 'started'" if only_started else ""
         now = utc_now()
         rows = [(raw_id, session, turn, now, *(fields[n] for n in names)) for raw_id, session, turn, fields in turns]
         with self.db.transaction() as conn:
             conn.executemany(
                 f"INSERT INTO raw_turns({','.join(columns)}) VALUES ({','.join('?' * len(columns))}) "
-                f"ON CONFLICT(session_id, turn_id) DO UPDATE SET {update}",
+                f"ON CONFLICT(session_id, turn_id) DO UPDATE SET {update}{guard}",
                 rows,
             )
 
