@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
 TEMPLATE = "memmy_template"
 
@@ -42,6 +43,12 @@ class PostgresServer:
         with psycopg.connect(self.admin, autocommit=True) as conn:
             conn.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
         return self.dsn(name)
+
+    def drop(self, dsn: str) -> None:
+        """Drop the database of ``dsn`` (made by :meth:`fresh_dsn`), ending what is still connected to it."""
+        name = conninfo_to_dict(dsn)["dbname"]
+        with psycopg.connect(self.admin, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
     def stop(self) -> None:
         """Stop the server (SIGINT: PostgreSQL's fast shutdown) and wait for it to exit."""
