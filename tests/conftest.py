@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 import yaml
 
@@ -98,6 +99,17 @@ def store_query(home: Path, sql: str, params: Sequence[Any] = ()) -> list[tuple[
             db.close()
     with closing(sqlite3.connect(home / ".memmy" / "memory-service" / "memory.sqlite")) as conn:
         return [tuple(row) for row in conn.execute(sql, tuple(params))]
+
+
+def store_dump(home: Path) -> list[str]:
+    """Every row of the store of memmy home ``home`` as text: SQLite's SQL dump, or on PostgreSQL each row of each
+    table cast to text (for tests that look for what must not be left anywhere)."""
+    if SUITE_BACKEND == "postgres":
+        with psycopg.connect(home_dsn(home)) as pg:
+            tables = [r[0] for r in pg.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")]
+            return [str(r[0]) for table in tables for r in pg.execute(f'SELECT r::text FROM "{table}" r')]
+    with closing(sqlite3.connect(home / ".memmy" / "memory-service" / "memory.sqlite")) as conn:
+        return list(conn.iterdump())
 
 
 def store_execute(home: Path, sql: str, params: Sequence[Any] = ()) -> None:
