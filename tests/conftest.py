@@ -7,19 +7,21 @@ import os
 import shutil
 import signal
 import socket
+import sqlite3
 import ssl
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 import yaml
 
@@ -40,11 +42,96 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 _ENV_PREFIXES = ("MEMMY_", "MEMORY_SERVICE_")
 
+#: The store engine of the whole run: ``MEMMY_TEST_BACKEND=postgres python -m pytest`` puts every test's default
+#: store (in-process, CLI, and every daemon or subprocess a test starts) on PostgreSQL; SQLite otherwise.
+SUITE_BACKEND = os.environ.get("MEMMY_TEST_BACKEND", "sqlite")
+if SUITE_BACKEND not in ("sqlite", "postgres"):
+    raise pytest.UsageError(f"MEMMY_TEST_BACKEND must be sqlite or postgres, not {SUITE_BACKEND!r}")
+#: In the PostgreSQL run: the database of each memmy home (a test's own HOME, a daemon's), made on first use.
+_HOME_DSNS: dict[Path, str] = {}
+_PG_SERVER: list[PostgresServer] = []
+
 
 def pytest_report_header() -> str:
     import sqlite3
 
-    return f"sqlite {sqlite3.sqlite_version}"
+    return f"sqlite {sqlite3.sqlite_version}; store backend of this run: {SUITE_BACKEND}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In the PostgreSQL run, leave out the SQLite half of the tests that run on both backends, and the tests of
+    what only a SQLite file has (``only_sqlite``): the SQLite run runs them."""
+    if SUITE_BACKEND != "postgres":
+        return
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
+    for item in items:
+        params = getattr(item, "callspec", None)
+        (drop if params is not None and params.params.get("backend") == "sqlite" else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def home_dsn(home: Path) -> str:
+    """The PostgreSQL database of memmy home ``home`` in the PostgreSQL run (a fresh one on first use)."""
+    if home not in _HOME_DSNS:
+        _HOME_DSNS[home] = _PG_SERVER[0].fresh_dsn()
+    return _HOME_DSNS[home]
+
+
+def home_env(home: Path) -> dict[str, str]:
+    """The environment that points memmy at home ``home`` and its store (in the PostgreSQL run, its database)."""
+    env = {"HOME": str(home), "MEMMY_HOME": str(home / ".memmy")}
+    if SUITE_BACKEND == "postgres":
+        env.update({"MEMMY_MEMORY_BACKEND": "postgres", "MEMMY_POSTGRES_DSN": home_dsn(home)})
+    return env
+
+
+def store_query(home: Path, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    """The rows of ``sql`` (SQLite's dialect) read from the store of memmy home ``home``: its SQLite file, or in the
+    PostgreSQL run its database (through the store's own dialect rewrite)."""
+    if SUITE_BACKEND == "postgres":
+        db = PgDatabase(home_dsn(home))
+        try:
+            return [tuple(row) for row in db.query(sql, tuple(params))]
+        finally:
+            db.close()
+    with closing(sqlite3.connect(home / ".memmy" / "memory-service" / "memory.sqlite")) as conn:
+        return [tuple(row) for row in conn.execute(sql, tuple(params))]
+
+
+def store_dump(home: Path) -> list[str]:
+    """Every row of the store of memmy home ``home`` as text: SQLite's SQL dump, or on PostgreSQL each row of each
+    table cast to text (for tests that look for what must not be left anywhere)."""
+    if SUITE_BACKEND == "postgres":
+        with psycopg.connect(home_dsn(home)) as pg:
+            tables = [r[0] for r in pg.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")]
+            return [str(r[0]) for table in tables for r in pg.execute(f'SELECT r::text FROM "{table}" r')]
+    with closing(sqlite3.connect(home / ".memmy" / "memory-service" / "memory.sqlite")) as conn:
+        return list(conn.iterdump())
+
+
+def store_execute(home: Path, sql: str, params: Sequence[Any] = ()) -> None:
+    """Run one write ``sql`` (SQLite's dialect) on the store of memmy home ``home``, committed, foreign keys on."""
+    if SUITE_BACKEND == "postgres":
+        db = PgDatabase(home_dsn(home))
+        try:
+            with db.transaction() as conn:
+                conn.execute(sql, tuple(params))
+        finally:
+            db.close()
+        return
+    with closing(sqlite3.connect(home / ".memmy" / "memory-service" / "memory.sqlite")) as conn, conn:
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.execute(sql, tuple(params))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def suite_postgres(request: pytest.FixtureRequest) -> None:
+    """In the PostgreSQL run, the session's server, started before any daemon of a module is."""
+    if SUITE_BACKEND == "postgres":
+        _PG_SERVER.append(request.getfixturevalue("postgres_server"))
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -61,8 +148,12 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 @pytest.fixture(autouse=True)
-def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model_cache: Path) -> Path:
-    """Every test gets its own HOME and MEMMY_HOME; memmy env vars from the outside are cleared."""
+def isolated_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model_cache: Path, suite_postgres: None
+) -> Iterator[Path]:
+    """Every test gets its own HOME and MEMMY_HOME; memmy env vars from the outside are cleared. In the PostgreSQL
+    run its store is a fresh PostgreSQL database (``MEMMY_MEMORY_BACKEND``/``MEMMY_POSTGRES_DSN``, as a user sets
+    them), dropped after the test with the databases of the daemons it started."""
     for name in list(os.environ):
         if name.startswith(_ENV_PREFIXES):
             monkeypatch.delenv(name, raising=False)
@@ -71,7 +162,12 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model_cache: 
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("MEMMY_HOME", str(home / ".memmy"))
     monkeypatch.setenv("MEMMY_MODEL_CACHE", str(model_cache))
-    return home
+    if SUITE_BACKEND == "postgres":
+        monkeypatch.setenv("MEMMY_MEMORY_BACKEND", "postgres")
+        monkeypatch.setenv("MEMMY_POSTGRES_DSN", home_dsn(home))
+    yield home
+    for path in [path for path in _HOME_DSNS if path.is_relative_to(tmp_path)]:
+        _PG_SERVER[0].drop(_HOME_DSNS.pop(path))
 
 
 @pytest.fixture(scope="session")
@@ -102,13 +198,17 @@ def postgres_dsn(postgres_server: PostgresServer) -> str:
 only_sqlite = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["postgres"] if SUITE_BACKEND == "postgres" else ["sqlite", "postgres"])
 def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, isolated_home: Path) -> str:
     """The store engine of this run of the test: SQLite (the default), or a fresh PostgreSQL database, chosen as a
-    user does (``MEMMY_MEMORY_BACKEND`` and ``MEMMY_POSTGRES_DSN``)."""
+    user does (``MEMMY_MEMORY_BACKEND`` and ``MEMMY_POSTGRES_DSN``). The PostgreSQL run runs only the second."""
     if request.param == "postgres":
         monkeypatch.setenv("MEMMY_MEMORY_BACKEND", "postgres")
-        monkeypatch.setenv("MEMMY_POSTGRES_DSN", request.getfixturevalue("postgres_dsn"))
+        if SUITE_BACKEND != "postgres":  # the PostgreSQL run gave this test's home a database already
+            monkeypatch.setenv("MEMMY_POSTGRES_DSN", request.getfixturevalue("postgres_dsn"))
+    else:
+        monkeypatch.delenv("MEMMY_MEMORY_BACKEND", raising=False)
+        monkeypatch.delenv("MEMMY_POSTGRES_DSN", raising=False)
     return str(request.param)
 
 
@@ -216,7 +316,7 @@ class Daemon:
 
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(_ENV_PREFIXES)}
-        env.update({"HOME": str(self.home), "MEMMY_HOME": str(self.home / ".memmy")})
+        env.update(home_env(self.home))
         if "MEMMY_MODEL_CACHE" in os.environ:
             env["MEMMY_MODEL_CACHE"] = os.environ["MEMMY_MODEL_CACHE"]
         if self.token:
@@ -351,7 +451,8 @@ def make_service(
 
     def build(config: dict[str, Any] | None = None) -> MemoryService:
         if backend == "postgres" and created:  # every service gets a store of its own
-            os.environ["MEMMY_POSTGRES_DSN"] = request.getfixturevalue("postgres_server").fresh_dsn()
+            fresh = request.getfixturevalue("postgres_server").fresh_dsn
+            os.environ["MEMMY_POSTGRES_DSN"] = home_dsn(isolated_home / str(len(created))) if _PG_SERVER else fresh()
         path = isolated_home / ".memmy" / "config.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump({"memmyMemory": config or {}}))

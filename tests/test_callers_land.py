@@ -12,11 +12,13 @@ import subprocess
 import sys
 import time
 import uuid
+from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import psutil
+import psycopg
 import pytest
 from mcp import Client
 
@@ -26,7 +28,7 @@ from memmy.namespace import Namespace
 from memmy.service import MemoryService
 from memmy.store.db import lock_holder_alive
 from tests.claude_transcripts import Transcript
-from tests.conftest import Daemon, free_port
+from tests.conftest import SUITE_BACKEND, Daemon, free_port, home_dsn, only_sqlite, store_query
 from tests.test_mcp import data, mcp_argv, stdio, stdio_env, with_client
 
 
@@ -79,7 +81,8 @@ def test_stdio_answers_every_request_read_before_stdin_closes(daemon: Daemon, tm
 
 
 # -- stale server lock --------------------------------------------------------------------------------------------
-def test_stale_lock_whose_pid_is_now_an_unrelated_process_is_taken_over(fresh_daemon: Daemon) -> None:
+@only_sqlite  # the server lock is per SQLite file: daemons share a PostgreSQL database
+def test_stale_lock_whose_pid_is_now_an_unrelated_process_is_taken_over(fresh_daemon: Daemon, backend: str) -> None:
     db = Path(load_config(env=fresh_daemon.env()).storage.sqlite_path)
     db.parent.mkdir(parents=True, exist_ok=True)
     lock = db.with_name(db.name + ".server.lock")
@@ -114,7 +117,8 @@ def test_lock_identity_uses_the_recorded_start_time() -> None:
     assert not lock_holder_alive({"pid": 0})
 
 
-def test_a_live_daemon_lock_is_still_refused(fresh_daemon: Daemon) -> None:
+@only_sqlite  # the server lock is per SQLite file: daemons share a PostgreSQL database
+def test_a_live_daemon_lock_is_still_refused(fresh_daemon: Daemon, backend: str) -> None:
     fresh_daemon.start()
     second = subprocess.run(
         [sys.executable, "-m", "memmy", "serve", "--port", str(free_port())],
@@ -127,9 +131,8 @@ def test_a_live_daemon_lock_is_still_refused(fresh_daemon: Daemon) -> None:
 
 
 # -- interrupted import ---------------------------------------------------------------------------------------------
-def memory_count(db: Path) -> int:
-    with sqlite3.connect(db) as conn:
-        return int(conn.execute("SELECT COUNT(*) FROM memories").fetchone()[0])
+def memory_count(home: Path) -> int:
+    return int(store_query(home, "SELECT COUNT(*) FROM memories")[0][0])
 
 
 def test_an_interrupted_import_frees_its_slot(fresh_daemon: Daemon, tmp_path: Path) -> None:
@@ -142,7 +145,7 @@ def test_an_interrupted_import_frees_its_slot(fresh_daemon: Daemon, tmp_path: Pa
             total += 1
         transcript.write()
     fresh_daemon.start()
-    db = Path(load_config(env=fresh_daemon.env()).storage.sqlite_path)
+    db = fresh_daemon.home
     argv = [sys.executable, "-m", "memmy", "--url", fresh_daemon.url, "import", "--deep", "--yes"]
     env = fresh_daemon.env()
     interrupted: list[tuple[str, int, int]] = []
@@ -164,34 +167,58 @@ def test_an_interrupted_import_frees_its_slot(fresh_daemon: Daemon, tmp_path: Pa
     final = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)  # right after the kill
     assert final.returncode == 0, final.stdout + final.stderr
     assert "already running" not in final.stdout + final.stderr
-    with sqlite3.connect(db) as conn:
-        count, distinct = conn.execute("SELECT COUNT(*), COUNT(DISTINCT memory_key) FROM memories").fetchone()
+    [(count, distinct)] = store_query(db, "SELECT COUNT(*), COUNT(DISTINCT memory_key) FROM memories")
     assert count == distinct == total
 
 
 # -- turn-start idempotency ------------------------------------------------------------------------------------------
+#: Which idempotency-key writes fail in the test below (as a full disk or a crash would make them fail).
+FAILING_KEYS = "NEW.key LIKE 'turn.start:%' OR NEW.key LIKE 'memory.add:%'"
+
+
+def fail_key_writes(home: Path, fail: bool) -> None:
+    """Make the writes of turn and note keys to the store of ``home`` fail (``fail``), or work again."""
+    if SUITE_BACKEND == "postgres":
+        with psycopg.connect(home_dsn(home), autocommit=True) as conn:
+            if fail:
+                conn.execute(
+                    "CREATE FUNCTION fail_turn_key() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                    f"IF {FAILING_KEYS} THEN RAISE EXCEPTION 'injected failure'; END IF; RETURN NEW; END $$"
+                )
+                conn.execute(
+                    "CREATE TRIGGER fail_turn_key BEFORE INSERT ON idempotency_keys "
+                    "FOR EACH ROW EXECUTE FUNCTION fail_turn_key()"
+                )
+            else:
+                conn.execute("DROP TRIGGER fail_turn_key ON idempotency_keys")
+        return
+    with closing(sqlite3.connect(home / ".memmy" / "memory-service" / "memory.sqlite")) as lite, lite:
+        if fail:
+            lite.execute(
+                f"CREATE TRIGGER fail_turn_key BEFORE INSERT ON idempotency_keys WHEN {FAILING_KEYS} "
+                "BEGIN SELECT RAISE(ABORT, 'injected failure'); END"
+            )
+        else:
+            lite.execute("DROP TRIGGER fail_turn_key")
+
+
 def test_turn_start_idempotency_commits_with_the_turn(fresh_daemon: Daemon) -> None:
     fresh_daemon.start()
-    db = Path(load_config(env=fresh_daemon.env()).storage.sqlite_path)
+    home = fresh_daemon.home
     body = {"turnId": "turn-1", "query": "how do we deploy the zeppelin service", "adapterId": "t", "requestId": "r1"}
     with fresh_daemon.client() as client:
         session = client.post("/api/v1/sessions/open", json={"source": "claude_code"}).json()["sessionId"]
         body["sessionId"] = session
-        with sqlite3.connect(db) as conn:  # the key's write fails (as a full disk or a crash would make it)
-            conn.execute(
-                "CREATE TRIGGER fail_turn_key BEFORE INSERT ON idempotency_keys WHEN NEW.key LIKE 'turn.start:%' "
-                "OR NEW.key LIKE 'memory.add:%' BEGIN SELECT RAISE(ABORT, 'injected failure'); END"
-            )
+        fail_key_writes(home, True)
         failed = client.post("/api/v1/turns/start", json=body)
         assert failed.status_code >= 500
         note = {"content": "the orchid shelf faces north", "adapterId": "t", "requestId": "n1"}
         assert client.post("/api/v1/memory/add", json=note).status_code >= 500
-        with sqlite3.connect(db) as conn:
-            turns = conn.execute("SELECT COUNT(*) FROM raw_turns WHERE turn_id = 'turn-1'").fetchone()[0]
-            assert turns == 0  # no turn recorded without its idempotency key
-            notes = conn.execute("SELECT COUNT(*) FROM memories WHERE memory_value LIKE '%orchid shelf%'").fetchone()[0]
-            assert notes == 0  # an answer that is an error means nothing was committed
-            conn.execute("DROP TRIGGER fail_turn_key")
+        turns = store_query(home, "SELECT COUNT(*) FROM raw_turns WHERE turn_id = 'turn-1'")[0][0]
+        assert turns == 0  # no turn recorded without its idempotency key
+        notes = store_query(home, "SELECT COUNT(*) FROM memories WHERE memory_value LIKE '%orchid shelf%'")[0][0]
+        assert notes == 0  # an answer that is an error means nothing was committed
+        fail_key_writes(home, False)
         first = client.post("/api/v1/turns/start", json=body)
         assert first.status_code == 200, first.text
         retry = client.post("/api/v1/turns/start", json=body)
@@ -199,10 +226,9 @@ def test_turn_start_idempotency_commits_with_the_turn(fresh_daemon: Daemon) -> N
         assert retry.json()["contextPacketId"] == first.json()["contextPacketId"]
         reused = client.post("/api/v1/turns/start", json={**body, "query": "something else entirely"})
         assert reused.status_code == 409
-    with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM raw_turns WHERE turn_id = 'turn-1'").fetchone()[0] == 1
-        keys = conn.execute("SELECT key FROM idempotency_keys WHERE key LIKE 'turn.start:%'").fetchall()
-        assert keys == [("turn.start:t:r1",)]
+    assert store_query(home, "SELECT COUNT(*) FROM raw_turns WHERE turn_id = 'turn-1'")[0][0] == 1
+    keys = store_query(home, "SELECT key FROM idempotency_keys WHERE key LIKE 'turn.start:%'")
+    assert keys == [("turn.start:t:r1",)]
 
 
 def test_turn_start_records_its_key_in_the_service(service: MemoryService) -> None:

@@ -13,7 +13,7 @@ import yaml
 from click.testing import CliRunner, Result
 
 from memmy.cli.main import cli
-from tests.conftest import Daemon, free_port
+from tests.conftest import SUITE_BACKEND, Daemon, free_port
 
 
 def run(daemon: Daemon | None, *args: str, input_text: str | None = None) -> Result:
@@ -165,7 +165,8 @@ def test_init_writes_config_and_database(isolated_home: Path) -> None:
     assert result.exit_code == 0 and "Configuration saved successfully" in result.output
     config = yaml.safe_load((isolated_home / ".memmy" / "config.yaml").read_text())
     assert config["memmyMemory"]["storage"]["token"] == "abc"
-    assert (isolated_home / ".memmy" / "memory-service" / "memory.sqlite").exists()
+    # on PostgreSQL the store is the database of MEMMY_POSTGRES_DSN, and no file is made
+    assert (isolated_home / ".memmy" / "memory-service" / "memory.sqlite").exists() == (SUITE_BACKEND == "sqlite")
     again = CliRunner().invoke(cli, ["init"], catch_exceptions=False)  # idempotent, keeps the token
     assert again.exit_code == 0
     assert (

@@ -360,8 +360,8 @@ def test_logs_follow_prints_new_audit_rows(daemon: Daemon) -> None:
 def test_doctor_checks_config_daemon_token_hooks_vectors_and_model(
     daemon: Daemon, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for name, value in daemon.env().items():  # the CLI runs in-process: give it the daemon's home and token
-        if name in ("HOME", "MEMMY_HOME", "MEMMY_MEMORY_TOKEN"):
+    for name, value in daemon.env().items():  # the CLI runs in-process: give it the daemon's home, token and store
+        if name in ("HOME", "MEMMY_HOME", "MEMMY_MEMORY_TOKEN", "MEMMY_MEMORY_BACKEND", "MEMMY_POSTGRES_DSN"):
             monkeypatch.setenv(name, value)
     with daemon.client() as client:
         client.post("/api/v1/memory/add", json={"content": "Doctor: the docs live in docs/."}).raise_for_status()
@@ -378,6 +378,7 @@ def test_doctor_checks_config_daemon_token_hooks_vectors_and_model(
     assert "daemon_down" in down.output and "fix: memmy-memory serve" in down.output
 
     hook_json = daemon.home / ".memmy" / "hook.json"
+    hook_json.parent.mkdir(exist_ok=True)  # a daemon on PostgreSQL writes no store file under it
     hook_json.write_text(json.dumps({"endpoint": "http://127.0.0.1:9", "token": daemon.token}))
     try:
         misdirected = _cli(daemon, "doctor")

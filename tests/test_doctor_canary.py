@@ -8,6 +8,7 @@ import json
 import sqlite3
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 from click.testing import CliRunner, Result
 
@@ -19,7 +20,7 @@ from memmy.errors import Conflict, InvalidArgument
 from memmy.namespace import Namespace
 from memmy.service import MemoryService
 from tests.answers import must
-from tests.conftest import Daemon
+from tests.conftest import SUITE_BACKEND, Daemon, home_dsn, home_env
 from tests.test_integration_hooks import run_cli, seed
 
 AGENTS = ("claude_code", "codex", "cursor")
@@ -35,15 +36,25 @@ def installed(fresh_daemon: Daemon) -> Iterator[Daemon]:
 
 
 def doctor(daemon: Daemon, *extra: str) -> Result:
-    env = {"HOME": str(daemon.home), "MEMMY_HOME": str(daemon.home / ".memmy")}
+    env = home_env(daemon.home)
     args = ["--url", daemon.url, "--token", str(daemon.token), *extra, "doctor", "--canary"]
     return CliRunner().invoke(cli, args, env=env, catch_exceptions=False)
 
 
 def traces_left(daemon: Daemon) -> list[str]:
     """Every line of the store's SQL dump and every hook state file that still names a canary."""
-    with sqlite3.connect(daemon.home / ".memmy" / "memory-service" / "memory.sqlite") as conn:
-        dump = [line for line in conn.iterdump() if CANARY_PREFIX in line]
+    if SUITE_BACKEND == "postgres":  # every row of every table, as text
+        with psycopg.connect(home_dsn(daemon.home)) as pg:
+            tables = [r[0] for r in pg.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")]
+            like = f"%{CANARY_PREFIX}%"
+            dump = [
+                str(r[0])
+                for t in tables
+                for r in pg.execute(f'SELECT r::text FROM "{t}" r WHERE r::text LIKE %s', (like,))
+            ]
+    else:
+        with sqlite3.connect(daemon.home / ".memmy" / "memory-service" / "memory.sqlite") as conn:
+            dump = [line for line in conn.iterdump() if CANARY_PREFIX in line]
     state = daemon.home / ".memmy" / "hooks" / "state"
     files = sorted(state.glob("*")) if state.is_dir() else []
     return dump + [str(p) for p in files if CANARY_PREFIX in p.read_text(errors="replace")]

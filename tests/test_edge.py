@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from memmy.cli.main import cli
 from memmy.server.routes import ROUTES
-from tests.conftest import Daemon, free_port, small_tmpfs
+from tests.conftest import Daemon, free_port, only_sqlite, small_tmpfs
 
 #: Values for the path parameters of the route table (ids that do not exist: the answer is 404, never 5xx).
 PATH_VALUES = {
@@ -255,7 +255,10 @@ def _fill(disk: Path) -> Path:
     return filler
 
 
-def test_full_disk_answers_507_and_health_says_degraded(fresh_daemon: Daemon, small_disk: Path) -> None:
+@only_sqlite  # the disk that fills is the one under the SQLite file
+def test_a_full_disk_under_the_sqlite_file_answers_507_and_health_says_degraded(
+    fresh_daemon: Daemon, small_disk: Path, backend: str
+) -> None:
     fresh_daemon.extra_env["MEMMY_MEMORY_DB"] = str(small_disk / "memory.sqlite")
     fresh_daemon.start()
     with fresh_daemon.client() as client:

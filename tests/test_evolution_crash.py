@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import signal
-import sqlite3
 import time
 from collections import Counter
 
-from tests.conftest import Daemon
+from tests.conftest import Daemon, store_query
 from tests.llm_stub import run_chat_stub
 from tests.test_evolution_llm import contract_answer, write_llm_config
 from tests.test_evolution_scenario import ENGLISH, run_episode
@@ -66,10 +65,8 @@ def test_kill_9_mid_drain_then_restart_finishes_every_job_exactly_once(fresh_dae
                 # captured once, summarised once, reflected once and rewarded once: no job ran twice
                 assert kinds == Counter({"create": 1, "summarize": 1, "evolve": 2}), (trace_id, kinds)
 
-    db = sqlite3.connect(fresh_daemon.home / ".memmy" / "memory-service" / "memory.sqlite")
-    statuses = dict(db.execute("SELECT id, status FROM evolution_jobs").fetchall())
-    attempts = dict(db.execute("SELECT id, attempts FROM evolution_jobs").fetchall())
-    db.close()
+    statuses = dict(store_query(fresh_daemon.home, "SELECT id, status FROM evolution_jobs"))
+    attempts = dict(store_query(fresh_daemon.home, "SELECT id, attempts FROM evolution_jobs"))
     assert set(statuses.values()) == {"succeeded"}, Counter(statuses.values())
     # the jobs cut off by the kill were not lost: released at restart, run again from the start, done
     assert in_flight and all(statuses[j] == "succeeded" and attempts[j] == 2 for j in in_flight)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import sqlite3
 import time
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from memmy.commands.panel import PanelItems
 from memmy.namespace import Namespace
 from memmy.service import MemoryService
 from tests.claude_transcripts import Transcript
-from tests.conftest import Daemon
+from tests.conftest import Daemon, store_query
 
 
 def sync(service: MemoryService, **body: object) -> ImportJob:
@@ -205,8 +204,9 @@ def test_kill_9_during_a_large_import_loses_and_duplicates_nothing(fresh_daemon:
         while (status := client.get(f"/api/v1/sources/scan/{job['jobId']}").json())["state"] not in ("done", "failed"):
             time.sleep(0.1)
     assert status["totals"]["failed"] == 0
-    db = sqlite3.connect(fresh_daemon.home / ".memmy" / "memory-service" / "memory.sqlite")
-    count, distinct = db.execute("SELECT COUNT(*), COUNT(DISTINCT memory_key) FROM memories").fetchone()
+    [(count, distinct)] = store_query(fresh_daemon.home, "SELECT COUNT(*), COUNT(DISTINCT memory_key) FROM memories")
     assert count == distinct == total
-    watermark = db.execute("SELECT latest_seen_created_at FROM source_watermarks WHERE source='claude_code'").fetchone()
-    assert watermark is not None and watermark[0] is not None
+    watermark = store_query(
+        fresh_daemon.home, "SELECT latest_seen_created_at FROM source_watermarks WHERE source='claude_code'"
+    )
+    assert watermark and watermark[0][0] is not None

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import sqlite3
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from memmy.cli.main import cli
-from tests.conftest import Daemon, HangingServer, refused_endpoint
+from tests.conftest import Daemon, HangingServer, home_env, refused_endpoint, store_execute
 
 CLAUDE_SETTINGS: dict[str, Any] = {
     "model": "opus",
@@ -53,8 +52,7 @@ def seed(home: Path) -> dict[str, Path]:
 
 def run_cli(home: Path, *args: str) -> Any:
     """Run the ``memmy`` CLI in-process with ``home`` as HOME."""
-    env = {"HOME": str(home), "MEMMY_HOME": str(home / ".memmy")}
-    return CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)
+    return CliRunner().invoke(cli, list(args), env=home_env(home), catch_exceptions=False)
 
 
 def snapshot(home: Path) -> dict[str, str]:
@@ -452,9 +450,6 @@ def test_hook_reopens_a_session_the_daemon_no_longer_knows(hooked_home: tuple[Da
     }
     first_out, _, _ = run_hook(home, argv, payload)
     assert "STRIPE_TEST_MODE" in first_out
-    db = sqlite3.connect(home / ".memmy" / "memory-service" / "memory.sqlite")
-    db.execute("PRAGMA foreign_keys=ON")
-    with db:
-        db.execute("DELETE FROM sessions WHERE id LIKE 'claude_code-memory-%'")  # as if the store was replaced
+    store_execute(home, "DELETE FROM sessions WHERE id LIKE 'claude_code-memory-%'")  # as if the store was replaced
     again, _, code = run_hook(home, argv, payload)  # the hook's "already opened" marker is now stale
     assert code == 0 and "STRIPE_TEST_MODE" in json.loads(again)["hookSpecificOutput"]["additionalContext"]

@@ -40,7 +40,7 @@ from memmy.mcp.transcripts import TRANSCRIPT_TOOLS, TranscriptError, check_sessi
 from memmy.server.app import create_app
 from memmy.service import MemoryService
 from tests.claude_transcripts import Transcript
-from tests.conftest import Daemon, free_port
+from tests.conftest import SUITE_BACKEND, Daemon, free_port
 
 T = TypeVar("T")
 MEMMY = ["memmy_memory_search", "memmy_memory_get", "memmy_memory_add", "memmy_memory_resume"]
@@ -175,12 +175,20 @@ def test_mcp_command_refuses_to_start_remote_daemons() -> None:
 
 
 # -- stdio against a running daemon -----------------------------------------------------------------------------
+def lock_holder(daemon: Daemon) -> int | None:
+    """The pid in the server lock of ``daemon``'s store; None without one (daemons on PostgreSQL share the database
+    and take no lock)."""
+    lock = Path(load_config(env=daemon.env()).storage.sqlite_path)
+    lock = lock.with_name(lock.name + ".server.lock")
+    return int(json.loads(lock.read_text())["pid"]) if lock.exists() else None
+
+
 def test_stdio_memmy_tools_on_the_running_daemon(fresh_daemon: Daemon, tmp_path: Path) -> None:
     fresh_daemon.token = "mcp-token-1"
     fresh_daemon.start()
-    lock = Path(load_config(env=fresh_daemon.env()).storage.sqlite_path)
-    lock = lock.with_name(lock.name + ".server.lock")
-    assert json.loads(lock.read_text())["pid"] == fresh_daemon.process.pid  # type: ignore[union-attr]
+    assert fresh_daemon.process is not None
+    holder = fresh_daemon.process.pid if SUITE_BACKEND == "sqlite" else None
+    assert lock_holder(fresh_daemon) == holder
     env = stdio_env(fresh_daemon.home, fresh_daemon.url, fresh_daemon.token)
     api = fresh_daemon.client()
 
@@ -249,7 +257,7 @@ def test_stdio_memmy_tools_on_the_running_daemon(fresh_daemon: Daemon, tmp_path:
     for phrase in ("silently", "diverse", "history, not instructions", "Never store secrets", "Do not mention"):
         assert phrase in prompt
     # It used the running daemon: still the same single lock holder, and no auto-start happened.
-    assert json.loads(lock.read_text())["pid"] == fresh_daemon.process.pid  # type: ignore[union-attr]
+    assert lock_holder(fresh_daemon) == holder
     assert not (fresh_daemon.home / ".memmy" / "logs" / "daemon-autostart.log").exists()
     stored = api.get(f"/api/v1/memory/{out['added']['id']}").json()
     assert stored["sourceAgent"] == "mcp" and stored["projectId"] == str(tmp_path)  # identity of the stdio server

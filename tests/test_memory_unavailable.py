@@ -20,6 +20,7 @@ from memmy.agent.memory import MemoryBridge
 from memmy.cli.client import ClientSettings
 from memmy.server.app import create_app
 from memmy.service import MemoryService
+from tests.conftest import only_sqlite
 from tests.test_mcp import ServerThread, data, http_transport, with_client
 from tests.test_mcp import token_service as token_service  # the fixture: a service whose token is http-token-7
 
@@ -36,7 +37,10 @@ def server(token_service: MemoryService) -> Iterator[ServerThread]:
         yield running
 
 
-def test_every_agent_path_says_memory_is_unavailable(server: ServerThread, token_service: MemoryService) -> None:
+@only_sqlite  # the refusal is injected with SQLite's PRAGMA query_only
+def test_every_agent_path_says_memory_is_unavailable_when_the_sqlite_file_refuses_writes(
+    server: ServerThread, token_service: MemoryService, backend: str
+) -> None:
     api = httpx.Client(base_url=server.url, headers={"authorization": f"Bearer {TOKEN}"}, timeout=60)
     token_service.db.conn.execute("PRAGMA query_only=ON")  # the store refuses every write from now on
     try:

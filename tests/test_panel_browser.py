@@ -23,9 +23,10 @@ from memmy.embed import Embedder
 from memmy.indexing import Indexer
 from memmy.jobs.writer import LayerWrite, LayerWriter
 from memmy.store.db import Database
+from memmy.store.pg import PgDatabase
 from memmy.store.unit import Store
 from tests.agent_homes import fixture_home
-from tests.conftest import Daemon, free_port
+from tests.conftest import SUITE_BACKEND, Daemon, free_port, home_dsn
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 try:
@@ -105,8 +106,11 @@ def add(daemon: Daemon, content: str, source: str = "codex") -> str:
 
 def pending_policy(daemon: Daemon, embedder: Embedder) -> str:
     """A newly induced L2 written through the evolution writer's review gate (as the worker would)."""
-    with daemon.client() as client:
-        db = Database(Path(client.get("/api/v1/health").json()["storage"]["path"]))
+    if SUITE_BACKEND == "postgres":  # the daemon's database
+        db: Database = PgDatabase(home_dsn(daemon.home))
+    else:
+        with daemon.client() as client:
+            db = Database(Path(client.get("/api/v1/health").json()["storage"]["path"]))
     try:
         store = Store(db)
         indexer = Indexer(lambda: embedder, store, 32)

@@ -30,7 +30,7 @@ from memmy.redact import RedactionReport, Redactor, redact
 from memmy.service import MemoryService
 from tests.answers import must
 from tests.claude_transcripts import Transcript
-from tests.conftest import Daemon
+from tests.conftest import SUITE_BACKEND, Daemon, store_dump
 from tests.secret_corpus import (
     CONTEXTS,
     CORPUS,
@@ -202,7 +202,10 @@ def _store_files(daemon: Daemon) -> dict[str, bytes]:
     store = daemon.home / ".memmy"
     # Read every file twice: while the daemon runs (the WAL and shm hold the recent writes) and after it stopped.
     blobs = {f"{p} (running)": p.read_bytes() for p in store.rglob("*") if p.is_file()}
-    assert any(name.endswith("-wal (running)") for name in blobs) and any("-shm" in name for name in blobs)
+    if SUITE_BACKEND == "postgres":  # no store file: every row of the database, as text
+        blobs["database rows"] = "\n".join(store_dump(daemon.home)).encode()
+    else:
+        assert any(name.endswith("-wal (running)") for name in blobs) and any("-shm" in name for name in blobs)
     assert daemon.stop(signal.SIGTERM) == 0
     assert daemon.log_path is not None
     blobs.update({str(p): p.read_bytes() for p in [*store.rglob("*"), daemon.log_path] if p.is_file()})

@@ -28,9 +28,19 @@ from memmy.service import MemoryService
 from memmy.store.db import Database, create_store_file
 from memmy.store.integrity import check_store
 from memmy.store.memories import MemoryFilter, MemoryRepository
-from tests.conftest import Daemon, free_port, small_tmpfs
+from tests.conftest import Daemon, free_port, only_sqlite, small_tmpfs
 
 MARKER = "zanzibarquokka"
+
+#: Every test here damages, fills or repairs the SQLite file itself (its pages, its FTS5 index, the disk under it):
+#: SQLite only, and each id says so (``[sqlite]``). PostgreSQL keeps and checks its own files.
+pytestmark = only_sqlite
+
+
+@pytest.fixture(autouse=True)
+def sqlite_file(backend: str) -> str:
+    """The store of every test here is a SQLite file."""
+    return backend
 
 
 def env_for(home: Path, db: Path) -> dict[str, str]:

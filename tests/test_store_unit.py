@@ -86,6 +86,15 @@ def test_a_savepoint_undoes_only_its_own_part(store: Store) -> None:
     assert [r[0] for r in store.query("SELECT key FROM runtime_kv")] == ["kept"]
 
 
+def test_a_skills_trials_count_its_passes_and_its_resolved_attempts(store: Store) -> None:
+    trials = [store.evolution.add_trial("skill_1", f"ep{i}", session_id=None, user_id=None) for i in range(4)]
+    resolved = [("pass", "success"), ("fail", "failure"), ("pass", "success")]
+    for trial, (status, outcome) in zip(trials[:3], resolved, strict=True):
+        store.evolution.resolve_trial(trial, status, outcome)
+    assert store.evolution.trial_counts("skill_1") == (2, 3)  # the fourth is still pending
+    assert store.evolution.trial_counts("skill_2") == (0, 0)
+
+
 def test_every_ops_group_shares_the_store_and_its_repositories(service: MemoryService) -> None:
     store = service.store
     assert service.memories is store.memories and service.db is store.db

@@ -8,7 +8,6 @@ import ipaddress
 import json
 import os
 import re
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -23,7 +22,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from tests.conftest import Daemon, free_port
+from tests.conftest import Daemon, free_port, store_query
 
 OWNER_TOKEN = "owner-token-0123456789abcdef"
 
@@ -42,9 +41,7 @@ def self_signed(directory: Path) -> tuple[Path, Path]:
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
+            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
             critical=False,
         )
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
@@ -53,9 +50,7 @@ def self_signed(directory: Path) -> tuple[Path, Path]:
     cert_path, key_path = directory / "cert.pem", directory / "key.pem"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     )
     return cert_path, key_path
 
@@ -69,9 +64,7 @@ def memmy(
     if "MEMMY_MODEL_CACHE" in os.environ:
         base["MEMMY_MODEL_CACHE"] = os.environ["MEMMY_MODEL_CACHE"]
     module = ["-m", "memmy.hook", *args[1:]] if args and args[0] == "hook" else ["-m", "memmy", *args]
-    return subprocess.run(
-        [sys.executable, *module], env=base, input=stdin, capture_output=True, text=True, timeout=120
-    )
+    return subprocess.run([sys.executable, *module], env=base, input=stdin, capture_output=True, text=True, timeout=120)
 
 
 def test_a_public_address_needs_tls_or_a_proxy(tmp_path: Path) -> None:
@@ -195,9 +188,8 @@ def turn(home: Path, url: str, token: str, n: int, workspace: Path) -> None:
     hook(home, url, token, "Stop", {**session, "last_assistant_message": f"offline answer number {n:02d}"})
 
 
-def traces(db: Path) -> list[str]:
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-        rows = conn.execute("SELECT memory_value FROM memories WHERE memory_layer = 'L1' ORDER BY rowid").fetchall()
+def traces(home: Path) -> list[str]:
+    rows = store_query(home, "SELECT memory_value FROM memories WHERE memory_layer = 'L1' ORDER BY rowid")
     return [str(r[0]) for r in rows]
 
 
@@ -226,7 +218,7 @@ def test_turns_captured_while_the_server_is_down_are_delivered_once_in_order(tmp
         (outbox / "00000000000000000001-00000001-000000.json").write_bytes(sent_twice)
         again = memmy(laptop, "--json", "sync", env={"MEMMY_MEMORY_URL": server.url, "MEMMY_MEMORY_TOKEN": OWNER_TOKEN})
         assert json.loads(again.stdout)["delivered"] == 1
-        stored = traces(server.home / ".memmy" / "memory-service" / "memory.sqlite")
+        stored = traces(server.home)
     finally:
         server.stop()
     numbers = [int(text.split("offline question number ")[1][:2]) for text in stored]
@@ -241,7 +233,16 @@ def test_a_laptop_joins_with_init_and_shares_one_project_through_its_hooks(team:
         (repo / ".git").mkdir(parents=True)
     (laptop / ".claude").mkdir()  # Claude Code is installed on the laptop
     joined = memmy(
-        laptop, "init", "--url", team.url, "--token", carol_token, "--ca", str(team.ca), "--agent", "claude-code",
+        laptop,
+        "init",
+        "--url",
+        team.url,
+        "--token",
+        carol_token,
+        "--ca",
+        str(team.ca),
+        "--agent",
+        "claude-code",
         "--no-model",
     )
     assert joined.returncode == 0, joined.stderr
@@ -255,8 +256,9 @@ def test_a_laptop_joins_with_init_and_shares_one_project_through_its_hooks(team:
         session = {"session_id": f"carol-{repo.name}", "cwd": str(repo)}
         prompt = {**session, "prompt": f"how do we restart the {word} worker in {repo.name}?"}
         for event, payload in (("UserPromptSubmit", prompt), ("Stop", {**session, "last_assistant_message": "ok"})):
-            done = memmy(laptop, "hook", "claude_code", event, env={"MEMMY_HOOK_TIMEOUT_MS": "10000"},
-                         stdin=json.dumps(payload))
+            done = memmy(
+                laptop, "hook", "claude_code", event, env={"MEMMY_HOOK_TIMEOUT_MS": "10000"}, stdin=json.dumps(payload)
+            )
             assert done.returncode == 0
     assert not (laptop / ".memmy" / "outbox").exists() or not list((laptop / ".memmy" / "outbox").glob("*.json"))
     team.drain()
@@ -345,7 +347,7 @@ def test_a_proxys_bad_gateway_queues_the_turn_too(fresh_daemon: Daemon, tmp_path
     fresh_daemon.start()
     env = {"MEMMY_MEMORY_URL": fresh_daemon.url, "MEMMY_MEMORY_TOKEN": OWNER_TOKEN}
     assert json.loads(memmy(laptop, "--json", "sync", env=env).stdout)["delivered"] == 1
-    stored = traces(fresh_daemon.home / ".memmy" / "memory-service" / "memory.sqlite")
+    stored = traces(fresh_daemon.home)
     assert len(stored) == 1 and "offline question number 00" in stored[0]
 
 

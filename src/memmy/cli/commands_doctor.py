@@ -43,7 +43,7 @@ def doctor(obj: CliContext, do_repair: bool, db_path: str | None, offline: bool,
     # Imported here so other commands never pay for the service layer at start-up.
     from memmy.cli import doctor_checks as checks
     from memmy.cli.client import ClientSettings
-    from memmy.service.store_health import check_store, repair
+    from memmy.service.store_health import check_postgres, check_store, repair
 
     try:
         config = load_config(obj.config_path, db_override=db_path)
@@ -52,8 +52,9 @@ def doctor(obj: CliContext, do_repair: bool, db_path: str | None, offline: bool,
         _report(obj, None, [], findings)
         return
     path = Path(config.storage.sqlite_path)
+    postgres = config.storage.backend == "postgres"  # no file: the server's own checks, no in-place repair
     try:
-        findings = check_store(path)
+        findings = check_postgres(config.storage.postgres_dsn) if postgres else check_store(path)
         repaired: list[str] = []
         if do_repair and any(f.repairable for f in findings):
             repaired = repair(path)
@@ -62,7 +63,7 @@ def doctor(obj: CliContext, do_repair: bool, db_path: str | None, offline: bool,
         fail(exc.message)
         return
     if not offline:
-        if not any(f.code in ("damaged", "missing") for f in findings):
+        if not postgres and not any(f.code in ("damaged", "missing") for f in findings):
             findings += checks.vector_findings(path)
         findings += checks.model_findings(config)
         settings = ClientSettings.resolve(
@@ -72,7 +73,7 @@ def doctor(obj: CliContext, do_repair: bool, db_path: str | None, offline: bool,
         findings += checks.hook_findings(config, settings.url)
         if canary:
             findings += _canaries(settings, findings)
-    _report(obj, path, repaired, findings)
+    _report(obj, config.storage.location, repaired, findings)
 
 
 def _canaries(settings: ClientSettings, findings: list[Finding]) -> list[Finding]:
@@ -85,12 +86,12 @@ def _canaries(settings: ClientSettings, findings: list[Finding]) -> list[Finding
     return canary_findings(settings)
 
 
-def _report(obj: CliContext, path: Path | None, repaired: list[str], findings: list[Finding]) -> None:
+def _report(obj: CliContext, path: str | None, repaired: list[str], findings: list[Finding]) -> None:
     errors = [f for f in findings if f.severity == "error"]
     if obj.as_json:
         findings_json = [f.to_json() for f in findings]
         emit_json(
-            {"path": str(path) if path else None, "ok": not errors, "repaired": repaired, "findings": findings_json}
+            {"path": path, "ok": not errors, "repaired": repaired, "findings": findings_json}
         )
     else:
         for line in repaired:

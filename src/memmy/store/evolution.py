@@ -298,7 +298,9 @@ class EvolutionRepository:
     def trial_counts(self, skill_id: str) -> tuple[int, int]:
         """(passes, resolved attempts) of a skill."""
         row = self.db.query_one(
-            "SELECT SUM(status = 'pass'), SUM(status IN ('pass','fail')) FROM skill_trials WHERE skill_memory_id = ?",
+            # COUNT(*) FILTER, not SUM(a comparison): PostgreSQL has no SUM over booleans
+            "SELECT COUNT(*) FILTER (WHERE status = 'pass'), COUNT(*) FILTER (WHERE status IN ('pass','fail')) "
+            "FROM skill_trials WHERE skill_memory_id = ?",
             (skill_id,),
         )
         if row is None:
