@@ -12,6 +12,7 @@ from memmy.domain import Memory
 from memmy.store.db import Database
 from memmy.store.memories import MemoryFilter, MemoryRepository, TermStats
 from memmy.store.pg import PgDatabase
+from memmy.store.pgdialect import translate
 from memmy.store.pgfts import POSTINGS, POSTINGS_BACKFILL, STATS, STATS_ROWS
 from memmy.store.schema import refill_fts
 from tests.test_store import make_memory
@@ -168,3 +169,100 @@ def test_postgres_postings_backfill_after_a_bulk_load(postgres_dsn: str) -> None
         assert pg.query_one(f"SELECT count(DISTINCT rowid) FROM {POSTINGS}") == (3,)
     finally:
         pg.close()
+
+
+def newest_corpus() -> list[Memory]:
+    """150 memories (rowid order = list order), each a distinct length: a word in all of them, a CJK phrase, a
+    hyphenated phrase, a rare word; one memory whose "read" ends its title and "only" starts its content (no
+    phrase across columns in FTS5); one in layer L2."""
+    memories = []
+    for i in range(150):
+        words = [f"entry{i}", "release"]
+        if i % 3 == 0:
+            words.append("数据库连接超时")
+        if i % 5 == 0:
+            words.append("a read-only replica")
+        if i % 7 == 0:
+            words.append("rollback")
+        if i in (11, 97):
+            words.append("zygote")
+        padding = " ".join(FILLER[j % len(FILLER)] for j in range(i))
+        memories.append(make_memory(f"{' '.join(words)} {padding}", title=f"note {i}"))
+    memories.append(make_memory("only the primary rolled back", title="replica read"))
+    memories.append(make_memory("release rollback zygote", layer="L2"))
+    return memories
+
+
+NEWEST = "SELECT rowid AS r FROM memories_fts WHERE memories_fts MATCH ? ORDER BY rowid DESC LIMIT ?"
+NEWEST_RANKED = (
+    "SELECT r FROM (SELECT rowid AS r, rank AS s FROM memories_fts WHERE memories_fts MATCH ? "
+    "ORDER BY rowid DESC LIMIT ?) ORDER BY s LIMIT ?"
+)
+
+
+def test_postgres_finds_the_newest_matches_as_fts5(tmp_path: Path, postgres_dsn: str) -> None:
+    """The newest matches (plain and BM25-ranked among the newest) are the same rows in the same order on both
+    backends: words, a CJK phrase, a hyphenated phrase, several parts, limits below and above the matches, a
+    phrase whose words sit in two columns, a deleted memory and one its filter hides."""
+    sqlite, pg = Database(tmp_path / "s.sqlite"), PgDatabase(postgres_dsn)
+    try:
+        memories = newest_corpus()
+        for db in (sqlite, pg):
+            repo = MemoryRepository(db)
+            repo.insert_many(memories, "test")
+            repo.update(dataclasses.replace(memories[140], status="deleted"), {}, "delete", "test")
+        expressions = (
+            '"zygote"',
+            '"release"',
+            '"read only"',
+            '"数据 据库 库连 连接 接超 超时"',
+            '"rollback" OR "zygote" OR "read only" OR "nothing"',
+            '"nothing"',
+        )
+        for expression in expressions:
+            for n in (1, 3, 40, 500):
+                for sql, params in ((NEWEST, [expression, n]), (NEWEST_RANKED, [expression, n, 5])):
+                    expected = [r[0] for r in sqlite.query(sql, params)]
+                    assert [r[0] for r in pg.query(sql, params)] == expected, (expression, n, sql)
+        assert [r[0] for r in sqlite.query(NEWEST, ['"read only"', 500])] == [
+            r
+            for r in range(146, 0, -5)
+            if r != 141  # not the deleted one, nor the phrase across two columns
+        ]
+        searches: list[tuple[list[str], bool, int]] = [
+            (["zygote"], False, 5),
+            (["release"], False, 5),
+            (["release"], False, 200),
+            (["数据库连接超时"], True, 10),
+            (["数据库连接超时"], False, 10),
+            (["read-only"], True, 7),
+            (["rollback", "zygote", "read-only"], True, 30),
+            (["rollback", "zygote", "entry3"], False, 100),
+        ]
+        for flt in (MemoryFilter(), MemoryFilter(layers=("L1",))):
+            for terms, phrases, limit in searches:
+                for order, pool in (("recent", None), ("rank", None), ("rank", 10)):
+                    expected_ids = MemoryRepository(sqlite).token_search(
+                        terms, limit, flt, order=order, phrases=phrases, rank_pool=pool
+                    )
+                    got = MemoryRepository(pg).token_search(
+                        terms, limit, flt, order=order, phrases=phrases, rank_pool=pool
+                    )
+                    assert expected_ids, (terms, order)
+                    assert got == expected_ids, (terms, phrases, limit, order, pool, flt)
+                    assert memories[140].id not in got
+                    newest_hit = order == "recent" and bool({"release", "rollback", "zygote"} & set(terms))
+                    if flt.layers or newest_hit:  # the newest (layer L2) is hidden by its filter, or first
+                        assert (memories[-1].id in got) == (not flt.layers), (terms, order, flt)
+    finally:
+        sqlite.close()
+        pg.close()
+
+
+def test_the_newest_matches_limit_is_written_only_as_an_int() -> None:
+    """The newest matches' LIMIT goes into the statement's text, so only an int is taken."""
+    statement = translate(NEWEST)
+    assert statement.params(['"x"', 5]) == [] and "LIMIT 5)" in statement.text(['"x"', 5])
+    for bad in ("5; DROP TABLE memories", 5.0, True, -1):
+        with pytest.raises(ValueError, match="LIMIT"):
+            statement.text(['"x"', bad])

@@ -16,6 +16,8 @@ already as bigrams by :mod:`memmy.store.text`), stemmed by FTS5's own Porter (:f
 and never stop-worded. The ranked keyword statement (``bm25(memories_fts, …) … ORDER BY rank LIMIT ?``) becomes
 FTS5's bm25() over the postings table (:func:`memmy.store.pgfts.ranked_sql`), a document count over the postings
 (:func:`memmy.store.pgfts.count_sql`), and any other ``bm25()``/``rank`` the same score of each row at hand.
+The newest matches (``… MATCH ? ORDER BY rowid DESC LIMIT ?``, plain or ranked among them: :data:`_NEWEST`) read
+each part's newest rows off the postings (:func:`memmy.store.pgfts.newest_sql`), not the tsvectors.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from memmy.store.pgfts import (
     RANK_WEIGHTS,
     TS_CONFIG,
     count_sql,
+    newest_sql,
     porter_stems,
     ranked_sql,
     row_score_sql,
@@ -74,7 +77,7 @@ def fts5_to_tsquery(expression: str) -> str:
 
 #: Where a statement's BM25 score goes; it is written per call (:func:`memmy.store.pgfts.row_score_sql`).
 BM25_MARK: Final = "\x00bm25\x00"
-_INLINE = re.compile(r"\x00(count|ranked|score)(\d+)\x00")
+_INLINE = re.compile(r"\x00(count|ranked|score|newest)(\d+)\x00")
 
 
 #: The tsvector (identifier A, value D, tags B) and the length in tokens of the columns ``t.a``, ``t.d``, ``t.b``.
@@ -102,7 +105,8 @@ class Statement:
     ``plan`` lists, per placeholder, the index of the caller's parameter and how it is turned into this one's:
     ``""`` as it is, ``"tsquery"`` a MATCH expression as tsquery text, ``"fts"`` a column's text as stems.
     ``inline`` lists the statement text written per call from a MATCH expression: (the caller's parameter, its
-    mark ``\\x00kind<n>\\x00`` in :attr:`sql`, kind: ``count``, ``ranked`` or ``score``).
+    mark ``\\x00kind<n>\\x00`` in :attr:`sql`, kind: ``count``, ``ranked``, ``score`` or ``newest``, whose LIMIT
+    is the caller's next parameter).
     """
 
     sql: str
@@ -123,6 +127,8 @@ class Statement:
                 piece = count_sql(parts)
             elif kind == "ranked":
                 piece = ranked_sql(parts, self.weights)
+            elif kind == "newest":
+                piece = newest_sql(parts, given[index + 1])
             else:
                 piece = row_score_sql(parts, self.weights)
             sql = sql.replace(mark, piece.replace("%", "%%"))
@@ -155,6 +161,24 @@ _BM25_CALL = re.compile(r"\bbm25\(memories_fts((?:\s*,\s*-?[\d.]+)*)\s*\)")
 _RANKED = re.compile(
     r"^\s*SELECT rowid AS r, bm25\(memories_fts[^)]*\) AS rank FROM memories_fts\s+WHERE memories_fts MATCH \?\s+"
     r"ORDER BY rank LIMIT \?\s*$"
+)
+#: The newest matches (``ORDER BY rowid DESC LIMIT ?``, the second ``?`` its LIMIT), plain and BM25-ranked, as
+#: the same over :func:`memmy.store.pgfts.newest_sql`'s rows (``?NEWEST``: the MATCH expression and that LIMIT).
+_NEWEST: Final = (
+    (
+        re.compile(
+            r"^\s*SELECT rowid AS r FROM memories_fts\s+WHERE memories_fts MATCH \?\s+ORDER BY rowid DESC LIMIT \?\s*$"
+        ),
+        "SELECT n.rowid AS r FROM ?NEWEST n ORDER BY n.rowid DESC",
+    ),
+    (
+        re.compile(
+            r"^\s*SELECT r FROM \(SELECT rowid AS r, rank AS s FROM memories_fts\s+WHERE memories_fts MATCH \?\s+"
+            r"ORDER BY rowid DESC LIMIT \?\)\s+ORDER BY s LIMIT \?\s*$"
+        ),
+        "SELECT r FROM (SELECT memories_fts.rowid AS r, ?SCORE AS s FROM ?NEWEST n JOIN memories_fts "
+        "ON memories_fts.rowid = n.rowid) x ORDER BY s, r DESC LIMIT ?",
+    ),
 )
 _COUNT = re.compile(r"\bSELECT count\(\*\) FROM memories_fts WHERE memories_fts MATCH \?", re.IGNORECASE)
 _NUMERIC_KEYS = frozenset({"tokens", "topScore", "priority", "gain", "value", "score", "strength"})
@@ -293,6 +317,9 @@ def translate(sql: str) -> Statement:
     ranked = _RANKED.match(sql)
     if ranked is not None:  # the keyword channel's ranked statement: FTS5's bm25() over the postings
         sql = "?RANKED LIMIT ?"
+    for shape, newest in _NEWEST:
+        if shape.match(sql):
+            sql = newest
     sql = _COUNT.sub("SELECT ?COUNT", sql)
     sql = re.sub(r"\bbm25\(memories_fts[^)]*\)", "?SCORE", sql)
     if "memories_fts MATCH" in sql:
@@ -307,8 +334,16 @@ def translate(sql: str) -> Statement:
         if literal:
             out.append(piece.replace("%", "%%"))
             continue
-        for part in re.split(r"(\?MATCH|\?COUNT|\?RANKED|\?SCORE|\?)", _rewrite_code(piece).replace("%", "%%")):
-            if part in ("?COUNT", "?RANKED"):
+        for part in re.split(
+            r"(\?MATCH|\?COUNT|\?RANKED|\?NEWEST|\?SCORE|\?)", _rewrite_code(piece).replace("%", "%%")
+        ):
+            if part == "?NEWEST":  # the MATCH expression and its LIMIT, both written per call
+                mark = f"\x00newest{len(inline)}\x00"
+                inline.append((given, mark, "newest"))
+                out.append(mark)
+                match_index = given
+                given += 2
+            elif part in ("?COUNT", "?RANKED"):
                 mark = f"\x00{part[1:].lower()}{len(inline)}\x00"
                 inline.append((given, mark, part[1:].lower()))
                 out.append(mark)

@@ -255,3 +255,21 @@ def row_score_sql(parts: Sequence[Sequence[str]], weights: tuple[float, float, f
         for p in parts
     ]
     return f"(-({' + '.join(terms) or '0'}))"
+
+
+def newest_sql(parts: Sequence[Sequence[str]], limit: int) -> str:
+    """``(SELECT rowid … ORDER BY rowid DESC LIMIT limit)``: the newest ``limit`` rows any part occurs in, as a
+    subquery. Per part its own newest ``limit``: a word's from its postings backwards (one index-only range scan),
+    a phrase's its first word's postings backwards, kept where the others follow in the same column (as
+    :func:`ranked_sql` counts it); their union cut to ``limit`` again. ``limit`` is written into the text."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ValueError(f"a LIMIT must be a non-negative int, not {limit!r}")
+    if not parts:
+        return "(SELECT NULL::bigint AS rowid WHERE false)"
+    each = [
+        f"(SELECT rowid FROM {POSTINGS} WHERE lexeme = {_literal(p[0])} ORDER BY rowid DESC LIMIT {limit})"
+        if len(p) == 1
+        else f"(SELECT rowid FROM ({_hits(i, p, RANK_WEIGHTS)}) h WHERE f > 0 ORDER BY rowid DESC LIMIT {limit})"
+        for i, p in enumerate(parts)
+    ]
+    return f"(SELECT rowid FROM ({' UNION '.join(each)}) u ORDER BY rowid DESC LIMIT {limit})"
