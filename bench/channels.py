@@ -145,7 +145,7 @@ async def run(args: argparse.Namespace, bots: list[Bot], conn: Connection, home:
     for bot, (sent, update_of, delivered_at) in zip(bots, records, strict=True):
         bot.sent, bot.update_of, bot.delivered_at = sent, update_of, delivered_at
     print(f"the channels' process: {cpu * 1000 / max(1, args.chats * args.messages):.1f} ms CPU a message")
-    layer = [t for router in routers for t in router.timings] + turns.timings
+    layer = [t for router in routers for t in router.timings] + list(turns.timings)
     report(args, bots, asked, elapsed, layer, floor)
 
 

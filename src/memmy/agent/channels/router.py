@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -25,6 +26,8 @@ from memmy.agent.channels.text import split_message
 log = logging.getLogger("memmy.channels")
 
 TYPING_EVERY_S = 4.0
+#: The newest stage timings a router (and the turns' worker) keeps for bench/channels.py.
+TIMINGS_KEPT = 10_000
 HELP = (
     "Send a message and the agent answers, with your memory.\n"
     "/new - start a new session in this chat\n/stop - stop the running turn\n"
@@ -159,7 +162,7 @@ class ChatRouter:
         # (stage, seconds) the channel layer itself adds to a message, for bench/channels.py: "pick_to_turn" from
         # the chat's queue handing the message over to the agent turn starting, "answer_to_sent" from the turn's
         # answer to the platform having taken every part of it
-        self.timings: list[tuple[str, float]] = []
+        self.timings: deque[tuple[str, float]] = deque(maxlen=TIMINGS_KEPT)  # bounded: serve runs for weeks
 
     async def deliver(self, message: Inbound) -> None:
         """Take one inbound message: refuse strangers, answer commands, queue the rest for the chat's turn."""

@@ -28,10 +28,11 @@ import os
 import pickle
 import sys
 import time
+from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memmy.agent.channels.router import Answer
+from memmy.agent.channels.router import TIMINGS_KEPT, Answer
 from memmy.agent.config import AgentConfig
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ class TurnWorker:
         self.quick_deaths = 0  # deaths in a row within HEALTHY_AFTER_S of the start: the restart backs off
         # (stage, seconds) for bench/channels.py: "to_worker" from a turn's request leaving this process to the
         # worker having read it, "from_worker" from the worker's answer to this process having read it
-        self.timings: list[tuple[str, float]] = []
+        self.timings: deque[tuple[str, float]] = deque(maxlen=TIMINGS_KEPT)  # bounded: serve runs for weeks
 
     async def start(self) -> None:
         """Start the worker (it loads the tool loop and the provider's SDK before it says it is ready)."""
