@@ -172,6 +172,34 @@ def test_memory_recalled_and_captured_per_user(isolated_home: Path, daemon: Daem
     assert any("where does the falcon service" in json.dumps(t) for t in turns)
 
 
+def test_a_slow_first_provider_build_does_not_cost_the_turn_its_memory(
+    isolated_home: Path, daemon: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first request builds its provider while recall is on the wire. Building it imports the provider's SDK,
+    which takes a second or more on a busy machine: done on the event loop, that stalled the recall request past its
+    1 s connect timeout, so the first turn had no memory and was never captured. 2 s of blocking work stand in
+    for the import."""
+    from memmy.agent.providers import build_provider
+
+    def slow_build(choice: Any) -> Any:
+        time.sleep(2.0)  # blocking, as an import is
+        return build_provider(choice)
+
+    monkeypatch.setattr("memmy.agent.serve.build_provider", slow_build)
+    extra = f"memmyMemory:\n  storage: {{endpoint: '{daemon.url}', token: '{daemon.token}'}}\n"
+    with run_model_stub(brain) as stub, serving(isolated_home, stub, extra, memory=True) as base:
+        raw = sdk(base).chat.completions.with_raw_response.create(
+            model="stub-model",
+            messages=[{"role": "user", "content": "The heron deploy job runs from the blue cluster at 04:10"}],
+        )
+        assert raw.headers["x-memmy-memory"] == "on"
+        with daemon.client() as http:  # the capture runs after the answer: wait until it is stored
+            deadline = time.monotonic() + 30
+            while not http.get("/api/v1/panel/tasks", params={"q": "heron deploy job"}).json()["tasks"]:
+                assert time.monotonic() < deadline, "the first turn was never captured"
+                time.sleep(0.05)
+
+
 def test_host_origin_and_token_guard(isolated_home: Path) -> None:
     with run_model_stub(brain) as stub, serving(isolated_home, stub) as base:
         port = base.rsplit(":", 1)[1]

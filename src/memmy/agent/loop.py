@@ -203,7 +203,7 @@ class Agent:
         self.session.messages.append({"role": "user", "content": text})
         user_index = len(self.session.messages) - 1
         self._saving = asyncio.create_task(self.store.save_async(self.session))
-        self._ready_provider()
+        await self._ready_provider()
         recall: Recall | None = None
         if recalling is not None and self.memory is not None:
             try:
@@ -238,10 +238,15 @@ class Agent:
             return None
         return asyncio.create_task(self.memory.start_turn(self.session.key, text, str(self.workspace)))
 
-    def _ready_provider(self) -> None:
-        """Build the provider now (while recall runs); a configuration problem is reported by the first call."""
+    async def _ready_provider(self) -> None:
+        """Build the provider now (while recall runs); a configuration problem is reported by the first call.
+
+        A provider not built yet is built in a thread: importing its SDK takes a second or more on a busy machine,
+        and blocking the event loop that long would time out the recall request already on its way."""
+        if self._provider is not None and self._provider.choice == self.choice:
+            return
         try:
-            self.provider  # noqa: B018 - the property builds and caches the provider
+            await asyncio.to_thread(lambda: self.provider)
         except ProviderError:
             pass
 

@@ -156,7 +156,10 @@ class ServeApp:
             recalling = asyncio.create_task(self.memory.start_turn(f"serve:{scope}", query, None, user))
             await asyncio.sleep(0)
         try:
-            provider = self.provider(choice)
+            # A provider not built yet is built in a thread: importing its SDK takes a second or more on a busy
+            # machine, and blocking the loop that long would time out the recall request already on its way.
+            cached = self._providers.get(choice)
+            provider = cached if cached is not None else await asyncio.to_thread(self.provider, choice)
         except BaseException:
             if recalling is not None:
                 recalling.cancel()
