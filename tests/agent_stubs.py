@@ -188,6 +188,26 @@ def _anthropic_events(reply: Reply, model: str) -> Iterator[dict[str, Any]]:
     yield {"type": "message_stop"}
 
 
+class JsonHandler(BaseHTTPRequestHandler):
+    """What every fake provider's handler shares: no request log, and a JSON answer with its length (a 429 says
+    ``retry-after: 0`` where :attr:`retry_after_429` is set, so an SDK that honours it retries at once)."""
+
+    retry_after_429 = False
+
+    def log_message(self, *args: Any) -> None:
+        return
+
+    def _json(self, status: int, payload: Any) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        if status == 429 and self.retry_after_429:
+            self.send_header("retry-after", "0")
+        self.end_headers()
+        self.wfile.write(data)
+
+
 class StubServer(ThreadingHTTPServer):
     """The fake provider's HTTP server. Its listen backlog is a real server's, not socketserver's 5: each streamed
     answer closes its connection, so 20 chats asking at once open 20 connections at once, and with a backlog of 5
@@ -203,19 +223,8 @@ def run_model_stub(brain: Brain = echo_brain, delay_s: float = 0.0) -> Iterator[
     """Serve both wire protocols on one free loopback port for the ``with`` block."""
     stub = ModelStub()
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            return
-
-        def _json(self, status: int, payload: Any) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            if status == 429:
-                self.send_header("retry-after", "0")
-            self.end_headers()
-            self.wfile.write(data)
+    class Handler(JsonHandler):
+        retry_after_429 = True
 
         def do_GET(self) -> None:  # noqa: N802 - http.server API
             if self.path.rstrip("/").endswith("/models"):

@@ -11,8 +11,9 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.agent_stubs import JsonHandler, StubServer
 
 
 @dataclass
@@ -72,17 +73,7 @@ def run_fake_gemini(brain: GeminiBrain = echo) -> Iterator[FakeGemini]:
     """Serve the Gemini REST API on a free loopback port for the ``with`` block."""
     fake = FakeGemini()
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            return
-
-        def _json(self, status: int, payload: Any) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    class Handler(JsonHandler):
 
         def _key_ok(self) -> bool:
             if self.headers.get("x-goog-api-key") == fake.key:
@@ -132,7 +123,7 @@ def run_fake_gemini(brain: GeminiBrain = echo) -> Iterator[FakeGemini]:
                 self.wfile.write(f"data: {json.dumps(chunk)}\r\n\r\n".encode())
                 self.wfile.flush()
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = StubServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     fake.url = f"http://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
