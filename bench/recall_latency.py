@@ -653,7 +653,6 @@ def copy_to_postgres(
     from memmy.store.copy import copy_store
     from memmy.store.db import Database
     from memmy.store.pg import PgDatabase
-    from memmy.store.pgfts import POSTINGS
     from memmy.store.pgvectors import ensure_hnsw
 
     if pg.dsn:  # one given database: copied every run
@@ -678,9 +677,7 @@ def copy_to_postgres(
     started = time.perf_counter()
     source, target = Database(run_db), PgDatabase(dsn)
     try:
-        copied = copy_store(source, target, progress=progress)
-        target.conn.execute(f"VACUUM (ANALYZE) {POSTINGS}")  # its index-only scans want the visibility map set
-        target.conn.execute("ANALYZE")
+        copied = copy_store(source, target, progress=progress)  # analysed by the copy itself
     finally:
         source.close()
         target.close()

@@ -23,6 +23,7 @@ from typing import Any, cast
 
 from memmy.errors import StoreError
 from memmy.store.db import Database
+from memmy.store.pgfts import POSTINGS
 from memmy.store.pgvectors import ANN_TABLE, ANN_TRIGGER, MIRROR_SOURCE, copy_mirror
 from memmy.store.schema import refill_fts
 
@@ -257,6 +258,9 @@ def copy_store(source: Database, destination: Database, progress: Progress = Non
             raise StoreError(
                 f"the copy of {first.table} differs ({first.source_rows} rows -> {first.copied_rows}): nothing kept"
             )
+    if destination.backend == "postgres":  # a bulk load leaves no statistics, and the postings no visibility map
+        destination.conn.execute(f"VACUUM (ANALYZE) {POSTINGS}")  # (their ranking reads them by index-only scans)
+        destination.conn.execute("ANALYZE")
     return results
 
 
