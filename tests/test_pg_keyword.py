@@ -12,7 +12,7 @@ from memmy.domain import Memory
 from memmy.store.db import Database
 from memmy.store.memories import MemoryFilter, MemoryRepository, TermStats
 from memmy.store.pg import PgDatabase
-from memmy.store.pgdialect import translate
+from memmy.store.pgdialect import SETUP_TABLE, translate
 from memmy.store.pgfts import POSTINGS, POSTINGS_BACKFILL, STATS, STATS_ROWS
 from memmy.store.schema import refill_fts
 from tests.test_store import make_memory
@@ -139,7 +139,8 @@ def test_a_postgres_store_from_before_the_postings_gets_them(tmp_path: Path, pos
             "DROP TRIGGER memmy_postings_added ON memories_fts; DROP TRIGGER memmy_postings_removed ON memories_fts; "
             f"DROP TRIGGER memmy_postings_changed ON memories_fts; DROP TABLE {POSTINGS}, {STATS}; "
             "ALTER TABLE memories_fts DROP COLUMN doclen; "
-            "UPDATE memories_fts SET tsv = to_tsvector('english', coalesce(memory_value, ''))"
+            "UPDATE memories_fts SET tsv = to_tsvector('english', coalesce(memory_value, '')); "
+            f"DROP TABLE {SETUP_TABLE}"  # nor had it a set-up stamp
         )
     pg.close()
     sqlite, reopened = Database(tmp_path / "s.sqlite"), PgDatabase(postgres_dsn)

@@ -5,6 +5,7 @@ small HNSW is exact)."""
 from __future__ import annotations
 
 import numpy as np
+from psycopg.conninfo import make_conninfo
 
 from memmy.commands.memory import AddMemory, ArchiveMemory
 from memmy.domain import Memory
@@ -12,7 +13,8 @@ from memmy.namespace import Namespace
 from memmy.service import MemoryService
 from memmy.store.db import utc_now
 from memmy.store.memories import MemoryRepository
-from memmy.store.pg import PgDatabase
+from memmy.store.pg import SETUP_DIGEST, PgDatabase
+from memmy.store.pgdialect import SETUP_TABLE
 from memmy.store.pgvectors import ANN_TABLE, PgVectorIndex, hnsw_index_name
 from memmy.store.vectors import VectorRepository, from_blob
 from tests.answers import must
@@ -93,15 +95,16 @@ def test_the_vector_channel_returns_the_exact_top_memories_on_both_backends(
     assert set(index.vectors([ids_there[1], "m_missing"])) == {ids_there[1]}
 
 
+def memory(number: int) -> Memory:
+    """A short L1 note ``m_<number>``."""
+    now = utc_now()
+    return Memory(id=f"m_{number}", layer="L1", content=f"note {number}", created_at=now, updated_at=now,
+                  valid_from=now)  # fmt: skip
+
+
 def test_a_store_from_before_pgvector_gets_its_vectors_mirrored_on_postgres(postgres_dsn: str) -> None:
     """A PostgreSQL store written before the mirror table existed (the first round's schema) is mirrored once, when
     a daemon opens it; later writes go through the trigger, and a deleted memory's rows go with it."""
-
-    def memory(number: int) -> Memory:
-        now = utc_now()
-        return Memory(id=f"m_{number}", layer="L1", content=f"note {number}", created_at=now, updated_at=now,
-                      valid_from=now)  # fmt: skip
-
     rng = np.random.default_rng(3)
     rows = rng.standard_normal((3, 8)).astype(np.float32)
     db = PgDatabase(postgres_dsn)
@@ -110,7 +113,7 @@ def test_a_store_from_before_pgvector_gets_its_vectors_mirrored_on_postgres(post
         memories.insert(memory(n), source="test")
         vectors.upsert(f"m_{n}", "vec", "local", "test-model", rows[n])
     with db.pool.connection() as raw:
-        raw.execute(f"DROP TABLE {ANN_TABLE}".encode())  # as a store of the first round had none
+        raw.execute(f"DROP TABLE {ANN_TABLE}, {SETUP_TABLE}".encode())  # as a store of the first round had none
     db.close()
 
     db = PgDatabase(postgres_dsn)
@@ -128,3 +131,26 @@ def test_a_store_from_before_pgvector_gets_its_vectors_mirrored_on_postgres(post
         assert set(index.vectors(["m_0", "m_1", "m_2"])) == {"m_0", "m_2"}
     finally:
         db.close()
+
+
+def test_a_daemon_opening_a_set_up_store_runs_no_ddl_while_another_writes(postgres_dsn: str) -> None:
+    """A second daemon starting while the first is inside a write (a memory's full-text and vector rows written, not
+    yet committed) opens at once: an up-to-date store runs no DDL, which would wait for that write's table locks
+    (replacing the triggers deadlocked with such a write). A store set up by another memmy is set up again."""
+    rng = np.random.default_rng(5)
+    first = PgDatabase(postgres_dsn)
+    impatient = make_conninfo(postgres_dsn, options="-c lock_timeout=2000")  # a wait for a lock fails, not hangs
+    try:
+        with first.transaction():
+            MemoryRepository(first).insert(memory(0), source="test")
+            VectorRepository(first).upsert("m_0", "vec", "local", "test-model", rng.standard_normal(8).astype("f4"))
+            second = PgDatabase(impatient)
+            assert second.has_vector and second.migration.applied == ()
+            second.close()
+        with first.pool.connection() as raw:
+            raw.execute(f"UPDATE {SETUP_TABLE} SET digest = 'set up by another memmy'".encode())
+        PgDatabase(postgres_dsn).close()
+        with first.pool.connection() as raw:
+            assert raw.execute(f"SELECT digest FROM {SETUP_TABLE}".encode()).fetchall() == [(SETUP_DIGEST,)]
+    finally:
+        first.close()

@@ -23,6 +23,7 @@ from typing import Any, cast
 
 from memmy.errors import StoreError
 from memmy.store.db import Database
+from memmy.store.pgdialect import SETUP_TABLE
 from memmy.store.pgfts import POSTINGS
 from memmy.store.pgvectors import ANN_TABLE, ANN_TRIGGER, MIRROR_SOURCE, copy_mirror
 from memmy.store.schema import refill_fts
@@ -113,7 +114,7 @@ def tables(db: Database) -> list[str]:
             "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() "
             "AND table_type = 'BASE TABLE' AND table_name NOT LIKE 'memories\\_fts\\_%' ORDER BY table_name"
         )
-        derived = {d.table for d in DERIVED}  # indexes kept by triggers, not data
+        derived = {d.table for d in DERIVED} | {SETUP_TABLE}  # indexes kept by triggers, not data; bookkeeping
         return [str(row[0]) for row in rows if str(row[0]) not in derived]
     else:
         rows = db.query(

@@ -13,6 +13,7 @@ psycopg is imported here only: a SQLite store never loads it.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import logging
 import re
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING, Any, cast
 from memmy.errors import StoreError
 from memmy.store import pgvectors
 from memmy.store.db import Database, MigrationResult, _split_sql, utc_now
-from memmy.store.pgdialect import FTS_FROM_LOAD, PRELUDE, Statement, fts_text, pg_ddl, translate
+from memmy.store.pgdialect import FTS_FROM_LOAD, PRELUDE, SETUP_TABLE, Statement, fts_text, pg_ddl, translate
 from memmy.store.pgfts import FTS_DDL, HAS_DOCLEN, HAS_TRIGGERS, POSTINGS, POSTINGS_BACKFILL, TRIGGER_DDL
 from memmy.store.schema import MIGRATIONS, SCHEMA_VERSION, refill_fts
 from memmy.store.text import fts_row
@@ -228,6 +229,52 @@ class PgConnection:
             raise _as_sqlite_error(exc) from exc
 
 
+#: What a daemon installs at start besides the migrations (see :data:`memmy.store.pgdialect.SETUP_TABLE`): the
+#: store runs it again when any of it changes.
+SETUP_DIGEST = hashlib.sha256(
+    "\0".join(
+        (
+            str(SCHEMA_VERSION),
+            *PRELUDE,
+            *FTS_DDL,
+            *POSTINGS_BACKFILL,
+            *TRIGGER_DDL,
+            pgvectors.BLOB_TO_VECTOR,
+            *pgvectors.ANN_DDL,
+            pgvectors.ANN_BACKFILL,
+        )
+    ).encode()
+).hexdigest()
+_SETUP_DDL = (
+    f"CREATE TABLE IF NOT EXISTS {SETUP_TABLE} (id INTEGER PRIMARY KEY CHECK (id = 1), digest TEXT NOT NULL, "
+    "has_vector BOOLEAN NOT NULL, set_up_at TEXT NOT NULL)"
+)
+_SETUP_STAMP = (
+    f"INSERT INTO {SETUP_TABLE}(id, digest, has_vector, set_up_at) VALUES (1, %s, %s, %s) ON CONFLICT (id) DO "
+    "UPDATE SET digest = EXCLUDED.digest, has_vector = EXCLUDED.has_vector, set_up_at = EXCLUDED.set_up_at"
+)
+
+
+def set_up_already(raw: Any, target: int = SCHEMA_VERSION) -> tuple[int, bool] | None:
+    """The store's schema version and whether it has pgvector, when it is at ``target`` and set up by this
+    memmy's :data:`SETUP_DIGEST` (nothing to run then: no DDL, no lock taken); None when something is to do."""
+    row = raw.execute(
+        b"SELECT to_regclass('schema_migrations') IS NOT NULL AND to_regclass(%s) IS NOT NULL", (SETUP_TABLE,)
+    ).fetchone()
+    if not (row and row[0]):
+        return None
+    row = raw.execute(
+        f"SELECT s.digest, s.has_vector, (SELECT MAX(version) FROM schema_migrations), "
+        "EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'vector') "
+        f"FROM {SETUP_TABLE} s WHERE s.id = 1".encode()
+    ).fetchone()
+    if row is None or row[0] != SETUP_DIGEST or int(row[2] or 0) != target:
+        return None
+    if not row[1] and row[3]:  # pgvector was installed on the server since: create the extension and its mirror
+        return None
+    return int(row[2]), bool(row[1])
+
+
 def install_fts(conn: PgConnection) -> None:
     """The keyword channel's postings, counts and triggers (:mod:`memmy.store.pgfts`), in one transaction.
 
@@ -238,6 +285,9 @@ def install_fts(conn: PgConnection) -> None:
     conn.raw_execute("BEGIN")
     filled = False
     try:
+        # First the table whose writes fire the triggers, as a writer locks them: waiting for a daemon's write
+        # here, rather than holding the postings while it waits for us, is what keeps this from a deadlock.
+        conn.raw_execute("LOCK TABLE memories_fts IN SHARE ROW EXCLUSIVE MODE")
         row = conn.raw.execute(HAS_DOCLEN.encode()).fetchone()
         before_postings = not (row and row[0])
         for statement in FTS_DDL:
@@ -406,9 +456,17 @@ class PgDatabase(Database):
         PostgreSQL, under an advisory lock (daemons starting at once migrate once)."""
         applied: list[str] = []
         with self.pool.connection() as raw:
+            done = set_up_already(raw, target)
+            if done is not None:
+                self.has_vector = done[1]
+                return MigrationResult(done[0], target, (), None)
             conn = PgConnection(raw)
             conn.raw_execute(f"SELECT pg_advisory_lock({MIGRATE_LOCK_KEY})")
             try:
+                done = set_up_already(raw, target)  # another daemon set it up while this one waited for the lock
+                if done is not None:
+                    self.has_vector = done[1]
+                    return MigrationResult(done[0], target, (), None)
                 for statement in PRELUDE:
                     conn.raw_execute(statement)
                 version = self._version(conn)
@@ -439,6 +497,8 @@ class PgDatabase(Database):
                 install_fts(conn)
                 #: Whether the server has pgvector: the vector channel then asks the database (store/pgvectors.py).
                 self.has_vector = pgvectors.install(raw)  # under the lock: daemons starting at once install once
+                conn.raw_execute(_SETUP_DDL)
+                raw.execute(_SETUP_STAMP.encode(), (SETUP_DIGEST, self.has_vector, utc_now()))
             finally:
                 conn.raw_execute(f"SELECT pg_advisory_unlock({MIGRATE_LOCK_KEY})")
         return MigrationResult(version, target, tuple(applied), None)

@@ -396,6 +396,11 @@ def _fts_insert(sql: str) -> Statement | None:
 
 # --- the schema --------------------------------------------------------------------------------------------------
 
+#: One row per database: the digest of the setup :class:`memmy.store.pg.PgDatabase` last ran on it (the prelude,
+#: the keyword channel's postings and triggers, the vector mirror). A daemon opening a store whose digest matches
+#: runs no DDL: replacing a trigger locks its table, and that deadlocked with another daemon's write.
+SETUP_TABLE: Final = "memmy_pg_setup"
+
 #: Run before the migrations, idempotently: the helpers the rewrites use.
 PRELUDE: Final = (
     "CREATE OR REPLACE AGGREGATE memmy_total(double precision) (SFUNC = float8pl, STYPE = double precision, "

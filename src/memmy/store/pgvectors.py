@@ -138,6 +138,8 @@ def install(raw: Any) -> bool:
         log.warning("pgvector is not available on this server (%s): vectors are searched in each daemon", exc)
         return False
     with raw.transaction():
+        # The table whose writes fire the mirror first, as a writer locks them (no deadlock with a daemon's write).
+        raw.execute(b"LOCK TABLE memory_vector_entries IN SHARE ROW EXCLUSIVE MODE")
         row = raw.execute("SELECT to_regclass(%s) IS NULL", (ANN_TABLE,)).fetchone()
         fresh = bool(row and row[0])
         raw.execute(BLOB_TO_VECTOR.encode())
