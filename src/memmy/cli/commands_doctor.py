@@ -27,7 +27,12 @@ def finding_line(finding: Finding) -> str:
 
 
 @click.command("doctor")
-@click.option("--repair", "do_repair", is_flag=True, help="Fix what can be fixed in place (the full-text index).")
+@click.option(
+    "--repair",
+    "do_repair",
+    is_flag=True,
+    help="Fix what can be fixed in place (the full-text index; the vector mirror on PostgreSQL).",
+)
 @click.option("--db", "db_path", type=click.Path(dir_okay=False), help="SQLite file (default: from config).")
 @click.option("--offline", is_flag=True, help="Only the store file's checks and disk space (no daemon, hooks, model).")
 @click.option(
@@ -43,7 +48,7 @@ def doctor(obj: CliContext, do_repair: bool, db_path: str | None, offline: bool,
     # Imported here so other commands never pay for the service layer at start-up.
     from memmy.cli import doctor_checks as checks
     from memmy.cli.client import ClientSettings
-    from memmy.service.store_health import check_postgres, check_store, repair
+    from memmy.service.store_health import check_postgres, check_store, repair, repair_postgres
 
     try:
         config = load_config(obj.config_path, db_override=db_path)
@@ -52,13 +57,14 @@ def doctor(obj: CliContext, do_repair: bool, db_path: str | None, offline: bool,
         _report(obj, None, [], findings)
         return
     path = Path(config.storage.sqlite_path)
-    postgres = config.storage.backend == "postgres"  # no file: the server's own checks, no in-place repair
+    postgres = config.storage.backend == "postgres"  # no file: the server's own checks, its indexes rebuilt
     try:
-        findings = check_postgres(config.storage.postgres_dsn) if postgres else check_store(path)
+        dsn = config.storage.postgres_dsn
+        findings = check_postgres(dsn) if postgres else check_store(path)
         repaired: list[str] = []
         if do_repair and any(f.repairable for f in findings):
-            repaired = repair(path)
-            findings = check_store(path)
+            repaired = repair_postgres(dsn) if postgres else repair(path)
+            findings = check_postgres(dsn) if postgres else check_store(path)
     except MemmyError as exc:
         fail(exc.message)
         return

@@ -19,7 +19,8 @@ from memmy.embed.choice import multilingual_available
 from memmy.embed.factory import MULTILINGUAL_ALIASES
 from memmy.embed.weights import find_model_dir
 from memmy.integrations.check import check_hook_settings, check_installed
-from memmy.service.store_health import Finding
+from memmy.service.store_health import MISSING_VECTORS, VECTORS_PER_MODEL, Finding
+from memmy.service.store_health import vector_findings as store_vector_findings
 
 
 def config_finding(path: Path, message: str) -> Finding:
@@ -105,38 +106,13 @@ def vector_findings(db_path: Path) -> list[Finding]:
         return []
     conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=5.0)
     try:
-        missing = conn.execute(
-            "SELECT COUNT(*) FROM memories m WHERE m.status = 'activated' AND m.superseded_by IS NULL "
-            "AND NOT EXISTS (SELECT 1 FROM memory_vector_entries v WHERE v.memory_id = m.id)"
-        ).fetchone()[0]
-        models = conn.execute(
-            "SELECT embedding_model, embedding_dim, COUNT(*) FROM memory_vector_entries GROUP BY 1, 2"
-        ).fetchall()
+        missing = int(conn.execute(MISSING_VECTORS).fetchone()[0])
+        models = [(str(m), int(d), int(n)) for m, d, n in conn.execute(VECTORS_PER_MODEL).fetchall()]
     except sqlite3.DatabaseError:
         return []  # the store checks report a damaged file
     finally:
         conn.close()
-    findings = []
-    if missing:
-        findings.append(
-            Finding(
-                "vectors_missing",
-                "warning",
-                f"{missing} live memories in {db_path} have no vector yet: semantic search cannot find them",
-                "memmy-memory worker run  # with the daemon running; it embeds what is queued",
-            )
-        )
-    if len(models) > 1:
-        seen = ", ".join(f"{model} ({dim} dims): {n}" for model, dim, n in models)
-        findings.append(
-            Finding(
-                "vectors_mixed",
-                "warning",
-                f"the vector index mixes embedding models ({seen}); vectors of another model are not compared",
-                "restart the daemon (memmy-memory service restart, or serve): it re-embeds stale vectors at start",
-            )
-        )
-    return findings
+    return store_vector_findings(str(db_path), missing, models)
 
 
 def model_findings(config: MemmyConfig) -> list[Finding]:
