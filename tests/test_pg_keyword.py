@@ -263,6 +263,9 @@ def test_the_newest_matches_limit_is_written_only_as_an_int() -> None:
     """The newest matches' LIMIT goes into the statement's text, so only an int is taken."""
     statement = translate(NEWEST)
     assert statement.params(['"x"', 5]) == [] and "LIMIT 5)" in statement.text(['"x"', 5])
+    ranked_newest = translate(NEWEST_RANKED)
+    assert ranked_newest.params(['"x y"', 5, 3]) == [3] and "LIMIT 5)" in ranked_newest.text(['"x y"', 5, 3])
     for bad in ("5; DROP TABLE memories", 5.0, True, -1):
-        with pytest.raises(ValueError, match="LIMIT"):
-            statement.text(['"x"', bad])
+        for shape in (statement, ranked_newest):
+            with pytest.raises(ValueError, match="LIMIT"):
+                shape.text(['"x"', bad, 3])
