@@ -4,6 +4,7 @@ order with the same scores, and its postings (store/pgfts.py) kept with every wr
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from memmy.store.db import Database
 from memmy.store.memories import MemoryFilter, MemoryRepository, TermStats
 from memmy.store.pg import PgDatabase
 from memmy.store.pgdialect import translate
-from memmy.store.pgfts import POSTINGS, POSTINGS_BACKFILL, STATS, STATS_ROWS
+from memmy.store.pgfts import LEXEMES, POSTINGS, POSTINGS_BACKFILL, STATS, STATS_ROWS
 from memmy.store.schema import refill_fts
 from tests.test_store import make_memory
 
@@ -65,6 +66,11 @@ def postings_match_their_rows(pg: PgDatabase) -> None:
     counts = pg.query_one(STATS_ROWS)
     table = pg.query_one("SELECT count(*), COALESCE(sum(doclen), 0) FROM memories_fts")
     assert counts is not None and table is not None and tuple(counts) == tuple(table)
+    per_lexeme = pg.query(f"SELECT lexeme, sum(docs) FROM {LEXEMES} GROUP BY lexeme HAVING sum(docs) <> 0 ORDER BY 1")
+    documents = pg.query(
+        "SELECT l, count(*) FROM memories_fts f, unnest(tsvector_to_array(f.tsv)) l GROUP BY l ORDER BY 1"
+    )
+    assert [tuple(r) for r in per_lexeme] == [tuple(r) for r in documents]
 
 
 def test_postgres_ranks_keyword_hits_as_fts5_bm25(tmp_path: Path, postgres_dsn: str) -> None:
@@ -129,6 +135,48 @@ def test_postgres_postings_follow_every_write(postgres_dsn: str) -> None:
         pg.close()
 
 
+COUNTED = ('"database"', '"timeout"', '"zebra"', '"pool"', '"database timeout"', '"数据 据库"', '"connection pool"')
+
+
+def test_postgres_document_counts_follow_every_write(tmp_path: Path, postgres_dsn: str) -> None:
+    """The documents a word or a phrase occurs in (bm25()'s IDF input) equal FTS5's after inserts, an update, a
+    delete, a restore and a bulk write, on words (kept per lexeme) and multi-word phrases (counted from the
+    postings); a store whose postings predate the per-lexeme counts gets them when opened."""
+    sqlite, pg = Database(tmp_path / "s.sqlite"), PgDatabase(postgres_dsn)
+    count = "SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?"
+
+    def same_counts() -> None:
+        for expression in COUNTED:
+            expected = sqlite.query_one(count, [expression])
+            assert tuple(pg.query_one(count, [expression]) or ()) == tuple(expected or ()), expression
+        postings_match_their_rows(pg)
+
+    try:
+        memories = corpus()
+        changed = dataclasses.replace(memories[0], content="zebra crossing connection pool", tags=["zebra"])
+        steps: tuple[Callable[[MemoryRepository], object], ...] = (
+            lambda repo: repo.insert_many(memories[:4], "test"),
+            lambda repo: repo.insert_many(memories[4:], "test"),
+            lambda repo: repo.update(changed, {}, "update", "test"),
+            lambda repo: repo.update(dataclasses.replace(changed, status="deleted"), {}, "delete", "test"),
+            lambda repo: repo.update(dataclasses.replace(memories[3], status="deleted"), {}, "delete", "test"),
+            lambda repo: repo.update(changed, {}, "restore", "test"),
+        )
+        for step in steps:
+            for db in (sqlite, pg):
+                step(MemoryRepository(db))
+            same_counts()
+        assert pg.query_one(count, ['"database"']) != (0,) and pg.query_one(count, ['"connection pool"']) != (0,)
+        with pg.pool.connection() as raw:  # as a store from before the per-lexeme counts left it
+            raw.execute(f"DROP TABLE {LEXEMES}")
+        pg.close()
+        pg = PgDatabase(postgres_dsn)
+        same_counts()
+    finally:
+        sqlite.close()
+        pg.close()
+
+
 def test_a_postgres_store_from_before_the_postings_gets_them(tmp_path: Path, postgres_dsn: str) -> None:
     """A store made by the previous version (Snowball English tsvectors, no document lengths, no postings) is
     re-indexed when opened, and then ranks as SQLite does."""
@@ -137,7 +185,7 @@ def test_a_postgres_store_from_before_the_postings_gets_them(tmp_path: Path, pos
     with pg.pool.connection() as raw:  # back to what the previous version left
         raw.execute(
             "DROP TRIGGER memmy_postings_added ON memories_fts; DROP TRIGGER memmy_postings_removed ON memories_fts; "
-            f"DROP TRIGGER memmy_postings_changed ON memories_fts; DROP TABLE {POSTINGS}, {STATS}; "
+            f"DROP TRIGGER memmy_postings_changed ON memories_fts; DROP TABLE {POSTINGS}, {STATS}, {LEXEMES}; "
             "ALTER TABLE memories_fts DROP COLUMN doclen; "
             "UPDATE memories_fts SET tsv = to_tsvector('english', coalesce(memory_value, ''))"
         )

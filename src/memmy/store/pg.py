@@ -28,7 +28,17 @@ from memmy.errors import StoreError
 from memmy.store import pgvectors
 from memmy.store.db import Database, MigrationResult, _split_sql, utc_now
 from memmy.store.pgdialect import FTS_FROM_LOAD, PRELUDE, Statement, fts_text, pg_ddl, translate
-from memmy.store.pgfts import FTS_DDL, HAS_DOCLEN, HAS_TRIGGERS, POSTINGS, POSTINGS_BACKFILL, TRIGGER_DDL
+from memmy.store.pgfts import (
+    FTS_DDL,
+    HAS_DOCLEN,
+    HAS_LEXEMES,
+    HAS_TRIGGERS,
+    LEXEMES,
+    LEXEMES_BACKFILL,
+    POSTINGS,
+    POSTINGS_BACKFILL,
+    TRIGGER_DDL,
+)
 from memmy.store.schema import MIGRATIONS, SCHEMA_VERSION, refill_fts
 from memmy.store.text import fts_row
 
@@ -232,7 +242,8 @@ def install_fts(conn: PgConnection) -> None:
     """The keyword channel's postings, counts and triggers (:mod:`memmy.store.pgfts`), in one transaction.
 
     Where ``memories_fts`` has no postings triggers yet (a new store, a table a migration recreated, a store made
-    before the postings) the postings are filled from it in one statement; a store made before them (its
+    before the postings) the postings are filled from it in one statement (postings made before the lexemes'
+    document counts get those counted from them); a store made before them (its
     tsvectors stemmed by Snowball English, no document lengths) has its full-text rows written again first.
     """
     conn.raw_execute("BEGIN")
@@ -240,10 +251,16 @@ def install_fts(conn: PgConnection) -> None:
     try:
         row = conn.raw.execute(HAS_DOCLEN.encode()).fetchone()
         before_postings = not (row and row[0])
+        row = conn.raw.execute(HAS_LEXEMES.encode()).fetchone()
+        before_lexemes = not (row and row[0])
         for statement in FTS_DDL:
             conn.raw_execute(statement)
         row = conn.raw.execute(HAS_TRIGGERS.encode()).fetchone()
-        if not (row and row[0]):
+        if row and row[0] and before_lexemes:  # postings made before the lexemes' counts: counted from them
+            for statement in LEXEMES_BACKFILL:
+                conn.raw_execute(statement)
+            filled = True
+        elif not (row and row[0]):
             if before_postings:
                 conn.raw_execute("DELETE FROM memories_fts")
                 refill_fts(cast(sqlite3.Connection, conn))
@@ -258,7 +275,7 @@ def install_fts(conn: PgConnection) -> None:
     conn.raw_execute("COMMIT")
     if filled:  # ranking reads the postings by index-only scans: they want the visibility map set and statistics
         conn.raw_execute(f"VACUUM (ANALYZE) {POSTINGS}")
-        conn.raw_execute("ANALYZE memories_fts")
+        conn.raw_execute(f"ANALYZE memories_fts, {LEXEMES}")
 
 
 class _Done:

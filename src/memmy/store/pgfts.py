@@ -12,8 +12,9 @@ queries those stems with its ``simple`` configuration (no stemming of its own, n
 **Postings.** ``memories_fts_postings`` holds, per (lexeme, document), the lexeme's hits in each column (identifier
 ``A``, tags ``B``, value ``D``, as the tsvector weights them) and the document's length in tokens (FTS5's
 ``xColumnSize(-1)``); its primary key includes them, so ranking a word is an index-only range scan.
-``memories_fts_stats`` holds the documents and their tokens (N and N x avgdl) as rows to sum (:data:`STATS_ROWS`).
-Statement-level triggers on ``memories_fts`` keep both (one statement per written row or per bulk delete);
+``memories_fts_stats`` holds the documents and their tokens (N and N x avgdl) as rows to sum (:data:`STATS_ROWS`),
+``memories_fts_lexemes`` each lexeme's documents (a word's n_i), rows to sum too (:data:`LEXEME_DOCS`).
+Statement-level triggers on ``memories_fts`` keep all three (one statement per written row or per bulk delete);
 :data:`POSTINGS_BACKFILL` fills them from ``memories_fts`` in one statement (an upgraded store, or a bulk load with
 the triggers off).
 
@@ -38,6 +39,7 @@ from typing import Final
 TS_CONFIG: Final = "simple"
 POSTINGS: Final = "memories_fts_postings"
 STATS: Final = "memories_fts_stats"
+LEXEMES: Final = "memories_fts_lexemes"
 #: FTS5's BM25 constants (fts5_aux.c).
 K1: Final = 1.2
 B: Final = 0.75
@@ -86,6 +88,8 @@ FTS_DDL: Final = (
     "pos INTEGER[] NOT NULL, PRIMARY KEY (lexeme, rowid) INCLUDE (hits_a, hits_b, hits_d, doclen, pos))",
     f"CREATE TABLE IF NOT EXISTS {STATS} (docs BIGINT NOT NULL, tokens BIGINT NOT NULL)",
     f"ALTER TABLE {STATS} DROP COLUMN IF EXISTS one",  # a single counted row: see STATS_ROWS
+    f'CREATE TABLE IF NOT EXISTS {LEXEMES} (lexeme TEXT COLLATE "C" NOT NULL, docs BIGINT NOT NULL)',
+    f"CREATE INDEX IF NOT EXISTS {LEXEMES}_lexeme ON {LEXEMES} (lexeme) INCLUDE (docs)",
     """CREATE OR REPLACE FUNCTION memmy_bm25_idf(docs float8, n float8) RETURNS float8 LANGUAGE sql IMMUTABLE
   PARALLEL SAFE AS $$ SELECT CASE WHEN ln((docs - n + 0.5) / (n + 0.5)) > 0 THEN ln((docs - n + 0.5) / (n + 0.5))
   ELSE 1e-6 END $$""",
@@ -108,6 +112,13 @@ _POSTINGS_OF = (
     f"{COLUMN_CODE['A']} WHEN 'B' THEN {COLUMN_CODE['B']} ELSE {COLUMN_CODE['D']} END "
     "FROM unnest(u.positions, u.weights) x(p, w)) FROM {rows} r, unnest(r.tsv) u"
 )
+#: Each lexeme's documents from the postings afresh (also a store whose postings predate :data:`LEXEMES`).
+LEXEMES_BACKFILL: Final = (
+    f"DELETE FROM {LEXEMES}",
+    f"INSERT INTO {LEXEMES}(lexeme, docs) SELECT lexeme, count(*) FROM {POSTINGS} GROUP BY lexeme",
+)
+#: Whether the lexemes' document counts exist yet (a store whose postings were made before them has none).
+HAS_LEXEMES: Final = f"SELECT to_regclass('{LEXEMES}') IS NOT NULL"
 #: Fill the postings and the counts from ``memories_fts`` afresh, in one statement each: a store upgraded to them,
 #: or after a bulk load made with the triggers off (``ALTER TABLE memories_fts DISABLE TRIGGER USER``, the load,
 #: ``ENABLE TRIGGER USER``, then these, in one transaction).
@@ -116,6 +127,7 @@ POSTINGS_BACKFILL: Final = (
     _POSTINGS_OF.format(rows="memories_fts"),
     f"DELETE FROM {STATS}",
     f"INSERT INTO {STATS}(docs, tokens) SELECT count(*), COALESCE(sum(doclen), 0) FROM memories_fts",
+    *LEXEMES_BACKFILL,
 )
 #: One statement's change of the counts, appended (``rows``: a transition table; ``sign``: + or -), and now and
 #: then the rows summed into one. Updating a single row instead costs a bulk load (one transaction, one statement
@@ -128,6 +140,21 @@ _COUNTS_OF = (
     "    INSERT INTO {stats}(docs, tokens) SELECT COALESCE(sum(docs), 0), COALESCE(sum(tokens), 0) FROM gone;\n"
     "  END IF"
 )
+#: One statement's change of each lexeme's documents (``rows``: a transition table; ``sign``: + or -), appended as
+#: rows to sum like the counts (a lexeme's row updated by every statement of a bulk load is what costs quadratic
+#: time); now and then, at random, the rows of this statement's lexemes summed into one each.
+_LEXEMES_OF = (
+    "INSERT INTO {lexemes}(lexeme, docs) SELECT l.lexeme, {sign}count(*) FROM {rows} r, "
+    "unnest(tsvector_to_array(r.tsv)) l(lexeme) GROUP BY l.lexeme;\n"
+    "  IF random() < 1.0 / 64 THEN\n"
+    "    WITH gone AS (DELETE FROM {lexemes} x WHERE x.lexeme IN (SELECT l.lexeme FROM {rows} r, "
+    "unnest(tsvector_to_array(r.tsv)) l(lexeme)) RETURNING x.lexeme, x.docs)\n"
+    "    INSERT INTO {lexemes}(lexeme, docs) SELECT lexeme, sum(docs) FROM gone GROUP BY lexeme\n"
+    "      HAVING sum(docs) <> 0;\n"
+    "  END IF"
+)
+#: The documents that hold ``lexeme`` (a word's document count for bm25(), without reading its postings).
+LEXEME_DOCS: Final = "(SELECT COALESCE(sum(docs), 0)::bigint FROM " + LEXEMES + " WHERE lexeme = {lexeme})"
 #: The counts' rows as (documents, tokens).
 STATS_ROWS: Final = f"SELECT COALESCE(sum(docs), 0) AS docs, COALESCE(sum(tokens), 0) AS tokens FROM {STATS}"
 TRIGGER_DDL: Final = (
@@ -135,6 +162,7 @@ TRIGGER_DDL: Final = (
 BEGIN
   {_POSTINGS_OF.format(rows="added")};
   {_COUNTS_OF.format(stats=STATS, sign="", rows="added")};
+  {_LEXEMES_OF.format(lexemes=LEXEMES, sign="", rows="added")};
   RETURN NULL;
 END $$""",
     f"""CREATE OR REPLACE FUNCTION memmy_postings_removed() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -142,10 +170,12 @@ BEGIN
   IF NOT EXISTS (SELECT 1 FROM memories_fts) THEN
     DELETE FROM {POSTINGS};
     DELETE FROM {STATS};
+    DELETE FROM {LEXEMES};
   ELSE
     DELETE FROM {POSTINGS} p USING removed r, unnest(tsvector_to_array(r.tsv)) l(lexeme)
       WHERE p.lexeme = l.lexeme AND p.rowid = r.rowid;
     {_COUNTS_OF.format(stats=STATS, sign="-", rows="removed")};
+    {_LEXEMES_OF.format(lexemes=LEXEMES, sign="-", rows="removed")};
   END IF;
   RETURN NULL;
 END $$""",
@@ -156,6 +186,8 @@ BEGIN
   {_POSTINGS_OF.format(rows="added")};
   {_COUNTS_OF.format(stats=STATS, sign="-", rows="removed")};
   {_COUNTS_OF.format(stats=STATS, sign="", rows="added")};
+  {_LEXEMES_OF.format(lexemes=LEXEMES, sign="-", rows="removed")};
+  {_LEXEMES_OF.format(lexemes=LEXEMES, sign="", rows="added")};
   RETURN NULL;
 END $$""",
     "CREATE OR REPLACE TRIGGER memmy_postings_added AFTER INSERT ON memories_fts REFERENCING NEW TABLE AS added "
@@ -234,11 +266,13 @@ def ranked_sql(parts: Sequence[Sequence[str]], weights: tuple[float, float, floa
 
 
 def count_sql(parts: Sequence[Sequence[str]]) -> str:
-    """The documents any part occurs in (a word's from its postings, index-only), as one scalar subquery."""
+    """The documents any part occurs in, as one scalar subquery: a word's from :data:`LEXEMES` (a few rows to sum,
+    where counting its postings read one index entry per document: 7 ms for "in" at 100k), others' from their
+    postings."""
     if not parts:
         return "(SELECT 0::bigint)"
     if len(parts) == 1 and len(parts[0]) == 1:
-        return f"(SELECT count(*) FROM {POSTINGS} WHERE lexeme = {_literal(parts[0][0])})"
+        return LEXEME_DOCS.format(lexeme=_literal(parts[0][0]))
     rows = " UNION ".join(f"SELECT rowid FROM ({_hits(i, p, RANK_WEIGHTS)}) x WHERE f > 0" for i, p in enumerate(parts))
     return f"(SELECT count(*) FROM ({rows}) y)"
 
@@ -279,10 +313,12 @@ def newest_ranked_sql(parts: Sequence[Sequence[str]], weights: tuple[float, floa
     """``SELECT r, s … ORDER BY s, r DESC`` (s: FTS5's bm25(), lower is better; ties newest first) over the newest
     ``pool`` rows any part occurs in (as :func:`newest_sql` finds them); the caller appends ``LIMIT``.
 
-    A phrase's hits are found once, in a ``MATERIALIZED`` CTE (its words' postings joined by row), which then
-    gives its newest rows, its document count and each row's hits: counting them, finding the newest and looking
-    each row up joined the same postings three times (at 100k memories a 6-word error line took ~45 ms, ~15 a
-    pass). A word's newest rows, count and hits come off its postings (index-only)."""
+    A phrase's hits are found once, in a ``MATERIALIZED`` CTE (its words' postings joined by row), which gives its
+    newest rows, its document count and each row's hits: counting them, finding the newest and looking each row up
+    joined the same postings three times (at 100k memories a 6-word error line took ~45 ms, ~15 a pass). The
+    newest ``pool`` rows of all parts are every match from the oldest of them on, so each part's rows are read
+    from there (a phrase's off its CTE, a word's off its postings: an index range) and summed per row in part
+    order, as bm25() sums them; no join, whose plan over a CTE PostgreSQL cannot estimate."""
     if isinstance(pool, bool) or not isinstance(pool, int) or pool < 0:
         raise ValueError(f"a LIMIT must be a non-negative int, not {pool!r}")
     if not parts:
@@ -290,29 +326,29 @@ def newest_ranked_sql(parts: Sequence[Sequence[str]], weights: tuple[float, floa
     wa, wd, wb = weights
     ctes: list[str] = []
     newest: list[str] = []
-    joins: list[str] = []
-    hits: list[tuple[str, str]] = []  # (hits f, document count) of each part
+    rows: list[str] = []
     for i, part in enumerate(parts):
         if len(part) == 1:
             word = _literal(part[0])
             newest.append(f"(SELECT rowid FROM {POSTINGS} WHERE lexeme = {word} ORDER BY rowid DESC LIMIT {pool})")
-            joins.append(f"LEFT JOIN {POSTINGS} h{i} ON h{i}.lexeme = {word} AND h{i}.rowid = nw.rowid")
-            weighted = f"{wa!r}::float8 * h{i}.hits_a + {wb!r}::float8 * h{i}.hits_b + {wd!r}::float8 * h{i}.hits_d"
-            hits.append((weighted, count_sql([part])))
+            rows.append(
+                f"SELECT {i} AS i, rowid, {wa!r}::float8 * hits_a + {wb!r}::float8 * hits_b + {wd!r}::float8 * hits_d "
+                f"AS f, doclen, {count_sql([part])} AS n FROM {POSTINGS} WHERE lexeme = {word} AND rowid >= cut.rowid"
+            )
         else:
             ctes.append(
                 f"h{i} AS MATERIALIZED (SELECT rowid, f, doclen FROM ({_hits(i, part, weights)}) x WHERE f > 0)"
             )
             newest.append(f"(SELECT rowid FROM h{i} ORDER BY rowid DESC LIMIT {pool})")
-            joins.append(f"LEFT JOIN h{i} ON h{i}.rowid = nw.rowid")
-            hits.append((f"h{i}.f", f"(SELECT count(*) FROM h{i})"))
-    doclen = f"COALESCE({', '.join(f'h{i}.doclen' for i in range(len(parts)))})"
-    terms = " + ".join(
-        f"COALESCE(memmy_bm25_term(memmy_bm25_idf(st.n, {docs}), {f}, {doclen}, st.avgdl), 0)" for f, docs in hits
-    )
+            rows.append(
+                f"SELECT {i} AS i, rowid, f, doclen, (SELECT count(*) FROM h{i}) AS n FROM h{i} "
+                "WHERE rowid >= cut.rowid"
+            )
+    union = " UNION ".join(newest)
+    cut = f"(SELECT min(rowid) AS rowid FROM (SELECT rowid FROM ({union}) u ORDER BY rowid DESC LIMIT {pool}) z)"
     return (
         ("WITH " + ", ".join(ctes) + " " if ctes else "")
-        + f"SELECT nw.rowid AS r, -({terms}) AS s FROM (SELECT rowid FROM ({' UNION '.join(newest)}) u "
-        f"ORDER BY rowid DESC LIMIT {pool}) nw {' '.join(joins)} CROSS JOIN (SELECT docs::float8 AS n, "
-        f"tokens::float8 / GREATEST(docs, 1) AS avgdl FROM ({STATS_ROWS}) c) st ORDER BY s, r DESC"
+        + "SELECT x.rowid AS r, -sum(memmy_bm25_term(memmy_bm25_idf(st.n, x.n), x.f, x.doclen, st.avgdl) ORDER BY x.i) "
+        f"AS s FROM {cut} cut CROSS JOIN LATERAL ({' UNION ALL '.join(rows)}) x CROSS JOIN (SELECT docs::float8 AS n, "
+        f"tokens::float8 / GREATEST(docs, 1) AS avgdl FROM ({STATS_ROWS}) c) st GROUP BY x.rowid ORDER BY s, r DESC"
     )
