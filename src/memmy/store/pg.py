@@ -228,6 +228,24 @@ class PgConnection:
             raise _as_sqlite_error(exc) from exc
         return PgCursor(cursor, statement)
 
+    def execute_all(self, statements: Sequence[tuple[str, Sequence[Any]]], before: str = "", after: str = "") -> None:
+        """Run statements (SQLite dialect, no results read) as one text, one round trip: ``before`` and ``after``
+        (PostgreSQL text) around them; a failure rolls back what the text began."""
+        import psycopg
+
+        texts, params = [before] if before else [], []
+        for sql, given in statements:
+            statement = translate(sql)
+            texts.append(statement.text(tuple(given)))
+            params.extend(statement.params(tuple(given)))
+        texts += [after] if after else []
+        try:
+            psycopg.ClientCursor(self.raw).execute("; ".join(texts).encode(), params)
+        except psycopg.Error as exc:
+            if self.in_transaction:
+                self.raw_execute("ROLLBACK")
+            raise _as_sqlite_error(exc) from exc
+
     def raw_execute(self, sql: str) -> None:
         """Run PostgreSQL text as it is (no parameters, no rewrite)."""
         import psycopg
@@ -512,6 +530,20 @@ class PgDatabase(Database):
                         conn.raw_execute("ROLLBACK")
                     raise
                 self.commits += 1
+
+    def write_all(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        """Run writes whose results nobody reads in one transaction that holds the write lock, sent with its
+        ``BEGIN`` and ``COMMIT`` as one text: one round trip where a transaction of its own took one per statement
+        and two more (inside the caller's transaction: one text on its connection)."""
+        with self.lock:
+            current = self._current()
+            if current is not None:
+                current.execute_all(statements)
+                return
+            with self.pool.connection() as raw:
+                lock = f"BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK_KEY})"
+                PgConnection(raw).execute_all(statements, before=lock, after="COMMIT")
+            self.commits += 1
 
     @contextmanager
     def savepoint(self, name: str = "sp") -> Iterator[sqlite3.Connection]:
