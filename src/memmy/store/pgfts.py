@@ -225,7 +225,8 @@ def tsquery_text(lexemes: Sequence[str]) -> str:
 def _hits(i: int, lexemes: Sequence[str], weights: tuple[float, float, float], rowid: str = "") -> str:
     """(part, rowid, weighted hits f, document length) of every row part ``i`` occurs in (with ``rowid``, an
     expression: of that row only). A phrase joins its lexemes' postings by row (a merge join of two index
-    ranges) and counts the positions of its first lexeme that its others follow, in the same column."""
+    ranges) and counts the positions of its first lexeme that its others follow, in the same column (in a
+    ``LATERAL``: as a subquery in the select list a filter on it ran it once more per row)."""
     wa, wd, wb = weights
     if len(lexemes) == 1:
         return (
@@ -244,8 +245,9 @@ def _hits(i: int, lexemes: Sequence[str], weights: tuple[float, float, float], r
         if k
     )
     return (
-        f"SELECT {i} AS i, p0.rowid, (SELECT COALESCE(sum({weight}), 0) FROM unnest(p0.pos) x WHERE {follows})::float8 "
-        f"AS f, p0.doclen FROM {POSTINGS} p0 {joins} WHERE p0.lexeme = {_literal(lexemes[0])}"
+        f"SELECT {i} AS i, p0.rowid, c.f, p0.doclen FROM {POSTINGS} p0 {joins} CROSS JOIN LATERAL (SELECT "
+        f"COALESCE(sum({weight}), 0)::float8 AS f FROM unnest(p0.pos) x WHERE {follows}) c "
+        f"WHERE p0.lexeme = {_literal(lexemes[0])}"
         + (f" AND p0.rowid = {rowid}" if rowid else "")
     )
 
