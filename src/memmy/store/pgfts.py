@@ -226,7 +226,8 @@ def _hits(i: int, lexemes: Sequence[str], weights: tuple[float, float, float], r
     """(part, rowid, weighted hits f, document length) of every row part ``i`` occurs in (with ``rowid``, an
     expression: of that row only). A phrase joins its lexemes' postings by row (a merge join of two index
     ranges) and counts the positions of its first lexeme that its others follow, in the same column (in a
-    ``LATERAL``: as a subquery in the select list a filter on it ran it once more per row)."""
+    ``LATERAL``: as a subquery in the select list a filter on it ran it once more per row); a phrase one of whose
+    words no document holds is not joined at all (a one-time filter on :data:`LEXEMES`)."""
     wa, wd, wb = weights
     if len(lexemes) == 1:
         return (
@@ -244,10 +245,15 @@ def _hits(i: int, lexemes: Sequence[str], weights: tuple[float, float, float], r
         for k, x in enumerate(lexemes)
         if k
     )
+    distinct = sorted(set(lexemes))
+    present = (  # every word of the phrase in some document: else nothing to join (a CJK bigram across two words)
+        f"(SELECT count(*) FROM (SELECT lexeme FROM {LEXEMES} WHERE lexeme IN ({', '.join(map(_literal, distinct))}) "
+        f"GROUP BY lexeme HAVING sum(docs) > 0) w) = {len(distinct)}"
+    )
     return (
         f"SELECT {i} AS i, p0.rowid, c.f, p0.doclen FROM {POSTINGS} p0 {joins} CROSS JOIN LATERAL (SELECT "
         f"COALESCE(sum({weight}), 0)::float8 AS f FROM unnest(p0.pos) x WHERE {follows}) c "
-        f"WHERE p0.lexeme = {_literal(lexemes[0])}" + (f" AND p0.rowid = {rowid}" if rowid else "")
+        f"WHERE p0.lexeme = {_literal(lexemes[0])} AND {present}" + (f" AND p0.rowid = {rowid}" if rowid else "")
     )
 
 
@@ -287,10 +293,19 @@ def ranked_sql(parts: Sequence[Sequence[str]], weights: tuple[float, float, floa
     )
 
 
+def _uncovered(parts: Sequence[Sequence[str]]) -> list[Sequence[str]]:
+    """``parts`` less the phrases that a one-word part of the same OR covers (a row holding the phrase holds the
+    word): the rows any part occurs in are the same, without joining the phrase's postings (a CJK run's bigrams
+    and its phrase, counted or listed together)."""
+    words = {part[0] for part in parts if len(part) == 1}
+    return [part for part in parts if len(part) == 1 or not words.intersection(part)]
+
+
 def count_sql(parts: Sequence[Sequence[str]]) -> str:
     """The documents any part occurs in, as one scalar subquery: a word's from :data:`LEXEMES` (a few rows to sum,
     where counting its postings read one index entry per document: 7 ms for "in" at 100k), others' from their
     postings."""
+    parts = _uncovered(parts)
     if not parts:
         return "(SELECT 0::bigint)"
     if len(parts) == 1 and len(parts[0]) == 1:
@@ -320,6 +335,7 @@ def newest_sql(parts: Sequence[Sequence[str]], limit: int) -> str:
     :func:`ranked_sql` counts it); their union cut to ``limit`` again. ``limit`` is written into the text."""
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
         raise ValueError(f"a LIMIT must be a non-negative int, not {limit!r}")
+    parts = _uncovered(parts)
     if not parts:
         return "(SELECT NULL::bigint AS rowid WHERE false)"
     each = [
