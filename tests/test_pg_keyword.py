@@ -39,6 +39,9 @@ QUERIES = (
     "trek possible",
     "部署 worker",
     "migrate schema",
+    "pool-pool worker",  # a phrase of a repeated word
+    "timeout-while-running migrations",  # a phrase whose rarest word is not its first
+    "database-nowhere timeout",  # a phrase with a word no memory holds
 )
 
 
@@ -145,6 +148,9 @@ COUNTED = (
     '"connection pool"',
     '"数据" OR "据库" OR "数据 据库"',  # a CJK run: its bigrams and its phrase
     '"zebra" OR "connection pool" OR "pool timeout"',
+    '"pool pool"',
+    '"timeout while running"',
+    '"database nowhere"',
 )
 
 
