@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from memmy.domain import Memory
+from memmy.store.copy import copy_store
 from memmy.store.db import Database
 from memmy.store.memories import MemoryFilter, MemoryRepository, TermStats
 from memmy.store.pg import PgDatabase
@@ -188,6 +189,23 @@ def test_postgres_document_counts_follow_every_write(tmp_path: Path, postgres_ds
         pg.close()
         pg = PgDatabase(postgres_dsn)
         same_counts()
+    finally:
+        sqlite.close()
+        pg.close()
+
+
+def test_a_store_copied_to_postgres_counts_as_fts5(tmp_path: Path, postgres_dsn: str) -> None:
+    """``memmy-memory migrate``'s copy fills the postings and the per-lexeme counts with its one full-text
+    statement (their triggers stay on: they are not in ``copy.DERIVED``): the counts equal FTS5's."""
+    sqlite, pg = Database(tmp_path / "s.sqlite"), PgDatabase(postgres_dsn)
+    try:
+        MemoryRepository(sqlite).insert_many(corpus(), "test")
+        copy_store(sqlite, pg)
+        postings_match_their_rows(pg)
+        count = "SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?"
+        for expression in COUNTED:
+            expected = sqlite.query_one(count, [expression])
+            assert tuple(pg.query_one(count, [expression]) or ()) == tuple(expected or ()), expression
     finally:
         sqlite.close()
         pg.close()
