@@ -4,16 +4,18 @@ order with the same scores, and its postings (store/pgfts.py) kept with every wr
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from memmy.domain import Memory
+from memmy.store.copy import copy_store
 from memmy.store.db import Database
 from memmy.store.memories import MemoryFilter, MemoryRepository, TermStats
 from memmy.store.pg import PgDatabase
 from memmy.store.pgdialect import SETUP_TABLE, translate
-from memmy.store.pgfts import POSTINGS, POSTINGS_BACKFILL, STATS, STATS_ROWS
+from memmy.store.pgfts import LEXEMES, POSTINGS, POSTINGS_BACKFILL, STATS, STATS_ROWS
 from memmy.store.schema import refill_fts
 from tests.test_store import make_memory
 
@@ -38,6 +40,9 @@ QUERIES = (
     "trek possible",
     "部署 worker",
     "migrate schema",
+    "pool-pool worker",  # a phrase of a repeated word
+    "timeout-while-running migrations",  # a phrase whose rarest word is not its first
+    "database-nowhere timeout",  # a phrase with a word no memory holds
 )
 
 
@@ -65,6 +70,11 @@ def postings_match_their_rows(pg: PgDatabase) -> None:
     counts = pg.query_one(STATS_ROWS)
     table = pg.query_one("SELECT count(*), COALESCE(sum(doclen), 0) FROM memories_fts")
     assert counts is not None and table is not None and tuple(counts) == tuple(table)
+    per_lexeme = pg.query(f"SELECT lexeme, sum(docs) FROM {LEXEMES} GROUP BY lexeme HAVING sum(docs) <> 0 ORDER BY 1")
+    documents = pg.query(
+        "SELECT l, count(*) FROM memories_fts f, unnest(tsvector_to_array(f.tsv)) l GROUP BY l ORDER BY 1"
+    )
+    assert [tuple(r) for r in per_lexeme] == [tuple(r) for r in documents]
 
 
 def test_postgres_ranks_keyword_hits_as_fts5_bm25(tmp_path: Path, postgres_dsn: str) -> None:
@@ -129,6 +139,78 @@ def test_postgres_postings_follow_every_write(postgres_dsn: str) -> None:
         pg.close()
 
 
+COUNTED = (
+    '"database"',
+    '"timeout"',
+    '"zebra"',
+    '"pool"',
+    '"database timeout"',
+    '"数据 据库"',
+    '"connection pool"',
+    '"数据" OR "据库" OR "数据 据库"',  # a CJK run: its bigrams and its phrase
+    '"zebra" OR "connection pool" OR "pool timeout"',
+    '"pool pool"',
+    '"timeout while running"',
+    '"database nowhere"',
+)
+
+
+def test_postgres_document_counts_follow_every_write(tmp_path: Path, postgres_dsn: str) -> None:
+    """The documents a word or a phrase occurs in (bm25()'s IDF input) equal FTS5's after inserts, an update, a
+    delete, a restore and a bulk write, on words (kept per lexeme) and multi-word phrases (counted from the
+    postings); a store whose postings predate the per-lexeme counts gets them when opened."""
+    sqlite, pg = Database(tmp_path / "s.sqlite"), PgDatabase(postgres_dsn)
+    count = "SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?"
+
+    def same_counts() -> None:
+        for expression in COUNTED:
+            expected = sqlite.query_one(count, [expression])
+            assert tuple(pg.query_one(count, [expression]) or ()) == tuple(expected or ()), expression
+        postings_match_their_rows(pg)
+
+    try:
+        memories = corpus()
+        changed = dataclasses.replace(memories[0], content="zebra crossing connection pool", tags=["zebra"])
+        steps: tuple[Callable[[MemoryRepository], object], ...] = (
+            lambda repo: repo.insert_many(memories[:4], "test"),
+            lambda repo: repo.insert_many(memories[4:], "test"),
+            lambda repo: repo.update(changed, {}, "update", "test"),
+            lambda repo: repo.update(dataclasses.replace(changed, status="deleted"), {}, "delete", "test"),
+            lambda repo: repo.update(dataclasses.replace(memories[3], status="deleted"), {}, "delete", "test"),
+            lambda repo: repo.update(changed, {}, "restore", "test"),
+        )
+        for step in steps:
+            for db in (sqlite, pg):
+                step(MemoryRepository(db))
+            same_counts()
+        assert pg.query_one(count, ['"database"']) != (0,) and pg.query_one(count, ['"connection pool"']) != (0,)
+        with pg.pool.connection() as raw:  # as a store from before the per-lexeme counts left it
+            raw.execute(f"DROP TABLE {LEXEMES}, {SETUP_TABLE}")  # nor a set-up stamp
+        pg.close()
+        pg = PgDatabase(postgres_dsn)
+        same_counts()
+    finally:
+        sqlite.close()
+        pg.close()
+
+
+def test_a_store_copied_to_postgres_counts_as_fts5(tmp_path: Path, postgres_dsn: str) -> None:
+    """``memmy-memory migrate``'s copy fills the postings and the per-lexeme counts with its one full-text
+    statement (their triggers stay on: they are not in ``copy.DERIVED``): the counts equal FTS5's."""
+    sqlite, pg = Database(tmp_path / "s.sqlite"), PgDatabase(postgres_dsn)
+    try:
+        MemoryRepository(sqlite).insert_many(corpus(), "test")
+        copy_store(sqlite, pg)
+        postings_match_their_rows(pg)
+        count = "SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?"
+        for expression in COUNTED:
+            expected = sqlite.query_one(count, [expression])
+            assert tuple(pg.query_one(count, [expression]) or ()) == tuple(expected or ()), expression
+    finally:
+        sqlite.close()
+        pg.close()
+
+
 def test_a_postgres_store_from_before_the_postings_gets_them(tmp_path: Path, postgres_dsn: str) -> None:
     """A store made by the previous version (Snowball English tsvectors, no document lengths, no postings) is
     re-indexed when opened, and then ranks as SQLite does."""
@@ -137,7 +219,7 @@ def test_a_postgres_store_from_before_the_postings_gets_them(tmp_path: Path, pos
     with pg.pool.connection() as raw:  # back to what the previous version left
         raw.execute(
             "DROP TRIGGER memmy_postings_added ON memories_fts; DROP TRIGGER memmy_postings_removed ON memories_fts; "
-            f"DROP TRIGGER memmy_postings_changed ON memories_fts; DROP TABLE {POSTINGS}, {STATS}; "
+            f"DROP TRIGGER memmy_postings_changed ON memories_fts; DROP TABLE {POSTINGS}, {STATS}, {LEXEMES}; "
             "ALTER TABLE memories_fts DROP COLUMN doclen; "
             "UPDATE memories_fts SET tsv = to_tsvector('english', coalesce(memory_value, '')); "
             f"DROP TABLE {SETUP_TABLE}"  # nor had it a set-up stamp
@@ -218,6 +300,8 @@ def test_postgres_finds_the_newest_matches_as_fts5(tmp_path: Path, postgres_dsn:
             '"read only"',
             '"数据 据库 库连 连接 接超 超时"',
             '"rollback" OR "zygote" OR "read only" OR "nothing"',
+            '"数据" OR "据库" OR "数据 据库 库连 连接 接超 超时"',
+            '"only" OR "read only" OR "zygote"',
             '"nothing"',
         )
         for expression in expressions:
@@ -264,6 +348,9 @@ def test_the_newest_matches_limit_is_written_only_as_an_int() -> None:
     """The newest matches' LIMIT goes into the statement's text, so only an int is taken."""
     statement = translate(NEWEST)
     assert statement.params(['"x"', 5]) == [] and "LIMIT 5)" in statement.text(['"x"', 5])
+    ranked_newest = translate(NEWEST_RANKED)
+    assert ranked_newest.params(['"x y"', 5, 3]) == [3] and "LIMIT 5)" in ranked_newest.text(['"x y"', 5, 3])
     for bad in ("5; DROP TABLE memories", 5.0, True, -1):
-        with pytest.raises(ValueError, match="LIMIT"):
-            statement.text(['"x"', bad])
+        for shape in (statement, ranked_newest):
+            with pytest.raises(ValueError, match="LIMIT"):
+                shape.text(['"x"', bad, 3])

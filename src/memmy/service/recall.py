@@ -333,43 +333,44 @@ class RecallOps(Configured):
         )
         timings = dict(outcome.timings_ms)
         timings["total"] = round((time.perf_counter() - started) * 1000, 3)
-        self.logs.api_call(
-            "memory_search",
-            ns.source,
-            {"query": query[:500], "layers": list(resolved), "limit": limit, "scope": scope, "mode": mode},
-            {
-                "candidates": len(outcome.candidate_ids),
-                "filtered": [c.memory.id for c in selected],
-                "dropped": outcome.dropped[:50],
-                "status": status,
-                "stats": timings,
-            },
-            timings["total"],
-            True,
-            ns.user_id,
-        )
-        event_id = self.logs.recall_event(
-            session_id=session_id,
-            turn_id=turn_id,
-            user_id=ns.user_id,
-            query=query,
-            query_hash=sha256_hex(query),
-            layers=list(resolved),
-            candidate_ids=outcome.candidate_ids,
-            hit_ids=[c.memory.id for c in outcome.selected],
-            injected_ids=[c.memory.id for c in selected],
-            request={
-                "limit": limit,
-                "scope": scope,
-                "mode": mode,
-                "source": ns.source,
-                "topScore": round(selected[0].relevance, 4) if selected else None,
-                "dropped": outcome.dropped,
-                "injectedText": rendered.markdown,
-                "tokens": rendered.token_estimate,
-                "latencyMs": timings["total"],
-            },
-        )
+        with self.logs.together():  # the API log and the recall event: one round trip on PostgreSQL
+            self.logs.api_call(
+                "memory_search",
+                ns.source,
+                {"query": query[:500], "layers": list(resolved), "limit": limit, "scope": scope, "mode": mode},
+                {
+                    "candidates": len(outcome.candidate_ids),
+                    "filtered": [c.memory.id for c in selected],
+                    "dropped": outcome.dropped[:50],
+                    "status": status,
+                    "stats": timings,
+                },
+                timings["total"],
+                True,
+                ns.user_id,
+            )
+            event_id = self.logs.recall_event(
+                session_id=session_id,
+                turn_id=turn_id,
+                user_id=ns.user_id,
+                query=query,
+                query_hash=sha256_hex(query),
+                layers=list(resolved),
+                candidate_ids=outcome.candidate_ids,
+                hit_ids=[c.memory.id for c in outcome.selected],
+                injected_ids=[c.memory.id for c in selected],
+                request={
+                    "limit": limit,
+                    "scope": scope,
+                    "mode": mode,
+                    "source": ns.source,
+                    "topScore": round(selected[0].relevance, 4) if selected else None,
+                    "dropped": outcome.dropped,
+                    "injectedText": rendered.markdown,
+                    "tokens": rendered.token_estimate,
+                    "latencyMs": timings["total"],
+                },
+            )
         return SearchResult(
             candidates=selected,
             candidate_ids=outcome.candidate_ids,

@@ -10,7 +10,7 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -283,6 +283,13 @@ class Database:
             if self.last_write_error is not None:
                 self.last_write_error = None
                 self._probe = None
+
+    def write_all(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        """Run writes whose results nobody reads (log rows) in one transaction, in order (inside the caller's
+        transaction when there is one). PostgreSQL sends them in one round trip."""
+        with self.transaction() as conn:
+            for sql, params in statements:
+                conn.execute(sql, params)
 
     @contextmanager
     def savepoint(self, name: str = "sp") -> Iterator[sqlite3.Connection]:

@@ -32,6 +32,7 @@ from memmy.store.pgfts import (
     RANK_WEIGHTS,
     TS_CONFIG,
     count_sql,
+    newest_ranked_sql,
     newest_sql,
     porter_stems,
     ranked_sql,
@@ -77,7 +78,7 @@ def fts5_to_tsquery(expression: str) -> str:
 
 #: Where a statement's BM25 score goes; it is written per call (:func:`memmy.store.pgfts.row_score_sql`).
 BM25_MARK: Final = "\x00bm25\x00"
-_INLINE = re.compile(r"\x00(count|ranked|score|newest)(\d+)\x00")
+_INLINE = re.compile(r"\x00(count|ranked|score|newest|newranked)(\d+)\x00")
 
 
 #: The tsvector (identifier A, value D, tags B) and the length in tokens of the columns ``t.a``, ``t.d``, ``t.b``.
@@ -105,8 +106,8 @@ class Statement:
     ``plan`` lists, per placeholder, the index of the caller's parameter and how it is turned into this one's:
     ``""`` as it is, ``"tsquery"`` a MATCH expression as tsquery text, ``"fts"`` a column's text as stems.
     ``inline`` lists the statement text written per call from a MATCH expression: (the caller's parameter, its
-    mark ``\\x00kind<n>\\x00`` in :attr:`sql`, kind: ``count``, ``ranked``, ``score`` or ``newest``, whose LIMIT
-    is the caller's next parameter).
+    mark ``\\x00kind<n>\\x00`` in :attr:`sql`, kind: ``count``, ``ranked``, ``score``, ``newest`` or ``newranked``,
+    the last two with a LIMIT: the caller's next parameter).
     """
 
     sql: str
@@ -129,6 +130,8 @@ class Statement:
                 piece = ranked_sql(parts, self.weights)
             elif kind == "newest":
                 piece = newest_sql(parts, given[index + 1])
+            elif kind == "newranked":
+                piece = newest_ranked_sql(parts, self.weights, given[index + 1])
             else:
                 piece = row_score_sql(parts, self.weights)
             sql = sql.replace(mark, piece.replace("%", "%%"))
@@ -176,8 +179,7 @@ _NEWEST: Final = (
             r"^\s*SELECT r FROM \(SELECT rowid AS r, rank AS s FROM memories_fts\s+WHERE memories_fts MATCH \?\s+"
             r"ORDER BY rowid DESC LIMIT \?\)\s+ORDER BY s LIMIT \?\s*$"
         ),
-        "SELECT r FROM (SELECT memories_fts.rowid AS r, ?SCORE AS s FROM ?NEWEST n JOIN memories_fts "
-        "ON memories_fts.rowid = n.rowid) x ORDER BY s, r DESC LIMIT ?",
+        "SELECT r FROM (?NEWRANKED) x ORDER BY s, r DESC LIMIT ?",
     ),
 )
 _COUNT = re.compile(r"\bSELECT count\(\*\) FROM memories_fts WHERE memories_fts MATCH \?", re.IGNORECASE)
@@ -335,11 +337,12 @@ def translate(sql: str) -> Statement:
             out.append(piece.replace("%", "%%"))
             continue
         for part in re.split(
-            r"(\?MATCH|\?COUNT|\?RANKED|\?NEWEST|\?SCORE|\?)", _rewrite_code(piece).replace("%", "%%")
+            r"(\?MATCH|\?COUNT|\?RANKED|\?NEWRANKED|\?NEWEST|\?SCORE|\?)", _rewrite_code(piece).replace("%", "%%")
         ):
-            if part == "?NEWEST":  # the MATCH expression and its LIMIT, both written per call
-                mark = f"\x00newest{len(inline)}\x00"
-                inline.append((given, mark, "newest"))
+            if part in ("?NEWEST", "?NEWRANKED"):  # the MATCH expression and its LIMIT, both written per call
+                kind = part[1:].lower()
+                mark = f"\x00{kind}{len(inline)}\x00"
+                inline.append((given, mark, kind))
                 out.append(mark)
                 match_index = given
                 given += 2
