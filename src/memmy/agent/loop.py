@@ -76,6 +76,7 @@ class Agent:
         tools: ToolBox,
         memory: MemoryBridge | None = None,
         emit: Emit | None = None,
+        meter: UsageBook | None = None,
     ) -> None:
         self.config = config
         self.session = session
@@ -86,7 +87,7 @@ class Agent:
         self.appended: list[str] = []
         self.last_recall: Recall | None = None
         self.last_usage: dict[str, int] = {}
-        self.meter = UsageBook(config.home)
+        self.meter = meter or UsageBook(config.home)
         self.running = False
         self.parts: list[dict[str, Any]] = []  # image parts the current turn's user message carries
         self._provider: Provider | None = None
@@ -261,14 +262,14 @@ class Agent:
             if done.tool_calls:
                 message["tool_calls"] = [call.as_message() for call in done.tool_calls]
             self.session.messages.append(message)
-            await self._save()
             if done.text:
                 result.answer = done.text
-            if not done.tool_calls:
-                if self.appended:  # Tab-appended input that arrived after the model's last call
-                    self._take_appended()
-                    continue
-                return
+            if not done.tool_calls and not self.appended:
+                return  # the answer: saved by _finish, with nothing awaited between (one write, not two)
+            await self._save()
+            if not done.tool_calls:  # Tab-appended input that arrived after the model's last call
+                self._take_appended()
+                continue
             for call in done.tool_calls:
                 self.emit(TurnEvent("tool_call", call.name, {"id": call.id, "arguments": call.arguments}))
                 output, ok = await self.tools.call(call.name, call.arguments)

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 from memmy.agent.config import DEFAULT_SESSION, AgentConfig
 from memmy.agent.memory import SOURCE, MemoryBridge, resolve_settings
 from memmy.agent.sessions import SessionStore
+from memmy.agent.usage import UsageBook
+from memmy.cli.client import ClientSettings
 
 if TYPE_CHECKING:  # the loop, the tools and MCP load when a runtime opens (`memmy status` needs only memory)
     from memmy.agent.loop import Agent, Emit
@@ -42,12 +44,16 @@ def capture_spool(config: AgentConfig) -> Path:
 
 
 def open_memory(
-    config: AgentConfig, enabled: bool = True, config_file: str | None = None, source: str = SOURCE
+    config: AgentConfig,
+    enabled: bool = True,
+    config_file: str | None = None,
+    source: str = SOURCE,
+    settings: ClientSettings | None = None,
 ) -> MemoryBridge:
-    """The memory client with the CLI's URL/token resolution; ``source`` names the host in memory (``memmy``,
-    or a chat channel such as ``telegram``)."""
+    """The memory client with the CLI's URL/token resolution (``settings``: resolved already, by a host of many
+    sessions); ``source`` names the host in memory (``memmy``, or a chat channel such as ``telegram``)."""
     return MemoryBridge(
-        resolve_settings(config_file),
+        settings or resolve_settings(config_file),
         enabled=enabled and config.memory_enabled,
         spool=capture_spool(config),
         source=source,
@@ -64,8 +70,11 @@ async def open_runtime(
     memory: bool = True,
     config_file: str | None = None,
     source: str = SOURCE,
+    memory_settings: ClientSettings | None = None,
+    meter: UsageBook | None = None,
 ) -> Runtime:
-    """Load (or create) the session, connect memory and MCP servers, build the agent."""
+    """Load (or create) the session, connect memory and MCP servers, build the agent (``memory_settings`` and
+    ``meter``: shared by a host of many sessions instead of resolved and opened for each)."""
     from memmy.agent import imagegen
     from memmy.agent.loop import Agent
     from memmy.agent.mcp_tools import McpHub
@@ -73,13 +82,13 @@ async def open_runtime(
 
     store = SessionStore(config.home)
     session = store.load(session_name, str(Path(project).resolve()) if project else None)
-    bridge = open_memory(config, memory, config_file, source)
+    bridge = open_memory(config, memory, config_file, source, memory_settings)
     base = Path(session.project) if session.project else config.workspace
     base.mkdir(parents=True, exist_ok=True)
     tools = ToolBox(config.tools, base, memory=bridge, approve=approve)
     imagegen.install(config, tools)
     hub = McpHub(config.tools.mcp_servers)
-    agent = Agent(config, session, store, tools, bridge, emit)
+    agent = Agent(config, session, store, tools, bridge, emit, meter)
     # The memory session opens while the MCP servers start, so the first turn makes one daemon call, not two.
     await asyncio.gather(hub.start(), agent.prepare())
     hub.install(tools)

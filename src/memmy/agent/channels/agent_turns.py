@@ -13,9 +13,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from memmy.agent.channels.base import FileCache
 from memmy.agent.channels.router import Answer
 from memmy.agent.config import AgentConfig
+from memmy.agent.memory import resolve_settings
 from memmy.agent.runtime import Runtime, open_runtime
+from memmy.agent.usage import UsageBook
+from memmy.cli.client import ClientSettings
+from memmy.config import config_path
 
 MAX_OPEN = 32  # runtimes kept open (least recently used closed first)
 WRITING_TOOLS = ("write_file", "edit_file")
@@ -36,6 +41,10 @@ class AgentTurns:
         self.config_file = config_file
         self.open: OrderedDict[tuple[str, str, bool], Runtime] = OrderedDict()
         self.locks: dict[str, asyncio.Lock] = {}
+        # shared by every chat's runtime: the daemon's URL and token (read again when the config file changes, not
+        # parsed for each chat's first message) and the usage meter's connection
+        self.memory_settings: FileCache[ClientSettings] = FileCache()
+        self.meter = UsageBook(config.home, keep_open=True)
 
     def warm(self) -> None:
         """Import what a chat's first turn needs (the tool loop, MCP, the provider's SDK) before the first message
@@ -56,6 +65,8 @@ class AgentTurns:
                 approve=_deny if tools and self.config.tools.exec_approval == "ask" else None,
                 config_file=self.config_file,
                 source=source,
+                memory_settings=self.memory_settings.read(self.settings_file, self._resolve),
+                meter=self.meter,
             )
             self.open[key] = runtime
             while len(self.open) > MAX_OPEN:
@@ -63,6 +74,14 @@ class AgentTurns:
                 await oldest.close()
         self.open.move_to_end(key)
         return runtime
+
+    @property
+    def settings_file(self) -> Path:
+        """The file the daemon's URL and token are read from."""
+        return config_path(self.config_file)
+
+    def _resolve(self, text: str) -> ClientSettings:
+        return resolve_settings(self.config_file)
 
     async def run(
         self, session: str, text: str, *, source: str, tools: bool, parts: list[dict[str, Any]] | None = None
@@ -94,6 +113,7 @@ class AgentTurns:
             _, runtime = self.open.popitem()
             with contextlib.suppress(Exception):
                 await runtime.close()
+        await asyncio.to_thread(self.meter.close)
 
 
 async def _deny(command: str) -> bool:
