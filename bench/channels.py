@@ -126,6 +126,7 @@ async def run(
     profiler: cProfile.Profile | None = None,
 ) -> Row:
     """One run: the messages sent, every answer waited for; ``profiler`` profiles that window only."""
+    from memmy.agent.channels.base import freeze_startup_heap
     from memmy.agent.channels.router import ChatRouter
     from memmy.agent.channels.settings import ChannelSettings
     from memmy.agent.channels.telegram import TelegramChannel
@@ -144,7 +145,8 @@ async def run(
         router = ChatRouter(settings, adapter, turns, bot_home)
         routers.append(router)
         tasks.append(asyncio.create_task(adapter.run(router.deliver)))
-    await turns.start()  # as the supervisor does when it starts the channels
+    await turns.start()  # as the supervisor does when it starts the channels, and then
+    freeze_startup_heap()
     await asyncio.sleep(1.0)
     started, cpu_started = time.monotonic(), time.process_time()
     worker_started = process_cpu(turns)
@@ -244,6 +246,7 @@ def report(
         ("answer_to_sent", "answer -> platform took it"),
         ("to_worker", "request -> worker read it"),
         ("from_worker", "worker answered -> read here"),
+        ("in_worker", "(the turn in the worker, provider's answer included: read it -> answered)"),
     ):
         values = [seconds * 1000 for name, seconds in layer if name == stage]
         if values:

@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from memmy.agent.channels.base import ChannelAdapter, ChannelState
+from memmy.agent.channels.base import ChannelAdapter, ChannelState, freeze_startup_heap
 from memmy.agent.channels.router import ChatRouter, TurnRunner
 from memmy.agent.channels.settings import ChannelSettings, load_channels, turn_workers
 from memmy.agent.config import AgentConfig
@@ -163,11 +163,13 @@ class ChannelSupervisor:
         self.write_status()
 
     async def _start_runner(self) -> None:
-        """Start the chat turns' workers before the first message (a failure is said here and again to the chat)."""
+        """Start the chat turns' workers before the first message (a failure is said here and again to the chat);
+        then, the channels' SDKs loaded meanwhile, leave the start-up heap out of the garbage collector's passes."""
         try:
             await self.runner.start()
         except Exception as exc:
             log.warning("the chat turns' workers did not start: %s", exc)
+        freeze_startup_heap()
 
     async def restart(self, settings: ChannelSettings) -> None:
         """Run ``settings`` now (a channel connected or changed while the process runs), replacing its old task."""

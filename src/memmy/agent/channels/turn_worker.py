@@ -39,6 +39,7 @@ from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memmy.agent.channels.base import freeze_startup_heap
 from memmy.agent.channels.router import TIMINGS_KEPT, Answer
 from memmy.agent.config import AgentConfig
 
@@ -82,7 +83,8 @@ class TurnWorker:
         self.started_at = 0.0
         self.quick_deaths = 0  # deaths in a row within HEALTHY_AFTER_S of the start: the restart backs off
         # (stage, seconds) for bench/channels.py: "to_worker" from a turn's request leaving this process to the
-        # worker having read it, "from_worker" from the worker's answer to this process having read it
+        # worker having read it, "in_worker" from there to its answer (the turn, the provider's answer included),
+        # "from_worker" from the worker's answer to this process having read it
         self.timings: deque[tuple[str, float]] = deque(maxlen=TIMINGS_KEPT)  # bounded: serve runs for weeks
 
     async def start(self) -> None:
@@ -202,6 +204,7 @@ class TurnWorker:
         self.answered += 1
         self.timings.append(("to_worker", float(reply["received"]) - sent))
         self.timings.append(("from_worker", float(reply["got"]) - float(reply["answered"])))
+        self.timings.append(("in_worker", float(reply["answered"]) - float(reply["received"])))
         return answer_of(reply["answer"])
 
     async def describe(self, session: str) -> str:
@@ -312,6 +315,7 @@ class _Worker:
         config, config_file = pickle.loads(base64.b64decode(setup["config"]))
         turns = AgentTurns(config, config_file)
         turns.warm()
+        freeze_startup_heap()
         self.send({"op": "ready"})
         try:
             while line := await stdin.readline():
