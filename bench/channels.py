@@ -23,11 +23,11 @@ of them): the layer's figures include the two hops over a worker's pipe ("reques
 answered -> read here"), and ``--profile`` profiles the channels' process (receiving, routing, sending; from the
 first message sent to the last answered), which no longer runs a turn. A reply that says the turn failed counts as
 an answer for the wait and is reported apart ("told their turn failed"). One run per pool size (``--workers``; by
-default 1, the baseline, then ``channels.workers``' default on this machine), each with fresh fakes and a fresh
-HOME, then a table of the runs side by side with the 1-minute load average. The CPU each part spent a message is
-printed per run (the channels' process, the workers together, the fakes). The fake provider keeps its connections
-alive, as a provider's API does (with a connection closed after each streamed answer, each turn paid a TCP connect
-on both sides).
+default 1, the baseline, 2, and ``channels.workers``' default on this machine when it is more), each with fresh
+fakes and a fresh HOME, then a table of the runs side by side with the 1-minute load average. The CPU each part
+spent a message is printed per run (the channels' process, the workers together, the fakes). The fake provider
+keeps its connections alive, as a provider's API does (with a connection closed after each streamed answer, each
+turn paid a TCP connect on both sides).
 
 Run:  python bench/channels.py [--chats 20] [--messages 10] [--workers 1 2] [--in-process] [--profile]
 """
@@ -384,12 +384,12 @@ def main() -> None:
         type=int,
         nargs="+",
         default=None,
-        help=f"Pool sizes, one run each (default: 1, then channels.workers' default here, {default_workers()}).",
+        help=f"Pool sizes, one run each (default: 1, 2 and channels.workers' default here, {default_workers()}).",
     )
     parser.add_argument("--in-process", action="store_true", help="Run the fakes in the bench's process.")
     parser.add_argument("--profile", action="store_true", help="Where the channels' process spends its CPU.")
     args = parser.parse_args()
-    sizes = args.workers or sorted({1, default_workers()})
+    sizes = args.workers or sorted({1, 2, default_workers()})
     rows = [measure(args, size) for size in sizes]
     print(f"\n{args.chats} chats x {args.messages} messages; whole path and layer in ms; load = 1-minute average")
     print(SUMMARY)

@@ -77,8 +77,10 @@ class Agent:
         memory: MemoryBridge | None = None,
         emit: Emit | None = None,
         meter: UsageBook | None = None,
+        provider_for: Callable[[ModelChoice], Provider] = build_provider,
     ) -> None:
         self.config = config
+        self.provider_for = provider_for  # a host of many sessions shares one client a model
         self.session = session
         self.store = store
         self.tools = tools
@@ -106,7 +108,7 @@ class Agent:
         if self.choice is None:
             raise ProviderError("no model configured: run `memmy onboard` (or set agents.defaults)", "config")
         if self._provider is None or self._provider.choice != self.choice:
-            self._provider = build_provider(self.choice)
+            self._provider = self.provider_for(self.choice)
         return self._provider
 
     def use_preset(self, name: str) -> ModelChoice:

@@ -4,11 +4,11 @@ the TUI and ``memmy serve`` to build the same agent."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from memmy.agent.config import DEFAULT_SESSION, AgentConfig
+from memmy.agent.config import DEFAULT_SESSION, AgentConfig, ModelChoice
 from memmy.agent.memory import SOURCE, MemoryBridge, resolve_settings
 from memmy.agent.sessions import SessionStore
 from memmy.agent.usage import UsageBook
@@ -17,6 +17,7 @@ from memmy.cli.client import ClientSettings
 if TYPE_CHECKING:  # the loop, the tools and MCP load when a runtime opens (`memmy status` needs only memory)
     from memmy.agent.loop import Agent, Emit
     from memmy.agent.mcp_tools import McpHub
+    from memmy.agent.providers import Provider
     from memmy.agent.tools import Approver
 
 
@@ -36,6 +37,24 @@ class Runtime:
         await self.hub.close()
         if self.memory is not None:
             await self.memory.aclose()
+
+
+@dataclass
+class SharedParts:
+    """What a host of many sessions (the chat turns' worker) opens once for all its runtimes: the daemon's URL and
+    token, the usage meter's connection, one provider client a model (its connections kept alive across chats)."""
+
+    memory_settings: ClientSettings
+    meter: UsageBook
+    providers: dict[ModelChoice, Provider] = field(default_factory=dict)
+
+    def provider(self, choice: ModelChoice) -> Provider:
+        """The provider of ``choice``, built with the first session that asks for it."""
+        from memmy.agent.providers import build_provider
+
+        if choice not in self.providers:
+            self.providers[choice] = build_provider(choice)
+        return self.providers[choice]
 
 
 def capture_spool(config: AgentConfig) -> Path:
@@ -70,11 +89,10 @@ async def open_runtime(
     memory: bool = True,
     config_file: str | None = None,
     source: str = SOURCE,
-    memory_settings: ClientSettings | None = None,
-    meter: UsageBook | None = None,
+    shared: SharedParts | None = None,
 ) -> Runtime:
-    """Load (or create) the session, connect memory and MCP servers, build the agent (``memory_settings`` and
-    ``meter``: shared by a host of many sessions instead of resolved and opened for each)."""
+    """Load (or create) the session, connect memory and MCP servers, build the agent (``shared``: what a host of
+    many sessions opens once for all of them)."""
     from memmy.agent import imagegen
     from memmy.agent.loop import Agent
     from memmy.agent.mcp_tools import McpHub
@@ -82,13 +100,16 @@ async def open_runtime(
 
     store = SessionStore(config.home)
     session = store.load(session_name, str(Path(project).resolve()) if project else None)
-    bridge = open_memory(config, memory, config_file, source, memory_settings)
+    bridge = open_memory(config, memory, config_file, source, shared.memory_settings if shared else None)
     base = Path(session.project) if session.project else config.workspace
     base.mkdir(parents=True, exist_ok=True)
     tools = ToolBox(config.tools, base, memory=bridge, approve=approve)
     imagegen.install(config, tools)
     hub = McpHub(config.tools.mcp_servers)
-    agent = Agent(config, session, store, tools, bridge, emit, meter)
+    if shared is None:
+        agent = Agent(config, session, store, tools, bridge, emit)
+    else:
+        agent = Agent(config, session, store, tools, bridge, emit, shared.meter, shared.provider)
     # The memory session opens while the MCP servers start, so the first turn makes one daemon call, not two.
     await asyncio.gather(hub.start(), agent.prepare())
     hub.install(tools)

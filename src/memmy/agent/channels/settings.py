@@ -10,7 +10,7 @@ Example::
         apiBase: https://api.telegram.org      # or a self-hosted Bot API server
         allowFrom: ["123456789"]               # user ids; others pair with `memmy channels pair telegram`
         tools: false                           # shell + file tools for this channel's sessions (off by default)
-      workers: 2                               # chat turns' worker processes (default: one per core, at most 4)
+      workers: 2                               # chat turns' worker processes (default: cores - 1, from 1 to 4)
 """
 
 from __future__ import annotations
@@ -101,9 +101,11 @@ def _ids(value: Any, where: str, path: Path) -> tuple[str, ...]:
 
 
 def default_workers() -> int:
-    """How many chat turns' worker processes run when ``channels.workers`` does not say: one per core, at most 4
-    (a turn is a few ms of CPU; more processes than cores only take turns on them)."""
-    return max(1, min(MAX_DEFAULT_WORKERS, os.cpu_count() or 1))
+    """How many chat turns' worker processes run when ``channels.workers`` does not say: one per core but one, at
+    most 4, at least 1. The core left is the channels' process's (receiving and sending, ~2.5 ms of CPU a message):
+    on two cores a second worker took it from that process, and 20 chats at once were answered slower with two
+    workers than with one (bench/channels.py); more processes than cores only take turns on them."""
+    return max(1, min(MAX_DEFAULT_WORKERS, (os.cpu_count() or 1) - 1))
 
 
 def turn_workers(raw: Mapping[str, Any], path: Path) -> int:

@@ -15,10 +15,10 @@ A worker that dies (killed, out of memory, a crash in native code) is started ag
 is answered with :data:`CRASHED`: the chat is told, nothing is lost silently. A chat's messages stay in order
 because its router sends the next one only after the previous answer.
 
-:class:`TurnPool` is what ``memmy serve`` holds: ``channels.workers`` such workers (default
-:func:`~memmy.agent.channels.settings.default_workers`, at most 4, one per core), each chat session always in the same
-one (a stable hash of the session's name), so different chats' turns run on different cores while a session's
-runtime and history live in exactly one process. Each worker restarts on its own; one dying fails only its own
+:class:`TurnPool` is what ``memmy serve`` holds: ``channels.workers`` such workers (by default one per core but
+one, from 1 to 4: :func:`~memmy.agent.channels.settings.default_workers`), each chat session always in the same one
+(a stable hash of the session's name), so different chats' turns run on different cores while a session's runtime
+and history live in exactly one process. Each worker restarts on its own; one dying fails only its own
 turns."""
 
 from __future__ import annotations
