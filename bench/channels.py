@@ -18,12 +18,18 @@ machine. The floor measured in the same run: a bare sendMessage round trip with 
 before and after: on a shared machine it decides most of the figures, so compare runs made together.
 Target (issue 33): p95 <= 50 ms for both.
 
-The chat turns run in a worker process of their own (memmy/agent/channels/turn_worker.py): the layer's figures
-include the two hops over its pipe ("request -> worker read it", "worker answered -> read here"), and
-``--profile`` profiles the channels' process (receiving, routing, sending), which no longer runs a turn. A reply
-that says the turn failed counts as an answer for the wait and is reported apart ("told their turn failed").
+The chat turns run in a pool of worker processes (memmy/agent/channels/turn_worker.py, each chat's session in one
+of them): the layer's figures include the two hops over a worker's pipe ("request -> worker read it", "worker
+answered -> read here"), and ``--profile`` profiles the channels' process (receiving, routing, sending; from the
+first message sent to the last answered), which no longer runs a turn. A reply that says the turn failed counts as
+an answer for the wait and is reported apart ("told their turn failed"). One run per pool size (``--workers``; by
+default 1, the baseline, 2, and ``channels.workers``' default on this machine when it is more), each with fresh
+fakes and a fresh HOME, then a table of the runs side by side with the 1-minute load average. The CPU each part
+spent a message is printed per run (the channels' process, the workers together, the fakes). The fake provider
+keeps its connections alive, as a provider's API does (with a connection closed after each streamed answer, each
+turn paid a TCP connect on both sides).
 
-Run:  python bench/channels.py [--chats 20] [--messages 10] [--in-process] [--profile]
+Run:  python bench/channels.py [--chats 20] [--messages 10] [--workers 1 2] [--in-process] [--profile]
 """
 
 from __future__ import annotations
@@ -76,11 +82,12 @@ def platform_side(conn: Connection, chats: int, messages: int) -> None:
         return Reply(text=f"answer: {question}")
 
     with ExitStack() as stack:
-        stub = stack.enter_context(run_model_stub(brain))
+        stub = stack.enter_context(run_model_stub(brain, keep_alive=True))  # as a provider's API keeps them
         fakes = [stack.enter_context(fake_telegram(f"10{n}:bench-token-{n}")) for n in range(2)]
         logging.getLogger("uvicorn.error").setLevel(logging.CRITICAL)  # a long poll cut at the end is no error here
         conn.send((stub.openai_url, [(f.url, f.token) for f in fakes]))
         assert conn.recv() == "go"
+        cpu_started = time.process_time()
         for chat in range(chats):
             fake = fakes[chat % len(fakes)]
             for n in range(messages):
@@ -92,7 +99,16 @@ def platform_side(conn: Connection, chats: int, messages: int) -> None:
             ([(s.chat_id, s.text, s.at) for s in f.sent if s.method == "sendMessage"], f.update_of, f.delivered_at)
             for f in fakes
         ]
-        conn.send((records, asked))
+        conn.send((records, asked, time.process_time() - cpu_started))
+
+
+def process_cpu(pool: Any) -> float:
+    """CPU seconds (user + system) the turns' worker processes have used (Linux: /proc)."""
+    total = 0.0
+    for worker in pool.workers:
+        fields = Path(f"/proc/{worker.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -101,15 +117,24 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]
 
 
-async def run(args: argparse.Namespace, bots: list[Bot], conn: Connection, home: Path) -> None:
+async def run(
+    args: argparse.Namespace,
+    bots: list[Bot],
+    conn: Connection,
+    home: Path,
+    workers: int,
+    profiler: cProfile.Profile | None = None,
+) -> Row:
+    """One run: the messages sent, every answer waited for; ``profiler`` profiles that window only."""
+    from memmy.agent.channels.base import freeze_startup_heap
     from memmy.agent.channels.router import ChatRouter
     from memmy.agent.channels.settings import ChannelSettings
     from memmy.agent.channels.telegram import TelegramChannel
-    from memmy.agent.channels.turn_worker import TurnWorker
+    from memmy.agent.channels.turn_worker import TurnPool
     from memmy.agent.config import load_agent_config
 
     config = load_agent_config()
-    turns = TurnWorker(config)
+    turns = TurnPool(config, size=workers)
     users = tuple(str(1000 + chat) for chat in range(args.chats))
     tasks = []
     routers = []
@@ -120,9 +145,13 @@ async def run(args: argparse.Namespace, bots: list[Bot], conn: Connection, home:
         router = ChatRouter(settings, adapter, turns, bot_home)
         routers.append(router)
         tasks.append(asyncio.create_task(adapter.run(router.deliver)))
-    await turns.start()  # as the supervisor does when it starts the channels
+    await turns.start()  # as the supervisor does when it starts the channels, and then
+    freeze_startup_heap()
     await asyncio.sleep(1.0)
     started, cpu_started = time.monotonic(), time.process_time()
+    worker_started = process_cpu(turns)
+    if profiler is not None:
+        profiler.enable()
     conn.send("go")
     expected = args.chats * args.messages
     deadline = time.monotonic() + args.timeout
@@ -132,7 +161,10 @@ async def run(args: argparse.Namespace, bots: list[Bot], conn: Connection, home:
             break
         await asyncio.sleep(0.05)
     elapsed = time.monotonic() - started
+    if profiler is not None:
+        profiler.disable()
     cpu = time.process_time() - cpu_started
+    worker_cpu = process_cpu(turns) - worker_started
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
@@ -141,12 +173,17 @@ async def run(args: argparse.Namespace, bots: list[Bot], conn: Connection, home:
     await turns.close()
     floor = await asyncio.to_thread(bare_round_trip, bots[0])  # before "collect": the fakes stop after it
     conn.send("collect")
-    records, asked = await asyncio.to_thread(conn.recv)
+    records, asked, platform_cpu = await asyncio.to_thread(conn.recv)
     for bot, (sent, update_of, delivered_at) in zip(bots, records, strict=True):
         bot.sent, bot.update_of, bot.delivered_at = sent, update_of, delivered_at
-    print(f"the channels' process: {cpu * 1000 / max(1, args.chats * args.messages):.1f} ms CPU a message")
+    per = 1000 / max(1, args.chats * args.messages)
+    print(
+        f"CPU a message: the channels' process {cpu * per:.1f} ms, the turns' {workers} worker(s) "
+        f"{worker_cpu * per:.1f} ms, the fakes (platforms, provider) {platform_cpu * per:.1f} ms"
+    )
+    print(f"turns answered by each worker: {' '.join(str(worker.answered) for worker in turns.workers)}")
     layer = [t for router in routers for t in router.timings] + list(turns.timings)
-    report(args, bots, asked, elapsed, layer, floor)
+    return report(args, bots, asked, elapsed, layer, floor, workers)
 
 
 def report(
@@ -156,7 +193,8 @@ def report(
     elapsed: float,
     layer: list[tuple[str, float]],
     floor: list[float],
-) -> None:
+    workers: int,
+) -> Row:
     inbound: list[float] = []
     later: list[float] = []  # receive -> provider request of each chat's messages after its first (runtime open)
     outbound: list[float] = []
@@ -183,7 +221,8 @@ def report(
                 later.append(inbound[-1])
             outbound.append((at - asked[question]) * 1000)
             previous_sent = at
-    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}  (cores: {os.cpu_count()})")
+    load = os.getloadavg()
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in load)}  (cores: {os.cpu_count()})")
     total = args.chats * args.messages
     answered = sum(len([s for s in f.sent if s[1].startswith("answer")]) for f in fakes)
     failed = sum(len([s for s in f.sent if s[0] != "1" and not s[1].startswith(("answer", "Queued"))]) for f in fakes)
@@ -207,6 +246,7 @@ def report(
         ("answer_to_sent", "answer -> platform took it"),
         ("to_worker", "request -> worker read it"),
         ("from_worker", "worker answered -> read here"),
+        ("in_worker", "(the turn in the worker, provider's answer included: read it -> answered)"),
     ):
         values = [seconds * 1000 for name, seconds in layer if name == stage]
         if values:
@@ -216,6 +256,40 @@ def report(
         f"floor: bare sendMessage round trip p50 {statistics.median(floor):6.1f} ms   "
         f"p95 {percentile(floor, 95):6.1f} ms   (target for the layer: p95 <= 50 ms)"
     )
+    hops = {
+        stage: percentile([seconds * 1000 for name, seconds in layer if name == stage] or [0.0], 95)
+        for stage in ("pick_to_turn", "to_worker", "from_worker", "answer_to_sent")
+    }
+    return Row(workers, load[0], not problems and answered == total, inbound, outbound, hops)
+
+
+@dataclass
+class Row:
+    """One run's summary line: the whole path's figures beside the layer's hops and the load average."""
+
+    workers: int
+    load: float
+    complete: bool
+    inbound: list[float]
+    outbound: list[float]
+    hops: dict[str, float]
+
+    def line(self) -> str:
+        """The row of the summary table."""
+
+        def pair(values: list[float]) -> str:
+            return f"{percentile(values or [0.0], 50):5.1f} / {percentile(values or [0.0], 95):5.1f}"
+
+        stages = ("pick_to_turn", "to_worker", "from_worker", "answer_to_sent")
+        hops = " ".join(f"{self.hops[stage]:5.1f}" for stage in stages)
+        done = "yes" if self.complete else "NO"
+        return f"{self.workers:>5} | {pair(self.inbound)} | {pair(self.outbound)} | {hops} | {self.load:4.2f} | {done}"
+
+
+SUMMARY = (
+    "pool  | receive -> provider p50 / p95 | reply -> send p50 / p95 | layer p95: hand-over, to worker, back, sent"
+    " | load | all once, in order"
+)
 
 
 def bare_round_trip(fake: Bot, runs: int = 50) -> list[float]:
@@ -267,15 +341,9 @@ def shares(title: str, stats: pstats.Stats, messages: int) -> None:
     print("  the most of other: " + ", ".join(f"{name} {seconds:.2f} s" for seconds, name in other[:6]))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--chats", type=int, default=20)
-    parser.add_argument("--messages", type=int, default=10)
-    parser.add_argument("--timeout", type=float, default=300.0)
-    parser.add_argument("--in-process", action="store_true", help="Run the fakes in the bench's process.")
-    parser.add_argument("--profile", action="store_true", help="Where the channels' process spends its CPU.")
-    args = parser.parse_args()
-    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}  (cores: {os.cpu_count()})")
+def measure(args: argparse.Namespace, workers: int) -> Row:
+    """One run with a pool of ``workers``: fresh fakes, a fresh HOME (each chat's first message opens its runtime)."""
+    print(f"\n== pool of {workers} turns' worker(s); load average before: {loadavg()}  (cores: {os.cpu_count()})")
     ours, theirs = multiprocessing.Pipe()
     if args.in_process:
         side: Any = threading.Thread(target=platform_side, args=(theirs, args.chats, args.messages), daemon=True)
@@ -290,15 +358,43 @@ def main() -> None:
         os.environ.update({"HOME": str(home), "MEMMY_HOME": str(home / ".memmy")})
         write_agent_config(home, ModelStub(openai_url=stub_url), memory=False)
         bots = [Bot(url, token) for url, token in servers]
-        if args.profile:
-            channels = cProfile.Profile()
-            channels.runcall(asyncio.run, run(args, bots, ours, home))
-            shares(
-                "the channels' loop (receiving, routing, sending)", pstats.Stats(channels), args.chats * args.messages
-            )
-        else:
-            asyncio.run(run(args, bots, ours, home))
+        channels = cProfile.Profile() if args.profile else None
+        row = asyncio.run(run(args, bots, ours, home, workers, channels))
+        if channels is not None:
+            stats = pstats.Stats(channels)
+            shares("the channels' loop (receiving, routing, sending)", stats, args.chats * args.messages)
     side.join(30)
+    return row
+
+
+def loadavg() -> str:
+    """The 1, 5 and 15 minute load averages."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def main() -> None:
+    from memmy.agent.channels.settings import default_workers
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--chats", type=int, default=20)
+    parser.add_argument("--messages", type=int, default=10)
+    parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        nargs="+",
+        default=None,
+        help=f"Pool sizes, one run each (default: 1, 2 and channels.workers' default here, {default_workers()}).",
+    )
+    parser.add_argument("--in-process", action="store_true", help="Run the fakes in the bench's process.")
+    parser.add_argument("--profile", action="store_true", help="Where the channels' process spends its CPU.")
+    args = parser.parse_args()
+    sizes = args.workers or sorted({1, 2, default_workers()})
+    rows = [measure(args, size) for size in sizes]
+    print(f"\n{args.chats} chats x {args.messages} messages; whole path and layer in ms; load = 1-minute average")
+    print(SUMMARY)
+    for row in rows:
+        print(row.line())
 
 
 if __name__ == "__main__":

@@ -219,12 +219,18 @@ class StubServer(ThreadingHTTPServer):
 
 
 @contextmanager
-def run_model_stub(brain: Brain = echo_brain, delay_s: float = 0.0) -> Iterator[ModelStub]:
-    """Serve both wire protocols on one free loopback port for the ``with`` block."""
+def run_model_stub(brain: Brain = echo_brain, delay_s: float = 0.0, keep_alive: bool = False) -> Iterator[ModelStub]:
+    """Serve both wire protocols on one free loopback port for the ``with`` block (``keep_alive``: HTTP/1.1, a
+    streamed answer sent chunked and its connection kept for the next request, as a provider's API does; by
+    default each streamed answer closes its connection)."""
     stub = ModelStub()
 
     class Handler(JsonHandler):
         retry_after_429 = True
+        protocol_version = "HTTP/1.1" if keep_alive else "HTTP/1.0"
+
+        def _event(self, data: bytes) -> None:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data) if keep_alive else data)
 
         def do_GET(self) -> None:  # noqa: N802 - http.server API
             if self.path.rstrip("/").endswith("/models"):
@@ -286,21 +292,23 @@ def run_model_stub(brain: Brain = echo_brain, delay_s: float = 0.0) -> Iterator[
                 return
             self.send_response(200)
             self.send_header("content-type", "text/event-stream")
-            self.send_header("connection", "close")
+            self.send_header("transfer-encoding" if keep_alive else "connection", "chunked" if keep_alive else "close")
             self.end_headers()
             try:
                 if anthropic:
                     for event in _anthropic_events(reply, model):
-                        self.wfile.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
+                        self._event(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
                 else:
                     for chunk in _openai_chunks(reply, model):
                         if reply.chunk_delay_s:
                             time.sleep(reply.chunk_delay_s)
-                        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                        self._event(f"data: {json.dumps(chunk)}\n\n".encode())
                         self.wfile.flush()
                         if reply.chunk_delay_s:
                             stub.sent.append((time.time(), chunk))
-                    self.wfile.write(b"data: [DONE]\n\n")
+                    self._event(b"data: [DONE]\n\n")
+                if keep_alive:
+                    self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
             except (BrokenPipeError, ConnectionResetError):
                 return

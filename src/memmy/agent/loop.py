@@ -76,8 +76,11 @@ class Agent:
         tools: ToolBox,
         memory: MemoryBridge | None = None,
         emit: Emit | None = None,
+        meter: UsageBook | None = None,
+        provider_for: Callable[[ModelChoice], Provider] = build_provider,
     ) -> None:
         self.config = config
+        self.provider_for = provider_for  # a host of many sessions shares one client a model
         self.session = session
         self.store = store
         self.tools = tools
@@ -86,7 +89,7 @@ class Agent:
         self.appended: list[str] = []
         self.last_recall: Recall | None = None
         self.last_usage: dict[str, int] = {}
-        self.meter = UsageBook(config.home)
+        self.meter = meter or UsageBook(config.home)
         self.running = False
         self.parts: list[dict[str, Any]] = []  # image parts the current turn's user message carries
         self._provider: Provider | None = None
@@ -105,7 +108,7 @@ class Agent:
         if self.choice is None:
             raise ProviderError("no model configured: run `memmy onboard` (or set agents.defaults)", "config")
         if self._provider is None or self._provider.choice != self.choice:
-            self._provider = build_provider(self.choice)
+            self._provider = self.provider_for(self.choice)
         return self._provider
 
     def use_preset(self, name: str) -> ModelChoice:
@@ -261,14 +264,14 @@ class Agent:
             if done.tool_calls:
                 message["tool_calls"] = [call.as_message() for call in done.tool_calls]
             self.session.messages.append(message)
-            await self._save()
             if done.text:
                 result.answer = done.text
-            if not done.tool_calls:
-                if self.appended:  # Tab-appended input that arrived after the model's last call
-                    self._take_appended()
-                    continue
-                return
+            if not done.tool_calls and not self.appended:
+                return  # the answer: saved by _finish, with nothing awaited between (one write, not two)
+            await self._save()
+            if not done.tool_calls:  # Tab-appended input that arrived after the model's last call
+                self._take_appended()
+                continue
             for call in done.tool_calls:
                 self.emit(TurnEvent("tool_call", call.name, {"id": call.id, "arguments": call.arguments}))
                 output, ok = await self.tools.call(call.name, call.arguments)

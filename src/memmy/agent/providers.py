@@ -152,11 +152,13 @@ class OpenAIProvider:
 
     def __init__(self, choice: ModelChoice) -> None:
         import openai  # the SDKs load with the first provider, not with every `memmy` command
-        from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
         self.choice = choice
         self.sdk = openai
-        self.answer = (ChatCompletion, openai.AsyncStream[ChatCompletionChunk])
+        # chunks as the JSON objects they came as (the SDK's ``cast_to=object``): its SSE decoding, error events,
+        # retries and draining stay, without a typed ChatCompletionChunk built field by field for every chunk (a
+        # third of a chat turn's CPU with a few chunks an answer, more with a real model's chunk per token)
+        self.chunks = openai.AsyncStream[object]
         self.client = openai.AsyncOpenAI(
             api_key=choice.api_key or "not-needed",
             base_url=choice.api_base or None,
@@ -190,33 +192,12 @@ class OpenAIProvider:
             # the body is plain JSON already, and create's typed transform of it (every message and tool schema,
             # walked against the TypedDicts) cost ~10 ms of event-loop time a request, more than the rest of a chat
             # turn together (bench/channels.py --profile).
-            whole, chunks = self.answer
             response = await self.client.post(
-                "/chat/completions", body=kwargs, cast_to=whole, stream=True, stream_cls=chunks
+                "/chat/completions", body=kwargs, cast_to=object, stream=True, stream_cls=self.chunks
             )
             async for chunk in response:
-                if chunk.usage is not None:
-                    done.usage = {
-                        "prompt_tokens": chunk.usage.prompt_tokens or 0,
-                        "completion_tokens": chunk.usage.completion_tokens or 0,
-                    }
-                    cost = getattr(chunk.usage, "cost", None)  # an extra field some gateways send
-                    done.cost = float(cost) if isinstance(cost, int | float) else 0.0
-                for choice in chunk.choices or []:
-                    delta = choice.delta
-                    if delta is not None and delta.content:
-                        parts.append(delta.content)
-                        if on_text is not None:
-                            on_text(delta.content)
-                    for fragment in (delta.tool_calls if delta is not None else None) or []:
-                        slot = calls.setdefault(fragment.index, {"id": "", "name": "", "arguments": ""})
-                        if fragment.id:
-                            slot["id"] = fragment.id
-                        if fragment.function is not None:
-                            slot["name"] += fragment.function.name or ""
-                            slot["arguments"] += fragment.function.arguments or ""
-                    if choice.finish_reason:
-                        done.finish_reason = choice.finish_reason
+                if isinstance(chunk, dict):
+                    _read_chunk(chunk, done, parts, calls, on_text)
         except self.sdk.OpenAIError as exc:
             raise _status_message(self.choice, exc) from None
         done.text = "".join(parts)
@@ -225,6 +206,41 @@ class OpenAIProvider:
             for index, slot in sorted(calls.items())
         ]
         return done
+
+
+def _read_chunk(
+    chunk: dict[str, Any],
+    done: Completion,
+    parts: list[str],
+    calls: dict[int, dict[str, str]],
+    on_text: TextSink | None,
+) -> None:
+    """Add one streamed Chat Completions chunk (its JSON object) to the answer: text, tool-call fragments joined by
+    index, the finish reason, and the usage the last chunk carries."""
+    usage = chunk.get("usage")
+    if isinstance(usage, dict):
+        done.usage = {
+            "prompt_tokens": int(usage.get("prompt_tokens") or 0),
+            "completion_tokens": int(usage.get("completion_tokens") or 0),
+        }
+        cost = usage.get("cost")  # an extra field some gateways send
+        done.cost = float(cost) if isinstance(cost, int | float) else 0.0
+    for choice in chunk.get("choices") or []:
+        delta = choice.get("delta") or {}
+        content = delta.get("content")
+        if isinstance(content, str) and content:
+            parts.append(content)
+            if on_text is not None:
+                on_text(content)
+        for fragment in delta.get("tool_calls") or []:
+            slot = calls.setdefault(int(fragment.get("index") or 0), {"id": "", "name": "", "arguments": ""})
+            if fragment.get("id"):
+                slot["id"] = str(fragment["id"])
+            function = fragment.get("function") or {}
+            slot["name"] += str(function.get("name") or "")
+            slot["arguments"] += str(function.get("arguments") or "")
+        if choice.get("finish_reason"):
+            done.finish_reason = str(choice["finish_reason"])
 
 
 def to_anthropic(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:

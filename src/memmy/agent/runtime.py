@@ -4,17 +4,20 @@ the TUI and ``memmy serve`` to build the same agent."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from memmy.agent.config import DEFAULT_SESSION, AgentConfig
+from memmy.agent.config import DEFAULT_SESSION, AgentConfig, ModelChoice
 from memmy.agent.memory import SOURCE, MemoryBridge, resolve_settings
 from memmy.agent.sessions import SessionStore
+from memmy.agent.usage import UsageBook
+from memmy.cli.client import ClientSettings
 
 if TYPE_CHECKING:  # the loop, the tools and MCP load when a runtime opens (`memmy status` needs only memory)
     from memmy.agent.loop import Agent, Emit
     from memmy.agent.mcp_tools import McpHub
+    from memmy.agent.providers import Provider
     from memmy.agent.tools import Approver
 
 
@@ -36,18 +39,40 @@ class Runtime:
             await self.memory.aclose()
 
 
+@dataclass
+class SharedParts:
+    """What a host of many sessions (the chat turns' worker) opens once for all its runtimes: the daemon's URL and
+    token, the usage meter's connection, one provider client a model (its connections kept alive across chats)."""
+
+    memory_settings: ClientSettings
+    meter: UsageBook
+    providers: dict[ModelChoice, Provider] = field(default_factory=dict)
+
+    def provider(self, choice: ModelChoice) -> Provider:
+        """The provider of ``choice``, built with the first session that asks for it."""
+        from memmy.agent.providers import build_provider
+
+        if choice not in self.providers:
+            self.providers[choice] = build_provider(choice)
+        return self.providers[choice]
+
+
 def capture_spool(config: AgentConfig) -> Path:
     """Where captures the daemon could not take wait to be sent again."""
     return config.home / "agent" / "pending-captures.jsonl"
 
 
 def open_memory(
-    config: AgentConfig, enabled: bool = True, config_file: str | None = None, source: str = SOURCE
+    config: AgentConfig,
+    enabled: bool = True,
+    config_file: str | None = None,
+    source: str = SOURCE,
+    settings: ClientSettings | None = None,
 ) -> MemoryBridge:
-    """The memory client with the CLI's URL/token resolution; ``source`` names the host in memory (``memmy``,
-    or a chat channel such as ``telegram``)."""
+    """The memory client with the CLI's URL/token resolution (``settings``: resolved already, by a host of many
+    sessions); ``source`` names the host in memory (``memmy``, or a chat channel such as ``telegram``)."""
     return MemoryBridge(
-        resolve_settings(config_file),
+        settings or resolve_settings(config_file),
         enabled=enabled and config.memory_enabled,
         spool=capture_spool(config),
         source=source,
@@ -64,8 +89,10 @@ async def open_runtime(
     memory: bool = True,
     config_file: str | None = None,
     source: str = SOURCE,
+    shared: SharedParts | None = None,
 ) -> Runtime:
-    """Load (or create) the session, connect memory and MCP servers, build the agent."""
+    """Load (or create) the session, connect memory and MCP servers, build the agent (``shared``: what a host of
+    many sessions opens once for all of them)."""
     from memmy.agent import imagegen
     from memmy.agent.loop import Agent
     from memmy.agent.mcp_tools import McpHub
@@ -73,13 +100,16 @@ async def open_runtime(
 
     store = SessionStore(config.home)
     session = store.load(session_name, str(Path(project).resolve()) if project else None)
-    bridge = open_memory(config, memory, config_file, source)
+    bridge = open_memory(config, memory, config_file, source, shared.memory_settings if shared else None)
     base = Path(session.project) if session.project else config.workspace
     base.mkdir(parents=True, exist_ok=True)
     tools = ToolBox(config.tools, base, memory=bridge, approve=approve)
     imagegen.install(config, tools)
     hub = McpHub(config.tools.mcp_servers)
-    agent = Agent(config, session, store, tools, bridge, emit)
+    if shared is None:
+        agent = Agent(config, session, store, tools, bridge, emit)
+    else:
+        agent = Agent(config, session, store, tools, bridge, emit, shared.meter, shared.provider)
     # The memory session opens while the MCP servers start, so the first turn makes one daemon call, not two.
     await asyncio.gather(hub.start(), agent.prepare())
     hub.install(tools)

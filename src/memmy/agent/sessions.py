@@ -13,7 +13,7 @@ import os
 import re
 import threading
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,12 @@ class Session:
 def from_dict(data: dict[str, Any]) -> Session:
     """A session from its saved JSON (unknown keys ignored, missing ones defaulted)."""
     return Session(**{k: v for k, v in data.items() if k in Session.__dataclass_fields__})
+
+
+def to_json(session: Session) -> str:
+    """The session's saved JSON (encoded straight from its fields: ``dataclasses.asdict`` deep-copied every message
+    first, which cost more than the encoding)."""
+    return json.dumps({name: getattr(session, name) for name in Session.__dataclass_fields__}, ensure_ascii=False)
 
 
 def file_name(name: str) -> str:
@@ -125,17 +131,16 @@ class SessionStore:
         """Write the session (0600, atomic); ``touch=False`` keeps its ``updated`` time (a rename, a pin)."""
         if touch:
             session.updated = time.time()
-        self._write(self.path(session.name), asdict(session), next(self._order))
+        self._write(self.path(session.name), to_json(session), next(self._order))
 
     async def save_async(self, session: Session) -> None:
         """:meth:`save` with the file written in a thread: a host of many sessions (``memmy serve`` with chat
-        channels) keeps serving the others while one is written. The session is copied first, on the caller's
-        loop, so it may change while the copy is written."""
+        channels) keeps serving the others while one is written. The session is encoded first, on the caller's
+        loop, so it may change while the file is written."""
         session.updated = time.time()
-        await asyncio.to_thread(self._write, self.path(session.name), asdict(session), next(self._order))
+        await asyncio.to_thread(self._write, self.path(session.name), to_json(session), next(self._order))
 
-    def _write(self, target: Path, data: dict[str, Any], order: int) -> None:
-        text = json.dumps(data, ensure_ascii=False)
+    def _write(self, target: Path, text: str, order: int) -> None:
         with self._writing:  # one writer at a time (the temporary file is shared by the saves of a session)
             if order < self._written.get(target, -1):
                 return  # a newer copy of the session (taken later) is on disk already

@@ -10,10 +10,13 @@ from pathlib import Path
 
 
 @contextlib.contextmanager
-def connect(path: Path, schema: str, synchronous: str = "FULL") -> Iterator[sqlite3.Connection]:
-    """A connection to ``path`` with ``schema`` applied (``synchronous`` FULL: a commit survives a power cut)."""
+def connect(
+    path: Path, schema: str, synchronous: str = "FULL", shared: bool = False
+) -> Iterator[sqlite3.Connection]:
+    """A connection to ``path`` with ``schema`` applied (``synchronous`` FULL: a commit survives a power cut;
+    ``shared``: usable from other threads, the caller holding a lock around each use)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    db = sqlite3.connect(path, timeout=10, isolation_level=None)
+    db = sqlite3.connect(path, timeout=10, isolation_level=None, check_same_thread=not shared)
     try:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute(f"PRAGMA synchronous={'NORMAL' if synchronous == 'NORMAL' else 'FULL'}")

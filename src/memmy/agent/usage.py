@@ -9,7 +9,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import sqlite3
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +36,39 @@ def today() -> str:
 
 
 class UsageBook:
-    """Reads and adds to the per-day, per-slot counters."""
+    """Reads and adds to the per-day, per-slot counters.
 
-    def __init__(self, home: Path) -> None:
+    ``keep_open``: one connection for every call until :meth:`close` (a host of many turns, the chat turns' worker:
+    opening the file, applying the schema and the checkpoint at close cost ~0.6 ms of CPU a turn, the write itself
+    0.08 ms); otherwise a connection per call, nothing held between them."""
+
+    def __init__(self, home: Path, keep_open: bool = False) -> None:
         self.path = home / "agent" / "usage.db"
+        self.keep_open = keep_open
+        self._kept: contextlib.ExitStack | None = None
+        self._conn: sqlite3.Connection | None = None
+        self._lock = threading.Lock()  # the kept connection is used from the event loop's threads, one at a time
 
     def _db(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
-        return connect(self.path, SCHEMA, "NORMAL")
+        if not self.keep_open:
+            return connect(self.path, SCHEMA, "NORMAL")
+        return self._held()
+
+    @contextlib.contextmanager
+    def _held(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            if self._conn is None:
+                stack = contextlib.ExitStack()
+                self._conn = stack.enter_context(connect(self.path, SCHEMA, "NORMAL", shared=True))
+                self._kept = stack
+            yield self._conn
+
+    def close(self) -> None:
+        """Close the kept connection (a later call opens it again)."""
+        with self._lock:
+            if self._kept is not None:
+                self._kept.close()
+            self._kept = self._conn = None
 
     def record(self, slot: str, tokens: int = 0, cost: float = 0.0, calls: int = 1) -> None:
         """Add one call's tokens and cost to today's row of ``slot`` (a failure is logged, never raised: a meter

@@ -13,9 +13,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from memmy.agent.channels.base import FileCache
 from memmy.agent.channels.router import Answer
 from memmy.agent.config import AgentConfig
-from memmy.agent.runtime import Runtime, open_runtime
+from memmy.agent.memory import resolve_settings
+from memmy.agent.runtime import Runtime, SharedParts, open_runtime
+from memmy.agent.usage import UsageBook
+from memmy.cli.client import ClientSettings
+from memmy.config import config_path
 
 MAX_OPEN = 32  # runtimes kept open (least recently used closed first)
 WRITING_TOOLS = ("write_file", "edit_file")
@@ -36,26 +41,32 @@ class AgentTurns:
         self.config_file = config_file
         self.open: OrderedDict[tuple[str, str, bool], Runtime] = OrderedDict()
         self.locks: dict[str, asyncio.Lock] = {}
+        # shared by every chat's runtime: the daemon's URL and token (read again when the config file changes, not
+        # parsed for each chat's first message), the usage meter's connection and the provider clients
+        self.memory_settings: FileCache[ClientSettings] = FileCache()
+        self.shared = SharedParts(self._settings(), UsageBook(config.home, keep_open=True))
 
     def warm(self) -> None:
-        """Import what a chat's first turn needs (the tool loop, MCP, the provider's SDK) before the first message
-        arrives, instead of in front of it (the SDK import alone is most of a second)."""
+        """Import what a chat's first turn needs (the tool loop, MCP, the provider's SDK) and build the default
+        model's client before the first message arrives, instead of in front of it (the SDK import alone is most of
+        a second)."""
         from memmy.agent import loop, mcp_tools, tools  # noqa: F401 - imported to be loaded
-        from memmy.agent.providers import build_provider
 
         if self.config.default is not None:
-            build_provider(self.config.default)
+            self.shared.provider(self.config.default)  # the client every chat of the default model uses
 
     async def _runtime(self, session: str, source: str, tools: bool) -> Runtime:
         key = (session, source, tools)
         runtime = self.open.get(key)
         if runtime is None:
+            self.shared.memory_settings = self._settings()
             runtime = await open_runtime(
                 chat_config(self.config, tools),
                 session,
                 approve=_deny if tools and self.config.tools.exec_approval == "ask" else None,
                 config_file=self.config_file,
                 source=source,
+                shared=self.shared,
             )
             self.open[key] = runtime
             while len(self.open) > MAX_OPEN:
@@ -63,6 +74,10 @@ class AgentTurns:
                 await oldest.close()
         self.open.move_to_end(key)
         return runtime
+
+    def _settings(self) -> ClientSettings:
+        """The daemon's URL and token, resolved again only when the config file changed."""
+        return self.memory_settings.read(config_path(self.config_file), lambda _: resolve_settings(self.config_file))
 
     async def run(
         self, session: str, text: str, *, source: str, tools: bool, parts: list[dict[str, Any]] | None = None
@@ -94,6 +109,7 @@ class AgentTurns:
             _, runtime = self.open.popitem()
             with contextlib.suppress(Exception):
                 await runtime.close()
+        await asyncio.to_thread(self.shared.meter.close)
 
 
 async def _deny(command: str) -> bool:

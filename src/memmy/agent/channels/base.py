@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -63,6 +64,15 @@ class FileCache(Generic[T]):
                 text = ""
             self.value, self.stamp = parse(text), stamp
         return self.value
+
+
+def freeze_startup_heap() -> None:
+    """Leave what start-up loaded (the SDKs, the agent's modules: ~150,000 objects) out of the garbage collector's
+    full passes from now on (``gc.freeze``, after one collection so no garbage is kept). A full pass over that heap
+    stopped a chat turns' worker for ~60 ms, and the channels' process for ~35 ms, every few hundred messages: every
+    chat's message waiting at that moment waited that long too. What later becomes garbage is collected as before."""
+    gc.collect()
+    gc.freeze()
 
 
 def read_position(path: Path) -> int | None:

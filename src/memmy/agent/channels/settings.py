@@ -10,6 +10,7 @@ Example::
         apiBase: https://api.telegram.org      # or a self-hosted Bot API server
         allowFrom: ["123456789"]               # user ids; others pair with `memmy channels pair telegram`
         tools: false                           # shell + file tools for this channel's sessions (off by default)
+      workers: 2                               # chat turns' worker processes (default: cores - 1, from 1 to 4)
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ DEFAULT_API_BASE = {
     "imessage": "http://127.0.0.1:1234",  # BlueBubbles server's default port, on the Mac itself
 }
 PUBLIC_OPTIONS = ("apiBase", "oapiBase", "appId", "clientId", "corpId", "agentId", "listen")
+WORKERS_KEY = "workers"  # channels.workers: the chat turns' worker processes, not a channel
+MAX_DEFAULT_WORKERS = 4
+MAX_WORKERS = 64
 # what a channel cannot do, said in `memmy channels list` beside it
 NOTES = {
     "wecom": "personal WeChat has no lawful bot API; WeCom (WeChat Work) apps are the substitute",
@@ -96,14 +100,36 @@ def _ids(value: Any, where: str, path: Path) -> tuple[str, ...]:
     return tuple(str(v).strip() for v in value if str(v).strip())
 
 
+def default_workers() -> int:
+    """How many chat turns' worker processes run when ``channels.workers`` does not say: one per core but one, at
+    most 4, at least 1. The core left is the channels' process's (receiving and sending, ~2.5 ms of CPU a message):
+    on two cores a second worker took it from that process, and 20 chats at once were answered slower with two
+    workers than with one (bench/channels.py); more processes than cores only take turns on them."""
+    return max(1, min(MAX_DEFAULT_WORKERS, (os.cpu_count() or 1) - 1))
+
+
+def turn_workers(raw: Mapping[str, Any], path: Path) -> int:
+    """``channels.workers``: the chat turns' worker processes (each chat's session lives in one of them)."""
+    section = raw.get("channels") or {}
+    value = section.get(WORKERS_KEY) if isinstance(section, dict) else None
+    if value is None:
+        return default_workers()
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WORKERS:
+        raise ConfigError(f"{path}: channels.{WORKERS_KEY}: expected a whole number from 1 to {MAX_WORKERS}")
+    return value
+
+
 def load_channels(raw: Mapping[str, Any], path: Path, env: Mapping[str, str] | None = None) -> list[ChannelSettings]:
-    """Every ``channels.<name>`` entry of the config file, expanded and checked."""
+    """Every ``channels.<name>`` entry of the config file, expanded and checked (``channels.workers`` is the pool's
+    size, not a channel)."""
     section = raw.get("channels") or {}
     if not isinstance(section, dict):
         raise ConfigError(f"{path}: channels: expected a mapping")
     expanded = expand_env(section, os.environ if env is None else env)
     found = []
     for name, entry in expanded.items():
+        if name == WORKERS_KEY:
+            continue
         if name not in KNOWN:
             raise ConfigError(f"{path}: channels.{name}: unknown channel (known: {', '.join(KNOWN)})")
         if entry is None:

@@ -18,9 +18,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from memmy.agent.channels.base import ChannelAdapter, ChannelState
+from memmy.agent.channels.base import ChannelAdapter, ChannelState, freeze_startup_heap
 from memmy.agent.channels.router import ChatRouter, TurnRunner
-from memmy.agent.channels.settings import ChannelSettings, load_channels
+from memmy.agent.channels.settings import ChannelSettings, load_channels, turn_workers
 from memmy.agent.config import AgentConfig
 
 log = logging.getLogger("memmy.channels")
@@ -163,11 +163,13 @@ class ChannelSupervisor:
         self.write_status()
 
     async def _start_runner(self) -> None:
-        """Start the chat turns' worker before the first message (a failure is said here and again to the chat)."""
+        """Start the chat turns' workers before the first message (a failure is said here and again to the chat);
+        then, the channels' SDKs loaded meanwhile, leave the start-up heap out of the garbage collector's passes."""
         try:
             await self.runner.start()
         except Exception as exc:
-            log.warning("the chat turns' worker did not start: %s", exc)
+            log.warning("the chat turns' workers did not start: %s", exc)
+        freeze_startup_heap()
 
     async def restart(self, settings: ChannelSettings) -> None:
         """Run ``settings`` now (a channel connected or changed while the process runs), replacing its old task."""
@@ -273,7 +275,8 @@ class ChannelSupervisor:
 def supervisor_for(config: AgentConfig, config_file: str | None = None) -> ChannelSupervisor:
     """The supervisor of the channels config.yaml enables, for ``memmy serve`` (with none it waits for one to be
     connected from the workbench; agent runtimes open with a chat's first message, so it costs nothing idle)."""
-    from memmy.agent.channels.turn_worker import TurnWorker
+    from memmy.agent.channels.turn_worker import TurnPool
 
     channels = [c for c in load_channels(config.raw, config.path) if c.enabled]
-    return ChannelSupervisor(channels, TurnWorker(config, config_file), config.home)
+    pool = TurnPool(config, config_file, turn_workers(config.raw, config.path))
+    return ChannelSupervisor(channels, pool, config.home)

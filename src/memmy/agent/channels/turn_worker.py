@@ -13,7 +13,13 @@ channels' sockets wait for.
 
 A worker that dies (killed, out of memory, a crash in native code) is started again, and every turn it was running
 is answered with :data:`CRASHED`: the chat is told, nothing is lost silently. A chat's messages stay in order
-because its router sends the next one only after the previous answer."""
+because its router sends the next one only after the previous answer.
+
+:class:`TurnPool` is what ``memmy serve`` holds: ``channels.workers`` such workers (by default one per core but
+one, from 1 to 4: :func:`~memmy.agent.channels.settings.default_workers`), each chat session always in the same one
+(a stable hash of the session's name), so different chats' turns run on different cores while a session's runtime
+and history live in exactly one process. Each worker restarts on its own; one dying fails only its own
+turns."""
 
 from __future__ import annotations
 
@@ -28,10 +34,12 @@ import os
 import pickle
 import sys
 import time
+import zlib
 from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memmy.agent.channels.base import freeze_startup_heap
 from memmy.agent.channels.router import TIMINGS_KEPT, Answer
 from memmy.agent.config import AgentConfig
 
@@ -60,6 +68,7 @@ class TurnWorker:
     def __init__(self, config: AgentConfig, config_file: str | None = None) -> None:
         self.config = config  # the router reads the ASR slot from it (voice notes are heard in this process)
         self.config_file = config_file
+        self.answered = 0  # turns this worker answered (any of its processes)
         self.process: asyncio.subprocess.Process | None = None
         self.reader: asyncio.Task[None] | None = None
         # each waiting request, with the worker it was sent to (a worker that ends fails only its own requests)
@@ -74,7 +83,8 @@ class TurnWorker:
         self.started_at = 0.0
         self.quick_deaths = 0  # deaths in a row within HEALTHY_AFTER_S of the start: the restart backs off
         # (stage, seconds) for bench/channels.py: "to_worker" from a turn's request leaving this process to the
-        # worker having read it, "from_worker" from the worker's answer to this process having read it
+        # worker having read it, "in_worker" from there to its answer (the turn, the provider's answer included),
+        # "from_worker" from the worker's answer to this process having read it
         self.timings: deque[tuple[str, float]] = deque(maxlen=TIMINGS_KEPT)  # bounded: serve runs for weeks
 
     async def start(self) -> None:
@@ -191,8 +201,10 @@ class TurnWorker:
             return Answer(CRASHED.format(reason=exc), "failed")
         if "error" in reply:
             return Answer(f"[failed] {reply['error']}", "failed")
+        self.answered += 1
         self.timings.append(("to_worker", float(reply["received"]) - sent))
         self.timings.append(("from_worker", float(reply["got"]) - float(reply["answered"])))
+        self.timings.append(("in_worker", float(reply["answered"]) - float(reply["received"])))
         return answer_of(reply["answer"])
 
     async def describe(self, session: str) -> str:
@@ -228,6 +240,48 @@ class TurnWorker:
         self.process = self.reader = None
 
 
+def worker_index(session: str, size: int) -> int:
+    """Which of ``size`` workers holds ``session``: CRC-32 of its name, the same in every run and on every machine."""
+    return zlib.crc32(session.encode("utf-8")) % size
+
+
+class TurnPool:
+    """Runs chat turns in ``size`` worker processes, each session always in the same worker (see the module)."""
+
+    def __init__(self, config: AgentConfig, config_file: str | None = None, size: int = 1) -> None:
+        self.config = config  # the router reads the ASR slot from it
+        self.workers = [TurnWorker(config, config_file) for _ in range(max(1, size))]
+
+    def worker_for(self, session: str) -> TurnWorker:
+        """The worker that holds ``session``."""
+        return self.workers[worker_index(session, len(self.workers))]
+
+    @property
+    def timings(self) -> list[tuple[str, float]]:
+        """Every worker's hop timings (for bench/channels.py)."""
+        return [timing for worker in self.workers for timing in worker.timings]
+
+    async def start(self) -> None:
+        """Start every worker (together: each loads the provider's SDK); the first failure is raised."""
+        for result in await asyncio.gather(*(worker.start() for worker in self.workers), return_exceptions=True):
+            if isinstance(result, BaseException):
+                raise result
+
+    async def run(
+        self, session: str, text: str, *, source: str, tools: bool, parts: list[dict[str, Any]] | None = None
+    ) -> Answer:
+        """Run one turn of ``session`` in its worker."""
+        return await self.worker_for(session).run(session, text, source=source, tools=tools, parts=parts)
+
+    async def describe(self, session: str) -> str:
+        """The session's memory state for ``/status``."""
+        return await self.worker_for(session).describe(session)
+
+    async def close(self) -> None:
+        """Close every worker (each delivers its pending captures first)."""
+        await asyncio.gather(*(worker.close() for worker in self.workers))
+
+
 def answer_to_json(answer: Answer) -> dict[str, Any]:
     """An answer on the wire."""
     files = [str(path) for path in answer.files]
@@ -261,6 +315,7 @@ class _Worker:
         config, config_file = pickle.loads(base64.b64decode(setup["config"]))
         turns = AgentTurns(config, config_file)
         turns.warm()
+        freeze_startup_heap()
         self.send({"op": "ready"})
         try:
             while line := await stdin.readline():
