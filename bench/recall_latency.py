@@ -64,6 +64,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -197,6 +198,7 @@ class Report:
     builds: list[BuildResult] = field(default_factory=list)
     paths: list[PathResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    slow: list[str] = field(default_factory=list)
 
 
 # -- stores -------------------------------------------------------------------------------------------------
@@ -721,7 +723,8 @@ def on_postgres(
     warmup, timed, sample_prompts = prompts
     BACKEND_ENV.update({"MEMMY_MEMORY_BACKEND": "postgres", "MEMMY_POSTGRES_DSN": dsn})
     try:
-        local = in_process(env_home, run_db, size, embedder, warmup, timed)
+        with slowest_statements(args.slow_sql, report):
+            local = in_process(env_home, run_db, size, embedder, warmup, timed)
         report.paths.append(dataclasses.replace(local, where="in-process (postgres)"))
         progress(brief(report.paths[-1]))
         if not args.skip_http:
@@ -730,6 +733,38 @@ def on_postgres(
             progress(brief(report.paths[-1]))
     finally:
         BACKEND_ENV.clear()
+
+
+@contextmanager
+def slowest_statements(count: int, report: Report) -> Iterator[None]:
+    """With ``count`` > 0: time every statement the PostgreSQL store runs inside (in-process, warm-up included) and
+    put the ``count`` slowest in ``report.slow``, each as sent (translated, full-text parts written out) with its
+    parameters, to ``EXPLAIN (ANALYZE, BUFFERS)`` by hand."""
+    if count <= 0:
+        yield
+        return
+    from memmy.store.pg import PgConnection
+    from memmy.store.pgdialect import translate
+
+    timed: list[tuple[float, str, tuple[Any, ...]]] = []
+    original = PgConnection.execute
+
+    def execute(self: PgConnection, sql: str, params: Sequence[Any] = ()) -> Any:
+        clock = time.perf_counter()
+        try:
+            return original(self, sql, params)
+        finally:
+            timed.append(((time.perf_counter() - clock) * 1000, sql, tuple(params)))
+
+    PgConnection.execute = execute  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        PgConnection.execute = original  # type: ignore[method-assign]
+    for ms, sql, params in sorted(timed, key=lambda t: -t[0])[:count]:
+        statement = translate(sql)
+        text = statement.text(params) if not sql.lstrip().upper().startswith("PRAGMA") else sql
+        report.slow.append(f"{ms:.1f} ms: {text} -- parameters {statement.params(params)!r}")
 
 
 def hit_summary(result: PathResult) -> str:
@@ -859,6 +894,9 @@ def print_report(
 
     statuses = Counter(" ".join(s.status) for r in report.paths for s in r.samples)
     print("\nturn_start status values seen: " + "; ".join(f"[{k}] x{n}" for k, n in statuses.most_common(4)))
+    if report.slow:
+        print(f"\n## The {len(report.slow)} slowest statements (PostgreSQL, in-process)\n")
+        print("\n\n".join(report.slow))
     for note in report.notes:
         print(f"\nNote: {note}")
     target = next((r for r in local if r.size == TARGET_SIZE), None)
@@ -930,6 +968,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--postgres-dsn",
         help="with --backend postgres: an empty database to use (default: an embedded PostgreSQL in --home)",
+    )
+    parser.add_argument(
+        "--slow-sql",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --backend postgres: print the N slowest statements of the in-process turns, as sent, to EXPLAIN",
     )
     parser.add_argument(
         "--engine",
