@@ -14,7 +14,7 @@ from memmy.domain import Memory
 from memmy.store.db import utc_now
 from memmy.store.memories import MemoryRepository
 from memmy.store.pg import PgDatabase
-from memmy.store.pgfts import STATS
+from memmy.store.pgfts import LEXEMES, STATS
 from memmy.store.pgvectors import ANN_TABLE
 from memmy.store.vectors import VectorRepository
 
@@ -54,6 +54,13 @@ def test_doctor_finds_and_rebuilds_postgres_indexes(monkeypatch: pytest.MonkeyPa
         broken = doctor()
         assert broken["ok"] is False
         assert codes(broken) == ["fts_counts_off", "vector_mirror_off", "vectors_missing"]
+
+        with db.pool.connection() as raw:  # and a word whose document count lost a row
+            raw.execute(f"DELETE FROM {LEXEMES} WHERE lexeme = (SELECT min(lexeme) FROM {LEXEMES})".encode())
+            raw.execute(f"DELETE FROM {STATS} WHERE docs = 3".encode())
+        assert codes(doctor()) == ["fts_counts_off", "vector_mirror_off", "vectors_missing"]
+        with db.pool.connection() as raw:
+            raw.execute(f"INSERT INTO {STATS}(docs, tokens) VALUES (3, 30)".encode())
 
         repaired = doctor("--repair")
         assert len(repaired["repaired"]) == 2  # type: ignore[arg-type]

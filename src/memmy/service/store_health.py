@@ -9,7 +9,7 @@ from typing import Any
 from memmy.store.db import ServerLock, lock_holder_alive
 from memmy.store.integrity import Finding, check_store, repair_store
 from memmy.store.pg import redact_dsn
-from memmy.store.pgfts import POSTINGS_BACKFILL, STATS_ROWS
+from memmy.store.pgfts import LEXEMES, POSTINGS, POSTINGS_BACKFILL, STATS, STATS_ROWS
 from memmy.store.pgvectors import ANN_BACKFILL, ANN_TABLE
 from memmy.store.schema import SCHEMA_VERSION
 
@@ -88,9 +88,16 @@ def _store_findings(conn: Any, where: str) -> list[Finding]:
         return [Finding("migration_pending", "info", message, "memmy-memory serve  # or service restart")]
     findings: list[Finding] = []
     indexed = int(conn.execute("SELECT COUNT(*) FROM memories_fts").fetchone()[0])
-    counted = conn.execute(STATS_ROWS.encode()).fetchone() if _has(conn, "memories_fts_stats") else None
-    if counted is None or int(counted[0]) != indexed:
+    counted = conn.execute(STATS_ROWS.encode()).fetchone() if _has(conn, STATS) else None
+    words_off = _has(conn, LEXEMES) and _has(conn, POSTINGS)
+    if words_off:  # each lexeme's document count sums to the postings (one per lexeme and document)
+        summed, postings = conn.execute(
+            f"SELECT (SELECT COALESCE(sum(docs), 0) FROM {LEXEMES}), (SELECT count(*) FROM {POSTINGS})".encode()
+        ).fetchone()
+        words_off = int(summed) != int(postings)
+    if counted is None or int(counted[0]) != indexed or words_off:
         docs = "no counts" if counted is None else f"counts of {int(counted[0])} documents"
+        docs += " and words' counts off their postings" if words_off else ""
         findings.append(
             Finding(
                 "fts_counts_off",
