@@ -228,6 +228,9 @@ def run_model_stub(brain: Brain = echo_brain, delay_s: float = 0.0, keep_alive: 
     class Handler(JsonHandler):
         retry_after_429 = True
         protocol_version = "HTTP/1.1" if keep_alive else "HTTP/1.0"
+        # TCP_NODELAY, as a provider's server sets it: on a kept connection Nagle's algorithm held each small SSE
+        # chunk until the client's delayed ACK (~40 ms a streamed answer)
+        disable_nagle_algorithm = keep_alive
 
         def _event(self, data: bytes) -> None:
             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data) if keep_alive else data)
