@@ -6,8 +6,9 @@ Checks: every message answered exactly once, in order per chat. Figures, p50/p95
   receive -> provider request: from the moment getUpdates handed the message to the bot (or, for a queued
       message, the moment the chat's previous answer reached Telegram: the chat's turn could start) to the
       moment the provider received the model request;
-  reply -> platform send: from the moment the provider was asked (the fake answers at once, in a few ms) to the
-      moment the answer's sendMessage reached Telegram.
+  reply -> platform send: from the moment the provider answered (the fake answers as soon as it is asked, or after
+      the provider's time of ``--provider-ms``, counted from when it was asked) to the moment the answer's
+      sendMessage reached Telegram.
 and what the channel layer alone adds inside that path (the router's own timings): from the chat's queue handing
 the message over to the agent turn starting, and from the turn's answer to the platform having taken it (splitting,
 Markdown conversion and the SDK's sendMessage). The whole path also holds the agent runtime and, for the messages
@@ -17,6 +18,13 @@ the channel layer for the same interpreter lock); timestamps on both sides are C
 machine. The floor measured in the same run: a bare sendMessage round trip with httpx. The load average is printed
 before and after: on a shared machine it decides most of the figures, so compare runs made together.
 Target (issue 33): p95 <= 50 ms for both.
+
+``--provider-ms`` sets how long the fake provider takes to answer, one set of runs each: ``0`` answers at once, so
+the 20 chats' next messages come back as fast as the machine turns them around and the loop is bound by the CPU
+(every process of the test, fakes included, shares the machine's cores): a stress figure, the whole path mostly
+queueing for a core. ``300-1500`` draws each answer's time from that range (seeded by the message, so each run
+draws the same): a provider answers in a second or so, and the chats' messages then arrive as they would in use.
+The whole path never includes the provider's own time.
 
 The chat turns run in a pool of worker processes (memmy/agent/channels/turn_worker.py, each chat's session in one
 of them): the layer's figures include the two hops over a worker's pipe ("request -> worker read it", "worker
@@ -29,7 +37,8 @@ spent a message is printed per run (the channels' process, the workers together,
 keeps its connections alive, as a provider's API does (with a connection closed after each streamed answer, each
 turn paid a TCP connect on both sides).
 
-Run:  python bench/channels.py [--chats 20] [--messages 10] [--workers 1 2] [--in-process] [--profile]
+Run:  python bench/channels.py [--chats 20] [--messages 10] [--workers 1 2] [--provider-ms 0 300-1500]
+                              [--in-process] [--profile]
 """
 
 from __future__ import annotations
@@ -41,11 +50,14 @@ import logging
 import multiprocessing
 import os
 import pstats
+import random
+import re
 import statistics
 import sys
 import tempfile
 import threading
 import time
+import zlib
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -71,15 +83,29 @@ class Bot:
     delivered_at: dict[int, float] = field(default_factory=dict)
 
 
-def platform_side(conn: Connection, chats: int, messages: int) -> None:
+def provider_delay(spec: str, question: str) -> float:
+    """The fake provider's time to answer ``question``, in seconds: ``spec`` is ``MS`` or ``LOW-HIGH`` (uniform,
+    drawn from a generator seeded by the question, so every run draws the same)."""
+    low, _, high = spec.partition("-")
+    if not high:
+        return float(low) / 1000
+    draw = random.Random(zlib.crc32(question.encode())).random()
+    return (float(low) + draw * (float(high) - float(low))) / 1000
+
+
+def platform_side(conn: Connection, chats: int, messages: int, provider_ms: str) -> None:
     """The fake platforms and the model stub (in a process of their own unless --in-process): say where they are,
     send every message on "go", hand back what they recorded on "collect"."""
     asked: dict[str, float] = {}
+    answered: dict[str, float] = {}  # when the provider's answer was due: asked + its time to answer
 
     def brain(body: dict[str, Any]) -> Reply:
         question = last_user_text(body).strip()
-        asked.setdefault(question, time.monotonic())
-        return Reply(text=f"answer: {question}")
+        delay = provider_delay(provider_ms, question)
+        if question not in asked:
+            asked[question] = time.monotonic()
+            answered[question] = asked[question] + delay
+        return Reply(text=f"answer: {question}", delay_s=delay)
 
     with ExitStack() as stack:
         stub = stack.enter_context(run_model_stub(brain, keep_alive=True))  # as a provider's API keeps them
@@ -99,7 +125,7 @@ def platform_side(conn: Connection, chats: int, messages: int) -> None:
             ([(s.chat_id, s.text, s.at) for s in f.sent if s.method == "sendMessage"], f.update_of, f.delivered_at)
             for f in fakes
         ]
-        conn.send((records, asked, time.process_time() - cpu_started))
+        conn.send((records, asked, answered, time.process_time() - cpu_started))
 
 
 def process_cpu(pool: Any) -> float:
@@ -173,7 +199,7 @@ async def run(
     await turns.close()
     floor = await asyncio.to_thread(bare_round_trip, bots[0])  # before "collect": the fakes stop after it
     conn.send("collect")
-    records, asked, platform_cpu = await asyncio.to_thread(conn.recv)
+    records, asked, answered, platform_cpu = await asyncio.to_thread(conn.recv)
     for bot, (sent, update_of, delivered_at) in zip(bots, records, strict=True):
         bot.sent, bot.update_of, bot.delivered_at = sent, update_of, delivered_at
     per = 1000 / max(1, args.chats * args.messages)
@@ -183,13 +209,14 @@ async def run(
     )
     print(f"turns answered by each worker: {' '.join(str(worker.answered) for worker in turns.workers)}")
     layer = [t for router in routers for t in router.timings] + list(turns.timings)
-    return report(args, bots, asked, elapsed, layer, floor, workers)
+    return report(args, bots, asked, answered, elapsed, layer, floor, workers)
 
 
 def report(
     args: argparse.Namespace,
     fakes: list[Bot],
     asked: dict[str, float],
+    answer_due: dict[str, float],
     elapsed: float,
     layer: list[tuple[str, float]],
     floor: list[float],
@@ -219,7 +246,7 @@ def report(
             inbound.append((asked[question] - ready) * 1000)
             if n:
                 later.append(inbound[-1])
-            outbound.append((at - asked[question]) * 1000)
+            outbound.append((at - answer_due[question]) * 1000)
             previous_sent = at
     load = os.getloadavg()
     print(f"load average after: {' '.join(f'{x:.2f}' for x in load)}  (cores: {os.cpu_count()})")
@@ -260,13 +287,14 @@ def report(
         stage: percentile([seconds * 1000 for name, seconds in layer if name == stage] or [0.0], 95)
         for stage in ("pick_to_turn", "to_worker", "from_worker", "answer_to_sent")
     }
-    return Row(workers, load[0], not problems and answered == total, inbound, outbound, hops)
+    return Row(args.provider, workers, load[0], not problems and answered == total, inbound, outbound, hops)
 
 
 @dataclass
 class Row:
     """One run's summary line: the whole path's figures beside the layer's hops and the load average."""
 
+    provider: str
     workers: int
     load: float
     complete: bool
@@ -283,12 +311,13 @@ class Row:
         stages = ("pick_to_turn", "to_worker", "from_worker", "answer_to_sent")
         hops = " ".join(f"{self.hops[stage]:5.1f}" for stage in stages)
         done = "yes" if self.complete else "NO"
-        return f"{self.workers:>5} | {pair(self.inbound)} | {pair(self.outbound)} | {hops} | {self.load:4.2f} | {done}"
+        paths = f"{pair(self.inbound)} | {pair(self.outbound)}"
+        return f"{self.provider:>9} | {self.workers:>4} | {paths} | {hops} | {self.load:4.2f} | {done}"
 
 
 SUMMARY = (
-    "pool  | receive -> provider p50 / p95 | reply -> send p50 / p95 | layer p95: hand-over, to worker, back, sent"
-    " | load | all once, in order"
+    "provider  | pool | receive -> provider p50 / p95 | reply -> send p50 / p95 "
+    "| layer p95: hand-over, to worker, back, sent | load | all once, in order"
 )
 
 
@@ -343,14 +372,16 @@ def shares(title: str, stats: pstats.Stats, messages: int) -> None:
 
 def measure(args: argparse.Namespace, workers: int) -> Row:
     """One run with a pool of ``workers``: fresh fakes, a fresh HOME (each chat's first message opens its runtime)."""
-    print(f"\n== pool of {workers} turns' worker(s); load average before: {loadavg()}  (cores: {os.cpu_count()})")
+    print(
+        f"\n== provider answers in {args.provider} ms, pool of {workers} turns' worker(s); "
+        f"load average before: {loadavg()}  (cores: {os.cpu_count()})"
+    )
     ours, theirs = multiprocessing.Pipe()
+    side_args = (theirs, args.chats, args.messages, args.provider)
     if args.in_process:
-        side: Any = threading.Thread(target=platform_side, args=(theirs, args.chats, args.messages), daemon=True)
+        side: Any = threading.Thread(target=platform_side, args=side_args, daemon=True)
     else:
-        side = multiprocessing.get_context("fork").Process(
-            target=platform_side, args=(theirs, args.chats, args.messages)
-        )
+        side = multiprocessing.get_context("fork").Process(target=platform_side, args=side_args)
     side.start()
     stub_url, servers = ours.recv()
     with tempfile.TemporaryDirectory() as tmp:
@@ -386,11 +417,23 @@ def main() -> None:
         default=None,
         help=f"Pool sizes, one run each (default: 1, 2 and channels.workers' default here, {default_workers()}).",
     )
+    parser.add_argument(
+        "--provider-ms",
+        nargs="+",
+        default=["0", "300-1500"],
+        help="The fake provider's time to answer, one set of runs each: MS, or LOW-HIGH drawn per message "
+        "(default: 0, the CPU-bound stress loop, and 300-1500, a provider's answer time).",
+    )
     parser.add_argument("--in-process", action="store_true", help="Run the fakes in the bench's process.")
     parser.add_argument("--profile", action="store_true", help="Where the channels' process spends its CPU.")
     args = parser.parse_args()
     sizes = args.workers or sorted({1, 2, default_workers()})
-    rows = [measure(args, size) for size in sizes]
+    rows = []
+    for spec in args.provider_ms:
+        if not re.fullmatch(r"\d+(?:\.\d+)?(?:-\d+(?:\.\d+)?)?", spec):
+            parser.error(f"--provider-ms {spec!r}: give milliseconds, e.g. 0 or 300-1500")
+        args.provider = spec
+        rows += [measure(args, size) for size in sizes]
     print(f"\n{args.chats} chats x {args.messages} messages; whole path and layer in ms; load = 1-minute average")
     print(SUMMARY)
     for row in rows:
