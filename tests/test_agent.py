@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,9 @@ def tool_brain(body: dict[str, Any]) -> Reply:
     if "malformed" in text:
         return Reply(tool_calls=[("read_file", '{"path": "notes.txt"')])
     if "hang" in text:
-        return Reply(tool_calls=[("exec", json.dumps({"command": "sleep 30; echo never"}))])
+        found = re.search(r"hang (\w+)", text)  # "hang <marker>": this test's own command line, to look for later
+        marker = found.group(1) if found else "forever"
+        return Reply(tool_calls=[("exec", json.dumps({"command": f"sleep 30; echo never {marker}"}))])
     if "secret" in text:
         return Reply(tool_calls=[("exec", json.dumps({"command": "echo OPENAI_KEY=sk-proj-" + "A1b2C3d4" * 5}))])
     if "marker" in text:
@@ -247,9 +250,10 @@ def test_malformed_tool_call_is_answered_and_the_turn_goes_on(isolated_home: Pat
 def test_hung_tool_is_killed_at_its_timeout(isolated_home: Path, tmp_path: Path) -> None:
     with run_model_stub(tool_brain) as stub:
         write_agent_config(isolated_home, stub, memory=False)  # tools.exec.timeout: 5
-        result, _ = one_turn("hang forever", "cli:h", str(tmp_path))
+        marker = uuid.uuid4().hex  # another run of the suite on the machine hangs its own command
+        result, _ = one_turn(f"hang {marker}", "cli:h", str(tmp_path))
     assert result.status == "succeeded" and "killed after 5 s" in result.answer
-    ps = subprocess.run(["pgrep", "-f", "sleep 30; echo never"], capture_output=True, text=True)
+    ps = subprocess.run(["pgrep", "-f", f"sleep 30; echo never {marker}"], capture_output=True, text=True)
     assert ps.stdout.strip() == ""
 
 
