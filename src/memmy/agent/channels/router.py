@@ -259,12 +259,14 @@ class ChatRouter:
         if not prompt and not parts:
             return
         session = self.sessions.session(message.chat_key)
-        typing = asyncio.create_task(self._keep_typing(message.chat_id))
         lane.started = time.monotonic()
         self.timings.append(("pick_to_turn", lane.started - picked))
         lane.turn = asyncio.create_task(
             self.runner.run(session, prompt, source=self.settings.name, tools=self.settings.tools, parts=parts or None)
         )
+        # after the turn's task, so that the turn goes to its worker before the typing call's HTTP work is done
+        # (with many chats' messages at once, every typing call went first)
+        typing = asyncio.create_task(self._keep_typing(message.chat_id))
         try:
             answer = await lane.turn
         except asyncio.CancelledError:
