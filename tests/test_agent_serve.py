@@ -185,7 +185,7 @@ def test_a_slow_first_provider_build_does_not_cost_the_turn_its_memory(
         time.sleep(2.0)  # blocking, as an import is
         return build_provider(choice)
 
-    monkeypatch.setattr("memmy.agent.serve.build_provider", slow_build)
+    monkeypatch.setattr("memmy.agent.providers.build_provider", slow_build)  # what ProviderCache builds with
     extra = f"memmyMemory:\n  storage: {{endpoint: '{daemon.url}', token: '{daemon.token}'}}\n"
     with run_model_stub(brain) as stub, serving(isolated_home, stub, extra, memory=True) as base:
         raw = sdk(base).chat.completions.with_raw_response.create(

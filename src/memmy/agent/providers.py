@@ -5,6 +5,7 @@ SDK errors become a :class:`ProviderError` whose message says what happened and 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import functools
 import json
@@ -591,3 +592,24 @@ def build_provider(choice: ModelChoice) -> Provider:
     if choice.kind == "gemini":
         return GeminiProvider(choice)
     return OpenAIProvider(choice)
+
+
+class ProviderCache:
+    """One provider client per model for a host of many requests or sessions (``memmy serve``, the chat turns'
+    worker): built on first use and kept, with its connections."""
+
+    def __init__(self) -> None:  # noqa: D107
+        self._built: dict[ModelChoice, Provider] = {}
+
+    def get(self, choice: ModelChoice) -> Provider:
+        """The provider of ``choice``, built now if it is not yet."""
+        if choice not in self._built:
+            self._built[choice] = build_provider(choice)
+        return self._built[choice]
+
+    async def ready(self, choice: ModelChoice) -> Provider:
+        """The same from an event loop: a provider not built yet is built in a thread, since importing its SDK
+        takes a second or more on a busy machine and blocking the loop that long would time out a recall request
+        already on its way."""
+        built = self._built.get(choice)
+        return built if built is not None else await asyncio.to_thread(self.get, choice)

@@ -4,11 +4,11 @@ the TUI and ``memmy serve`` to build the same agent."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from memmy.agent.config import DEFAULT_SESSION, AgentConfig, ModelChoice
+from memmy.agent.config import DEFAULT_SESSION, AgentConfig
 from memmy.agent.memory import SOURCE, MemoryBridge, resolve_settings
 from memmy.agent.sessions import SessionStore
 from memmy.agent.usage import UsageBook
@@ -17,7 +17,7 @@ from memmy.cli.client import ClientSettings
 if TYPE_CHECKING:  # the loop, the tools and MCP load when a runtime opens (`memmy status` needs only memory)
     from memmy.agent.loop import Agent, Emit
     from memmy.agent.mcp_tools import McpHub
-    from memmy.agent.providers import Provider
+    from memmy.agent.providers import ProviderCache
     from memmy.agent.tools import Approver
 
 
@@ -46,15 +46,7 @@ class SharedParts:
 
     memory_settings: ClientSettings
     meter: UsageBook
-    providers: dict[ModelChoice, Provider] = field(default_factory=dict)
-
-    def provider(self, choice: ModelChoice) -> Provider:
-        """The provider of ``choice``, built with the first session that asks for it."""
-        from memmy.agent.providers import build_provider
-
-        if choice not in self.providers:
-            self.providers[choice] = build_provider(choice)
-        return self.providers[choice]
+    providers: ProviderCache
 
 
 def capture_spool(config: AgentConfig) -> Path:
@@ -109,7 +101,7 @@ async def open_runtime(
     if shared is None:
         agent = Agent(config, session, store, tools, bridge, emit)
     else:
-        agent = Agent(config, session, store, tools, bridge, emit, shared.meter, shared.provider)
+        agent = Agent(config, session, store, tools, bridge, emit, shared.meter, shared.providers.get)
     # The memory session opens while the MCP servers start, so the first turn makes one daemon call, not two.
     await asyncio.gather(hub.start(), agent.prepare())
     hub.install(tools)

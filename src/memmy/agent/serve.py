@@ -30,7 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from memmy import __version__
 from memmy.agent.config import AgentConfig, ModelChoice
 from memmy.agent.memory import MemoryBridge, Recall, resolve_settings, short_hash
-from memmy.agent.providers import Completion, Provider, ProviderError, build_provider, request_options
+from memmy.agent.providers import Completion, Provider, ProviderCache, ProviderError, request_options
 from memmy.agent.runtime import capture_spool
 from memmy.httpguard import refusal
 
@@ -78,7 +78,7 @@ class ServeApp:
     def __init__(self, config: AgentConfig, memory: MemoryBridge) -> None:
         self.config = config
         self.memory = memory
-        self._providers: dict[ModelChoice, Provider] = {}
+        self.providers = ProviderCache()
 
     def choose(self, requested: Any) -> ModelChoice | None:
         """A preset by name, the default model, or the default provider with the requested model id."""
@@ -88,12 +88,6 @@ class ServeApp:
         if default is None or not isinstance(requested, str) or requested in ("", "default", "memmy", default.model):
             return default
         return replace(default, name=requested, model=requested)
-
-    def provider(self, choice: ModelChoice) -> Provider:
-        """The cached provider client for a model."""
-        if choice not in self._providers:
-            self._providers[choice] = build_provider(choice)
-        return self._providers[choice]
 
     def authorised(self, request: Request) -> bool:
         """Constant-time bearer token check."""
@@ -156,10 +150,7 @@ class ServeApp:
             recalling = asyncio.create_task(self.memory.start_turn(f"serve:{scope}", query, None, user))
             await asyncio.sleep(0)
         try:
-            # A provider not built yet is built in a thread: importing its SDK takes a second or more on a busy
-            # machine, and blocking the loop that long would time out the recall request already on its way.
-            cached = self._providers.get(choice)
-            provider = cached if cached is not None else await asyncio.to_thread(self.provider, choice)
+            provider = await self.providers.ready(choice)
         except BaseException:
             if recalling is not None:
                 recalling.cancel()

@@ -17,6 +17,7 @@ from memmy.agent.channels.base import FileCache
 from memmy.agent.channels.router import Answer
 from memmy.agent.config import AgentConfig
 from memmy.agent.memory import resolve_settings
+from memmy.agent.providers import ProviderCache
 from memmy.agent.runtime import Runtime, SharedParts, open_runtime
 from memmy.agent.usage import UsageBook
 from memmy.cli.client import ClientSettings
@@ -44,7 +45,7 @@ class AgentTurns:
         # shared by every chat's runtime: the daemon's URL and token (read again when the config file changes, not
         # parsed for each chat's first message), the usage meter's connection and the provider clients
         self.memory_settings: FileCache[ClientSettings] = FileCache()
-        self.shared = SharedParts(self._settings(), UsageBook(config.home, keep_open=True))
+        self.shared = SharedParts(self._settings(), UsageBook(config.home, keep_open=True), ProviderCache())
 
     def warm(self) -> None:
         """Import what a chat's first turn needs (the tool loop, MCP, the provider's SDK) and build the default
@@ -53,7 +54,7 @@ class AgentTurns:
         from memmy.agent import loop, mcp_tools, tools  # noqa: F401 - imported to be loaded
 
         if self.config.default is not None:
-            self.shared.provider(self.config.default)  # the client every chat of the default model uses
+            self.shared.providers.get(self.config.default)  # the client every chat of the default model uses
 
     async def _runtime(self, session: str, source: str, tools: bool) -> Runtime:
         key = (session, source, tools)
