@@ -63,7 +63,7 @@ def doctor(obj: CliContext, do_repair: bool, db_path: str | None, offline: bool,
         findings = check_postgres(dsn) if postgres else check_store(path)
         repaired: list[str] = []
         if do_repair and any(f.repairable for f in findings):
-            repaired = repair_postgres(dsn) if postgres else repair(path)
+            repaired = repair_postgres(dsn, findings) if postgres else repair(path)
             findings = check_postgres(dsn) if postgres else check_store(path)
     except MemmyError as exc:
         fail(exc.message)

@@ -3,6 +3,7 @@ and whether a server lock's holder is still the daemon that wrote it."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -130,13 +131,14 @@ def _has(conn: Any, table: str) -> bool:
     return bool(conn.execute(b"SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()[0])
 
 
-def repair_postgres(dsn: str) -> list[str]:
-    """Rebuild what :func:`check_postgres` finds off, in place, one transaction each (a daemon's write waits for
-    it: the table that fires the index's trigger is locked first); one line per action."""
+def repair_postgres(dsn: str, findings: Sequence[Finding]) -> list[str]:
+    """Rebuild what :func:`check_postgres` found off (``findings``, not counted again), in place, one transaction
+    each (a daemon's write waits for it: the table that fires the index's trigger is locked first); one line per
+    action."""
     import psycopg
 
     where, done = redact_dsn(dsn), []
-    codes = {f.code for f in check_postgres(dsn)}
+    codes = {f.code for f in findings}
     with psycopg.connect(dsn, connect_timeout=5, autocommit=True) as conn:
         if "fts_counts_off" in codes:
             with conn.transaction():

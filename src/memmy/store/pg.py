@@ -51,6 +51,8 @@ log = logging.getLogger("memmy.store")
 #: The advisory lock every write transaction holds (one writer at a time, across daemons, as on SQLite).
 WRITE_LOCK_KEY = 0x6D656D6D79
 MIGRATE_LOCK_KEY = WRITE_LOCK_KEY + 1
+#: How a write transaction begins: its BEGIN and the write lock, in one round trip.
+BEGIN_WRITE = f"BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK_KEY})"
 POOL_MAX = 8
 
 
@@ -501,17 +503,15 @@ class PgDatabase(Database):
         PostgreSQL, under an advisory lock (daemons starting at once migrate once)."""
         applied: list[str] = []
         with self.pool.connection() as raw:
-            done = set_up_already(raw, target)
+            done = self._already_set_up(raw, target)
             if done is not None:
-                self.has_vector = done[1]
-                return MigrationResult(done[0], target, (), None)
+                return done
             conn = PgConnection(raw)
             conn.raw_execute(f"SELECT pg_advisory_lock({MIGRATE_LOCK_KEY})")
             try:
-                done = set_up_already(raw, target)  # another daemon set it up while this one waited for the lock
+                done = self._already_set_up(raw, target)  # another daemon set it up while this one waited
                 if done is not None:
-                    self.has_vector = done[1]
-                    return MigrationResult(done[0], target, (), None)
+                    return done
                 for statement in PRELUDE:
                     conn.raw_execute(statement)
                 version = self._version(conn)
@@ -548,6 +548,14 @@ class PgDatabase(Database):
                 conn.raw_execute(f"SELECT pg_advisory_unlock({MIGRATE_LOCK_KEY})")
         return MigrationResult(version, target, tuple(applied), None)
 
+    def _already_set_up(self, raw: Any, target: int) -> MigrationResult | None:
+        """Nothing to run (:func:`set_up_already`): the store as it is, with whether it has pgvector."""
+        done = set_up_already(raw, target)
+        if done is None:
+            return None
+        self.has_vector = done[1]
+        return MigrationResult(done[0], target, (), None)
+
     @staticmethod
     def _version(conn: PgConnection) -> int:
         row = conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()
@@ -583,7 +591,7 @@ class PgDatabase(Database):
                 return
             with self.pool.connection() as raw:
                 conn = PgConnection(raw)
-                conn.raw_execute(f"BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK_KEY})")  # one round trip
+                conn.raw_execute(BEGIN_WRITE)
                 self._local.conn = conn
                 try:
                     yield cast(sqlite3.Connection, conn)
@@ -611,8 +619,7 @@ class PgDatabase(Database):
                 current.execute_all(statements)
                 return
             with self.pool.connection() as raw:
-                lock = f"BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK_KEY})"
-                PgConnection(raw).execute_all(statements, before=lock, after="COMMIT")
+                PgConnection(raw).execute_all(statements, before=BEGIN_WRITE, after="COMMIT")
             self.commits += 1
 
     @contextmanager
