@@ -71,7 +71,8 @@ def test_three_canaries_go_through_and_leave_no_trace(installed: Daemon) -> None
 
     as_json = doctor(installed, "--json")
     codes = [f["code"] for f in json.loads(as_json.output)["findings"] if f["code"].startswith("canary")]
-    assert codes == ["canary_ok"] * 3 and traces_left(installed) == []
+    assert codes == ["canary_ok"] * 3, as_json.output
+    assert traces_left(installed) == []
 
 
 def test_a_broken_hook_and_a_removed_entry_are_named_with_their_fix(installed: Daemon) -> None:

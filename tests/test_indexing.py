@@ -16,6 +16,7 @@ from memmy.embed import Embedder, build_embedder
 from memmy.embed.base import EmbeddingFingerprint, EmbedRole
 from memmy.namespace import Namespace
 from memmy.service import MemoryService
+from memmy.store.text import FTS_DELETE
 from memmy.store.vectors import VectorIndex
 from tests.answers import must
 from tests.openai_stub import run_openai_stub
@@ -173,4 +174,39 @@ def test_a_turn_start_runs_the_model_once_for_its_prompt(embedder: Embedder, iso
         body = {"sessionId": session, "turnId": f"t{number}", "query": prompt}
         service.start_turn(StartTurn.from_json(body), NS)
     assert sorted(counting.queries) == sorted(prompts)
+    service.close()
+
+
+class PurgingEmbedder(CountingEmbedder):
+    """The real embedder that, on its first document batch, hard-deletes one memory first (as ``doctor --canary``
+    purges its trace while the trace's vector is being computed)."""
+
+    def __init__(self, inner: Embedder) -> None:
+        super().__init__(inner)
+        self.service: MemoryService | None = None
+        self.victim = ""
+
+    def embed(self, texts: Sequence[str], role: EmbedRole = "document") -> NDArray[np.float32]:
+        if role == "document" and self.victim and self.service is not None:
+            with self.service.store.transaction() as conn:
+                conn.execute(FTS_DELETE, (self.victim,))
+                conn.execute("DELETE FROM memories WHERE id = ?", (self.victim,))
+            self.victim = ""
+        return super().embed(texts, role)
+
+
+def test_a_memory_deleted_while_its_vector_is_computed_is_skipped_and_the_batch_goes_on(
+    embedder: Embedder, isolated_home: Path
+) -> None:
+    purging = PurgingEmbedder(embedder)
+    service = open_service(purging)
+    purging.service = service
+    gone = must(service.add_memory(AddMemory.from_json({"content": "canary trace, purged mid-embedding"}), NS)["id"])
+    kept = must(service.add_memory(AddMemory.from_json({"content": "the build uses bazel target //app"}), NS)["id"])
+    purging.victim = gone
+    assert service.indexer.run_once() == (1, 0)  # no foreign-key failure takes the whole batch down
+    stored = {row["memory_id"] for row in service.store.query("SELECT memory_id FROM memory_vector_entries")}
+    assert stored == {kept}
+    assert service.queue.states([gone, kept])[kept]["state"] == "ready"
+    assert service.store.query_one("SELECT 1 FROM embedding_retry_queue WHERE target_id = ?", (gone,)) is None
     service.close()

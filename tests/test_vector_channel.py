@@ -4,7 +4,11 @@ small HNSW is exact)."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import numpy as np
+import psycopg
 from psycopg.conninfo import make_conninfo
 
 from memmy.commands.memory import AddMemory, ArchiveMemory
@@ -154,3 +158,32 @@ def test_a_daemon_opening_a_set_up_store_runs_no_ddl_while_another_writes(postgr
             assert raw.execute(f"SELECT digest FROM {SETUP_TABLE}".encode()).fetchall() == [(SETUP_DIGEST,)]
     finally:
         first.close()
+
+
+def test_a_vector_for_a_memory_deleted_while_it_is_written_is_not_written(postgres_dsn: str) -> None:
+    """A memory deleted before its vector is written gets none (memmy's writers take turns, so the memory's row is
+    looked at under the write lock). One deleted by a writer outside that lock (psql, another tool) after the vector's
+    statement saw it: the foreign key refuses the row, and the write reports it wrote nothing instead of failing the
+    embedding worker's batch."""
+    db = PgDatabase(postgres_dsn)
+    try:
+        MemoryRepository(db).insert(memory(0), source="test")
+        MemoryRepository(db).insert(memory(1), source="test")
+        with db.transaction() as conn:
+            conn.execute("DELETE FROM memories WHERE id = ?", ("m_1",))
+        assert not VectorRepository(db).upsert("m_1", "vec", "local", "test-model", np.ones(8, dtype="f4"))
+        written: list[bool] = []
+        with psycopg.connect(postgres_dsn) as outside, outside.transaction():
+            outside.execute("DELETE FROM memories WHERE id = 'm_0'")  # holds the row's lock until commit
+            writer = threading.Thread(
+                target=lambda: written.append(
+                    VectorRepository(db).upsert("m_0", "vec", "local", "test-model", np.ones(8, dtype="f4"))
+                )
+            )
+            writer.start()
+            time.sleep(0.5)  # the writer's statement saw the memory and waits on its row lock for the foreign key
+        writer.join(10)
+        assert written == [False]
+        assert db.query("SELECT memory_id FROM memory_vector_entries") == []
+    finally:
+        db.close()

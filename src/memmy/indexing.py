@@ -350,7 +350,11 @@ class Indexer:
             if memory is None:
                 self.queue.drop(item.target_id)
                 continue
-            self.vectors.upsert(item.target_id, item.vector_field, fingerprint.provider, fingerprint.model, vector)
+            if not self.vectors.upsert(
+                item.target_id, item.vector_field, fingerprint.provider, fingerprint.model, vector
+            ):
+                self.queue.drop(item.target_id)  # deleted while its vector was computed
+                continue
             if self.index is None or self.index.dim != fingerprint.dim:
                 self.load_index()  # the backend came up (or changed dimension): load every stored vector
             if self.index is None:

@@ -45,7 +45,8 @@ class QueueItem:
 
 _STATE_SQL = (
     "INSERT INTO memory_processing_state(memory_id, state, stage, attempt_count, updated_at) "
-    "VALUES (?,?,?,?,?) ON CONFLICT(memory_id) DO UPDATE SET state=excluded.state, stage=excluded.stage, "
+    "SELECT ?,?,?,?,? WHERE EXISTS (SELECT 1 FROM memories WHERE id = ?) "  # a deleted memory has no state
+    "ON CONFLICT(memory_id) DO UPDATE SET state=excluded.state, stage=excluded.stage, "
     "attempt_count=COALESCE(?, attempt_count), error_code=CASE WHEN excluded.state='failed' "
     "THEN error_code ELSE NULL END, error_message=CASE WHEN excluded.state='failed' THEN error_message "
     "ELSE NULL END, updated_at=excluded.updated_at"
@@ -77,7 +78,8 @@ class EmbeddingQueue:
             )
             stamp = utc_now()
             conn.executemany(
-                _STATE_SQL, [(target, "embedding_pending", "embedding", 0, stamp, None) for _k, target, _f, _t in items]
+                _STATE_SQL,
+                [(target, "embedding_pending", "embedding", 0, stamp, target, None) for _k, target, _f, _t in items],
             )
 
     def claim_due(self, limit: int, worker: str, lease_ms: int = LEASE_MS) -> list[QueueItem]:
@@ -130,7 +132,8 @@ class EmbeddingQueue:
             if final:
                 conn.execute(
                     "INSERT INTO memory_processing_state(memory_id, state, stage, attempt_count, retry_action, "
-                    "error_code, error_message, failed_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?) "
+                    "error_code, error_message, failed_at, updated_at) SELECT ?,?,?,?,?,?,?,?,? "
+                    "WHERE EXISTS (SELECT 1 FROM memories WHERE id = ?) "
                     "ON CONFLICT(memory_id) DO UPDATE SET state=excluded.state, stage=excluded.stage, "
                     "attempt_count=excluded.attempt_count, retry_action=excluded.retry_action, "
                     "error_code=excluded.error_code, error_message=excluded.error_message, "
@@ -145,6 +148,7 @@ class EmbeddingQueue:
                         error[:500],
                         utc_now(),
                         utc_now(),
+                        item.target_id,
                     ),
                 )
             else:
@@ -214,4 +218,4 @@ class EmbeddingQueue:
 
     @staticmethod
     def _set_state(conn: Any, memory_id: str, state: str, stage: str | None, attempts: int | None = None) -> None:
-        conn.execute(_STATE_SQL, (memory_id, state, stage, attempts or 0, utc_now(), attempts))
+        conn.execute(_STATE_SQL, (memory_id, state, stage, attempts or 0, utc_now(), memory_id, attempts))

@@ -18,6 +18,7 @@ import bisect
 import ctypes
 import ctypes.util
 import itertools
+import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -571,17 +572,24 @@ class VectorRepository:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def upsert(self, memory_id: str, field: str, provider: str, model: str, vector: Vector) -> None:
-        """Write (or replace) the vector of (memory, field)."""
-        with self.db.transaction() as conn:
-            conn.execute(
-                "INSERT INTO memory_vector_entries(memory_id, vector_field, embedding_provider, embedding_model, "
-                "embedding_dim, embedding, updated_at) VALUES (?,?,?,?,?,?,?) "
-                "ON CONFLICT(memory_id, vector_field) DO UPDATE SET embedding_provider=excluded.embedding_provider, "
-                "embedding_model=excluded.embedding_model, embedding_dim=excluded.embedding_dim, "
-                "embedding=excluded.embedding, updated_at=excluded.updated_at",
-                (memory_id, field, provider, model, int(vector.shape[0]), to_blob(vector), utc_now()),
-            )
+    def upsert(self, memory_id: str, field: str, provider: str, model: str, vector: Vector) -> bool:
+        """Write (or replace) the vector of (memory, field); False when the memory is gone (deleted while its
+        vector was being computed: nothing is written)."""
+        try:
+            with self.db.transaction() as conn:
+                written = conn.execute(
+                    "INSERT INTO memory_vector_entries(memory_id, vector_field, embedding_provider, embedding_model, "
+                    "embedding_dim, embedding, updated_at) SELECT ?,?,?,?,?,?,? "
+                    "WHERE EXISTS (SELECT 1 FROM memories WHERE id = ?) "
+                    "ON CONFLICT(memory_id, vector_field) DO UPDATE SET "
+                    "embedding_provider=excluded.embedding_provider, embedding_model=excluded.embedding_model, "
+                    "embedding_dim=excluded.embedding_dim, embedding=excluded.embedding, "
+                    "updated_at=excluded.updated_at",
+                    (memory_id, field, provider, model, int(vector.shape[0]), to_blob(vector), utc_now(), memory_id),
+                ).rowcount
+        except sqlite3.IntegrityError:  # deleted after the check, before the commit (the foreign key refused it)
+            return False
+        return written > 0
 
     def delete_for(self, memory_id: str) -> None:
         """Remove every vector of a memory."""
