@@ -14,8 +14,8 @@ from memmy.store.copy import copy_store
 from memmy.store.db import Database
 from memmy.store.memories import MemoryFilter, MemoryRepository, TermStats
 from memmy.store.pg import PgDatabase
-from memmy.store.pgdialect import SETUP_TABLE, translate
-from memmy.store.pgfts import LEXEMES, POSTINGS, POSTINGS_BACKFILL, STATS, STATS_ROWS
+from memmy.store.pgdialect import SETUP_TABLE, fts_text, translate
+from memmy.store.pgfts import LEXEMES, POSTINGS, POSTINGS_BACKFILL, SPLIT_BY_PARSER, STATS, STATS_ROWS
 from memmy.store.schema import refill_fts
 from tests.test_store import make_memory
 
@@ -231,6 +231,66 @@ def test_a_postgres_store_from_before_the_postings_gets_them(tmp_path: Path, pos
         postings_match_their_rows(reopened)
         for query in QUERIES:
             assert [m for m, _ in ranked(reopened, query)] == [m for m, _ in ranked(sqlite, query)], query
+    finally:
+        sqlite.close()
+        reopened.close()
+
+
+#: Words PostgreSQL's parser splits (a number in scientific notation, then letters: hashes and ids), beside words
+#: it keeps whole; memmy indexes and queries its own stems, so each is one word, as in FTS5.
+SPLIT_WORDS = ("7e6ceecd12", "1e10ab", "4e5a6b", "0e0x", "123e4567", "sha256", "0x300")
+
+
+def test_postgres_finds_words_its_own_parser_would_split(tmp_path: Path, postgres_dsn: str) -> None:
+    """A canary marker or a commit hash such as ``7e6ceecd12`` is found (it was not on PostgreSQL: its parser made
+    ``7e6`` and ``ceecd12`` of it), alone and in a phrase, with FTS5's ids, order and scores."""
+    sqlite, pg = Database(tmp_path / "s.sqlite"), PgDatabase(postgres_dsn)
+    memories = [make_memory(f"the canary word is memmy-canary-{word} {' '.join(FILLER[:i])}") for i, word in
+                enumerate(SPLIT_WORDS)]  # fmt: skip
+    try:
+        for db in (sqlite, pg):
+            MemoryRepository(db).insert_many(memories, "test")
+        for word in SPLIT_WORDS:
+            for query in (word, f"memmy-canary-{word}", f"canary {word}"):
+                expected = ranked(sqlite, query)
+                assert memories[SPLIT_WORDS.index(word)].id in [m for m, _ in expected], query
+                got = ranked(pg, query)
+                assert [m for m, _ in got] == [m for m, _ in expected], query
+                assert [s for _, s in got] == pytest.approx([s for _, s in expected], rel=1e-9), query
+        postings_match_their_rows(pg)
+    finally:
+        sqlite.close()
+        pg.close()
+
+
+def test_a_postgres_store_indexed_by_its_parser_is_rewritten_once(tmp_path: Path, postgres_dsn: str) -> None:
+    """A store written before memmy built its own tsvectors (PostgreSQL's parser split ``7e6ceecd12``): the rows
+    holding such a word are written again when a daemon opens it, and then rank as SQLite does."""
+    pg = PgDatabase(postgres_dsn)
+    memories = [make_memory(f"deploy {word} after the build") for word in SPLIT_WORDS] + corpus()
+    MemoryRepository(pg).insert_many(memories, "test")
+    with pg.pool.connection() as raw:  # back to the parser's tsvectors, postings and counts (the triggers follow)
+        for rowid, identifier, value, tags in raw.execute(
+            "SELECT rowid, identifier, memory_value, tags FROM memories_fts"
+        ).fetchall():
+            raw.execute(
+                "UPDATE memories_fts SET tsv = setweight(to_tsvector('simple', %s), 'A') || "
+                "setweight(to_tsvector('simple', %s), 'D') || setweight(to_tsvector('simple', %s), 'B') "
+                "WHERE rowid = %s",
+                (fts_text(identifier), fts_text(value), fts_text(tags), rowid),
+            )
+        raw.execute(f"DROP FUNCTION memmy_tsv(text); UPDATE {SETUP_TABLE} SET digest = 'before memmy_tsv'")
+    assert ranked(pg, "7e6ceecd12") == []  # what people saw
+    pg.close()
+    sqlite, reopened = Database(tmp_path / "s.sqlite"), PgDatabase(postgres_dsn)
+    try:
+        MemoryRepository(sqlite).insert_many(memories, "test")
+        postings_match_their_rows(reopened)
+        for query in (*SPLIT_WORDS, *QUERIES):
+            expected = ranked(sqlite, query)
+            assert [m for m, _ in ranked(reopened, query)] == [m for m, _ in expected], query
+        with reopened.pool.connection() as raw:
+            assert raw.execute(SPLIT_BY_PARSER.encode()).fetchall() == []
     finally:
         sqlite.close()
         reopened.close()

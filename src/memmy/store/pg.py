@@ -34,14 +34,16 @@ from memmy.store.pgfts import (
     HAS_DOCLEN,
     HAS_LEXEMES,
     HAS_TRIGGERS,
+    HAS_TSV_FUNCTION,
     LEXEMES,
     LEXEMES_BACKFILL,
     POSTINGS,
     POSTINGS_BACKFILL,
+    SPLIT_BY_PARSER,
     TRIGGER_DDL,
 )
 from memmy.store.schema import MIGRATIONS, SCHEMA_VERSION, refill_fts
-from memmy.store.text import fts_row
+from memmy.store.text import FTS_INSERT_AT, fts_row
 
 if TYPE_CHECKING:
     import psycopg
@@ -315,13 +317,15 @@ def set_up_already(raw: Any, target: int = SCHEMA_VERSION) -> tuple[int, bool] |
     return int(row[2]), bool(row[1])
 
 
-def install_fts(conn: PgConnection) -> None:
+def install_fts(conn: PgConnection, parsed_tsv: bool = False) -> None:
     """The keyword channel's postings, counts and triggers (:mod:`memmy.store.pgfts`), in one transaction.
 
     Where ``memories_fts`` has no postings triggers yet (a new store, a table a migration recreated, a store made
     before the postings) the postings are filled from it in one statement (postings made before the lexemes'
     document counts get those counted from them); a store made before them (its
     tsvectors stemmed by Snowball English, no document lengths) has its full-text rows written again first.
+    ``parsed_tsv``: the store's tsvectors were made by PostgreSQL's parser (before :data:`TSV_FUNCTION`); the rows
+    whose stems it split are written again (:data:`SPLIT_BY_PARSER`).
     """
     conn.raw_execute("BEGIN")
     filled = False
@@ -349,6 +353,8 @@ def install_fts(conn: PgConnection) -> None:
             filled = True
         for statement in TRIGGER_DDL:
             conn.raw_execute(statement)
+        if parsed_tsv and not before_postings:
+            filled = rewrite_split_rows(conn) > 0 or filled
     except BaseException:
         conn.raw_execute("ROLLBACK")
         raise
@@ -356,6 +362,18 @@ def install_fts(conn: PgConnection) -> None:
     if filled:  # ranking reads the postings by index-only scans: they want the visibility map set and statistics
         conn.raw_execute(f"VACUUM (ANALYZE) {POSTINGS}")
         conn.raw_execute(f"ANALYZE memories_fts, {LEXEMES}")
+
+
+def rewrite_split_rows(conn: PgConnection) -> int:
+    """Write again the full-text rows whose tsvector PostgreSQL's parser made from split stems (the triggers
+    follow with the postings and counts); how many. Inside the caller's transaction."""
+    rows = conn.raw.execute(SPLIT_BY_PARSER.encode()).fetchall()
+    for rowid, memory_id, identifier, value, tags in rows:
+        conn.execute("DELETE FROM memories_fts WHERE rowid = ?", (rowid,))
+        conn.execute(FTS_INSERT_AT, (rowid, memory_id, identifier or "", value or "", tags or ""))
+    if rows:
+        log.info("rewrote %d full-text rows whose words PostgreSQL's parser had split", len(rows))
+    return len(rows)
 
 
 class _Done:
@@ -512,6 +530,8 @@ class PgDatabase(Database):
                 done = self._already_set_up(raw, target)  # another daemon set it up while this one waited
                 if done is not None:
                     return done
+                row = raw.execute(HAS_TSV_FUNCTION.encode()).fetchone()
+                parsed_tsv = not (row and row[0])  # its tsvectors (if any) came from PostgreSQL's parser
                 for statement in PRELUDE:
                     conn.raw_execute(statement)
                 version = self._version(conn)
@@ -539,7 +559,7 @@ class PgDatabase(Database):
                         raise StoreError(f"{redact_dsn(self.dsn)}: migration {migration.id} failed: {exc}") from exc
                     conn.raw_execute("COMMIT")
                     applied.append(migration.id)
-                install_fts(conn)
+                install_fts(conn, parsed_tsv)
                 #: Whether the server has pgvector: the vector channel then asks the database (store/pgvectors.py).
                 self.has_vector = pgvectors.install(raw)  # under the lock: daemons starting at once install once
                 conn.raw_execute(_SETUP_DDL)

@@ -10,12 +10,13 @@ NOTHING``, ``json_extract(col, '$.a.b')`` -> ``col::jsonb #>> '{a,b}'`` (cast to
 ``LIMIT -1`` -> ``LIMIT ALL``, ``last_insert_rowid()`` -> ``lastval()``. Every table has a ``rowid`` column on
 PostgreSQL (an identity, or the integer primary key it aliases on SQLite), so ``rowid`` needs no rewrite.
 
-Full text (:mod:`memmy.store.pgfts`): ``memories_fts MATCH ?`` becomes ``tsv @@ to_tsquery('simple', …)`` over a
-``tsvector`` of memmy's own tokens (:func:`fts_tokens`: the unicode61 split, lower case, diacritics removed; CJK
-already as bigrams by :mod:`memmy.store.text`), stemmed by FTS5's own Porter (:func:`memmy.store.pgfts.porter_stems`)
-and never stop-worded. The ranked keyword statement (``bm25(memories_fts, …) … ORDER BY rank LIMIT ?``) becomes
-FTS5's bm25() over the postings table (:func:`memmy.store.pgfts.ranked_sql`), a document count over the postings
-(:func:`memmy.store.pgfts.count_sql`), and any other ``bm25()``/``rank`` the same score of each row at hand.
+Full text (:mod:`memmy.store.pgfts`): ``memories_fts MATCH ?`` becomes ``tsv @@ (…)::tsquery`` over a ``tsvector``
+of memmy's own tokens (``memmy_tsv``, :data:`memmy.store.pgfts.TSV_FUNCTION`; :func:`fts_tokens`: the unicode61
+split, lower case, diacritics removed; CJK already as bigrams by :mod:`memmy.store.text`), stemmed by FTS5's own
+Porter (:func:`memmy.store.pgfts.porter_stems`) and never stop-worded. The ranked keyword statement
+(``bm25(memories_fts, …) … ORDER BY rank LIMIT ?``) becomes FTS5's bm25() over the postings table
+(:func:`memmy.store.pgfts.ranked_sql`), a document count over the postings (:func:`memmy.store.pgfts.count_sql`),
+and any other ``bm25()``/``rank`` the same score of each row at hand.
 The newest matches (``… MATCH ? ORDER BY rowid DESC LIMIT ?``, plain or ranked among them: :data:`_NEWEST`) read
 each part's newest rows off the postings (:func:`memmy.store.pgfts.newest_sql`), not the tsvectors.
 """
@@ -30,7 +31,7 @@ from typing import Any, Final
 
 from memmy.store.pgfts import (
     RANK_WEIGHTS,
-    TS_CONFIG,
+    TSV_FUNCTION,
     count_sql,
     newest_ranked_sql,
     newest_sql,
@@ -72,7 +73,7 @@ def match_parts(expression: str) -> list[list[str]]:
 
 
 def fts5_to_tsquery(expression: str) -> str:
-    """A MATCH expression (quoted tokens and phrases, OR-ed) as ``to_tsquery`` text; empty when nothing is left."""
+    """A MATCH expression (quoted tokens and phrases, OR-ed) as ``tsquery`` input; empty when nothing is left."""
     return " | ".join(tsquery_text(p) for p in match_parts(expression))
 
 
@@ -83,8 +84,8 @@ _INLINE = re.compile(r"\x00(count|ranked|score|newest|newranked)(\d+)\x00")
 
 #: The tsvector (identifier A, value D, tags B) and the length in tokens of the columns ``t.a``, ``t.d``, ``t.b``.
 _TSV_DOCLEN = (
-    f"setweight(to_tsvector('{TS_CONFIG}', t.a), 'A') || setweight(to_tsvector('{TS_CONFIG}', t.d), 'D') || "
-    f"setweight(to_tsvector('{TS_CONFIG}', t.b), 'B'), cardinality(string_to_array(t.a, ' ')) "
+    "setweight(memmy_tsv(t.a), 'A') || setweight(memmy_tsv(t.d), 'D') || "
+    "setweight(memmy_tsv(t.b), 'B'), cardinality(string_to_array(t.a, ' ')) "
     "+ cardinality(string_to_array(t.d, ' ')) + cardinality(string_to_array(t.b, ' '))"
 )
 _TSV_COLUMNS = "(SELECT %s::text AS a, %s::text AS d, %s::text AS b) t"
@@ -326,7 +327,7 @@ def translate(sql: str) -> Statement:
     sql = re.sub(r"\bbm25\(memories_fts[^)]*\)", "?SCORE", sql)
     if "memories_fts MATCH" in sql:
         sql = re.sub(r"\brank AS\b", "?SCORE AS", sql)
-        sql = sql.replace("memories_fts MATCH ?", f"memories_fts.tsv @@ to_tsquery('{TS_CONFIG}', ?MATCH)")
+        sql = sql.replace("memories_fts MATCH ?", "memories_fts.tsv @@ (?MATCH)::tsquery")
     out: list[str] = []
     plan: list[tuple[int, str]] = []
     inline: list[tuple[int, str, str]] = []
@@ -406,6 +407,7 @@ SETUP_TABLE: Final = "memmy_pg_setup"
 
 #: Run before the migrations, idempotently: the helpers the rewrites use.
 PRELUDE: Final = (
+    TSV_FUNCTION,
     "CREATE OR REPLACE AGGREGATE memmy_total(double precision) (SFUNC = float8pl, STYPE = double precision, "
     "INITCOND = '0')",
     "CREATE OR REPLACE FUNCTION memmy_json_path(path text) RETURNS text[] LANGUAGE sql IMMUTABLE AS "

@@ -7,7 +7,8 @@ Text only (no psycopg here): stems, DDL and the statements :mod:`memmy.store.pgd
 as ``logi`` -> ``log``); PostgreSQL's Snowball English differs on ~5 % of LoCoMo's words and its Snowball Porter
 on a few more (2-letter and long tokens). So both backends take the stems from FTS5 itself:
 :func:`porter_stems` runs tokens through an in-memory FTS5 table (cached per token), and PostgreSQL indexes and
-queries those stems with its ``simple`` configuration (no stemming of its own, no stop words).
+queries those stems as they are (:data:`TSV_FUNCTION`, a ``tsquery`` cast): no parser, no stemming of its own, no
+stop words.
 
 **Postings.** ``memories_fts_postings`` holds, per (lexeme, document), the lexeme's hits in each column (identifier
 ``A``, tags ``B``, value ``D``, as the tsvector weights them) and the document's length in tokens (FTS5's
@@ -35,8 +36,22 @@ import threading
 from collections.abc import Sequence
 from typing import Final
 
-#: PostgreSQL's text search configuration for memmy's (pre-stemmed) tokens.
-TS_CONFIG: Final = "simple"
+#: A tsvector of memmy's stems as they are: ``stems`` space-separated, each a lexeme at its position (1, 2, ...).
+#: Not ``to_tsvector``: PostgreSQL's parser splits some of FTS5's tokens, a number in scientific notation followed
+#: by letters ("7e6ceecd12", a hash or an id, became "7e6" and "ceecd12"), so such a word was never found. Queries
+#: are cast to ``tsquery`` as written, for the same reason (``to_tsquery`` parses its words too).
+TSV_FUNCTION: Final = r"""CREATE OR REPLACE FUNCTION memmy_tsv(stems text) RETURNS tsvector LANGUAGE sql IMMUTABLE
+PARALLEL SAFE AS $$ SELECT COALESCE(string_agg('''' || replace(replace(s, '\', '\\'), '''', '''''') || ''':'
+  || least(n, 16383), ' ')::tsvector, ''::tsvector)
+FROM unnest(string_to_array(stems, ' ')) WITH ORDINALITY AS u(s, n) WHERE s <> '' $$"""
+#: Whether ``memmy_tsv`` exists (before it, a store's tsvectors came from PostgreSQL's parser).
+HAS_TSV_FUNCTION: Final = "SELECT to_regprocedure('memmy_tsv(text)') IS NOT NULL"
+#: Full-text rows whose tsvector does not hold one position per stem: a stem PostgreSQL's parser split (or
+#: dropped) in a store written before :data:`TSV_FUNCTION`; they are written again.
+SPLIT_BY_PARSER: Final = (
+    "SELECT rowid, id, identifier, memory_value, tags FROM memories_fts f "
+    "WHERE f.doclen <> (SELECT COALESCE(sum(cardinality(u.positions)), 0) FROM unnest(f.tsv) u)"
+)
 POSTINGS: Final = "memories_fts_postings"
 STATS: Final = "memories_fts_stats"
 LEXEMES: Final = "memories_fts_lexemes"
@@ -252,7 +267,7 @@ def _literal(text: str) -> str:
 
 
 def tsquery_text(lexemes: Sequence[str]) -> str:
-    """One part (a word, or a phrase's lexemes in order) as ``to_tsquery`` text."""
+    """One part (a word, or a phrase's lexemes in order) as ``tsquery`` input."""
     quoted = [_literal(x) for x in lexemes]
     return quoted[0] if len(quoted) == 1 else "(" + " <-> ".join(quoted) + ")"
 
