@@ -24,7 +24,7 @@ from typing import Any, cast
 from memmy.errors import StoreError
 from memmy.store.db import Database
 from memmy.store.pgdialect import SETUP_TABLE
-from memmy.store.pgfts import POSTINGS
+from memmy.store.pgfts import LEXEMES, POSTINGS, STATS
 from memmy.store.pgvectors import ANN_TABLE, ANN_TRIGGER, MIRROR_SOURCE, copy_mirror
 from memmy.store.schema import refill_fts
 
@@ -58,6 +58,9 @@ def _fill_vector_mirror(source: Database, raw: Any) -> int:
 DERIVED: tuple[DerivedTable, ...] = (
     DerivedTable(ANN_TABLE, "memory_vector_entries", ANN_TRIGGER, _fill_vector_mirror),
 )
+#: PostgreSQL's tables that are not data: the keyword channel's postings and counts (its triggers fill them as
+#: ``memories_fts`` is refilled), the tables of :data:`DERIVED` and the set-up stamp (each side's own).
+NOT_DATA_ON_POSTGRES = frozenset({POSTINGS, STATS, LEXEMES, SETUP_TABLE, *(d.table for d in DERIVED)})
 
 
 @dataclass(frozen=True)
@@ -108,19 +111,17 @@ class Meter:
 
 
 def tables(db: Database) -> list[str]:
-    """The store's tables, by name (SQLite's FTS5 shadow tables left out)."""
+    """The store's data tables, by name (not SQLite's FTS5 shadow tables, not :data:`NOT_DATA_ON_POSTGRES`)."""
     if db.backend == "postgres":
         rows = db.query(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() "
-            "AND table_type = 'BASE TABLE' AND table_name NOT LIKE 'memories\\_fts\\_%' ORDER BY table_name"
+            "AND table_type = 'BASE TABLE' ORDER BY table_name"
         )
-        derived = {d.table for d in DERIVED} | {SETUP_TABLE}  # indexes kept by triggers, not data; bookkeeping
-        return [str(row[0]) for row in rows if str(row[0]) not in derived]
-    else:
-        rows = db.query(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
-            "AND name NOT LIKE 'memories_fts%' ORDER BY name"
-        )
+        return [str(row[0]) for row in rows if str(row[0]) not in NOT_DATA_ON_POSTGRES]
+    rows = db.query(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
+        "AND name NOT LIKE 'memories_fts%' ORDER BY name"
+    )
     return [str(row[0]) for row in rows]
 
 
