@@ -181,7 +181,8 @@ class EpisodeRepository:
                 params.append(utc_now())
             if extra:
                 params.append(len(added))
-            conn.execute(f"UPDATE episodes SET {column} = ?{stamp}{extra} WHERE id = ?", [*params, episode_id])
+            # nothing read back: on PostgreSQL it goes with the transaction's next statement or its COMMIT
+            self.db.write_all([(f"UPDATE episodes SET {column} = ?{stamp}{extra} WHERE id = ?", [*params, episode_id])])
 
     def touch(self, episode_id: str) -> None:
         """Mark activity on an episode."""
@@ -249,19 +250,17 @@ class EpisodeRepository:
         return str(row[0]) if row is not None and row[0] is not None else None
 
     def context_texts(self, episode_id: str) -> tuple[str, str, str]:
-        """(first user text, latest user text, latest answer) of an episode, in three indexed lookups."""
+        """(first user text, latest user text, latest answer) of an episode: three indexed lookups, one statement."""
         base = (
-            "SELECT {col} FROM raw_turns WHERE episode_id = ? AND deleted_at IS NULL "
-            "AND {col} IS NOT NULL AND {col} != '' "
+            "(SELECT {col} FROM raw_turns WHERE episode_id = ? AND deleted_at IS NULL "
+            "AND {col} IS NOT NULL AND {col} != '' ORDER BY created_at{order}, rowid{order} LIMIT 1)"
         )
-        first = self.db.query_one(base.format(col="user_text") + "ORDER BY created_at, rowid LIMIT 1", (episode_id,))
-        latest = self.db.query_one(
-            base.format(col="user_text") + "ORDER BY created_at DESC, rowid DESC LIMIT 1", (episode_id,)
+        lookups = (("user_text", ""), ("user_text", " DESC"), ("assistant_text", " DESC"))
+        row = self.db.query_one(
+            "SELECT " + ", ".join(base.format(col=col, order=order) for col, order in lookups), (episode_id,) * 3
         )
-        answer = self.db.query_one(
-            base.format(col="assistant_text") + "ORDER BY created_at DESC, rowid DESC LIMIT 1", (episode_id,)
-        )
-        return (first[0] if first else "", latest[0] if latest else "", answer[0] if answer else "")
+        first, latest, answer = (row[0], row[1], row[2]) if row is not None else (None, None, None)
+        return first or "", latest or "", answer or ""
 
     def texts_before(self, episode_id: str, raw_turn_id: str) -> tuple[str, str, str]:
         """Like :meth:`context_texts`, but only from the turns before ``raw_turn_id`` (a re-check of a routing)."""
