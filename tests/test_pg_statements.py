@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+import pytest
 
 from memmy.store.pg import PgConnection, PgDatabase
 from memmy.store.pgdialect import translate
@@ -80,10 +81,30 @@ def test_writes_deferred_in_a_transaction_go_before_the_next_statement(postgres_
     try:
         with db.transaction() as conn:
             db.write_all([(PUT, ("a", "1")), ("UPDATE runtime_kv SET value_json = ? WHERE key = ?", ("2", "a"))])
-            assert isinstance(conn, PgConnection) and len(conn.pending) == 2  # not sent yet
+            assert isinstance(conn, PgConnection) and len(conn.pending) == 3  # the BEGIN and both: none sent yet
             row = conn.execute(GET, ("a",)).fetchone()  # sent first, in order
             assert row is not None and row[0] == "2" and not conn.pending
             db.write_all([(PUT, ("b", "1"))])  # sent with the COMMIT
         assert keys(db) == ["a", "b"]
+    finally:
+        db.close()
+
+
+def test_a_transaction_goes_with_its_first_statement_and_a_failed_one_leaves_nothing(postgres_dsn: str) -> None:
+    db = PgDatabase(postgres_dsn)
+    try:
+        with db.transaction() as conn:
+            assert isinstance(conn, PgConnection) and conn.in_transaction and conn.pending  # BEGIN not sent yet
+            assert conn.execute(GET, ("a",)).fetchone() is None  # BEGIN, the write lock and this: one text
+            assert conn.in_transaction and not conn.pending
+            locks = conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()")
+            row = locks.fetchone()
+            assert row is not None and row[0] == 1  # the write lock is held
+        with pytest.raises(RuntimeError), db.transaction():
+            db.write_all([(PUT, ("a", "1"))])  # never sent: nothing to roll back on the server
+            raise RuntimeError("the caller fails")
+        with db.transaction():
+            pass  # nothing run: nothing sent
+        assert keys(db) == []
     finally:
         db.close()

@@ -206,44 +206,56 @@ class PgConnection:
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:  # noqa: D107
         self._raw = conn
-        #: Writes :meth:`defer` queued, in order: sent before anything else runs on the connection (with the
-        #: COMMIT when nothing else does, :meth:`commit`).
-        self.pending: list[tuple[str, Sequence[Any]]] = []
+        #: What is to run before anything else on the connection, in order, as PostgreSQL text and its values:
+        #: the transaction's BEGIN (:meth:`begin`) and the writes :meth:`defer` queued. It goes in the same text
+        #: as the next statement (or the COMMIT), in one round trip.
+        self.pending: list[tuple[str, list[Any]]] = []
+        self._begin_pending = False
 
     @property
     def raw(self) -> psycopg.Connection[Any]:
-        """The psycopg connection, the deferred writes sent first (whatever runs on it comes after them)."""
+        """The psycopg connection, what is pending sent first (whatever runs on it comes after it)."""
         self.flush()
         return self._raw
 
+    def begin(self, text: str) -> None:
+        """Begin a transaction with ``text`` (PostgreSQL: BEGIN and the write lock), sent with its first
+        statement; a transaction that runs none sends nothing."""
+        self.pending.append((text, []))
+        self._begin_pending = True
+
     def defer(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
-        """Queue writes whose results nobody reads (SQLite dialect) until the next statement on this connection,
-        or its COMMIT: one round trip for them all. A failure of one of them surfaces there, inside the same
+        """Queue writes whose results nobody reads (SQLite dialect) to go with the next statement on this
+        connection, or its COMMIT, in its round trip. A failure of one of them surfaces there, inside the same
         transaction, which it fails as it would have failed it here."""
-        self.pending.extend(statements)
+        for sql, given in statements:
+            statement = translate(sql)
+            self.pending.append((statement.text(tuple(given)), statement.params(tuple(given))))
 
     def flush(self) -> None:
-        """Send the deferred writes (one round trip), if any."""
+        """Send what is pending (one round trip), if anything is."""
         if self.pending:
             self.execute_all(())
 
     def commit(self) -> None:
-        """COMMIT, with the deferred writes before it in the same round trip."""
-        if self.pending:
+        """COMMIT, with what is pending in the same round trip (nothing at all when the transaction ran
+        nothing)."""
+        if self._begin_pending and len(self.pending) == 1:
+            self.pending, self._begin_pending = [], False
+        elif self.pending:
             self.execute_all((), after="COMMIT")
         else:
             self.raw_execute("COMMIT")
 
     @property
     def in_transaction(self) -> bool:
-        """Inside BEGIN … COMMIT."""
+        """Inside BEGIN … COMMIT (a BEGIN not sent yet included)."""
         from psycopg.pq import TransactionStatus
 
-        return self._raw.info.transaction_status != TransactionStatus.IDLE
+        return self._begin_pending or self._raw.info.transaction_status != TransactionStatus.IDLE
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> PgCursor:
-        """Run one statement (SQLite dialect, ``?`` placeholders), after the deferred writes."""
-        self.flush()
+        """Run one statement (SQLite dialect, ``?`` placeholders), after what is pending (in its round trip)."""
         head = sql.lstrip()[:24].upper()
         if head.startswith("PRAGMA"):  # SQLite's settings: nothing to set on PostgreSQL, bar table_info
             info = re.match(r"\s*PRAGMA\s+table_info\(\s*['\"]?(\w+)['\"]?\s*\)\s*$", sql, re.IGNORECASE)
@@ -257,7 +269,7 @@ class PgConnection:
         statement = translate(sql)
         given = tuple(params)
         values = statement.params(given)
-        if statement.inline:  # text written per call (full-text parts): nothing to prepare, literals inlined
+        if statement.inline or self.pending:  # text written per call (full text), or one text with the pending
             return self._client_side(statement, statement.text(given), values)
         key = (statement.sql, tuple(map(type, values)))
         if key in _CLIENT_SIDE:
@@ -267,14 +279,20 @@ class PgConnection:
         return self._first_bound(statement, values, key)
 
     def _client_side(self, statement: Statement, text: str, values: list[Any]) -> PgCursor:
-        """Run ``text`` with its values inlined as literals (one simple-protocol statement, parsed every time)."""
+        """Run ``text`` with its values inlined as literals (a simple-protocol text, parsed every time), after
+        what is pending, in the same text: the cursor is left on this statement's result."""
         import psycopg
 
+        pending, self.pending, self._begin_pending = self.pending, [], False
         cursor = psycopg.ClientCursor(self._raw, row_factory=_row_factory(statement.drops_rowid))
         try:
-            cursor.execute(text.encode(), values)
+            cursor.execute(
+                "; ".join([*(t for t, _v in pending), text]).encode(), [*(v for _t, vs in pending for v in vs), *values]
+            )
         except psycopg.Error as exc:
             raise _as_sqlite_error(exc) from exc
+        while cursor.nextset():  # past the pending statements' results
+            pass
         return PgCursor(cursor, statement)
 
     def _bound(self, statement: Statement, values: list[Any]) -> PgCursor:
@@ -342,12 +360,15 @@ class PgConnection:
 
     def execute_all(self, statements: Sequence[tuple[str, Sequence[Any]]], before: str = "", after: str = "") -> None:
         """Run statements (SQLite dialect, no results read) as one text, one round trip: ``before`` and ``after``
-        (PostgreSQL text) around them, the deferred writes first; a failure rolls back the transaction the text
+        (PostgreSQL text) around them, what is pending first; a failure rolls back the transaction the text
         began (``before``), and leaves one it did not begin to its owner."""
         import psycopg
 
         texts, params = [before] if before else [], []
-        statements, self.pending = [*self.pending, *statements], []
+        pending, self.pending, self._begin_pending = self.pending, [], False
+        for text, values in pending:
+            texts.append(text)
+            params.extend(values)
         for sql, given in statements:
             statement = translate(sql)
             texts.append(statement.text(tuple(given)))
@@ -361,12 +382,15 @@ class PgConnection:
             raise _as_sqlite_error(exc) from exc
 
     def raw_execute(self, sql: str) -> None:
-        """Run PostgreSQL text as it is (no parameters, no rewrite), after the deferred writes; a ROLLBACK (to a
-        savepoint, which was set before them) drops them instead."""
+        """Run PostgreSQL text as it is (no parameters, no rewrite), after what is pending; a ROLLBACK (to a
+        savepoint, which was set before them) drops the pending writes instead (and a transaction whose BEGIN was
+        not sent has nothing to roll back)."""
         import psycopg
 
         if sql.lstrip().upper().startswith("ROLLBACK"):
-            self.pending = []
+            begun, self.pending, self._begin_pending = not self._begin_pending, [], False
+            if not begun:
+                return
         self.flush()
         try:
             self._raw.execute(sql.encode())
@@ -705,7 +729,7 @@ class PgDatabase(Database):
                 return
             with self.pool.connection() as raw:
                 conn = PgConnection(raw)
-                conn.raw_execute(BEGIN_WRITE)
+                conn.begin(BEGIN_WRITE)  # sent with the first statement
                 self._local.conn = conn
                 try:
                     yield cast(sqlite3.Connection, conn)
