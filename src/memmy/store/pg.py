@@ -199,6 +199,9 @@ _BindKey = tuple[str, tuple[type, ...]]
 _BOUND: set[_BindKey] = set()
 _CLIENT_SIDE: set[_BindKey] = set()
 _BIND_SAVEPOINT = "memmy_bind"
+#: How many statements :data:`_BOUND` remembers before it starts again (IN lists of every length are statements of
+#: their own: a bound on what a long-running daemon keeps; a forgotten one is only tried again).
+_BOUND_MAX = 8192
 
 
 class PgConnection:
@@ -342,6 +345,8 @@ class PgConnection:
             return self._client_side(statement, statement.sql, values)
         if guarded:
             self.raw_execute(f"RELEASE SAVEPOINT {_BIND_SAVEPOINT}")
+        if len(_BOUND) >= _BOUND_MAX:
+            _BOUND.clear()
         _BOUND.add(key)
         return cursor
 
