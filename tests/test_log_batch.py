@@ -63,3 +63,28 @@ def test_writes_inside_a_transaction_are_its_own(database: Database) -> None:
         assert counts(database) == (1, 0)
         raise RuntimeError("the caller fails")
     assert counts(database) == (0, 0)
+
+
+def test_a_failing_write_inside_a_transaction_fails_the_transaction(database: Database) -> None:
+    good = (API_ROW, ("memory_add", "x", 1.0, 1, "2026-01-01T00:00:00Z"))
+    with pytest.raises(sqlite3.IntegrityError), database.transaction():
+        database.write_all([good])
+        database.write_all([(API_ROW, (None, "x", 1.0, 1, "2026-01-01T00:00:00Z"))])  # tool_name is NOT NULL
+        database.query("SELECT count(*) FROM api_logs")  # (PostgreSQL sends the writes with this statement)
+    assert counts(database) == (0, 0)
+    with pytest.raises(sqlite3.IntegrityError), database.transaction():  # the last thing before the COMMIT
+        database.write_all([good, (API_ROW, (None, "x", 1.0, 1, "2026-01-01T00:00:00Z"))])
+    assert counts(database) == (0, 0)
+    database.write_all([good])
+    assert counts(database) == (1, 0)
+
+
+def test_writes_of_a_rolled_back_savepoint_are_undone_and_the_rest_commits(database: Database) -> None:
+    row = (API_ROW, ("memory_add", "x", 1.0, 1, "2026-01-01T00:00:00Z"))
+    with database.transaction():
+        database.write_all([row])
+        with pytest.raises(RuntimeError), database.savepoint():
+            database.write_all([row, row])
+            raise RuntimeError("this part fails")
+        database.write_all([row])
+    assert counts(database) == (2, 0)

@@ -66,7 +66,7 @@ class EpisodeOps(Configured):
     # -- routing ----------------------------------------------------------------------------------
     def context_of(self, episode: EpisodeRecord) -> EpisodeContext:
         """What the relation classifier needs to know about the previous episode."""
-        first, latest, answer = self.episodes.context_texts(episode.id)
+        first, latest, answer, last_turn_at = self.episodes.context_texts(episode.id)
         tags: list[str] = []
         evidence: list[str] = []
         traces = self.memories.get_many(episode.l1_memory_ids[-8:])
@@ -84,7 +84,7 @@ class EpisodeOps(Configured):
             latest_user_text=latest,
             last_assistant_text=answer,
             tags=tags,
-            last_activity_at=parse_iso(self.episodes.last_turn_at(episode.id) or episode.updated_at),
+            last_activity_at=parse_iso(last_turn_at or episode.updated_at),
             evidence_text="\n".join(evidence),
             open_failure=_open_failure([traces[i] for i in episode.l1_memory_ids[-8:] if i in traces]),
         )

@@ -285,8 +285,10 @@ class Database:
                 self._probe = None
 
     def write_all(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
-        """Run writes whose results nobody reads (log rows) in one transaction, in order (inside the caller's
-        transaction when there is one). PostgreSQL sends them in one round trip."""
+        """Run writes whose results nobody reads (log rows, a session's last-seen time) in one transaction, in
+        order (inside the caller's transaction when there is one). PostgreSQL sends them in one round trip; inside
+        the caller's transaction, in the round trip of its next statement or its COMMIT, where a failure of
+        theirs surfaces (and fails the transaction, as it would have here)."""
         with self.transaction() as conn:
             for sql, params in statements:
                 conn.execute(sql, params)

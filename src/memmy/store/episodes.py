@@ -103,6 +103,10 @@ def _episode(row: sqlite3.Row) -> EpisodeRecord:
     )
 
 
+#: The texts :meth:`EpisodeRepository.context_texts` reads: (column, order of the raw turns), the first match each.
+TEXT_LOOKUPS = (("user_text", ""), ("user_text", " DESC"), ("assistant_text", " DESC"))
+
+
 class EpisodeRepository:
     """CRUD for episodes; every method is one short statement or transaction."""
 
@@ -112,24 +116,16 @@ class EpisodeRepository:
     def create(
         self, session_id: str, *, user_id: str | None, project_id: str | None, title: str, meta: dict[str, Any]
     ) -> str:
-        """Open a new episode in a session and return its id."""
+        """Open a new episode in a session and return its id (the row written as :meth:`Database.write_all`
+        writes: on PostgreSQL, inside the caller's transaction, with its next statement)."""
         episode_id = new_id("episode")
         now = utc_now()
-        with self.db.transaction() as conn:
-            conn.execute(
-                "INSERT INTO episodes(id, session_id, user_id, project_id, status, title, meta_json, opened_at, "
-                "updated_at) VALUES (?,?,?,?,'open',?,?,?,?)",
-                (
-                    episode_id,
-                    session_id,
-                    user_id,
-                    project_id,
-                    title[:200],
-                    json.dumps(meta, ensure_ascii=False),
-                    now,
-                    now,
-                ),
-            )
+        meta_json = json.dumps(meta, ensure_ascii=False)
+        insert = (
+            "INSERT INTO episodes(id, session_id, user_id, project_id, status, title, meta_json, opened_at, "
+            "updated_at) VALUES (?,?,?,?,'open',?,?,?,?)"
+        )
+        self.db.write_all([(insert, (episode_id, session_id, user_id, project_id, title[:200], meta_json, now, now))])
         return episode_id
 
     def get(self, episode_id: str) -> EpisodeRecord | None:
@@ -181,12 +177,12 @@ class EpisodeRepository:
                 params.append(utc_now())
             if extra:
                 params.append(len(added))
-            conn.execute(f"UPDATE episodes SET {column} = ?{stamp}{extra} WHERE id = ?", [*params, episode_id])
+            # nothing read back: on PostgreSQL it goes with the transaction's next statement or its COMMIT
+            self.db.write_all([(f"UPDATE episodes SET {column} = ?{stamp}{extra} WHERE id = ?", [*params, episode_id])])
 
     def touch(self, episode_id: str) -> None:
         """Mark activity on an episode."""
-        with self.db.transaction() as conn:
-            conn.execute("UPDATE episodes SET updated_at = ? WHERE id = ?", (utc_now(), episode_id))
+        self.db.write_all([("UPDATE episodes SET updated_at = ? WHERE id = ?", (utc_now(), episode_id))])
 
     def update_meta(self, episode_id: str, patch: dict[str, Any]) -> None:
         """Shallow-merge ``patch`` into the episode's meta."""
@@ -196,9 +192,8 @@ class EpisodeRepository:
                 return
             meta = json.loads(row[0] or "{}")
             meta.update(patch)
-            conn.execute(
-                "UPDATE episodes SET meta_json = ? WHERE id = ?", (json.dumps(meta, ensure_ascii=False), episode_id)
-            )
+            update = "UPDATE episodes SET meta_json = ? WHERE id = ?"
+            self.db.write_all([(update, (json.dumps(meta, ensure_ascii=False), episode_id))])
 
     def close(self, episode_id: str, reason: str) -> bool:
         """Close an open episode; False when it was already closed."""
@@ -248,20 +243,19 @@ class EpisodeRepository:
         row = self.db.query_one("SELECT MAX(created_at) FROM raw_turns WHERE episode_id = ?", (episode_id,))
         return str(row[0]) if row is not None and row[0] is not None else None
 
-    def context_texts(self, episode_id: str) -> tuple[str, str, str]:
-        """(first user text, latest user text, latest answer) of an episode, in three indexed lookups."""
+    def context_texts(self, episode_id: str) -> tuple[str, str, str, str | None]:
+        """(first user text, latest user text, latest answer, when its newest raw turn was written) of an episode:
+        four indexed lookups, one statement."""
         base = (
-            "SELECT {col} FROM raw_turns WHERE episode_id = ? AND deleted_at IS NULL "
-            "AND {col} IS NOT NULL AND {col} != '' "
+            "(SELECT {col} FROM raw_turns WHERE episode_id = ? AND deleted_at IS NULL "
+            "AND {col} IS NOT NULL AND {col} != '' ORDER BY created_at{order}, rowid{order} LIMIT 1)"
         )
-        first = self.db.query_one(base.format(col="user_text") + "ORDER BY created_at, rowid LIMIT 1", (episode_id,))
-        latest = self.db.query_one(
-            base.format(col="user_text") + "ORDER BY created_at DESC, rowid DESC LIMIT 1", (episode_id,)
-        )
-        answer = self.db.query_one(
-            base.format(col="assistant_text") + "ORDER BY created_at DESC, rowid DESC LIMIT 1", (episode_id,)
-        )
-        return (first[0] if first else "", latest[0] if latest else "", answer[0] if answer else "")
+        lookups = [base.format(col=col, order=order) for col, order in TEXT_LOOKUPS]
+        lookups.append("(SELECT MAX(created_at) FROM raw_turns WHERE episode_id = ?)")  # as last_turn_at()
+        row = self.db.query_one("SELECT " + ", ".join(lookups), (episode_id,) * len(lookups))
+        if row is None:
+            return "", "", "", None
+        return row[0] or "", row[1] or "", row[2] or "", str(row[3]) if row[3] is not None else None
 
     def texts_before(self, episode_id: str, raw_turn_id: str) -> tuple[str, str, str]:
         """Like :meth:`context_texts`, but only from the turns before ``raw_turn_id`` (a re-check of a routing)."""

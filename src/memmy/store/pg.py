@@ -194,49 +194,171 @@ TABLE_INFO = (
 )
 
 
+#: A translated statement and the Python types of its parameters (what PostgreSQL types its parameters by).
+_BindKey = tuple[str, tuple[type, ...]]
+#: Statements known to run with server-side parameters, and those that need their values inlined (see
+#: :meth:`PgConnection._first_bound`); per process, as the statements' text is the process's code.
+_BOUND: set[_BindKey] = set()
+_CLIENT_SIDE: set[_BindKey] = set()
+_BIND_SAVEPOINT = "memmy_bind"
+#: How many statements :data:`_BOUND` remembers before it starts again (IN lists of every length are statements of
+#: their own: a bound on what a long-running daemon keeps; a forgotten one is only tried again).
+_BOUND_MAX = 8192
+
+
 class PgConnection:
     """A pool connection with sqlite3's ``execute``/``executemany``, taking SQLite's SQL (see module doc)."""
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:  # noqa: D107
-        self.raw = conn
+        self._raw = conn
+        #: What is to run before anything else on the connection, in order, as PostgreSQL text and its values:
+        #: the transaction's BEGIN (:meth:`begin`) and the writes :meth:`defer` queued. It goes in the same text
+        #: as the next statement (or the COMMIT), in one round trip.
+        self.pending: list[tuple[str, list[Any]]] = []
+        self._begin_pending = False
+
+    @property
+    def raw(self) -> psycopg.Connection[Any]:
+        """The psycopg connection, what is pending sent first (whatever runs on it comes after it)."""
+        self.flush()
+        return self._raw
+
+    def begin(self, text: str) -> None:
+        """Begin a transaction with ``text`` (PostgreSQL: BEGIN and the write lock), sent with its first
+        statement; a transaction that runs none sends nothing."""
+        self.pending.append((text, []))
+        self._begin_pending = True
+
+    def defer(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        """Queue writes whose results nobody reads (SQLite dialect) to go with the next statement on this
+        connection, or its COMMIT, in its round trip. A failure of one of them surfaces there, inside the same
+        transaction, which it fails as it would have failed it here."""
+        for sql, given in statements:
+            statement = translate(sql)
+            self.pending.append((statement.text(tuple(given)), statement.params(tuple(given))))
+
+    def flush(self) -> None:
+        """Send what is pending (one round trip), if anything is."""
+        if self.pending:
+            self.execute_all(())
+
+    def commit(self) -> None:
+        """COMMIT, with what is pending in the same round trip (nothing at all when the transaction ran
+        nothing)."""
+        if self._begin_pending and len(self.pending) == 1:
+            self.pending, self._begin_pending = [], False
+        elif self.pending:
+            self.execute_all((), after="COMMIT")
+        else:
+            self.raw_execute("COMMIT")
 
     @property
     def in_transaction(self) -> bool:
-        """Inside BEGIN … COMMIT."""
+        """Inside BEGIN … COMMIT (a BEGIN not sent yet included)."""
         from psycopg.pq import TransactionStatus
 
-        return self.raw.info.transaction_status != TransactionStatus.IDLE
+        return self._begin_pending or self._raw.info.transaction_status != TransactionStatus.IDLE
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> PgCursor:
-        """Run one statement (SQLite dialect, ``?`` placeholders)."""
-        import psycopg
-
+        """Run one statement (SQLite dialect, ``?`` placeholders), after what is pending (in its round trip)."""
         head = sql.lstrip()[:24].upper()
         if head.startswith("PRAGMA"):  # SQLite's settings: nothing to set on PostgreSQL, bar table_info
             info = re.match(r"\s*PRAGMA\s+table_info\(\s*['\"]?(\w+)['\"]?\s*\)\s*$", sql, re.IGNORECASE)
             if info is None:
-                return PgCursor(self.raw.cursor(), translate("SELECT 1 WHERE false"))
+                return PgCursor(self._raw.cursor(), translate("SELECT 1 WHERE false"))
             sql, params = TABLE_INFO, (info.group(1),)
         if not params and head.startswith(("CREATE TABLE", "CREATE INDEX", "CREATE UNIQUE INDEX", "CREATE VIRTUAL")):
             for ddl in pg_ddl(sql):  # DDL as the migrations translate it (a rowid on every table)
                 self.raw_execute(ddl)
-            return PgCursor(self.raw.cursor(), translate("SELECT 1 WHERE false"))
+            return PgCursor(self._raw.cursor(), translate("SELECT 1 WHERE false"))
         statement = translate(sql)
-        cursor = psycopg.ClientCursor(self.raw, row_factory=_row_factory(statement.drops_rowid))
+        given = tuple(params)
+        values = statement.params(given)
+        if statement.inline or self.pending:  # text written per call (full text), or one text with the pending
+            return self._client_side(statement, statement.text(given), values)
+        key = (statement.sql, tuple(map(type, values)))
+        if key in _CLIENT_SIDE:
+            return self._client_side(statement, statement.sql, values)
+        if key in _BOUND:
+            return self._bound(statement, values)
+        return self._first_bound(statement, values, key)
+
+    def _client_side(self, statement: Statement, text: str, values: list[Any]) -> PgCursor:
+        """Run ``text`` with its values inlined as literals (a simple-protocol text, parsed every time), after
+        what is pending, in the same text: the cursor is left on this statement's result."""
+        import psycopg
+
+        pending, self.pending, self._begin_pending = self.pending, [], False
+        cursor = psycopg.ClientCursor(self._raw, row_factory=_row_factory(statement.drops_rowid))
         try:
-            given = tuple(params)
-            text = statement.text(given)
-            cursor.execute(text.encode(), statement.params(given))
+            cursor.execute(
+                "; ".join([*(t for t, _v in pending), text]).encode(), [*(v for _t, vs in pending for v in vs), *values]
+            )
+        except psycopg.Error as exc:
+            raise _as_sqlite_error(exc) from exc
+        while cursor.nextset():  # past the pending statements' results
+            pass
+        return PgCursor(cursor, statement)
+
+    def _bound(self, statement: Statement, values: list[Any]) -> PgCursor:
+        """Run the statement with server-side parameters: prepared on this connection from its
+        :data:`PREPARE_THRESHOLD`-th run there (parsed and planned once, not each time its literals change)."""
+        import psycopg
+        from psycopg.types.numeric import Int8
+
+        cursor = self._raw.cursor(row_factory=_row_factory(statement.drops_rowid))
+        bound = [Int8(v) if type(v) is int else v for v in values]  # as SQLite's INTEGER (not int2 by its size)
+        try:
+            try:
+                cursor.execute(statement.sql.encode(), bound)
+            except psycopg.errors.FeatureNotSupported as exc:
+                # A table's columns changed under a prepared statement (DDL on another connection): PostgreSQL
+                # refuses to answer rows of another shape. Prepare it again; inside a transaction, which that
+                # error aborted, the ROLLBACK that follows drops this connection's prepared statements.
+                if self.in_transaction or "cached plan" not in str(exc):
+                    raise
+                self._raw.execute(b"DEALLOCATE ALL", prepare=False)  # (psycopg forgets its names with them)
+                cursor.execute(statement.sql.encode(), bound)
         except psycopg.Error as exc:
             raise _as_sqlite_error(exc) from exc
         return PgCursor(cursor, statement)
 
-    def executemany(self, sql: str, seq: Any) -> PgCursor:
-        """Run one statement for each parameter tuple."""
+    def _first_bound(self, statement: Statement, values: list[Any], key: _BindKey) -> PgCursor:
+        """The first run in this process of a statement with these parameter types, server-side: a statement
+        PostgreSQL cannot type with bound parameters (``? IS NULL``: an error of class 42 when it is parsed) runs
+        with inlined literals from then on. Inside a transaction the try runs under a savepoint, so such a failure
+        leaves the transaction as it was; any other failure is the statement's own, and surfaces as it would."""
         import psycopg
 
+        guarded = self.in_transaction
+        if guarded:
+            self.raw_execute(f"SAVEPOINT {_BIND_SAVEPOINT}")
+        try:
+            cursor = self._bound(statement, values)
+        except sqlite3.Error as exc:
+            cause = exc.__cause__
+            if not (isinstance(cause, psycopg.Error) and (cause.sqlstate or "").startswith("42")):
+                _BOUND.add(key)  # it parsed: the failure is the statement's (a key taken, a constraint)
+                raise
+            if guarded:
+                self.raw_execute(f"ROLLBACK TO SAVEPOINT {_BIND_SAVEPOINT}; RELEASE SAVEPOINT {_BIND_SAVEPOINT}")
+            _CLIENT_SIDE.add(key)
+            log.debug("statement runs with inlined literals (%s): %s", cause.sqlstate, statement.sql[:200])
+            return self._client_side(statement, statement.sql, values)
+        if guarded:
+            self.raw_execute(f"RELEASE SAVEPOINT {_BIND_SAVEPOINT}")
+        if len(_BOUND) >= _BOUND_MAX:
+            _BOUND.clear()
+        _BOUND.add(key)
+        return cursor
+
+    def executemany(self, sql: str, seq: Any) -> PgCursor:
+        """Run one statement for each parameter tuple, after the deferred writes."""
+        import psycopg
+
+        self.flush()
         statement = translate(sql)
-        cursor = psycopg.ClientCursor(self.raw, row_factory=_row_factory(statement.drops_rowid))
+        cursor = psycopg.ClientCursor(self._raw, row_factory=_row_factory(statement.drops_rowid))
         try:
             cursor.executemany(statement.sql.encode(), [statement.params(tuple(p)) for p in seq])  # (no MATCH)
         except psycopg.Error as exc:
@@ -245,28 +367,40 @@ class PgConnection:
 
     def execute_all(self, statements: Sequence[tuple[str, Sequence[Any]]], before: str = "", after: str = "") -> None:
         """Run statements (SQLite dialect, no results read) as one text, one round trip: ``before`` and ``after``
-        (PostgreSQL text) around them; a failure rolls back what the text began."""
+        (PostgreSQL text) around them, what is pending first; a failure rolls back the transaction the text
+        began (``before``), and leaves one it did not begin to its owner."""
         import psycopg
 
         texts, params = [before] if before else [], []
+        pending, self.pending, self._begin_pending = self.pending, [], False
+        for text, values in pending:
+            texts.append(text)
+            params.extend(values)
         for sql, given in statements:
             statement = translate(sql)
             texts.append(statement.text(tuple(given)))
             params.extend(statement.params(tuple(given)))
         texts += [after] if after else []
         try:
-            psycopg.ClientCursor(self.raw).execute("; ".join(texts).encode(), params)
+            psycopg.ClientCursor(self._raw).execute("; ".join(texts).encode(), params)
         except psycopg.Error as exc:
-            if self.in_transaction:
+            if before and self.in_transaction:  # the transaction it began (the caller's own rolls back its own)
                 self.raw_execute("ROLLBACK")
             raise _as_sqlite_error(exc) from exc
 
     def raw_execute(self, sql: str) -> None:
-        """Run PostgreSQL text as it is (no parameters, no rewrite)."""
+        """Run PostgreSQL text as it is (no parameters, no rewrite), after what is pending; a ROLLBACK (to a
+        savepoint, which was set before them) drops the pending writes instead (and a transaction whose BEGIN was
+        not sent has nothing to roll back)."""
         import psycopg
 
+        if sql.lstrip().upper().startswith("ROLLBACK"):
+            begun, self.pending, self._begin_pending = not self._begin_pending, [], False
+            if not begun:
+                return
+        self.flush()
         try:
-            self.raw.execute(sql.encode())
+            self._raw.execute(sql.encode())
         except psycopg.Error as exc:
             raise _as_sqlite_error(exc) from exc
 
@@ -468,8 +602,17 @@ def redact_dsn(dsn: str) -> str:
     return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", dsn)
 
 
+#: A statement with bound parameters is prepared on a connection when it runs there the second time (one-off
+#: texts, such as an IN list of a length seen once, stay unprepared); a connection keeps the most recent
+#: :data:`PREPARED_MAX` (psycopg deallocates the oldest).
+PREPARE_THRESHOLD = 1
+PREPARED_MAX = 256
+
+
 def _configure(conn: psycopg.Connection[Any]) -> None:
     conn.execute(pgvectors.SESSION_SETTINGS.encode())
+    conn.prepare_threshold = PREPARE_THRESHOLD
+    conn.prepared_max = PREPARED_MAX
 
 
 class PgDatabase(Database):
@@ -611,7 +754,7 @@ class PgDatabase(Database):
                 return
             with self.pool.connection() as raw:
                 conn = PgConnection(raw)
-                conn.raw_execute(BEGIN_WRITE)
+                conn.begin(BEGIN_WRITE)  # sent with the first statement
                 self._local.conn = conn
                 try:
                     yield cast(sqlite3.Connection, conn)
@@ -622,7 +765,7 @@ class PgDatabase(Database):
                     raise
                 self._local.conn = None
                 try:
-                    conn.raw_execute("COMMIT")
+                    conn.commit()
                 except sqlite3.Error:
                     if conn.in_transaction:
                         conn.raw_execute("ROLLBACK")
@@ -632,11 +775,12 @@ class PgDatabase(Database):
     def write_all(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
         """Run writes whose results nobody reads in one transaction that holds the write lock, sent with its
         ``BEGIN`` and ``COMMIT`` as one text: one round trip where a transaction of its own took one per statement
-        and two more (inside the caller's transaction: one text on its connection)."""
+        and two more. Inside the caller's transaction they are deferred (:meth:`PgConnection.defer`): sent in the
+        round trip of the next statement on its connection, or of its COMMIT."""
         with self.lock:
             current = self._current()
             if current is not None:
-                current.execute_all(statements)
+                current.defer(statements)
                 return
             with self.pool.connection() as raw:
                 PgConnection(raw).execute_all(statements, before=BEGIN_WRITE, after="COMMIT")

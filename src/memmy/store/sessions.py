@@ -101,10 +101,10 @@ class SessionRepository:
             )
 
     def touch(self, session_id: str) -> None:
-        """Update last_seen_at."""
+        """Update last_seen_at (a write nobody reads back: in the caller's transaction PostgreSQL sends it with the
+        next statement or the COMMIT, see :meth:`Database.write_all`)."""
         now = utc_now()
-        with self.db.transaction() as conn:
-            conn.execute("UPDATE sessions SET last_seen_at=?, updated_at=? WHERE id=?", (now, now, session_id))
+        self.db.write_all([("UPDATE sessions SET last_seen_at=?, updated_at=? WHERE id=?", (now, now, session_id))])
 
     def close(self, session_id: str) -> None:
         """Mark a session closed and close its open episodes."""
@@ -154,12 +154,11 @@ class SessionRepository:
         guard = " WHERE raw_turns.status = 'started'" if only_started else ""
         now = utc_now()
         rows = [(raw_id, session, turn, now, *(fields[n] for n in names)) for raw_id, session, turn, fields in turns]
-        with self.db.transaction() as conn:
-            conn.executemany(
-                f"INSERT INTO raw_turns({','.join(columns)}) VALUES ({','.join('?' * len(columns))}) "
-                f"ON CONFLICT(session_id, turn_id) DO UPDATE SET {update}{guard}",
-                rows,
-            )
+        sql = (
+            f"INSERT INTO raw_turns({','.join(columns)}) VALUES ({','.join('?' * len(columns))}) "
+            f"ON CONFLICT(session_id, turn_id) DO UPDATE SET {update}{guard}"
+        )
+        self.db.write_all([(sql, row) for row in rows])  # (nothing read back: sent with what follows it)
 
     def list_recent_turns(self, limit: int, offset: int, text: str | None) -> tuple[list[sqlite3.Row], int]:
         """Raw turns newest first (for the tasks panel)."""
