@@ -611,6 +611,10 @@ class ProviderCache:
     def __init__(self) -> None:  # noqa: D107
         self._built: dict[ModelChoice, Provider] = {}
 
+    def built(self, choice: ModelChoice) -> Provider | None:
+        """The provider of ``choice`` if it is built already (None: not yet)."""
+        return self._built.get(choice)
+
     def get(self, choice: ModelChoice) -> Provider:
         """The provider of ``choice``, built now if it is not yet."""
         if choice not in self._built:
@@ -621,5 +625,5 @@ class ProviderCache:
         """The same from an event loop: a provider not built yet is built in a thread, since importing its SDK
         takes a second or more on a busy machine and blocking the loop that long would time out a recall request
         already on its way."""
-        built = self._built.get(choice)
+        built = self.built(choice)
         return built if built is not None else await asyncio.to_thread(self.get, choice)

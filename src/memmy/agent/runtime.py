@@ -4,7 +4,7 @@ the TUI and ``memmy serve`` to build the same agent."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,13 +42,11 @@ class Runtime:
 @dataclass
 class SharedParts:
     """What a host of many sessions (the chat turns' worker) opens once for all its runtimes: the daemon's URL and
-    token, the usage meter's connection, one provider client a model (its connections kept alive across chats), the
-    workspaces made."""
+    token, the usage meter's connection, one provider client a model (its connections kept alive across chats)."""
 
     memory_settings: ClientSettings
     meter: UsageBook
     providers: ProviderCache
-    made: set[Path] = field(default_factory=set)  # workspaces created already (not made again for each chat)
 
 
 def capture_spool(config: AgentConfig) -> Path:
@@ -96,10 +94,7 @@ async def open_runtime(
     session = store.load(session_name, str(Path(project).resolve()) if project else None)
     bridge = open_memory(config, memory, config_file, source, shared.memory_settings if shared else None)
     base = Path(session.project) if session.project else config.workspace
-    if shared is None or base not in shared.made:
-        base.mkdir(parents=True, exist_ok=True)
-        if shared is not None:
-            shared.made.add(base)
+    base.mkdir(parents=True, exist_ok=True)
     tools = ToolBox(config.tools, base, memory=bridge, approve=approve)
     imagegen.install(config, tools)
     hub = McpHub(config.tools.mcp_servers)
@@ -107,8 +102,9 @@ async def open_runtime(
         agent = Agent(config, session, store, tools, bridge, emit)
     else:
         agent = Agent(config, session, store, tools, bridge, emit, shared.meter, shared.providers.get)
-        if agent.choice is not None:  # built already (the worker builds the default model's before the first chat)
-            agent.provider_ready(await shared.providers.ready(agent.choice))
+        built = shared.providers.built(agent.choice) if agent.choice is not None else None
+        if built is not None:  # handed over at once (the worker builds the default model's before the first chat)
+            agent.provider_ready(built)
     if hub.servers:
         # The memory session opens while the MCP servers start, so the first turn makes one daemon call, not two.
         await asyncio.gather(hub.start(), agent.prepare())
