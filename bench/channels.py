@@ -29,7 +29,8 @@ The whole path never includes the provider's own time.
 The chat turns run in a pool of worker processes (memmy/agent/channels/turn_worker.py, each chat's session in one
 of them): the layer's figures include the two hops over a worker's pipe ("request -> worker read it", "worker
 answered -> read here"), and ``--profile`` profiles the channels' process (receiving, routing, sending; from the
-first message sent to the last answered), which no longer runs a turn. A reply that says the turn failed counts as
+first message sent to the last answered), which no longer runs a turn, and each turns' worker (from its first turn
+to its close: the runtime, the provider's SDK and httpx). A reply that says the turn failed counts as
 an answer for the wait and is reported apart ("told their turn failed"). One run per pool size (``--workers``; by
 default 1, the baseline, 2, and ``channels.workers``' default on this machine when it is more), each with fresh
 fakes and a fresh HOME, then a table of the runs side by side with the 1-minute load average. The CPU each part
@@ -70,6 +71,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.agent_stubs import ModelStub, Reply, last_user_text, run_model_stub, write_agent_config  # noqa: E402
 from tests.fake_telegram import fake_telegram  # noqa: E402
+
+PROFILE_ENV = "MEMMY_TURN_WORKER_PROFILE"  # memmy.agent.channels.turn_worker.PROFILE_ENV (imported late, as memmy is)
 
 
 @dataclass
@@ -338,8 +341,8 @@ PARTS = (  # (label, path fragment) in the order a frame is attributed: the firs
     ("python-telegram-bot", "/telegram/"),
     ("openai SDK, pydantic", "/openai/"),
     ("openai SDK, pydantic", "/pydantic"),
-    ("httpx, httpcore, anyio", "/httpx/"),
-    ("httpx, httpcore, anyio", "/httpcore/"),
+    ("httpx, httpcore, anyio", "/httpx"),  # httpx and httpx2
+    ("httpx, httpcore, anyio", "/httpcore"),
     ("httpx, httpcore, anyio", "/anyio/"),
     ("asyncio event loop", "/asyncio/"),
 )
@@ -390,10 +393,16 @@ def measure(args: argparse.Namespace, workers: int) -> Row:
         write_agent_config(home, ModelStub(openai_url=stub_url), memory=False)
         bots = [Bot(url, token) for url, token in servers]
         channels = cProfile.Profile() if args.profile else None
+        if args.profile:  # each worker profiles itself from its first turn to its close
+            os.environ[PROFILE_ENV] = str(home / "worker.pstats")
         row = asyncio.run(run(args, bots, ours, home, workers, channels))
+        os.environ.pop(PROFILE_ENV, None)
         if channels is not None:
             stats = pstats.Stats(channels)
             shares("the channels' loop (receiving, routing, sending)", stats, args.chats * args.messages)
+            for path in sorted(home.glob("worker.pstats.*")):
+                worker = pstats.Stats(str(path))
+                shares(f"a turns' worker (pid {path.suffix[1:]}, its turns)", worker, args.chats * args.messages)
     side.join(30)
     return row
 
@@ -425,7 +434,9 @@ def main() -> None:
         "(default: 0, the CPU-bound stress loop, and 300-1500, a provider's answer time).",
     )
     parser.add_argument("--in-process", action="store_true", help="Run the fakes in the bench's process.")
-    parser.add_argument("--profile", action="store_true", help="Where the channels' process spends its CPU.")
+    parser.add_argument(
+        "--profile", action="store_true", help="Where the channels' process and the turns' workers spend their CPU."
+    )
     args = parser.parse_args()
     sizes = args.workers or sorted({1, 2, default_workers()})
     rows = []

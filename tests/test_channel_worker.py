@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pstats
 import select
 import signal
 import socket
@@ -23,7 +24,7 @@ import pytest
 from memmy.agent.channels.router import Answer
 from memmy.agent.channels.settings import default_workers, load_channels, turn_workers
 from memmy.agent.channels.supervisor import ChannelSupervisor
-from memmy.agent.channels.turn_worker import TurnPool, TurnWorker, worker_index
+from memmy.agent.channels.turn_worker import PROFILE_ENV, TurnPool, TurnWorker, worker_index
 from memmy.agent.config import load_agent_config
 from memmy.agent.usage import UsageBook
 from memmy.errors import ConfigError
@@ -78,6 +79,34 @@ def test_the_worker_ends_when_the_channels_process_is_gone(isolated_home: Path) 
             return await asyncio.wait_for(worker.process.wait(), 60)
 
         assert asyncio.run(orphan()) == 0
+
+
+def test_the_worker_profiles_its_turns_when_asked(isolated_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``MEMMY_TURN_WORKER_PROFILE=PREFIX``: the worker writes cProfile statistics of its turns to ``PREFIX.PID`` when
+    it closes (bench/channels.py --profile); without it, nothing is written."""
+    prefix = isolated_home / "worker.pstats"
+    with run_model_stub(lambda body: Reply(text="echo: " + question(body))) as stub:
+        write_agent_config(isolated_home, stub, memory=False)
+        config = load_agent_config()
+
+        async def turn(profiled: bool) -> int:
+            if profiled:
+                monkeypatch.setenv(PROFILE_ENV, str(prefix))
+            else:
+                monkeypatch.delenv(PROFILE_ENV, raising=False)
+            worker = TurnWorker(config)
+            try:
+                await worker.run("channel:telegram:7", "profile me", source="telegram", tools=False)
+                assert worker.process is not None
+                return worker.process.pid
+            finally:
+                await worker.close()
+
+        assert asyncio.run(turn(False)) and not list(isolated_home.glob("worker.pstats*"))
+        pid = asyncio.run(turn(True))
+    stats = pstats.Stats(str(prefix.with_name(f"worker.pstats.{pid}")))
+    ran = {(Path(path).name, name) for path, _, name in stats.stats}  # type: ignore[attr-defined]
+    assert ("agent_turns.py", "run") in ran and ("loop.py", "run_turn") in ran
 
 
 def pool_config(home: Path, stub: ModelStub, fake: FakeTelegram, chats: list[int], workers: int = 2) -> None:

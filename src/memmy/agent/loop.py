@@ -93,7 +93,8 @@ class Agent:
         self.running = False
         self.parts: list[dict[str, Any]] = []  # image parts the current turn's user message carries
         self._provider: Provider | None = None
-        self._saving: asyncio.Task[None] | None = None  # the turn's first write, on disk while the model is asked
+        self._saving: asyncio.Task[None] | None = None  # the turn's first write, on disk while the model answers
+        self._unsaved = False  # the user's message is not on disk yet (written once the model has the request)
         choice = config.model(session.preset) or config.default
         self.choice: ModelChoice | None = choice
 
@@ -110,6 +111,10 @@ class Agent:
         if self._provider is None or self._provider.choice != self.choice:
             self._provider = self.provider_for(self.choice)
         return self._provider
+
+    def provider_ready(self, provider: Provider) -> None:
+        """Use ``provider``, built already for the current model (a host of many sessions shares one)."""
+        self._provider = provider
 
     def use_preset(self, name: str) -> ModelChoice:
         """Switch to a named preset (``/model fast``); raises KeyError for an unknown one."""
@@ -205,7 +210,7 @@ class Agent:
             raise
         self.session.messages.append({"role": "user", "content": text})
         user_index = len(self.session.messages) - 1
-        self._saving = asyncio.create_task(self.store.save_async(self.session))
+        self._unsaved = True  # written once the model answers: the request goes first (see _save_once_asked)
         await self._ready_provider()
         recall: Recall | None = None
         if recalling is not None and self.memory is not None:
@@ -236,8 +241,8 @@ class Agent:
         return result
 
     def _start_recall(self, text: str) -> asyncio.Task[Recall | None] | None:
-        """Turn start as a task of its own (None when memory is off)."""
-        if self.memory is None:
+        """Turn start as a task of its own (None when memory is off: the turn then goes on without yielding)."""
+        if self.memory is None or not self.memory.enabled:
             return None
         return asyncio.create_task(self.memory.start_turn(self.session.key, text, str(self.workspace)))
 
@@ -254,10 +259,12 @@ class Agent:
             pass
 
     async def _iterate(self, user_index: int, recall: Recall | None, result: TurnResult) -> None:
+        def on_text(delta: str) -> None:
+            self._save_once_asked()
+            self.emit(TurnEvent("text", delta))
+
         for _ in range(max(1, self.config.max_tool_iterations)):
-            done: Completion = await self.provider.stream(
-                self._view(user_index, recall), self.tools.specs(), lambda delta: self.emit(TurnEvent("text", delta))
-            )
+            done: Completion = await self.provider.stream(self._view(user_index, recall), self.tools.specs(), on_text)
             self._count(done.usage, result)
             await asyncio.to_thread(self.meter.record, "primary", sum(done.usage.values()), done.cost)
             message: dict[str, Any] = {"role": "assistant", "content": done.text}
@@ -295,8 +302,18 @@ class Agent:
         )
         self.emit(TurnEvent("error", result.error, {"kind": "tool_loop"}))
 
+    def _save_once_asked(self) -> None:
+        """The turn's first write, started when the model's answer begins (the model has the request): the session
+        with the user's message is on disk while the model answers, and its encoding and the thread it is written in
+        no longer come between the turn and its request (many chats' turns at once: each one's write delayed every
+        request after it)."""
+        if self._unsaved:
+            self._unsaved = False
+            self._saving = asyncio.create_task(self.store.save_async(self.session))
+
     async def _save(self) -> None:
         """Write the session off the event loop, after the write still in flight (the file ends at the newest)."""
+        self._unsaved = False
         if self._saving is not None:
             saving, self._saving = self._saving, None
             await saving

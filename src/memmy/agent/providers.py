@@ -148,6 +148,14 @@ def tls_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
+def know_platform(client: Any, sdk: Any) -> None:
+    """Give a Stainless-made SDK client (``openai``, ``anthropic``) the platform it names in its headers now: it
+    looks it up at its first request, in a thread, and a client shared by many chats had each of their first turns
+    wait for that thread (20 chats at once: 20 thread hops in front of the first requests)."""
+    if getattr(client, "_platform", "") is None:
+        client._platform = sdk._base_client.get_platform()
+
+
 class OpenAIProvider:
     """Chat Completions through ``openai.AsyncOpenAI`` (OpenAI, DeepSeek, Ollama, vLLM, any base URL)."""
 
@@ -167,6 +175,7 @@ class OpenAIProvider:
             max_retries=choice.max_retries,
             http_client=openai.DefaultAsyncHttpxClient(verify=tls_context()),
         )
+        know_platform(self.client, openai)
 
     async def stream(
         self,
@@ -308,6 +317,7 @@ class AnthropicProvider:
             max_retries=choice.max_retries,
             http_client=anthropic.DefaultAsyncHttpxClient(verify=tls_context()),
         )
+        know_platform(self.client, anthropic)
 
     async def stream(
         self,
@@ -601,6 +611,10 @@ class ProviderCache:
     def __init__(self) -> None:  # noqa: D107
         self._built: dict[ModelChoice, Provider] = {}
 
+    def built(self, choice: ModelChoice) -> Provider | None:
+        """The provider of ``choice`` if it is built already (None: not yet)."""
+        return self._built.get(choice)
+
     def get(self, choice: ModelChoice) -> Provider:
         """The provider of ``choice``, built now if it is not yet."""
         if choice not in self._built:
@@ -611,5 +625,5 @@ class ProviderCache:
         """The same from an event loop: a provider not built yet is built in a thread, since importing its SDK
         takes a second or more on a busy machine and blocking the loop that long would time out a recall request
         already on its way."""
-        built = self._built.get(choice)
+        built = self.built(choice)
         return built if built is not None else await asyncio.to_thread(self.get, choice)

@@ -102,7 +102,15 @@ async def open_runtime(
         agent = Agent(config, session, store, tools, bridge, emit)
     else:
         agent = Agent(config, session, store, tools, bridge, emit, shared.meter, shared.providers.get)
-    # The memory session opens while the MCP servers start, so the first turn makes one daemon call, not two.
-    await asyncio.gather(hub.start(), agent.prepare())
-    hub.install(tools)
+        built = shared.providers.built(agent.choice) if agent.choice is not None else None
+        if built is not None:  # handed over at once (the worker builds the default model's before the first chat)
+            agent.provider_ready(built)
+    if hub.servers:
+        # The memory session opens while the MCP servers start, so the first turn makes one daemon call, not two.
+        await asyncio.gather(hub.start(), agent.prepare())
+        hub.install(tools)
+    else:
+        # Nothing to wait for beside the memory session: awaited directly, a chat's first turn does not yield to the
+        # others here (a gather's tasks put it behind every other chat's work of the moment, 20 chats at once)
+        await agent.prepare()
     return Runtime(config, store, bridge, hub, agent)

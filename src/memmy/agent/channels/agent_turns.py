@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import threading
 from collections import OrderedDict
 from dataclasses import replace
 from pathlib import Path
@@ -42,19 +44,24 @@ class AgentTurns:
         self.config_file = config_file
         self.open: OrderedDict[tuple[str, str, bool], Runtime] = OrderedDict()
         self.locks: dict[str, asyncio.Lock] = {}
+        self.gate = Gate()  # the chats' turns reach their provider requests one after another, in arrival order
         # shared by every chat's runtime: the daemon's URL and token (read again when the config file changes, not
         # parsed for each chat's first message), the usage meter's connection and the provider clients
         self.memory_settings: FileCache[ClientSettings] = FileCache()
         self.shared = SharedParts(self._settings(), UsageBook(config.home, keep_open=True), ProviderCache())
 
-    def warm(self) -> None:
-        """Import what a chat's first turn needs (the tool loop, MCP, the provider's SDK) and build the default
-        model's client before the first message arrives, instead of in front of it (the SDK import alone is most of
-        a second)."""
-        from memmy.agent import loop, mcp_tools, tools  # noqa: F401 - imported to be loaded
+    async def warm(self) -> None:
+        """Get a chat's first turn ready before the first message arrives, instead of in front of it (20 chats'
+        first messages at once all waited for it): import what it needs (the tool loop, MCP, the image tool, the
+        provider's SDK: most of a second), build the default model's client, load the async network backend the
+        provider's HTTP client takes on its first request (anyio's, ~15 ms), and start the threads the sessions are
+        written in (~2 ms each, started one by one as the first turns' writes came)."""
+        from memmy.agent import imagegen, loop, mcp_tools, tools  # noqa: F401 - imported to be loaded
 
         if self.config.default is not None:
             self.shared.providers.get(self.config.default)  # the client every chat of the default model uses
+        await network_backend()
+        await start_threads()
 
     async def _runtime(self, session: str, source: str, tools: bool) -> Runtime:
         key = (session, source, tools)
@@ -85,6 +92,7 @@ class AgentTurns:
     ) -> Answer:
         """Run one turn of ``session`` and return its answer and written files (``parts``: images sent along)."""
         async with self.locks.setdefault(session, asyncio.Lock()):
+            await self.gate.enter()
             runtime = await self._runtime(session, source, tools)
             result = await runtime.agent.run_turn(text, parts)
             files = []
@@ -111,6 +119,47 @@ class AgentTurns:
             with contextlib.suppress(Exception):
                 await runtime.close()
         await asyncio.to_thread(self.shared.meter.close)
+
+
+class Gate:
+    """Lets the turns that start together run the first stretch of their work (up to where it first waits: the
+    session opened, the model request built and on its way) one at a time, in the order they arrived.
+
+    Without it, 20 chats' first messages arriving at once each ran their stretch to its first wait, then each came
+    back to send its request, every one of them behind the other 19's CPU work: the first request reached the
+    provider no sooner than the last. With it the requests leave one after another, each about one stretch after the
+    one before. A turn holds the gate only until it first yields (to the network, a thread, a timer), never while
+    it waits."""
+
+    def __init__(self) -> None:  # noqa: D107
+        self.lock = asyncio.Lock()  # its waiters are woken first come, first served
+
+    async def enter(self) -> None:
+        """Wait for the turns that came before to reach their first wait; the caller then has the gate until its
+        own first (released from the event loop's next pass, which runs only once the caller has yielded)."""
+        await self.lock.acquire()
+        asyncio.get_running_loop().call_soon(self.lock.release)
+
+
+async def network_backend() -> None:
+    """Load anyio's backend for this event loop (httpx's connections run on it; loaded at its first use)."""
+    import anyio
+
+    await anyio.sleep(0)
+
+
+async def start_threads() -> None:
+    """Start every thread of the event loop's default executor (``asyncio.to_thread``) now: the executor starts one
+    for each call that finds none idle, each start a few milliseconds of the loop's time."""
+    loop = asyncio.get_running_loop()
+    count = min(32, (os.cpu_count() or 1) + 4)  # ThreadPoolExecutor's default size
+    everyone = threading.Barrier(count)
+
+    def meet() -> None:
+        with contextlib.suppress(threading.BrokenBarrierError):
+            everyone.wait(timeout=5)
+
+    await asyncio.gather(*(loop.run_in_executor(None, meet) for _ in range(count)))
 
 
 async def _deny(command: str) -> bool:

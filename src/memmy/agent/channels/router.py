@@ -26,6 +26,7 @@ from memmy.agent.channels.text import split_message
 log = logging.getLogger("memmy.channels")
 
 TYPING_EVERY_S = 4.0
+QUEUED = "Queued: it runs after the current turn; messages sent now wait too."
 #: The newest stage timings a router (and the turns' worker) keeps for bench/channels.py.
 TIMINGS_KEPT = 10_000
 HELP = (
@@ -138,6 +139,7 @@ class Lane:
     turn: asyncio.Task[Answer] | None = None
     started: float = 0.0
     noticed: bool = False  # the "Queued" notice of this busy spell was said
+    notice_due: str = ""  # the chat to say it to once its turn has gone to the agent ("": none due)
 
 
 class ChatRouter:
@@ -197,8 +199,13 @@ class ChatRouter:
         if lane.worker is not None and not lane.worker.done() and not lane.noticed:
             lane.noticed = True
             # Once per busy spell (the first message that has to wait; the ones after it join silently), and said
-            # without waiting for the platform: the next inbound message must not queue behind this notice.
-            self._say_later(message.chat_id, "Queued: it runs after the current turn; messages sent now wait too.")
+            # without waiting for the platform: the next inbound message must not queue behind this notice. Never
+            # ahead of the turn it waits behind: when that turn has not gone to the agent yet (messages arriving
+            # together), the chat's queue says it once it has.
+            if lane.turn is None or lane.turn.done():
+                lane.notice_due = message.chat_id
+            else:
+                self._say_later(message.chat_id, QUEUED)
         lane.queue.put_nowait(message)
         if lane.worker is None or lane.worker.done():
             lane.worker = asyncio.create_task(self._drain(message.chat_key, lane))
@@ -233,6 +240,7 @@ class ChatRouter:
             await self._drain_queue(lane)
         finally:
             lane.noticed = False  # the spell is over: the next message that has to wait is told again
+            lane.notice_due = ""
 
     async def _drain_queue(self, lane: Lane) -> None:
         while not lane.queue.empty():
@@ -265,8 +273,11 @@ class ChatRouter:
             self.runner.run(session, prompt, source=self.settings.name, tools=self.settings.tools, parts=parts or None)
         )
         # after the turn's task, so that the turn goes to its worker before the typing call's HTTP work is done
-        # (with many chats' messages at once, every typing call went first)
+        # (with many chats' messages at once, every typing call went first); the same for the "Queued" notice
         typing = asyncio.create_task(self._keep_typing(message.chat_id))
+        if lane.notice_due:
+            self._say_later(lane.notice_due, QUEUED)
+            lane.notice_due = ""
         try:
             answer = await lane.turn
         except asyncio.CancelledError:

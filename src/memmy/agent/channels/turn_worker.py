@@ -44,6 +44,8 @@ from memmy.agent.channels.router import TIMINGS_KEPT, Answer
 from memmy.agent.config import AgentConfig
 
 if TYPE_CHECKING:
+    import cProfile
+
     from memmy.agent.channels.agent_turns import AgentTurns
 
 log = logging.getLogger("memmy.channels")
@@ -56,6 +58,9 @@ HEALTHY_AFTER_S = 10.0
 CLOSE_WAIT_S = 30.0  # a worker delivering its captures at shutdown gets this long before it is killed
 LINE_LIMIT = 64 * 1024 * 1024  # one answer (a long text, image parts going in) per line
 MODULE = "memmy.agent.channels.turn_worker"
+#: Set to a path prefix, the worker profiles itself (cProfile) from its first turn to its close and writes the
+#: statistics to ``PREFIX.PID`` (bench/channels.py --profile).
+PROFILE_ENV = "MEMMY_TURN_WORKER_PROFILE"
 
 
 class WorkerGone(Exception):
@@ -298,9 +303,10 @@ def answer_of(data: dict[str, Any]) -> Answer:
 class _Worker:
     """The worker's side: reads requests from stdin, runs each turn in a task, writes answers to its pipe."""
 
-    def __init__(self, out: int) -> None:
+    def __init__(self, out: int, profiler: cProfile.Profile | None = None) -> None:
         self.out = os.fdopen(out, "wb", buffering=0)
         self.tasks: dict[int, asyncio.Task[None]] = {}
+        self.profiler = profiler  # enabled from the first turn on (start-up is not what is asked about)
 
     def send(self, message: dict[str, Any]) -> None:
         self.out.write(json.dumps(message).encode("utf-8") + b"\n")
@@ -314,7 +320,7 @@ class _Worker:
         setup = json.loads(await stdin.readline())
         config, config_file = pickle.loads(base64.b64decode(setup["config"]))
         turns = AgentTurns(config, config_file)
-        turns.warm()
+        await turns.warm()
         freeze_startup_heap()
         self.send({"op": "ready"})
         try:
@@ -330,6 +336,9 @@ class _Worker:
                         task.cancel()
                     continue
                 request = int(message["id"])
+                if self.profiler is not None:
+                    self.profiler.enable()
+                    self.profiler = None
                 self.tasks[request] = asyncio.create_task(self.handle(turns, message, received))
                 self.tasks[request].add_done_callback(functools.partial(self.forget, request))
         finally:
@@ -371,7 +380,17 @@ def main() -> None:
     out = int(sys.argv[1])
     os.dup2(2, 1)
     logging.basicConfig(level=logging.WARNING, format="memmy chat worker: %(levelname)s %(name)s: %(message)s")
-    asyncio.run(_Worker(out).serve())
+    profile = os.environ.get(PROFILE_ENV)
+    if not profile:
+        asyncio.run(_Worker(out).serve())
+        return
+    import cProfile
+
+    profiler = cProfile.Profile()
+    try:
+        asyncio.run(_Worker(out, profiler).serve())
+    finally:
+        profiler.dump_stats(f"{profile}.{os.getpid()}")
 
 
 if __name__ == "__main__":
