@@ -9,6 +9,7 @@ import asyncio
 import json
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +137,42 @@ def test_the_users_message_is_on_disk_while_the_model_answers(isolated_home: Pat
 
         asyncio.run(main())
     assert seen == {"before the answer ended": True}
+
+
+def test_the_users_message_is_on_disk_before_a_tool_runs(isolated_home: Path) -> None:
+    """An answer of tool calls only streams no text: the user's message is written once that answer is in, before
+    the tool runs and the model is asked again (a turn killed during a long tool keeps the message)."""
+    (isolated_home / "notes.txt").write_text("the notes", encoding="utf-8")
+    found: list[bool] = []
+    where: list[Path] = []
+
+    def on_disk() -> bool:
+        try:
+            messages = json.loads(where[0].read_text(encoding="utf-8")).get("messages") or []
+        except (OSError, ValueError, IndexError):
+            return False
+        return any(m.get("content") == "read my notes" for m in messages)
+
+    def brain(body: dict[str, Any]) -> Reply:
+        if not any(m.get("role") == "tool" for m in body["messages"]):
+            return Reply(tool_calls=[("read_file", json.dumps({"path": str(isolated_home / "notes.txt")}))])
+        deadline = time.monotonic() + 5
+        while not on_disk() and time.monotonic() < deadline:  # the turn cannot end (and save) while this waits
+            time.sleep(0.02)
+        found.append(on_disk())
+        return Reply(text="done")
+
+    with run_model_stub(brain, keep_alive=True) as stub:
+        write_agent_config(isolated_home, stub, memory=False)
+
+        async def main() -> None:
+            runtime = await open_runtime(load_agent_config(), "chat", memory=False, emit=lambda event: None)
+            where.append(runtime.store.path("chat"))
+            await runtime.agent.run_turn("read my notes")
+            await runtime.close()
+
+        asyncio.run(main())
+    assert found == [True]
 
 
 def test_the_warm_worker_imports_nothing_and_starts_no_thread_for_a_first_turn(isolated_home: Path) -> None:

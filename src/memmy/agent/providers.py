@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import functools
 import json
 import ssl
@@ -152,8 +153,9 @@ def know_platform(client: Any, sdk: Any) -> None:
     """Give a Stainless-made SDK client (``openai``, ``anthropic``) the platform it names in its headers now: it
     looks it up at its first request, in a thread, and a client shared by many chats had each of their first turns
     wait for that thread (20 chats at once: 20 thread hops in front of the first requests)."""
-    if getattr(client, "_platform", "") is None:
-        client._platform = sdk._base_client.get_platform()
+    with contextlib.suppress(AttributeError):  # a private detail of the SDK: without it the SDK looks it up itself
+        if getattr(client, "_platform", "") is None:
+            client._platform = sdk._base_client.get_platform()
 
 
 class OpenAIProvider:
