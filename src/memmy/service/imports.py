@@ -32,6 +32,9 @@ from memmy.traces.writer import TraceWriter
 
 #: A job started with ``stopOnDisconnect`` and followed by nobody for this long is abandoned (its client died).
 FOLLOW_GRACE_S = 10.0
+#: How long a new import waits for a running one's client to be seen gone before it is refused (a client killed
+#: a moment ago still follows its job until the server notices its closed stream, about a second).
+DISCONNECT_WAIT_S = 5.0
 #: How long a new import waits for a stopped (or abandoned) one to reach its next turn boundary and end.
 STOP_WAIT_S = 30.0
 FINAL_STATES = ("done", "stopped", "failed")
@@ -211,6 +214,9 @@ class ImportOps(Configured):
     def _take_over(self) -> None:
         """Make room for a new job: wait for stopped or abandoned ones to end; refuse while one really runs."""
         for other in [j for j in self.jobs.values() if j.active]:
+            noticed = time.monotonic() + DISCONNECT_WAIT_S
+            while other.stop_when_unfollowed and other.followers and other.active and time.monotonic() < noticed:
+                time.sleep(0.05)  # a client that just died (killed): its event stream ends once the server sees it
             while other.stop_when_unfollowed and other.followers == 0 and other.active and not other.abandoned():
                 time.sleep(0.05)  # its client has not attached (yet, or ever: it died right after starting it)
             if not other.active:  # it ended while we waited
