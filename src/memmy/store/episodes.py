@@ -238,11 +238,6 @@ class EpisodeRepository:
             (episode_id,),
         )
 
-    def last_turn_at(self, episode_id: str) -> str | None:
-        """When the episode's newest raw turn was written (its last activity)."""
-        row = self.db.query_one("SELECT MAX(created_at) FROM raw_turns WHERE episode_id = ?", (episode_id,))
-        return str(row[0]) if row is not None and row[0] is not None else None
-
     def context_texts(self, episode_id: str) -> tuple[str, str, str, str | None]:
         """(first user text, latest user text, latest answer, when its newest raw turn was written) of an episode:
         four indexed lookups, one statement."""
@@ -251,7 +246,7 @@ class EpisodeRepository:
             "AND {col} IS NOT NULL AND {col} != '' ORDER BY created_at{order}, rowid{order} LIMIT 1)"
         )
         lookups = [base.format(col=col, order=order) for col, order in TEXT_LOOKUPS]
-        lookups.append("(SELECT MAX(created_at) FROM raw_turns WHERE episode_id = ?)")  # as last_turn_at()
+        lookups.append("(SELECT MAX(created_at) FROM raw_turns WHERE episode_id = ?)")
         row = self.db.query_one("SELECT " + ", ".join(lookups), (episode_id,) * len(lookups))
         if row is None:
             return "", "", "", None
