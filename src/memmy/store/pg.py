@@ -371,16 +371,10 @@ class PgConnection:
         began (``before``), and leaves one it did not begin to its owner."""
         import psycopg
 
-        texts, params = [before] if before else [], []
+        self.defer(statements)  # after what is pending, in order
         pending, self.pending, self._begin_pending = self.pending, [], False
-        for text, values in pending:
-            texts.append(text)
-            params.extend(values)
-        for sql, given in statements:
-            statement = translate(sql)
-            texts.append(statement.text(tuple(given)))
-            params.extend(statement.params(tuple(given)))
-        texts += [after] if after else []
+        texts = [*([before] if before else []), *(text for text, _values in pending), *([after] if after else [])]
+        params = [value for _text, values in pending for value in values]
         try:
             psycopg.ClientCursor(self._raw).execute("; ".join(texts).encode(), params)
         except psycopg.Error as exc:
