@@ -15,7 +15,16 @@ from memmy.store.db import Database
 from memmy.store.memories import MemoryFilter, MemoryRepository, TermStats
 from memmy.store.pg import PgDatabase
 from memmy.store.pgdialect import SETUP_TABLE, fts_text, translate
-from memmy.store.pgfts import LEXEMES, POSTINGS, POSTINGS_BACKFILL, SPLIT_BY_PARSER, STATS, STATS_ROWS
+from memmy.store.pgfts import (
+    LEXEMES,
+    PHRASE_FAST_POSITIONS,
+    PHRASE_MERGE_RATIO,
+    POSTINGS,
+    POSTINGS_BACKFILL,
+    SPLIT_BY_PARSER,
+    STATS,
+    STATS_ROWS,
+)
 from memmy.store.schema import refill_fts
 from tests.test_store import make_memory
 
@@ -93,6 +102,54 @@ def test_postgres_ranks_keyword_hits_as_fts5_bm25(tmp_path: Path, postgres_dsn: 
             assert TermStats().doc_count(pg, term) == TermStats().doc_count(sqlite, term), term
             assert TermStats().scored_matches(pg, term) == TermStats().scored_matches(sqlite, term), term
         assert TermStats().total(pg) == TermStats().total(sqlite) == len(CORPUS)
+    finally:
+        sqlite.close()
+        pg.close()
+
+
+def phrase_corpus() -> list[Memory]:
+    """Phrases of every shape ``memmy_phrase_hits`` joins and counts: "to" in every memory (probed by index: far
+    commoner than "deploy"), "fix" and "deploy" in a few (merged), a first word with more positions in a row than
+    it checks one by one (:data:`PHRASE_FAST_POSITIONS`), instances in the title and the tags (column weights), and
+    words that follow each other only across two columns."""
+    extras = (  # (every, from, text): the text in memories from, from + every, ...
+        (16, 0, "fix to deploy now, then fix to deploy again"),
+        (30, 1, "deploy fix to"),
+        (9, 2, "alpha beta alpha beta alpha gamma alpha beta alpha delta alpha"),
+        (8, 3, "beta alpha"),
+    )
+    memories = []
+    for i in range(80):
+        content = " ".join([f"entry{i} to the release to", *(text for every, at, text in extras if i % every == at)])
+        content += " " + " ".join(FILLER[j % len(FILLER)] for j in range(i))
+        title = "alpha beta" if i % 7 == 4 else ("fix to" if i % 11 == 5 else "")
+        tags = ["fix to deploy"] if i == 6 else (["alpha beta"] if i % 6 == 5 else [])
+        memories.append(make_memory(content, title=title, tags=tags))
+    return memories
+
+
+def test_postgres_counts_phrases_as_fts5(tmp_path: Path, postgres_dsn: str) -> None:
+    """A phrase's documents and its instances per row (weighted by column) are FTS5's however its words are joined
+    (merged, probed) and counted (position by position, or by a subquery for a word with many positions): the same
+    document counts, rows, order and bm25() scores as SQLite."""
+    sqlite, pg = Database(tmp_path / "s.sqlite"), PgDatabase(postgres_dsn)
+    try:
+        for db in (sqlite, pg):
+            MemoryRepository(db).insert_many(phrase_corpus(), "test")
+        counts = {row[0]: row[1] for row in pg.query(f"SELECT lexeme, sum(docs) FROM {LEXEMES} GROUP BY lexeme")}
+        deploy = fts_text("deploy")
+        assert counts["to"] > PHRASE_MERGE_RATIO * counts[deploy] >= counts["fix"]  # "to" probed, "fix" merged
+        most = pg.query_one(f"SELECT max(cardinality(pos)) FROM {POSTINGS} WHERE lexeme = 'alpha'")
+        assert most is not None and most[0] > PHRASE_FAST_POSITIONS
+        phrases = ("fix-to-deploy", "to-deploy", "deploy-fix-to", "alpha-beta", "beta-alpha", "alpha-beta-alpha",
+                   "to-the-release-to", "deploy-alpha", "to-nothing")  # fmt: skip
+        for phrase in phrases:
+            assert TermStats().doc_count(pg, phrase) == TermStats().doc_count(sqlite, phrase), phrase
+            expected = ranked(sqlite, f"{phrase} release")
+            got = ranked(pg, f"{phrase} release")
+            assert [m for m, _ in got] == [m for m, _ in expected], phrase
+            assert [s for _, s in got] == pytest.approx([s for _, s in expected], rel=1e-9), phrase
+        assert TermStats().doc_count(pg, "alpha-beta") > 0 and TermStats().doc_count(pg, "deploy-alpha") == 0
     finally:
         sqlite.close()
         pg.close()

@@ -99,38 +99,67 @@ def porter_stems(tokens: Sequence[str]) -> list[str]:
 #: the next token of the same column is ``+ 4`` and a phrase never runs from one column into the next.
 COLUMN_CODE: Final = {"A": 3, "B": 2, "D": 0}
 
+#: Positions of a phrase's first word checked one by one (``pos[1]`` .. ``pos[n]``, no subquery) when it has at
+#: most this many in a row; a row with more is checked by a subquery over ``unnest(pos)``.
+PHRASE_FAST_POSITIONS: Final = 3
+#: A phrase word is joined by merging its postings with the rarest word's (read in rowid order) while it is found
+#: in at most this many times the rarest word's documents; a commoner word is probed by index, row by row.
+PHRASE_MERGE_RATIO: Final = 8
+
 #: A phrase's hits (rowid, f: its instances weighted by column, doclen) from its words' postings, joined in the
-#: order of their documents, rarest first (``join_collapse_limit = 1`` keeps that order): the planner's order (the
-#: first two words merged, the others probed in turn) probed every row of two common words where one rare word
-#: (a port, a byte, a path) leaves a few rows to probe (100k: "UnicodeDecodeError … byte 0x300" 28 -> 1.5 ms).
-#: A word no document holds: no rows, nothing joined. ``$2``-``$4``: the weights of columns A, D and B.
+#: order of their documents, rarest first (``join_collapse_limit = 1`` keeps that order): the planner's order
+#: (the first two words merged, the others probed in turn) probed every row of two common words where one rare
+#: word (a port, a byte, a path) leaves a few rows to probe (100k: "UnicodeDecodeError … byte 0x300" 28 -> 1.5 ms).
+#: How each word is joined is chosen here, from the counts, not by the planner, which takes the words of a phrase
+#: for independent and so expects a handful of rows where they occur together in every row (an error line's
+#: words): a word in at most :data:`PHRASE_MERGE_RATIO` times the rarest word's documents is merge-joined
+#: (``enable_nestloop`` off: its postings read in order, ~0.1 us a row), a commoner one ("to", "is") probed by
+#: index from a ``LATERAL`` (~1.5 us a row: 100k, "TypeError: 'NoneType' object is not subscriptable" 10.4 ->
+#: 4.8 ms). The instances are counted without a subquery per row where the first word has at most
+#: :data:`PHRASE_FAST_POSITIONS` positions: each ``pos[j]`` that the others follow adds its column's weight, in
+#: position order as ``sum()`` adds them (the same float8 sums; "etl-jobs" 7.0 -> 3.9 ms). A word no document
+#: holds: no rows, nothing joined. ``$2``-``$4``: the weights of columns A, D and B.
 PHRASE_HITS: Final = f"""CREATE OR REPLACE FUNCTION memmy_phrase_hits(words text[], wa float8, wd float8, wb float8)
-RETURNS TABLE(rowid bigint, f float8, doclen integer) LANGUAGE plpgsql STABLE SET join_collapse_limit = 1 AS $fn$
+RETURNS TABLE(rowid bigint, f float8, doclen integer) LANGUAGE plpgsql STABLE SET join_collapse_limit = 1
+SET enable_nestloop = off AS $fn$
 DECLARE
   rarest int[];
-  fewest bigint;
-  query text;
+  counts numeric[];
+  fewest numeric;
+  joins text := '';
   follows text := '';
+  fast text := '';
   k int;
 BEGIN
-  SELECT array_agg(i ORDER BY d, i), min(d) INTO rarest, fewest FROM (
+  SELECT array_agg(i ORDER BY d, i), array_agg(d ORDER BY d, i), min(d) INTO rarest, counts, fewest FROM (
     SELECT i, COALESCE((SELECT sum(l.docs) FROM {LEXEMES} l WHERE l.lexeme = words[i + 1]), 0) AS d
     FROM generate_series(0, cardinality(words) - 1) i) z;
   IF fewest IS NULL OR fewest <= 0 THEN
     RETURN;
   END IF;
-  query := format('SELECT p0.rowid, c.f, p0.doclen FROM {POSTINGS} p%s', rarest[1]);
   FOR k IN 2..cardinality(rarest) LOOP
-    query := query || format(' JOIN {POSTINGS} p%1$s ON p%1$s.lexeme = $1[%2$s] AND p%1$s.rowid = p%3$s.rowid',
-      rarest[k], rarest[k] + 1, rarest[1]);
+    IF counts[k] <= {PHRASE_MERGE_RATIO} * fewest THEN
+      joins := joins || format(' JOIN {POSTINGS} p%1$s ON p%1$s.lexeme = $1[%2$s] AND p%1$s.rowid = p%3$s.rowid',
+        rarest[k], rarest[k] + 1, rarest[1]);
+    ELSE
+      joins := joins || format(' CROSS JOIN LATERAL (SELECT q.pos FROM {POSTINGS} q WHERE q.lexeme = $1[%2$s] '
+        'AND q.rowid = p%3$s.rowid OFFSET 0) p%1$s', rarest[k], rarest[k] + 1, rarest[1]);
+    END IF;
   END LOOP;
   FOR k IN 1..cardinality(words) - 1 LOOP
     follows := follows || CASE WHEN k > 1 THEN ' AND ' ELSE '' END || format('x + %s = ANY(p%s.pos)', 4 * k, k);
   END LOOP;
-  query := query || format(' CROSS JOIN LATERAL (SELECT COALESCE(sum(CASE x & 3 WHEN {COLUMN_CODE["A"]} THEN $2 '
-    'WHEN {COLUMN_CODE["B"]} THEN $4 ELSE $3 END), 0)::float8 AS f FROM unnest(p0.pos) x WHERE %s) c '
-    'WHERE p%s.lexeme = $1[%s] AND c.f > 0', follows, rarest[1], rarest[1] + 1);
-  RETURN QUERY EXECUTE query USING words, wa, wd, wb;
+  FOR k IN 1..{PHRASE_FAST_POSITIONS} LOOP
+    fast := fast || CASE WHEN k > 1 THEN ' + ' ELSE '' END || format('CASE WHEN %s THEN CASE p0.pos[%s] & 3 '
+      'WHEN {COLUMN_CODE["A"]} THEN $2 WHEN {COLUMN_CODE["B"]} THEN $4 ELSE $3 END ELSE 0::float8 END',
+      replace(follows, 'x + ', format('p0.pos[%s] + ', k)), k);
+  END LOOP;
+  RETURN QUERY EXECUTE format('SELECT z.rowid, z.f, z.doclen FROM (SELECT p%1$s.rowid, p%1$s.doclen, CASE WHEN '
+    'cardinality(p0.pos) <= {PHRASE_FAST_POSITIONS} THEN %2$s ELSE (SELECT COALESCE(sum(CASE x & 3 '
+    'WHEN {COLUMN_CODE["A"]} THEN $2 WHEN {COLUMN_CODE["B"]} THEN $4 ELSE $3 END), 0)::float8 FROM unnest(p0.pos) x '
+    'WHERE %3$s) END AS f '
+    'FROM {POSTINGS} p%1$s%4$s WHERE p%1$s.lexeme = $1[%5$s] OFFSET 0) z WHERE z.f > 0', rarest[1], fast, follows,
+    joins, rarest[1] + 1) USING words, wa, wd, wb;
 END $fn$"""
 
 #: Tables and functions; run at every start (idempotent).
