@@ -7,6 +7,7 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from memmy.domain import Memory
@@ -152,6 +153,40 @@ def test_postgres_counts_phrases_as_fts5(tmp_path: Path, postgres_dsn: str) -> N
         assert TermStats().doc_count(pg, "alpha-beta") > 0 and TermStats().doc_count(pg, "deploy-alpha") == 0
     finally:
         sqlite.close()
+        pg.close()
+
+
+RANKED = (
+    "SELECT rowid AS r, bm25(memories_fts, 0.0, 2.0, 1.0, 1.5) AS rank FROM memories_fts WHERE memories_fts MATCH ? "
+    "ORDER BY rank LIMIT ?"
+)
+#: What makes the planner take parallel workers for any statement it can split, however small its tables.
+PARALLEL_CHEAP = (
+    "parallel_setup_cost = 0",
+    "parallel_tuple_cost = 0",
+    "min_parallel_index_scan_size = 0",
+    "min_parallel_table_scan_size = 0",
+)
+
+
+def test_a_ranked_keyword_statement_runs_without_parallel_workers(postgres_dsn: str) -> None:
+    """The store's connections plan no parallel workers, even where they look free: a ranked statement's bm25()
+    sums, added per worker and then combined, changed in their last bits from run to run."""
+    pg = PgDatabase(postgres_dsn)
+    try:
+        MemoryRepository(pg).insert_many(corpus(), "test")
+        statement = translate(RANKED)
+        given = ['"database" OR "timeout" OR "pool" OR "migrations" OR "worker"', 40]
+        with pg.pool.connection() as raw:
+            raw.execute("; ".join(f"SET {setting}" for setting in PARALLEL_CHEAP).encode())
+            try:
+                cursor = psycopg.ClientCursor(raw)
+                cursor.execute(f"EXPLAIN {statement.text(given)}".encode(), statement.params(given))
+                plan = "\n".join(str(row[0]) for row in cursor.fetchall())
+            finally:
+                raw.execute("; ".join(f"RESET {setting.split()[0]}" for setting in PARALLEL_CHEAP).encode())
+        assert "memories_fts_postings" in plan and "Gather" not in plan and "Parallel" not in plan, plan
+    finally:
         pg.close()
 
 

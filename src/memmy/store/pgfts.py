@@ -234,6 +234,10 @@ _LEXEMES_OF = (
 )
 #: The documents that hold ``lexeme`` (a word's document count for bm25(), without reading its postings).
 LEXEME_DOCS: Final = "(SELECT COALESCE(sum(docs), 0)::bigint FROM " + LEXEMES + " WHERE lexeme = {lexeme})"
+#: Ends the subquery of the counts that a ranked statement joins to its hits, so that its averages are computed
+#: once: flattened into the join, ``tokens / GREATEST(docs, 1)`` of the numeric sums was computed for every hit
+#: (100k, ten words: 8.5 -> 7.0 ms; the same float8 values, summed in the same order).
+ONCE: Final = "OFFSET 0"
 #: The counts' rows as (documents, tokens).
 STATS_ROWS: Final = f"SELECT COALESCE(sum(docs), 0) AS docs, COALESCE(sum(tokens), 0) AS tokens FROM {STATS}"
 TRIGGER_DDL: Final = (
@@ -372,7 +376,7 @@ def ranked_sql(parts: Sequence[Sequence[str]], weights: tuple[float, float, floa
         ("WITH " + ", ".join(ctes) + " " if ctes else "")
         + "SELECT h.rowid AS r, -sum(memmy_bm25_term(h.idf, h.f, h.doclen, st.avgdl)) AS rank "
         f"FROM ({' UNION ALL '.join(rows)}) h, "
-        f"(SELECT tokens::float8 / GREATEST(docs, 1) AS avgdl FROM ({STATS_ROWS}) c) st "
+        f"(SELECT tokens::float8 / GREATEST(docs, 1) AS avgdl FROM ({STATS_ROWS}) c {ONCE}) st "
         "GROUP BY h.rowid ORDER BY rank, r"
     )
 
@@ -472,5 +476,6 @@ def newest_ranked_sql(parts: Sequence[Sequence[str]], weights: tuple[float, floa
         ("WITH " + ", ".join(ctes) + " " if ctes else "")
         + "SELECT x.rowid AS r, -sum(memmy_bm25_term(memmy_bm25_idf(st.n, x.n), x.f, x.doclen, st.avgdl) ORDER BY x.i) "
         f"AS s FROM {cut} cut CROSS JOIN LATERAL ({' UNION ALL '.join(rows)}) x CROSS JOIN (SELECT docs::float8 AS n, "
-        f"tokens::float8 / GREATEST(docs, 1) AS avgdl FROM ({STATS_ROWS}) c) st GROUP BY x.rowid ORDER BY s, r DESC"
+        f"tokens::float8 / GREATEST(docs, 1) AS avgdl FROM ({STATS_ROWS}) c {ONCE}) st "
+        "GROUP BY x.rowid ORDER BY s, r DESC"
     )
