@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, cast
 
 import psycopg
 import pytest
@@ -14,7 +15,7 @@ from memmy.domain import Memory
 from memmy.store.copy import copy_store
 from memmy.store.db import Database
 from memmy.store.memories import MemoryFilter, MemoryRepository, TermStats
-from memmy.store.pg import PgDatabase
+from memmy.store.pg import PgConnection, PgDatabase
 from memmy.store.pgdialect import SETUP_TABLE, fts_text, translate
 from memmy.store.pgfts import (
     LEXEMES,
@@ -27,6 +28,7 @@ from memmy.store.pgfts import (
     STATS_ROWS,
 )
 from memmy.store.schema import refill_fts
+from memmy.store.text import fts_match_expression, query_terms
 from tests.test_store import make_memory
 
 FILLER = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda omicron sigma".split()
@@ -169,6 +171,17 @@ PARALLEL_CHEAP = (
 )
 
 
+def explained(raw: psycopg.Connection[Any], text: str, values: list[Any]) -> str:
+    """The plan of ``text`` with ``values``, with parallel workers made to look free (:data:`PARALLEL_CHEAP`)."""
+    raw.execute("; ".join(f"SET {setting}" for setting in PARALLEL_CHEAP).encode())
+    try:
+        cursor = psycopg.ClientCursor(raw)
+        cursor.execute(f"EXPLAIN {text}".encode(), values)
+        return "\n".join(str(row[0]) for row in cursor.fetchall())
+    finally:
+        raw.execute("; ".join(f"RESET {setting.split()[0]}" for setting in PARALLEL_CHEAP).encode())
+
+
 def test_a_ranked_keyword_statement_runs_without_parallel_workers(postgres_dsn: str) -> None:
     """The store's connections plan no parallel workers, even where they look free: a ranked statement's bm25()
     sums, added per worker and then combined, changed in their last bits from run to run."""
@@ -177,15 +190,38 @@ def test_a_ranked_keyword_statement_runs_without_parallel_workers(postgres_dsn: 
         MemoryRepository(pg).insert_many(corpus(), "test")
         statement = translate(RANKED)
         given = ['"database" OR "timeout" OR "pool" OR "migrations" OR "worker"', 40]
+        bound = statement.bound(given)
+        assert bound is not None
         with pg.pool.connection() as raw:
-            raw.execute("; ".join(f"SET {setting}" for setting in PARALLEL_CHEAP).encode())
-            try:
+            plans = [explained(raw, statement.text(given), statement.params(given)), explained(raw, *bound)]
+        for plan in plans:
+            assert "memories_fts_postings" in plan and "Gather" not in plan and "Parallel" not in plan, plan
+    finally:
+        pg.close()
+
+
+def test_the_ranked_keyword_statement_is_one_text_prepared_on_its_connection(postgres_dsn: str) -> None:
+    """The ranked statement's text does not change with its words (they are its parameter), so its connection
+    prepares it; it answers what the statement with its words written in answers (words, phrases, CJK)."""
+    pg = PgDatabase(postgres_dsn)
+    try:
+        MemoryRepository(pg).insert_many(corpus(), "test")
+        statement = translate(RANKED)
+        expressions = [fts_match_expression(query_terms(query)) for query in QUERIES]
+        texts = {bound[0] for e in expressions if (bound := statement.bound([e, 10])) is not None}
+        assert len(texts) == 1 and "databas" not in next(iter(texts))
+        with pg.transaction() as conn:
+            conn.execute("SELECT 1")  # (the transaction's BEGIN goes with it)
+            raw = cast(PgConnection, conn).raw
+            for expression in expressions:
+                got = [tuple(row) for row in conn.execute(RANKED, [expression, 10]).fetchall()]
                 cursor = psycopg.ClientCursor(raw)
-                cursor.execute(f"EXPLAIN {statement.text(given)}".encode(), statement.params(given))
-                plan = "\n".join(str(row[0]) for row in cursor.fetchall())
-            finally:
-                raw.execute("; ".join(f"RESET {setting.split()[0]}" for setting in PARALLEL_CHEAP).encode())
-        assert "memories_fts_postings" in plan and "Gather" not in plan and "Parallel" not in plan, plan
+                cursor.execute(statement.text([expression, 10]).encode(), statement.params([expression, 10]))
+                written = [tuple(row) for row in cursor.fetchall()]
+                assert got and [r for r, _s in got] == [r for r, _s in written], expression
+                assert [s for _r, s in got] == pytest.approx([s for _r, s in written], rel=1e-12), expression
+            prepared = [str(row[0]) for row in conn.execute("SELECT statement FROM pg_prepared_statements")]
+        assert any("unnest($1::text[])" in text for text in prepared), prepared
     finally:
         pg.close()
 

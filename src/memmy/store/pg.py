@@ -274,6 +274,9 @@ class PgConnection:
         statement = translate(sql)
         given = tuple(params)
         values = statement.params(given)
+        bound = statement.bound(given) if statement.inline and not self.pending else None
+        if bound is not None:  # full text whose words are a parameter: one text, prepared
+            return self._bound(statement, bound[1], bound[0])
         if statement.inline or self.pending:  # text written per call (full text), or one text with the pending
             return self._client_side(statement, statement.text(given), values)
         key = (statement.sql, tuple(map(type, values)))
@@ -300,17 +303,19 @@ class PgConnection:
             pass
         return PgCursor(cursor, statement)
 
-    def _bound(self, statement: Statement, values: list[Any]) -> PgCursor:
-        """Run the statement with server-side parameters: prepared on this connection from its
-        :data:`PREPARE_THRESHOLD`-th run there (parsed and planned once, not each time its literals change)."""
+    def _bound(self, statement: Statement, values: list[Any], text: str | None = None) -> PgCursor:
+        """Run the statement (or ``text``, its full-text form with bound words) with server-side parameters:
+        prepared on this connection from its :data:`PREPARE_THRESHOLD`-th run there (parsed and planned once, not
+        each time its literals change)."""
         import psycopg
         from psycopg.types.numeric import Int8
 
         cursor = self._raw.cursor(row_factory=_row_factory(statement.drops_rowid))
         bound = [Int8(v) if type(v) is int else v for v in values]  # as SQLite's INTEGER (not int2 by its size)
+        sent = (text or statement.sql).encode()
         try:
             try:
-                cursor.execute(statement.sql.encode(), bound)
+                cursor.execute(sent, bound)
             except psycopg.errors.FeatureNotSupported as exc:
                 # A table's columns changed under a prepared statement (DDL on another connection): PostgreSQL
                 # refuses to answer rows of another shape. Prepare it again; inside a transaction, which that
@@ -318,7 +323,7 @@ class PgConnection:
                 if self.in_transaction or "cached plan" not in str(exc):
                     raise
                 self._raw.execute(b"DEALLOCATE ALL", prepare=False)  # (psycopg forgets its names with them)
-                cursor.execute(statement.sql.encode(), bound)
+                cursor.execute(sent, bound)
         except psycopg.Error as exc:
             raise _as_sqlite_error(exc) from exc
         return PgCursor(cursor, statement)

@@ -35,7 +35,9 @@ from memmy.store.pgfts import (
     count_sql,
     newest_ranked_sql,
     newest_sql,
+    part_texts,
     porter_stems,
+    ranked_bound_sql,
     ranked_sql,
     row_score_sql,
     tsquery_text,
@@ -137,6 +139,19 @@ class Statement:
                 piece = row_score_sql(parts, self.weights)
             sql = sql.replace(mark, piece.replace("%", "%%"))
         return sql
+
+    def bound(self, given: tuple[Any, ...] | list[Any]) -> tuple[str, list[Any]] | None:
+        """The statement as a text that does not change with its MATCH expression, and its parameters (that
+        expression's parts one of them): for the ranked statement (:func:`memmy.store.pgfts.ranked_bound_sql`), so
+        that it is prepared; None for the others (their text is written per call, :meth:`text`)."""
+        if len(self.inline) != 1 or self.inline[0][2] != "ranked":
+            return None
+        index, mark, _kind = self.inline[0]
+        head, tail = self.sql.split(mark)
+        values = self.params(given)
+        before = head.replace("%%", "").count("%s")  # the caller's parameters before the ranked rows
+        parts = part_texts(match_parts(str(given[index])))
+        return head + ranked_bound_sql(self.weights) + tail, [*values[:before], parts, *values[before:]]
 
     def params(self, given: tuple[Any, ...] | list[Any]) -> list[Any]:
         """The parameters of :attr:`sql` from the caller's."""
