@@ -16,7 +16,7 @@ from memmy.store.copy import copy_store
 from memmy.store.db import Database
 from memmy.store.memories import MemoryFilter, MemoryRepository, TermStats
 from memmy.store.pg import PgConnection, PgDatabase
-from memmy.store.pgdialect import SETUP_TABLE, fts_text, translate
+from memmy.store.pgdialect import SETUP_TABLE, fts_text, match_parts, translate
 from memmy.store.pgfts import (
     LEXEMES,
     PHRASE_FAST_POSITIONS,
@@ -26,6 +26,7 @@ from memmy.store.pgfts import (
     SPLIT_BY_PARSER,
     STATS,
     STATS_ROWS,
+    count_sql,
 )
 from memmy.store.schema import refill_fts
 from memmy.store.text import fts_match_expression, query_terms
@@ -162,6 +163,10 @@ RANKED = (
     "SELECT rowid AS r, bm25(memories_fts, 0.0, 2.0, 1.0, 1.5) AS rank FROM memories_fts WHERE memories_fts MATCH ? "
     "ORDER BY rank LIMIT ?"
 )
+COUNTS = (
+    "SELECT (SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?), "
+    "(SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?)"
+)
 #: What makes the planner take parallel workers for any statement it can split, however small its tables.
 PARALLEL_CHEAP = (
     "parallel_setup_cost = 0",
@@ -202,7 +207,8 @@ def test_a_ranked_keyword_statement_runs_without_parallel_workers(postgres_dsn: 
 
 def test_the_ranked_keyword_statement_is_one_text_prepared_on_its_connection(postgres_dsn: str) -> None:
     """The ranked statement's text does not change with its words (they are its parameter), so its connection
-    prepares it; it answers what the statement with its words written in answers (words, phrases, CJK)."""
+    prepares it; it answers what the statement with its words written in answers (words, phrases, CJK). So do
+    the document counts (one text for any words; each part's count as the text with its words written in)."""
     pg = PgDatabase(postgres_dsn)
     try:
         MemoryRepository(pg).insert_many(corpus(), "test")
@@ -222,6 +228,13 @@ def test_the_ranked_keyword_statement_is_one_text_prepared_on_its_connection(pos
                 assert [s for _r, s in got] == pytest.approx([s for _r, s in written], rel=1e-12), expression
             prepared = [str(row[0]) for row in conn.execute("SELECT statement FROM pg_prepared_statements")]
         assert any("unnest($1::text[])" in text for text in prepared), prepared
+        counted = translate(COUNTS)
+        assert len({bound[0] for e in expressions if (bound := counted.bound([e, e])) is not None}) == 1
+        for expression in expressions:
+            for part in expression.split(" OR "):
+                row = pg.query_one(COUNTS, [expression, part])
+                inline = pg.query_one(f"SELECT {count_sql(match_parts(expression))}, {count_sql(match_parts(part))}")
+                assert row is not None and inline is not None and tuple(row) == tuple(inline), (expression, part)
     finally:
         pg.close()
 

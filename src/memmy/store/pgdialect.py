@@ -32,6 +32,7 @@ from typing import Any, Final
 from memmy.store.pgfts import (
     RANK_WEIGHTS,
     TSV_FUNCTION,
+    count_bound_sql,
     count_sql,
     newest_ranked_sql,
     newest_sql,
@@ -81,6 +82,8 @@ def fts5_to_tsquery(expression: str) -> str:
 
 #: Where a statement's BM25 score goes; it is written per call (:func:`memmy.store.pgfts.row_score_sql`).
 BM25_MARK: Final = "\x00bm25\x00"
+#: What :meth:`Statement.bound` reads a statement's text as: its full-text marks and placeholders (``%%``, a ``%``).
+_BOUND_PIECE = re.compile(r"(\x00\w+?\d+\x00|%%|%s)")
 _INLINE = re.compile(r"\x00(count|ranked|score|newest|newranked)(\d+)\x00")
 
 
@@ -141,17 +144,29 @@ class Statement:
         return sql
 
     def bound(self, given: tuple[Any, ...] | list[Any]) -> tuple[str, list[Any]] | None:
-        """The statement as a text that does not change with its MATCH expression, and its parameters (that
-        expression's parts one of them): for the ranked statement (:func:`memmy.store.pgfts.ranked_bound_sql`), so
-        that it is prepared; None for the others (their text is written per call, :meth:`text`)."""
-        if len(self.inline) != 1 or self.inline[0][2] != "ranked":
+        """The statement as a text that does not change with its MATCH expressions, and its parameters (each
+        expression's parts one of them): the ranked statement (:func:`memmy.store.pgfts.ranked_bound_sql`) and the
+        document counts (:func:`memmy.store.pgfts.count_bound_sql`), so that they are prepared; None for the others
+        (their text is written per call, :meth:`text`)."""
+        if not self.inline or any(kind not in ("ranked", "count") for _index, _mark, kind in self.inline):
             return None
-        index, mark, _kind = self.inline[0]
-        head, tail = self.sql.split(mark)
-        values = self.params(given)
-        before = head.replace("%%", "").count("%s")  # the caller's parameters before the ranked rows
-        parts = part_texts(match_parts(str(given[index])))
-        return head + ranked_bound_sql(self.weights) + tail, [*values[:before], parts, *values[before:]]
+        values = iter(self.params(given))
+        marks = {mark: (index, kind) for index, mark, kind in self.inline}
+        text: list[str] = []
+        bound: list[Any] = []
+        for piece in _BOUND_PIECE.split(self.sql):
+            if piece in marks:
+                index, kind = marks[piece]
+                parts = match_parts(str(given[index]))
+                if kind == "ranked":
+                    piece, words = ranked_bound_sql(self.weights), part_texts(parts)
+                else:
+                    piece, words = count_bound_sql(parts)
+                bound.append(words)
+            elif piece == "%s":
+                bound.append(next(values))
+            text.append(piece)
+        return "".join(text), bound
 
     def params(self, given: tuple[Any, ...] | list[Any]) -> list[Any]:
         """The parameters of :attr:`sql` from the caller's."""

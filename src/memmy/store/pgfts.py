@@ -162,6 +162,26 @@ BEGIN
     joins, rarest[1] + 1) USING words, wa, wd, wb;
 END $fn$"""
 
+#: The documents any of ``parts`` occurs in (each a word, or a phrase's lexemes joined by spaces: :func:`part_texts`),
+#: as :func:`count_sql` counts them, for a statement whose text does not hold the words (:func:`count_bound_sql`).
+MATCH_COUNT: Final = f"""CREATE OR REPLACE FUNCTION memmy_match_count(parts text[]) RETURNS bigint LANGUAGE plpgsql
+STABLE AS $fn$
+DECLARE
+  n bigint;
+BEGIN
+  IF cardinality(parts) = 1 AND strpos(parts[1], ' ') = 0 THEN
+    SELECT COALESCE(sum(l.docs), 0)::bigint INTO n FROM {LEXEMES} l WHERE l.lexeme = parts[1];
+  ELSE
+    SELECT count(*) INTO n FROM (
+      SELECT p.rowid FROM unnest(parts) q(part) JOIN {POSTINGS} p ON p.lexeme = q.part
+        WHERE strpos(q.part, ' ') = 0 AND p.hits_a + p.hits_b + p.hits_d > 0
+      UNION
+      SELECT h.rowid FROM unnest(parts) q(part) CROSS JOIN LATERAL memmy_phrase_hits(string_to_array(q.part, ' '),
+        1.0, 1.0, 1.0) h WHERE strpos(q.part, ' ') > 0) u;
+  END IF;
+  RETURN n;
+END $fn$"""
+
 #: Tables and functions; run at every start (idempotent).
 FTS_DDL: Final = (
     "ALTER TABLE memories_fts ADD COLUMN IF NOT EXISTS doclen INTEGER NOT NULL DEFAULT 0",
@@ -179,6 +199,7 @@ FTS_DDL: Final = (
   RETURNS float8 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT idf * f * {K1 + 1!r} / (f + {K1!r} * ({1 - B!r} + {B!r} * doclen / GREATEST(avgdl, 1e-9))) $$""",
     PHRASE_HITS,
+    MATCH_COUNT,
 )
 
 #: The postings of the rows of a transition table ``rows`` (or of ``memories_fts``), one per (lexeme, row).
@@ -432,6 +453,11 @@ def count_sql(parts: Sequence[Sequence[str]]) -> str:
         return LEXEME_DOCS.format(lexeme=_literal(parts[0][0]))
     rows = " UNION ".join(f"SELECT rowid FROM ({_hits(i, p, RANK_WEIGHTS)}) x WHERE f > 0" for i, p in enumerate(parts))
     return f"(SELECT count(*) FROM ({rows}) y)"
+
+
+def count_bound_sql(parts: Sequence[Sequence[str]]) -> tuple[str, list[str]]:
+    """:func:`count_sql` as a text that does not hold the words (:data:`MATCH_COUNT`) and its one parameter."""
+    return "memmy_match_count(%s::text[])", part_texts(_uncovered(parts))
 
 
 def row_score_sql(parts: Sequence[Sequence[str]], weights: tuple[float, float, float]) -> str:
