@@ -206,6 +206,17 @@ _BIND_SAVEPOINT = "memmy_bind"
 _BOUND_MAX = 8192
 
 
+def _int8(value: Any) -> Any:
+    """An int (or a list of them: an IN list) bound as SQLite's INTEGER, bigint, not int2 or int4 by its size."""
+    from psycopg.types.numeric import Int8
+
+    if type(value) is int:
+        return Int8(value)
+    if type(value) is list:
+        return [Int8(v) if type(v) is int else v for v in value]
+    return value
+
+
 class PgConnection:
     """A pool connection with sqlite3's ``execute``/``executemany``, taking SQLite's SQL (see module doc)."""
 
@@ -308,10 +319,9 @@ class PgConnection:
         prepared on this connection from its :data:`PREPARE_THRESHOLD`-th run there (parsed and planned once, not
         each time its literals change)."""
         import psycopg
-        from psycopg.types.numeric import Int8
 
         cursor = self._raw.cursor(row_factory=_row_factory(statement.drops_rowid))
-        bound = [Int8(v) if type(v) is int else v for v in values]  # as SQLite's INTEGER (not int2 by its size)
+        bound = [_int8(v) for v in values]
         sent = (text or statement.sql).encode()
         try:
             try:
