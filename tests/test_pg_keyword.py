@@ -189,7 +189,7 @@ def explained(raw: psycopg.Connection[Any], text: str, values: list[Any]) -> str
 
 def test_a_ranked_keyword_statement_runs_without_parallel_workers(postgres_dsn: str) -> None:
     """The store's connections plan no parallel workers, even where they look free: a ranked statement's bm25()
-    sums, added per worker and then combined, changed in their last bits from run to run."""
+    sums, added per worker and then combined as the workers finished, differed in their last bits."""
     pg = PgDatabase(postgres_dsn)
     try:
         MemoryRepository(pg).insert_many(corpus(), "test")

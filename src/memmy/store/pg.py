@@ -620,9 +620,9 @@ PREPARED_MAX = 256
 
 #: Every pool connection runs its statements without parallel workers. A ranked keyword statement of many words
 #: was planned with two (Gather Merge over partial sums): on a busy machine their start and their share of the
-#: cores cost more than they saved, and the bm25() sums, added per worker and then combined, changed in their last
-#: bits from run to run; without them each row's terms are summed in the order of the query's parts, as FTS5 sums
-#: them, every time.
+#: cores cost more than they saved, and the bm25() sums, added per worker and then combined as the workers finished,
+#: differed in their last bits (4 of 229 statements replayed at 100k); without them each row's terms are summed in
+#: the order of the query's parts, as FTS5 sums them, every time.
 SESSION_SETTINGS = "SET max_parallel_workers_per_gather = 0"
 
 
