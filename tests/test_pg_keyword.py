@@ -6,17 +6,30 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, cast
 
+import psycopg
 import pytest
 
 from memmy.domain import Memory
 from memmy.store.copy import copy_store
 from memmy.store.db import Database
 from memmy.store.memories import MemoryFilter, MemoryRepository, TermStats
-from memmy.store.pg import PgDatabase
-from memmy.store.pgdialect import SETUP_TABLE, fts_text, translate
-from memmy.store.pgfts import LEXEMES, POSTINGS, POSTINGS_BACKFILL, SPLIT_BY_PARSER, STATS, STATS_ROWS
+from memmy.store.pg import PgConnection, PgDatabase
+from memmy.store.pgdialect import SETUP_TABLE, fts_text, match_parts, translate
+from memmy.store.pgfts import (
+    LEXEMES,
+    PHRASE_FAST_POSITIONS,
+    PHRASE_MERGE_RATIO,
+    POSTINGS,
+    POSTINGS_BACKFILL,
+    SPLIT_BY_PARSER,
+    STATS,
+    STATS_ROWS,
+    count_sql,
+)
 from memmy.store.schema import refill_fts
+from memmy.store.text import fts_match_expression, query_terms
 from tests.test_store import make_memory
 
 FILLER = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda omicron sigma".split()
@@ -95,6 +108,136 @@ def test_postgres_ranks_keyword_hits_as_fts5_bm25(tmp_path: Path, postgres_dsn: 
         assert TermStats().total(pg) == TermStats().total(sqlite) == len(CORPUS)
     finally:
         sqlite.close()
+        pg.close()
+
+
+def phrase_corpus() -> list[Memory]:
+    """Phrases of every shape ``memmy_phrase_hits`` joins and counts: "to" in every memory (probed by index: far
+    commoner than "deploy"), "fix" and "deploy" in a few (merged), a first word with more positions in a row than
+    it checks one by one (:data:`PHRASE_FAST_POSITIONS`), instances in the title and the tags (column weights), and
+    words that follow each other only across two columns."""
+    extras = (  # (every, from, text): the text in memories from, from + every, ...
+        (16, 0, "fix to deploy now, then fix to deploy again"),
+        (30, 1, "deploy fix to"),
+        (9, 2, "alpha beta alpha beta alpha gamma alpha beta alpha delta alpha"),
+        (8, 3, "beta alpha"),
+    )
+    memories = []
+    for i in range(80):
+        content = " ".join([f"entry{i} to the release to", *(text for every, at, text in extras if i % every == at)])
+        content += " " + " ".join(FILLER[j % len(FILLER)] for j in range(i))
+        title = "alpha beta" if i % 7 == 4 else ("fix to" if i % 11 == 5 else "")
+        tags = ["fix to deploy"] if i == 6 else (["alpha beta"] if i % 6 == 5 else [])
+        memories.append(make_memory(content, title=title, tags=tags))
+    return memories
+
+
+def test_postgres_counts_phrases_as_fts5(tmp_path: Path, postgres_dsn: str) -> None:
+    """A phrase's documents and its instances per row (weighted by column) are FTS5's however its words are joined
+    (merged, probed) and counted (position by position, or by a subquery for a word with many positions): the same
+    document counts, rows, order and bm25() scores as SQLite."""
+    sqlite, pg = Database(tmp_path / "s.sqlite"), PgDatabase(postgres_dsn)
+    try:
+        for db in (sqlite, pg):
+            MemoryRepository(db).insert_many(phrase_corpus(), "test")
+        counts = {row[0]: row[1] for row in pg.query(f"SELECT lexeme, sum(docs) FROM {LEXEMES} GROUP BY lexeme")}
+        deploy = fts_text("deploy")
+        assert counts["to"] > PHRASE_MERGE_RATIO * counts[deploy] >= counts["fix"]  # "to" probed, "fix" merged
+        most = pg.query_one(f"SELECT max(cardinality(pos)) FROM {POSTINGS} WHERE lexeme = 'alpha'")
+        assert most is not None and most[0] > PHRASE_FAST_POSITIONS
+        phrases = ("fix-to-deploy", "to-deploy", "deploy-fix-to", "alpha-beta", "beta-alpha", "alpha-beta-alpha",
+                   "to-the-release-to", "deploy-alpha", "to-nothing")  # fmt: skip
+        for phrase in phrases:
+            assert TermStats().doc_count(pg, phrase) == TermStats().doc_count(sqlite, phrase), phrase
+            expected = ranked(sqlite, f"{phrase} release")
+            got = ranked(pg, f"{phrase} release")
+            assert [m for m, _ in got] == [m for m, _ in expected], phrase
+            assert [s for _, s in got] == pytest.approx([s for _, s in expected], rel=1e-9), phrase
+        assert TermStats().doc_count(pg, "alpha-beta") > 0 and TermStats().doc_count(pg, "deploy-alpha") == 0
+    finally:
+        sqlite.close()
+        pg.close()
+
+
+RANKED = (
+    "SELECT rowid AS r, bm25(memories_fts, 0.0, 2.0, 1.0, 1.5) AS rank FROM memories_fts WHERE memories_fts MATCH ? "
+    "ORDER BY rank LIMIT ?"
+)
+COUNTS = (
+    "SELECT (SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?), "
+    "(SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?)"
+)
+#: What makes the planner take parallel workers for any statement it can split, however small its tables.
+PARALLEL_CHEAP = (
+    "parallel_setup_cost = 0",
+    "parallel_tuple_cost = 0",
+    "min_parallel_index_scan_size = 0",
+    "min_parallel_table_scan_size = 0",
+)
+
+
+def explained(raw: psycopg.Connection[Any], text: str, values: list[Any]) -> str:
+    """The plan of ``text`` with ``values``, with parallel workers made to look free (:data:`PARALLEL_CHEAP`)."""
+    raw.execute("; ".join(f"SET {setting}" for setting in PARALLEL_CHEAP).encode())
+    try:
+        cursor = psycopg.ClientCursor(raw)
+        cursor.execute(f"EXPLAIN {text}".encode(), values)
+        return "\n".join(str(row[0]) for row in cursor.fetchall())
+    finally:
+        raw.execute("; ".join(f"RESET {setting.split()[0]}" for setting in PARALLEL_CHEAP).encode())
+
+
+def test_a_ranked_keyword_statement_runs_without_parallel_workers(postgres_dsn: str) -> None:
+    """The store's connections plan no parallel workers, even where they look free: a ranked statement's bm25()
+    sums, added per worker and then combined as the workers finished, differed in their last bits."""
+    pg = PgDatabase(postgres_dsn)
+    try:
+        MemoryRepository(pg).insert_many(corpus(), "test")
+        statement = translate(RANKED)
+        given = ['"database" OR "timeout" OR "pool" OR "migrations" OR "worker"', 40]
+        bound = statement.bound(given)
+        assert bound is not None
+        with pg.pool.connection() as raw:
+            plans = [explained(raw, statement.text(given), statement.params(given)), explained(raw, *bound)]
+        for plan in plans:
+            assert "memories_fts_postings" in plan and "Gather" not in plan and "Parallel" not in plan, plan
+    finally:
+        pg.close()
+
+
+def test_the_ranked_keyword_statement_is_one_text_prepared_on_its_connection(postgres_dsn: str) -> None:
+    """The ranked statement's text does not change with its words (they are its parameter), so its connection
+    prepares it; it answers what the statement with its words written in answers (words, phrases, CJK). So do
+    the document counts (one text for any words; each part's count as the text with its words written in)."""
+    pg = PgDatabase(postgres_dsn)
+    try:
+        MemoryRepository(pg).insert_many(corpus(), "test")
+        statement = translate(RANKED)
+        expressions = [fts_match_expression(query_terms(query)) for query in QUERIES]
+        texts = {bound[0] for e in expressions if (bound := statement.bound([e, 10])) is not None}
+        assert len(texts) == 1 and "databas" not in next(iter(texts))
+        with pg.transaction() as conn:
+            conn.execute("SELECT 1")  # (the transaction's BEGIN goes with it)
+            raw = cast(PgConnection, conn).raw
+            for expression in expressions:
+                got = [tuple(row) for row in conn.execute(RANKED, [expression, 10]).fetchall()]
+                cursor = psycopg.ClientCursor(raw)
+                cursor.execute(statement.text([expression, 10]).encode(), statement.params([expression, 10]))
+                written = [tuple(row) for row in cursor.fetchall()]
+                assert got and [r for r, _s in got] == [r for r, _s in written], expression
+                assert [s for _r, s in got] == pytest.approx([s for _r, s in written], rel=1e-12), expression
+            for expression in expressions:  # more runs than PostgreSQL plans each before it keeps one plan
+                conn.execute(RANKED, [expression, 10])
+            plans = conn.execute("SELECT statement, generic_plans FROM pg_prepared_statements").fetchall()
+        assert [int(row[1]) for row in plans if "unnest((SELECT $1::text[]))" in str(row[0])][0] > 0, plans
+        counted = translate(COUNTS)
+        assert len({bound[0] for e in expressions if (bound := counted.bound([e, e])) is not None}) == 1
+        for expression in expressions:
+            for part in expression.split(" OR "):
+                row = pg.query_one(COUNTS, [expression, part])
+                inline = pg.query_one(f"SELECT {count_sql(match_parts(expression))}, {count_sql(match_parts(part))}")
+                assert row is not None and inline is not None and tuple(row) == tuple(inline), (expression, part)
+    finally:
         pg.close()
 
 

@@ -108,3 +108,32 @@ def test_a_transaction_goes_with_its_first_statement_and_a_failed_one_leaves_not
         assert keys(db) == []
     finally:
         db.close()
+
+
+def listed(conn: Any, column: str, values: list[Any], negated: bool = False) -> list[str]:
+    """The keys whose ``column`` is (not) in ``values``, as an IN list of that many placeholders."""
+    marks = ",".join("?" * len(values))
+    sql = f"SELECT key FROM runtime_kv WHERE {column} {'NOT IN' if negated else 'IN'} ({marks}) ORDER BY key"
+    return [str(row[0]) for row in conn.execute(sql, values).fetchall()]
+
+
+def test_an_in_list_of_any_length_is_one_statement_prepared_once(postgres_dsn: str) -> None:
+    """``IN (?, ?, …)`` is sent as ``= ANY(one array)`` (``NOT IN``: ``<> ALL``): the same text for every length,
+    prepared once on its connection; texts and bigints, the same rows as the list."""
+    db = PgDatabase(postgres_dsn)
+    try:
+        with db.transaction() as conn:
+            for key in "abcde":
+                conn.execute(PUT, (key, "1"))
+            rowids = {str(row[0]): int(row[1]) for row in conn.execute("SELECT key, rowid FROM runtime_kv")}
+            assert listed(conn, "key", ["a"]) == ["a"]
+            assert listed(conn, "key", ["a", "c", "zz"]) == ["a", "c"]
+            assert listed(conn, "key", ["b", "c", "d", "e", "x", "y"]) == ["b", "c", "d", "e"]
+            assert listed(conn, "key", ["a", "b"], negated=True) == ["c", "d", "e"]
+            assert listed(conn, "rowid", [rowids["d"], rowids["a"], 2**40]) == ["a", "d"]
+            prepared = [str(row[0]) for row in conn.execute("SELECT statement FROM pg_prepared_statements")]
+        assert sum("key = ANY($1)" in text for text in prepared) == 1, prepared
+        assert translate("SELECT 1 WHERE 1 IN (?)").sql == translate("SELECT 1 WHERE 1 IN (?, ?,?)").sql
+        assert translate("SELECT 1 WHERE 1 IN (?, 2)").sql.endswith("IN (%s, 2)")  # not a list of placeholders only
+    finally:
+        db.close()

@@ -206,6 +206,17 @@ _BIND_SAVEPOINT = "memmy_bind"
 _BOUND_MAX = 8192
 
 
+def _int8(value: Any) -> Any:
+    """An int (or a list of them: an IN list) bound as SQLite's INTEGER, bigint, not int2 or int4 by its size."""
+    from psycopg.types.numeric import Int8
+
+    if type(value) is int:
+        return Int8(value)
+    if type(value) is list:
+        return [Int8(v) if type(v) is int else v for v in value]
+    return value
+
+
 class PgConnection:
     """A pool connection with sqlite3's ``execute``/``executemany``, taking SQLite's SQL (see module doc)."""
 
@@ -274,6 +285,9 @@ class PgConnection:
         statement = translate(sql)
         given = tuple(params)
         values = statement.params(given)
+        bound = statement.bound(given) if statement.inline and not self.pending else None
+        if bound is not None:  # full text whose words are a parameter: one text, prepared
+            return self._bound(statement, bound[1], bound[0])
         if statement.inline or self.pending:  # text written per call (full text), or one text with the pending
             return self._client_side(statement, statement.text(given), values)
         key = (statement.sql, tuple(map(type, values)))
@@ -300,17 +314,18 @@ class PgConnection:
             pass
         return PgCursor(cursor, statement)
 
-    def _bound(self, statement: Statement, values: list[Any]) -> PgCursor:
-        """Run the statement with server-side parameters: prepared on this connection from its
-        :data:`PREPARE_THRESHOLD`-th run there (parsed and planned once, not each time its literals change)."""
+    def _bound(self, statement: Statement, values: list[Any], text: str | None = None) -> PgCursor:
+        """Run the statement (or ``text``, its full-text form with bound words) with server-side parameters:
+        prepared on this connection from its :data:`PREPARE_THRESHOLD`-th run there (parsed and planned once, not
+        each time its literals change)."""
         import psycopg
-        from psycopg.types.numeric import Int8
 
         cursor = self._raw.cursor(row_factory=_row_factory(statement.drops_rowid))
-        bound = [Int8(v) if type(v) is int else v for v in values]  # as SQLite's INTEGER (not int2 by its size)
+        bound = [_int8(v) for v in values]
+        sent = (text or statement.sql).encode()
         try:
             try:
-                cursor.execute(statement.sql.encode(), bound)
+                cursor.execute(sent, bound)
             except psycopg.errors.FeatureNotSupported as exc:
                 # A table's columns changed under a prepared statement (DDL on another connection): PostgreSQL
                 # refuses to answer rows of another shape. Prepare it again; inside a transaction, which that
@@ -318,7 +333,7 @@ class PgConnection:
                 if self.in_transaction or "cached plan" not in str(exc):
                     raise
                 self._raw.execute(b"DEALLOCATE ALL", prepare=False)  # (psycopg forgets its names with them)
-                cursor.execute(statement.sql.encode(), bound)
+                cursor.execute(sent, bound)
         except psycopg.Error as exc:
             raise _as_sqlite_error(exc) from exc
         return PgCursor(cursor, statement)
@@ -603,8 +618,16 @@ PREPARE_THRESHOLD = 1
 PREPARED_MAX = 256
 
 
+#: Every pool connection runs its statements without parallel workers. A ranked keyword statement of many words
+#: was planned with two (Gather Merge over partial sums): on a busy machine their start and their share of the
+#: cores cost more than they saved, and the bm25() sums, added per worker and then combined as the workers finished,
+#: differed in their last bits (4 of 229 statements replayed at 100k); without them each row's terms are summed in
+#: the order of the query's parts, as FTS5 sums them, every time.
+SESSION_SETTINGS = "SET max_parallel_workers_per_gather = 0"
+
+
 def _configure(conn: psycopg.Connection[Any]) -> None:
-    conn.execute(pgvectors.SESSION_SETTINGS.encode())
+    conn.execute(f"{pgvectors.SESSION_SETTINGS}; {SESSION_SETTINGS}".encode())
     conn.prepare_threshold = PREPARE_THRESHOLD
     conn.prepared_max = PREPARED_MAX
 

@@ -32,10 +32,13 @@ from typing import Any, Final
 from memmy.store.pgfts import (
     RANK_WEIGHTS,
     TSV_FUNCTION,
+    count_bound_sql,
     count_sql,
     newest_ranked_sql,
     newest_sql,
+    part_texts,
     porter_stems,
+    ranked_bound_sql,
     ranked_sql,
     row_score_sql,
     tsquery_text,
@@ -79,6 +82,8 @@ def fts5_to_tsquery(expression: str) -> str:
 
 #: Where a statement's BM25 score goes; it is written per call (:func:`memmy.store.pgfts.row_score_sql`).
 BM25_MARK: Final = "\x00bm25\x00"
+#: What :meth:`Statement.bound` reads a statement's text as: its full-text marks and placeholders (``%%``, a ``%``).
+_BOUND_PIECE = re.compile(r"(\x00\w+?\d+\x00|%%|%s)")
 _INLINE = re.compile(r"\x00(count|ranked|score|newest|newranked)(\d+)\x00")
 
 
@@ -105,7 +110,8 @@ class Statement:
     """One translated statement: its PostgreSQL text and where each ``%s`` takes its value from.
 
     ``plan`` lists, per placeholder, the index of the caller's parameter and how it is turned into this one's:
-    ``""`` as it is, ``"tsquery"`` a MATCH expression as tsquery text, ``"fts"`` a column's text as stems.
+    ``""`` as it is, ``"tsquery"`` a MATCH expression as tsquery text, ``"fts"`` a column's text as stems,
+    ``"array<n>"`` that parameter and the n - 1 after it as one list (an IN list).
     ``inline`` lists the statement text written per call from a MATCH expression: (the caller's parameter, its
     mark ``\\x00kind<n>\\x00`` in :attr:`sql`, kind: ``count``, ``ranked``, ``score``, ``newest`` or ``newranked``,
     the last two with a LIMIT: the caller's next parameter).
@@ -138,12 +144,39 @@ class Statement:
             sql = sql.replace(mark, piece.replace("%", "%%"))
         return sql
 
+    def bound(self, given: tuple[Any, ...] | list[Any]) -> tuple[str, list[Any]] | None:
+        """The statement as a text that does not change with its MATCH expressions, and its parameters (each
+        expression's parts one of them): the ranked statement (:func:`memmy.store.pgfts.ranked_bound_sql`) and the
+        document counts (:func:`memmy.store.pgfts.count_bound_sql`), so that they are prepared; None for the others
+        (their text is written per call, :meth:`text`)."""
+        if not self.inline or any(kind not in ("ranked", "count") for _index, _mark, kind in self.inline):
+            return None
+        values = iter(self.params(given))
+        marks = {mark: (index, kind) for index, mark, kind in self.inline}
+        text: list[str] = []
+        bound: list[Any] = []
+        for piece in _BOUND_PIECE.split(self.sql):
+            if piece in marks:
+                index, kind = marks[piece]
+                parts = match_parts(str(given[index]))
+                if kind == "ranked":
+                    piece, words = ranked_bound_sql(self.weights), part_texts(parts)
+                else:
+                    piece, words = count_bound_sql(parts)
+                bound.append(words)
+            elif piece == "%s":
+                bound.append(next(values))
+            text.append(piece)
+        return "".join(text), bound
+
     def params(self, given: tuple[Any, ...] | list[Any]) -> list[Any]:
         """The parameters of :attr:`sql` from the caller's."""
         out: list[Any] = []
         for index, how in self.plan:
             value = given[index]
-            if how == "tsquery":
+            if how.startswith("array"):
+                value = [int(v) if isinstance(v, bool) else v for v in given[index : index + int(how[5:])]]
+            elif how == "tsquery":
                 value = fts5_to_tsquery(str(value))
             elif how == "fts":
                 value = fts_text(value)
@@ -196,6 +229,18 @@ _JSON_REMOVE = re.compile(r"json_remove\(\s*([\w.]+)\s*,\s*(\?|'[^']*')\s*\)", r
 _PAIR = re.compile(r"\b(MAX|MIN)\(([^(),]+),([^(),]+)\)", re.IGNORECASE)
 _STAR = re.compile(r"(?:SELECT|,)\s*(?:\w+\.)?\*", re.IGNORECASE)
 _INTO = re.compile(r"^\s*INSERT\s+(?:OR\s+IGNORE\s+)?INTO\s+(\w+)", re.IGNORECASE)
+
+
+#: ``IN (?, ?, …)`` (or ``NOT IN``): a list of placeholders only, whatever its length.
+_IN_LIST = re.compile(r"\b(NOT\s+)?IN\s*\(\s*\?(?:\s*,\s*\?)*\s*\)", re.IGNORECASE)
+
+
+def _as_array(match: re.Match[str]) -> str:
+    """An IN list as one array parameter (``?ARRAYn``, its n values): ``= ANY(…)``, ``NOT IN``: ``<> ALL(…)``. The
+    statement's text is then the same for every length of the list, so it is prepared once, not once per length
+    (a list of 40 rowids: 1.1 -> 0.7 ms). The same rows: NULLs in the list or the column answer as ``IN`` does."""
+    n = match.group(0).count("?")
+    return f"<> ALL(?ARRAY{n})" if match.group(1) else f"= ANY(?ARRAY{n})"
 
 
 def _json_extract(match: re.Match[str]) -> str:
@@ -337,10 +382,13 @@ def translate(sql: str) -> Statement:
         if literal:
             out.append(piece.replace("%", "%%"))
             continue
-        for part in re.split(
-            r"(\?MATCH|\?COUNT|\?RANKED|\?NEWRANKED|\?NEWEST|\?SCORE|\?)", _rewrite_code(piece).replace("%", "%%")
-        ):
-            if part in ("?NEWEST", "?NEWRANKED"):  # the MATCH expression and its LIMIT, both written per call
+        code = _IN_LIST.sub(_as_array, _rewrite_code(piece).replace("%", "%%"))
+        for part in re.split(r"(\?MATCH|\?COUNT|\?RANKED|\?NEWRANKED|\?NEWEST|\?SCORE|\?ARRAY\d+|\?)", code):
+            if part.startswith("?ARRAY"):  # an IN list: its values as one array
+                plan.append((given, part[1:].lower()))
+                out.append("%s")
+                given += int(part[6:])
+            elif part in ("?NEWEST", "?NEWRANKED"):  # the MATCH expression and its LIMIT, both written per call
                 kind = part[1:].lower()
                 mark = f"\x00{kind}{len(inline)}\x00"
                 inline.append((given, mark, kind))

@@ -99,38 +99,87 @@ def porter_stems(tokens: Sequence[str]) -> list[str]:
 #: the next token of the same column is ``+ 4`` and a phrase never runs from one column into the next.
 COLUMN_CODE: Final = {"A": 3, "B": 2, "D": 0}
 
+#: Positions of a phrase's first word checked one by one (``pos[1]`` .. ``pos[n]``, no subquery) when it has at
+#: most this many in a row; a row with more is checked by a subquery over ``unnest(pos)``.
+PHRASE_FAST_POSITIONS: Final = 3
+#: A phrase word is joined by merging its postings with the rarest word's (read in rowid order) while it is found
+#: in at most this many times the rarest word's documents; a commoner word is probed by index, row by row.
+PHRASE_MERGE_RATIO: Final = 8
+
 #: A phrase's hits (rowid, f: its instances weighted by column, doclen) from its words' postings, joined in the
-#: order of their documents, rarest first (``join_collapse_limit = 1`` keeps that order): the planner's order (the
-#: first two words merged, the others probed in turn) probed every row of two common words where one rare word
-#: (a port, a byte, a path) leaves a few rows to probe (100k: "UnicodeDecodeError … byte 0x300" 28 -> 1.5 ms).
-#: A word no document holds: no rows, nothing joined. ``$2``-``$4``: the weights of columns A, D and B.
+#: order of their documents, rarest first (``join_collapse_limit = 1`` keeps that order): the planner's order
+#: (the first two words merged, the others probed in turn) probed every row of two common words where one rare
+#: word (a port, a byte, a path) leaves a few rows to probe (100k: "UnicodeDecodeError … byte 0x300" 28 -> 1.5 ms).
+#: How each word is joined is chosen here, from the counts, not by the planner, which takes the words of a phrase
+#: for independent and so expects a handful of rows where they occur together in every row (an error line's
+#: words): a word in at most :data:`PHRASE_MERGE_RATIO` times the rarest word's documents is merge-joined
+#: (``enable_nestloop`` off: its postings read in order, ~0.1 us a row), a commoner one ("to", "is") probed by
+#: index from a ``LATERAL`` (~1.5 us a row: 100k, "TypeError: 'NoneType' object is not subscriptable" 10.4 ->
+#: 4.8 ms). The instances are counted without a subquery per row where the first word has at most
+#: :data:`PHRASE_FAST_POSITIONS` positions: each ``pos[j]`` that the others follow adds its column's weight, in
+#: position order as ``sum()`` adds them (the same float8 sums; "etl-jobs" 7.0 -> 3.9 ms). A word no document
+#: holds: no rows, nothing joined. ``$2``-``$4``: the weights of columns A, D and B.
 PHRASE_HITS: Final = f"""CREATE OR REPLACE FUNCTION memmy_phrase_hits(words text[], wa float8, wd float8, wb float8)
-RETURNS TABLE(rowid bigint, f float8, doclen integer) LANGUAGE plpgsql STABLE SET join_collapse_limit = 1 AS $fn$
+RETURNS TABLE(rowid bigint, f float8, doclen integer) LANGUAGE plpgsql STABLE SET join_collapse_limit = 1
+SET enable_nestloop = off AS $fn$
 DECLARE
   rarest int[];
-  fewest bigint;
-  query text;
+  counts numeric[];
+  fewest numeric;
+  joins text := '';
   follows text := '';
+  fast text := '';
   k int;
 BEGIN
-  SELECT array_agg(i ORDER BY d, i), min(d) INTO rarest, fewest FROM (
+  SELECT array_agg(i ORDER BY d, i), array_agg(d ORDER BY d, i), min(d) INTO rarest, counts, fewest FROM (
     SELECT i, COALESCE((SELECT sum(l.docs) FROM {LEXEMES} l WHERE l.lexeme = words[i + 1]), 0) AS d
     FROM generate_series(0, cardinality(words) - 1) i) z;
   IF fewest IS NULL OR fewest <= 0 THEN
     RETURN;
   END IF;
-  query := format('SELECT p0.rowid, c.f, p0.doclen FROM {POSTINGS} p%s', rarest[1]);
   FOR k IN 2..cardinality(rarest) LOOP
-    query := query || format(' JOIN {POSTINGS} p%1$s ON p%1$s.lexeme = $1[%2$s] AND p%1$s.rowid = p%3$s.rowid',
-      rarest[k], rarest[k] + 1, rarest[1]);
+    IF counts[k] <= {PHRASE_MERGE_RATIO} * fewest THEN
+      joins := joins || format(' JOIN {POSTINGS} p%1$s ON p%1$s.lexeme = $1[%2$s] AND p%1$s.rowid = p%3$s.rowid',
+        rarest[k], rarest[k] + 1, rarest[1]);
+    ELSE
+      joins := joins || format(' CROSS JOIN LATERAL (SELECT q.pos FROM {POSTINGS} q WHERE q.lexeme = $1[%2$s] '
+        'AND q.rowid = p%3$s.rowid OFFSET 0) p%1$s', rarest[k], rarest[k] + 1, rarest[1]);
+    END IF;
   END LOOP;
   FOR k IN 1..cardinality(words) - 1 LOOP
     follows := follows || CASE WHEN k > 1 THEN ' AND ' ELSE '' END || format('x + %s = ANY(p%s.pos)', 4 * k, k);
   END LOOP;
-  query := query || format(' CROSS JOIN LATERAL (SELECT COALESCE(sum(CASE x & 3 WHEN {COLUMN_CODE["A"]} THEN $2 '
-    'WHEN {COLUMN_CODE["B"]} THEN $4 ELSE $3 END), 0)::float8 AS f FROM unnest(p0.pos) x WHERE %s) c '
-    'WHERE p%s.lexeme = $1[%s] AND c.f > 0', follows, rarest[1], rarest[1] + 1);
-  RETURN QUERY EXECUTE query USING words, wa, wd, wb;
+  FOR k IN 1..{PHRASE_FAST_POSITIONS} LOOP
+    fast := fast || CASE WHEN k > 1 THEN ' + ' ELSE '' END || format('CASE WHEN %s THEN CASE p0.pos[%s] & 3 '
+      'WHEN {COLUMN_CODE["A"]} THEN $2 WHEN {COLUMN_CODE["B"]} THEN $4 ELSE $3 END ELSE 0::float8 END',
+      replace(follows, 'x + ', format('p0.pos[%s] + ', k)), k);
+  END LOOP;
+  RETURN QUERY EXECUTE format('SELECT z.rowid, z.f, z.doclen FROM (SELECT p%1$s.rowid, p%1$s.doclen, CASE WHEN '
+    'cardinality(p0.pos) <= {PHRASE_FAST_POSITIONS} THEN %2$s ELSE (SELECT COALESCE(sum(CASE x & 3 '
+    'WHEN {COLUMN_CODE["A"]} THEN $2 WHEN {COLUMN_CODE["B"]} THEN $4 ELSE $3 END), 0)::float8 FROM unnest(p0.pos) x '
+    'WHERE %3$s) END AS f '
+    'FROM {POSTINGS} p%1$s%4$s WHERE p%1$s.lexeme = $1[%5$s] OFFSET 0) z WHERE z.f > 0', rarest[1], fast, follows,
+    joins, rarest[1] + 1) USING words, wa, wd, wb;
+END $fn$"""
+
+#: The documents any of ``parts`` occurs in (each a word, or a phrase's lexemes joined by spaces: :func:`part_texts`),
+#: as :func:`count_sql` counts them, for a statement whose text does not hold the words (:func:`count_bound_sql`).
+MATCH_COUNT: Final = f"""CREATE OR REPLACE FUNCTION memmy_match_count(parts text[]) RETURNS bigint LANGUAGE plpgsql
+STABLE AS $fn$
+DECLARE
+  n bigint;
+BEGIN
+  IF cardinality(parts) = 1 AND strpos(parts[1], ' ') = 0 THEN
+    SELECT COALESCE(sum(l.docs), 0)::bigint INTO n FROM {LEXEMES} l WHERE l.lexeme = parts[1];
+  ELSE
+    SELECT count(*) INTO n FROM (
+      SELECT p.rowid FROM unnest(parts) q(part) JOIN {POSTINGS} p ON p.lexeme = q.part
+        WHERE strpos(q.part, ' ') = 0 AND p.hits_a + p.hits_b + p.hits_d > 0
+      UNION
+      SELECT h.rowid FROM unnest(parts) q(part) CROSS JOIN LATERAL memmy_phrase_hits(string_to_array(q.part, ' '),
+        1.0, 1.0, 1.0) h WHERE strpos(q.part, ' ') > 0) u;
+  END IF;
+  RETURN n;
 END $fn$"""
 
 #: Tables and functions; run at every start (idempotent).
@@ -150,6 +199,7 @@ FTS_DDL: Final = (
   RETURNS float8 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT idf * f * {K1 + 1!r} / (f + {K1!r} * ({1 - B!r} + {B!r} * doclen / GREATEST(avgdl, 1e-9))) $$""",
     PHRASE_HITS,
+    MATCH_COUNT,
 )
 
 #: The postings of the rows of a transition table ``rows`` (or of ``memories_fts``), one per (lexeme, row).
@@ -205,6 +255,10 @@ _LEXEMES_OF = (
 )
 #: The documents that hold ``lexeme`` (a word's document count for bm25(), without reading its postings).
 LEXEME_DOCS: Final = "(SELECT COALESCE(sum(docs), 0)::bigint FROM " + LEXEMES + " WHERE lexeme = {lexeme})"
+#: Ends the subquery of the counts that a ranked statement joins to its hits, so that its averages are computed
+#: once: flattened into the join, ``tokens / GREATEST(docs, 1)`` of the numeric sums was computed for every hit
+#: (100k, ten words: 8.5 -> 7.0 ms; the same float8 values, summed in the same order).
+ONCE: Final = "OFFSET 0"
 #: The counts' rows as (documents, tokens).
 STATS_ROWS: Final = f"SELECT COALESCE(sum(docs), 0) AS docs, COALESCE(sum(tokens), 0) AS tokens FROM {STATS}"
 TRIGGER_DDL: Final = (
@@ -343,7 +397,42 @@ def ranked_sql(parts: Sequence[Sequence[str]], weights: tuple[float, float, floa
         ("WITH " + ", ".join(ctes) + " " if ctes else "")
         + "SELECT h.rowid AS r, -sum(memmy_bm25_term(h.idf, h.f, h.doclen, st.avgdl)) AS rank "
         f"FROM ({' UNION ALL '.join(rows)}) h, "
-        f"(SELECT tokens::float8 / GREATEST(docs, 1) AS avgdl FROM ({STATS_ROWS}) c) st "
+        f"(SELECT tokens::float8 / GREATEST(docs, 1) AS avgdl FROM ({STATS_ROWS}) c {ONCE}) st "
+        "GROUP BY h.rowid ORDER BY rank, r"
+    )
+
+
+def part_texts(parts: Sequence[Sequence[str]]) -> list[str]:
+    """Each part as one text, its lexemes joined by spaces (a lexeme holds none): the parameter of
+    :func:`ranked_bound_sql`."""
+    return [" ".join(part) for part in parts]
+
+
+def ranked_bound_sql(weights: tuple[float, float, float]) -> str:
+    """:func:`ranked_sql` as one text for every query: the parts are its one parameter (``%s``, a ``text[]`` of
+    :func:`part_texts`), so the statement is prepared on its connection and, from its sixth run there, runs on a
+    plan made once (generic) instead of being parsed and planned each time (~1 ms at 100k: its text held its
+    words). The caller appends ``LIMIT``.
+
+    Each part in order (``unnest … WITH ORDINALITY``), its IDF once (a ``LATERAL`` of one row); then its rows: a
+    word's postings (an index range, whatever the word), or a phrase's hits (:data:`PHRASE_HITS`), its IDF from
+    their count. The same rows and values, summed per row in the order of the parts, as :func:`ranked_sql` sums
+    them; where the planner's estimate of a word's postings differed per word, here the plan is the same for every
+    word (one index range per part), so the generic plan is the plan each run would get. The array is read through a
+    scalar subquery so that a run's own plan does not count its parts either: with them counted, its estimate was
+    below the generic plan's for a query of few parts, and PostgreSQL kept planning every run."""
+    wa, wd, wb = weights
+    f = f"{wa!r}::float8 * hits_a + {wb!r}::float8 * hits_b + {wd!r}::float8 * hits_d"
+    return (
+        "SELECT h.rowid AS r, -sum(memmy_bm25_term(h.idf, h.f, h.doclen, st.avgdl)) AS rank FROM (SELECT "
+        f"docs::float8 AS docs, tokens::float8 / GREATEST(docs, 1) AS avgdl FROM ({STATS_ROWS}) c {ONCE}) st "
+        "CROSS JOIN LATERAL (SELECT p.rowid, p.f, p.doclen, p.idf FROM unnest((SELECT %s::text[])) WITH ORDINALITY "
+        "q(part, i) "
+        "CROSS JOIN LATERAL (SELECT memmy_bm25_idf(st.docs, (SELECT COALESCE(sum(l.docs), 0)::bigint FROM "
+        f"{LEXEMES} l WHERE l.lexeme = q.part)) AS idf {ONCE}) w CROSS JOIN LATERAL (SELECT rowid, {f} AS f, doclen, "
+        f"w.idf FROM {POSTINGS} WHERE strpos(q.part, ' ') = 0 AND lexeme = q.part AND {f} > 0 UNION ALL SELECT "
+        "x.rowid, x.f, x.doclen, memmy_bm25_idf(st.docs, count(*) OVER ()) FROM memmy_phrase_hits(string_to_array("
+        f"q.part, ' '), {wa!r}, {wd!r}, {wb!r}) x WHERE strpos(q.part, ' ') > 0) p) h "
         "GROUP BY h.rowid ORDER BY rank, r"
     )
 
@@ -367,6 +456,11 @@ def count_sql(parts: Sequence[Sequence[str]]) -> str:
         return LEXEME_DOCS.format(lexeme=_literal(parts[0][0]))
     rows = " UNION ".join(f"SELECT rowid FROM ({_hits(i, p, RANK_WEIGHTS)}) x WHERE f > 0" for i, p in enumerate(parts))
     return f"(SELECT count(*) FROM ({rows}) y)"
+
+
+def count_bound_sql(parts: Sequence[Sequence[str]]) -> tuple[str, list[str]]:
+    """:func:`count_sql` as a text that does not hold the words (:data:`MATCH_COUNT`) and its one parameter."""
+    return "memmy_match_count(%s::text[])", part_texts(_uncovered(parts))
 
 
 def row_score_sql(parts: Sequence[Sequence[str]], weights: tuple[float, float, float]) -> str:
@@ -443,5 +537,6 @@ def newest_ranked_sql(parts: Sequence[Sequence[str]], weights: tuple[float, floa
         ("WITH " + ", ".join(ctes) + " " if ctes else "")
         + "SELECT x.rowid AS r, -sum(memmy_bm25_term(memmy_bm25_idf(st.n, x.n), x.f, x.doclen, st.avgdl) ORDER BY x.i) "
         f"AS s FROM {cut} cut CROSS JOIN LATERAL ({' UNION ALL '.join(rows)}) x CROSS JOIN (SELECT docs::float8 AS n, "
-        f"tokens::float8 / GREATEST(docs, 1) AS avgdl FROM ({STATS_ROWS}) c) st GROUP BY x.rowid ORDER BY s, r DESC"
+        f"tokens::float8 / GREATEST(docs, 1) AS avgdl FROM ({STATS_ROWS}) c {ONCE}) st "
+        "GROUP BY x.rowid ORDER BY s, r DESC"
     )
