@@ -52,7 +52,8 @@ def first_of_each_chat(batch: list[dict[str, Any]]) -> tuple[list[dict[str, Any]
     later: list[dict[str, Any]] = []
     for update in batch:
         message = update.get("message")
-        chat = message.get("chat", {}).get("id") if isinstance(message, dict) else None
+        chat = message.get("chat") if isinstance(message, dict) else None
+        chat = chat.get("id") if isinstance(chat, dict) else None
         if chat is None or chat not in seen:
             seen.add(chat)
             first.append(update)
