@@ -12,7 +12,7 @@ from typing import Any
 
 from memmy.agent.channels.router import Answer, ChatRouter
 from memmy.agent.channels.settings import ChannelSettings
-from memmy.agent.channels.telegram import TelegramChannel, first_of_each_chat
+from memmy.agent.channels.telegram import TelegramChannel, chat_rounds
 from memmy.agent.channels.turn_worker import TurnPool
 from memmy.agent.config import load_agent_config
 from tests.agent_stubs import Reply, last_user_text, run_model_stub, write_agent_config
@@ -117,12 +117,11 @@ def test_an_update_that_cannot_be_read_is_skipped_and_the_batch_goes_on(isolated
         assert fake.texts(41) == ["echo: before"] and fake.texts(42) == ["echo: after"]
 
 
-def test_first_of_each_chat_keeps_each_chats_order() -> None:
+def test_chat_rounds_keeps_each_chats_order() -> None:
     def update(n: int, chat: int | None) -> dict[str, Any]:
         return {"update_id": n, "message": {"chat": {"id": chat}}} if chat is not None else {"update_id": n}
 
     batch = [update(1, 7), update(2, 7), update(3, 8), update(4, None), update(5, 8), update(6, 9), update(7, 7)]
     batch.append({"update_id": 8, "message": {"chat": "not an object"}})  # read (and skipped) when handed over
-    first, later = first_of_each_chat(batch)
-    assert [u["update_id"] for u in first] == [1, 3, 4, 6, 8]
-    assert [u["update_id"] for u in later] == [2, 5, 7]
+    assert [[u["update_id"] for u in round_] for round_ in chat_rounds(batch)] == [[1, 3, 4, 6, 8], [2, 5], [7]]
+    assert chat_rounds([]) == []

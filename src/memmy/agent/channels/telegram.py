@@ -38,28 +38,29 @@ TOKEN_LOGGERS = ("httpx", "httpcore", "telegram", "telegram.Bot", "telegram.HTTP
 
 POLL_TIMEOUT_S = 25
 READ_TIMEOUT_S = 10  # beyond the long poll's own time
+READ_BETWEEN_PASSES = 10  # updates of a batch's later rounds read between two passes of the event loop
 SEND_ATTEMPTS = 4
 MAX_DOWNLOAD_BYTES = 10 * 1024 * 1024
 
 
-def first_of_each_chat(batch: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """A batch of updates split in the order they are handed over: each chat's first update, then the rest as they
-    came. Each chat keeps its own order; a chat's first message (the one that starts a turn) is not held back behind
-    other chats' messages that only join a queue (a burst after an outage: one busy chat's dozens of messages ahead
-    of another chat's one)."""
-    seen: set[object] = set()
-    first: list[dict[str, Any]] = []
-    later: list[dict[str, Any]] = []
+def chat_rounds(batch: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """A batch of updates in the rounds they are handed over in: each chat's first update, then each chat's second,
+    and so on (an update with no chat goes in the first). Each chat keeps its own order; a chat's first message, the
+    one that starts a turn, is not held back behind other chats' messages that only join a queue, nor a chat's next
+    message behind one busy chat's dozens (a burst after an outage)."""
+    rounds: list[list[dict[str, Any]]] = []
+    seen: dict[object, int] = {}
     for update in batch:
         message = update.get("message")
         chat = message.get("chat") if isinstance(message, dict) else None
         chat = chat.get("id") if isinstance(chat, dict) else None
-        if chat is None or chat not in seen:
-            seen.add(chat)
-            first.append(update)
-        else:
-            later.append(update)
-    return first, later
+        index = seen.get(chat, -1) + 1 if chat is not None else 0
+        if chat is not None:
+            seen[chat] = index
+        if index == len(rounds):
+            rounds.append([])
+        rounds[index].append(update)
+    return rounds
 
 
 async def check(settings: ChannelSettings) -> str:
@@ -115,13 +116,15 @@ class TelegramChannel:
                     # The offset is kept (once a batch) before the messages are handed over: a crash then loses
                     # at most the turns in flight instead of answering every message of the batch twice.
                     keep_position(self.offset_file, int(batch[-1]["update_id"]) + 1)
-                first, later = first_of_each_chat(batch)
-                for data in first:  # read and handed over one by one, ~0.2 ms each: their turns start together
-                    await self._hand_over(data, deliver)
-                for data in later:
-                    # one pass of the event loop before each: the turns started above go on to the agent (their
-                    # requests to the worker, then their typing calls) while the rest of the batch is read
-                    await asyncio.sleep(0)
+                rounds = chat_rounds(batch)
+                for data in rounds[0] if rounds else []:  # ~0.2 ms each, one after another: their turns start
+                    await self._hand_over(data, deliver)  # together, each before any typing call
+                for index, data in enumerate(update for later in rounds[1:] for update in later):
+                    if index % READ_BETWEEN_PASSES == 0:
+                        # a pass of the event loop every few updates (~1.5 ms): the turns started above go on to
+                        # the agent (their requests to the worker, then their typing calls), and answers go out,
+                        # while the rest of the batch is read
+                        await asyncio.sleep(0)
                     await self._hand_over(data, deliver)
         finally:
             await self.bot.shutdown()
