@@ -112,10 +112,11 @@ class TelegramChannel:
             await self.bot.delete_webhook()
             while True:
                 batch = await self._poll()
-                if batch:
+                last = max((u["update_id"] for u in batch if isinstance(u.get("update_id"), int)), default=None)
+                if last is not None:
                     # The offset is kept (once a batch) before the messages are handed over: a crash then loses
                     # at most the turns in flight instead of answering every message of the batch twice.
-                    keep_position(self.offset_file, int(batch[-1]["update_id"]) + 1)
+                    keep_position(self.offset_file, last + 1)
                 rounds = chat_rounds(batch)
                 for data in rounds[0] if rounds else []:  # ~0.2 ms each, one after another: their turns start
                     await self._hand_over(data, deliver)  # together, each before any typing call
