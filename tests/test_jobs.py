@@ -360,6 +360,8 @@ def test_background_thread_start_wake_stop(db: Database, jobs: JobRepository) ->
         job, _ = jobs.enqueue("reward")
         worker.wake()
         assert done.wait(15.0)
+        # done is set inside the job's transaction: its row is read here once that has committed
+        assert wait_for(lambda: job.id in side_effects(db), 15.0)
         assert side_effects(db)[-1] == job.id
         # A delayed job runs when due without another wake().
         done.clear()

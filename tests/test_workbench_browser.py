@@ -203,6 +203,7 @@ def test_a_docx_attachment_reaches_the_provider(
     expect(page.locator(".msg.assistant .md").last).to_contain_text("echo:")
     sent = [m for m in stub.requests[-1]["body"]["messages"] if m["role"] == "user"][-1]["content"]
     assert "room ORCHID" in sent and "where is the meeting?" in sent
+    seen_by_the_page(page, base)  # its answer (the document echoed back) may still stream: unread, it went first
     page.context.close()
 
 
