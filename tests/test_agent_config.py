@@ -6,9 +6,11 @@ from __future__ import annotations
 import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
+import yaml
 
 from memmy.agent.config import load_agent_config, write_agent_sections
 from memmy.errors import ConfigError
@@ -89,3 +91,27 @@ def test_a_new_file_is_created(isolated_home: Path) -> None:
     path = isolated_home / ".memmy" / "config.yaml"
     write_agent_sections(path, {"serve": {"token": "fresh"}, "agents": {"defaults": {"model": "m"}}})
     assert path.read_text(encoding="utf-8") == "serve:\n  token: fresh\nagents:\n  defaults:\n    model: m\n"
+
+
+def test_settings_written_at_once_are_all_kept(tmp_path: Path) -> None:
+    """Two settings saved at the same moment (the workbench writes each from a thread) both land: each write reads,
+    merges and writes the file in turn, so none overwrites the file with a copy read before another's write."""
+    path = tmp_path / "config.yaml"
+    path.write_text("# mine\nworkbench:\n  language: en\n", encoding="utf-8")
+    start = threading.Barrier(8)
+
+    def save(n: int) -> None:
+        start.wait()
+        for k in range(5):
+            write_agent_sections(path, {"workbench": {f"key{n}_{k}": n * 10 + k}})
+
+    threads = [threading.Thread(target=save, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    kept = yaml.safe_load(path.read_text(encoding="utf-8"))["workbench"]
+    assert {key: kept[key] for key in kept if key != "language"} == {
+        f"key{n}_{k}": n * 10 + k for n in range(8) for k in range(5)
+    }
+    assert kept["language"] == "en" and path.read_text(encoding="utf-8").startswith("# mine")

@@ -6,11 +6,14 @@ keys from the same file, expands ``${ENV}`` references and fills in the provider
 
 from __future__ import annotations
 
+import fcntl
 import io
 import json
 import os
 import re
-from collections.abc import Mapping, MutableMapping
+import threading
+from collections.abc import Iterator, Mapping, MutableMapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -400,9 +403,34 @@ def _merge_into(base: MutableMapping[str, Any], overlay: Mapping[str, Any]) -> N
             base[key] = dict(value) if isinstance(value, Mapping) else value
 
 
+#: One config write at a time in this process (the workbench writes from threads); :func:`_writing` adds a file
+#: lock for other processes (the CLI beside a running ``memmy serve``).
+_WRITE_LOCK = threading.Lock()
+
+
+@contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """Hold the config file's write lock: a read, merge and write is not interleaved with another one, which would
+    lose its update (two settings saved at once: the second read the file before the first was written)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _WRITE_LOCK:
+        lock = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(lock)  # (closing releases the lock)
+
+
 def write_agent_sections(path: Path, updates: Mapping[str, Any]) -> None:
     """Deep-merge ``updates`` into the file's top-level agent sections, keeping every other key and the user's
-    comments, key order and quoting (a ruamel.yaml round trip; a ``.json`` file stays JSON). 0600, atomic."""
+    comments, key order and quoting (a ruamel.yaml round trip; a ``.json`` file stays JSON). 0600, atomic; one
+    writer at a time (:func:`_writing`)."""
+    with _writing(path):
+        _write_sections(path, updates)
+
+
+def _write_sections(path: Path, updates: Mapping[str, Any]) -> None:
     text = path.read_text(encoding="utf-8") if path.exists() else ""
     if path.suffix == ".json":
         raw = read_config_file(path)
