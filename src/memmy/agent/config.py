@@ -6,7 +6,6 @@ keys from the same file, expands ``${ENV}`` references and fills in the provider
 
 from __future__ import annotations
 
-import fcntl
 import io
 import json
 import os
@@ -416,7 +415,12 @@ def _writing(path: Path) -> Iterator[None]:
     with _WRITE_LOCK:
         lock = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                import fcntl
+            except ImportError:  # Windows: no flock; writes take turns within the process only (as hook/outbox.py)
+                pass
+            else:
+                fcntl.flock(lock, fcntl.LOCK_EX)
             yield
         finally:
             os.close(lock)  # (closing releases the lock)
@@ -456,7 +460,6 @@ def _write_sections(path: Path, updates: Mapping[str, Any]) -> None:
         buffer = io.StringIO()
         round_trip.dump(doc, buffer)
         output = buffer.getvalue()
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(output, encoding="utf-8")
     os.chmod(tmp, 0o600)
